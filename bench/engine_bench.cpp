@@ -1,0 +1,233 @@
+// tandem-engine-bench: the engine on the small preset against this machine's limits.
+//
+// Measures, in one run: read bandwidth and OpenBLAS sgemm rate (the machine), prefill
+// tokens/s for chunks of 128 and 512, decode tokens/s at batch 1/4/16/64 with context 512,
+// and the same steps' weight GEMMs alone; then prints the ratios the engine is judged by.
+//
+//   tandem-engine-bench [--model FILE] [google benchmark flags]
+// Without --model it writes the small preset (seed 1) to models/small-1.gguf once.
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "workers/engine/engine.h"
+#include "workers/engine/make_model.h"
+
+using namespace tandem;
+using namespace tandem::engine;
+
+namespace {
+
+std::string g_model;
+
+Engine& engine_for(uint32_t threads, GemmBackend gemm = GemmBackend::kPacked) {
+  static std::map<std::pair<uint32_t, int>, std::unique_ptr<Engine>> cache;
+  auto key = std::make_pair(threads, static_cast<int>(gemm));
+  auto& slot = cache[key];
+  if (!slot) {
+    cache.clear();  // one engine at a time: each holds ~0.6 GB of packed weights
+    auto e = Engine::load(g_model, {threads, gemm});
+    if (!e) {
+      std::fprintf(stderr, "engine-bench: %s\n", e.status().to_string().c_str());
+      std::exit(1);
+    }
+    auto& fresh = cache[key];
+    fresh = std::move(e.value());
+    return *fresh;
+  }
+  return *slot;
+}
+
+// --- the machine -----------------------------------------------------------------------
+
+void BM_ReadBandwidth(benchmark::State& state) {
+  const uint32_t threads = static_cast<uint32_t>(state.range(0));
+  const size_t n = size_t{1} << 28;  // 1 GiB of floats, far beyond the caches
+  static std::vector<float> buf(n, 1.0f);
+  ThreadPool pool(threads);
+  std::vector<double> sums(threads);
+  for (auto _ : state) {
+    pool.parallel_for(static_cast<uint32_t>(n / 4096), [&](uint32_t b, uint32_t e, uint32_t t) {
+      float acc[16] = {};
+      for (size_t i = size_t{b} * 4096; i < size_t{e} * 4096; i += 16)
+        for (int j = 0; j < 16; ++j) acc[j] += buf[i + j];
+      sums[t] = std::accumulate(acc, acc + 16, 0.0);
+    });
+    benchmark::DoNotOptimize(sums.data());
+  }
+  state.counters["GB/s"] = benchmark::Counter(double(n) * 4 / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_Sgemm(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0)), m = static_cast<int>(state.range(1)), n = 1536, k = 576;
+  openblas_set_num_threads(threads);
+  std::vector<float> a(size_t(m) * k, 0.5f), w(size_t(n) * k, 0.25f), c(size_t(m) * n);
+  for (auto _ : state) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, a.data(), k, w.data(), k, 0.0f, c.data(), n);
+    benchmark::DoNotOptimize(c.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * m * n * k / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// --- the engine ------------------------------------------------------------------------
+
+void BM_Prefill(benchmark::State& state) {
+  const uint32_t threads = static_cast<uint32_t>(state.range(0)), chunk = static_cast<uint32_t>(state.range(1));
+  Engine& e = engine_for(threads, state.range(2) ? GemmBackend::kOpenBlas : GemmBackend::kPacked);
+  auto pool = KvPool::create(e.config(), (chunk + 15) / 16).value();
+  std::vector<int32_t> tokens(chunk), blocks(pool->n_blocks());
+  for (uint32_t i = 0; i < chunk; ++i) tokens[i] = static_cast<int32_t>((i * 7919) % e.config().vocab_size);
+  std::iota(blocks.begin(), blocks.end(), 0);
+  SeqStep s{tokens, 0, blocks, 1};
+  for (auto _ : state)
+    if (!e.forward({&s, 1}, *pool).is_ok()) state.SkipWithError("forward failed");
+  state.counters["tokens/s"] = benchmark::Counter(chunk, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(e.gemm_flops(chunk, 1) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// Decode steps of `batch` sequences, each with 511 cached positions (context 512). The
+// cache content does not change the work, so it is left as the pool's zeros.
+void BM_Decode(benchmark::State& state) {
+  const uint32_t threads = static_cast<uint32_t>(state.range(0)), batch = static_cast<uint32_t>(state.range(1));
+  Engine& e = engine_for(threads, state.range(2) ? GemmBackend::kOpenBlas : GemmBackend::kPacked);
+  const uint32_t ctx = 512, per_seq = ctx / 16;
+  auto pool = KvPool::create(e.config(), batch * per_seq).value();
+  std::vector<std::vector<int32_t>> blocks(batch);
+  std::vector<int32_t> tokens(batch);
+  std::vector<SeqStep> step(batch);
+  for (uint32_t b = 0; b < batch; ++b) {
+    blocks[b].resize(per_seq);
+    std::iota(blocks[b].begin(), blocks[b].end(), static_cast<int32_t>(b * per_seq));
+    tokens[b] = static_cast<int32_t>(3 + b);
+    step[b] = SeqStep{std::span<const int32_t>(&tokens[b], 1), ctx - 1, blocks[b], 1};
+  }
+  for (auto _ : state)
+    if (!e.forward(step, *pool).is_ok()) state.SkipWithError("forward failed");
+  state.counters["tokens/s"] = benchmark::Counter(batch, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["weight_GB/s"] =
+      benchmark::Counter(double(e.weight_bytes_per_step()) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// The weight GEMMs of the same step alone (same shapes, threads and kernels).
+void BM_GemmsOnly(benchmark::State& state) {
+  const uint32_t threads = static_cast<uint32_t>(state.range(0)), rows = static_cast<uint32_t>(state.range(1));
+  const uint32_t logit_rows = static_cast<uint32_t>(state.range(2));
+  Engine& e = engine_for(threads, state.range(3) ? GemmBackend::kOpenBlas : GemmBackend::kPacked);
+  for (auto _ : state) e.run_gemms_only(rows, logit_rows);
+  state.counters["GFLOP/s"] = benchmark::Counter(e.gemm_flops(rows, logit_rows) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// Collects results so the ratios can be printed after the table.
+class Collector : public benchmark::ConsoleReporter {
+ public:
+  std::map<std::string, benchmark::BenchmarkReporter::Run> runs;
+  void ReportRuns(const std::vector<Run>& report) override {
+    for (const Run& r : report) runs[r.benchmark_name()] = r;
+    ConsoleReporter::ReportRuns(report);
+  }
+  double seconds(const std::string& name) const {
+    auto it = runs.find(name);
+    return it == runs.end() ? 0 : it->second.GetAdjustedRealTime() / 1e9;  // time unit: ns
+  }
+  double counter(const std::string& name, const std::string& c) const {
+    auto it = runs.find(name);
+    if (it == runs.end()) return 0;
+    auto jt = it->second.counters.find(c);
+    return jt == it->second.counters.end() ? 0 : double(jt->second);
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<char*> rest;
+  for (int i = 0; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--model") && i + 1 < argc) {
+      g_model = argv[++i];
+    } else {
+      rest.push_back(argv[i]);
+    }
+  }
+  if (g_model.empty()) {
+    g_model = "models/small-1.gguf";
+    if (!std::filesystem::exists(g_model)) {
+      std::filesystem::create_directories("models");
+      std::fprintf(stderr, "engine-bench: writing the small preset to %s\n", g_model.c_str());
+      auto config = preset_config("small");
+      if (Status st = make_model(*config, 1, g_model); !st) {
+        std::fprintf(stderr, "engine-bench: %s\n", st.to_string().c_str());
+        return 1;
+      }
+    }
+  }
+  int rc = static_cast<int>(rest.size());
+  rest.push_back(nullptr);
+
+  const std::vector<int64_t> thread_counts = {1, 2};
+  for (int64_t t : thread_counts) {
+    benchmark::RegisterBenchmark("read_bandwidth", BM_ReadBandwidth)->Arg(t)->ArgName("threads")->UseRealTime()->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark("openblas_sgemm_1536x576", BM_Sgemm)->Args({t, 512})->ArgNames({"threads", "m"})->UseRealTime()->Unit(benchmark::kMillisecond);
+  }
+  for (int64_t gemm : {0, 1}) {
+    for (int64_t t : thread_counts) {
+      if (gemm == 1 && t == 1) continue;  // the OpenBLAS backend is shown at 2 threads only
+      for (int64_t chunk : {128, 512})
+        benchmark::RegisterBenchmark("prefill", BM_Prefill)->Args({t, chunk, gemm})->ArgNames({"threads", "chunk", "openblas"})
+            ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+      benchmark::RegisterBenchmark("gemms_only", BM_GemmsOnly)->Args({t, 512, 1, gemm})->ArgNames({"threads", "rows", "logit_rows", "openblas"})
+          ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+      for (int64_t batch : {1, 4, 16, 64}) {
+        benchmark::RegisterBenchmark("decode", BM_Decode)->Args({t, batch, gemm})->ArgNames({"threads", "batch", "openblas"})
+            ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+        benchmark::RegisterBenchmark("gemms_only", BM_GemmsOnly)->Args({t, batch, batch, gemm})->ArgNames({"threads", "rows", "logit_rows", "openblas"})
+            ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+      }
+    }
+  }
+  benchmark::Initialize(&rc, rest.data());
+  Collector collector;
+  benchmark::RunSpecifiedBenchmarks(&collector);
+
+  // The ratios (see bench/RESULTS.md for the targets).
+  std::printf("\nratios (%s, kernels %s)\n", g_model.c_str(), kernels::best().name);
+  auto name = [](const char* base, std::initializer_list<std::pair<const char*, int64_t>> args) {
+    std::string s = base;
+    for (auto& [k, v] : args) s += "/" + std::string(k) + ":" + std::to_string(v);
+    return s + "/real_time";
+  };
+  for (int64_t gemm : {0, 1}) {
+    for (int64_t t : thread_counts) {
+      if (gemm == 1 && t == 1) continue;
+      const char* backend = gemm ? "openblas" : "packed";
+      const double bw = collector.counter(name("read_bandwidth", {{"threads", t}}), "GB/s");
+      const double sgemm = collector.counter(name("openblas_sgemm_1536x576", {{"threads", t}, {"m", 512}}), "GFLOP/s");
+      const double w_rate = collector.counter(name("decode", {{"threads", t}, {"batch", 1}, {"openblas", gemm}}), "weight_GB/s");
+      if (bw > 0 && w_rate > 0)
+        std::printf("  [%s, %lld threads] batch-1 decode: weight bytes/step / step time = %.2f GB/s over read bandwidth %.2f GB/s = %.2f (target >= 0.85)\n",
+                    backend, (long long)t, w_rate, bw, w_rate / bw);
+      for (int64_t b : {16, 64}) {
+        const double step = collector.seconds(name("decode", {{"threads", t}, {"batch", b}, {"openblas", gemm}}));
+        const double gemms = collector.seconds(name("gemms_only", {{"threads", t}, {"rows", b}, {"logit_rows", b}, {"openblas", gemm}}));
+        if (step > 0 && gemms > 0)
+          std::printf("  [%s, %lld threads] batch-%lld decode: step %.1f ms / GEMMs alone %.1f ms = %.2f (target <= 1.25)\n", backend,
+                      (long long)t, (long long)b, step * 1e3, gemms * 1e3, step / gemms);
+      }
+      const double pf = collector.counter(name("prefill", {{"threads", t}, {"chunk", 512}, {"openblas", gemm}}), "GFLOP/s");
+      if (pf > 0 && sgemm > 0)
+        std::printf("  [%s, %lld threads] prefill 512: %.1f GFLOP/s over sgemm M=512 %.1f GFLOP/s = %.2f (target >= 0.6)\n", backend,
+                    (long long)t, pf, sgemm, pf / sgemm);
+    }
+  }
+  benchmark::Shutdown();
+  return 0;
+}

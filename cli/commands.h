@@ -1,0 +1,10 @@
+// The subcommands of `tandem`. Each takes the arguments after its name and returns the
+// process exit code (0 ok, 1 failure, 2 usage error).
+#pragma once
+
+namespace tandem::cli {
+
+int make_model_command(int argc, char** argv);
+int run_command(int argc, char** argv);
+
+}  // namespace tandem::cli

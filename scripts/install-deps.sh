@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs tandem's build and test dependencies from Debian's packages (Debian 12).
+# Idempotent: only missing packages are installed; a second run does nothing.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config
+  libzmq3-dev cppzmq-dev               # transport between actors
+  libprotobuf-dev protobuf-compiler    # the wire format (proto/)
+  libboost-dev                         # Asio event loops
+  libopenblas-dev                      # BLAS (sgemm rate reference, optional GEMM backend)
+  libspdlog-dev                        # logging
+  libgtest-dev libgmock-dev            # unit and end-to-end tests
+  libbenchmark-dev                     # engine micro-benchmarks
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && { echo "install-deps: all ${#packages[@]} packages present"; exit 0; }
+
+echo "install-deps: installing ${missing[*]}"
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"

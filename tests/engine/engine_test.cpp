@@ -1,0 +1,261 @@
+// The forward pass: against the double-precision reference, batch invariance, incremental
+// decoding, non-degenerate presets, and errors for bad steps.
+#include "workers/engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <set>
+
+#include "tests/engine/reference_model.h"
+#include "tests/test_util.h"
+#include "workers/engine/generate.h"
+
+namespace tandem::engine {
+namespace {
+
+std::unique_ptr<Engine> load(const std::string& path, GemmBackend gemm = GemmBackend::kPacked, uint32_t threads = 2) {
+  auto e = Engine::load(path, {threads, gemm});
+  if (!e) throw std::runtime_error(e.status().to_string());
+  return std::move(e.value());
+}
+
+std::vector<int32_t> random_tokens(size_t n, uint32_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> d(3, static_cast<int32_t>(vocab) - 1);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = d(rng);
+  return t;
+}
+
+std::vector<int32_t> iota_blocks(uint32_t n, int32_t first = 0) {
+  std::vector<int32_t> b(n);
+  std::iota(b.begin(), b.end(), first);
+  return b;
+}
+
+std::vector<float> row(const Engine& e, uint32_t r) {
+  auto s = e.logits(r);
+  return {s.begin(), s.end()};
+}
+
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  float m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
+  return m;
+}
+
+class EngineVsReference : public ::testing::TestWithParam<GemmBackend> {};
+
+TEST_P(EngineVsReference, LogitsMatchWithin1e4Relative) {
+  const std::string path = test::model_file("tiny", 1);
+  auto e = load(path, GetParam());
+  test::ReferenceModel ref(path);
+  const auto tokens = random_tokens(45, e->config().vocab_size, 5);
+  auto pool = KvPool::create(e->config(), 8);
+  ASSERT_TRUE(pool);
+  const auto blocks = iota_blocks(8);
+  SeqStep s{tokens, 0, blocks, static_cast<uint32_t>(tokens.size())};
+  ASSERT_TRUE(e->forward({&s, 1}, **pool).is_ok());
+  const auto want = ref.logits(tokens);
+  double worst = 0;
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    double scale = 0;
+    for (double v : want[t]) scale = std::max(scale, std::abs(v));
+    const auto got = e->logits(static_cast<uint32_t>(t));
+    for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[t][i]) / scale);
+  }
+  RecordProperty("max_relative_error", std::to_string(worst));
+  std::printf("max relative logit error vs double reference: %.3g\n", worst);
+  EXPECT_LE(worst, 1e-4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, EngineVsReference, ::testing::Values(GemmBackend::kPacked, GemmBackend::kOpenBlas),
+                         [](const auto& info) { return info.param == GemmBackend::kPacked ? "packed" : "openblas"; });
+
+// The logits of sequence A's last prompt token and of three decode steps, computed
+// (1) alone, prompt in one chunk, contiguous blocks; and (2) chunked differently, blocks
+// scattered, in ragged steps with other sequences of other lengths.
+struct InvarianceRun {
+  std::vector<std::vector<float>> logits;  // prompt's last token, then each decode step
+};
+
+InvarianceRun run_alone(Engine& e, const std::vector<int32_t>& prompt, const std::vector<int32_t>& decode) {
+  InvarianceRun out;
+  auto pool = KvPool::create(e.config(), 16).value();
+  const auto blocks = iota_blocks(16);
+  SeqStep s{prompt, 0, blocks, 1};
+  EXPECT_TRUE(e.forward({&s, 1}, *pool).is_ok());
+  out.logits.push_back(row(e, 0));
+  uint32_t pos = static_cast<uint32_t>(prompt.size());
+  for (const int32_t& t : decode) {
+    SeqStep d{std::span<const int32_t>(&t, 1), pos++, blocks, 1};
+    EXPECT_TRUE(e.forward({&d, 1}, *pool).is_ok());
+    out.logits.push_back(row(e, 0));
+  }
+  return out;
+}
+
+InvarianceRun run_batched(Engine& e, const std::vector<int32_t>& prompt, const std::vector<int32_t>& decode,
+                          const std::vector<uint32_t>& chunks, uint32_t seed) {
+  InvarianceRun out;
+  auto pool = KvPool::create(e.config(), 64).value();
+  std::vector<int32_t> all = iota_blocks(64);
+  std::shuffle(all.begin(), all.end(), std::mt19937(seed));
+  const std::vector<int32_t> mine(all.begin(), all.begin() + 16);
+  const std::vector<int32_t> other1(all.begin() + 16, all.begin() + 32), other2(all.begin() + 32, all.begin() + 48);
+  const auto o1 = random_tokens(200, e.config().vocab_size, seed + 1);
+  const auto o2 = random_tokens(200, e.config().vocab_size, seed + 2);
+  uint32_t pos = 0, p1 = 0, p2 = 0;
+  // Prompt chunks, each step shared with prefill chunks / decodes of the others.
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const uint32_t n = chunks[c];
+    const bool last = pos + n == prompt.size();
+    const uint32_t n1 = 1 + (c * 7) % 23, n2 = 1 + (c * 3) % 5;
+    SeqStep steps[3] = {{std::span(o1).subspan(p1, n1), p1, other1, 1},
+                        {std::span(prompt).subspan(pos, n), pos, mine, last ? 1u : 0u},
+                        {std::span(o2).subspan(p2, n2), p2, other2, n2}};
+    EXPECT_TRUE(e.forward(steps, *pool).is_ok());
+    if (last) out.logits.push_back(row(e, 1));
+    pos += n, p1 += n1, p2 += n2;
+  }
+  EXPECT_EQ(pos, prompt.size());
+  for (size_t i = 0; i < decode.size(); ++i) {
+    const uint32_t n1 = 2 + static_cast<uint32_t>(i) * 5;
+    SeqStep steps[3] = {{std::span(o2).subspan(p2, 1), p2, other2, 1},
+                        {std::span(o1).subspan(p1, n1), p1, other1, 2},
+                        {std::span(decode).subspan(i, 1), pos, mine, 1}};
+    EXPECT_TRUE(e.forward(steps, *pool).is_ok());
+    out.logits.push_back(row(e, 3));
+    pos += 1, p1 += n1, p2 += 1;
+  }
+  return out;
+}
+
+float invariance_max_diff(GemmBackend backend, uint32_t threads) {
+  auto e = load(test::model_file("tiny", 2), backend, threads);
+  const auto prompt = random_tokens(61, e->config().vocab_size, 9);
+  const auto decode = random_tokens(3, e->config().vocab_size, 10);
+  const auto alone = run_alone(*e, prompt, decode);
+  float worst = 0;
+  uint32_t seed = 100;
+  for (const auto& chunks : std::vector<std::vector<uint32_t>>{{61}, {1, 60}, {16, 16, 16, 13}, {7, 13, 17, 24}, {60, 1}}) {
+    const auto batched = run_batched(*e, prompt, decode, chunks, seed++);
+    if (batched.logits.size() != alone.logits.size()) {
+      ADD_FAILURE() << "missing logits";
+      return INFINITY;
+    }
+    for (size_t i = 0; i < alone.logits.size(); ++i) worst = std::max(worst, max_abs_diff(alone.logits[i], batched.logits[i]));
+  }
+  return worst;
+}
+
+TEST(BatchInvariance, PackedKernelsAreBitwiseIdentical) {
+  for (uint32_t threads : {1u, 2u}) {
+    const float worst = invariance_max_diff(GemmBackend::kPacked, threads);
+    std::printf("packed, %u threads: largest logit difference alone vs batched: %g\n", threads, worst);
+    EXPECT_EQ(worst, 0.0f);
+  }
+}
+
+TEST(BatchInvariance, OpenBlasWithin1e5) {
+  const float worst = invariance_max_diff(GemmBackend::kOpenBlas, 2);
+  std::printf("openblas, 2 threads: largest logit difference alone vs batched: %g\n", worst);
+  EXPECT_LE(worst, 1e-5f);
+}
+
+TEST(Engine, IncrementalDecodingEqualsOneShot) {
+  auto e = load(test::model_file("tiny", 3));
+  const auto prompt = random_tokens(20, e->config().vocab_size, 4);
+  GenerateOptions opt;
+  opt.max_tokens = 24;
+  opt.ignore_eos = true;
+  auto gen = generate(*e, prompt, opt);
+  ASSERT_TRUE(gen);
+  // Logits at each decode step, recomputed incrementally with a pool of our own.
+  auto pool = KvPool::create(e->config(), 8).value();
+  const auto blocks = iota_blocks(8);
+  std::vector<int32_t> seq = prompt;
+  SeqStep s{seq, 0, blocks, 1};
+  ASSERT_TRUE(e->forward({&s, 1}, *pool).is_ok());
+  std::vector<std::vector<float>> incremental{row(*e, 0)};
+  for (size_t i = 0; i + 1 < gen->tokens.size(); ++i) {
+    seq.push_back(gen->tokens[i]);
+    SeqStep d{std::span<const int32_t>(&seq.back(), 1), static_cast<uint32_t>(seq.size() - 1), blocks, 1};
+    ASSERT_TRUE(e->forward({&d, 1}, *pool).is_ok());
+    incremental.push_back(row(*e, 0));
+  }
+  // One shot over the whole text, logits for every generated position.
+  auto pool2 = KvPool::create(e->config(), 8).value();
+  const uint32_t n_gen = static_cast<uint32_t>(gen->tokens.size());
+  SeqStep whole{seq, 0, blocks, n_gen};
+  ASSERT_TRUE(e->forward({&whole, 1}, *pool2).is_ok());
+  for (uint32_t i = 0; i < n_gen; ++i) {
+    EXPECT_EQ(max_abs_diff(incremental[i], row(*e, i)), 0.0f) << "position " << i;
+    // and greedy picked the argmax of those logits
+    const auto l = row(*e, i);
+    EXPECT_EQ(std::max_element(l.begin(), l.end()) - l.begin(), gen->tokens[i]);
+  }
+}
+
+// With std 0.02 and tied embeddings a random model just repeats its last token; make-model's
+// weights must give continuations that move.
+void expect_not_degenerate(const std::string& preset, uint32_t prompts, uint32_t steps) {
+  auto e = load(test::model_file(preset, 1));
+  uint32_t repeats = 0, total = 0;
+  std::set<std::vector<int32_t>> distinct;
+  for (uint32_t p = 0; p < prompts; ++p) {
+    const auto prompt = random_tokens(8, e->config().vocab_size, 50 + p);
+    GenerateOptions opt;
+    opt.max_tokens = steps;
+    opt.ignore_eos = true;
+    auto gen = generate(*e, prompt, opt);
+    ASSERT_TRUE(gen);
+    int32_t last = prompt.back();
+    for (int32_t t : gen->tokens) {
+      repeats += t == last;
+      ++total;
+      last = t;
+    }
+    std::set<int32_t> uniq(gen->tokens.begin(), gen->tokens.end());
+    EXPECT_GE(uniq.size(), steps / 3) << preset << " prompt " << p << " continuation has few distinct tokens";
+    distinct.insert(gen->tokens);
+  }
+  std::printf("%s: %u of %u greedy tokens repeat the previous token; %zu distinct continuations of %u\n",
+              preset.c_str(), repeats, total, distinct.size(), prompts);
+  EXPECT_LT(repeats * 4, total);
+  EXPECT_EQ(distinct.size(), prompts);
+}
+
+TEST(Presets, TinyIsNotDegenerate) { expect_not_degenerate("tiny", 16, 24); }
+TEST(Presets, SmallIsNotDegenerate) { expect_not_degenerate("small", 3, 12); }
+
+TEST(Engine, BadStepsGiveClearErrors) {
+  auto e = load(test::model_file("tiny", 1));
+  auto pool = KvPool::create(e->config(), 4).value();
+  const auto blocks = iota_blocks(4);
+  auto expect_error = [&](SeqStep s, const std::string& needle) {
+    Status st = e->forward({&s, 1}, *pool);
+    ASSERT_FALSE(st.is_ok()) << needle;
+    EXPECT_NE(st.message().find(needle), std::string::npos) << st.message();
+  };
+  const std::vector<int32_t> ok = {1, 2, 3}, bad_id = {1, 100000}, neg = {-1};
+  expect_error({ok, 0, std::span(blocks).first(0), 1}, "block table covers 0 positions, needs 3");
+  expect_error({bad_id, 0, blocks, 1}, "token id 100000 is outside the vocabulary of 512");
+  expect_error({neg, 0, blocks, 1}, "token id -1");
+  expect_error({ok, 510, blocks, 1}, "exceed the context length 512");
+  expect_error({std::span<const int32_t>(), 0, blocks, 1}, "no tokens");
+  expect_error({ok, 0, blocks, 4}, "asks logits for 4 of 3 tokens");
+  const std::vector<int32_t> outside = {0, 9};
+  expect_error({ok, 16, outside, 1}, "block id 9 is outside the pool of 4");
+  EXPECT_FALSE(e->forward({}, *pool).is_ok());
+  // The engine keeps serving after errors.
+  SeqStep good{ok, 0, blocks, 1};
+  EXPECT_TRUE(e->forward({&good, 1}, *pool).is_ok());
+}
+
+}  // namespace
+}  // namespace tandem::engine

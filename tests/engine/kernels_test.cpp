@@ -1,0 +1,147 @@
+// The SIMD kernel variants against the scalar definition: bitwise equal, whatever M.
+#include "workers/engine/kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace tandem::engine::kernels {
+namespace {
+
+std::vector<float> random_vec(size_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+std::vector<const Kernels*> variants() {
+  std::vector<const Kernels*> out;
+  for (const char* name : {"generic", "avx2", "avx512"})
+    if (const Kernels* k = by_name(name)) out.push_back(k);
+  return out;
+}
+
+bool bitwise_equal(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
+
+TEST(Kernels, ExpApproxIsAccurate) {
+  double worst = 0;
+  for (float x = -87.0f; x <= 0.0f; x += 0.0137f) {
+    const double want = std::exp(static_cast<double>(x));
+    worst = std::max(worst, std::abs(exp_approx(x) - want) / want);
+  }
+  EXPECT_LT(worst, 3e-7);
+  EXPECT_EQ(exp_approx(0.0f), 1.0f);
+  EXPECT_LT(exp_approx(-INFINITY), 1e-37f);
+}
+
+TEST(Kernels, GemmVariantsAgreeBitwiseForEveryRowCount) {
+  std::mt19937 rng(7);
+  for (uint32_t n : {32u, 45u, 96u}) {
+    for (uint32_t k : {1u, 17u, 64u}) {
+      const auto w = random_vec(size_t{n} * k, rng);
+      std::vector<float> packed(packed_floats(n, k), 0.0f);
+      for (uint32_t r = 0; r < n; ++r) pack_row(&w[size_t{r} * k], r, k, packed.data());
+      const PackedView view{packed.data(), n, k};
+      const uint32_t max_m = 29;
+      const auto a = random_vec(size_t{max_m} * k, rng);
+      // Reference: the generic kernel on all rows at once.
+      std::vector<float> ref(size_t{max_m} * n);
+      by_name("generic")->gemm(a.data(), k, max_m, view, 0, view.panels(), ref.data(), n);
+      // The plain fma chain, written out here.
+      for (uint32_t m = 0; m < max_m; ++m)
+        for (uint32_t j = 0; j < n; ++j) {
+          float acc = 0.0f;
+          for (uint32_t i = 0; i < k; ++i) acc = std::fma(a[size_t{m} * k + i], w[size_t{j} * k + i], acc);
+          ASSERT_EQ(acc, ref[size_t{m} * n + j]);
+        }
+      for (const Kernels* kern : variants()) {
+        for (uint32_t m = 1; m <= max_m; m += (m < 14 ? 1 : 5)) {
+          std::vector<float> c(size_t{m} * n, -1.0f);
+          // Split the panels in two calls, as two threads would.
+          const uint32_t half = view.panels() / 2;
+          kern->gemm(a.data(), k, m, view, 0, half, c.data(), n);
+          kern->gemm(a.data(), k, m, view, half, view.panels(), c.data(), n);
+          ASSERT_TRUE(bitwise_equal(c.data(), ref.data(), c.size())) << kern->name << " m=" << m << " n=" << n << " k=" << k;
+        }
+      }
+    }
+  }
+}
+
+TEST(Kernels, AttentionVariantsAgreeBitwise) {
+  std::mt19937 rng(11);
+  const uint32_t hd = 64, bt = 32, n_q = 3, n_blocks = 8;
+  const size_t block_stride = size_t{2} * hd * bt;  // K then V of one head
+  auto pool = random_vec(block_stride * n_blocks, rng, 0.5f);
+  const std::vector<int32_t> blocks = {5, 2, 7, 0, 3};
+  const auto q = random_vec(size_t{n_q} * hd, rng);
+  for (uint32_t n_keys : {1u, 15u, 16u, 17u, 33u, 100u, 160u}) {
+    std::vector<float> ref(size_t{n_q} * hd), scores(size_t{n_q} * 160);
+    AttentionArgs a;
+    a.q = q.data();
+    a.n_q = n_q;
+    a.head_dim = hd;
+    a.blocks = blocks.data();
+    a.k_base = pool.data();
+    a.v_base = pool.data() + size_t{hd} * bt;
+    a.block_stride = block_stride;
+    a.block_tokens = bt;
+    a.n_keys = n_keys;
+    a.scale = 0.125f;
+    a.scores = scores.data();
+    a.out = ref.data();
+    by_name("generic")->attention(a);
+    // Against a straightforward double-precision softmax attention.
+    for (uint32_t h = 0; h < n_q; ++h) {
+      std::vector<double> s(n_keys);
+      double mx = -1e300, sum = 0;
+      for (uint32_t j = 0; j < n_keys; ++j) {
+        const float* kb = pool.data() + blocks[j / bt] * block_stride;
+        double dot = 0;
+        for (uint32_t d = 0; d < hd; ++d) dot += double(q[h * hd + d]) * kb[d * bt + j % bt];
+        s[j] = dot * 0.125;
+        mx = std::max(mx, s[j]);
+      }
+      for (auto& v : s) sum += (v = std::exp(v - mx));
+      for (uint32_t d = 0; d < hd; ++d) {
+        double o = 0;
+        for (uint32_t j = 0; j < n_keys; ++j)
+          o += s[j] * pool[blocks[j / bt] * block_stride + size_t{hd} * bt + (j % bt) * hd + d];
+        ASSERT_NEAR(ref[h * hd + d], o / sum, 1e-5) << "n_keys=" << n_keys;
+      }
+    }
+    for (const Kernels* kern : variants()) {
+      std::vector<float> out(size_t{n_q} * hd, -1.0f);
+      a.out = out.data();
+      kern->attention(a);
+      ASSERT_TRUE(bitwise_equal(out.data(), ref.data(), out.size())) << kern->name << " n_keys=" << n_keys;
+    }
+  }
+}
+
+TEST(Kernels, SiluMulVariantsAgreeBitwise) {
+  std::mt19937 rng(3);
+  const size_t n = 1000;
+  auto g = random_vec(n, rng, 4.0f), u = random_vec(n, rng);
+  g[0] = 0.0f;
+  g[1] = -100.0f;
+  g[2] = 100.0f;
+  std::vector<float> ref(n);
+  by_name("generic")->silu_mul(g.data(), u.data(), ref.data(), n);
+  for (size_t i = 0; i < n; ++i) {
+    const double x = g[i];
+    ASSERT_NEAR(ref[i], x / (1 + std::exp(-x)) * u[i], 1e-5 * (1 + std::abs(x * u[i])));
+  }
+  for (const Kernels* kern : variants()) {
+    std::vector<float> out(n);
+    kern->silu_mul(g.data(), u.data(), out.data(), n);
+    ASSERT_TRUE(bitwise_equal(out.data(), ref.data(), n)) << kern->name;
+  }
+}
+
+}  // namespace
+}  // namespace tandem::engine::kernels

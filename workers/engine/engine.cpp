@@ -1,0 +1,365 @@
+#include "workers/engine/engine.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace tandem::engine {
+
+namespace {
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: normalize
+      exp = 127 - 15 + 1;
+      while ((mant & 0x400u) == 0) {
+        mant <<= 1;
+        --exp;
+      }
+      mant &= 0x3ffu;
+      bits = sign | (exp << 23) | (mant << 13);
+    }
+  } else if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// Row `row` of a GGUF matrix tensor (F32 or F16, [rows][cols]) as floats.
+void read_row(const GgufTensor& t, uint64_t row, float* out) {
+  const uint64_t cols = t.dims[0];
+  if (t.type == static_cast<uint32_t>(TensorType::kF32)) {
+    std::memcpy(out, reinterpret_cast<const float*>(t.data) + row * cols, cols * sizeof(float));
+  } else {
+    const auto* h = reinterpret_cast<const uint16_t*>(t.data) + row * cols;
+    for (uint64_t i = 0; i < cols; ++i) out[i] = half_to_float(h[i]);
+  }
+}
+
+std::vector<float> read_vector(const GgufTensor& t) {
+  std::vector<float> v(t.elements());
+  const uint64_t rows = t.elements() / t.dims[0];
+  for (uint64_t r = 0; r < rows; ++r) read_row(t, r, v.data() + r * t.dims[0]);
+  return v;
+}
+
+struct AlignedFree {
+  void operator()(float* p) const { std::free(p); }
+};
+
+void rms_norm(const float* x, const float* w, float* y, uint32_t n, float eps) {
+  double ss = 0.0;
+  for (uint32_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const float scale = 1.0f / std::sqrt(static_cast<float>(ss / n) + eps);
+  for (uint32_t i = 0; i < n; ++i) y[i] = (x[i] * scale) * w[i];
+}
+
+}  // namespace
+
+// A weight matrix W[N][K] in the backend's layout: packed panels (see kernels.h) or
+// row-major for cblas_sgemm. Several GGUF tensors may be fused along N (q|k|v, gate|up).
+struct Engine::Matrix {
+  uint32_t n = 0, k = 0;
+  bool packed = true;
+  std::unique_ptr<float, AlignedFree> data;
+  size_t floats = 0;
+
+  kernels::PackedView view() const { return {data.get(), n, k}; }
+  size_t bytes() const { return floats * sizeof(float); }
+
+  static Matrix build(std::initializer_list<const GgufTensor*> parts, bool packed) {
+    Matrix m;
+    m.packed = packed;
+    m.k = static_cast<uint32_t>((*parts.begin())->dims[0]);
+    for (const GgufTensor* t : parts) m.n += static_cast<uint32_t>(t->dims[1]);
+    m.floats = packed ? kernels::packed_floats(m.n, m.k) : size_t{m.n} * m.k;
+    m.data.reset(static_cast<float*>(std::aligned_alloc(64, (m.floats * sizeof(float) + 63) / 64 * 64)));
+    std::memset(m.data.get(), 0, m.floats * sizeof(float));
+    std::vector<float> row(m.k);
+    uint32_t n = 0;
+    for (const GgufTensor* t : parts) {
+      for (uint64_t r = 0; r < t->dims[1]; ++r, ++n) {
+        if (!packed) {
+          read_row(*t, r, m.data.get() + size_t{n} * m.k);
+          continue;
+        }
+        read_row(*t, r, row.data());
+        kernels::pack_row(row.data(), n, m.k, m.data.get());
+      }
+    }
+    return m;
+  }
+};
+
+struct Engine::Layer {
+  std::vector<float> attn_norm, ffn_norm;
+  Matrix qkv, wo, gate_up, down;
+};
+
+Engine::~Engine() = default;
+
+Result<std::unique_ptr<Engine>> Engine::load(const std::string& path, const EngineOptions& options) {
+  auto file = GgufFile::open(path);
+  if (!file) return file.status();
+  auto config = read_model_config(**file);
+  if (!config) return config.status();
+  const uint32_t hd = config->head_dim();
+  if (hd % 16 != 0 || hd > 256)
+    return Status::model_file(path + ": head dimension " + std::to_string(hd) +
+                              " is not supported (tandem needs a multiple of 16, at most 256)");
+  auto tokenizer = Tokenizer::from_gguf(**file);
+  if (!tokenizer) return tokenizer.status();
+  if (options.threads == 0 || options.threads > 256)
+    return Status::invalid("threads must be in [1, 256], got " + std::to_string(options.threads));
+
+  auto engine = std::unique_ptr<Engine>(new Engine());
+  engine->options_ = options;
+  engine->config_ = *config;
+  engine->tokenizer_ = std::move(tokenizer.value());
+  engine->pool_ = std::make_unique<ThreadPool>(options.threads);
+  engine->kernels_ = &kernels::best();
+  if (options.gemm == GemmBackend::kOpenBlas) openblas_set_num_threads(static_cast<int>(options.threads));
+  TANDEM_RETURN_IF_ERROR(engine->load_weights(**file));
+
+  // RoPE tables in double, as the angles of far positions lose precision in float.
+  const uint32_t half = hd / 2;
+  engine->rope_.resize(size_t{config->context_length} * hd);
+  for (uint32_t p = 0; p < config->context_length; ++p) {
+    for (uint32_t i = 0; i < half; ++i) {
+      const double theta = p * std::pow(static_cast<double>(config->rope_freq_base), -2.0 * i / hd);
+      engine->rope_[size_t{p} * hd + 2 * i] = static_cast<float>(std::cos(theta));
+      engine->rope_[size_t{p} * hd + 2 * i + 1] = static_cast<float>(std::sin(theta));
+    }
+  }
+  return engine;
+}
+
+Status Engine::load_weights(const GgufFile& file) {
+  const bool packed = options_.gemm == GemmBackend::kPacked;
+  const auto* embd = file.tensor("token_embd.weight");
+  embeddings_ = read_vector(*embd);
+  output_norm_ = read_vector(*file.tensor("output_norm.weight"));
+  weight_bytes_ = output_norm_.size() * sizeof(float);
+  for (uint32_t l = 0; l < config_.n_layers; ++l) {
+    auto t = [&](const char* what) { return file.tensor(layer_tensor(l, what)); };
+    auto layer = std::make_unique<Layer>();
+    layer->attn_norm = read_vector(*t("attn_norm"));
+    layer->ffn_norm = read_vector(*t("ffn_norm"));
+    layer->qkv = Matrix::build({t("attn_q"), t("attn_k"), t("attn_v")}, packed);
+    layer->wo = Matrix::build({t("attn_output")}, packed);
+    layer->gate_up = Matrix::build({t("ffn_gate"), t("ffn_up")}, packed);
+    layer->down = Matrix::build({t("ffn_down")}, packed);
+    weight_bytes_ += layer->qkv.bytes() + layer->wo.bytes() + layer->gate_up.bytes() + layer->down.bytes() +
+                     (layer->attn_norm.size() + layer->ffn_norm.size()) * sizeof(float);
+    layers_.push_back(std::move(layer));
+  }
+  const GgufTensor* out = file.tensor("output.weight");
+  output_ = std::make_unique<Matrix>(Matrix::build({out ? out : embd}, packed));
+  weight_bytes_ += output_->bytes();
+  return Status::ok();
+}
+
+double Engine::gemm_flops(uint64_t tokens, uint64_t logit_rows) const {
+  const double d = config_.dim, kv = config_.kv_dim(), f = config_.ffn_dim;
+  const double per_token = 2.0 * config_.n_layers * (d * (d + 2 * kv) + d * d + d * 2 * f + f * d);
+  return per_token * tokens + 2.0 * d * config_.vocab_size * logit_rows;
+}
+
+void Engine::matmul(const Matrix& w, const float* a, size_t lda, uint32_t m, float* c) {
+  if (!w.packed) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(w.n),
+                static_cast<int>(w.k), 1.0f, a, static_cast<int>(lda), w.data.get(), static_cast<int>(w.k), 0.0f, c,
+                static_cast<int>(w.n));
+    return;
+  }
+  const kernels::PackedView view = w.view();
+  const auto gemm = kernels_->gemm;
+  pool_->parallel_for(view.panels(), [&](uint32_t p0, uint32_t p1, uint32_t) {
+    gemm(a, lda, m, view, p0, p1, c, w.n);
+  });
+}
+
+void Engine::reserve_scratch(uint32_t tokens, uint32_t logit_rows, uint32_t max_keys) {
+  const ModelConfig& c = config_;
+  if (tokens > cap_tokens_) {
+    cap_tokens_ = tokens;
+    x_.resize(size_t{tokens} * c.dim);
+    xn_.resize(size_t{tokens} * c.dim);
+    qkv_.resize(size_t{tokens} * (c.dim + 2 * c.kv_dim()));
+    attn_.resize(size_t{tokens} * c.dim);
+    ffn_.resize(size_t{tokens} * 2 * c.ffn_dim);
+    row_seq_.resize(tokens);
+    row_pos_.resize(tokens);
+  }
+  if (logit_rows > cap_logit_rows_) {
+    cap_logit_rows_ = logit_rows;
+    logit_in_.resize(size_t{logit_rows} * c.dim);
+    logits_.resize(size_t{logit_rows} * c.vocab_size);
+  }
+  if (max_keys > cap_keys_) {
+    cap_keys_ = max_keys;
+    const size_t group = c.n_heads / c.n_kv_heads;
+    attn_scratch_.resize(size_t{pool_->size()} * group * ((max_keys + 15) / 16 * 16));
+  }
+}
+
+Status Engine::forward(std::span<const SeqStep> step, KvPool& pool) {
+  const ModelConfig& c = config_;
+  if (step.empty()) return Status::invalid("forward: empty step");
+  if (pool.block_tokens() % 16 != 0) return Status::invalid("forward: KV block size must be a multiple of 16");
+  uint64_t total = 0, logit_rows = 0;
+  uint32_t max_keys = 0;
+  const uint32_t bt = pool.block_tokens();
+  for (size_t s = 0; s < step.size(); ++s) {
+    const SeqStep& q = step[s];
+    const std::string where = "forward: sequence " + std::to_string(s) + ": ";
+    if (q.tokens.empty()) return Status::invalid(where + "no tokens");
+    const uint64_t end = uint64_t{q.start_pos} + q.tokens.size();
+    if (end > c.context_length)
+      return Status::invalid(where + "positions up to " + std::to_string(end) + " exceed the context length " +
+                             std::to_string(c.context_length));
+    if (q.blocks.size() * uint64_t{bt} < end)
+      return Status::invalid(where + "block table covers " + std::to_string(q.blocks.size() * bt) +
+                             " positions, needs " + std::to_string(end));
+    for (int32_t b : q.blocks.first((end + bt - 1) / bt))
+      if (b < 0 || static_cast<uint32_t>(b) >= pool.n_blocks())
+        return Status::invalid(where + "block id " + std::to_string(b) + " is outside the pool of " +
+                               std::to_string(pool.n_blocks()));
+    for (int32_t t : q.tokens)
+      if (t < 0 || static_cast<uint32_t>(t) >= c.vocab_size)
+        return Status::invalid(where + "token id " + std::to_string(t) + " is outside the vocabulary of " +
+                               std::to_string(c.vocab_size));
+    if (q.n_logits > q.tokens.size())
+      return Status::invalid(where + "asks logits for " + std::to_string(q.n_logits) + " of " +
+                             std::to_string(q.tokens.size()) + " tokens");
+    total += q.tokens.size();
+    logit_rows += q.n_logits;
+    max_keys = std::max<uint32_t>(max_keys, static_cast<uint32_t>(end));
+  }
+  if (total > (1u << 20)) return Status::invalid("forward: step of " + std::to_string(total) + " tokens is too large");
+
+  const uint32_t T = static_cast<uint32_t>(total), R = static_cast<uint32_t>(logit_rows);
+  reserve_scratch(T, R, max_keys);
+  n_logit_rows_ = R;
+
+  const uint32_t dim = c.dim, hd = c.head_dim(), kvd = c.kv_dim(), n_kv = c.n_kv_heads;
+  const uint32_t group = c.n_heads / n_kv, qkv_w = dim + 2 * kvd, ffn = c.ffn_dim;
+  {
+    uint32_t t = 0;
+    for (size_t s = 0; s < step.size(); ++s)
+      for (size_t i = 0; i < step[s].tokens.size(); ++i, ++t) {
+        row_seq_[t] = static_cast<uint32_t>(s);
+        row_pos_[t] = step[s].start_pos + static_cast<uint32_t>(i);
+        std::memcpy(&x_[size_t{t} * dim], &embeddings_[size_t(step[s].tokens[i]) * dim], dim * sizeof(float));
+      }
+  }
+
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const size_t scratch_per_thread = size_t{group} * ((max_keys + 15) / 16 * 16);
+  for (uint32_t l = 0; l < c.n_layers; ++l) {
+    const Layer& L = *layers_[l];
+    for (uint32_t t = 0; t < T; ++t) rms_norm(&x_[size_t{t} * dim], L.attn_norm.data(), &xn_[size_t{t} * dim], dim, c.rms_eps);
+    matmul(L.qkv, xn_.data(), dim, T, qkv_.data());
+
+    // RoPE on q and k (pairs of adjacent elements, the GGUF llama convention), then K/V
+    // of every new token into the cache before any attention reads it.
+    for (uint32_t t = 0; t < T; ++t) {
+      float* row = &qkv_[size_t{t} * qkv_w];
+      const float* cs = &rope_[size_t{row_pos_[t]} * hd];
+      for (uint32_t h = 0; h < c.n_heads + n_kv; ++h) {
+        float* v = row + h * hd;
+        for (uint32_t i = 0; i < hd; i += 2) {
+          const float x0 = v[i], x1 = v[i + 1], co = cs[i], si = cs[i + 1];
+          v[i] = x0 * co - x1 * si;
+          v[i + 1] = x0 * si + x1 * co;
+        }
+      }
+      const SeqStep& q = step[row_seq_[t]];
+      const uint32_t pos = row_pos_[t];
+      float* blk = pool.block(q.blocks[pos / bt]);
+      const uint32_t slot = pos % bt;
+      for (uint32_t h = 0; h < n_kv; ++h) {
+        const float* k = row + dim + h * hd;
+        const float* v = row + dim + kvd + h * hd;
+        float* kd = blk + pool.k_offset(l, h);
+        for (uint32_t d = 0; d < hd; ++d) kd[size_t{d} * bt + slot] = k[d];
+        std::memcpy(blk + pool.v_offset(l, h) + size_t{slot} * hd, v, hd * sizeof(float));
+      }
+    }
+
+    std::atomic<uint32_t> next{0};
+    const uint32_t items = T * n_kv;
+    const auto attention = kernels_->attention;
+    float* const base = pool.block(0);
+    pool_->run([&](uint32_t thread) {
+      kernels::AttentionArgs a;
+      a.n_q = group;
+      a.head_dim = hd;
+      a.block_stride = pool.block_floats();
+      a.block_tokens = bt;
+      a.scale = scale;
+      a.scores = attn_scratch_.data() + thread * scratch_per_thread;
+      for (uint32_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < items;) {
+        const uint32_t t = it / n_kv, h = it % n_kv;
+        a.q = &qkv_[size_t{t} * qkv_w + size_t{h} * group * hd];
+        a.blocks = step[row_seq_[t]].blocks.data();
+        a.k_base = base + pool.k_offset(l, h);
+        a.v_base = base + pool.v_offset(l, h);
+        a.n_keys = row_pos_[t] + 1;
+        a.out = &attn_[size_t{t} * dim + size_t{h} * group * hd];
+        attention(a);
+      }
+    });
+
+    matmul(L.wo, attn_.data(), dim, T, xn_.data());
+    for (size_t i = 0; i < size_t{T} * dim; ++i) x_[i] = x_[i] + xn_[i];
+
+    for (uint32_t t = 0; t < T; ++t) rms_norm(&x_[size_t{t} * dim], L.ffn_norm.data(), &xn_[size_t{t} * dim], dim, c.rms_eps);
+    matmul(L.gate_up, xn_.data(), dim, T, ffn_.data());
+    for (uint32_t t = 0; t < T; ++t) {
+      float* g = &ffn_[size_t{t} * 2 * ffn];
+      kernels_->silu_mul(g, g + ffn, g, ffn);  // in place: out[i] depends on g[i], u[i] only
+    }
+    matmul(L.down, ffn_.data(), 2 * ffn, T, xn_.data());
+    for (size_t i = 0; i < size_t{T} * dim; ++i) x_[i] = x_[i] + xn_[i];
+  }
+
+  uint32_t r = 0, t = 0;
+  for (const SeqStep& q : step) {
+    const uint32_t n = static_cast<uint32_t>(q.tokens.size());
+    for (uint32_t i = n - q.n_logits; i < n; ++i, ++r)
+      rms_norm(&x_[size_t(t + i) * dim], output_norm_.data(), &logit_in_[size_t{r} * dim], dim, c.rms_eps);
+    t += n;
+  }
+  if (R > 0) matmul(*output_, logit_in_.data(), dim, R, logits_.data());
+  return Status::ok();
+}
+
+void Engine::run_gemms_only(uint32_t tokens, uint32_t logit_rows) {
+  reserve_scratch(tokens, logit_rows, 16);
+  const uint32_t dim = config_.dim, ffn = config_.ffn_dim;
+  for (const auto& L : layers_) {
+    matmul(L->qkv, xn_.data(), dim, tokens, qkv_.data());
+    matmul(L->wo, attn_.data(), dim, tokens, xn_.data());
+    matmul(L->gate_up, xn_.data(), dim, tokens, ffn_.data());
+    matmul(L->down, ffn_.data(), 2 * ffn, tokens, xn_.data());
+  }
+  if (logit_rows > 0) matmul(*output_, logit_in_.data(), dim, logit_rows, logits_.data());
+}
+
+}  // namespace tandem::engine

@@ -1,0 +1,99 @@
+// The model engine: a Llama decoder loaded from GGUF, run one ragged batch per step.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/status.h"
+#include "workers/engine/gguf.h"
+#include "workers/engine/kernels.h"
+#include "workers/engine/kv_cache.h"
+#include "workers/engine/model_config.h"
+#include "workers/engine/thread_pool.h"
+#include "workers/engine/tokenizer.h"
+
+namespace tandem::engine {
+
+enum class GemmBackend {
+  kPacked,    // tandem's packed kernels: bitwise batch-invariant, fast at every M (default)
+  kOpenBlas,  // cblas_sgemm over all rows of the step
+};
+
+struct EngineOptions {
+  uint32_t threads = 2;
+  GemmBackend gemm = GemmBackend::kPacked;
+};
+
+// One sequence's part of a step: process `tokens` at positions [start_pos, start_pos+n).
+// The cache must already hold positions [0, start_pos) in `blocks`, and `blocks` must cover
+// start_pos + n positions. K/V of the new tokens are written into those blocks.
+struct SeqStep {
+  std::span<const int32_t> tokens;
+  uint32_t start_pos = 0;
+  std::span<const int32_t> blocks;
+  // Logits are produced for the last `n_logits` tokens of this chunk (0: none, e.g. a
+  // prompt chunk that is not the last; 1: next-token; more: speculative verification).
+  uint32_t n_logits = 1;
+};
+
+class Engine {
+ public:
+  static Result<std::unique_ptr<Engine>> load(const std::string& path, const EngineOptions& options = {});
+  ~Engine();
+
+  const ModelConfig& config() const { return config_; }
+  const Tokenizer& tokenizer() const { return tokenizer_; }
+  const EngineOptions& options() const { return options_; }
+  // Bytes of weights one forward pass streams (all matrices + norms; the embedding rows
+  // read are negligible): the batch-1 decode floor is this over memory bandwidth.
+  size_t weight_bytes_per_step() const { return weight_bytes_; }
+  // FLOPs of the weight GEMMs for `tokens` rows of which `logit_rows` go through the head.
+  double gemm_flops(uint64_t tokens, uint64_t logit_rows) const;
+
+  // One ragged forward pass over every sequence in `step`. Errors (nothing written to the
+  // cache on error): empty step or chunk, token id out of range, a chunk running past the
+  // context length, a block table too short or naming a block outside the pool.
+  Status forward(std::span<const SeqStep> step, KvPool& pool);
+
+  // Logits of the previous forward: rows in step order, n_logits rows per sequence.
+  uint32_t logit_rows() const { return n_logit_rows_; }
+  std::span<const float> logits(uint32_t row) const {
+    return {logits_.data() + static_cast<size_t>(row) * config_.vocab_size, config_.vocab_size};
+  }
+
+  // Benchmark hook: run only the weight GEMMs of a step of `tokens` rows (same shapes,
+  // same threads), to measure what the rest of the forward pass costs on top.
+  void run_gemms_only(uint32_t tokens, uint32_t logit_rows);
+
+ private:
+  struct Matrix;  // a weight matrix in the backend's layout
+  struct Layer;
+  Engine() = default;
+  Status load_weights(const GgufFile& file);
+  void matmul(const Matrix& w, const float* a, size_t lda, uint32_t m, float* c);
+  void reserve_scratch(uint32_t tokens, uint32_t logit_rows, uint32_t max_keys);
+
+  EngineOptions options_;
+  ModelConfig config_;
+  Tokenizer tokenizer_;
+  std::unique_ptr<ThreadPool> pool_;
+  const kernels::Kernels* kernels_ = nullptr;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::unique_ptr<Matrix> output_;
+  std::vector<float> embeddings_;    // [vocab][dim]
+  std::vector<float> output_norm_;
+  std::vector<float> rope_;          // [context][head_dim]: cos, sin of each pair
+  size_t weight_bytes_ = 0;
+
+  // Scratch, grown to the largest step seen; never per token.
+  uint32_t cap_tokens_ = 0, cap_logit_rows_ = 0, cap_keys_ = 0;
+  std::vector<float> x_, xn_, qkv_, attn_, ffn_, logit_in_, logits_;
+  std::vector<float> attn_scratch_;  // per thread scores
+  std::vector<uint32_t> row_seq_, row_pos_;
+  uint32_t n_logit_rows_ = 0;
+};
+
+}  // namespace tandem::engine

@@ -1,0 +1,680 @@
+#include "workers/engine/gguf.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <set>
+
+namespace tandem::engine {
+
+// GGUF is little-endian; tandem reads and writes it with plain memcpy.
+static_assert(std::endian::native == std::endian::little, "tandem assumes a little-endian host");
+
+namespace {
+
+constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian u32
+constexpr uint64_t kDefaultAlignment = 32;
+constexpr uint32_t kMaxDims = 4;
+
+// Block geometry of the ggml types: elements per block and bytes per block.
+struct TypeInfo {
+  const char* name;
+  uint32_t block_elems;  // 0: unknown / removed id
+  uint32_t block_bytes;
+};
+
+TypeInfo type_info(uint32_t type) {
+  switch (type) {
+    case 0: return {"F32", 1, 4};
+    case 1: return {"F16", 1, 2};
+    case 2: return {"Q4_0", 32, 18};
+    case 3: return {"Q4_1", 32, 20};
+    case 6: return {"Q5_0", 32, 22};
+    case 7: return {"Q5_1", 32, 24};
+    case 8: return {"Q8_0", 32, 34};
+    case 9: return {"Q8_1", 32, 36};
+    case 10: return {"Q2_K", 256, 84};
+    case 11: return {"Q3_K", 256, 110};
+    case 12: return {"Q4_K", 256, 144};
+    case 13: return {"Q5_K", 256, 176};
+    case 14: return {"Q6_K", 256, 210};
+    case 15: return {"Q8_K", 256, 292};
+    case 16: return {"IQ2_XXS", 256, 66};
+    case 17: return {"IQ2_XS", 256, 74};
+    case 18: return {"IQ3_XXS", 256, 98};
+    case 19: return {"IQ1_S", 256, 50};
+    case 20: return {"IQ4_NL", 32, 18};
+    case 21: return {"IQ3_S", 256, 110};
+    case 22: return {"IQ2_S", 256, 82};
+    case 23: return {"IQ4_XS", 256, 136};
+    case 24: return {"I8", 1, 1};
+    case 25: return {"I16", 1, 2};
+    case 26: return {"I32", 1, 4};
+    case 27: return {"I64", 1, 8};
+    case 28: return {"F64", 1, 8};
+    case 29: return {"IQ1_M", 256, 56};
+    case 30: return {"BF16", 1, 2};
+    case 34: return {"TQ1_0", 256, 54};
+    case 35: return {"TQ2_0", 256, 66};
+    case 39: return {"MXFP4", 32, 17};
+    default: return {nullptr, 0, 0};
+  }
+}
+
+const char* value_type_name(uint32_t t) {
+  static const char* const kNames[] = {"u8",   "i8",     "u16",   "i16", "u32", "i32", "f32",
+                                       "bool", "string", "array", "u64", "i64", "f64"};
+  return t < std::size(kNames) ? kNames[t] : "unknown";
+}
+
+// Bytes a scalar value of type t occupies on disk; strings and arrays: their minimum.
+uint64_t min_value_size(uint32_t t) {
+  switch (static_cast<GgufValueType>(t)) {
+    case GgufValueType::kU8: case GgufValueType::kI8: case GgufValueType::kBool: return 1;
+    case GgufValueType::kU16: case GgufValueType::kI16: return 2;
+    case GgufValueType::kU32: case GgufValueType::kI32: case GgufValueType::kF32: return 4;
+    case GgufValueType::kU64: case GgufValueType::kI64: case GgufValueType::kF64: return 8;
+    case GgufValueType::kString: return 8;
+    case GgufValueType::kArray: return 12;
+  }
+  return 0;
+}
+
+// Bounds-checked reader over the mapping. Every failure names the byte offset.
+class Cursor {
+ public:
+  Cursor(const std::byte* base, uint64_t size, const std::string& path)
+      : base_(base), size_(size), path_(path) {}
+
+  uint64_t pos() const { return pos_; }
+  uint64_t remaining() const { return size_ - pos_; }
+  uint64_t size() const { return size_; }
+
+  Status fail(const std::string& problem) const { return Status::model_file(path_ + ": " + problem); }
+  Status truncated(const char* what, uint64_t at) const {
+    return fail(std::string("truncated: ") + what + " at byte offset " + std::to_string(at) +
+                " (file size " + std::to_string(size_) + ")");
+  }
+
+  template <class T>
+  Status read(T& out, const char* what) {
+    if (remaining() < sizeof(T)) return truncated(what, pos_);
+    std::memcpy(&out, base_ + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return Status::ok();
+  }
+
+  Status read_string(std::string& out, const char* what) {
+    uint64_t at = pos_;
+    uint64_t len = 0;
+    TANDEM_RETURN_IF_ERROR(read(len, what));
+    if (len > remaining()) {
+      return fail(std::string(what) + " at byte offset " + std::to_string(at) + " has length " +
+                  std::to_string(len) + ", beyond the end of the file (size " +
+                  std::to_string(size_) + ")");
+    }
+    out.assign(reinterpret_cast<const char*>(base_ + pos_), len);
+    pos_ += len;
+    return Status::ok();
+  }
+
+ private:
+  const std::byte* base_;
+  uint64_t size_;
+  uint64_t pos_ = 0;
+  const std::string& path_;
+};
+
+// Printable form of a key or tensor name for error messages (names come from the file).
+std::string printable(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s.substr(0, 200)) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    }
+  }
+  if (s.size() > 200) out += "...";
+  return out;
+}
+
+template <class Wire, class Stored>
+Status read_as(Cursor& c, GgufValue& v, const char* what) {
+  Wire x{};
+  TANDEM_RETURN_IF_ERROR(c.read(x, what));
+  v.value = static_cast<Stored>(x);
+  return Status::ok();
+}
+
+Status read_scalar(Cursor& c, uint32_t type, GgufValue& v, const char* what) {
+  switch (static_cast<GgufValueType>(type)) {
+    case GgufValueType::kU8: return read_as<uint8_t, uint64_t>(c, v, what);
+    case GgufValueType::kI8: return read_as<int8_t, int64_t>(c, v, what);
+    case GgufValueType::kU16: return read_as<uint16_t, uint64_t>(c, v, what);
+    case GgufValueType::kI16: return read_as<int16_t, int64_t>(c, v, what);
+    case GgufValueType::kU32: return read_as<uint32_t, uint64_t>(c, v, what);
+    case GgufValueType::kI32: return read_as<int32_t, int64_t>(c, v, what);
+    case GgufValueType::kU64: return read_as<uint64_t, uint64_t>(c, v, what);
+    case GgufValueType::kI64: return read_as<int64_t, int64_t>(c, v, what);
+    case GgufValueType::kF32: return read_as<float, double>(c, v, what);
+    case GgufValueType::kF64: return read_as<double, double>(c, v, what);
+    case GgufValueType::kBool: return read_as<uint8_t, bool>(c, v, what);
+    case GgufValueType::kString: {
+      std::string s;
+      TANDEM_RETURN_IF_ERROR(c.read_string(s, what));
+      v.value = std::move(s);
+      return Status::ok();
+    }
+    case GgufValueType::kArray: break;  // handled by the caller
+  }
+  return Status::ok();
+}
+
+Status read_value(Cursor& c, const std::string& key, GgufValue& v) {
+  uint32_t type = 0;
+  uint64_t at = c.pos();
+  TANDEM_RETURN_IF_ERROR(c.read(type, "metadata value type"));
+  if (min_value_size(type) == 0) {
+    return c.fail("key " + printable(key) + " has unknown value type " + std::to_string(type) +
+                  " at byte offset " + std::to_string(at));
+  }
+  v.type = static_cast<GgufValueType>(type);
+  if (v.type != GgufValueType::kArray) return read_scalar(c, type, v, "metadata value");
+
+  uint32_t elem = 0;
+  at = c.pos();
+  TANDEM_RETURN_IF_ERROR(c.read(elem, "array element type"));
+  if (elem == static_cast<uint32_t>(GgufValueType::kArray)) {
+    return c.fail("key " + printable(key) + ": nested arrays are not supported");
+  }
+  uint64_t elem_size = min_value_size(elem);
+  if (elem_size == 0) {
+    return c.fail("key " + printable(key) + " is an array of unknown element type " +
+                  std::to_string(elem) + " at byte offset " + std::to_string(at));
+  }
+  v.array_type = static_cast<GgufValueType>(elem);
+  uint64_t count = 0;
+  at = c.pos();
+  TANDEM_RETURN_IF_ERROR(c.read(count, "array length"));
+  // Each element needs at least elem_size bytes: bound the count before reserving.
+  if (count > c.remaining() / elem_size) {
+    return c.fail("key " + printable(key) + ": array of " + std::to_string(count) + " " +
+                  value_type_name(elem) + " elements at byte offset " + std::to_string(at) +
+                  " is larger than the rest of the file (size " + std::to_string(c.size()) + ")");
+  }
+  // Reserve no more than the file could hold (strings are bigger in memory than on disk).
+  const size_t reserve = static_cast<size_t>(std::min<uint64_t>(count, 1u << 20));
+  GgufValue item;
+  switch (v.array_type) {
+    case GgufValueType::kString: {
+      std::vector<std::string> out;
+      out.reserve(reserve);
+      for (uint64_t i = 0; i < count; ++i) {
+        std::string s;
+        TANDEM_RETURN_IF_ERROR(c.read_string(s, "array string"));
+        out.push_back(std::move(s));
+      }
+      v.value = std::move(out);
+      break;
+    }
+    case GgufValueType::kF32:
+    case GgufValueType::kF64: {
+      std::vector<double> out;
+      out.reserve(reserve);
+      for (uint64_t i = 0; i < count; ++i) {
+        TANDEM_RETURN_IF_ERROR(read_scalar(c, elem, item, "array element"));
+        out.push_back(std::get<double>(item.value));
+      }
+      v.value = std::move(out);
+      break;
+    }
+    default: {  // integers and bools; u64 above INT64_MAX keep their bits
+      std::vector<int64_t> out;
+      out.reserve(reserve);
+      for (uint64_t i = 0; i < count; ++i) {
+        TANDEM_RETURN_IF_ERROR(read_scalar(c, elem, item, "array element"));
+        if (auto* u = std::get_if<uint64_t>(&item.value)) out.push_back(static_cast<int64_t>(*u));
+        else if (auto* s = std::get_if<int64_t>(&item.value)) out.push_back(*s);
+        else out.push_back(std::get<bool>(item.value) ? 1 : 0);
+      }
+      v.value = std::move(out);
+      break;
+    }
+  }
+  return Status::ok();
+}
+
+struct Parsed {
+  uint32_t version = 0;
+  uint64_t alignment = kDefaultAlignment;
+  std::map<std::string, GgufValue> metadata;
+  std::vector<GgufTensor> tensors;
+  std::map<std::string, size_t> tensor_index;
+};
+
+Status parse(const std::byte* base, uint64_t size, const std::string& path, Parsed& out) {
+  Cursor c(base, size, path);
+  if (size < 4) return c.truncated("magic", 0);
+  uint32_t magic = 0;
+  TANDEM_RETURN_IF_ERROR(c.read(magic, "magic"));
+  if (magic != kMagic) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%02x %02x %02x %02x", static_cast<unsigned>(base[0]),
+                  static_cast<unsigned>(base[1]), static_cast<unsigned>(base[2]),
+                  static_cast<unsigned>(base[3]));
+    return c.fail(std::string("not a GGUF file (magic ") + buf + ", expected 47 47 55 46 \"GGUF\")");
+  }
+  TANDEM_RETURN_IF_ERROR(c.read(out.version, "version"));
+  if (out.version != 2 && out.version != 3) {
+    std::string hint = (out.version & 0xffff) == 0 && out.version != 0 ? " (a big-endian file?)" : "";
+    return c.fail("unsupported GGUF version " + std::to_string(out.version) + hint +
+                  " (tandem reads versions 2 and 3)");
+  }
+  uint64_t n_tensors = 0, n_kv = 0;
+  TANDEM_RETURN_IF_ERROR(c.read(n_tensors, "tensor_count"));
+  TANDEM_RETURN_IF_ERROR(c.read(n_kv, "metadata_kv_count"));
+  // A KV takes at least 8 (key length) + 4 (type) + 1 bytes; a tensor info at least
+  // 8 (name length) + 4 (n_dims) + 4 (type) + 8 (offset).
+  constexpr uint64_t kMinKv = 13, kMinTensor = 24;
+  if (n_kv > c.remaining() / kMinKv || n_tensors > c.remaining() / kMinTensor ||
+      n_kv * kMinKv > c.remaining() - n_tensors * kMinTensor) {
+    return c.fail("tensor_count " + std::to_string(n_tensors) + " and metadata_kv_count " +
+                  std::to_string(n_kv) + " are too large for a file of " + std::to_string(size) +
+                  " bytes");
+  }
+
+  for (uint64_t i = 0; i < n_kv; ++i) {
+    std::string key;
+    uint64_t at = c.pos();
+    TANDEM_RETURN_IF_ERROR(c.read_string(key, "metadata key"));
+    if (out.metadata.count(key)) {
+      return c.fail("duplicate key " + printable(key) + " at byte offset " + std::to_string(at));
+    }
+    GgufValue v;
+    TANDEM_RETURN_IF_ERROR(read_value(c, key, v));
+    out.metadata.emplace(std::move(key), std::move(v));
+  }
+
+  if (auto it = out.metadata.find("general.alignment"); it != out.metadata.end()) {
+    const uint64_t* a = std::get_if<uint64_t>(&it->second.value);
+    if (!a || it->second.type == GgufValueType::kBool) {
+      return c.fail(std::string("general.alignment has type ") +
+                    value_type_name(static_cast<uint32_t>(it->second.type)) + ", expected u32");
+    }
+    if (*a == 0 || !std::has_single_bit(*a) || *a > (1u << 30)) {
+      return c.fail("general.alignment " + std::to_string(*a) +
+                    " is not a power of two between 1 and 2^30");
+    }
+    out.alignment = *a;
+  }
+
+  if (n_tensors > c.remaining() / kMinTensor) {
+    return c.fail("tensor_count " + std::to_string(n_tensors) + " is too large for the " +
+                  std::to_string(c.remaining()) + " bytes left after the metadata");
+  }
+  out.tensors.reserve(static_cast<size_t>(std::min<uint64_t>(n_tensors, 1u << 16)));
+  for (uint64_t i = 0; i < n_tensors; ++i) {
+    GgufTensor t;
+    uint64_t at = c.pos();
+    TANDEM_RETURN_IF_ERROR(c.read_string(t.name, "tensor name"));
+    const std::string name = printable(t.name);
+    if (out.tensor_index.count(t.name)) {
+      return c.fail("duplicate tensor name " + name + " at byte offset " + std::to_string(at));
+    }
+    uint32_t n_dims = 0;
+    at = c.pos();
+    TANDEM_RETURN_IF_ERROR(c.read(n_dims, "tensor n_dims"));
+    if (n_dims == 0 || n_dims > kMaxDims) {
+      return c.fail("tensor " + name + " has n_dims " + std::to_string(n_dims) +
+                    " at byte offset " + std::to_string(at) + " (1 to 4 allowed)");
+    }
+    t.dims.resize(n_dims);
+    uint64_t elems = 1;
+    bool overflow = false;
+    for (uint32_t d = 0; d < n_dims; ++d) {
+      TANDEM_RETURN_IF_ERROR(c.read(t.dims[d], "tensor dims"));
+      if (t.dims[d] > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) overflow = true;
+      else if (t.dims[d] != 0 && elems > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / t.dims[d]) overflow = true;
+      else elems *= t.dims[d];
+    }
+    if (overflow) return c.fail("tensor " + name + ": the product of its dims overflows");
+    at = c.pos();
+    TANDEM_RETURN_IF_ERROR(c.read(t.type, "tensor type"));
+    TypeInfo info = type_info(t.type);
+    if (info.block_elems == 0) {
+      return c.fail("tensor " + name + " has unknown ggml type " + std::to_string(t.type) +
+                    " at byte offset " + std::to_string(at));
+    }
+    if (t.dims[0] % info.block_elems != 0) {
+      return c.fail("tensor " + name + ": dims[0] = " + std::to_string(t.dims[0]) +
+                    " is not a multiple of the block size " + std::to_string(info.block_elems) +
+                    " of " + info.name);
+    }
+    // elems <= 2^63 and block_bytes / block_elems <= 8: no overflow.
+    t.nbytes = elems / info.block_elems * info.block_bytes;
+    TANDEM_RETURN_IF_ERROR(c.read(t.offset, "tensor offset"));
+    if (t.offset % out.alignment != 0) {
+      return c.fail("tensor " + name + " offset " + std::to_string(t.offset) +
+                    " is not a multiple of the alignment " + std::to_string(out.alignment));
+    }
+    out.tensor_index.emplace(t.name, out.tensors.size());
+    out.tensors.push_back(std::move(t));
+  }
+
+  // The data section starts at the next multiple of the alignment (it may lie past the
+  // end of a file whose tensors are all empty).
+  const uint64_t data_start = (c.pos() + out.alignment - 1) / out.alignment * out.alignment;
+  for (GgufTensor& t : out.tensors) {
+    const uint64_t begin = data_start + t.offset;  // offset < 2^64 - size checked below
+    const bool fits = t.offset <= size && begin <= size && t.nbytes <= size - begin;
+    if (!fits) {
+      std::string b = t.offset <= size ? std::to_string(begin) : "past " + std::to_string(size);
+      std::string e = t.offset <= size && t.nbytes <= UINT64_MAX - begin
+                          ? std::to_string(begin + t.nbytes)
+                          : "beyond";
+      return c.fail("tensor " + printable(t.name) + " data [" + b + ", " + e +
+                    ") is outside the file (size " + std::to_string(size) + ")");
+    }
+    t.data = base + begin;
+  }
+  return Status::ok();
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+}  // namespace
+
+const char* ggml_type_name(uint32_t type) {
+  if (const char* name = type_info(type).name) return name;
+  static thread_local char buf[24];
+  std::snprintf(buf, sizeof buf, "type %u", type);
+  return buf;
+}
+
+uint64_t GgufTensor::elements() const {
+  uint64_t n = 1;
+  for (uint64_t d : dims) n *= d;
+  return n;
+}
+
+// ---------------------------------------------------------------------------- GgufFile
+
+Result<std::unique_ptr<GgufFile>> GgufFile::open(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::model_file(path + ": cannot open: " + errno_text());
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    Status s = Status::model_file(path + ": cannot stat: " + errno_text());
+    ::close(fd);
+    return s;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Status::model_file(path + ": not a regular file");
+  }
+  std::unique_ptr<GgufFile> file(new GgufFile());
+  file->path_ = path;
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size > 0) {
+    void* map = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+      Status s = Status::model_file(path + ": cannot map " + std::to_string(size) + " bytes: " + errno_text());
+      ::close(fd);
+      return s;
+    }
+    file->map_ = map;
+    file->map_size_ = size;
+  }
+  ::close(fd);  // the mapping keeps the file alive
+
+  Parsed parsed;
+  TANDEM_RETURN_IF_ERROR(parse(static_cast<const std::byte*>(file->map_), size, path, parsed));
+  file->version_ = parsed.version;
+  file->alignment_ = parsed.alignment;
+  file->metadata_ = std::move(parsed.metadata);
+  file->tensors_ = std::move(parsed.tensors);
+  file->tensor_index_ = std::move(parsed.tensor_index);
+  return file;
+}
+
+GgufFile::~GgufFile() {
+  if (map_) munmap(map_, map_size_);
+}
+
+const GgufValue* GgufFile::find(const std::string& key) const {
+  auto it = metadata_.find(key);
+  return it == metadata_.end() ? nullptr : &it->second;
+}
+
+std::optional<uint64_t> GgufFile::get_uint(const std::string& key) const {
+  const GgufValue* v = find(key);
+  if (!v || v->type == GgufValueType::kArray || v->type == GgufValueType::kBool) return std::nullopt;
+  if (auto* u = std::get_if<uint64_t>(&v->value)) return *u;
+  if (auto* s = std::get_if<int64_t>(&v->value); s && *s >= 0) return static_cast<uint64_t>(*s);
+  return std::nullopt;
+}
+
+std::optional<double> GgufFile::get_float(const std::string& key) const {
+  const GgufValue* v = find(key);
+  if (!v || v->type == GgufValueType::kArray) return std::nullopt;
+  if (auto* d = std::get_if<double>(&v->value)) return *d;
+  return std::nullopt;
+}
+
+std::optional<std::string> GgufFile::get_string(const std::string& key) const {
+  const GgufValue* v = find(key);
+  if (!v || v->type != GgufValueType::kString) return std::nullopt;
+  return std::get<std::string>(v->value);
+}
+
+std::optional<bool> GgufFile::get_bool(const std::string& key) const {
+  const GgufValue* v = find(key);
+  if (!v || v->type != GgufValueType::kBool) return std::nullopt;
+  return std::get<bool>(v->value);
+}
+
+const GgufTensor* GgufFile::tensor(const std::string& name) const {
+  auto it = tensor_index_.find(name);
+  return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
+}
+
+// ---------------------------------------------------------------------------- GgufWriter
+
+namespace {
+
+class Encoder {
+ public:
+  template <class T>
+  void put(T v) {
+    const size_t at = bytes.size();
+    bytes.resize(at + sizeof(T));
+    std::memcpy(bytes.data() + at, &v, sizeof(T));
+  }
+  void put_type(GgufValueType t) { put(static_cast<uint32_t>(t)); }
+  void put_string(const std::string& s) {
+    put(static_cast<uint64_t>(s.size()));
+    const size_t at = bytes.size();
+    bytes.resize(at + s.size());
+    if (!s.empty()) std::memcpy(bytes.data() + at, s.data(), s.size());
+  }
+  std::vector<std::byte> bytes;
+};
+
+}  // namespace
+
+void GgufWriter::set_kv(const std::string& key, std::vector<std::byte> encoded) {
+  for (auto& [k, v] : kvs_) {
+    if (k == key) {
+      v = std::move(encoded);
+      return;
+    }
+  }
+  kvs_.emplace_back(key, std::move(encoded));
+}
+
+void GgufWriter::add_string(const std::string& key, const std::string& v) {
+  Encoder e;
+  e.put_type(GgufValueType::kString);
+  e.put_string(v);
+  set_kv(key, std::move(e.bytes));
+}
+
+void GgufWriter::add_u32(const std::string& key, uint32_t v) {
+  Encoder e;
+  e.put_type(GgufValueType::kU32);
+  e.put(v);
+  set_kv(key, std::move(e.bytes));
+  if (key == "general.alignment") {
+    if (v == 0 || !std::has_single_bit(v) || v > (1u << 30)) {
+      if (deferred_error_.empty()) {
+        deferred_error_ = "general.alignment " + std::to_string(v) + " is not a power of two";
+      }
+    } else {
+      alignment_ = v;
+    }
+  }
+}
+
+void GgufWriter::add_i32(const std::string& key, int32_t v) {
+  Encoder e;
+  e.put_type(GgufValueType::kI32);
+  e.put(v);
+  set_kv(key, std::move(e.bytes));
+}
+
+void GgufWriter::add_f32(const std::string& key, float v) {
+  Encoder e;
+  e.put_type(GgufValueType::kF32);
+  e.put(v);
+  set_kv(key, std::move(e.bytes));
+}
+
+void GgufWriter::add_bool(const std::string& key, bool v) {
+  Encoder e;
+  e.put_type(GgufValueType::kBool);
+  e.put(static_cast<uint8_t>(v ? 1 : 0));
+  set_kv(key, std::move(e.bytes));
+}
+
+void GgufWriter::add_string_array(const std::string& key, const std::vector<std::string>& v) {
+  Encoder e;
+  e.put_type(GgufValueType::kArray);
+  e.put_type(GgufValueType::kString);
+  e.put(static_cast<uint64_t>(v.size()));
+  for (const std::string& s : v) e.put_string(s);
+  set_kv(key, std::move(e.bytes));
+}
+
+void GgufWriter::add_f32_array(const std::string& key, const std::vector<float>& v) {
+  Encoder e;
+  e.put_type(GgufValueType::kArray);
+  e.put_type(GgufValueType::kF32);
+  e.put(static_cast<uint64_t>(v.size()));
+  for (float x : v) e.put(x);
+  set_kv(key, std::move(e.bytes));
+}
+
+void GgufWriter::add_i32_array(const std::string& key, const std::vector<int32_t>& v) {
+  Encoder e;
+  e.put_type(GgufValueType::kArray);
+  e.put_type(GgufValueType::kI32);
+  e.put(static_cast<uint64_t>(v.size()));
+  for (int32_t x : v) e.put(x);
+  set_kv(key, std::move(e.bytes));
+}
+
+void GgufWriter::add_tensor(const std::string& name, std::vector<uint64_t> dims, TensorType type,
+                            const void* data, size_t nbytes) {
+  auto defer = [&](std::string problem) {
+    if (deferred_error_.empty()) deferred_error_ = "tensor " + name + ": " + std::move(problem);
+  };
+  for (const Tensor& t : tensors_) {
+    if (t.name == name) return defer("added twice");
+  }
+  if (dims.empty() || dims.size() > kMaxDims) return defer("needs 1 to 4 dims");
+  if (type != TensorType::kF32 && type != TensorType::kF16) return defer("type must be F32 or F16");
+  uint64_t elems = 1;
+  for (uint64_t d : dims) {
+    if (d != 0 && elems > (uint64_t{1} << 62) / d) return defer("dims overflow");
+    elems *= d;
+  }
+  const uint64_t expected = elems * (type == TensorType::kF32 ? 4 : 2);
+  if (expected != nbytes) {
+    return defer("has " + std::to_string(nbytes) + " bytes of data, its shape needs " +
+                 std::to_string(expected));
+  }
+  Tensor t{name, std::move(dims), type, {}};
+  const std::byte* bytes = static_cast<const std::byte*>(data);
+  if (nbytes) t.data.assign(bytes, bytes + nbytes);
+  tensors_.push_back(std::move(t));
+}
+
+Status GgufWriter::write(const std::string& path) const {
+  if (!deferred_error_.empty()) return Status::model_file(path + ": cannot write: " + deferred_error_);
+  const uint64_t align = alignment_;
+  auto align_up = [align](uint64_t x) { return (x + align - 1) / align * align; };
+
+  Encoder head;
+  head.put(kMagic);
+  head.put(uint32_t{3});
+  head.put(static_cast<uint64_t>(tensors_.size()));
+  head.put(static_cast<uint64_t>(kvs_.size()));
+  for (const auto& [key, value] : kvs_) {
+    head.put_string(key);
+    head.bytes.insert(head.bytes.end(), value.begin(), value.end());
+  }
+  uint64_t offset = 0;
+  for (const Tensor& t : tensors_) {
+    head.put_string(t.name);
+    head.put(static_cast<uint32_t>(t.dims.size()));
+    for (uint64_t d : t.dims) head.put(d);
+    head.put(static_cast<uint32_t>(t.type));
+    head.put(offset);
+    offset = align_up(offset + t.data.size());
+  }
+  head.bytes.resize(align_up(head.bytes.size()));
+
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) return Status::model_file(path + ": cannot create " + tmp + ": " + errno_text());
+  static const std::byte kZeros[4096] = {};
+  bool ok = std::fwrite(head.bytes.data(), 1, head.bytes.size(), f) == head.bytes.size();
+  for (const Tensor& t : tensors_) {
+    if (!ok) break;
+    if (!t.data.empty()) ok = std::fwrite(t.data.data(), 1, t.data.size(), f) == t.data.size();
+    uint64_t pad = align_up(t.data.size()) - t.data.size();
+    while (ok && pad > 0) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(pad, sizeof kZeros));
+      ok = std::fwrite(kZeros, 1, n, f) == n;
+      pad -= n;
+    }
+  }
+  std::string err = ok ? "" : errno_text();
+  if (std::fclose(f) != 0 && ok) {
+    ok = false;
+    err = errno_text();
+  }
+  if (!ok) {
+    std::remove(tmp.c_str());
+    return Status::model_file(path + ": cannot write: " + err);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    Status s = Status::model_file(path + ": cannot rename " + tmp + " into place: " + errno_text());
+    std::remove(tmp.c_str());
+    return s;
+  }
+  return Status::ok();
+}
+
+}  // namespace tandem::engine

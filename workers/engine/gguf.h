@@ -1,0 +1,125 @@
+// GGUF v3 files: reading (mmap, zero-copy tensor views) and writing.
+// Format: https://github.com/ggml-org/ggml/blob/master/docs/gguf.md
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "runtime/status.h"
+
+namespace tandem::engine {
+
+// GGUF metadata value types (gguf_type).
+enum class GgufValueType : uint32_t {
+  kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7,
+  kString = 8, kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
+};
+
+// ggml tensor types tandem can load. Anything else is refused with an error naming it.
+enum class TensorType : uint32_t { kF32 = 0, kF16 = 1 };
+const char* ggml_type_name(uint32_t type);  // "F32", "F16", "Q4_0", ... or "type 42"
+
+// One metadata value. Integers of every width are kept as int64/uint64, floats as double;
+// arrays keep their element type and hold one vector of the matching kind.
+struct GgufValue {
+  GgufValueType type = GgufValueType::kU8;
+  GgufValueType array_type = GgufValueType::kU8;  // element type when type == kArray
+  std::variant<uint64_t, int64_t, double, bool, std::string,
+               std::vector<int64_t>, std::vector<double>, std::vector<std::string>>
+      value;
+};
+
+struct GgufTensor {
+  std::string name;
+  std::vector<uint64_t> dims;  // ggml order: dims[0] is the contiguous (innermost) one
+  uint32_t type = 0;           // ggml type id; see TensorType
+  uint64_t offset = 0;         // from the start of the data section
+  const std::byte* data = nullptr;  // points into the mapping
+  uint64_t nbytes = 0;
+  uint64_t elements() const;
+};
+
+// A GGUF file mapped read-only. Tensor data pointers stay valid while it lives.
+class GgufFile {
+ public:
+  // Errors (Code::kModelFile), each naming the file and the problem: cannot open,
+  // not a GGUF file (bad magic), unsupported version, truncated header/metadata/tensor
+  // data, absurd counts or lengths, duplicate keys or tensor names, bad alignment,
+  // tensor data out of bounds. Never crashes on any byte sequence.
+  static Result<std::unique_ptr<GgufFile>> open(const std::string& path);
+  ~GgufFile();
+  GgufFile(const GgufFile&) = delete;
+  GgufFile& operator=(const GgufFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  uint32_t version() const { return version_; }
+  uint64_t alignment() const { return alignment_; }
+
+  const GgufValue* find(const std::string& key) const;
+  // Typed look-ups: nullopt when absent or of a kind that does not convert
+  // (any integer type converts to uint64 if non-negative; f32/f64 convert to double).
+  std::optional<uint64_t> get_uint(const std::string& key) const;
+  std::optional<double> get_float(const std::string& key) const;
+  std::optional<std::string> get_string(const std::string& key) const;
+  std::optional<bool> get_bool(const std::string& key) const;
+
+  const GgufTensor* tensor(const std::string& name) const;
+  const std::vector<GgufTensor>& tensors() const { return tensors_; }
+  const std::map<std::string, GgufValue>& metadata() const { return metadata_; }
+
+ private:
+  GgufFile() = default;
+  std::string path_;
+  uint32_t version_ = 0;
+  uint64_t alignment_ = 32;
+  void* map_ = nullptr;
+  size_t map_size_ = 0;
+  std::map<std::string, GgufValue> metadata_;
+  std::vector<GgufTensor> tensors_;
+  std::map<std::string, size_t> tensor_index_;
+};
+
+// Builds a GGUF v3 file in memory order: metadata in insertion order, then tensors.
+class GgufWriter {
+ public:
+  void add_string(const std::string& key, const std::string& v);
+  void add_u32(const std::string& key, uint32_t v);
+  void add_i32(const std::string& key, int32_t v);
+  void add_f32(const std::string& key, float v);
+  void add_bool(const std::string& key, bool v);
+  void add_string_array(const std::string& key, const std::vector<std::string>& v);
+  void add_f32_array(const std::string& key, const std::vector<float>& v);
+  void add_i32_array(const std::string& key, const std::vector<int32_t>& v);
+  // dims in ggml order (dims[0] contiguous). Data is copied; type F32 or F16 (data is
+  // then uint16 halves). A key added twice keeps its first position and its last value.
+  void add_tensor(const std::string& name, std::vector<uint64_t> dims, TensorType type,
+                  const void* data, size_t nbytes);
+  // Writes to a temporary file beside `path` and renames it into place, so `path` is
+  // either the complete new file or untouched. Errors: Code::kModelFile.
+  Status write(const std::string& path) const;
+
+ private:
+  struct Kv;
+  struct Tensor {
+    std::string name;
+    std::vector<uint64_t> dims;
+    TensorType type;
+    std::vector<std::byte> data;
+  };
+  void set_kv(const std::string& key, std::vector<std::byte> encoded);
+  std::vector<std::pair<std::string, std::vector<std::byte>>> kvs_;  // key, encoded type+value
+  std::vector<Tensor> tensors_;
+  uint64_t alignment_ = 32;  // general.alignment when set, else the GGUF default
+  // add_tensor() cannot fail; a bad call (duplicate name, size that does not match the
+  // shape) is remembered here and returned by write().
+  std::string deferred_error_;
+};
+
+}  // namespace tandem::engine

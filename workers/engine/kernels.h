@@ -1,0 +1,72 @@
+// SIMD kernels of the forward pass, one implementation per instruction set
+// (kernels_generic.cpp, kernels_avx2.cpp, kernels_avx512.cpp), chosen once at start-up.
+//
+// Batch invariance by construction: every output element is defined as a fixed scalar
+// sequence of IEEE operations (mostly one fused multiply-add chain in index order), the
+// vector variants only compute many such elements side by side. So a result never
+// depends on how many rows are in the batch, how work is split between threads, or which
+// variant runs: bitwise.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tandem::engine::kernels {
+
+// Weights are packed at load time in panels of kPanel output columns: panel p holds
+// W[p*kPanel + j][k] at data[(p*K + k)*kPanel + j] (K-major inside the panel), zero-padded
+// past N. That lets the GEMM stream each weight byte once per step, whatever M is.
+inline constexpr uint32_t kPanel = 32;
+
+// Floats a packed copy of an [n][k] matrix takes (n rounded up to whole panels).
+inline size_t packed_floats(uint32_t n, uint32_t k) { return size_t{(n + kPanel - 1) / kPanel} * kPanel * k; }
+// Writes row `n` (k floats) of W into its place in a packed buffer.
+void pack_row(const float* row, uint32_t n, uint32_t k, float* packed);
+
+struct PackedView {
+  const float* data = nullptr;
+  uint32_t n = 0;  // output columns (rows of the original W[N][K])
+  uint32_t k = 0;  // input features
+  uint32_t panels() const { return (n + kPanel - 1) / kPanel; }
+};
+
+// Keys are laid out per block transposed, [head_dim][block_tokens], values [block_tokens][head_dim].
+struct AttentionArgs {
+  const float* q = nullptr;       // [n_q][head_dim]: the query heads sharing this KV head
+  uint32_t n_q = 1;
+  uint32_t head_dim = 0;
+  const int32_t* blocks = nullptr;  // the sequence's block table
+  const float* k_base = nullptr;  // K of block 0 for this layer and KV head
+  const float* v_base = nullptr;  // V of block 0 for this layer and KV head
+  size_t block_stride = 0;        // floats between consecutive pool blocks
+  uint32_t block_tokens = 16;     // a multiple of 16
+  uint32_t n_keys = 0;            // attend to positions [0, n_keys)
+  float scale = 1.0f;
+  float* scores = nullptr;        // scratch, n_q * round_up(n_keys, 16) floats
+  float* out = nullptr;           // [n_q][head_dim]
+};
+
+struct Kernels {
+  const char* name;
+  // C[m][n] for n in panels [p0, p1) of W and m < M:
+  //   c = 0; for k in 0..K-1: c = fma(A[m][k], W[n][k], c)
+  void (*gemm)(const float* a, size_t lda, uint32_t m, const PackedView& w, uint32_t p0,
+               uint32_t p1, float* c, size_t ldc);
+  // Per query head h: s_j = scale * (fma chain over d of q[d]*k_j[d]); softmax over j with
+  // exp_approx(s_j - max) and 16-lane partial sums (lane j % 16, tree-reduced); then
+  // out[d] = (fma chain over j of p_j * v_j[d]) * (1 / sum).
+  void (*attention)(const AttentionArgs& args);
+  // out[i] = (g * sigmoid(g)) * up[i] with g = gate[i]; sigmoid via exp_approx(-|g|).
+  void (*silu_mul)(const float* gate, const float* up, float* out, size_t n);
+};
+
+// The best variant this CPU runs. TANDEM_KERNELS=generic|avx2|avx512 overrides (tests
+// use it to prove the variants agree bitwise).
+const Kernels& best();
+const Kernels* by_name(const char* name);  // nullptr if unknown or unsupported here
+
+// exp for x <= 0 (softmax): Cody-Waite reduction + degree-6 polynomial, every step an
+// explicit fma/mul/add so every variant yields the same bits. Relative error < 2e-7.
+float exp_approx(float x);
+
+}  // namespace tandem::engine::kernels

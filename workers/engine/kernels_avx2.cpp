@@ -1,0 +1,44 @@
+#include "workers/engine/kernels_simd.h"
+
+namespace tandem::engine::kernels {
+namespace {
+
+struct V256 {
+  using T = __m256;
+  static constexpr uint32_t W = 8;
+  static constexpr uint32_t kMaxRows = 3;  // 3 x 4 accumulators + 4 weights = 16 registers
+  static T zero() { return _mm256_setzero_ps(); }
+  static T set1(float x) { return _mm256_set1_ps(x); }
+  static T load(const float* p) { return _mm256_load_ps(p); }
+  static T loadu(const float* p) { return _mm256_loadu_ps(p); }
+  static void storeu(float* p, T v) { _mm256_storeu_ps(p, v); }
+  static T fma(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
+  static T mul(T a, T b) { return _mm256_mul_ps(a, b); }
+  static T add(T a, T b) { return _mm256_add_ps(a, b); }
+  static T sub(T a, T b) { return _mm256_sub_ps(a, b); }
+  static T div(T a, T b) { return _mm256_div_ps(a, b); }
+  static T max(T a, T b) { return _mm256_max_ps(a, b); }
+  static T round(T x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static T pow2(T n) {
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_castsi256_ps(e);
+  }
+  static T neg_abs(T x) { return _mm256_or_ps(x, _mm256_set1_ps(-0.0f)); }
+  static T select_ge0(T g, T a, T b) { return _mm256_blendv_ps(b, a, _mm256_cmp_ps(g, _mm256_setzero_ps(), _CMP_GE_OQ)); }
+  static T masked_keep(T v, T fill, uint32_t valid, uint32_t offset) {
+    const __m256i idx = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(static_cast<int>(offset)));
+    const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(valid)), idx));
+    return _mm256_blendv_ps(fill, v, keep);
+  }
+  static float hmax(T v) {
+    alignas(32) float t[8];
+    _mm256_store_ps(t, v);
+    return *std::max_element(t, t + 8);
+  }
+};
+
+}  // namespace
+
+extern const Kernels kAvx2Kernels = simd::make_kernels<V256>("avx2");
+
+}  // namespace tandem::engine::kernels

@@ -1,0 +1,44 @@
+#include "workers/engine/kernels_simd.h"
+
+namespace tandem::engine::kernels {
+namespace {
+
+struct V512 {
+  using T = __m512;
+  static constexpr uint32_t W = 16;
+  static constexpr uint32_t kMaxRows = 12;  // 12 x 2 accumulators + 2 weights + 1 broadcast
+  static T zero() { return _mm512_setzero_ps(); }
+  static T set1(float x) { return _mm512_set1_ps(x); }
+  static T load(const float* p) { return _mm512_load_ps(p); }
+  static T loadu(const float* p) { return _mm512_loadu_ps(p); }
+  static void storeu(float* p, T v) { _mm512_storeu_ps(p, v); }
+  static T fma(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }
+  static T mul(T a, T b) { return _mm512_mul_ps(a, b); }
+  static T add(T a, T b) { return _mm512_add_ps(a, b); }
+  static T sub(T a, T b) { return _mm512_sub_ps(a, b); }
+  static T div(T a, T b) { return _mm512_div_ps(a, b); }
+  static T max(T a, T b) { return _mm512_max_ps(a, b); }
+  static T round(T x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static T pow2(T n) {
+    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_castsi512_ps(e);
+  }
+  static T neg_abs(T x) { return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN))); }
+  static T select_ge0(T g, T a, T b) {
+    const __mmask16 m = _mm512_cmp_ps_mask(g, _mm512_setzero_ps(), _CMP_GE_OQ);
+    return _mm512_mask_blend_ps(m, b, a);
+  }
+  // Keeps lanes with offset + lane < valid, the others become fill.
+  static T masked_keep(T v, T fill, uint32_t valid, uint32_t offset) {
+    const uint32_t n = valid > offset ? std::min(valid - offset, W) : 0;
+    const __mmask16 m = static_cast<__mmask16>((1u << n) - 1u);
+    return _mm512_mask_blend_ps(m, fill, v);
+  }
+  static float hmax(T v) { return _mm512_reduce_max_ps(v); }
+};
+
+}  // namespace
+
+extern const Kernels kAvx512Kernels = simd::make_kernels<V512>("avx512");
+
+}  // namespace tandem::engine::kernels

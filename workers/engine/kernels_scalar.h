@@ -1,0 +1,46 @@
+// Scalar building blocks shared by every kernel variant: the reference semantics.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace tandem::engine::kernels {
+
+// Constants of exp_approx; the vector variants use the same ones in the same order.
+inline constexpr float kExpMin = -87.0f;
+inline constexpr float kLog2e = 1.44269504088896341f;
+inline constexpr float kLn2Hi = 0.693359375f;
+inline constexpr float kLn2Lo = -2.12194440e-4f;
+inline constexpr float kExpC[7] = {1.0f, 1.0f, 0.5f, 0.166666672f, 0.0416666679f,
+                                   0.00833333377f, 0.00138888892f};
+
+// exp(x) for x <= 0; see kernels.h.
+inline float exp_scalar(float x) {
+  x = x < kExpMin ? kExpMin : x;  // also maps -inf and NaN-free underflow to ~0
+  const float n = std::nearbyint(x * kLog2e);
+  float r = std::fma(n, -kLn2Hi, x);
+  r = std::fma(n, -kLn2Lo, r);
+  float p = kExpC[6];
+  for (int i = 5; i >= 0; --i) p = std::fma(p, r, kExpC[i]);
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return p * scale;
+}
+
+// The fixed tree over 16 partial sums: [i] += [i + 8], then 4, 2, 1.
+inline float reduce16(float* l) {
+  for (int w = 8; w >= 1; w /= 2)
+    for (int i = 0; i < w; ++i) l[i] = l[i] + l[i + w];
+  return l[0];
+}
+
+// silu(g) * u with sigmoid from exp of -|g| (never overflows).
+inline float silu_mul_scalar(float g, float u) {
+  const float e = exp_scalar(-std::fabs(g));
+  const float sig = g >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e);
+  return g * sig * u;
+}
+
+}  // namespace tandem::engine::kernels

@@ -1,0 +1,242 @@
+#include "workers/engine/make_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <thread>
+#include <vector>
+
+#include "workers/engine/gguf.h"
+
+namespace tandem::engine {
+
+namespace {
+
+// Portable random numbers: the same (seed, stream) gives the same doubles on every
+// IEEE-754 machine. Only +, -, *, /, sqrt (all correctly rounded) and exact frexp are
+// used — no libm log/sin/cos, whose last bits differ between C libraries, and no
+// std::normal_distribution, whose algorithm is implementation-defined.
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Natural log for s in (0, 1], from basic operations only: s = m * 2^e with m in
+// [sqrt(1/2), sqrt(2)), ln m = 2 atanh(t), t = (m-1)/(m+1), |t| < 0.172, where the
+// atanh series to t^23 is accurate to ~1e-19.
+double portable_log(double s) {
+  int e = 0;
+  double m = std::frexp(s, &e);  // m in [0.5, 1)
+  if (m < 0.70710678118654752440) {
+    m *= 2.0;
+    e -= 1;
+  }
+  const double t = (m - 1.0) / (m + 1.0);
+  const double t2 = t * t;
+  double series = 1.0 / 23.0;
+  for (int k = 21; k >= 1; k -= 2) series = 1.0 / k + t2 * series;
+  return 2.0 * t * series + e * 0.69314718055994530942;
+}
+
+// xoshiro256** with Marsaglia's polar method for standard normals.
+class Rng {
+ public:
+  Rng(uint64_t seed, uint64_t stream) {
+    uint64_t sm = seed;
+    const uint64_t a = splitmix64(sm);
+    sm = stream ^ 0x5851F42D4C957F2Dull;
+    uint64_t init = a ^ splitmix64(sm);
+    for (uint64_t& w : s_) w = splitmix64(init);
+  }
+
+  uint64_t next() {
+    const uint64_t result = rotl(s_[1] * 5, 7) * 9;
+    const uint64_t t = s_[1] << 17;
+    s_[2] ^= s_[0];
+    s_[3] ^= s_[1];
+    s_[1] ^= s_[2];
+    s_[0] ^= s_[3];
+    s_[2] ^= t;
+    s_[3] = rotl(s_[3], 45);
+    return result;
+  }
+
+  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
+
+  double normal() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
+    double u, v, s;
+    do {
+      u = 2.0 * uniform() - 1.0;
+      v = 2.0 * uniform() - 1.0;
+      s = u * u + v * v;
+    } while (s >= 1.0 || s == 0.0);
+    const double f = std::sqrt(-2.0 * portable_log(s) / s);
+    spare_ = v * f;
+    has_spare_ = true;
+    return u * f;
+  }
+
+ private:
+  static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+  uint64_t s_[4];
+  double spare_ = 0;
+  bool has_spare_ = false;
+};
+
+Status check_config(const ModelConfig& c) {
+  auto bad = [](const std::string& m) { return Status::invalid("make-model: " + m); };
+  if (c.dim == 0 || c.n_layers == 0 || c.n_heads == 0 || c.n_kv_heads == 0 || c.ffn_dim == 0 ||
+      c.context_length == 0) {
+    return bad("dim, n_layers, n_heads, n_kv_heads, ffn_dim and context_length must be positive");
+  }
+  if (c.vocab_size < 259) {
+    return bad("vocab_size " + std::to_string(c.vocab_size) +
+               " is too small for the byte-level vocabulary (needs at least 259)");
+  }
+  if (c.dim % c.n_heads != 0) {
+    return bad("n_heads " + std::to_string(c.n_heads) + " does not divide dim " + std::to_string(c.dim));
+  }
+  if (c.n_heads % c.n_kv_heads != 0) {
+    return bad("n_kv_heads " + std::to_string(c.n_kv_heads) + " does not divide n_heads " +
+               std::to_string(c.n_heads));
+  }
+  if (c.head_dim() % 2 != 0) return bad("head_dim " + std::to_string(c.head_dim()) + " is odd");
+  if (!(c.rope_freq_base > 0) || !(c.rms_eps > 0)) return bad("rope_freq_base and rms_eps must be positive");
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<ModelConfig> preset_config(const std::string& preset) {
+  ModelConfig c;
+  if (preset == "tiny") {
+    c.name = "tandem-tiny";
+    c.vocab_size = 512;
+    c.dim = 64;
+    c.n_layers = 2;
+    c.n_heads = 4;
+    c.n_kv_heads = 2;
+    c.ffn_dim = 192;
+    c.context_length = 512;
+    c.rope_freq_base = 10000.0f;
+  } else if (preset == "small") {
+    c.name = "tandem-small";
+    c.vocab_size = 49152;
+    c.dim = 576;
+    c.n_layers = 30;
+    c.n_heads = 9;
+    c.n_kv_heads = 3;
+    c.ffn_dim = 1536;
+    c.context_length = 2048;
+    c.rope_freq_base = 100000.0f;
+  } else {
+    return Status::invalid("unknown model preset '" + preset + "' (presets: tiny, small)");
+  }
+  c.rms_eps = 1e-5f;
+  c.tied_embeddings = false;
+  return c;
+}
+
+Status make_model(const ModelConfig& config, uint64_t seed, const std::string& path) {
+  TANDEM_RETURN_IF_ERROR(check_config(config));
+  const ModelConfig& c = config;
+  GgufWriter w;
+
+  w.add_string("general.architecture", "llama");
+  w.add_string("general.name", c.name.empty() ? "tandem" : c.name);
+  w.add_u32("general.file_type", 0);  // LLAMA_FTYPE_ALL_F32
+  w.add_u32("general.alignment", 32);
+  w.add_u32("llama.context_length", c.context_length);
+  w.add_u32("llama.embedding_length", c.dim);
+  w.add_u32("llama.block_count", c.n_layers);
+  w.add_u32("llama.feed_forward_length", c.ffn_dim);
+  w.add_u32("llama.attention.head_count", c.n_heads);
+  w.add_u32("llama.attention.head_count_kv", c.n_kv_heads);
+  w.add_f32("llama.rope.freq_base", c.rope_freq_base);
+  w.add_f32("llama.attention.layer_norm_rms_epsilon", c.rms_eps);
+  w.add_u32("llama.rope.dimension_count", c.head_dim());
+  w.add_u32("llama.vocab_size", c.vocab_size);
+
+  // Byte-level vocabulary: <unk>, <s>, </s>, the 256 byte tokens, then unused fillers.
+  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
+  std::vector<int32_t> types = {2, 3, 3};
+  tokens.reserve(c.vocab_size);
+  types.reserve(c.vocab_size);
+  for (int b = 0; b < 256; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+    tokens.emplace_back(buf);
+    types.push_back(6);
+  }
+  for (uint32_t i = 0; tokens.size() < c.vocab_size; ++i) {
+    tokens.push_back("<unused" + std::to_string(i) + ">");
+    types.push_back(5);
+  }
+  w.add_string("tokenizer.ggml.model", "llama");
+  w.add_string("tokenizer.ggml.pre", "default");
+  w.add_string_array("tokenizer.ggml.tokens", tokens);
+  w.add_f32_array("tokenizer.ggml.scores", std::vector<float>(c.vocab_size, 0.0f));
+  w.add_i32_array("tokenizer.ggml.token_type", types);
+  w.add_u32("tokenizer.ggml.bos_token_id", 1);
+  w.add_u32("tokenizer.ggml.eos_token_id", 2);
+  w.add_u32("tokenizer.ggml.unknown_token_id", 0);
+  w.add_bool("tokenizer.ggml.add_bos_token", true);
+  w.add_bool("tokenizer.ggml.add_eos_token", false);
+
+  // Tensors in llama.cpp's order. Each tensor is cut into chunks of kChunk values and
+  // each chunk draws from its own stream (seed, tensor index, chunk index): the bytes do
+  // not depend on how many threads draw them, and chunks are drawn in parallel.
+  constexpr uint64_t kChunk = uint64_t{1} << 16;
+  const unsigned n_threads = std::clamp(std::thread::hardware_concurrency(), 1u, 8u);
+  uint64_t tensor_index = 0;
+  std::vector<float> buf;
+  auto add_random = [&](const std::string& name, uint64_t in, uint64_t out, double std_dev) {
+    const uint64_t index = tensor_index++;
+    buf.resize(in * out);
+    const uint64_t n_chunks = (buf.size() + kChunk - 1) / kChunk;
+    auto draw = [&](unsigned first) {
+      for (uint64_t chunk = first; chunk < n_chunks; chunk += n_threads) {
+        Rng rng(seed, (index << 32) | chunk);
+        const uint64_t end = std::min<uint64_t>(buf.size(), (chunk + 1) * kChunk);
+        for (uint64_t i = chunk * kChunk; i < end; ++i) buf[i] = static_cast<float>(rng.normal() * std_dev);
+      }
+    };
+    std::vector<std::thread> helpers;
+    for (unsigned t = 1; t < n_threads && t < n_chunks; ++t) helpers.emplace_back(draw, t);
+    draw(0);
+    for (std::thread& h : helpers) h.join();
+    w.add_tensor(name, {in, out}, TensorType::kF32, buf.data(), buf.size() * sizeof(float));
+  };
+  auto add_ones = [&](const std::string& name, uint64_t n) {
+    ++tensor_index;
+    buf.assign(n, 1.0f);
+    w.add_tensor(name, {n}, TensorType::kF32, buf.data(), buf.size() * sizeof(float));
+  };
+  const uint64_t dim = c.dim, kv_dim = c.kv_dim(), ffn = c.ffn_dim, vocab = c.vocab_size;
+  const double s_dim = 1.0 / std::sqrt(static_cast<double>(dim));
+  const double s_ffn = 1.0 / std::sqrt(static_cast<double>(ffn));
+  add_random("token_embd.weight", dim, vocab, 1.0);
+  for (uint32_t i = 0; i < c.n_layers; ++i) {
+    add_ones(layer_tensor(i, "attn_norm"), dim);
+    add_random(layer_tensor(i, "attn_q"), dim, dim, s_dim);
+    add_random(layer_tensor(i, "attn_k"), dim, kv_dim, s_dim);
+    add_random(layer_tensor(i, "attn_v"), dim, kv_dim, s_dim);
+    add_random(layer_tensor(i, "attn_output"), dim, dim, s_dim);
+    add_ones(layer_tensor(i, "ffn_norm"), dim);
+    add_random(layer_tensor(i, "ffn_gate"), dim, ffn, s_dim);
+    add_random(layer_tensor(i, "ffn_up"), dim, ffn, s_dim);
+    add_random(layer_tensor(i, "ffn_down"), ffn, dim, s_ffn);
+  }
+  add_ones("output_norm.weight", dim);
+  if (!c.tied_embeddings) add_random("output.weight", dim, vocab, s_dim);
+  buf = {};
+  return w.write(path);
+}
+
+}  // namespace tandem::engine

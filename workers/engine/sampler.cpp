@@ -1,0 +1,435 @@
+// Token sampling. See sampler.h for the contract; the pipeline in sample() is:
+//
+//   1. Raw log-probabilities: log_softmax(logits) with the log-sum-exp accumulated in
+//      double. Used for Sample::logprob (the chosen token) and Sample::top.
+//   2. Repetition penalty (llama.cpp / CTRL style) on each distinct in-range token of
+//      `history`, once per token: logit > 0 ? logit / penalty : logit * penalty.
+//   3. temperature == 0: argmax of the penalized logits, ties to the lowest id. Done.
+//   4. Otherwise the filters, always in this order (as vLLM):
+//        top-k  on the penalized logits (keep the k largest; ties by lower id),
+//        softmax of (logit - max) / temperature over the survivors,
+//        top-p  (smallest prefix, by prob descending, whose cumulative prob >= top_p),
+//        min-p  (drop tokens whose prob < min_p * max prob),
+//      then renormalize and walk the kept tokens in descending prob (ties by lower id)
+//      until the cumulative weight reaches u * total, u = uniform_draw(seed, position).
+//
+// Special values: a NaN logit is treated as -inf. If any logit is +inf, the +inf logits
+// share all the probability equally (the limit of softmax) and every other token has
+// logprob -inf. If every logit is -inf or NaN (or the logits are empty), sample() returns
+// token 0 with logprob -inf.
+//
+// Speed: no allocation after construction. Top-k uses nth_element on a preallocated id
+// array. The descending-prob order needed by top-p and by the final walk is built
+// lazily: tokens whose weight is above a small threshold (chosen so that the tokens
+// below it carry a negligible share of the mass) are sorted first; the rest is sorted
+// only if the walk actually reaches it. Every token above the threshold outranks every
+// token below it, so the resulting order is exactly the full (prob desc, id asc) order.
+
+#include "workers/engine/sampler.h"
+
+#include <algorithm>
+#include <cassert>
+#include <bit>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+
+namespace tandem::engine {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kFloatMax = std::numeric_limits<float>::max();
+
+// Shortest round-trip text of a float: 1.5f -> "1.5", NaN -> "nan".
+std::string fmt(float v) {
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, r.ptr);
+}
+
+uint64_t splitmix64(uint64_t x) {
+  uint64_t z = x + 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// 4-lane float / 2-lane double vectors (GCC/Clang vector extensions): one SSE register
+// each on the x86-64 baseline the engine is built for, and no control flow, so the loops
+// below vectorize and every lane is computed the same way.
+using F4 = float __attribute__((vector_size(16)));
+using I4 = int32_t __attribute__((vector_size(16)));
+using D2 = double __attribute__((vector_size(16)));
+
+[[gnu::always_inline]] inline F4 load4(const float* p) {
+  F4 r;
+  std::memcpy(&r, p, sizeof(r));
+  return r;
+}
+[[gnu::always_inline]] inline void store4(float* p, F4 x) { std::memcpy(p, &x, sizeof(x)); }
+[[gnu::always_inline]] inline F4 splat(float x) { return F4{x, x, x, x}; }
+
+// exp(x) for x <= 0 (or -inf), lane-wise: Cody-Waite reduction to |r| <= ln2/2 and a
+// degree-7 Taylor polynomial (truncation < 1e-8 relative), within a few ulp of exp.
+// Exactly 0 below -87.3 (where exp < 2^-126, negligible next to the max's weight of
+// 1) and exp(0) == 1 exactly. Plain multiplies and adds only, so it gives the same bits
+// on every x86-64 (the engine is built with -ffp-contract=off). Every weight, whether
+// computed over the whole vocabulary or for one top-k survivor, goes through here.
+[[gnu::always_inline]] inline F4 exp_neg(F4 x) {
+  constexpr float kMin = -87.3f;
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const I4 below = x < kMin;
+  const F4 xc = below ? splat(kMin) : x;
+  const F4 n = (xc * 1.44269504088896341f + kRound) - kRound;  // in [-126, 0]
+  F4 r = xc - n * 0.693145751953125f;  // ln2 high part (exact product)
+  r = r - n * 1.428606765330187045e-06f;  // ln2 low part
+  F4 p = r * (1.0f / 5040.0f) + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const I4 e = (__builtin_convertvector(n, I4) + 127) << 23;  // 2^n, n >= -126: normal
+  const F4 y = p * reinterpret_cast<F4>(e);
+  return below ? F4{} : y;
+}
+
+// Lanes as doubles: {x0, x1} and {x2, x3}.
+[[gnu::always_inline]] inline D2 lo2(F4 x) { return D2{x[0], x[1]}; }
+[[gnu::always_inline]] inline D2 hi2(F4 x) { return D2{x[2], x[3]}; }
+
+// float(exp((v - max) * inv_t)) per lane, the argument formed in double.
+[[gnu::always_inline]] inline F4 weight4(F4 v, double max, double inv_t) {
+  const D2 a = (lo2(v) - max) * inv_t;
+  const D2 b = (hi2(v) - max) * inv_t;
+  return exp_neg(F4{static_cast<float>(a[0]), static_cast<float>(a[1]), static_cast<float>(b[0]),
+                    static_cast<float>(b[1])});
+}
+
+float weight1(float v, double max, double inv_t) { return weight4(splat(v), max, inv_t)[0]; }
+
+// Lane-parallel loops over n floats, 4 at a time; the last n % 4 are padded with -inf
+// (which every caller treats as neutral: max identity, weight 0).
+template <class Body>
+[[gnu::always_inline]] inline void for_each4(const float* in, float* out, uint32_t n, Body body) {
+  uint32_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const F4 y = body(load4(in + i));
+    if (out) store4(out + i, y);
+  }
+  if (i < n) {
+    F4 x = splat(-kInf);
+    for (uint32_t l = 0; i + l < n; ++l) x[l] = in[i + l];
+    const F4 y = body(x);
+    if (out) {
+      for (uint32_t l = 0; i + l < n; ++l) out[i + l] = y[l];
+    }
+  }
+}
+
+float hmax(F4 m) {
+  float r = -kInf;
+  for (int l = 0; l < 4; ++l) r = m[l] > r ? m[l] : r;
+  return r;
+}
+
+// out[i] = in[i] with NaN -> -inf; returns the max (-inf if none is larger).
+float sanitize_and_max(const float* in, float* out, uint32_t n) {
+  const F4 ninf = splat(-kInf);
+  F4 m = ninf;
+  for_each4(in, out, n, [&](F4 x) {
+    const F4 y = x != x ? ninf : x;
+    m = y > m ? y : m;
+    return y;
+  });
+  return hmax(m);
+}
+
+float max_of(const float* v, uint32_t n) {
+  F4 m = splat(-kInf);
+  for_each4(v, nullptr, n, [&](F4 x) {
+    m = x > m ? x : m;
+    return x;
+  });
+  return hmax(m);
+}
+
+// sum_i exp(v[i] - max), accumulated per lane in double (fixed order: deterministic).
+double sum_exp(const float* v, uint32_t n, float max) {
+  D2 a = {}, b = {};
+  for_each4(v, nullptr, n, [&](F4 x) {
+    const F4 w = weight4(x, max, 1.0);
+    a += lo2(w);
+    b += hi2(w);
+    return w;
+  });
+  return (a[0] + a[1]) + (b[0] + b[1]);
+}
+
+// v[i] = exp((v[i] - max) * inv_t) in place; returns the sum of all weights and, in
+// *kept_sum, the sum of the weights >= cutoff.
+double weights_in_place(float* v, uint32_t n, float max, double inv_t, float cutoff,
+                        double* kept_sum) {
+  D2 a = {}, b = {}, ka = {}, kb = {};
+  for_each4(v, v, n, [&](F4 x) {
+    const F4 w = weight4(x, max, inv_t);
+    const F4 k = w >= cutoff ? w : F4{};
+    a += lo2(w);
+    b += hi2(w);
+    ka += lo2(k);
+    kb += hi2(k);
+    return w;
+  });
+  *kept_sum = (ka[0] + ka[1]) + (kb[0] + kb[1]);
+  return (a[0] + a[1]) + (b[0] + b[1]);
+}
+
+// Lowest i with v[i] == m (m is the max of v, so it exists).
+uint32_t first_index_of(const float* v, uint32_t n, float m) {
+  for (uint32_t i = 0; i < n; ++i) {
+    if (v[i] == m) return i;
+  }
+  return 0;
+}
+
+}  // namespace
+
+Status validate(const SamplingParams& p) {
+  if (!(std::isfinite(p.temperature) && p.temperature >= 0.0f)) {
+    return Status::invalid("temperature " + fmt(p.temperature) + " must be finite and >= 0");
+  }
+  if (p.top_k < 0) {
+    return Status::invalid("top_k " + std::to_string(p.top_k) + " must be >= 0 (0 disables it)");
+  }
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) {
+    return Status::invalid("top_p " + fmt(p.top_p) + " is outside (0, 1]");
+  }
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) {
+    return Status::invalid("min_p " + fmt(p.min_p) + " is outside [0, 1]");
+  }
+  if (!(std::isfinite(p.repetition_penalty) && p.repetition_penalty > 0.0f)) {
+    return Status::invalid("repetition_penalty " + fmt(p.repetition_penalty) +
+                           " must be finite and > 0");
+  }
+  if (p.top_logprobs < 0 || p.top_logprobs > kMaxTopLogprobs) {
+    return Status::invalid("top_logprobs " + std::to_string(p.top_logprobs) + " is outside [0, " +
+                           std::to_string(kMaxTopLogprobs) + "]");
+  }
+  return Status::ok();
+}
+
+double uniform_draw(uint64_t seed, uint64_t position) {
+  const uint64_t h = splitmix64(seed ^ splitmix64(position + 0xD1B54A32D192ED03ull));
+  return static_cast<double>(h >> 11) * 0x1.0p-53;  // top 53 bits: [0, 1)
+}
+
+Sampler::Sampler(uint32_t vocab_size)
+    : vocab_(vocab_size),
+      probs_(vocab_size),
+      order_(vocab_size),
+      seen_(vocab_size, 0),
+      top_(static_cast<size_t>(kMaxTopLogprobs)) {}
+
+Sample Sampler::sample(std::span<const float> logits, const SamplingParams& params,
+                       uint64_t position, std::span<const int32_t> history) {
+  assert(logits.size() == vocab_ && "logits must have vocab_size entries");
+  const uint32_t n = static_cast<uint32_t>(std::min<size_t>(logits.size(), vocab_));
+  const int32_t n_top = std::clamp(params.top_logprobs, 0, kMaxTopLogprobs);
+  float* const v = probs_.data();  // sanitized, then penalized logits, then weights
+
+  Sample out;
+  out.logprob = -kInf;
+
+  // --- 1. Sanitize into probs_ (NaN -> -inf) and find the max. ------------------------
+  float max_v = sanitize_and_max(logits.data(), v, n);
+  const bool inf_mode = max_v == kInf;
+  if (inf_mode) {
+    // Limit of softmax: the +inf logits split the mass, everything else is impossible.
+    for (uint32_t i = 0; i < n; ++i) v[i] = v[i] == kInf ? 0.0f : -kInf;
+    max_v = 0.0f;
+  }
+  if (max_v == -kInf) {
+    // Nothing is possible (or the vocabulary is empty): token 0, logprob -inf; the top
+    // list is the lowest ids, all -inf.
+    const int32_t m = static_cast<int32_t>(std::min<uint32_t>(static_cast<uint32_t>(n_top), n));
+    for (int32_t j = 0; j < m; ++j) top_[j] = {j, -kInf};
+    out.top = std::span<const TokenLogprob>(top_.data(), static_cast<size_t>(m));
+    return out;
+  }
+
+  // Raw log-softmax normalizer: log-sum-exp accumulated in double.
+  const double log_norm = static_cast<double>(max_v) + std::log(sum_exp(v, n, max_v));
+  // Raw logprob of a token, from the caller's logits (probs_ gets overwritten).
+  auto raw_logprob = [&](uint32_t token) -> float {
+    float x = logits[token];
+    if (std::isnan(x)) x = -kInf;
+    if (inf_mode) x = x == kInf ? 0.0f : -kInf;
+    return x == -kInf ? -kInf : static_cast<float>(static_cast<double>(x) - log_norm);
+  };
+
+  // --- Top raw logprobs, by sorted insertion into a tiny array. Scanning in id order
+  // means an equal value never displaces an earlier (lower id) entry. ---------------
+  int32_t n_found = 0;
+  if (n_top > 0) {
+    for (uint32_t i = 0; i < n; ++i) {
+      const float x = v[i];
+      if (n_found == n_top && !(x > top_[n_found - 1].logprob)) continue;
+      int32_t j = n_found < n_top ? n_found++ : n_top - 1;
+      while (j > 0 && x > top_[j - 1].logprob) {
+        top_[j] = top_[j - 1];
+        --j;
+      }
+      top_[j] = {static_cast<int32_t>(i), x};
+    }
+    for (int32_t j = 0; j < n_found; ++j) top_[j].logprob = raw_logprob(top_[j].token);
+  }
+  out.top = std::span<const TokenLogprob>(top_.data(), static_cast<size_t>(n_found));
+
+  auto finish = [&](uint32_t token) -> Sample {
+    out.token = static_cast<int32_t>(token);
+    out.logprob = raw_logprob(token);
+    return out;
+  };
+
+  // --- 2. Repetition penalty, once per distinct in-range token. -----------------------
+  const float penalty = params.repetition_penalty;
+  if (penalty != 1.0f && !history.empty()) {
+    bool changed = false;
+    for (int32_t t : history) {
+      if (t < 0 || static_cast<uint32_t>(t) >= n || seen_[t]) continue;
+      seen_[t] = 1;
+      const float x = v[t];
+      if (x == -kInf) continue;
+      float y = x > 0.0f ? x / penalty : x * penalty;
+      if (std::isinf(y)) y = std::copysign(kFloatMax, y);  // a finite logit stays finite
+      changed |= y != x;
+      v[t] = y;
+    }
+    for (int32_t t : history) {
+      if (t >= 0 && static_cast<uint32_t>(t) < n) seen_[t] = 0;
+    }
+    if (changed) max_v = max_of(v, n);
+  }
+
+  // --- 3. Greedy: the lowest id holding the max. --------------------------------------
+  if (!(params.temperature > 0.0f)) return finish(first_index_of(v, n, max_v));
+
+  // --- 4. Filters and the draw. -------------------------------------------------------
+  // Weights are relative to the max, which gets exactly 1. A token is "kept" (survives
+  // min-p) when its weight >= cutoff; with min-p off, cutoff is the smallest positive
+  // float, which drops only weights that underflowed to 0 (they could never be drawn).
+  // min-p keeps a prefix of the descending order, so filtering it up front (while top-p
+  // still measures against the full mass `total`) equals applying it after top-p.
+  const double inv_t = 1.0 / static_cast<double>(params.temperature);
+  const float cutoff =
+      params.min_p > 0.0f ? params.min_p : std::numeric_limits<float>::denorm_min();
+  const double top_p = params.top_p;
+  int32_t* const ord = order_.data();
+  auto by_value = [v](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); };
+
+  double total = 0.0;      // mass of all candidates (the top-k survivors)
+  double kept_total = 0.0; // mass of the kept ones
+  uint32_t n_keep = 0;     // kept tokens, once known (see tail_pending)
+  uint32_t sorted_end = 0; // ord[0, sorted_end) is the exact descending prefix
+  bool tail_pending = false;
+  float thr_f = 0.0f;
+  // Sorting cost control: tokens with weight > thr are sorted up front; the "tail" of
+  // kept tokens at or below thr (at most n * thr of mass: < 1e-3 of the total, or under
+  // half of 1 - top_p) is materialized and sorted only if a walk gets there.
+  auto pick_threshold = [&](uint32_t count) {
+    const double thr = top_p < 1.0 ? (1.0 - top_p) * total / (2.0 * count) : 1e-3 * total / count;
+    thr_f = static_cast<float>(thr);
+  };
+
+  if (params.top_k > 0 && static_cast<uint32_t>(params.top_k) < n) {
+    // top-k on the penalized logits, ties by lower id (dividing by the temperature keeps
+    // the order). -inf logits sort last and get weight 0, so they are never kept.
+    const uint32_t k = static_cast<uint32_t>(params.top_k);
+    for (uint32_t i = 0; i < n; ++i) ord[i] = static_cast<int32_t>(i);
+    std::nth_element(ord, ord + (k - 1), ord + n, by_value);
+    for (uint32_t j = 0; j < k; ++j) {
+      const int32_t i = ord[j];
+      const float w = weight1(v[i], max_v, inv_t);
+      v[i] = w;
+      total += w;
+      kept_total += w >= cutoff ? w : 0.0f;
+    }
+    n_keep = static_cast<uint32_t>(
+        std::partition(ord, ord + k, [v, cutoff](int32_t i) { return v[i] >= cutoff; }) - ord);
+    pick_threshold(k);
+    sorted_end = static_cast<uint32_t>(
+        std::partition(ord, ord + n_keep, [v, t = thr_f](int32_t i) { return v[i] > t; }) - ord);
+    tail_pending = sorted_end < n_keep;  // already in ord[sorted_end, n_keep), unsorted
+  } else {
+    // The whole vocabulary: weights computed in place (vectorized); only the head is
+    // collected into ord.
+    total = weights_in_place(v, n, max_v, inv_t, cutoff, &kept_total);
+    pick_threshold(n);
+    const float head_min = std::max(thr_f, cutoff);  // head: w > thr and w >= cutoff
+    uint32_t h = 0;
+    for (uint32_t i = 0; i < n; ++i) {
+      ord[h] = static_cast<int32_t>(i);
+      h += v[i] > thr_f && v[i] >= head_min;
+    }
+    sorted_end = h;
+    n_keep = h;  // grows when the tail is materialized
+    tail_pending = cutoff <= thr_f;  // otherwise no kept token lies at or below thr
+  }
+  std::sort(ord, ord + sorted_end, by_value);
+
+  // Makes ord[0, n_keep) fully sorted (a no-op once done).
+  const bool whole_vocab = !(params.top_k > 0 && static_cast<uint32_t>(params.top_k) < n);
+  auto extend = [&]() {
+    if (!tail_pending) return;
+    tail_pending = false;
+    if (whole_vocab) {
+      uint32_t t = sorted_end;
+      for (uint32_t i = 0; i < n; ++i) {
+        const float w = v[i];
+        ord[t] = static_cast<int32_t>(i);
+        t += w >= cutoff && !(w > thr_f);
+      }
+      n_keep = t;
+    }
+    std::sort(ord + sorted_end, ord + n_keep, by_value);
+    sorted_end = n_keep;
+  };
+
+  // top-p: the smallest prefix whose cumulative weight >= top_p * total (the max token,
+  // weight 1, is always kept, so the prefix is never empty).
+  if (top_p < 1.0) {
+    const double target = top_p * total;
+    double cum = 0.0;
+    uint32_t len = 0;
+    for (uint32_t j = 0;; ++j) {
+      if (j == sorted_end && (extend(), j == sorted_end)) break;
+      cum += v[ord[j]];
+      len = j + 1;
+      if (cum >= target) break;
+    }
+    if (tail_pending) {
+      // Stopped in the head: the tail is cut off entirely.
+      tail_pending = false;
+    }
+    n_keep = len;
+    sorted_end = len;
+    kept_total = cum;
+  }
+
+  // Draw: walk the kept tokens in descending weight until cum >= u * kept_total.
+  const double target = uniform_draw(params.seed, position) * kept_total;
+  double cum = 0.0;
+  uint32_t j = 0;
+  for (;; ++j) {
+    if (j == sorted_end && (extend(), j == sorted_end)) break;
+    cum += v[ord[j]];
+    if (cum >= target) return finish(static_cast<uint32_t>(ord[j]));
+  }
+  // Rounding left cum just below the target: the last kept token.
+  return finish(static_cast<uint32_t>(ord[sorted_end - 1]));
+}
+
+}  // namespace tandem::engine

@@ -1,0 +1,83 @@
+#include "workers/engine/thread_pool.h"
+
+#include <immintrin.h>
+
+namespace tandem::engine {
+
+namespace {
+// Spin this many pause-loops (~50-100 us) before sleeping: long enough to bridge the gaps
+// between the parallel regions of one step, short enough to hand the core back between steps.
+constexpr int kSpinIterations = 20000;
+
+inline void cpu_relax() {
+#if defined(__x86_64__)
+  _mm_pause();
+#endif
+}
+}  // namespace
+
+ThreadPool::ThreadPool(uint32_t threads) : n_(threads == 0 ? 1 : threads) {
+  for (uint32_t i = 1; i < n_; ++i) threads_.emplace_back([this, i] { worker_main(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  stop_.store(true);
+  generation_.fetch_add(1, std::memory_order_release);
+  generation_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void ThreadPool::run(const std::function<void(uint32_t)>& fn) {
+  if (n_ == 1) {
+    fn(0);
+    return;
+  }
+  job_ = &fn;
+  pending_.store(n_ - 1, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_release);
+  generation_.notify_all();
+  fn(0);
+  int spins = 0;
+  while (pending_.load(std::memory_order_acquire) != 0) {
+    if (++spins < kSpinIterations) {
+      cpu_relax();
+    } else {
+      uint32_t left = pending_.load(std::memory_order_acquire);
+      if (left != 0) pending_.wait(left, std::memory_order_acquire);
+    }
+  }
+  job_ = nullptr;
+}
+
+void ThreadPool::parallel_for(uint32_t n, const std::function<void(uint32_t, uint32_t, uint32_t)>& fn) {
+  if (n_ == 1 || n <= 1) {
+    fn(0, n, 0);
+    return;
+  }
+  run([&](uint32_t t) {
+    const uint32_t begin = static_cast<uint32_t>(uint64_t{n} * t / n_);
+    const uint32_t end = static_cast<uint32_t>(uint64_t{n} * (t + 1) / n_);
+    if (begin < end) fn(begin, end, t);
+  });
+}
+
+void ThreadPool::worker_main(uint32_t index) {
+  uint32_t seen = 0;
+  for (;;) {
+    int spins = 0;
+    uint32_t g;
+    while ((g = generation_.load(std::memory_order_acquire)) == seen) {
+      if (++spins < kSpinIterations) {
+        cpu_relax();
+      } else {
+        generation_.wait(seen, std::memory_order_acquire);
+      }
+    }
+    seen = g;
+    if (stop_.load()) return;
+    (*job_)(index);
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
+  }
+}
+
+}  // namespace tandem::engine
