@@ -18,6 +18,7 @@
 #include <numeric>
 #include <string>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 #include "workers/engine/engine.h"
@@ -130,17 +131,24 @@ void BM_GemmsOnly(benchmark::State& state) {
 // Collects results so the ratios can be printed after the table.
 class Collector : public benchmark::ConsoleReporter {
  public:
+  explicit Collector(OutputOptions options) : ConsoleReporter(options) {}
   std::map<std::string, benchmark::BenchmarkReporter::Run> runs;
   void ReportRuns(const std::vector<Run>& report) override {
     for (const Run& r : report) runs[r.benchmark_name()] = r;
     ConsoleReporter::ReportRuns(report);
   }
+  // Runs are found by the prefix "name/arg:value/..." (the full name adds min_time etc.).
+  std::map<std::string, Run>::const_iterator find(const std::string& prefix) const {
+    for (auto it = runs.lower_bound(prefix); it != runs.end() && it->first.rfind(prefix, 0) == 0; ++it)
+      if (it->first.size() == prefix.size() || it->first[prefix.size()] == '/') return it;
+    return runs.end();
+  }
   double seconds(const std::string& name) const {
-    auto it = runs.find(name);
-    return it == runs.end() ? 0 : it->second.GetAdjustedRealTime() / 1e9;  // time unit: ns
+    auto it = find(name);
+    return it == runs.end() || it->second.iterations == 0 ? 0 : it->second.real_accumulated_time / it->second.iterations;
   }
   double counter(const std::string& name, const std::string& c) const {
-    auto it = runs.find(name);
+    auto it = find(name);
     if (it == runs.end()) return 0;
     auto jt = it->second.counters.find(c);
     return jt == it->second.counters.end() ? 0 : double(jt->second);
@@ -195,7 +203,7 @@ int main(int argc, char** argv) {
     }
   }
   benchmark::Initialize(&rc, rest.data());
-  Collector collector;
+  Collector collector(isatty(1) ? benchmark::ConsoleReporter::OO_ColorTabular : benchmark::ConsoleReporter::OO_Tabular);
   benchmark::RunSpecifiedBenchmarks(&collector);
 
   // The ratios (see bench/RESULTS.md for the targets).
@@ -203,7 +211,7 @@ int main(int argc, char** argv) {
   auto name = [](const char* base, std::initializer_list<std::pair<const char*, int64_t>> args) {
     std::string s = base;
     for (auto& [k, v] : args) s += "/" + std::string(k) + ":" + std::to_string(v);
-    return s + "/real_time";
+    return s;
   };
   for (int64_t gemm : {0, 1}) {
     for (int64_t t : thread_counts) {

@@ -291,26 +291,25 @@ Status Engine::forward(std::span<const SeqStep> step, KvPool& pool) {
       }
       const SeqStep& q = step[row_seq_[t]];
       const uint32_t pos = row_pos_[t];
-      float* blk = pool.block(q.blocks[pos / bt]);
+      const size_t blk = size_t(q.blocks[pos / bt]) * pool.head_block_floats();
       const uint32_t slot = pos % bt;
       for (uint32_t h = 0; h < n_kv; ++h) {
         const float* k = row + dim + h * hd;
         const float* v = row + dim + kvd + h * hd;
-        float* kd = blk + pool.k_offset(l, h);
+        float* kd = pool.k_region(l, h) + blk;
         for (uint32_t d = 0; d < hd; ++d) kd[size_t{d} * bt + slot] = k[d];
-        std::memcpy(blk + pool.v_offset(l, h) + size_t{slot} * hd, v, hd * sizeof(float));
+        std::memcpy(pool.v_region(l, h) + blk + size_t{slot} * hd, v, hd * sizeof(float));
       }
     }
 
     std::atomic<uint32_t> next{0};
     const uint32_t items = T * n_kv;
     const auto attention = kernels_->attention;
-    float* const base = pool.block(0);
     pool_->run([&](uint32_t thread) {
       kernels::AttentionArgs a;
       a.n_q = group;
       a.head_dim = hd;
-      a.block_stride = pool.block_floats();
+      a.block_stride = pool.head_block_floats();
       a.block_tokens = bt;
       a.scale = scale;
       a.scores = attn_scratch_.data() + thread * scratch_per_thread;
@@ -318,8 +317,8 @@ Status Engine::forward(std::span<const SeqStep> step, KvPool& pool) {
         const uint32_t t = it / n_kv, h = it % n_kv;
         a.q = &qkv_[size_t{t} * qkv_w + size_t{h} * group * hd];
         a.blocks = step[row_seq_[t]].blocks.data();
-        a.k_base = base + pool.k_offset(l, h);
-        a.v_base = base + pool.v_offset(l, h);
+        a.k_base = pool.k_region(l, h);
+        a.v_base = pool.v_region(l, h);
         a.n_keys = row_pos_[t] + 1;
         a.out = &attn_[size_t{t} * dim + size_t{h} * group * hd];
         attention(a);

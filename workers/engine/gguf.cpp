@@ -308,7 +308,7 @@ Status parse(const std::byte* base, uint64_t size, const std::string& path, Pars
 
   if (auto it = out.metadata.find("general.alignment"); it != out.metadata.end()) {
     const uint64_t* a = std::get_if<uint64_t>(&it->second.value);
-    if (!a || it->second.type == GgufValueType::kBool) {
+    if (it->second.type != GgufValueType::kU32) {
       return c.fail(std::string("general.alignment has type ") +
                     value_type_name(static_cast<uint32_t>(it->second.type)) + ", expected u32");
     }
@@ -335,9 +335,9 @@ Status parse(const std::byte* base, uint64_t size, const std::string& path, Pars
     uint32_t n_dims = 0;
     at = c.pos();
     TANDEM_RETURN_IF_ERROR(c.read(n_dims, "tensor n_dims"));
-    if (n_dims == 0 || n_dims > kMaxDims) {
+    if (n_dims > kMaxDims) {  // 0 is a scalar, as in ggml
       return c.fail("tensor " + name + " has n_dims " + std::to_string(n_dims) +
-                    " at byte offset " + std::to_string(at) + " (1 to 4 allowed)");
+                    " at byte offset " + std::to_string(at) + " (at most 4 allowed)");
     }
     t.dims.resize(n_dims);
     uint64_t elems = 1;
@@ -356,8 +356,9 @@ Status parse(const std::byte* base, uint64_t size, const std::string& path, Pars
       return c.fail("tensor " + name + " has unknown ggml type " + std::to_string(t.type) +
                     " at byte offset " + std::to_string(at));
     }
-    if (t.dims[0] % info.block_elems != 0) {
-      return c.fail("tensor " + name + ": dims[0] = " + std::to_string(t.dims[0]) +
+    const uint64_t row = n_dims ? t.dims[0] : 1;
+    if (row % info.block_elems != 0) {
+      return c.fail("tensor " + name + ": dims[0] = " + std::to_string(row) +
                     " is not a multiple of the block size " + std::to_string(info.block_elems) +
                     " of " + info.name);
     }
@@ -602,6 +603,8 @@ void GgufWriter::add_tensor(const std::string& name, std::vector<uint64_t> dims,
   for (const Tensor& t : tensors_) {
     if (t.name == name) return defer("added twice");
   }
+  // llama.cpp refuses names of GGML_MAX_NAME (64) bytes or more.
+  if (name.empty() || name.size() >= 64) return defer("name must be 1 to 63 bytes");
   if (dims.empty() || dims.size() > kMaxDims) return defer("needs 1 to 4 dims");
   if (type != TensorType::kF32 && type != TensorType::kF16) return defer("type must be F32 or F16");
   uint64_t elems = 1;

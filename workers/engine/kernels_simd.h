@@ -91,63 +91,137 @@ struct Ops : V {
     }
   }
 
-  // One block of 16 keys at a time: lane l is key (block start + l).
-  static void attention(const AttentionArgs& x) {
-    static_assert(16 % W == 0);
-    constexpr uint32_t L = 16 / W;  // vectors per 16 keys
+  // Scores of NQ query heads against the 16 * G keys starting at j0 (G groups of 16, all
+  // in one block), K read once for all heads. Lane l of group g is key j0 + 16 g + l.
+  template <uint32_t NQ, uint32_t G>
+  static void scores(const AttentionArgs& x, const float* q, uint32_t j0, float* s, uint32_t stride, T* mx) {
+    constexpr uint32_t L = 16 / W;
     const uint32_t hd = x.head_dim, bt = x.block_tokens;
-    const uint32_t stride = (x.n_keys + 15) / 16 * 16;
-    const uint32_t groups = stride / 16;
-    for (uint32_t h = 0; h < x.n_q; ++h) {
-      const float* q = x.q + h * hd;
-      float* s = x.scores + h * stride;
-      T mx = V::set1(-INFINITY);
-      for (uint32_t g = 0; g < groups; ++g) {
-        const uint32_t j0 = g * 16;
-        const float* kb = x.k_base + x.blocks[j0 / bt] * x.block_stride + (j0 % bt);
-        T acc[L];
-        for (uint32_t l = 0; l < L; ++l) acc[l] = V::zero();
-        for (uint32_t d = 0; d < hd; ++d) {
-          const T qd = V::set1(q[d]);
-          for (uint32_t l = 0; l < L; ++l) acc[l] = V::fma(qd, V::loadu(kb + d * bt + l * W), acc[l]);
-        }
-        const uint32_t valid = std::min(16u, x.n_keys - j0);
-        for (uint32_t l = 0; l < L; ++l) {
-          const T sv = V::mul(acc[l], V::set1(x.scale));
-          V::storeu(s + j0 + l * W, sv);
-          mx = V::max(mx, V::masked_keep(sv, V::set1(-INFINITY), valid, l * W));
-        }
+    const float* kb = x.k_base + x.blocks[j0 / bt] * x.block_stride + (j0 % bt);
+    T acc[NQ][G * L];
+#pragma GCC unroll 8
+    for (uint32_t h = 0; h < NQ; ++h)
+#pragma GCC unroll 8
+      for (uint32_t i = 0; i < G * L; ++i) acc[h][i] = V::zero();
+    // The next block's keys live in another page the hardware prefetcher will not enter:
+    // fetch them one line per d step, one block ahead.
+    const uint32_t jn = j0 + 16 * G;
+    const float* next = jn < x.n_keys ? x.k_base + x.blocks[jn / bt] * x.block_stride + (jn % bt) : nullptr;
+    if (next)
+      for (uint32_t d = 0; d < hd; ++d) _mm_prefetch(reinterpret_cast<const char*>(next + d * bt), _MM_HINT_T0);
+    for (uint32_t d = 0; d < hd; ++d) {
+      T k[G * L];
+#pragma GCC unroll 8
+      for (uint32_t i = 0; i < G * L; ++i) k[i] = V::loadu(kb + d * bt + i * W);
+#pragma GCC unroll 8
+      for (uint32_t h = 0; h < NQ; ++h) {
+        const T qd = V::set1(q[h * hd + d]);
+#pragma GCC unroll 8
+        for (uint32_t i = 0; i < G * L; ++i) acc[h][i] = V::fma(qd, k[i], acc[h][i]);
       }
-      const T mxv = V::set1(V::hmax(mx));
+    }
+    const T scale = V::set1(x.scale);
+#pragma GCC unroll 8
+    for (uint32_t h = 0; h < NQ; ++h)
+#pragma GCC unroll 8
+      for (uint32_t i = 0; i < G * L; ++i) {
+        const T sv = V::mul(acc[h][i], scale);
+        V::storeu(s + h * stride + j0 + i * W, sv);
+        const uint32_t valid = std::min(16u * G, x.n_keys - j0);
+        mx[h] = V::max(mx[h], V::masked_keep(sv, V::set1(-INFINITY), valid, i * W));
+      }
+  }
+
+  // out[h][:] = fma chain over keys of p[h][j] * v_j, V read once for all NQ heads; DV
+  // vectors span the head dimension.
+  template <uint32_t NQ, uint32_t DV>
+  static void weighted_values(const AttentionArgs& x, const float* p, uint32_t stride, float* out) {
+    const uint32_t hd = x.head_dim, bt = x.block_tokens;
+    T o[NQ][DV];
+#pragma GCC unroll 8
+    for (uint32_t h = 0; h < NQ; ++h)
+#pragma GCC unroll 16
+      for (uint32_t v = 0; v < DV; ++v) o[h][v] = V::zero();
+    for (uint32_t j = 0; j < x.n_keys; ++j) {
+      const float* vb = x.v_base + x.blocks[j / bt] * x.block_stride + (j % bt) * hd;
+      if (j % bt == 0 && j + bt < x.n_keys) {  // the next block's values, all at once
+        const char* nv = reinterpret_cast<const char*>(x.v_base + x.blocks[j / bt + 1] * x.block_stride);
+        for (uint32_t line = 0; line < bt * hd * sizeof(float); line += 64) _mm_prefetch(nv + line, _MM_HINT_T0);
+      }
+      T vv[DV];
+#pragma GCC unroll 16
+      for (uint32_t v = 0; v < DV; ++v) vv[v] = V::loadu(vb + v * W);
+#pragma GCC unroll 8
+      for (uint32_t h = 0; h < NQ; ++h) {
+        const T pj = V::set1(p[h * stride + j]);
+#pragma GCC unroll 16
+        for (uint32_t v = 0; v < DV; ++v) o[h][v] = V::fma(pj, vv[v], o[h][v]);
+      }
+    }
+#pragma GCC unroll 8
+    for (uint32_t h = 0; h < NQ; ++h)
+#pragma GCC unroll 16
+      for (uint32_t v = 0; v < DV; ++v) V::storeu(out + h * hd + v * W, o[h][v]);
+  }
+
+  template <uint32_t NQ>
+  static void heads(const AttentionArgs& x, uint32_t h0) {
+    constexpr uint32_t L = 16 / W;
+    const uint32_t hd = x.head_dim;
+    const uint32_t stride = (x.n_keys + 15) / 16 * 16;
+    const float* q = x.q + h0 * hd;
+    float* s = x.scores + h0 * stride;
+    T mx[NQ];
+    for (uint32_t h = 0; h < NQ; ++h) mx[h] = V::set1(-INFINITY);
+    uint32_t j0 = 0;
+    // Two groups of 16 keys at once where both lie in one block: twice the independent chains.
+    for (; j0 + 32 <= stride && (j0 % x.block_tokens) + 32 <= x.block_tokens; j0 += 32)
+      scores<NQ, 2>(x, q, j0, s, stride, mx);
+    for (; j0 < stride; j0 += 16) scores<NQ, 1>(x, q, j0, s, stride, mx);
+
+    float inv[NQ];
+    for (uint32_t h = 0; h < NQ; ++h) {
+      const T mxv = V::set1(V::hmax(mx[h]));
       T lanes[L];
       for (uint32_t l = 0; l < L; ++l) lanes[l] = V::zero();
-      for (uint32_t g = 0; g < groups; ++g) {
-        const uint32_t j0 = g * 16;
-        const uint32_t valid = std::min(16u, x.n_keys - j0);
+      float* sh = s + h * stride;
+      for (uint32_t g = 0; g < stride; g += 16) {
+        const uint32_t valid = std::min(16u, x.n_keys - g);
         for (uint32_t l = 0; l < L; ++l) {
-          T p = exp_v(V::sub(V::loadu(s + j0 + l * W), mxv));
+          T p = exp_v(V::sub(V::loadu(sh + g + l * W), mxv));
           p = V::masked_keep(p, V::zero(), valid, l * W);
-          V::storeu(s + j0 + l * W, p);
+          V::storeu(sh + g + l * W, p);
           lanes[l] = V::add(lanes[l], p);
         }
       }
       alignas(64) float lane_sums[16];
       for (uint32_t l = 0; l < L; ++l) V::storeu(lane_sums + l * W, lanes[l]);
-      const float inv = 1.0f / reduce16(lane_sums);
+      inv[h] = 1.0f / reduce16(lane_sums);
+    }
 
-      float* out = x.out + h * hd;
-      // hd is a multiple of W for every supported model (checked at load).
-      const uint32_t dv = hd / W;
-      constexpr uint32_t kMaxDv = 256 / W;
-      T o[kMaxDv];
-      for (uint32_t v = 0; v < dv; ++v) o[v] = V::zero();
-      for (uint32_t j = 0; j < x.n_keys; ++j) {
-        const float* vb = x.v_base + x.blocks[j / bt] * x.block_stride + (j % bt) * hd;
-        const T p = V::set1(s[j]);
-        for (uint32_t v = 0; v < dv; ++v) o[v] = V::fma(p, V::loadu(vb + v * W), o[v]);
-      }
-      const T invv = V::set1(inv);
-      for (uint32_t v = 0; v < dv; ++v) V::storeu(out + v * W, V::mul(o[v], invv));
+    float* out = x.out + h0 * hd;
+    switch (hd / W) {
+      case 1: weighted_values<NQ, 1>(x, s, stride, out); break;
+      case 2: weighted_values<NQ, 2>(x, s, stride, out); break;
+      case 4: weighted_values<NQ, 4>(x, s, stride, out); break;
+      case 8: weighted_values<NQ, 8>(x, s, stride, out); break;
+      case 16: weighted_values<NQ, 16>(x, s, stride, out); break;
+      case 32: weighted_values<NQ, 32>(x, s, stride, out); break;
+    }
+    for (uint32_t h = 0; h < NQ; ++h) {
+      const T invv = V::set1(inv[h]);
+      for (uint32_t v = 0; v < hd / W; ++v) V::storeu(out + h * hd + v * W, V::mul(V::loadu(out + h * hd + v * W), invv));
+    }
+  }
+
+  // Query heads in chunks of up to 4 (register budget of the value accumulation).
+  static void attention(const AttentionArgs& x) {
+    uint32_t h = 0;
+    for (; h + 4 <= x.n_q; h += 4) heads<4>(x, h);
+    switch (x.n_q - h) {
+      case 3: heads<3>(x, h); break;
+      case 2: heads<2>(x, h); break;
+      case 1: heads<1>(x, h); break;
     }
   }
 

@@ -12,6 +12,16 @@ namespace tandem::engine {
 
 namespace {
 
+// Contracting a*b+c into an fma would change the last bits of the draws between
+// machines with and without FMA: keep every operation separately rounded here (the
+// engine's CMake target also passes -ffp-contract=off).
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 // Portable random numbers: the same (seed, stream) gives the same doubles on every
 // IEEE-754 machine. Only +, -, *, /, sqrt (all correctly rounded) and exact frexp are
 // used — no libm log/sin/cos, whose last bits differ between C libraries, and no
@@ -88,6 +98,10 @@ class Rng {
   double spare_ = 0;
   bool has_spare_ = false;
 };
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
 
 Status check_config(const ModelConfig& c) {
   auto bad = [](const std::string& m) { return Status::invalid("make-model: " + m); };

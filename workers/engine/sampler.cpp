@@ -1,9 +1,11 @@
 // Token sampling. See sampler.h for the contract; the pipeline in sample() is:
 //
-//   1. Raw log-probabilities: log_softmax(logits) with the log-sum-exp accumulated in
-//      double. Used for Sample::logprob (the chosen token) and Sample::top.
+//   1. Raw log-probabilities: log_softmax(logits) = x - (max + log(sum exp(x - max))),
+//      the sum accumulated in double and the subtraction done in double. Used for
+//      Sample::logprob (the chosen token) and Sample::top.
 //   2. Repetition penalty (llama.cpp / CTRL style) on each distinct in-range token of
 //      `history`, once per token: logit > 0 ? logit / penalty : logit * penalty.
+//      History entries outside [0, vocab) are ignored.
 //   3. temperature == 0: argmax of the penalized logits, ties to the lowest id. Done.
 //   4. Otherwise the filters, always in this order (as vLLM):
 //        top-k  on the penalized logits (keep the k largest; ties by lower id),
@@ -11,30 +13,40 @@
 //        top-p  (smallest prefix, by prob descending, whose cumulative prob >= top_p),
 //        min-p  (drop tokens whose prob < min_p * max prob),
 //      then renormalize and walk the kept tokens in descending prob (ties by lower id)
-//      until the cumulative weight reaches u * total, u = uniform_draw(seed, position).
+//      until the cumulative weight reaches u * total, u = uniform_draw(seed, position);
+//      if rounding leaves the walk short, the last kept token is returned.
 //
 // Special values: a NaN logit is treated as -inf. If any logit is +inf, the +inf logits
 // share all the probability equally (the limit of softmax) and every other token has
 // logprob -inf. If every logit is -inf or NaN (or the logits are empty), sample() returns
-// token 0 with logprob -inf.
+// token 0 with logprob -inf (and a top list of the lowest ids, all -inf).
 //
-// Speed: no allocation after construction. Top-k uses nth_element on a preallocated id
-// array. The descending-prob order needed by top-p and by the final walk is built
-// lazily: tokens whose weight is above a small threshold (chosen so that the tokens
-// below it carry a negligible share of the mass) are sorted first; the rest is sorted
-// only if the walk actually reaches it. Every token above the threshold outranks every
-// token below it, so the resulting order is exactly the full (prob desc, id asc) order.
+// Numerics: exp is a branch-free float polynomial (exp_neg below, a few ulp), applied
+// 4 lanes at a time; sums are accumulated in double per lane in a fixed order. All of it
+// is plain IEEE arithmetic, so a given (logits, params, seed, position) yields the same
+// token on every x86-64 worker.
+//
+// Speed (vocab 49152): no allocation after construction; two vectorized passes over the
+// vocabulary for greedy, three at temperature != 1. Top-k is one scan with a 2k-entry
+// id buffer compacted by nth_element. The descending order needed by top-p and the walk
+// is built lazily: the tokens above a threshold (set so the rest holds < 5% of the mass,
+// or under half of 1 - top_p) are sorted up front; lighter tokens are sorted in bands,
+// only when a walk reaches them. Each band lies entirely below the previous one, so the
+// result is exactly the full (prob desc, id asc) order.
 
 #include "workers/engine/sampler.h"
 
 #include <algorithm>
 #include <cassert>
-#include <bit>
 #include <charconv>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace tandem::engine {
 namespace {
@@ -81,7 +93,11 @@ using D2 = double __attribute__((vector_size(16)));
   constexpr float kMin = -87.3f;
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
   const I4 below = x < kMin;
+#if defined(__SSE2__)
+  const F4 xc = reinterpret_cast<F4>(_mm_max_ps(x, splat(kMin)));  // no NaN here
+#else
   const F4 xc = below ? splat(kMin) : x;
+#endif
   const F4 n = (xc * 1.44269504088896341f + kRound) - kRound;  // in [-126, 0]
   F4 r = xc - n * 0.693145751953125f;  // ln2 high part (exact product)
   r = r - n * 1.428606765330187045e-06f;  // ln2 low part
@@ -97,16 +113,29 @@ using D2 = double __attribute__((vector_size(16)));
   return below ? F4{} : y;
 }
 
-// Lanes as doubles: {x0, x1} and {x2, x3}.
+// Lanes as doubles, {x0, x1} and {x2, x3}, and back (exact widening, rounded
+// narrowing: the same values either way; the intrinsics just avoid shuffles via memory).
+#if defined(__SSE2__)
+[[gnu::always_inline]] inline D2 lo2(F4 x) { return reinterpret_cast<D2>(_mm_cvtps_pd(x)); }
+[[gnu::always_inline]] inline D2 hi2(F4 x) {
+  return reinterpret_cast<D2>(_mm_cvtps_pd(_mm_movehl_ps(x, x)));
+}
+[[gnu::always_inline]] inline F4 narrow(D2 a, D2 b) {
+  return reinterpret_cast<F4>(_mm_movelh_ps(_mm_cvtpd_ps(reinterpret_cast<__m128d>(a)),
+                                            _mm_cvtpd_ps(reinterpret_cast<__m128d>(b))));
+}
+#else
 [[gnu::always_inline]] inline D2 lo2(F4 x) { return D2{x[0], x[1]}; }
 [[gnu::always_inline]] inline D2 hi2(F4 x) { return D2{x[2], x[3]}; }
+[[gnu::always_inline]] inline F4 narrow(D2 a, D2 b) {
+  return F4{static_cast<float>(a[0]), static_cast<float>(a[1]), static_cast<float>(b[0]),
+            static_cast<float>(b[1])};
+}
+#endif
 
 // float(exp((v - max) * inv_t)) per lane, the argument formed in double.
 [[gnu::always_inline]] inline F4 weight4(F4 v, double max, double inv_t) {
-  const D2 a = (lo2(v) - max) * inv_t;
-  const D2 b = (hi2(v) - max) * inv_t;
-  return exp_neg(F4{static_cast<float>(a[0]), static_cast<float>(a[1]), static_cast<float>(b[0]),
-                    static_cast<float>(b[1])});
+  return exp_neg(narrow((lo2(v) - max) * inv_t, (hi2(v) - max) * inv_t));
 }
 
 float weight1(float v, double max, double inv_t) { return weight4(splat(v), max, inv_t)[0]; }
@@ -136,25 +165,32 @@ float hmax(F4 m) {
   return r;
 }
 
-// out[i] = in[i] with NaN -> -inf; returns the max (-inf if none is larger).
-float sanitize_and_max(const float* in, float* out, uint32_t n) {
+// out[i] = in[i] with NaN -> -inf; returns the max (-inf if all are) and, in *argmax,
+// the lowest index holding it (0 if all are -inf).
+float sanitize_and_max(const float* in, float* out, uint32_t n, uint32_t* argmax) {
   const F4 ninf = splat(-kInf);
   F4 m = ninf;
+  I4 at = {0, 1, 2, 3};  // per lane: the first index holding the lane's max
+  I4 idx = at;
   for_each4(in, out, n, [&](F4 x) {
     const F4 y = x != x ? ninf : x;
-    m = y > m ? y : m;
+    const I4 better = y > m;
+    m = better ? y : m;
+    at = better ? idx : at;
+    idx += 4;
     return y;
   });
-  return hmax(m);
-}
-
-float max_of(const float* v, uint32_t n) {
-  F4 m = splat(-kInf);
-  for_each4(v, nullptr, n, [&](F4 x) {
-    m = x > m ? x : m;
-    return x;
-  });
-  return hmax(m);
+  const float r = hmax(m);
+  uint32_t best = 0;
+  bool found = false;
+  for (int l = 0; l < 4; ++l) {
+    if (m[l] == r && (!found || static_cast<uint32_t>(at[l]) < best)) {
+      best = static_cast<uint32_t>(at[l]);
+      found = true;
+    }
+  }
+  *argmax = r == -kInf ? 0 : best;
+  return r;
 }
 
 // sum_i exp(v[i] - max), accumulated per lane in double (fixed order: deterministic).
@@ -185,14 +221,6 @@ double weights_in_place(float* v, uint32_t n, float max, double inv_t, float cut
   });
   *kept_sum = (ka[0] + ka[1]) + (kb[0] + kb[1]);
   return (a[0] + a[1]) + (b[0] + b[1]);
-}
-
-// Lowest i with v[i] == m (m is the max of v, so it exists).
-uint32_t first_index_of(const float* v, uint32_t n, float m) {
-  for (uint32_t i = 0; i < n; ++i) {
-    if (v[i] == m) return i;
-  }
-  return 0;
 }
 
 }  // namespace
@@ -244,7 +272,8 @@ Sample Sampler::sample(std::span<const float> logits, const SamplingParams& para
   out.logprob = -kInf;
 
   // --- 1. Sanitize into probs_ (NaN -> -inf) and find the max. ------------------------
-  float max_v = sanitize_and_max(logits.data(), v, n);
+  uint32_t arg = 0;
+  float max_v = sanitize_and_max(logits.data(), v, n, &arg);
   const bool inf_mode = max_v == kInf;
   if (inf_mode) {
     // Limit of softmax: the +inf logits split the mass, everything else is impossible.
@@ -260,8 +289,16 @@ Sample Sampler::sample(std::span<const float> logits, const SamplingParams& para
     return out;
   }
 
-  // Raw log-softmax normalizer: log-sum-exp accumulated in double.
-  const double log_norm = static_cast<double>(max_v) + std::log(sum_exp(v, n, max_v));
+  // Raw log-softmax normalizer: log-sum-exp accumulated in double. At temperature 1 over
+  // the whole vocabulary with no penalty, the sampling weights are exactly the raw
+  // exp(logit - max) terms (same function, same summation order), so their sum is
+  // reused below instead of making a second pass; otherwise it is computed here, before
+  // probs_ is modified.
+  const bool penalty_active = params.repetition_penalty != 1.0f && !history.empty();
+  const bool reuse_norm = params.temperature == 1.0f && !penalty_active &&
+                          !(params.top_k > 0 && static_cast<uint32_t>(params.top_k) < n);
+  double log_norm = 0.0;
+  if (!reuse_norm) log_norm = static_cast<double>(max_v) + std::log(sum_exp(v, n, max_v));
   // Raw logprob of a token, from the caller's logits (probs_ gets overwritten).
   auto raw_logprob = [&](uint32_t token) -> float {
     float x = logits[token];
@@ -284,11 +321,12 @@ Sample Sampler::sample(std::span<const float> logits, const SamplingParams& para
       }
       top_[j] = {static_cast<int32_t>(i), x};
     }
-    for (int32_t j = 0; j < n_found; ++j) top_[j].logprob = raw_logprob(top_[j].token);
   }
   out.top = std::span<const TokenLogprob>(top_.data(), static_cast<size_t>(n_found));
 
+  // Needs log_norm, which is final by the time anything calls it.
   auto finish = [&](uint32_t token) -> Sample {
+    for (int32_t j = 0; j < n_found; ++j) top_[j].logprob = raw_logprob(top_[j].token);
     out.token = static_cast<int32_t>(token);
     out.logprob = raw_logprob(token);
     return out;
@@ -296,7 +334,7 @@ Sample Sampler::sample(std::span<const float> logits, const SamplingParams& para
 
   // --- 2. Repetition penalty, once per distinct in-range token. -----------------------
   const float penalty = params.repetition_penalty;
-  if (penalty != 1.0f && !history.empty()) {
+  if (penalty_active) {
     bool changed = false;
     for (int32_t t : history) {
       if (t < 0 || static_cast<uint32_t>(t) >= n || seen_[t]) continue;
@@ -311,11 +349,11 @@ Sample Sampler::sample(std::span<const float> logits, const SamplingParams& para
     for (int32_t t : history) {
       if (t >= 0 && static_cast<uint32_t>(t) < n) seen_[t] = 0;
     }
-    if (changed) max_v = max_of(v, n);
+    if (changed) max_v = sanitize_and_max(v, v, n, &arg);  // (already sanitized)
   }
 
   // --- 3. Greedy: the lowest id holding the max. --------------------------------------
-  if (!(params.temperature > 0.0f)) return finish(first_index_of(v, n, max_v));
+  if (!(params.temperature > 0.0f)) return finish(arg);
 
   // --- 4. Filters and the draw. -------------------------------------------------------
   // Weights are relative to the max, which gets exactly 1. A token is "kept" (survives
@@ -335,21 +373,38 @@ Sample Sampler::sample(std::span<const float> logits, const SamplingParams& para
   uint32_t n_keep = 0;     // kept tokens, once known (see tail_pending)
   uint32_t sorted_end = 0; // ord[0, sorted_end) is the exact descending prefix
   bool tail_pending = false;
-  float thr_f = 0.0f;
-  // Sorting cost control: tokens with weight > thr are sorted up front; the "tail" of
-  // kept tokens at or below thr (at most n * thr of mass: < 1e-3 of the total, or under
-  // half of 1 - top_p) is materialized and sorted only if a walk gets there.
+  float band_lo = 0.0f;    // every kept token with weight > band_lo is in ord[0, sorted_end)
+  // Sorting cost control: only the tokens with weight > thr are sorted up front. The
+  // rest (at most count * thr of mass: under 5% of the total, or under half of 1 - top_p,
+  // so top-p never needs it) is sorted in bands of weight (band_lo / 64, band_lo], one
+  // band at a time and only when a walk reaches it. Each band's weights are all below
+  // the previous band's, so the bands concatenate into the exact descending order.
   auto pick_threshold = [&](uint32_t count) {
-    const double thr = top_p < 1.0 ? (1.0 - top_p) * total / (2.0 * count) : 1e-3 * total / count;
-    thr_f = static_cast<float>(thr);
+    const double thr = top_p < 1.0 ? (1.0 - top_p) * total / (2.0 * count) : 0.05 * total / count;
+    band_lo = static_cast<float>(thr);
   };
+  auto next_band_lo = [&]() { return band_lo < 1e-12f ? 0.0f : band_lo * (1.0f / 64.0f); };
 
   if (params.top_k > 0 && static_cast<uint32_t>(params.top_k) < n) {
     // top-k on the penalized logits, ties by lower id (dividing by the temperature keeps
-    // the order). -inf logits sort last and get weight 0, so they are never kept.
-    const uint32_t k = static_cast<uint32_t>(params.top_k);
-    for (uint32_t i = 0; i < n; ++i) ord[i] = static_cast<int32_t>(i);
-    std::nth_element(ord, ord + (k - 1), ord + n, by_value);
+    // the order). One scan with a buffer of up to 2k ids: when it fills, nth_element keeps the best
+    // k and their k-th value becomes the bar (a later equal value has a higher id, so it
+    // loses the tie). -inf logits are skipped: they would get weight 0 anyway.
+    const uint32_t want = static_cast<uint32_t>(params.top_k);
+    const uint32_t cap = want <= n / 2 ? 2 * want : n;
+    uint32_t c = 0;
+    float bar = -kInf;
+    for (uint32_t i = 0; i < n; ++i) {
+      if (!(v[i] > bar)) continue;
+      ord[c++] = static_cast<int32_t>(i);
+      if (c == cap) {
+        std::nth_element(ord, ord + (want - 1), ord + c, by_value);
+        bar = v[ord[want - 1]];
+        c = want;
+      }
+    }
+    if (c > want) std::nth_element(ord, ord + (want - 1), ord + c, by_value);
+    const uint32_t k = std::min(c, want);
     for (uint32_t j = 0; j < k; ++j) {
       const int32_t i = ord[j];
       const float w = weight1(v[i], max_v, inv_t);
@@ -361,41 +416,51 @@ Sample Sampler::sample(std::span<const float> logits, const SamplingParams& para
         std::partition(ord, ord + k, [v, cutoff](int32_t i) { return v[i] >= cutoff; }) - ord);
     pick_threshold(k);
     sorted_end = static_cast<uint32_t>(
-        std::partition(ord, ord + n_keep, [v, t = thr_f](int32_t i) { return v[i] > t; }) - ord);
+        std::partition(ord, ord + n_keep, [v, t = band_lo](int32_t i) { return v[i] > t; }) - ord);
     tail_pending = sorted_end < n_keep;  // already in ord[sorted_end, n_keep), unsorted
   } else {
     // The whole vocabulary: weights computed in place (vectorized); only the head is
     // collected into ord.
     total = weights_in_place(v, n, max_v, inv_t, cutoff, &kept_total);
+    if (reuse_norm) log_norm = static_cast<double>(max_v) + std::log(total);
     pick_threshold(n);
-    const float head_min = std::max(thr_f, cutoff);  // head: w > thr and w >= cutoff
+    const float head_min = std::max(band_lo, cutoff);  // head: w > thr and w >= cutoff
     uint32_t h = 0;
     for (uint32_t i = 0; i < n; ++i) {
       ord[h] = static_cast<int32_t>(i);
-      h += v[i] > thr_f && v[i] >= head_min;
+      h += v[i] > band_lo && v[i] >= head_min;
     }
     sorted_end = h;
-    n_keep = h;  // grows when the tail is materialized
-    tail_pending = cutoff <= thr_f;  // otherwise no kept token lies at or below thr
+    n_keep = h;  // grows as bands are materialized
+    tail_pending = cutoff <= band_lo;  // otherwise no kept token lies at or below thr
   }
   std::sort(ord, ord + sorted_end, by_value);
 
-  // Makes ord[0, n_keep) fully sorted (a no-op once done).
+  // Appends the next band, sorted, to ord[0, sorted_end) (a no-op once all is sorted).
   const bool whole_vocab = !(params.top_k > 0 && static_cast<uint32_t>(params.top_k) < n);
   auto extend = [&]() {
     if (!tail_pending) return;
-    tail_pending = false;
+    const float hi = band_lo;
+    const float lo = next_band_lo();
+    uint32_t end;
     if (whole_vocab) {
-      uint32_t t = sorted_end;
+      end = sorted_end;
       for (uint32_t i = 0; i < n; ++i) {
         const float w = v[i];
-        ord[t] = static_cast<int32_t>(i);
-        t += w >= cutoff && !(w > thr_f);
+        if (w >= cutoff && w <= hi && w > lo) ord[end++] = static_cast<int32_t>(i);
       }
-      n_keep = t;
+      n_keep = end;
+      tail_pending = lo > 0.0f && cutoff <= lo;
+    } else {
+      // The not yet sorted kept tokens are ord[sorted_end, n_keep).
+      end = static_cast<uint32_t>(
+          std::partition(ord + sorted_end, ord + n_keep, [v, lo](int32_t i) { return v[i] > lo; }) -
+          ord);
+      tail_pending = end < n_keep;
     }
-    std::sort(ord + sorted_end, ord + n_keep, by_value);
-    sorted_end = n_keep;
+    std::sort(ord + sorted_end, ord + end, by_value);
+    sorted_end = end;
+    band_lo = lo;
   };
 
   // top-p: the smallest prefix whose cumulative weight >= top_p * total (the max token,
@@ -410,10 +475,7 @@ Sample Sampler::sample(std::span<const float> logits, const SamplingParams& para
       len = j + 1;
       if (cum >= target) break;
     }
-    if (tail_pending) {
-      // Stopped in the head: the tail is cut off entirely.
-      tail_pending = false;
-    }
+    tail_pending = false;  // the nucleus is ord[0, len), all sorted
     n_keep = len;
     sorted_end = len;
     kept_total = cum;
@@ -428,7 +490,7 @@ Sample Sampler::sample(std::span<const float> logits, const SamplingParams& para
     cum += v[ord[j]];
     if (cum >= target) return finish(static_cast<uint32_t>(ord[j]));
   }
-  // Rounding left cum just below the target: the last kept token.
+  // Rounding left cum just below the target: the last kept token (all are sorted now).
   return finish(static_cast<uint32_t>(ord[sorted_end - 1]));
 }
 

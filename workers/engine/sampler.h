@@ -20,7 +20,10 @@ struct SamplingParams {
 };
 inline constexpr int32_t kMaxTopLogprobs = 20;
 
-// Error naming the first bad field, e.g. "top_p 1.5 is outside (0, 1]".
+// Error (kInvalidArgument) naming the first bad field and its value, e.g.
+// "top_p 1.5 is outside (0, 1]". Valid: temperature finite and >= 0; top_k >= 0;
+// top_p in (0, 1]; min_p in [0, 1]; repetition_penalty finite and > 0;
+// top_logprobs in [0, kMaxTopLogprobs]. sample() assumes valid params.
 Status validate(const SamplingParams& params);
 
 struct TokenLogprob {
@@ -44,16 +47,22 @@ class Sampler {
 
   // `position` is the index in the sequence of the token being sampled; the uniform
   // draw is derived only from (seed, position), so any worker reproduces it.
-  // `history` are the tokens the repetition penalty applies to (caller picks the window).
+  // `history` are the tokens the repetition penalty applies to (caller picks the window;
+  // each distinct token is penalized once; ids outside the vocabulary are ignored).
+  // `logits` must hold vocab_size entries. Filters apply in the order penalty,
+  // temperature, top-k, top-p, min-p; the kept tokens are walked in descending
+  // probability (ties by lower id) to the draw. NaN logits count as -inf; if every
+  // logit is -inf/NaN the result is token 0 with logprob -inf. See sampler.cpp.
+  // Does not allocate.
   Sample sample(std::span<const float> logits, const SamplingParams& params, uint64_t position,
                 std::span<const int32_t> history = {});
 
  private:
   uint32_t vocab_;
-  std::vector<float> probs_;
-  std::vector<int32_t> order_;
-  std::vector<uint8_t> seen_;
-  std::vector<TokenLogprob> top_;
+  std::vector<float> probs_;        // sanitized -> penalized logits -> sampling weights
+  std::vector<int32_t> order_;      // candidate ids (top-k buffer, then descending order)
+  std::vector<uint8_t> seen_;       // penalty dedup flags, all 0 between calls
+  std::vector<TokenLogprob> top_;   // kMaxTopLogprobs entries; Sample::top points here
 };
 
 // The uniform draw in [0, 1) for (seed, position): a counter-based hash (splitmix64).

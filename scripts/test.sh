@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Builds and runs every test, twice: a Release build, then an ASan+UBSan build.
+# Both always run; the exit status is non-zero if either failed. ctest's summary of the
+# last build closes the output.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh || exit 1
+jobs=$(nproc)
+
+run_suite() {  # name, extra cmake flags...
+  local name=$1; shift
+  echo "=== tests: $name build (build/$name)"
+  cmake -S . -B "build/$name" "$@" >/dev/null || return 1
+  if ! cmake --build "build/$name" -j"$jobs" >"build/$name.log" 2>&1; then
+    grep -E -A5 "error" "build/$name.log" | head -80
+    echo "build failed: build/$name.log"
+    return 1
+  fi
+  (cd "build/$name" && ctest --output-on-failure -j"$jobs" --timeout 900)
+}
+
+status=0
+run_suite release -DCMAKE_BUILD_TYPE=Release || status=1
+# halt_on_error: a sanitizer finding fails the test that hit it.
+export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+run_suite asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_SANITIZE=ON || status=1
+[ $status -eq 0 ] && echo "tests: release and asan builds passed" || echo "tests: FAILED (see above)"
+exit $status

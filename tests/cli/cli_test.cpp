@@ -1,0 +1,102 @@
+// The `tandem` binary as a user runs it: make-model and run, good and bad inputs.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <sys/wait.h>
+#include <string>
+
+#include "tests/test_util.h"
+#include "workers/engine/engine.h"
+#include "workers/engine/generate.h"
+
+namespace tandem {
+namespace {
+
+struct Output {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+Output tandem(const std::string& args) {
+  static int n = 0;
+  const std::string dir = test::temp_dir();
+  const std::string out = dir + "/out" + std::to_string(n), err = dir + "/err" + std::to_string(n++);
+  const std::string cmd = std::string(TANDEM_TANDEM_BIN) + " " + args + " >" + out + " 2>" + err;
+  const int rc = std::system(cmd.c_str());
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, slurp(out), slurp(err)};
+}
+
+TEST(Cli, MakeModelIsDeterministic) {
+  const std::string dir = test::temp_dir();
+  ASSERT_EQ(tandem("make-model --preset tiny --seed 7 --out " + dir + "/a.gguf").exit_code, 0);
+  ASSERT_EQ(tandem("make-model --preset tiny --seed 7 --out " + dir + "/b.gguf").exit_code, 0);
+  ASSERT_EQ(tandem("make-model --preset tiny --seed 8 --out " + dir + "/c.gguf").exit_code, 0);
+  EXPECT_EQ(slurp(dir + "/a.gguf"), slurp(dir + "/b.gguf"));
+  EXPECT_NE(slurp(dir + "/a.gguf"), slurp(dir + "/c.gguf"));
+  auto bad = tandem("make-model --preset huge --out " + dir + "/d.gguf");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("huge"), std::string::npos) << bad.err;
+}
+
+TEST(Cli, RunJsonEqualsTheEngine) {
+  const std::string model = test::model_file("tiny", 1);
+  auto r = tandem("run --model " + model + " --tokens 1,40,41,42 --max-tokens 12 --ignore-eos --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto e = engine::Engine::load(model).value();
+  const std::vector<int32_t> prompt = {1, 40, 41, 42};
+  engine::GenerateOptions opt;
+  opt.max_tokens = 12;
+  opt.ignore_eos = true;
+  auto gen = engine::generate(*e, prompt, opt).value();
+  std::string want = "{\"tokens\":[";
+  for (size_t i = 0; i < gen.tokens.size(); ++i) want += (i ? "," : "") + std::to_string(gen.tokens[i]);
+  EXPECT_EQ(r.out.rfind(want + "],\"logprobs\":[", 0), 0u) << r.out;
+  EXPECT_EQ(r.out.back(), '\n');
+}
+
+TEST(Cli, RunTextPromptAndSampling) {
+  const std::string model = test::model_file("tiny", 1);
+  auto a = tandem("run --model " + model + " --prompt 'héllo' --max-tokens 8 --temperature 0.8 --top-p 0.9 --seed 3 --json");
+  auto b = tandem("run --model " + model + " --prompt 'héllo' --max-tokens 8 --temperature 0.8 --top-p 0.9 --seed 3 --json");
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_EQ(a.out, b.out);  // same seed, same tokens
+  auto text = tandem("run --model " + model + " --prompt 'héllo' --max-tokens 8");
+  EXPECT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.err.find("prompt tokens"), std::string::npos) << text.err;
+}
+
+TEST(Cli, BadInputsGiveClearErrors) {
+  const std::string model = test::model_file("tiny", 1);
+  const std::string dir = test::temp_dir();
+  std::ofstream(dir + "/junk.gguf") << "this is not a model file at all";
+  struct Case {
+    std::string args, needle;
+  } cases[] = {
+      {"run --model " + dir + "/junk.gguf --tokens 1", "not a GGUF file"},
+      {"run --model " + dir + "/missing.gguf --tokens 1", "missing.gguf"},
+      {"run --model " + model + " --tokens 1,x", "'x' is not a token id"},
+      {"run --model " + model + " --tokens 1,99999", "outside the vocabulary"},
+      {"run --model " + model + " --tokens 1 --top-p 1.5", "top_p"},
+      {"run --model " + model + " --tokens 1 --bogus", "unknown flag --bogus"},
+      {"run --model " + model, "exactly one of --prompt or --tokens"},
+      {"run --model " + model + " --tokens 1 --gemm magic", "--gemm"},
+      {"frobnicate", "unknown command"},
+  };
+  for (const Case& c : cases) {
+    auto r = tandem(c.args);
+    EXPECT_NE(r.exit_code, 0) << c.args;
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << c.args << " -> " << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace tandem

@@ -1,0 +1,312 @@
+#include "workers/engine/model_config.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <functional>
+#include <variant>
+
+#include "tests/test_util.h"
+#include "workers/engine/gguf.h"
+
+namespace tandem::engine {
+namespace {
+
+// A llama file spec that tests edit before writing: dim 64, 4 heads, 2 KV heads
+// (kv_dim 32), FFN 96, vocab 300, 2 layers. Tensor data is zeros.
+struct Spec {
+  using Value = std::variant<uint32_t, float, std::string>;
+  struct Tensor {
+    std::string name;
+    std::vector<uint64_t> dims;
+    uint32_t type = 0;  // 0 F32, 1 F16
+  };
+  std::vector<std::pair<std::string, Value>> kvs = {
+      {"general.architecture", std::string("llama")},
+      {"general.name", std::string("spec")},
+      {"llama.context_length", 256u},
+      {"llama.embedding_length", 64u},
+      {"llama.block_count", 2u},
+      {"llama.feed_forward_length", 96u},
+      {"llama.attention.head_count", 4u},
+      {"llama.attention.head_count_kv", 2u},
+      {"llama.rope.freq_base", 50000.0f},
+      {"llama.attention.layer_norm_rms_epsilon", 1e-6f},
+      {"llama.rope.dimension_count", 16u},
+  };
+  std::vector<Tensor> tensors;
+
+  Spec() {
+    tensors.push_back({"token_embd.weight", {64, 300}});
+    for (uint32_t i = 0; i < 2; ++i) {
+      tensors.push_back({layer_tensor(i, "attn_norm"), {64}});
+      tensors.push_back({layer_tensor(i, "attn_q"), {64, 64}});
+      tensors.push_back({layer_tensor(i, "attn_k"), {64, 32}});
+      tensors.push_back({layer_tensor(i, "attn_v"), {64, 32}});
+      tensors.push_back({layer_tensor(i, "attn_output"), {64, 64}});
+      tensors.push_back({layer_tensor(i, "ffn_norm"), {64}});
+      tensors.push_back({layer_tensor(i, "ffn_gate"), {64, 96}});
+      tensors.push_back({layer_tensor(i, "ffn_up"), {64, 96}});
+      tensors.push_back({layer_tensor(i, "ffn_down"), {96, 64}});
+    }
+    tensors.push_back({"output_norm.weight", {64}});
+    tensors.push_back({"output.weight", {64, 300}});
+  }
+
+  void set(const std::string& key, Value v) {
+    for (auto& kv : kvs) {
+      if (kv.first == key) {
+        kv.second = std::move(v);
+        return;
+      }
+    }
+    kvs.emplace_back(key, std::move(v));
+  }
+  void erase(const std::string& key) {
+    std::erase_if(kvs, [&](const auto& kv) { return kv.first == key; });
+  }
+  Tensor& tensor(const std::string& name) {
+    auto it = std::find_if(tensors.begin(), tensors.end(), [&](const Tensor& t) { return t.name == name; });
+    EXPECT_NE(it, tensors.end()) << name;
+    return *it;
+  }
+  void erase_tensor(const std::string& name) {
+    std::erase_if(tensors, [&](const Tensor& t) { return t.name == name; });
+  }
+
+  std::string write() const {
+    GgufWriter w;
+    for (const auto& [key, v] : kvs) {
+      if (auto* u = std::get_if<uint32_t>(&v)) {
+        w.add_u32(key, *u);
+      } else if (auto* f = std::get_if<float>(&v)) {
+        w.add_f32(key, *f);
+      } else {
+        w.add_string(key, std::get<std::string>(v));
+      }
+    }
+    for (const Tensor& t : tensors) {
+      uint64_t n = 1;
+      for (uint64_t d : t.dims) n *= d;
+      const uint64_t nbytes = n * (t.type == 0 ? 4 : 2);
+      std::vector<char> zeros(nbytes);
+      w.add_tensor(t.name, t.dims, t.type == 0 ? TensorType::kF32 : TensorType::kF16, zeros.data(), nbytes);
+    }
+    std::string path = test::temp_dir() + "/spec.gguf";
+    Status st = w.write(path);
+    EXPECT_TRUE(st.is_ok()) << st.to_string();
+    return path;
+  }
+};
+
+Result<ModelConfig> load(const std::string& path, std::unique_ptr<GgufFile>& keep) {
+  auto f = GgufFile::open(path);
+  if (!f) return f.status();
+  keep = std::move(*f);
+  return read_model_config(*keep);
+}
+
+std::string error_of(const Spec& spec) {
+  std::string path = spec.write();
+  std::unique_ptr<GgufFile> file;
+  auto cfg = load(path, file);
+  if (cfg) return "";
+  EXPECT_EQ(cfg.status().code(), Code::kModelFile);
+  EXPECT_EQ(cfg.status().message().rfind(path + ": ", 0), 0u) << cfg.status().message();
+  return cfg.status().message();
+}
+
+#define EXPECT_ERROR(spec, text)                                                         \
+  do {                                                                                   \
+    std::string _err = error_of(spec);                                                   \
+    EXPECT_NE(_err.find(text), std::string::npos) << "error: '" << _err << "'";          \
+  } while (0)
+
+TEST(ModelConfigTest, ReadsTheSpec) {
+  Spec spec;
+  std::unique_ptr<GgufFile> file;
+  auto cfg = load(spec.write(), file);
+  ASSERT_TRUE(cfg) << cfg.status().to_string();
+  EXPECT_EQ(cfg->name, "spec");
+  EXPECT_EQ(cfg->vocab_size, 300u);
+  EXPECT_EQ(cfg->dim, 64u);
+  EXPECT_EQ(cfg->n_layers, 2u);
+  EXPECT_EQ(cfg->n_heads, 4u);
+  EXPECT_EQ(cfg->n_kv_heads, 2u);
+  EXPECT_EQ(cfg->ffn_dim, 96u);
+  EXPECT_EQ(cfg->context_length, 256u);
+  EXPECT_EQ(cfg->rope_freq_base, 50000.0f);
+  EXPECT_EQ(cfg->rms_eps, 1e-6f);
+  EXPECT_FALSE(cfg->tied_embeddings);
+  EXPECT_EQ(cfg->head_dim(), 16u);
+  EXPECT_EQ(cfg->kv_dim(), 32u);
+}
+
+TEST(ModelConfigTest, ReadsTheTinyPreset) {
+  std::unique_ptr<GgufFile> file;
+  auto cfg = load(test::model_file("tiny", 1), file);
+  ASSERT_TRUE(cfg) << cfg.status().to_string();
+  EXPECT_EQ(cfg->name, "tandem-tiny");
+  EXPECT_EQ(cfg->vocab_size, 512u);
+  EXPECT_EQ(cfg->dim, 64u);
+  EXPECT_EQ(cfg->n_kv_heads, 2u);
+  EXPECT_EQ(cfg->ffn_dim, 192u);
+  EXPECT_FALSE(cfg->tied_embeddings);
+}
+
+TEST(ModelConfigTest, OptionalKeysHaveDefaults) {
+  Spec spec;
+  spec.erase("llama.attention.head_count_kv");
+  spec.erase("llama.rope.freq_base");
+  spec.erase("llama.attention.layer_norm_rms_epsilon");
+  spec.erase("llama.rope.dimension_count");
+  spec.erase("general.name");
+  for (auto& t : spec.tensors) {
+    if (t.name.find("attn_k") != std::string::npos || t.name.find("attn_v") != std::string::npos) t.dims = {64, 64};
+  }
+  std::string path = spec.write();
+  std::unique_ptr<GgufFile> file;
+  auto cfg = load(path, file);
+  ASSERT_TRUE(cfg) << cfg.status().to_string();
+  EXPECT_EQ(cfg->n_kv_heads, 4u);
+  EXPECT_EQ(cfg->rope_freq_base, 10000.0f);
+  EXPECT_EQ(cfg->rms_eps, 1e-5f);
+  EXPECT_EQ(cfg->name, "spec.gguf");
+}
+
+TEST(ModelConfigTest, NoOutputWeightMeansTiedEmbeddings) {
+  Spec spec;
+  spec.erase_tensor("output.weight");
+  std::unique_ptr<GgufFile> file;
+  auto cfg = load(spec.write(), file);
+  ASSERT_TRUE(cfg) << cfg.status().to_string();
+  EXPECT_TRUE(cfg->tied_embeddings);
+}
+
+TEST(ModelConfigTest, AcceptsF16EverywhereIncludingNorms) {
+  Spec spec;
+  for (auto& t : spec.tensors) t.type = 1;
+  std::unique_ptr<GgufFile> file;
+  auto cfg = load(spec.write(), file);
+  ASSERT_TRUE(cfg) << cfg.status().to_string();
+}
+
+TEST(ModelConfigTest, UnsupportedArchitecture) {
+  Spec spec;
+  spec.set("general.architecture", std::string("gpt2"));
+  EXPECT_ERROR(spec, "unsupported architecture 'gpt2' (tandem runs 'llama')");
+  spec.erase("general.architecture");
+  EXPECT_ERROR(spec, "missing key general.architecture");
+}
+
+TEST(ModelConfigTest, MissingRequiredKeys) {
+  for (const char* key : {"llama.context_length", "llama.embedding_length", "llama.block_count",
+                          "llama.feed_forward_length", "llama.attention.head_count"}) {
+    Spec spec;
+    spec.erase(key);
+    EXPECT_ERROR(spec, std::string("missing key ") + key);
+  }
+}
+
+TEST(ModelConfigTest, KeysOfTheWrongKindOrOutOfRange) {
+  Spec spec;
+  spec.set("llama.block_count", std::string("two"));
+  EXPECT_ERROR(spec, "key llama.block_count is not a non-negative integer");
+  spec = Spec();
+  spec.set("llama.block_count", 0u);
+  EXPECT_ERROR(spec, "llama.block_count 0 is out of range (1 to 1048575)");
+  spec = Spec();
+  spec.set("llama.embedding_length", 1u << 20);
+  EXPECT_ERROR(spec, "llama.embedding_length 1048576 is out of range");
+  spec = Spec();
+  spec.set("llama.rope.freq_base", -1.0f);
+  EXPECT_ERROR(spec, "llama.rope.freq_base");
+  spec = Spec();
+  spec.set("llama.attention.layer_norm_rms_epsilon", 2u);
+  EXPECT_ERROR(spec, "key llama.attention.layer_norm_rms_epsilon is not a float");
+}
+
+TEST(ModelConfigTest, HeadArithmetic) {
+  Spec spec;
+  spec.set("llama.attention.head_count", 5u);
+  EXPECT_ERROR(spec, "head_count 5 does not divide embedding_length 64");
+  spec = Spec();
+  spec.set("llama.attention.head_count_kv", 3u);
+  EXPECT_ERROR(spec, "head_count_kv 3 does not divide head_count 4");
+  spec = Spec();
+  spec.set("llama.attention.head_count", 64u);  // head_dim 1
+  spec.set("llama.attention.head_count_kv", 64u);
+  EXPECT_ERROR(spec, "head_dim 1 (embedding_length 64 / head_count 64) is odd");
+  spec = Spec();
+  spec.set("llama.rope.dimension_count", 8u);
+  EXPECT_ERROR(spec, "llama.rope.dimension_count 8 differs from head_dim 16 (tandem applies rope to the whole head)");
+}
+
+TEST(ModelConfigTest, BadShape) {
+  Spec spec;
+  spec.tensor("blk.1.attn_k.weight").dims = {64, 48};
+  EXPECT_ERROR(spec, "tensor blk.1.attn_k.weight has shape [64, 48], expected [64, 32]");
+  spec = Spec();
+  spec.tensor("blk.0.ffn_down.weight").dims = {64, 96};  // transposed
+  EXPECT_ERROR(spec, "tensor blk.0.ffn_down.weight has shape [64, 96], expected [96, 64]");
+  spec = Spec();
+  spec.tensor("output_norm.weight").dims = {64, 1};
+  EXPECT_ERROR(spec, "tensor output_norm.weight has shape [64, 1], expected [64]");
+  spec = Spec();
+  spec.tensor("output.weight").dims = {64, 301};
+  EXPECT_ERROR(spec, "tensor output.weight has shape [64, 301], expected [64, 300]");
+  spec = Spec();
+  spec.tensor("token_embd.weight").dims = {32, 300};
+  EXPECT_ERROR(spec, "tensor token_embd.weight has shape [32, 300], expected [64, vocab_size]");
+}
+
+TEST(ModelConfigTest, MissingTensor) {
+  Spec spec;
+  spec.erase_tensor("blk.1.ffn_gate.weight");
+  EXPECT_ERROR(spec, "missing tensor blk.1.ffn_gate.weight");
+  spec = Spec();
+  spec.erase_tensor("token_embd.weight");
+  EXPECT_ERROR(spec, "missing tensor token_embd.weight");
+}
+
+// A Q8_0 tensor: the file is written by hand, since GgufWriter writes F32/F16 only.
+TEST(ModelConfigTest, UnsupportedTensorType) {
+  Spec spec;
+  // Write blk.0.ffn_up.weight as F16 [64, 96] (12288 bytes), then patch its type id to
+  // Q8_0: [64, 96] in Q8_0 is 6528 bytes, so the data still lies inside the file.
+  spec.tensor("blk.0.ffn_up.weight").type = 1;
+  std::string path = spec.write();
+  std::unique_ptr<GgufFile> probe;
+  ASSERT_TRUE(load(path, probe));
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  in.close();
+  const std::string name = "blk.0.ffn_up.weight";
+  size_t at = bytes.find(name);
+  ASSERT_NE(at, std::string::npos);
+  size_t type_at = at + name.size() + 4 + 2 * 8;  // n_dims, two dims
+  uint32_t type = 0;
+  std::memcpy(&type, bytes.data() + type_at, 4);
+  ASSERT_EQ(type, 1u);
+  type = 8;
+  std::memcpy(bytes.data() + type_at, &type, 4);
+  std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  std::unique_ptr<GgufFile> file;
+  auto cfg = load(path, file);
+  ASSERT_FALSE(cfg);
+  EXPECT_NE(cfg.status().message().find(
+                "tensor blk.0.ffn_up.weight has unsupported type Q8_0 (tandem loads F32 and F16)"),
+            std::string::npos)
+      << cfg.status().message();
+}
+
+TEST(ModelConfigTest, LayerTensorNames) {
+  EXPECT_EQ(layer_tensor(3, "attn_k"), "blk.3.attn_k.weight");
+  EXPECT_EQ(layer_tensor(0, "ffn_down"), "blk.0.ffn_down.weight");
+}
+
+}  // namespace
+}  // namespace tandem::engine
