@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <new>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -255,6 +258,51 @@ TEST(Engine, BadStepsGiveClearErrors) {
   // The engine keeps serving after errors.
   SeqStep good{ok, 0, blocks, 1};
   EXPECT_TRUE(e->forward({&good, 1}, *pool).is_ok());
+}
+
+}  // namespace
+}  // namespace tandem::engine
+
+// Counting allocations: after a warm-up step of the same shape, a forward pass (packed
+// and OpenBLAS backends) and a decode step allocate nothing.
+namespace {
+std::atomic<bool> g_counting{false};
+std::atomic<uint64_t> g_allocations{0};
+}  // namespace
+
+void* operator new(size_t n) {
+  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+
+namespace tandem::engine {
+namespace {
+
+TEST(Engine, StepsAllocateNothingAfterWarmUp) {
+  for (GemmBackend backend : {GemmBackend::kPacked, GemmBackend::kOpenBlas}) {
+    auto e = load(test::model_file("tiny", 1), backend);
+    auto pool = KvPool::create(e->config(), 16).value();
+    const auto b1 = iota_blocks(8), b2 = iota_blocks(8, 8);
+    const auto p1 = random_tokens(40, e->config().vocab_size, 1), p2 = random_tokens(20, e->config().vocab_size, 2);
+    SeqStep prefill[2] = {{p1, 0, b1, 1}, {p2, 0, b2, 1}};
+    ASSERT_TRUE(e->forward(prefill, *pool).is_ok());
+    const int32_t t1 = 5, t2 = 6;
+    SeqStep decode[2] = {{std::span(&t1, 1), 40, b1, 1}, {std::span(&t2, 1), 20, b2, 1}};
+    ASSERT_TRUE(e->forward(decode, *pool).is_ok());  // warm-up of the decode shape
+    g_allocations = 0;
+    g_counting = true;
+    for (uint32_t i = 0; i < 5; ++i) {
+      decode[0].start_pos = 41 + i;
+      decode[1].start_pos = 21 + i;
+      Status st = e->forward(decode, *pool);
+      if (!st.is_ok()) break;
+    }
+    g_counting = false;
+    EXPECT_EQ(g_allocations.load(), 0u) << (backend == GemmBackend::kPacked ? "packed" : "openblas");
+  }
 }
 
 }  // namespace

@@ -189,9 +189,8 @@ void Engine::matmul(const Matrix& w, const float* a, size_t lda, uint32_t m, flo
   }
   const kernels::PackedView view = w.view();
   const auto gemm = kernels_->gemm;
-  pool_->parallel_for(view.panels(), [&](uint32_t p0, uint32_t p1, uint32_t) {
-    gemm(a, lda, m, view, p0, p1, c, w.n);
-  });
+  auto part = [&](uint32_t p0, uint32_t p1, uint32_t) { gemm(a, lda, m, view, p0, p1, c, w.n); };
+  pool_->parallel_for(view.panels(), part);
 }
 
 void Engine::reserve_scratch(uint32_t tokens, uint32_t logit_rows, uint32_t max_keys) {
@@ -227,26 +226,27 @@ Status Engine::forward(std::span<const SeqStep> step, KvPool& pool) {
   const uint32_t bt = pool.block_tokens();
   for (size_t s = 0; s < step.size(); ++s) {
     const SeqStep& q = step[s];
-    const std::string where = "forward: sequence " + std::to_string(s) + ": ";
-    if (q.tokens.empty()) return Status::invalid(where + "no tokens");
+    // Messages are built only on failure: validation allocates nothing on the hot path.
+    auto bad = [s](const std::string& what) {
+      return Status::invalid("forward: sequence " + std::to_string(s) + ": " + what);
+    };
+    if (q.tokens.empty()) return bad("no tokens");
     const uint64_t end = uint64_t{q.start_pos} + q.tokens.size();
     if (end > c.context_length)
-      return Status::invalid(where + "positions up to " + std::to_string(end) + " exceed the context length " +
-                             std::to_string(c.context_length));
+      return bad("positions up to " + std::to_string(end) + " exceed the context length " +
+                 std::to_string(c.context_length));
     if (q.blocks.size() * uint64_t{bt} < end)
-      return Status::invalid(where + "block table covers " + std::to_string(q.blocks.size() * bt) +
-                             " positions, needs " + std::to_string(end));
+      return bad("block table covers " + std::to_string(q.blocks.size() * bt) + " positions, needs " +
+                 std::to_string(end));
     for (int32_t b : q.blocks.first((end + bt - 1) / bt))
       if (b < 0 || static_cast<uint32_t>(b) >= pool.n_blocks())
-        return Status::invalid(where + "block id " + std::to_string(b) + " is outside the pool of " +
-                               std::to_string(pool.n_blocks()));
+        return bad("block id " + std::to_string(b) + " is outside the pool of " + std::to_string(pool.n_blocks()));
     for (int32_t t : q.tokens)
       if (t < 0 || static_cast<uint32_t>(t) >= c.vocab_size)
-        return Status::invalid(where + "token id " + std::to_string(t) + " is outside the vocabulary of " +
-                               std::to_string(c.vocab_size));
+        return bad("token id " + std::to_string(t) + " is outside the vocabulary of " + std::to_string(c.vocab_size));
     if (q.n_logits > q.tokens.size())
-      return Status::invalid(where + "asks logits for " + std::to_string(q.n_logits) + " of " +
-                             std::to_string(q.tokens.size()) + " tokens");
+      return bad("asks logits for " + std::to_string(q.n_logits) + " of " + std::to_string(q.tokens.size()) +
+                 " tokens");
     total += q.tokens.size();
     logit_rows += q.n_logits;
     max_keys = std::max<uint32_t>(max_keys, static_cast<uint32_t>(end));
@@ -305,7 +305,7 @@ Status Engine::forward(std::span<const SeqStep> step, KvPool& pool) {
     std::atomic<uint32_t> next{0};
     const uint32_t items = T * n_kv;
     const auto attention = kernels_->attention;
-    pool_->run([&](uint32_t thread) {
+    auto attend = [&](uint32_t thread) {
       kernels::AttentionArgs a;
       a.n_q = group;
       a.head_dim = hd;
@@ -323,7 +323,8 @@ Status Engine::forward(std::span<const SeqStep> step, KvPool& pool) {
         a.out = &attn_[size_t{t} * dim + size_t{h} * group * hd];
         attention(a);
       }
-    });
+    };
+    pool_->run(attend);
 
     matmul(L.wo, attn_.data(), dim, T, xn_.data());
     for (size_t i = 0; i < size_t{T} * dim; ++i) x_[i] = x_[i] + xn_[i];

@@ -27,7 +27,7 @@ ThreadPool::~ThreadPool() {
   for (auto& t : threads_) t.join();
 }
 
-void ThreadPool::run(const std::function<void(uint32_t)>& fn) {
+void ThreadPool::run(FunctionRef<void(uint32_t)> fn) {
   if (n_ == 1) {
     fn(0);
     return;
@@ -49,16 +49,17 @@ void ThreadPool::run(const std::function<void(uint32_t)>& fn) {
   job_ = nullptr;
 }
 
-void ThreadPool::parallel_for(uint32_t n, const std::function<void(uint32_t, uint32_t, uint32_t)>& fn) {
+void ThreadPool::parallel_for(uint32_t n, FunctionRef<void(uint32_t, uint32_t, uint32_t)> fn) {
   if (n_ == 1 || n <= 1) {
     fn(0, n, 0);
     return;
   }
-  run([&](uint32_t t) {
+  auto split = [&](uint32_t t) {
     const uint32_t begin = static_cast<uint32_t>(uint64_t{n} * t / n_);
     const uint32_t end = static_cast<uint32_t>(uint64_t{n} * (t + 1) / n_);
     if (begin < end) fn(begin, end, t);
-  });
+  };
+  run(split);
 }
 
 void ThreadPool::worker_main(uint32_t index) {

@@ -5,11 +5,30 @@
 
 #include <atomic>
 #include <cstdint>
-#include <functional>
 #include <thread>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace tandem::engine {
+
+// A non-owning reference to a callable: unlike std::function it never allocates, so a
+// step's many parallel regions cost no heap traffic. The callable must outlive the call.
+template <class Sig>
+class FunctionRef;
+template <class R, class... Args>
+class FunctionRef<R(Args...)> {
+ public:
+  template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, FunctionRef>>>
+  FunctionRef(F&& f)  // NOLINT(google-explicit-constructor): used like std::function
+      : obj_(const_cast<void*>(static_cast<const void*>(&f))),
+        call_([](void* o, Args... a) -> R { return (*static_cast<std::remove_reference_t<F>*>(o))(std::forward<Args>(a)...); }) {}
+  R operator()(Args... a) const { return call_(obj_, std::forward<Args>(a)...); }
+
+ private:
+  void* obj_;
+  R (*call_)(void*, Args...);
+};
 
 class ThreadPool {
  public:
@@ -22,17 +41,17 @@ class ThreadPool {
 
   // Runs fn(thread_index) on every thread (0..size-1) and returns when all are done.
   // fn must not throw. Not reentrant.
-  void run(const std::function<void(uint32_t)>& fn);
+  void run(FunctionRef<void(uint32_t)> fn);
 
   // Splits [0, n) into size() contiguous ranges of near-equal length, fn(begin, end, t).
-  void parallel_for(uint32_t n, const std::function<void(uint32_t, uint32_t, uint32_t)>& fn);
+  void parallel_for(uint32_t n, FunctionRef<void(uint32_t, uint32_t, uint32_t)> fn);
 
  private:
   void worker_main(uint32_t index);
 
   uint32_t n_;
   std::vector<std::thread> threads_;
-  const std::function<void(uint32_t)>* job_ = nullptr;
+  const FunctionRef<void(uint32_t)>* job_ = nullptr;
   std::atomic<uint32_t> generation_{0};
   std::atomic<uint32_t> pending_{0};
   std::atomic<bool> stop_{false};
