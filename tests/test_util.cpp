@@ -32,19 +32,22 @@ TempRoot& root() {
 
 std::string temp_dir() {
   static int counter = 0;
-  fs::path p = root().path / ("d" + std::to_string(counter++));
+  std::string name = std::to_string(counter++);
+  name.insert(0, 1, 'd');  // (not "d" + ...: GCC 12 -O3 warns falsely on that, -Wrestrict)
+  fs::path p = root().path / name;
   fs::create_directories(p);
   return p.string();
 }
 
-std::string model_file(const std::string& preset, unsigned seed) {
-  static std::map<std::pair<std::string, unsigned>, std::string> made;
-  auto key = std::make_pair(preset, seed);
+std::string model_file(const std::string& preset, unsigned seed, bool f16, bool tied) {
+  static std::map<std::string, std::string> made;
+  const std::string key = preset + "-" + std::to_string(seed) + (f16 ? "-f16" : "") + (tied ? "-tied" : "");
   if (auto it = made.find(key); it != made.end()) return it->second;
   auto config = engine::preset_config(preset);
   if (!config) throw std::runtime_error(config.status().to_string());
-  std::string path = (root().path / (preset + "-" + std::to_string(seed) + ".gguf")).string();
-  Status st = engine::make_model(*config, seed, path);
+  config->tied_embeddings = tied;
+  std::string path = (root().path / (key + ".gguf")).string();
+  Status st = engine::make_model(*config, seed, path, f16 ? engine::TensorType::kF16 : engine::TensorType::kF32);
   if (!st) throw std::runtime_error(st.to_string());
   made[key] = path;
   return path;

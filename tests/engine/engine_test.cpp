@@ -51,11 +51,14 @@ float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
-class EngineVsReference : public ::testing::TestWithParam<GemmBackend> {};
+// (backend, F16 file, tied embeddings)
+class EngineVsReference : public ::testing::TestWithParam<std::tuple<GemmBackend, bool, bool>> {};
 
 TEST_P(EngineVsReference, LogitsMatchWithin1e4Relative) {
-  const std::string path = test::model_file("tiny", 1);
-  auto e = load(path, GetParam());
+  const auto [backend, f16, tied] = GetParam();
+  const std::string path = test::model_file("tiny", 1, f16, tied);
+  auto e = load(path, backend);
+  EXPECT_EQ(e->config().tied_embeddings, tied);
   test::ReferenceModel ref(path);
   const auto tokens = random_tokens(45, e->config().vocab_size, 5);
   auto pool = KvPool::create(e->config(), 8);
@@ -76,8 +79,13 @@ TEST_P(EngineVsReference, LogitsMatchWithin1e4Relative) {
   EXPECT_LE(worst, 1e-4);
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, EngineVsReference, ::testing::Values(GemmBackend::kPacked, GemmBackend::kOpenBlas),
-                         [](const auto& info) { return info.param == GemmBackend::kPacked ? "packed" : "openblas"; });
+INSTANTIATE_TEST_SUITE_P(Files, EngineVsReference,
+                         ::testing::Combine(::testing::Values(GemmBackend::kPacked, GemmBackend::kOpenBlas),
+                                            ::testing::Bool(), ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) == GemmBackend::kPacked ? "packed" : "openblas") +
+                                  (std::get<1>(info.param) ? "_f16" : "_f32") + (std::get<2>(info.param) ? "_tied" : "_untied");
+                         });
 
 // The logits of sequence A's last prompt token and of three decode steps, computed
 // (1) alone, prompt in one chunk, contiguous blocks; and (2) chunked differently, blocks
@@ -270,6 +278,7 @@ std::atomic<bool> g_counting{false};
 std::atomic<uint64_t> g_allocations{0};
 }  // namespace
 
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"  // GCC 12 misreads the replaced pair
 void* operator new(size_t n) {
   if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
   if (void* p = std::malloc(n ? n : 1)) return p;

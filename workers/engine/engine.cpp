@@ -9,36 +9,11 @@
 #include <cstring>
 #include <string>
 
+#include "workers/engine/half.h"
+
 namespace tandem::engine {
 
 namespace {
-
-float half_to_float(uint16_t h) {
-  const uint32_t sign = (h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1f;
-  uint32_t mant = h & 0x3ffu;
-  uint32_t bits;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else {  // subnormal: normalize
-      exp = 127 - 15 + 1;
-      while ((mant & 0x400u) == 0) {
-        mant <<= 1;
-        --exp;
-      }
-      mant &= 0x3ffu;
-      bits = sign | (exp << 23) | (mant << 13);
-    }
-  } else if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
 
 // Row `row` of a GGUF matrix tensor (F32 or F16, [rows][cols]) as floats.
 void read_row(const GgufTensor& t, uint64_t row, float* out) {
@@ -124,6 +99,11 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::string& path, const Engi
                               " is not supported (tandem needs a multiple of 16, at most 256)");
   auto tokenizer = Tokenizer::from_gguf(**file);
   if (!tokenizer) return tokenizer.status();
+  // Fewer tokens than embedding rows is fine (padded vocabularies); more would let text
+  // encode to ids the model has no row for.
+  if (tokenizer->vocab_size() > config->vocab_size)
+    return Status::model_file(path + ": the vocabulary has " + std::to_string(tokenizer->vocab_size()) +
+                              " tokens but token_embd.weight has only " + std::to_string(config->vocab_size) + " rows");
   if (options.threads == 0 || options.threads > 256)
     return Status::invalid("threads must be in [1, 256], got " + std::to_string(options.threads));
 

@@ -1,5 +1,7 @@
 #include "workers/engine/make_model.h"
 
+#include "workers/engine/half.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -157,14 +159,15 @@ Result<ModelConfig> preset_config(const std::string& preset) {
   return c;
 }
 
-Status make_model(const ModelConfig& config, uint64_t seed, const std::string& path) {
+Status make_model(const ModelConfig& config, uint64_t seed, const std::string& path, TensorType weights) {
   TANDEM_RETURN_IF_ERROR(check_config(config));
   const ModelConfig& c = config;
   GgufWriter w;
 
   w.add_string("general.architecture", "llama");
   w.add_string("general.name", c.name.empty() ? "tandem" : c.name);
-  w.add_u32("general.file_type", 0);  // LLAMA_FTYPE_ALL_F32
+  const bool f16 = weights == TensorType::kF16;
+  w.add_u32("general.file_type", f16 ? 1 : 0);  // LLAMA_FTYPE_ALL_F32 / LLAMA_FTYPE_MOSTLY_F16
   w.add_u32("general.alignment", 32);
   w.add_u32("llama.context_length", c.context_length);
   w.add_u32("llama.embedding_length", c.dim);
@@ -210,6 +213,7 @@ Status make_model(const ModelConfig& config, uint64_t seed, const std::string& p
   const unsigned n_threads = std::clamp(std::thread::hardware_concurrency(), 1u, 8u);
   uint64_t tensor_index = 0;
   std::vector<float> buf;
+  std::vector<uint16_t> halves;
   auto add_random = [&](const std::string& name, uint64_t in, uint64_t out, double std_dev) {
     const uint64_t index = tensor_index++;
     buf.resize(in * out);
@@ -225,7 +229,13 @@ Status make_model(const ModelConfig& config, uint64_t seed, const std::string& p
     for (unsigned t = 1; t < n_threads && t < n_chunks; ++t) helpers.emplace_back(draw, t);
     draw(0);
     for (std::thread& h : helpers) h.join();
-    w.add_tensor(name, {in, out}, TensorType::kF32, buf.data(), buf.size() * sizeof(float));
+    if (f16) {
+      halves.resize(buf.size());
+      for (size_t i = 0; i < buf.size(); ++i) halves[i] = float_to_half(buf[i]);
+      w.add_tensor(name, {in, out}, TensorType::kF16, halves.data(), halves.size() * sizeof(uint16_t));
+    } else {
+      w.add_tensor(name, {in, out}, TensorType::kF32, buf.data(), buf.size() * sizeof(float));
+    }
   };
   auto add_ones = [&](const std::string& name, uint64_t n) {
     ++tensor_index;
@@ -250,6 +260,7 @@ Status make_model(const ModelConfig& config, uint64_t seed, const std::string& p
   add_ones("output_norm.weight", dim);
   if (!c.tied_embeddings) add_random("output.weight", dim, vocab, s_dim);
   buf = {};
+  halves = {};
   return w.write(path);
 }
 
