@@ -316,3 +316,36 @@ TEST(Engine, StepsAllocateNothingAfterWarmUp) {
 
 }  // namespace
 }  // namespace tandem::engine
+
+namespace tandem::engine {
+namespace {
+
+// Speculative decoding rolls a sequence back by shortening it: the next step writes over
+// the rejected positions, and the result equals never having computed them.
+TEST(Engine, TrimmingASequenceEqualsNeverHavingExtendedIt) {
+  auto e = load(test::model_file("tiny", 4));
+  const auto prompt = random_tokens(30, e->config().vocab_size, 21);
+  const auto rejected = random_tokens(5, e->config().vocab_size, 22);
+  const auto accepted = random_tokens(3, e->config().vocab_size, 23);
+  const auto blocks = iota_blocks(4);
+
+  auto pool = KvPool::create(e->config(), 4).value();
+  SeqStep p{prompt, 0, blocks, 1};
+  ASSERT_TRUE(e->forward({&p, 1}, *pool).is_ok());
+  SeqStep draft{rejected, 30, blocks, 5};  // verify 5 drafted tokens, keep none of them
+  ASSERT_TRUE(e->forward({&draft, 1}, *pool).is_ok());
+  SeqStep retry{accepted, 30, blocks, 3};  // the sequence is 30 long again
+  ASSERT_TRUE(e->forward({&retry, 1}, *pool).is_ok());
+  std::vector<std::vector<float>> got;
+  for (uint32_t i = 0; i < 3; ++i) got.push_back(row(*e, i));
+
+  auto fresh = KvPool::create(e->config(), 4).value();
+  std::vector<int32_t> whole = prompt;
+  whole.insert(whole.end(), accepted.begin(), accepted.end());
+  SeqStep once{whole, 0, blocks, 3};
+  ASSERT_TRUE(e->forward({&once, 1}, *fresh).is_ok());
+  for (uint32_t i = 0; i < 3; ++i) EXPECT_EQ(max_abs_diff(got[i], row(*e, i)), 0.0f) << i;
+}
+
+}  // namespace
+}  // namespace tandem::engine
