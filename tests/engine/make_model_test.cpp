@@ -8,10 +8,11 @@
 #include <iterator>
 
 #include "tests/test_util.h"
-#include "workers/engine/gguf.h"
-#include "workers/engine/tokenizer.h"
+#include "runtime/model/gguf.h"
+#include "runtime/model/tokenizer.h"
 
 namespace tandem::engine {
+using model::GgufValueType;
 namespace {
 
 std::vector<char> read_bytes(const std::string& path) {

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "workers/engine/gguf.h"
-#include "workers/engine/model_config.h"
+#include "runtime/model/gguf.h"
+#include "runtime/model/model_config.h"
 
 namespace tandem::test {
 

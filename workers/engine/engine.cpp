@@ -9,7 +9,7 @@
 #include <cstring>
 #include <string>
 
-#include "workers/engine/half.h"
+#include "workers/engine/model_file.h"
 
 namespace tandem::engine {
 

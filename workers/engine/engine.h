@@ -8,12 +8,10 @@
 #include <vector>
 
 #include "runtime/status.h"
-#include "workers/engine/gguf.h"
+#include "workers/engine/model_file.h"
 #include "workers/engine/kernels.h"
 #include "workers/engine/kv_cache.h"
-#include "workers/engine/model_config.h"
 #include "workers/engine/thread_pool.h"
-#include "workers/engine/tokenizer.h"
 
 namespace tandem::engine {
 

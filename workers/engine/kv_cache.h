@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "runtime/status.h"
-#include "workers/engine/model_config.h"
+#include "workers/engine/model_file.h"
 
 namespace tandem::engine {
 

@@ -1,6 +1,6 @@
 #include "workers/engine/make_model.h"
 
-#include "workers/engine/half.h"
+#include "workers/engine/model_file.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,6 @@
 #include <thread>
 #include <vector>
 
-#include "workers/engine/gguf.h"
 
 namespace tandem::engine {
 

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "runtime/status.h"
-#include "workers/engine/model_config.h"
+#include "workers/engine/model_file.h"
 
 namespace tandem::engine {
 

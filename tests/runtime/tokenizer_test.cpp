@@ -1,4 +1,4 @@
-#include "workers/engine/tokenizer.h"
+#include "runtime/model/tokenizer.h"
 
 #include <gtest/gtest.h>
 
@@ -7,9 +7,9 @@
 #include <random>
 
 #include "tests/test_util.h"
-#include "workers/engine/gguf.h"
+#include "runtime/model/gguf.h"
 
-namespace tandem::engine {
+namespace tandem::model {
 namespace {
 
 struct Vocab {
@@ -249,4 +249,4 @@ TEST(TokenizerTest, MissingKeysAndBadTypes) {
 }
 
 }  // namespace
-}  // namespace tandem::engine
+}  // namespace tandem::model

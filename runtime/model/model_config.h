@@ -5,9 +5,9 @@
 #include <string>
 
 #include "runtime/status.h"
-#include "workers/engine/gguf.h"
+#include "runtime/model/gguf.h"
 
-namespace tandem::engine {
+namespace tandem::model {
 
 struct ModelConfig {
   std::string name;           // general.name, or the file name
@@ -38,4 +38,4 @@ Result<ModelConfig> read_model_config(const GgufFile& file);
 // Tensor names of the llama architecture in GGUF.
 std::string layer_tensor(uint32_t layer, const char* what);  // "blk.{layer}.{what}.weight"
 
-}  // namespace tandem::engine
+}  // namespace tandem::model

@@ -14,7 +14,7 @@
 
 #include "runtime/status.h"
 
-namespace tandem::engine {
+namespace tandem::model {
 
 // GGUF metadata value types (gguf_type).
 enum class GgufValueType : uint32_t {
@@ -122,4 +122,4 @@ class GgufWriter {
   std::string deferred_error_;
 };
 
-}  // namespace tandem::engine
+}  // namespace tandem::model

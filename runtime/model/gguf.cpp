@@ -1,4 +1,4 @@
-#include "workers/engine/gguf.h"
+#include "runtime/model/gguf.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -13,7 +13,7 @@
 #include <limits>
 #include <set>
 
-namespace tandem::engine {
+namespace tandem::model {
 
 // GGUF is little-endian; tandem reads and writes it with plain memcpy.
 static_assert(std::endian::native == std::endian::little, "tandem assumes a little-endian host");
@@ -680,4 +680,4 @@ Status GgufWriter::write(const std::string& path) const {
   return Status::ok();
 }
 
-}  // namespace tandem::engine
+}  // namespace tandem::model

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "runtime/status.h"
-#include "workers/engine/gguf.h"
+#include "runtime/model/gguf.h"
 
-namespace tandem::engine {
+namespace tandem::model {
 
 // Supported today: "byte-level" vocabularies (tokenizer model "llama" whose only
 // text-bearing tokens are the 256 byte tokens <0x00>..<0xFF>; other tokens are
@@ -51,4 +51,4 @@ class Tokenizer {
   bool byte_level_ = false;
 };
 
-}  // namespace tandem::engine
+}  // namespace tandem::model

@@ -1,4 +1,4 @@
-#include "workers/engine/gguf.h"
+#include "runtime/model/gguf.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 
 #include "tests/test_util.h"
 
-namespace tandem::engine {
+namespace tandem::model {
 namespace {
 
 std::vector<char> read_bytes(const std::string& path) {
@@ -483,4 +483,4 @@ TEST_F(GgufTest, RandomCorruptionNeverCrashes) {
 }
 
 }  // namespace
-}  // namespace tandem::engine
+}  // namespace tandem::model

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <cstring>
 
-namespace tandem::engine {
+namespace tandem::model {
 
 inline float half_to_float(uint16_t h) {
   const uint32_t sign = (h & 0x8000u) << 16;
@@ -56,4 +56,4 @@ inline uint16_t float_to_half(float f) {
   return static_cast<uint16_t>(sign | h);
 }
 
-}  // namespace tandem::engine
+}  // namespace tandem::model

@@ -1,11 +1,11 @@
-#include "workers/engine/model_config.h"
+#include "runtime/model/model_config.h"
 
 #include <cmath>
 #include <cstdint>
 #include <optional>
 #include <vector>
 
-namespace tandem::engine {
+namespace tandem::model {
 
 namespace {
 
@@ -171,4 +171,4 @@ Result<ModelConfig> read_model_config(const GgufFile& file) {
   return cfg;
 }
 
-}  // namespace tandem::engine
+}  // namespace tandem::model

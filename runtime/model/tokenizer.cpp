@@ -1,10 +1,10 @@
-#include "workers/engine/tokenizer.h"
+#include "runtime/model/tokenizer.h"
 
 #include <cstdio>
 #include <string_view>
 #include <unordered_map>
 
-namespace tandem::engine {
+namespace tandem::model {
 
 namespace {
 
@@ -177,4 +177,4 @@ std::string Tokenizer::decode(std::span<const int32_t> tokens) const {
   return out;
 }
 
-}  // namespace tandem::engine
+}  // namespace tandem::model

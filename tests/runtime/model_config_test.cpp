@@ -1,4 +1,4 @@
-#include "workers/engine/model_config.h"
+#include "runtime/model/model_config.h"
 
 #include <gtest/gtest.h>
 
@@ -10,9 +10,9 @@
 #include <variant>
 
 #include "tests/test_util.h"
-#include "workers/engine/gguf.h"
+#include "runtime/model/gguf.h"
 
-namespace tandem::engine {
+namespace tandem::model {
 namespace {
 
 // A llama file spec that tests edit before writing: dim 64, 4 heads, 2 KV heads
@@ -309,4 +309,4 @@ TEST(ModelConfigTest, LayerTensorNames) {
 }
 
 }  // namespace
-}  // namespace tandem::engine
+}  // namespace tandem::model

@@ -1,0 +1,21 @@
+// The model-file types the engine uses. They live in runtime/model/ because the
+// scheduler reads the same GGUF metadata and vocabulary.
+#pragma once
+
+#include "runtime/model/gguf.h"
+#include "runtime/model/half.h"
+#include "runtime/model/model_config.h"
+#include "runtime/model/tokenizer.h"
+
+namespace tandem::engine {
+using model::float_to_half;
+using model::GgufFile;
+using model::GgufTensor;
+using model::GgufWriter;
+using model::half_to_float;
+using model::layer_tensor;
+using model::ModelConfig;
+using model::read_model_config;
+using model::TensorType;
+using model::Tokenizer;
+}  // namespace tandem::engine
