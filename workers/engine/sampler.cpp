@@ -55,12 +55,6 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kFloatMax = std::numeric_limits<float>::max();
 
 // Shortest round-trip text of a float: 1.5f -> "1.5", NaN -> "nan".
-std::string fmt(float v) {
-  char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof(buf), v);
-  return std::string(buf, r.ptr);
-}
-
 uint64_t splitmix64(uint64_t x) {
   uint64_t z = x + 0x9E3779B97F4A7C15ull;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -224,30 +218,6 @@ double weights_in_place(float* v, uint32_t n, float max, double inv_t, float cut
 }
 
 }  // namespace
-
-Status validate(const SamplingParams& p) {
-  if (!(std::isfinite(p.temperature) && p.temperature >= 0.0f)) {
-    return Status::invalid("temperature " + fmt(p.temperature) + " must be finite and >= 0");
-  }
-  if (p.top_k < 0) {
-    return Status::invalid("top_k " + std::to_string(p.top_k) + " must be >= 0 (0 disables it)");
-  }
-  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) {
-    return Status::invalid("top_p " + fmt(p.top_p) + " is outside (0, 1]");
-  }
-  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) {
-    return Status::invalid("min_p " + fmt(p.min_p) + " is outside [0, 1]");
-  }
-  if (!(std::isfinite(p.repetition_penalty) && p.repetition_penalty > 0.0f)) {
-    return Status::invalid("repetition_penalty " + fmt(p.repetition_penalty) +
-                           " must be finite and > 0");
-  }
-  if (p.top_logprobs < 0 || p.top_logprobs > kMaxTopLogprobs) {
-    return Status::invalid("top_logprobs " + std::to_string(p.top_logprobs) + " is outside [0, " +
-                           std::to_string(kMaxTopLogprobs) + "]");
-  }
-  return Status::ok();
-}
 
 double uniform_draw(uint64_t seed, uint64_t position) {
   const uint64_t h = splitmix64(seed ^ splitmix64(position + 0xD1B54A32D192ED03ull));
