@@ -27,6 +27,7 @@ Result<Args> Args::parse(int argc, char** argv, const std::set<std::string>& val
         value = argv[++i];
       }
       args.values_[name] = value;
+      args.repeated_[name].push_back(value);
     } else {
       return Status::invalid("unknown flag --" + name);
     }
@@ -38,6 +39,11 @@ std::optional<std::string> Args::str(const std::string& name) const {
   auto it = values_.find(name);
   if (it == values_.end()) return std::nullopt;
   return it->second;
+}
+
+std::vector<std::string> Args::all(const std::string& name) const {
+  auto it = repeated_.find(name);
+  return it == repeated_.end() ? std::vector<std::string>{} : it->second;
 }
 
 Result<int64_t> Args::integer(const std::string& name, int64_t fallback, int64_t lo, int64_t hi) const {

@@ -6,5 +6,10 @@ namespace tandem::cli {
 
 int make_model_command(int argc, char** argv);
 int run_command(int argc, char** argv);
+int generate_command(int argc, char** argv);
+int status_command(int argc, char** argv);
+int scheduler_command(int argc, char** argv);
+int worker_command(int argc, char** argv);
+int up_command(int argc, char** argv);
 
 }  // namespace tandem::cli

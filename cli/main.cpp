@@ -12,6 +12,11 @@ constexpr const char* kUsage =
     "commands:\n"
     "  make-model  write a GGUF with deterministic random weights (--preset tiny|small --seed N --out FILE)\n"
     "  run         run a model in-process and print the continuation (--model FILE --prompt TEXT | --tokens 1,2,3)\n"
+    "  generate    send one request to a running service and stream the tokens (--endpoint E --prompt TEXT)\n"
+    "  status      show a running service's workers, queue and totals (--endpoint E)\n"
+    "  up          start a one-host deployment: scheduler + N workers (--model FILE --workers N)\n"
+    "  scheduler   run the scheduler actor alone (what `up` starts)\n"
+    "  worker      run one worker actor alone (what `up` starts)\n"
     "\n"
     "`tandem <command> --help` describes each command's flags.\n";
 
@@ -25,6 +30,11 @@ int main(int argc, char** argv) {
   const char* cmd = argv[1];
   if (!std::strcmp(cmd, "make-model")) return tandem::cli::make_model_command(argc - 2, argv + 2);
   if (!std::strcmp(cmd, "run")) return tandem::cli::run_command(argc - 2, argv + 2);
+  if (!std::strcmp(cmd, "generate")) return tandem::cli::generate_command(argc - 2, argv + 2);
+  if (!std::strcmp(cmd, "status")) return tandem::cli::status_command(argc - 2, argv + 2);
+  if (!std::strcmp(cmd, "up")) return tandem::cli::up_command(argc - 2, argv + 2);
+  if (!std::strcmp(cmd, "scheduler")) return tandem::cli::scheduler_command(argc - 2, argv + 2);
+  if (!std::strcmp(cmd, "worker")) return tandem::cli::worker_command(argc - 2, argv + 2);
   std::fprintf(stderr, "tandem: unknown command '%s'\n\n%s", cmd, kUsage);
   return 2;
 }

@@ -1,5 +1,8 @@
 #include "runtime/model/model_config.h"
 
+#include <algorithm>
+#include <cstdio>
+
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -169,6 +172,41 @@ Result<ModelConfig> read_model_config(const GgufFile& file) {
   cfg.tied_embeddings = file.tensor("output.weight") == nullptr;
   if (!cfg.tied_embeddings) TANDEM_RETURN_IF_ERROR(c.check_tensor("output.weight", {dim, vocab}));
   return cfg;
+}
+
+namespace {
+struct Fnv {
+  uint64_t h = 0xcbf29ce484222325ull;
+  void bytes(const void* p, size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
+  }
+  template <class T>
+  void pod(const T& v) { bytes(&v, sizeof v); }
+  void str(const std::string& s) { pod(s.size()); bytes(s.data(), s.size()); }
+};
+}  // namespace
+
+std::string model_fingerprint(const GgufFile& file, const ModelConfig& c) {
+  Fnv f;
+  for (uint32_t v : {c.vocab_size, c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.ffn_dim, c.context_length}) f.pod(v);
+  f.pod(c.rope_freq_base);
+  f.pod(c.rms_eps);
+  if (const GgufValue* tokens = file.find("tokenizer.ggml.tokens"))
+    if (const auto* pieces = std::get_if<std::vector<std::string>>(&tokens->value))
+      for (const std::string& p : *pieces) f.str(p);
+  for (const GgufTensor& t : file.tensors()) {
+    f.str(t.name);
+    f.pod(t.type);
+    for (uint64_t d : t.dims) f.pod(d);
+    // The first and last 64 bytes of the data: different weights, different model.
+    const size_t n = std::min<uint64_t>(64, t.nbytes);
+    f.bytes(t.data, n);
+    f.bytes(t.data + t.nbytes - n, n);
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(f.h));
+  return buf;
 }
 
 }  // namespace tandem::model

@@ -38,4 +38,9 @@ Result<ModelConfig> read_model_config(const GgufFile& file);
 // Tensor names of the llama architecture in GGUF.
 std::string layer_tensor(uint32_t layer, const char* what);  // "blk.{layer}.{what}.weight"
 
+// A short hex digest of what makes two files the same model for serving: the llama.*
+// hyper-parameters, the vocabulary, and every tensor's name, shape, type and a sample of
+// its bytes. The scheduler refuses a worker whose fingerprint differs from its own.
+std::string model_fingerprint(const GgufFile& file, const ModelConfig& config);
+
 }  // namespace tandem::model

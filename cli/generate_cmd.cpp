@@ -1,0 +1,185 @@
+// tandem generate: one request to a running service through libtandem-client; tokens are
+// printed as they stream in. Ctrl-C cancels the request and still prints its final event.
+#include <signal.h>
+
+#include <cstdio>
+#include <string>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/json.h"
+#include "tandem/client.h"
+
+namespace tandem::cli {
+
+namespace {
+
+constexpr const char* kHelp =
+    "usage: tandem generate --endpoint E (--prompt TEXT | --tokens 1,2,3) [flags]\n"
+    "  --endpoint E           the scheduler's client endpoint (ipc://... or tcp://...)\n"
+    "  --max-tokens N         tokens to generate (default 16)\n"
+    "  --temperature T        0 = greedy (default 0)\n"
+    "  --top-k K --top-p P --min-p P --repetition-penalty R --seed S\n"
+    "  --stop STR             stop string (repeatable)\n"
+    "  --include-stop-string  keep the matched stop string in the text\n"
+    "  --ignore-eos           keep going past the end-of-sequence token\n"
+    "  --no-bos               do not prepend BOS to a text prompt\n"
+    "  --logprobs             report each token's logprob (--top-logprobs N: the N best too)\n"
+    "  --priority N           higher runs first among waiting requests\n"
+    "  --timeout-ms MS        deadline for the whole request (default none)\n"
+    "  --json                 one JSON object per line per event\n"
+    "exit status: 0 stop/length, 1 error, 2 usage, 130 cancelled by Ctrl-C\n";
+
+volatile sig_atomic_t g_interrupted = 0;
+
+void on_sigint(int) { g_interrupted = 1; }
+
+int fail(const Status& st) {
+  std::fprintf(stderr, "tandem generate: %s\n", st.to_string().c_str());
+  return st.code() == Code::kInvalidArgument ? 2 : 1;
+}
+
+std::string token_json(const TokenEvent& t, bool logprobs) {
+  std::string out = "{\"type\":\"token\",\"id\":" + std::to_string(t.id) + ",\"text\":";
+  append_json_string(out, t.text);
+  if (logprobs) out += ",\"logprob\":" + json_number(t.logprob);
+  if (!t.top.empty()) {
+    out += ",\"top\":[";
+    for (size_t i = 0; i < t.top.size(); ++i)
+      out += (i ? ",{\"id\":" : "{\"id\":") + std::to_string(t.top[i].first) +
+             ",\"logprob\":" + json_number(t.top[i].second) + "}";
+    out += "]";
+  }
+  out += "}\n";
+  return out;
+}
+
+std::string final_json(const FinalEvent& f) {
+  std::string out = "{\"type\":\"final\",\"finish_reason\":\"";
+  out += finish_reason_name(f.reason);
+  out += "\",\"error\":";
+  append_json_string(out, f.reason == FinishReason::kError ? f.error_code + ": " + f.error_message : f.error_message);
+  out += ",\"text\":";
+  append_json_string(out, f.text);
+  out += ",\"usage\":{\"prompt_tokens\":" + std::to_string(f.prompt_tokens) +
+         ",\"completion_tokens\":" + std::to_string(f.completion_tokens) +
+         ",\"cached_prompt_tokens\":" + std::to_string(f.cached_prompt_tokens) + "}";
+  out += ",\"timings\":{\"queue_ms\":" + json_number(f.queue_ms) + ",\"ttft_ms\":" + json_number(f.ttft_ms) +
+         ",\"total_ms\":" + json_number(f.total_ms) + "}}\n";
+  return out;
+}
+
+}  // namespace
+
+int generate_command(int argc, char** argv) {
+  auto args = Args::parse(argc, argv,
+                          {"endpoint", "prompt", "tokens", "max-tokens", "temperature", "top-k", "top-p", "min-p",
+                           "repetition-penalty", "seed", "stop", "top-logprobs", "priority", "timeout-ms"},
+                          {"ignore-eos", "json", "no-bos", "logprobs", "include-stop-string", "help"});
+  if (!args) return fail(args.status());
+  if (args->has("help")) {
+    std::fputs(kHelp, stdout);
+    return 0;
+  }
+  auto endpoint = args->str("endpoint");
+  if (!endpoint) return fail(Status::invalid("--endpoint E is required"));
+  if (args->has("prompt") == args->has("tokens")) return fail(Status::invalid("give exactly one of --prompt or --tokens"));
+
+  GenerateRequest req;
+  auto max_tokens = args->integer("max-tokens", 16, 1, UINT32_MAX);
+  auto top_k = args->integer("top-k", 0, 0, INT32_MAX);
+  auto seed = args->integer("seed", 0, 0, INT64_MAX);
+  auto top_logprobs = args->integer("top-logprobs", 0, 0, 1024);
+  auto priority = args->integer("priority", 0, INT32_MIN, INT32_MAX);
+  auto timeout_ms = args->integer("timeout-ms", 0, 0, UINT32_MAX);
+  auto temperature = args->real("temperature", 0.0);
+  auto top_p = args->real("top-p", 1.0);
+  auto min_p = args->real("min-p", 0.0);
+  auto penalty = args->real("repetition-penalty", 1.0);
+  auto tokens = args->int_list("tokens");
+  for (const Status* st : {&max_tokens.status(), &top_k.status(), &seed.status(), &top_logprobs.status(),
+                           &priority.status(), &timeout_ms.status(), &temperature.status(), &top_p.status(),
+                           &min_p.status(), &penalty.status(), &tokens.status()})
+    if (!st->is_ok()) return fail(*st);
+  if (args->has("tokens") && tokens->empty()) return fail(Status::invalid("--tokens: no token ids"));
+  req.prompt_text = args->str("prompt").value_or("");
+  req.prompt_tokens = std::move(tokens.value());
+  req.no_bos = args->has("no-bos");
+  req.max_tokens = static_cast<uint32_t>(*max_tokens);
+  req.temperature = static_cast<float>(*temperature);
+  req.top_k = static_cast<int32_t>(*top_k);
+  req.top_p = static_cast<float>(*top_p);
+  req.min_p = static_cast<float>(*min_p);
+  req.repetition_penalty = static_cast<float>(*penalty);
+  req.seed = static_cast<uint64_t>(*seed);
+  req.top_logprobs = static_cast<int32_t>(*top_logprobs);
+  req.logprobs = args->has("logprobs") || *top_logprobs > 0;
+  req.stop_strings = args->all("stop");
+  req.include_stop_string = args->has("include-stop-string");
+  req.ignore_eos = args->has("ignore-eos");
+  req.priority = static_cast<int32_t>(*priority);
+  req.timeout = std::chrono::milliseconds(*timeout_ms);
+  const bool json = args->has("json");
+
+  ClientOptions options;
+  options.endpoint = *endpoint;
+  auto client = Client::connect(options);
+  if (!client) return fail(client.status());
+
+  // The first Ctrl-C cancels (the final event still prints); a second one kills as usual.
+  struct sigaction sa {};
+  sa.sa_handler = on_sigint;
+  sa.sa_flags = SA_RESETHAND;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+
+  auto stream = (*client)->generate(std::move(req));
+  bool cancel_sent = false;
+  FinalEvent fin;
+  for (;;) {
+    if (g_interrupted && !cancel_sent) {
+      stream->cancel();
+      cancel_sent = true;
+    }
+    std::optional<Event> ev = stream->next_for(std::chrono::milliseconds(50));
+    if (!ev) continue;
+    if (!ev->final) {
+      if (json) {
+        const std::string line = token_json(ev->token, args->has("logprobs") || *top_logprobs > 0);
+        std::fwrite(line.data(), 1, line.size(), stdout);
+      } else {
+        std::fwrite(ev->token.text.data(), 1, ev->token.text.size(), stdout);
+      }
+      std::fflush(stdout);
+      continue;
+    }
+    fin = std::move(ev->fin);
+    break;
+  }
+  if (json) {
+    const std::string line = final_json(fin);
+    std::fwrite(line.data(), 1, line.size(), stdout);
+  } else {
+    std::fwrite(fin.text.data(), 1, fin.text.size(), stdout);
+    std::fputs("\n", stdout);
+  }
+  std::fflush(stdout);
+  if (fin.reason == FinishReason::kError) {
+    std::fprintf(stderr, "tandem generate: %s: %s\n", fin.error_code.c_str(), fin.error_message.c_str());
+  } else if (!json) {
+    std::fprintf(stderr,
+                 "tandem generate: %u prompt tokens (%u cached), %u generated, queue %.1f ms, first token %.1f ms, "
+                 "total %.1f ms, finish: %s\n",
+                 fin.prompt_tokens, fin.cached_prompt_tokens, fin.completion_tokens, fin.queue_ms, fin.ttft_ms,
+                 fin.total_ms, finish_reason_name(fin.reason));
+  }
+  switch (fin.reason) {
+    case FinishReason::kStop:
+    case FinishReason::kLength: return 0;
+    case FinishReason::kCancelled: return g_interrupted ? 130 : 1;
+    case FinishReason::kError: return 1;
+  }
+  return 1;
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,98 @@
+// tandem status: the scheduler's view of the service (workers, queue, totals), as a table
+// or as one JSON object.
+#include <cstdio>
+#include <string>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "cli/json.h"
+#include "tandem/client.h"
+
+namespace tandem::cli {
+
+namespace {
+
+constexpr const char* kHelp =
+    "usage: tandem status --endpoint E [--json] [--timeout-ms MS]\n"
+    "  --endpoint E      the scheduler's client endpoint\n"
+    "  --timeout-ms MS   how long to wait for the reply (default 2000)\n"
+    "  --json            one JSON object instead of a table\n";
+
+int fail(const Status& st) {
+  std::fprintf(stderr, "tandem status: %s\n", st.to_string().c_str());
+  return st.code() == Code::kInvalidArgument ? 2 : 1;
+}
+
+std::string to_json(const StatusInfo& s) {
+  std::string out = "{\"ready\":";
+  out += s.ready ? "true" : "false";
+  out += ",\"queued\":" + std::to_string(s.queued) + ",\"running\":" + std::to_string(s.running) +
+         ",\"requests_total\":" + std::to_string(s.requests_total) +
+         ",\"requests_finished\":" + std::to_string(s.requests_finished) +
+         ",\"tokens_generated\":" + std::to_string(s.tokens_generated) + ",\"steps\":" + std::to_string(s.steps) +
+         ",\"scheduler_cpu_ms_per_step\":" + json_number(s.scheduler_cpu_ms_per_step) +
+         ",\"max_step_decode\":" + std::to_string(s.max_step_decode) +
+         ",\"max_step_prefill_tokens\":" + std::to_string(s.max_step_prefill_tokens) +
+         ",\"decode_stalls\":" + std::to_string(s.decode_stalls) + ",\"preemptions\":" + std::to_string(s.preemptions) +
+         ",\"workers\":[";
+  for (size_t i = 0; i < s.workers.size(); ++i) {
+    const WorkerInfo& w = s.workers[i];
+    out += i ? ",{" : "{";
+    out += "\"id\":" + std::to_string(w.id) + ",\"role\":" + json_string(w.role) + ",\"pid\":" + std::to_string(w.pid) +
+           ",\"alive\":" + (w.alive ? "true" : "false") + ",\"kv_blocks_total\":" + std::to_string(w.kv_blocks_total) +
+           ",\"kv_blocks_free\":" + std::to_string(w.kv_blocks_free) + ",\"running\":" + std::to_string(w.running) +
+           ",\"steps\":" + std::to_string(w.steps) + ",\"tokens\":" + std::to_string(w.tokens) +
+           ",\"idle_share\":" + json_number(w.idle_share) + "}";
+  }
+  out += "]}\n";
+  return out;
+}
+
+void print_table(const StatusInfo& s) {
+  std::printf("scheduler: %s, %u queued, %u running, %llu requests (%llu finished), %llu tokens, %llu steps, "
+              "%.3f ms cpu/step, largest step %llu decode + %llu prefill tokens, %llu decode stalls, %llu preemptions\n",
+              s.ready ? "ready" : "NOT READY", s.queued, s.running, (unsigned long long)s.requests_total,
+              (unsigned long long)s.requests_finished, (unsigned long long)s.tokens_generated,
+              (unsigned long long)s.steps, s.scheduler_cpu_ms_per_step, (unsigned long long)s.max_step_decode,
+              (unsigned long long)s.max_step_prefill_tokens, (unsigned long long)s.decode_stalls,
+              (unsigned long long)s.preemptions);
+  std::printf("%-7s %-8s %-8s %-6s %-14s %-8s %-10s %-12s %s\n", "worker", "role", "pid", "alive", "kv free/total",
+              "running", "steps", "tokens", "idle");
+  for (const WorkerInfo& w : s.workers) {
+    const std::string kv = std::to_string(w.kv_blocks_free) + "/" + std::to_string(w.kv_blocks_total);
+    std::printf("%-7u %-8s %-8u %-6s %-14s %-8u %-10llu %-12llu %.1f%%\n", w.id, w.role.c_str(), w.pid,
+                w.alive ? "yes" : "no", kv.c_str(), w.running, (unsigned long long)w.steps,
+                (unsigned long long)w.tokens, 100.0 * w.idle_share);
+  }
+  if (s.workers.empty()) std::printf("(no workers registered)\n");
+}
+
+}  // namespace
+
+int status_command(int argc, char** argv) {
+  auto args = Args::parse(argc, argv, {"endpoint", "timeout-ms"}, {"json", "help"});
+  if (!args) return fail(args.status());
+  if (args->has("help")) {
+    std::fputs(kHelp, stdout);
+    return 0;
+  }
+  auto endpoint = args->str("endpoint");
+  if (!endpoint) return fail(Status::invalid("--endpoint E is required"));
+  auto timeout_ms = args->integer("timeout-ms", 2000, 1, 3'600'000);
+  if (!timeout_ms) return fail(timeout_ms.status());
+
+  ClientOptions options;
+  options.endpoint = *endpoint;
+  auto client = Client::connect(options);
+  if (!client) return fail(client.status());
+  auto info = (*client)->status(std::chrono::milliseconds(*timeout_ms));
+  if (!info) return fail(info.status());
+  if (args->has("json")) {
+    std::fputs(to_json(*info).c_str(), stdout);
+  } else {
+    print_table(*info);
+  }
+  return 0;
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,186 @@
+// libtandem-client: submit generation requests to a tandem scheduler and stream their
+// tokens back. This header is the whole public API; it mentions no ZeroMQ or protobuf
+// type, so a service links the library without seeing the wire.
+//
+// Contract: every request accepted by generate() ends with exactly one final event, even
+// when the scheduler is gone, silent, or the Client is destroyed first (then the final
+// event carries error UNAVAILABLE). All Client and Stream methods are thread-safe.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/status.h"
+
+namespace tandem {
+
+namespace client_detail {
+class Core;
+struct Mailbox;
+}  // namespace client_detail
+
+// One generation request; mirrors tandem.v1.Submit.
+struct GenerateRequest {
+  std::string id;                     // empty: the library makes one, unique in this process
+  std::string prompt_text;            // tokenized by the scheduler (BOS added unless no_bos)
+  std::vector<int32_t> prompt_tokens; // used as given when non-empty
+  bool no_bos = false;
+  // Sampling: the defaults turn every filter off (greedy decoding).
+  float temperature = 0.0f;
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
+  uint64_t seed = 0;
+  int32_t top_logprobs = 0;
+  uint32_t max_tokens = 16;
+  std::vector<std::vector<int32_t>> stop_token_sequences;
+  std::vector<std::string> stop_strings;
+  bool include_stop_string = false;
+  bool ignore_eos = false;
+  bool logprobs = false;
+  int32_t priority = 0;                 // higher runs first among waiting requests
+  std::chrono::milliseconds timeout{0}; // deadline from arrival at the scheduler; 0 = none
+  bool stream = true;                   // false: every token arrives together with the final event
+};
+
+struct TokenEvent {
+  int32_t id = 0;
+  std::string text;  // whole UTF-8 characters; may be empty while a character is split
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;  // (token id, logprob), best first
+};
+
+enum class FinishReason { kStop, kLength, kCancelled, kError };
+
+// "stop", "length", "cancelled", "error".
+const char* finish_reason_name(FinishReason reason);
+
+struct FinalEvent {
+  FinishReason reason = FinishReason::kError;
+  Code code = Code::kOk;      // set when reason == kError
+  std::string error_code;     // code_name(code), e.g. "INVALID_ARGUMENT"; empty unless an error
+  std::string error_message;
+  uint32_t prompt_tokens = 0, completion_tokens = 0, cached_prompt_tokens = 0;
+  double queue_ms = 0, ttft_ms = 0, total_ms = 0;
+  std::string text;  // bytes held back until the end (an incomplete character, a partial stop string)
+};
+
+// A token event, or the final event (final == true), which comes last and exactly once.
+struct Event {
+  bool final = false;
+  TokenEvent token;
+  FinalEvent fin;
+};
+
+// The events of one request, for synchronous iteration. Obtained from Client::generate;
+// stays valid (and ends) after its Client is destroyed.
+class Stream {
+ public:
+  const std::string& id() const { return id_; }
+  // Blocks for the next event. Returns false once the final event has been taken.
+  bool next(Event& out);
+  // The next event, or nothing when none arrives within `wait` or the final event was taken.
+  std::optional<Event> next_for(std::chrono::milliseconds wait);
+  // Asks the scheduler to cancel; the stream still ends with its final event (kCancelled,
+  // or the reason it had already finished with). No effect once finished.
+  void cancel();
+  // True once the final event has been taken by next()/next_for().
+  bool finished() const;
+
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+ private:
+  friend class Client;
+  friend class client_detail::Core;
+  Stream(std::string id, std::weak_ptr<client_detail::Mailbox> mailbox)
+      : id_(std::move(id)), mailbox_(std::move(mailbox)) {}
+  void push(Event event);  // called on the client's I/O thread
+
+  const std::string id_;
+  const std::weak_ptr<client_detail::Mailbox> mailbox_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Event> events_;  // guarded by mu_
+  bool final_taken_ = false;  // guarded by mu_
+};
+
+// Mirrors tandem.v1.StatusReply.
+struct WorkerInfo {
+  uint32_t id = 0;
+  std::string role;
+  uint32_t pid = 0;
+  bool alive = false;
+  uint32_t kv_blocks_total = 0, kv_blocks_free = 0;
+  uint32_t running = 0;
+  uint64_t steps = 0, tokens = 0;
+  double idle_share = 0;  // time the worker waited for a plan / its time registered
+};
+
+struct StatusInfo {
+  std::vector<WorkerInfo> workers;
+  uint32_t queued = 0, running = 0;
+  uint64_t requests_total = 0, requests_finished = 0, tokens_generated = 0, steps = 0;
+  double scheduler_cpu_ms_per_step = 0;
+  bool ready = false;  // at least one worker of each needed role is registered
+  uint64_t max_step_decode = 0, max_step_prefill_tokens = 0;  // largest step seen
+  uint64_t decode_stalls = 0;  // decoding sequences left out of a step (only when out of KV blocks)
+  uint64_t preemptions = 0;
+};
+
+struct ClientOptions {
+  std::string endpoint;  // the scheduler's client endpoint, e.g. ipc:///run/tandem/client.sock
+  // While requests are in flight, a heartbeat goes out this often; the scheduler cancels
+  // the requests of a client silent past its timeout.
+  std::chrono::milliseconds heartbeat_interval{500};
+  // Default timeout of status().
+  std::chrono::milliseconds request_timeout{5000};
+  // A request with a timeout that has no final event from the scheduler this long after its
+  // deadline ends with UNAVAILABLE (the scheduler itself ends it with kCancelled at the deadline).
+  std::chrono::milliseconds deadline_grace{1000};
+  // While requests are in flight and the scheduler has sent nothing for this long, the
+  // client probes it (a status query); with no answer within twice this, every request in
+  // flight ends with UNAVAILABLE. 0 = off (then only deadlines and disconnects end them).
+  std::chrono::milliseconds liveness_timeout{5000};
+};
+
+class Client {
+ public:
+  // Starts the I/O thread and connects (ZeroMQ connects lazily: a scheduler not up yet is
+  // not an error here). Errors: an empty or malformed endpoint, a non-positive interval.
+  static Result<std::unique_ptr<Client>> connect(ClientOptions options);
+  // Cancels the requests still in flight (their final events: UNAVAILABLE, "client closed")
+  // and joins the I/O thread.
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Submits a request; its events arrive on the returned Stream. A request the library
+  // refuses (a duplicate live id, a closed client) gets its final error event at once.
+  std::shared_ptr<Stream> generate(GenerateRequest request);
+  // Same, with each event passed to `on_event` on the client's I/O thread (keep it short;
+  // do not call status() from it). A refused request's final event is passed at once, on
+  // the calling thread. Returns the request id (for cancel()).
+  std::string generate(GenerateRequest request, std::function<void(const Event&)> on_event);
+  // Asks the scheduler to cancel request `id`; its final event follows. Unknown ids are ignored.
+  Status cancel(const std::string& id);
+  // Asks the scheduler for its state. UNAVAILABLE when no reply arrives within `timeout`.
+  Result<StatusInfo> status(std::chrono::milliseconds timeout);
+  Result<StatusInfo> status();
+
+ private:
+  explicit Client(std::unique_ptr<client_detail::Core> core);
+  std::unique_ptr<client_detail::Core> core_;
+};
+
+}  // namespace tandem

@@ -1,0 +1,334 @@
+#include "scheduler/actor.h"
+
+#include <spdlog/spdlog.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <unordered_map>
+
+#include "runtime/event_loop.h"
+#include "runtime/model/gguf.h"
+#include "runtime/wire.h"
+
+namespace tandem::scheduler {
+
+namespace {
+
+constexpr uint32_t kVersion = v1::PROTOCOL_VERSION_CURRENT;
+
+int64_t thread_cpu_us() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return int64_t{ts.tv_sec} * 1000000 + ts.tv_nsec / 1000;
+}
+
+const char* role_name(v1::WorkerRole role) {
+  switch (role) {
+    case v1::WORKER_ROLE_BOTH: return "both";
+    case v1::WORKER_ROLE_PREFILL: return "prefill";
+    case v1::WORKER_ROLE_DECODE: return "decode";
+    default: return "unknown";
+  }
+}
+
+class Actor final : public Sink {
+ public:
+  Actor(const ActorOptions& options, model::ModelConfig config, model::Tokenizer tokenizer, std::string fingerprint)
+      : options_(options),
+        tokenizer_(std::move(tokenizer)),
+        fingerprint_(std::move(fingerprint)),
+        core_(options.core, config, tokenizer_, *this) {}
+
+  Status start() {
+    auto clients = loop_.bind(zmq::socket_type::router, options_.client_endpoint,
+                              [this](runtime::Frames& f) { on_client(f); });
+    if (!clients) return clients.status();
+    clients_ = std::move(clients.value());
+    auto workers = loop_.bind(zmq::socket_type::router, options_.worker_endpoint,
+                              [this](runtime::Frames& f) { on_worker(f); });
+    if (!workers) return workers.status();
+    workers_ = std::move(workers.value());
+    liveness_ = loop_.every(std::chrono::milliseconds(options_.heartbeat_ms), [this] { check_liveness(); });
+    deadlines_ = loop_.every(std::chrono::milliseconds(10), [this] { core_.tick(runtime::now_us()); });
+    loop_.on_signal({SIGINT, SIGTERM}, [this](int sig) {
+      spdlog::info("scheduler: signal {}, shutting down", sig);
+      shutdown_workers();
+      loop_.stop();
+    });
+    spdlog::info("scheduler: clients on {}, workers on {}, model fingerprint {}", options_.client_endpoint,
+                 options_.worker_endpoint, fingerprint_);
+    return Status::ok();
+  }
+
+  void run() { loop_.run(); }
+
+  // Sink
+  void send_plan(uint32_t worker_id, const v1::StepPlan& plan) override {
+    auto it = worker_identity_.find(worker_id);
+    if (it == worker_identity_.end()) return;
+    command_.Clear();
+    command_.set_version(kVersion);
+    *command_.mutable_plan() = plan;
+    send(*workers_, it->second, command_);
+  }
+
+  void send_events(const std::string& client, const v1::RequestEvents& events) override {
+    reply_.Clear();
+    reply_.set_version(kVersion);
+    *reply_.mutable_events() = events;
+    send(*clients_, client, reply_);
+  }
+
+ private:
+  struct WorkerPeer {
+    uint32_t id;
+    v1::WorkerRole role;
+    uint32_t pid;
+    int64_t last_seen_us;
+  };
+
+  void send(runtime::Socket& socket, const std::string& identity, const google::protobuf::MessageLite& m) {
+    runtime::Frames frames;
+    frames.emplace_back(identity.data(), identity.size());
+    frames.push_back(runtime::to_frame(m));
+    if (Status st = socket.send(frames); !st) spdlog::warn("scheduler: send to a peer failed: {}", st.message());
+  }
+
+  void protocol_error(runtime::Socket& socket, const std::string& identity, v1::ErrorCode code, const std::string& message) {
+    reply_.Clear();
+    reply_.set_version(kVersion);
+    reply_.mutable_error()->set_code(code);
+    reply_.mutable_error()->set_message(message);
+    send(socket, identity, reply_);
+  }
+
+  void on_client(runtime::Frames& frames) {
+    const int64_t cpu0 = thread_cpu_us();
+    const int64_t now = runtime::now_us();
+    if (frames.size() != 2) {
+      if (!frames.empty()) protocol_error(*clients_, frames[0].to_string(), v1::ERROR_CODE_INVALID_ARGUMENT,
+                                          "expected one frame per message, got " + std::to_string(frames.size() - 1));
+      return;
+    }
+    const std::string identity = frames[0].to_string();
+    client_seen_[identity] = now;
+    if (Status st = runtime::parse_frame(frames[1], client_msg_); !st) {
+      protocol_error(*clients_, identity, v1::ERROR_CODE_INVALID_ARGUMENT, st.message());
+      return;
+    }
+    if (client_msg_.version() != kVersion) {
+      protocol_error(*clients_, identity, v1::ERROR_CODE_INVALID_ARGUMENT,
+                     "protocol version " + std::to_string(client_msg_.version()) + " is not supported (this scheduler speaks " +
+                         std::to_string(kVersion) + ")");
+      return;
+    }
+    switch (client_msg_.body_case()) {
+      case v1::ClientMessage::kSubmit:
+        spdlog::debug("scheduler: submit {} from a client", client_msg_.submit().request_id());
+        core_.submit(identity, client_msg_.submit(), now);
+        break;
+      case v1::ClientMessage::kCancel:
+        core_.cancel(identity, client_msg_.cancel().request_id(), now);
+        break;
+      case v1::ClientMessage::kHeartbeat:
+        break;
+      case v1::ClientMessage::kStatus:
+        send_status(identity);
+        break;
+      default:
+        protocol_error(*clients_, identity, v1::ERROR_CODE_INVALID_ARGUMENT, "empty client message");
+        return;
+    }
+    core_.tick(now);
+    cpu_us_ += thread_cpu_us() - cpu0;
+  }
+
+  void on_worker(runtime::Frames& frames) {
+    const int64_t cpu0 = thread_cpu_us();
+    const int64_t now = runtime::now_us();
+    if (frames.size() != 2) return;
+    const std::string identity = frames[0].to_string();
+    if (Status st = runtime::parse_frame(frames[1], worker_msg_); !st) {
+      spdlog::warn("scheduler: dropped a malformed worker message: {}", st.message());
+      return;
+    }
+    if (worker_msg_.version() != kVersion) {
+      refuse(identity, "protocol version " + std::to_string(worker_msg_.version()) + " is not supported (this scheduler speaks " +
+                           std::to_string(kVersion) + ")");
+      return;
+    }
+    if (worker_msg_.has_register_()) {
+      on_register(identity, worker_msg_.register_(), now);
+    } else {
+      auto it = worker_by_identity_.find(identity);
+      if (it == worker_by_identity_.end()) {
+        // Unknown (e.g. declared dead earlier): tell it to register again.
+        refuse(identity, "unknown worker: register first");
+        return;
+      }
+      WorkerPeer& peer = it->second;
+      peer.last_seen_us = now;
+      if (worker_msg_.has_result()) core_.on_result(peer.id, worker_msg_.result(), now);
+    }
+    core_.tick(now);
+    cpu_us_ += thread_cpu_us() - cpu0;
+  }
+
+  void refuse(const std::string& identity, const std::string& message) {
+    command_.Clear();
+    command_.set_version(kVersion);
+    v1::RegisterReply* r = command_.mutable_register_reply();
+    r->set_accepted(false);
+    r->set_error_code(v1::ERROR_CODE_INVALID_ARGUMENT);
+    r->set_error_message(message);
+    send(*workers_, identity, command_);
+  }
+
+  void on_register(const std::string& identity, const v1::Register& reg, int64_t now) {
+    if (reg.model_fingerprint() != fingerprint_) {
+      spdlog::warn("scheduler: refused worker {} (pid {}): model fingerprint {} differs from ours {}", reg.name(), reg.pid(),
+                   reg.model_fingerprint(), fingerprint_);
+      refuse(identity, "model fingerprint " + reg.model_fingerprint() + " differs from the scheduler's " + fingerprint_ +
+                           ": worker and scheduler must load the same model file");
+      return;
+    }
+    if (reg.role() != v1::WORKER_ROLE_BOTH) {
+      refuse(identity, std::string("worker role '") + role_name(reg.role()) + "' is not supported yet (use both)");
+      return;
+    }
+    if (reg.kv_blocks() == 0 || reg.block_tokens() == 0 || reg.block_tokens() % 16 != 0) {
+      refuse(identity, "invalid KV pool: " + std::to_string(reg.kv_blocks()) + " blocks of " +
+                           std::to_string(reg.block_tokens()) + " tokens");
+      return;
+    }
+    if (auto old = worker_by_identity_.find(identity); old != worker_by_identity_.end()) {
+      core_.remove_worker(old->second.id, now);  // re-registration: its old state is gone
+      worker_identity_.erase(old->second.id);
+      worker_by_identity_.erase(old);
+    }
+    const uint32_t id = next_worker_id_++;
+    worker_by_identity_[identity] = WorkerPeer{id, reg.role(), reg.pid(), now};
+    worker_identity_[id] = identity;
+    core_.add_worker(id, reg.kv_blocks(), reg.block_tokens(), now);
+    command_.Clear();
+    command_.set_version(kVersion);
+    v1::RegisterReply* r = command_.mutable_register_reply();
+    r->set_accepted(true);
+    r->set_worker_id(id);
+    r->set_epoch(id);
+    send(*workers_, identity, command_);
+    spdlog::info("scheduler: worker {} registered: {} (pid {}), {} KV blocks of {} tokens, {} threads", id, reg.name(),
+                 reg.pid(), reg.kv_blocks(), reg.block_tokens(), reg.threads());
+  }
+
+  void check_liveness() {
+    const int64_t now = runtime::now_us();
+    const int64_t worker_timeout = int64_t{options_.heartbeat_ms} * options_.worker_liveness * 1000;
+    std::vector<std::string> dead;
+    for (auto& [identity, peer] : worker_by_identity_)
+      if (now - peer.last_seen_us > worker_timeout) dead.push_back(identity);
+    for (const std::string& identity : dead) {
+      const WorkerPeer peer = worker_by_identity_[identity];
+      spdlog::warn("scheduler: worker {} (pid {}) silent for {} ms: declared dead", peer.id, peer.pid,
+                   (now - peer.last_seen_us) / 1000);
+      core_.remove_worker(peer.id, now);
+      worker_identity_.erase(peer.id);
+      worker_by_identity_.erase(identity);
+    }
+    std::vector<std::string> gone;
+    for (auto& [identity, seen] : client_seen_) {
+      if (now - seen <= int64_t{options_.client_timeout_ms} * 1000) continue;
+      gone.push_back(identity);
+    }
+    for (const std::string& identity : gone) {
+      if (core_.live_requests(identity) > 0) {
+        spdlog::info("scheduler: a client went silent; cancelling its {} requests", core_.live_requests(identity));
+        core_.client_gone(identity, now);
+      }
+      client_seen_.erase(identity);
+    }
+    core_.tick(now);
+  }
+
+  void send_status(const std::string& identity) {
+    reply_.Clear();
+    reply_.set_version(kVersion);
+    v1::StatusReply* s = reply_.mutable_status();
+    for (const Core::WorkerView& w : core_.workers()) {
+      v1::WorkerStatus* ws = s->add_workers();
+      ws->set_worker_id(w.id);
+      ws->set_alive(true);
+      ws->set_kv_blocks_total(w.blocks_total);
+      ws->set_kv_blocks_free(w.blocks_free);
+      ws->set_running(w.running);
+      ws->set_steps(w.stats->steps);
+      ws->set_tokens(w.stats->tokens);
+      const int64_t lived = runtime::now_us() - w.stats->registered_us;
+      ws->set_idle_share(w.stats->steps ? double(w.stats->idle_us) / double(w.stats->idle_us + w.stats->compute_us) : 0.0);
+      (void)lived;
+      auto it = worker_identity_.find(w.id);
+      if (it != worker_identity_.end()) {
+        const WorkerPeer& peer = worker_by_identity_[it->second];
+        ws->set_role(role_name(peer.role));
+        ws->set_pid(peer.pid);
+      }
+    }
+    const CoreStats& cs = core_.stats();
+    s->set_queued(core_.queued());
+    s->set_running(core_.running());
+    s->set_requests_total(cs.requests);
+    s->set_requests_finished(cs.finished);
+    s->set_tokens_generated(cs.tokens);
+    s->set_steps(cs.steps);
+    s->set_scheduler_cpu_ms_per_step(cs.steps ? cpu_us_ / 1e3 / double(cs.steps) : 0.0);
+    s->set_ready(!worker_by_identity_.empty());
+    s->set_max_step_decode(cs.max_step_decode);
+    s->set_max_step_prefill_tokens(cs.max_step_prefill_tokens);
+    s->set_decode_stalls(cs.decode_stalls);
+    s->set_preemptions(cs.preemptions);
+    send(*clients_, identity, reply_);
+  }
+
+  void shutdown_workers() {
+    command_.Clear();
+    command_.set_version(kVersion);
+    command_.mutable_shutdown()->set_drain(false);
+    for (auto& [identity, peer] : worker_by_identity_) send(*workers_, identity, command_);
+  }
+
+  ActorOptions options_;
+  model::Tokenizer tokenizer_;
+  std::string fingerprint_;
+  runtime::EventLoop loop_;
+  Core core_;
+  std::unique_ptr<runtime::Socket> clients_, workers_;
+  std::unique_ptr<runtime::EventLoop::Timer> liveness_, deadlines_;
+  std::unordered_map<std::string, WorkerPeer> worker_by_identity_;
+  std::unordered_map<uint32_t, std::string> worker_identity_;
+  std::unordered_map<std::string, int64_t> client_seen_;
+  uint32_t next_worker_id_ = 1;
+  int64_t cpu_us_ = 0;
+  v1::ClientMessage client_msg_;
+  v1::WorkerMessage worker_msg_;
+  v1::SchedulerReply reply_;
+  v1::SchedulerCommand command_;
+};
+
+}  // namespace
+
+Status run_scheduler(const ActorOptions& options) {
+  auto file = model::GgufFile::open(options.model_path);
+  if (!file) return file.status();
+  auto config = model::read_model_config(**file);
+  if (!config) return config.status();
+  auto tokenizer = model::Tokenizer::from_gguf(**file);
+  if (!tokenizer) return tokenizer.status();
+  const std::string fingerprint = model::model_fingerprint(**file, *config);
+  Actor actor(options, *config, std::move(tokenizer.value()), fingerprint);
+  TANDEM_RETURN_IF_ERROR(actor.start());
+  actor.run();
+  return Status::ok();
+}
+
+}  // namespace tandem::scheduler

@@ -1,0 +1,26 @@
+// The scheduler actor: the Core wrapped in an event loop with two ROUTER sockets, one for
+// clients and one for workers. Single-threaded; owns all scheduling state.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "runtime/status.h"
+#include "scheduler/core.h"
+
+namespace tandem::scheduler {
+
+struct ActorOptions {
+  std::string model_path;       // the GGUF: vocabulary, context length, fingerprint
+  std::string client_endpoint;  // e.g. ipc:///run/tandem/client.sock or tcp://127.0.0.1:5555
+  std::string worker_endpoint;
+  SchedulerConfig core;
+  uint32_t heartbeat_ms = 1000;     // liveness checks run at this period
+  uint32_t worker_liveness = 3;     // a worker silent for liveness x heartbeat is dead
+  uint32_t client_timeout_ms = 5000;  // a client with live requests silent this long is gone
+};
+
+// Runs until SIGINT/SIGTERM. Errors: the model file, or an endpoint that cannot be bound.
+Status run_scheduler(const ActorOptions& options);
+
+}  // namespace tandem::scheduler

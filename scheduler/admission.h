@@ -1,0 +1,61 @@
+// Admission: a client's Submit checked field by field and parsed into native types.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tandem/v1/client.pb.h"
+#include "runtime/model/sampling_params.h"
+#include "runtime/model/tokenizer.h"
+#include "runtime/status.h"
+
+namespace tandem::scheduler {
+
+struct AdmissionLimits {
+  uint32_t context_length = 0;
+  uint32_t vocab_size = 0;
+  size_t max_request_id_bytes = 256;
+  size_t max_prompt_bytes = 1 << 20;  // text prompts
+};
+
+// A validated request, in native types. Everything the scheduler needs and nothing else.
+struct RequestSpec {
+  std::string id;
+  std::vector<int32_t> prompt;  // tokenized; BOS included when asked
+  model::SamplingParams sampling;
+  uint32_t max_tokens = 0;      // >= 1, and prompt.size() + max_tokens <= context_length
+  std::vector<std::vector<int32_t>> stop_token_sequences;
+  std::vector<std::string> stop_strings;
+  bool include_stop_string = false;
+  bool ignore_eos = false;
+  bool logprobs = false;
+  bool stream = true;
+  int32_t priority = 0;
+  uint32_t timeout_ms = 0;
+};
+
+// Checks every field; the error (kInvalidArgument) names the first bad one, its message
+// starting with the field:
+//   request_id empty / longer than max_request_id_bytes;
+//   prompt missing (neither text nor tokens) / empty (text "" or no tokens; an empty text
+//   is empty even though it would encode to BOS alone) / text longer than max_prompt_bytes /
+//   text with a tokenizer that cannot encode ("prompt: " + the tokenizer's own message) /
+//   token id X outside the vocabulary of V / "prompt of N tokens does not fit the context
+//   length C" (N >= C: it must leave room for one generated token);
+//   "max_tokens must be >= 1" / "max_tokens M with a prompt of N tokens exceeds the context
+//   length C" (an error, not clamped, as vLLM);
+//   sampling fields (model::validate's message, e.g. "top_p 1.5 is outside (0, 1]");
+//   stop_token_sequences: more than kMaxStopSequences, an empty one, one longer than
+//   kMaxStopSequenceTokens, a token outside the vocabulary;
+//   stop_strings: more than kMaxStopStrings, an empty one, one longer than
+//   kMaxStopStringBytes.
+// Token ids (prompt and stop sequences) are checked against limits.vocab_size.
+// Sampling from proto3: a missing `sampling` is all defaults (greedy). Proto3 cannot tell
+// an unset float from 0, so top_p 0 and repetition_penalty 0 (values validate() would
+// reject anyway) mean "unset" and become 1 (off); every other field is copied as is
+// (temperature 0 = greedy, top_k 0 and min_p 0 = off).
+// Everything else is copied as is; note proto3's `stream` defaults to false.
+Result<RequestSpec> admit(const v1::Submit& submit, const model::Tokenizer& tokenizer, const AdmissionLimits& limits);
+
+}  // namespace tandem::scheduler

@@ -1,0 +1,528 @@
+#include "scheduler/core.h"
+
+#include <algorithm>
+#include <cassert>
+
+namespace tandem::scheduler {
+
+// One placement of a request on a worker: a sequence id the worker knows, and its blocks.
+// It outlives its request while plans that include it are still in flight (their results
+// are then ignored), and only then are its blocks freed and the worker told to forget it.
+struct Core::Placement {
+  uint64_t seq_id = 0;
+  uint32_t worker_id = 0;
+  std::vector<int32_t> blocks;
+  size_t blocks_sent = 0;  // blocks the worker has been told about
+  uint32_t inflight = 0;   // plans in flight that include this sequence
+  bool appeared = false;   // named in a plan: the worker holds state for it
+  Request* owner = nullptr;  // null once the request finished or moved
+};
+
+struct Core::Request {
+  std::string client, key;
+  RequestSpec spec;
+  std::vector<int32_t> tokens;  // the sequence so far: prompt, then generated tokens
+  uint32_t prompt_len = 0;
+  uint32_t generated = 0;        // tokens received
+  uint32_t samples_planned = 0;  // tokens asked of workers (received + in flight)
+  // At the current placement: positions the plans sent so far compute, and the prefix to
+  // prefill (the whole sequence as it was when placed).
+  uint32_t fed = 0, target = 0;
+  Placement* placement = nullptr;
+  bool queued = false;
+  uint64_t order = 0;
+  int64_t arrival_us = 0, scheduled_us = -1, first_token_us = -1, deadline_us = 0;
+  StopTokenMatcher stop_tokens;
+  StopStringMatcher stop_strings;
+  Detokenizer detok;
+  std::string text, emit;
+  v1::RequestEvents held;  // tokens of a non-streaming request, sent with the final event
+  explicit Request(const model::Tokenizer& t) : detok(t) {}
+};
+
+struct Core::Worker {
+  uint32_t id = 0;
+  uint32_t block_tokens = 16;
+  BlockPool pool;
+  std::vector<Placement*> running;  // in placement order (the newest is preempted first)
+  struct InFlight {
+    uint64_t step_id;
+    std::vector<uint64_t> seqs;
+  };
+  std::deque<InFlight> inflight;  // plans sent and not yet answered, in order
+  std::vector<uint64_t> to_release;
+  uint64_t next_step = 1;
+  bool short_of_blocks = false;  // the last plan left a decode out for want of blocks
+  WorkerStats stats;
+  explicit Worker(uint32_t blocks) : pool(blocks) {}
+};
+
+namespace {
+uint32_t blocks_for(uint32_t tokens, uint32_t block_tokens) { return (tokens + block_tokens - 1) / block_tokens; }
+
+v1::FinishReason finished_by_length() { return v1::FINISH_REASON_LENGTH; }
+}  // namespace
+
+Core::Core(SchedulerConfig config, model::ModelConfig model, const model::Tokenizer& tokenizer, Sink& sink)
+    : config_(config), model_(model), tokenizer_(tokenizer), sink_(sink) {
+  limits_.context_length = model_.context_length;
+  limits_.vocab_size = model_.vocab_size;
+}
+
+Core::~Core() = default;
+
+std::string Core::key(const std::string& client, const std::string& id) {
+  std::string k;
+  k.reserve(client.size() + id.size() + 1);
+  k.append(client).push_back('\0');
+  k.append(id);
+  return k;
+}
+
+uint32_t Core::running() const {
+  uint32_t n = 0;
+  for (const auto& [id, w] : workers_) n += static_cast<uint32_t>(w->running.size());
+  return n;
+}
+
+std::vector<Core::WorkerView> Core::workers() const {
+  std::vector<WorkerView> out;
+  for (const auto& [id, w] : workers_)
+    out.push_back({id, w->pool.total(), w->pool.free(), static_cast<uint32_t>(w->running.size()), &w->stats});
+  return out;
+}
+
+uint32_t Core::live_requests(const std::string& client) const {
+  uint32_t n = 0;
+  for (const auto& [k, r] : requests_) n += r->client == client;
+  return n;
+}
+
+void Core::add_worker(uint32_t worker_id, uint32_t kv_blocks, uint32_t block_tokens, int64_t now_us) {
+  auto w = std::make_unique<Worker>(kv_blocks);
+  w->id = worker_id;
+  w->block_tokens = block_tokens;
+  w->stats.registered_us = now_us;
+  workers_[worker_id] = std::move(w);
+}
+
+void Core::remove_worker(uint32_t worker_id, int64_t now_us) {
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) return;
+  std::unique_ptr<Worker> w = std::move(it->second);
+  workers_.erase(it);
+  // Its placements die with it (the pool is gone); their requests start over elsewhere.
+  std::vector<Request*> orphans;
+  for (Placement* p : w->running) {
+    if (p->owner) {
+      p->owner->placement = nullptr;
+      orphans.push_back(p->owner);
+    }
+    by_seq_.erase(p->seq_id);
+  }
+  for (Request* r : orphans) {
+    if (workers_.empty()) {
+      finish(*r, v1::FINISH_REASON_ERROR, v1::ERROR_CODE_UNAVAILABLE,
+             "the worker serving this request is gone and no other worker is available", now_us);
+    } else {
+      requeue(*r);
+    }
+  }
+  if (workers_.empty()) {
+    while (!queue_.empty())
+      finish(*queue_.front(), v1::FINISH_REASON_ERROR, v1::ERROR_CODE_UNAVAILABLE, "no worker is available", now_us);
+  }
+}
+
+void Core::reject(const std::string& client, const std::string& request_id, v1::ErrorCode code, const std::string& message) {
+  v1::RequestEvents ev;
+  ev.set_request_id(request_id);
+  v1::FinalEvent* f = ev.mutable_final();
+  f->set_finish_reason(v1::FINISH_REASON_ERROR);
+  f->set_error_code(code);
+  f->set_error_message(message);
+  sink_.send_events(client, ev);
+}
+
+void Core::submit(const std::string& client, const v1::Submit& submit, int64_t now_us) {
+  auto spec = admit(submit, tokenizer_, limits_);
+  if (!spec) {
+    reject(client, submit.request_id(), v1::ERROR_CODE_INVALID_ARGUMENT, spec.status().message());
+    return;
+  }
+  const std::string k = key(client, spec->id);
+  if (requests_.count(k)) {
+    reject(client, spec->id, v1::ERROR_CODE_INVALID_ARGUMENT,
+           "request_id: '" + spec->id + "' is already in use by a live request of this client");
+    return;
+  }
+  if (queue_.size() >= config_.max_queue) {
+    reject(client, spec->id, v1::ERROR_CODE_OVERLOADED,
+           "the waiting queue is full (" + std::to_string(config_.max_queue) + " requests); retry later");
+    return;
+  }
+  if (workers_.empty()) {
+    reject(client, spec->id, v1::ERROR_CODE_UNAVAILABLE, "no worker is registered");
+    return;
+  }
+  auto stop_tokens = StopTokenMatcher::build(spec->stop_token_sequences);
+  auto stop_strings = StopStringMatcher::build(spec->stop_strings, spec->include_stop_string);
+  if (!stop_tokens || !stop_strings) {
+    const Status& st = !stop_tokens ? stop_tokens.status() : stop_strings.status();
+    reject(client, spec->id, v1::ERROR_CODE_INVALID_ARGUMENT, st.message());
+    return;
+  }
+  // Every sequence must fit one worker's pool, or it could never run.
+  uint32_t largest = 0;
+  for (const auto& [id, w] : workers_) largest = std::max(largest, w->pool.total() * w->block_tokens);
+  const uint32_t need = static_cast<uint32_t>(spec->prompt.size()) + spec->max_tokens;
+  if (need > largest) {
+    reject(client, spec->id, v1::ERROR_CODE_INVALID_ARGUMENT,
+           "prompt + max_tokens = " + std::to_string(need) + " tokens exceeds the KV cache of the largest worker (" +
+               std::to_string(largest) + " tokens)");
+    return;
+  }
+
+  auto r = std::make_unique<Request>(tokenizer_);
+  r->client = client;
+  r->key = k;
+  r->spec = std::move(spec.value());
+  r->tokens = r->spec.prompt;
+  r->tokens.reserve(r->tokens.size() + r->spec.max_tokens);
+  r->prompt_len = static_cast<uint32_t>(r->tokens.size());
+  r->arrival_us = now_us;
+  r->deadline_us = r->spec.timeout_ms ? now_us + int64_t{r->spec.timeout_ms} * 1000 : 0;
+  r->stop_tokens = std::move(stop_tokens.value());
+  r->stop_strings = std::move(stop_strings.value());
+  r->order = stats_.requests++;
+  r->held.set_request_id(r->spec.id);
+  Request* raw = r.get();
+  requests_[k] = std::move(r);
+  enqueue(*raw);
+}
+
+void Core::cancel(const std::string& client, const std::string& request_id, int64_t now_us) {
+  auto it = requests_.find(key(client, request_id));
+  if (it == requests_.end()) return;  // already finished: its final event is on the way
+  finish(*it->second, v1::FINISH_REASON_CANCELLED, v1::ERROR_CODE_UNSPECIFIED, "cancelled by the client", now_us);
+}
+
+void Core::client_gone(const std::string& client, int64_t now_us) {
+  std::vector<Request*> mine;
+  for (auto& [k, r] : requests_)
+    if (r->client == client) mine.push_back(r.get());
+  for (Request* r : mine)
+    finish(*r, v1::FINISH_REASON_CANCELLED, v1::ERROR_CODE_UNSPECIFIED, "the client stopped heartbeating", now_us);
+}
+
+void Core::enqueue(Request& r) {
+  r.queued = true;
+  // Priority first (higher first), then arrival order.
+  auto pos = std::find_if(queue_.begin(), queue_.end(), [&](Request* q) {
+    return q->spec.priority < r.spec.priority || (q->spec.priority == r.spec.priority && q->order > r.order);
+  });
+  queue_.insert(pos, &r);
+}
+
+void Core::detach(Request& r) {
+  if (Placement* p = r.placement) {
+    r.placement = nullptr;
+    p->owner = nullptr;
+    retire(*p);
+  }
+}
+
+void Core::retire(Placement& p) {
+  if (p.inflight > 0) return;  // on_result retires it when its last plan comes back
+  auto wit = workers_.find(p.worker_id);
+  if (wit != workers_.end()) {
+    Worker& w = *wit->second;
+    w.pool.release(p.blocks);
+    if (p.appeared) w.to_release.push_back(p.seq_id);
+    w.running.erase(std::find(w.running.begin(), w.running.end(), &p));
+    w.stats.running = static_cast<uint32_t>(w.running.size());
+  }
+  by_seq_.erase(p.seq_id);  // destroys p
+}
+
+// Preemption by recompute: the sequence gives its blocks back and waits in the queue with
+// its prompt and the tokens generated so far as its new prompt. Sampling is a function of
+// (seed, position), so it continues with the same tokens.
+void Core::requeue(Request& r) {
+  detach(r);
+  r.fed = r.target = 0;
+  r.samples_planned = r.generated;
+  enqueue(r);
+}
+
+void Core::finish(Request& r, v1::FinishReason reason, v1::ErrorCode code, const std::string& message, int64_t now_us,
+                  v1::RequestEvents* carry) {
+  if (r.queued) {
+    queue_.erase(std::find(queue_.begin(), queue_.end(), &r));
+    r.queued = false;
+  }
+  detach(r);
+  v1::RequestEvents* out = carry;
+  if (!out) {
+    out = r.spec.stream ? &events_ : &r.held;
+    if (r.spec.stream) {
+      events_.Clear();
+      events_.set_request_id(r.spec.id);
+    }
+  }
+  v1::FinalEvent* f = out->mutable_final();
+  f->set_finish_reason(reason);
+  f->set_error_code(code);
+  if (reason == v1::FINISH_REASON_ERROR || reason == v1::FINISH_REASON_CANCELLED) f->set_error_message(message);
+  // Bytes still held back: an incomplete character, or text that might have begun a stop string.
+  r.text.clear();
+  r.emit.clear();
+  r.detok.flush(r.text);
+  if (!r.stop_strings.feed(r.text, r.emit)) r.stop_strings.flush(r.emit);
+  f->set_text(r.emit);
+  v1::Usage* u = f->mutable_usage();
+  u->set_prompt_tokens(r.prompt_len);
+  u->set_completion_tokens(r.generated);
+  v1::Timings* t = f->mutable_timings();
+  const int64_t scheduled = r.scheduled_us >= 0 ? r.scheduled_us : now_us;
+  t->set_queue_ms((scheduled - r.arrival_us) / 1e3);
+  t->set_ttft_ms(r.first_token_us >= 0 ? (r.first_token_us - r.arrival_us) / 1e3 : 0.0);
+  t->set_total_ms((now_us - r.arrival_us) / 1e3);
+  sink_.send_events(r.client, *out);
+  ++stats_.finished;
+  requests_.erase(r.key);  // destroys r
+}
+
+bool Core::place(Request& r, int64_t now_us) {
+  const uint32_t target = static_cast<uint32_t>(r.tokens.size());
+  Worker* best = nullptr;
+  for (auto& [id, w] : workers_) {
+    if (w->running.size() >= config_.max_running || w->short_of_blocks) continue;
+    // Headroom for the running sequences to grow (a block for every fourth of them), so a
+    // new placement does not at once force a preemption: no thrashing.
+    const uint32_t headroom = static_cast<uint32_t>(w->running.size() + 3) / 4;
+    if (w->pool.free() < blocks_for(target + 1, w->block_tokens) + headroom) continue;
+    if (!best || w->running.size() < best->running.size() ||
+        (w->running.size() == best->running.size() && w->pool.free() > best->pool.free()))
+      best = w.get();
+  }
+  if (!best) return false;
+  auto p = std::make_unique<Placement>();
+  p->seq_id = next_seq_++;
+  p->worker_id = best->id;
+  p->owner = &r;
+  if (!best->pool.allocate(blocks_for(target, best->block_tokens), p->blocks)) return false;
+  best->running.push_back(p.get());
+  best->stats.running = static_cast<uint32_t>(best->running.size());
+  r.placement = p.get();
+  r.fed = 0;
+  r.target = target;
+  r.queued = false;
+  if (r.scheduled_us < 0) r.scheduled_us = now_us;
+  by_seq_[p->seq_id] = std::move(p);
+  return true;
+}
+
+bool Core::build_plan(Worker& w) {
+  plan_.Clear();
+  uint32_t budget = config_.max_batch_tokens, decodes = 0, prefill = 0;
+  bool stalled = false;
+  std::vector<uint64_t> seqs;
+  auto add = [&](Placement& p) -> v1::SeqPlan* {
+    v1::SeqPlan* s = plan_.add_seqs();
+    s->set_seq_id(p.seq_id);
+    for (size_t i = p.blocks_sent; i < p.blocks.size(); ++i) s->add_new_blocks(p.blocks[i]);
+    p.blocks_sent = p.blocks.size();
+    seqs.push_back(p.seq_id);
+    return s;
+  };
+  // Decodes first: every running stream advances in every step. Preemption may retire
+  // placements while we go, so walk a snapshot and look each one up again.
+  snapshot_.assign(w.running.begin(), w.running.end());
+  for (Placement* maybe : snapshot_) {
+    auto found = by_seq_.find(maybe->seq_id);
+    if (found == by_seq_.end()) continue;
+    Placement& p = *found->second;
+    Request* r = p.owner;
+    if (!r || r->fed < r->target || r->samples_planned >= r->spec.max_tokens) continue;
+    if (budget == 0) {
+      ++stats_.decode_stalls;
+      continue;
+    }
+    const uint32_t need = blocks_for(r->fed + 1, w.block_tokens);
+    bool ok = p.blocks.size() >= need || w.pool.allocate(need - static_cast<uint32_t>(p.blocks.size()), p.blocks);
+    if (!ok) {
+      // Out of blocks: the newest sequence not already in this step goes back to the queue
+      // (recompute). If that is this one, it waits itself; else its blocks come back now,
+      // or when its plans in flight do. While an earlier victim's blocks are still on
+      // their way back, wait for them instead of preempting more.
+      bool returning = false;
+      for (const Placement* q : w.running) returning |= !q->owner && !q->blocks.empty();
+      Placement* victim = nullptr;
+      for (auto it = w.running.rbegin(); it != w.running.rend() && !victim && !returning; ++it)
+        if ((*it)->owner && std::find(seqs.begin(), seqs.end(), (*it)->seq_id) == seqs.end()) victim = *it;
+      if (victim) {
+        ++stats_.preemptions;
+        const bool self = victim == &p;
+        requeue(*victim->owner);
+        if (self) continue;
+        ok = w.pool.allocate(need - static_cast<uint32_t>(p.blocks.size()), p.blocks);
+      }
+    }
+    if (!ok) {
+      ++stats_.decode_stalls;
+      stalled = true;
+      continue;
+    }
+    v1::SeqPlan* s = add(p);
+    s->set_start_pos(r->fed);
+    s->set_sample(true);
+    ++r->fed;
+    ++r->samples_planned;
+    --budget;
+    ++decodes;
+  }
+  // Then prompt chunks, oldest placement first, within what is left of the budget.
+  for (size_t i = 0; i < w.running.size() && budget > 0; ++i) {
+    Placement& p = *w.running[i];
+    Request* r = p.owner;
+    if (!r || r->fed >= r->target) continue;
+    const uint32_t chunk = std::min({config_.prefill_chunk, r->target - r->fed, budget});
+    v1::SeqPlan* s = add(p);
+    s->mutable_tokens()->Add(r->tokens.begin() + r->fed, r->tokens.begin() + r->fed + chunk);
+    s->set_start_pos(r->fed);
+    const bool last = r->fed + chunk == r->target;
+    s->set_sample(last);
+    if (!p.appeared) {
+      const model::SamplingParams& sp = r->spec.sampling;
+      v1::SamplingParams* o = s->mutable_sampling();
+      o->set_temperature(sp.temperature);
+      o->set_top_k(sp.top_k);
+      o->set_top_p(sp.top_p);
+      o->set_min_p(sp.min_p);
+      o->set_repetition_penalty(sp.repetition_penalty);
+      o->set_seed(sp.seed);
+      o->set_top_logprobs(sp.top_logprobs);
+      s->set_logprobs(r->spec.logprobs);
+      p.appeared = true;
+    }
+    r->fed += chunk;
+    if (last) ++r->samples_planned;
+    budget -= chunk;
+    prefill += chunk;
+  }
+  w.short_of_blocks = stalled;
+  for (uint64_t id : w.to_release) plan_.add_release(id);
+  w.to_release.clear();
+  if (plan_.seqs_size() == 0 && plan_.release_size() == 0) return false;
+  plan_.set_step_id(w.next_step++);
+  for (uint64_t id : seqs) ++by_seq_[id]->inflight;
+  w.inflight.push_back({plan_.step_id(), std::move(seqs)});
+  ++stats_.steps;
+  stats_.max_step_decode = std::max(stats_.max_step_decode, decodes);
+  stats_.max_step_prefill_tokens = std::max(stats_.max_step_prefill_tokens, prefill);
+  sink_.send_plan(w.id, plan_);
+  return true;
+}
+
+void Core::schedule(int64_t now_us) {
+  while (!queue_.empty()) {
+    Request& r = *queue_.front();
+    if (place(r, now_us)) {
+      queue_.pop_front();
+      continue;
+    }
+    // A request no worker could ever hold (its worker left) ends now instead of waiting forever.
+    const uint32_t need = static_cast<uint32_t>(r.prompt_len) + r.spec.max_tokens;
+    bool fits = false;
+    for (const auto& [id, w] : workers_) fits |= need <= w->pool.total() * w->block_tokens;
+    if (fits) break;
+    finish(r, v1::FINISH_REASON_ERROR, v1::ERROR_CODE_UNAVAILABLE,
+           "no remaining worker has KV room for " + std::to_string(need) + " tokens", now_us);
+  }
+  for (auto& [id, w] : workers_)
+    while (w->inflight.size() < config_.pipeline_depth && build_plan(*w)) {
+    }
+}
+
+void Core::tick(int64_t now_us) {
+  std::vector<Request*> late;
+  for (auto& [k, r] : requests_)
+    if (r->deadline_us && now_us >= r->deadline_us) late.push_back(r.get());
+  for (Request* r : late)
+    finish(*r, v1::FINISH_REASON_CANCELLED, v1::ERROR_CODE_UNSPECIFIED, "deadline exceeded", now_us);
+  schedule(now_us);
+}
+
+void Core::accept_token(Request& r, const v1::SeqResult& s, int64_t now_us) {
+  const int32_t token = s.token();
+  r.tokens.push_back(token);
+  ++r.generated;
+  if (r.first_token_us < 0) r.first_token_us = now_us;
+  v1::RequestEvents* out = &r.held;
+  if (r.spec.stream) {
+    events_.Clear();
+    events_.set_request_id(r.spec.id);
+    out = &events_;
+  }
+  v1::TokenEvent* ev = out->add_tokens();
+  ev->set_id(token);
+  if (r.spec.logprobs) ev->set_logprob(s.logprob());
+  for (int i = 0; i < s.top_ids_size() && i < s.top_logprobs_size(); ++i) {
+    v1::TopLogprob* t = ev->add_top();
+    t->set_id(s.top_ids(i));
+    t->set_logprob(s.top_logprobs(i));
+  }
+  r.text.clear();
+  r.emit.clear();
+  r.detok.push(token, r.text);
+  const bool stop_string = r.stop_strings.feed(r.text, r.emit);
+  ev->set_text(r.emit);
+
+  const bool stop_tokens = !r.stop_tokens.empty() && r.stop_tokens.feed(token) > 0;
+  const bool eos = token == tokenizer_.eos_id() && !r.spec.ignore_eos;
+  if (stop_string || stop_tokens || eos) {
+    finish(r, v1::FINISH_REASON_STOP, v1::ERROR_CODE_UNSPECIFIED, "", now_us, out);
+  } else if (r.generated >= r.spec.max_tokens || r.tokens.size() >= model_.context_length) {
+    finish(r, finished_by_length(), v1::ERROR_CODE_UNSPECIFIED, "", now_us, out);
+  } else if (r.spec.stream) {
+    sink_.send_events(r.client, events_);
+  }
+}
+
+void Core::on_result(uint32_t worker_id, const v1::StepResult& result, int64_t now_us) {
+  auto wit = workers_.find(worker_id);
+  if (wit == workers_.end()) return;
+  Worker& w = *wit->second;
+  if (w.inflight.empty() || w.inflight.front().step_id != result.step_id()) return;  // stale
+  std::vector<uint64_t> seqs = std::move(w.inflight.front().seqs);
+  w.inflight.pop_front();
+  ++w.stats.steps;
+  w.stats.compute_us += result.compute_us();
+  w.stats.idle_us += result.idle_us();
+  // The plan is answered: its sequences are no longer in flight there.
+  for (uint64_t id : seqs)
+    if (auto it = by_seq_.find(id); it != by_seq_.end()) --it->second->inflight;
+  if (result.error_code() != v1::ERROR_CODE_UNSPECIFIED) {
+    for (uint64_t id : seqs) {
+      auto it = by_seq_.find(id);
+      if (it != by_seq_.end() && it->second->owner)
+        finish(*it->second->owner, v1::FINISH_REASON_ERROR, v1::ERROR_CODE_INTERNAL,
+               "worker " + std::to_string(worker_id) + " failed the step: " + result.error_message(), now_us);
+    }
+  } else {
+    for (const v1::SeqResult& s : result.seqs()) {
+      auto it = by_seq_.find(s.seq_id());
+      if (it == by_seq_.end() || !it->second->owner || s.token() < 0) continue;
+      ++w.stats.tokens;
+      ++stats_.tokens;
+      accept_token(*it->second->owner, s, now_us);
+    }
+  }
+  for (uint64_t id : seqs) {
+    auto it = by_seq_.find(id);
+    if (it != by_seq_.end() && !it->second->owner) retire(*it->second);
+  }
+}
+
+}  // namespace tandem::scheduler

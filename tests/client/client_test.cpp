@@ -1,0 +1,750 @@
+// libtandem-client against a fake scheduler: a ROUTER socket on ipc:// driven by the test
+// thread with scripted replies. Every wait is bounded.
+#include "tandem/client.h"
+
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <ctime>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <zmq.hpp>
+
+#include "tandem/v1/client.pb.h"
+#include "tests/test_util.h"
+
+extern char** environ;
+
+namespace tandem {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+struct Received {
+  std::string identity;
+  v1::ClientMessage msg;
+};
+
+class FakeScheduler {
+ public:
+  FakeScheduler() : ctx_(1), router_(ctx_, zmq::socket_type::router) {
+    endpoint_ = "ipc://" + test::temp_dir() + "/scheduler.sock";
+    router_.set(zmq::sockopt::linger, 0);
+    router_.set(zmq::sockopt::router_mandatory, 1);
+    router_.bind(endpoint_);
+  }
+  const std::string& endpoint() const { return endpoint_; }
+
+  // The next message from a client, skipping heartbeats (counted) unless `keep_heartbeats`.
+  std::optional<Received> recv(std::chrono::milliseconds timeout = 5s, bool keep_heartbeats = false) {
+    const auto until = Clock::now() + timeout;
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+      if (left.count() <= 0) return std::nullopt;
+      zmq::pollitem_t item{router_.handle(), 0, ZMQ_POLLIN, 0};
+      zmq::poll(&item, 1, left);
+      if (!(item.revents & ZMQ_POLLIN)) continue;
+      zmq::message_t id, body;
+      EXPECT_TRUE(router_.recv(id));
+      EXPECT_TRUE(router_.recv(body));
+      EXPECT_FALSE(body.more()) << "every client message is one frame";
+      Received r;
+      r.identity = id.to_string();
+      EXPECT_TRUE(r.msg.ParseFromArray(body.data(), static_cast<int>(body.size())));
+      EXPECT_EQ(r.msg.version(), uint32_t{v1::PROTOCOL_VERSION_CURRENT});
+      if (r.msg.has_heartbeat()) {
+        ++heartbeats;
+        if (!keep_heartbeats) continue;
+      }
+      return r;
+    }
+  }
+
+  void send(const std::string& identity, v1::SchedulerReply reply) {
+    if (!reply.version()) reply.set_version(v1::PROTOCOL_VERSION_CURRENT);
+    std::string bytes;
+    reply.SerializeToString(&bytes);
+    router_.send(zmq::buffer(identity), zmq::send_flags::sndmore);
+    router_.send(zmq::buffer(bytes), zmq::send_flags::none);
+  }
+
+  // Tokens (id, text) for request `id`, with a final event when `finish` is set.
+  void events(const std::string& identity, const std::string& id, std::vector<std::pair<int, std::string>> tokens,
+              std::optional<v1::FinishReason> finish = std::nullopt) {
+    v1::SchedulerReply r;
+    auto* ev = r.mutable_events();
+    ev->set_request_id(id);
+    for (auto& [tok, text] : tokens) {
+      auto* t = ev->add_tokens();
+      t->set_id(tok);
+      t->set_text(text);
+      t->set_logprob(-0.5f * tok);
+    }
+    if (finish) {
+      auto* f = ev->mutable_final();
+      f->set_finish_reason(*finish);
+      f->mutable_usage()->set_prompt_tokens(3);
+      f->mutable_usage()->set_completion_tokens(static_cast<uint32_t>(tokens.size()));
+      f->mutable_timings()->set_total_ms(12.5);
+    }
+    send(identity, std::move(r));
+  }
+
+  void close() { router_.close(); }
+
+  int heartbeats = 0;
+
+ private:
+  zmq::context_t ctx_;
+  zmq::socket_t router_;
+  std::string endpoint_;
+};
+
+std::unique_ptr<Client> connect(const FakeScheduler& fake, ClientOptions options = {}) {
+  options.endpoint = fake.endpoint();
+  auto c = Client::connect(options);
+  EXPECT_TRUE(c.is_ok()) << c.status().to_string();
+  return std::move(c).value();
+}
+
+GenerateRequest request(std::string id = {}) {
+  GenerateRequest r;
+  r.id = std::move(id);
+  r.prompt_text = "hello";
+  r.max_tokens = 3;
+  return r;
+}
+
+// Every event of a stream up to and including the final one (bounded).
+std::vector<Event> drain(Stream& s, std::chrono::milliseconds limit = 5s) {
+  std::vector<Event> out;
+  const auto until = Clock::now() + limit;
+  while (Clock::now() < until) {
+    auto ev = s.next_for(50ms);
+    if (!ev) continue;
+    out.push_back(*ev);
+    if (ev->final) break;
+  }
+  return out;
+}
+
+TEST(Client, StreamsTokensInOrderAndEndsOnce) {
+  FakeScheduler fake;
+  auto client = connect(fake);
+  GenerateRequest req = request();
+  req.temperature = 0.7f;
+  req.top_k = 5;
+  req.seed = 42;
+  req.stop_strings = {"\n\n"};
+  req.stop_token_sequences = {{1, 2}};
+  req.timeout = 10s;
+  auto stream = client->generate(req);
+  EXPECT_FALSE(stream->id().empty());
+
+  auto got = fake.recv();
+  ASSERT_TRUE(got && got->msg.has_submit());
+  const v1::Submit& s = got->msg.submit();
+  EXPECT_EQ(s.request_id(), stream->id());
+  EXPECT_EQ(s.text(), "hello");
+  EXPECT_EQ(s.max_tokens(), 3u);
+  EXPECT_FLOAT_EQ(s.sampling().temperature(), 0.7f);
+  EXPECT_EQ(s.sampling().top_k(), 5);
+  EXPECT_EQ(s.sampling().seed(), 42u);
+  EXPECT_FLOAT_EQ(s.sampling().top_p(), 1.0f);
+  ASSERT_EQ(s.stop_strings_size(), 1);
+  EXPECT_EQ(s.stop_strings(0), "\n\n");
+  ASSERT_EQ(s.stop_token_sequences_size(), 1);
+  EXPECT_EQ(s.stop_token_sequences(0).ids_size(), 2);
+  EXPECT_EQ(s.timeout_ms(), 10000u);
+  EXPECT_TRUE(s.stream());
+
+  fake.events(got->identity, s.request_id(), {{7, "a"}, {8, "b"}});
+  v1::SchedulerReply last;
+  auto* ev = last.mutable_events();
+  ev->set_request_id(s.request_id());
+  auto* t = ev->add_tokens();
+  t->set_id(9);
+  t->set_text("c");
+  auto* top = t->add_top();
+  top->set_id(9);
+  top->set_logprob(-0.1f);
+  auto* f = ev->mutable_final();
+  f->set_finish_reason(v1::FINISH_REASON_LENGTH);
+  f->mutable_usage()->set_prompt_tokens(4);
+  f->mutable_usage()->set_completion_tokens(3);
+  f->mutable_usage()->set_cached_prompt_tokens(2);
+  f->mutable_timings()->set_queue_ms(1.5);
+  f->mutable_timings()->set_ttft_ms(2.5);
+  f->mutable_timings()->set_total_ms(3.5);
+  f->set_text("\xE2\x82");
+  fake.send(got->identity, last);
+
+  Event e;
+  std::vector<int32_t> ids;
+  std::string text;
+  int finals = 0;
+  while (stream->next(e)) {
+    if (e.final) {
+      ++finals;
+      EXPECT_EQ(e.fin.reason, FinishReason::kLength);
+      EXPECT_EQ(e.fin.prompt_tokens, 4u);
+      EXPECT_EQ(e.fin.completion_tokens, 3u);
+      EXPECT_EQ(e.fin.cached_prompt_tokens, 2u);
+      EXPECT_DOUBLE_EQ(e.fin.queue_ms, 1.5);
+      EXPECT_DOUBLE_EQ(e.fin.ttft_ms, 2.5);
+      EXPECT_DOUBLE_EQ(e.fin.total_ms, 3.5);
+      EXPECT_EQ(e.fin.text, "\xE2\x82");
+      EXPECT_TRUE(e.fin.error_code.empty());
+    } else {
+      ids.push_back(e.token.id);
+      text += e.token.text;
+      if (e.token.id == 9) {
+        ASSERT_EQ(e.token.top.size(), 1u);
+        EXPECT_FLOAT_EQ(e.token.top[0].second, -0.1f);
+      }
+    }
+  }
+  EXPECT_EQ(ids, (std::vector<int32_t>{7, 8, 9}));
+  EXPECT_EQ(text, "abc");
+  EXPECT_EQ(finals, 1);
+  EXPECT_TRUE(stream->finished());
+  EXPECT_FALSE(stream->next(e));
+  EXPECT_FALSE(stream->next_for(10ms).has_value());
+
+  // Late events for a finished request are dropped, not delivered.
+  fake.events(got->identity, s.request_id(), {{10, "x"}}, v1::FINISH_REASON_STOP);
+  EXPECT_FALSE(stream->next_for(100ms).has_value());
+}
+
+TEST(Client, TokenPromptAndNonStreaming) {
+  FakeScheduler fake;
+  auto client = connect(fake);
+  GenerateRequest req = request("mine");
+  req.prompt_tokens = {1, 2, 3};
+  req.no_bos = true;
+  req.stream = false;
+  auto stream = client->generate(req);
+  EXPECT_EQ(stream->id(), "mine");
+  auto got = fake.recv();
+  ASSERT_TRUE(got && got->msg.has_submit());
+  ASSERT_TRUE(got->msg.submit().has_tokens());
+  EXPECT_EQ(got->msg.submit().tokens().ids_size(), 3);
+  EXPECT_FALSE(got->msg.submit().stream());
+  fake.events(got->identity, "mine", {{4, "x"}, {5, "y"}}, v1::FINISH_REASON_STOP);
+  auto events = drain(*stream);
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0].token.id, 4);
+  EXPECT_EQ(events[1].token.id, 5);
+  EXPECT_TRUE(events[2].final);
+  EXPECT_EQ(events[2].fin.reason, FinishReason::kStop);
+}
+
+TEST(Client, CallbackApiRunsOnTheIoThread) {
+  FakeScheduler fake;
+  auto client = connect(fake);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Event> events;
+  std::set<std::thread::id> threads;
+  const std::string id = client->generate(request(), [&](const Event& e) {
+    std::lock_guard<std::mutex> lock(mu);
+    events.push_back(e);
+    threads.insert(std::this_thread::get_id());
+    cv.notify_all();
+  });
+  EXPECT_FALSE(id.empty());
+  auto got = fake.recv();
+  ASSERT_TRUE(got && got->msg.has_submit());
+  EXPECT_EQ(got->msg.submit().request_id(), id);
+  fake.events(got->identity, id, {{1, "x"}});
+  fake.events(got->identity, id, {{2, "y"}}, v1::FINISH_REASON_STOP);
+  std::unique_lock<std::mutex> lock(mu);
+  ASSERT_TRUE(cv.wait_for(lock, 5s, [&] { return events.size() == 3; }));
+  EXPECT_EQ(events[0].token.id, 1);
+  EXPECT_EQ(events[1].token.id, 2);
+  EXPECT_TRUE(events[2].final);
+  EXPECT_EQ(threads.size(), 1u);
+  EXPECT_EQ(threads.count(std::this_thread::get_id()), 0u);
+  lock.unlock();
+  std::this_thread::sleep_for(50ms);
+  std::lock_guard<std::mutex> relock(mu);
+  EXPECT_EQ(events.size(), 3u);  // nothing after the final event
+}
+
+TEST(Client, ManyRequestsMultiplexedOverOneConnection) {
+  FakeScheduler fake;
+  auto client = connect(fake);
+  constexpr int kRequests = 64;
+  std::vector<std::shared_ptr<Stream>> streams;
+  // Submitted from several threads at once.
+  std::mutex mu;
+  std::vector<std::thread> submitters;
+  for (int t = 0; t < 4; ++t)
+    submitters.emplace_back([&, t] {
+      for (int i = t; i < kRequests; i += 4) {
+        auto s = client->generate(request("r" + std::to_string(i)));
+        std::lock_guard<std::mutex> lock(mu);
+        streams.push_back(s);
+      }
+    });
+  for (auto& t : submitters) t.join();
+
+  std::string identity;
+  std::set<std::string> ids;
+  while (ids.size() < kRequests) {
+    auto got = fake.recv();
+    ASSERT_TRUE(got && got->msg.has_submit());
+    if (identity.empty()) identity = got->identity;
+    EXPECT_EQ(got->identity, identity) << "one connection per client";
+    ids.insert(got->msg.submit().request_id());
+  }
+  // Interleave: round k sends token k to every request, in reverse order.
+  for (int k = 0; k < 3; ++k)
+    for (int i = kRequests - 1; i >= 0; --i)
+      fake.events(identity, "r" + std::to_string(i), {{i * 10 + k, "r" + std::to_string(i)}},
+                  k == 2 ? std::optional(v1::FINISH_REASON_LENGTH) : std::nullopt);
+  for (auto& s : streams) {
+    const int i = std::stoi(s->id().substr(1));
+    auto events = drain(*s);
+    ASSERT_EQ(events.size(), 4u) << s->id();
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_EQ(events[k].token.id, i * 10 + k);
+      EXPECT_EQ(events[k].token.text, s->id());
+    }
+    EXPECT_TRUE(events[3].final);
+  }
+}
+
+TEST(Client, DuplicateLiveIdIsRefused) {
+  FakeScheduler fake;
+  auto client = connect(fake);
+  auto a = client->generate(request("same"));
+  auto got = fake.recv();
+  ASSERT_TRUE(got && got->msg.has_submit());
+  auto b = client->generate(request("same"));
+  auto eb = drain(*b);
+  ASSERT_EQ(eb.size(), 1u);
+  EXPECT_EQ(eb[0].fin.reason, FinishReason::kError);
+  EXPECT_EQ(eb[0].fin.code, Code::kInvalidArgument);
+  EXPECT_EQ(eb[0].fin.error_code, "INVALID_ARGUMENT");
+  fake.events(got->identity, "same", {{1, "x"}}, v1::FINISH_REASON_STOP);
+  auto ea = drain(*a);
+  ASSERT_EQ(ea.size(), 2u);
+  EXPECT_EQ(ea[1].fin.reason, FinishReason::kStop);
+}
+
+TEST(Client, CancelReachesTheSchedulerAndTheStreamEnds) {
+  FakeScheduler fake;
+  auto client = connect(fake);
+  auto stream = client->generate(request());
+  auto got = fake.recv();
+  ASSERT_TRUE(got && got->msg.has_submit());
+  fake.events(got->identity, stream->id(), {{1, "x"}});
+  stream->cancel();
+  auto cancel = fake.recv();
+  ASSERT_TRUE(cancel && cancel->msg.has_cancel());
+  EXPECT_EQ(cancel->msg.cancel().request_id(), stream->id());
+  fake.events(got->identity, stream->id(), {}, v1::FINISH_REASON_CANCELLED);
+  auto events = drain(*stream);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_TRUE(events[1].final);
+  EXPECT_EQ(events[1].fin.reason, FinishReason::kCancelled);
+
+  // Client::cancel by id, for the callback API.
+  std::atomic<int> finals{0};
+  std::atomic<bool> cancelled{false};
+  const std::string id = client->generate(request(), [&](const Event& e) {
+    if (e.final) {
+      cancelled = e.fin.reason == FinishReason::kCancelled;
+      ++finals;
+    }
+  });
+  got = fake.recv();
+  ASSERT_TRUE(got && got->msg.has_submit());
+  ASSERT_TRUE(client->cancel(id).is_ok());
+  cancel = fake.recv();
+  ASSERT_TRUE(cancel && cancel->msg.has_cancel());
+  EXPECT_EQ(cancel->msg.cancel().request_id(), id);
+  fake.events(got->identity, id, {}, v1::FINISH_REASON_CANCELLED);
+  const auto until = Clock::now() + 5s;
+  while (finals == 0 && Clock::now() < until) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(finals, 1);
+  EXPECT_TRUE(cancelled);
+}
+
+TEST(Client, HeartbeatsOnlyWhileRequestsAreInFlight) {
+  FakeScheduler fake;
+  ClientOptions opt;
+  opt.heartbeat_interval = 50ms;
+  auto client = connect(fake, opt);
+  // Idle: no heartbeats.
+  EXPECT_FALSE(fake.recv(200ms).has_value());
+  EXPECT_EQ(fake.heartbeats, 0);
+
+  auto stream = client->generate(request());
+  auto got = fake.recv();
+  ASSERT_TRUE(got && got->msg.has_submit());
+  EXPECT_FALSE(fake.recv(500ms).has_value());  // counts heartbeats while waiting
+  EXPECT_GE(fake.heartbeats, 3);
+  EXPECT_LE(fake.heartbeats, 12);
+
+  fake.events(got->identity, stream->id(), {}, v1::FINISH_REASON_STOP);
+  ASSERT_EQ(drain(*stream).size(), 1u);
+  fake.recv(60ms);  // one may have been on its way
+  const int before = fake.heartbeats;
+  EXPECT_FALSE(fake.recv(300ms).has_value());
+  EXPECT_EQ(fake.heartbeats, before);
+}
+
+TEST(Client, SilentSchedulerEndsTheStreamAfterTheDeadline) {
+  FakeScheduler fake;
+  ClientOptions opt;
+  opt.deadline_grace = 100ms;
+  opt.liveness_timeout = 0ms;
+  auto client = connect(fake, opt);
+  GenerateRequest req = request();
+  req.timeout = 200ms;
+  const auto start = Clock::now();
+  auto stream = client->generate(req);
+  auto got = fake.recv();
+  ASSERT_TRUE(got && got->msg.has_submit());
+  auto events = drain(*stream);
+  const auto elapsed = Clock::now() - start;
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].fin.reason, FinishReason::kError);
+  EXPECT_EQ(events[0].fin.code, Code::kUnavailable);
+  EXPECT_EQ(events[0].fin.error_code, "UNAVAILABLE");
+  EXPECT_GE(elapsed, 300ms);
+  EXPECT_LT(elapsed, 3s);
+  // The client tells the scheduler to drop it, and a late final event changes nothing.
+  auto cancel = fake.recv(1s);
+  ASSERT_TRUE(cancel && cancel->msg.has_cancel());
+  fake.events(got->identity, stream->id(), {}, v1::FINISH_REASON_CANCELLED);
+  EXPECT_FALSE(stream->next_for(100ms).has_value());
+}
+
+TEST(Client, SilentSchedulerWithoutDeadlineFailsTheLivenessProbe) {
+  FakeScheduler fake;
+  ClientOptions opt;
+  opt.liveness_timeout = 300ms;
+  opt.heartbeat_interval = 1s;
+  auto client = connect(fake, opt);
+  const std::clock_t cpu_start = std::clock();
+  auto stream = client->generate(request());  // no timeout
+  auto got = fake.recv();
+  ASSERT_TRUE(got && got->msg.has_submit());
+  auto probe = fake.recv(2s);
+  ASSERT_TRUE(probe && probe->msg.has_status()) << "a status probe after silence";
+  auto events = drain(*stream);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].fin.code, Code::kUnavailable);
+  // Waiting on a silent scheduler sleeps (the whole wait is 600 ms of wall time).
+  EXPECT_LT(double(std::clock() - cpu_start) / CLOCKS_PER_SEC, 0.2);
+}
+
+TEST(Client, ProbeAnsweredKeepsTheRequestAlive) {
+  FakeScheduler fake;
+  ClientOptions opt;
+  opt.liveness_timeout = 100ms;
+  auto client = connect(fake, opt);
+  auto stream = client->generate(request());
+  auto got = fake.recv();
+  ASSERT_TRUE(got && got->msg.has_submit());
+  for (int i = 0; i < 3; ++i) {
+    auto probe = fake.recv(2s);
+    ASSERT_TRUE(probe && probe->msg.has_status());
+    v1::SchedulerReply r;
+    r.mutable_status()->set_queued(1);
+    fake.send(got->identity, r);
+  }
+  EXPECT_FALSE(stream->next_for(10ms).has_value());
+  fake.events(got->identity, stream->id(), {{1, "x"}}, v1::FINISH_REASON_STOP);
+  auto events = drain(*stream);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1].fin.reason, FinishReason::kStop);
+}
+
+TEST(Client, NoSchedulerAtAllEndsWithUnavailable) {
+  ClientOptions opt;
+  opt.endpoint = "ipc://" + test::temp_dir() + "/nobody.sock";
+  opt.liveness_timeout = 100ms;
+  auto client = Client::connect(opt);
+  ASSERT_TRUE(client.is_ok());
+  auto stream = (*client)->generate(request());
+  auto events = drain(*stream);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].fin.code, Code::kUnavailable);
+  auto st = (*client)->status(100ms);
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_EQ(st.status().code(), Code::kUnavailable);
+}
+
+TEST(Client, SchedulerGoneEndsTheStreamPromptly) {
+  auto fake = std::make_unique<FakeScheduler>();
+  ClientOptions opt;
+  opt.liveness_timeout = 0ms;  // only the disconnect can end it
+  auto client = connect(*fake, opt);
+  auto stream = client->generate(request());
+  auto got = fake->recv();
+  ASSERT_TRUE(got && got->msg.has_submit());
+  const auto start = Clock::now();
+  fake.reset();
+  auto events = drain(*stream);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].fin.code, Code::kUnavailable);
+  EXPECT_NE(events[0].fin.error_message.find("lost"), std::string::npos) << events[0].fin.error_message;
+  EXPECT_LT(Clock::now() - start, 2s);
+}
+
+TEST(Client, ProtocolErrorEndsEverythingInFlight) {
+  FakeScheduler fake;
+  auto client = connect(fake);
+  auto stream = client->generate(request());
+  auto got = fake.recv();
+  ASSERT_TRUE(got && got->msg.has_submit());
+  v1::SchedulerReply r;
+  r.mutable_error()->set_code(v1::ERROR_CODE_INVALID_ARGUMENT);
+  r.mutable_error()->set_message("bad version");
+  fake.send(got->identity, r);
+  auto events = drain(*stream);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].fin.code, Code::kInvalidArgument);
+  EXPECT_NE(events[0].fin.error_message.find("bad version"), std::string::npos);
+}
+
+TEST(Client, DestroyingTheClientEndsItsStreams) {
+  FakeScheduler fake;
+  auto client = connect(fake);
+  auto stream = client->generate(request());
+  auto got = fake.recv();
+  ASSERT_TRUE(got && got->msg.has_submit());
+  client.reset();
+  auto events = drain(*stream, 1s);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].fin.code, Code::kUnavailable);
+  auto cancel = fake.recv(1s);
+  ASSERT_TRUE(cancel && cancel->msg.has_cancel());
+  EXPECT_EQ(cancel->msg.cancel().request_id(), stream->id());
+  stream->cancel();  // harmless after the client is gone
+}
+
+TEST(Client, StatusRoundTrip) {
+  FakeScheduler fake;
+  auto client = connect(fake);
+  std::thread scheduler([&] {
+    auto got = fake.recv();
+    ASSERT_TRUE(got && got->msg.has_status());
+    v1::SchedulerReply r;
+    auto* s = r.mutable_status();
+    s->set_queued(2);
+    s->set_running(3);
+    s->set_requests_total(10);
+    s->set_requests_finished(5);
+    s->set_tokens_generated(1234);
+    s->set_steps(99);
+    s->set_scheduler_cpu_ms_per_step(0.25);
+    s->set_ready(true);
+    s->set_max_step_decode(8);
+    s->set_max_step_prefill_tokens(512);
+    s->set_decode_stalls(4);
+    s->set_preemptions(2);
+    auto* w = s->add_workers();
+    w->set_worker_id(7);
+    w->set_role("decode");
+    w->set_pid(4242);
+    w->set_alive(true);
+    w->set_kv_blocks_total(100);
+    w->set_kv_blocks_free(40);
+    w->set_running(3);
+    w->set_steps(98);
+    w->set_tokens(1200);
+    w->set_idle_share(0.125);
+    fake.send(got->identity, r);
+  });
+  auto info = client->status(5s);
+  scheduler.join();
+  ASSERT_TRUE(info.is_ok()) << info.status().to_string();
+  EXPECT_EQ(info->queued, 2u);
+  EXPECT_EQ(info->running, 3u);
+  EXPECT_EQ(info->requests_total, 10u);
+  EXPECT_EQ(info->requests_finished, 5u);
+  EXPECT_EQ(info->tokens_generated, 1234u);
+  EXPECT_EQ(info->steps, 99u);
+  EXPECT_DOUBLE_EQ(info->scheduler_cpu_ms_per_step, 0.25);
+  EXPECT_TRUE(info->ready);
+  EXPECT_EQ(info->max_step_decode, 8u);
+  EXPECT_EQ(info->max_step_prefill_tokens, 512u);
+  EXPECT_EQ(info->decode_stalls, 4u);
+  EXPECT_EQ(info->preemptions, 2u);
+  ASSERT_EQ(info->workers.size(), 1u);
+  const WorkerInfo& w = info->workers[0];
+  EXPECT_EQ(w.id, 7u);
+  EXPECT_EQ(w.role, "decode");
+  EXPECT_EQ(w.pid, 4242u);
+  EXPECT_TRUE(w.alive);
+  EXPECT_EQ(w.kv_blocks_total, 100u);
+  EXPECT_EQ(w.kv_blocks_free, 40u);
+  EXPECT_EQ(w.running, 3u);
+  EXPECT_EQ(w.steps, 98u);
+  EXPECT_EQ(w.tokens, 1200u);
+  EXPECT_DOUBLE_EQ(w.idle_share, 0.125);
+
+  // Unanswered: UNAVAILABLE within the timeout.
+  const auto start = Clock::now();
+  auto none = client->status(150ms);
+  EXPECT_FALSE(none.is_ok());
+  EXPECT_EQ(none.status().code(), Code::kUnavailable);
+  EXPECT_LT(Clock::now() - start, 2s);
+}
+
+TEST(Client, ConnectRejectsBadOptions) {
+  ClientOptions opt;
+  EXPECT_EQ(Client::connect(opt).status().code(), Code::kInvalidArgument);
+  opt.endpoint = "bogus://x";
+  EXPECT_EQ(Client::connect(opt).status().code(), Code::kInvalidArgument);
+  opt.endpoint = "ipc://" + test::temp_dir() + "/x.sock";
+  opt.heartbeat_interval = 0ms;
+  EXPECT_EQ(Client::connect(opt).status().code(), Code::kInvalidArgument);
+}
+
+// ---- the `tandem generate` and `tandem status` commands against the fake ----
+
+struct Child {
+  pid_t pid = -1;
+  int out_fd = -1;
+};
+
+Child spawn(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  std::string bin = TANDEM_TANDEM_BIN;
+  argv.push_back(bin.data());
+  std::vector<std::string> copy = args;
+  for (auto& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int fds[2];
+  EXPECT_EQ(pipe(fds), 0);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+  posix_spawn_file_actions_addclose(&fa, fds[0]);
+  Child c;
+  if (posix_spawn(&c.pid, bin.c_str(), &fa, nullptr, argv.data(), environ) != 0) c.pid = -1;
+  posix_spawn_file_actions_destroy(&fa);
+  close(fds[1]);
+  c.out_fd = fds[0];
+  if (c.pid < 0) close(c.out_fd);
+  return c;
+}
+
+// Reads the child's stdout to EOF and reaps it; the exit code, or -1 (bounded: the child is
+// killed after `limit`).
+int finish(Child& c, std::string& out, std::chrono::milliseconds limit = 10s) {
+  const auto until = Clock::now() + limit;
+  char buf[4096];
+  for (;;) {
+    pollfd p{c.out_fd, POLLIN, 0};
+    if (Clock::now() > until) {
+      kill(c.pid, SIGKILL);
+      break;
+    }
+    if (::poll(&p, 1, 50) <= 0) continue;
+    const ssize_t n = read(c.out_fd, buf, sizeof buf);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  close(c.out_fd);
+  int status = 0;
+  waitpid(c.pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(GenerateCommand, JsonLinesAndExitCode) {
+  FakeScheduler fake;
+  Child child = spawn({"generate", "--endpoint", fake.endpoint(), "--prompt", "hi", "--max-tokens", "4", "--stop",
+                       "A", "--stop", "B", "--logprobs", "--json"});
+  ASSERT_GT(child.pid, 0) << "cannot start " << TANDEM_TANDEM_BIN;
+  auto got = fake.recv(10s);
+  ASSERT_TRUE(got && got->msg.has_submit());
+  const v1::Submit& s = got->msg.submit();
+  EXPECT_EQ(s.text(), "hi");
+  EXPECT_EQ(s.max_tokens(), 4u);
+  ASSERT_EQ(s.stop_strings_size(), 2);
+  EXPECT_EQ(s.stop_strings(1), "B");
+  EXPECT_TRUE(s.logprobs());
+  fake.events(got->identity, s.request_id(), {{5, "a\"\n"}, {6, std::string("\x01\xff\xC3\xA9", 4)}},
+              v1::FINISH_REASON_LENGTH);
+  std::string out;
+  EXPECT_EQ(finish(child, out), 0);
+  EXPECT_EQ(out,
+            "{\"type\":\"token\",\"id\":5,\"text\":\"a\\\"\\n\",\"logprob\":-2.5}\n"
+            "{\"type\":\"token\",\"id\":6,\"text\":\"\\u0001\\ufffd\xC3\xA9\",\"logprob\":-3}\n"
+            "{\"type\":\"final\",\"finish_reason\":\"length\",\"error\":\"\",\"text\":\"\",\"usage\":{\"prompt_"
+            "tokens\":3,\"completion_tokens\":2,\"cached_prompt_tokens\":0},\"timings\":{\"queue_ms\":0,\"ttft_ms\":"
+            "0,\"total_ms\":12.5}}\n");
+}
+
+TEST(GenerateCommand, SigintCancelsAndStillPrintsTheFinalEvent) {
+  FakeScheduler fake;
+  Child child = spawn({"generate", "--endpoint", fake.endpoint(), "--tokens", "1,2,3", "--json"});
+  ASSERT_GT(child.pid, 0) << "cannot start " << TANDEM_TANDEM_BIN;
+  auto got = fake.recv(10s);
+  ASSERT_TRUE(got && got->msg.has_submit());
+  EXPECT_EQ(got->msg.submit().tokens().ids_size(), 3);
+  fake.events(got->identity, got->msg.submit().request_id(), {{5, "a"}});
+  kill(child.pid, SIGINT);
+  auto cancel = fake.recv(5s);
+  ASSERT_TRUE(cancel && cancel->msg.has_cancel());
+  fake.events(got->identity, got->msg.submit().request_id(), {}, v1::FINISH_REASON_CANCELLED);
+  std::string out;
+  EXPECT_EQ(finish(child, out), 130);
+  EXPECT_NE(out.find("\"finish_reason\":\"cancelled\""), std::string::npos) << out;
+}
+
+TEST(GenerateCommand, ErrorExitsOne) {
+  FakeScheduler fake;
+  Child child = spawn({"generate", "--endpoint", fake.endpoint(), "--prompt", "x"});
+  ASSERT_GT(child.pid, 0) << "cannot start " << TANDEM_TANDEM_BIN;
+  auto got = fake.recv(10s);
+  ASSERT_TRUE(got && got->msg.has_submit());
+  v1::SchedulerReply r;
+  r.mutable_events()->set_request_id(got->msg.submit().request_id());
+  r.mutable_events()->mutable_final()->set_finish_reason(v1::FINISH_REASON_ERROR);
+  r.mutable_events()->mutable_final()->set_error_code(v1::ERROR_CODE_OVERLOADED);
+  r.mutable_events()->mutable_final()->set_error_message("queue full");
+  fake.send(got->identity, r);
+  std::string out;
+  EXPECT_EQ(finish(child, out), 1);
+}
+
+TEST(StatusCommand, Json) {
+  FakeScheduler fake;
+  Child child = spawn({"status", "--endpoint", fake.endpoint(), "--json"});
+  ASSERT_GT(child.pid, 0) << "cannot start " << TANDEM_TANDEM_BIN;
+  auto got = fake.recv(10s);
+  ASSERT_TRUE(got && got->msg.has_status());
+  v1::SchedulerReply r;
+  r.mutable_status()->set_ready(true);
+  r.mutable_status()->set_queued(1);
+  auto* w = r.mutable_status()->add_workers();
+  w->set_worker_id(0);
+  w->set_role("both");
+  w->set_idle_share(0.5);
+  fake.send(got->identity, r);
+  std::string out;
+  EXPECT_EQ(finish(child, out), 0);
+  EXPECT_NE(out.find("\"ready\":true,\"queued\":1,"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"role\":\"both\""), std::string::npos) << out;
+  EXPECT_NE(out.find("\"idle_share\":0.5}"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace tandem

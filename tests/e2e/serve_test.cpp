@@ -1,0 +1,325 @@
+// tandem as a service: `tandem up` starts real processes over ipc://, the client library
+// talks to them. Streams must equal the engine alone; cancellation, bad input and dead
+// clients must leave the service clean and serving.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <zmq.hpp>
+
+#include "runtime/wire.h"
+#include "tandem/client.h"
+#include "tandem/v1/client.pb.h"
+#include "tests/test_util.h"
+#include "workers/engine/engine.h"
+#include "workers/engine/generate.h"
+
+extern char** environ;
+
+namespace tandem {
+namespace {
+
+using namespace std::chrono_literals;
+
+pid_t spawn(const std::vector<std::string>& argv, const std::string& out_file) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, (out_file + ".err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  std::vector<char*> cargv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  pid_t pid = -1;
+  posix_spawn(&pid, argv[0].c_str(), &fa, nullptr, cargv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  return pid;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// `tandem up` in the background, stopped (SIGTERM, then SIGKILL) when the test ends.
+class Deployment {
+ public:
+  explicit Deployment(std::vector<std::string> flags, const std::string& model = test::model_file("tiny", 1)) {
+    dir_ = test::temp_dir();
+    std::vector<std::string> argv = {TANDEM_TANDEM_BIN, "up", "--model", model, "--runtime-dir", dir_ + "/run",
+                                     "--log-level", "warn"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    out_ = dir_ + "/up.out";
+    pid_ = spawn(argv, out_);
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      const std::string out = slurp(out_);
+      if (out.find("tandem: ready") != std::string::npos) {
+        endpoint_ = "ipc://" + dir_ + "/run/client.sock";
+        return;
+      }
+      int status;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        break;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    ADD_FAILURE() << "tandem up did not become ready:\n" << slurp(out_) << slurp(out_ + ".err");
+  }
+  ~Deployment() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGTERM);
+    for (int i = 0; i < 500; ++i) {
+      if (waitpid(pid_, nullptr, WNOHANG) == pid_) return;
+      std::this_thread::sleep_for(20ms);
+    }
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  const std::string& endpoint() const { return endpoint_; }
+  bool ok() const { return !endpoint_.empty(); }
+  std::unique_ptr<Client> client() {
+    ClientOptions o;
+    o.endpoint = endpoint_;
+    auto c = Client::connect(o);
+    EXPECT_TRUE(c) << c.status().to_string();
+    return c ? std::move(c.value()) : nullptr;
+  }
+
+ private:
+  std::string dir_, out_, endpoint_;
+  pid_t pid_ = -1;
+};
+
+struct Collected {
+  std::vector<int32_t> tokens;
+  FinalEvent fin;
+  int finals = 0;
+};
+
+Collected collect(Stream& s, std::chrono::milliseconds limit = 60s) {
+  Collected c;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto ev = s.next_for(100ms);
+    if (!ev) continue;
+    if (ev->final) {
+      c.fin = ev->fin;
+      ++c.finals;
+      break;
+    }
+    c.tokens.push_back(ev->token.id);
+  }
+  return c;
+}
+
+std::vector<int32_t> prompt_of(uint32_t len, uint32_t salt) {
+  std::vector<int32_t> p;
+  for (uint32_t i = 0; i < len; ++i) p.push_back(3 + static_cast<int32_t>((i * 31 + salt * 17) % 500));
+  return p;
+}
+
+TEST(Serve, SixtyFourGreedyStreamsEqualTheEngineAlone) {
+  Deployment d({"--workers", "2", "--threads", "1", "--kv-memory", "67108864", "--prefill-chunk", "64"});
+  ASSERT_TRUE(d.ok());
+  auto client = d.client();
+  ASSERT_TRUE(client);
+  auto engine = engine::Engine::load(test::model_file("tiny", 1), {1, engine::GemmBackend::kPacked}).value();
+  std::vector<std::shared_ptr<Stream>> streams;
+  std::vector<std::vector<int32_t>> want;
+  for (uint32_t i = 0; i < 64; ++i) {
+    GenerateRequest r;
+    r.prompt_tokens = prompt_of(1 + (i * 13) % 150, i);
+    r.max_tokens = 8 + i % 24;
+    r.ignore_eos = true;
+    engine::GenerateOptions opt;
+    opt.max_tokens = r.max_tokens;
+    opt.ignore_eos = true;
+    want.push_back(engine::generate(*engine, r.prompt_tokens, opt).value().tokens);
+    streams.push_back(client->generate(r));
+  }
+  for (uint32_t i = 0; i < 64; ++i) {
+    Collected c = collect(*streams[i]);
+    ASSERT_EQ(c.finals, 1) << "stream " << i;
+    EXPECT_EQ(c.fin.reason, FinishReason::kLength) << c.fin.error_message;
+    EXPECT_EQ(c.tokens, want[i]) << "stream " << i;
+  }
+  auto st = client->status(5s);
+  ASSERT_TRUE(st);
+  ASSERT_EQ(st->workers.size(), 2u);
+  for (const auto& w : st->workers) {
+    EXPECT_GT(w.steps, 0u) << "both workers take sequences";
+    EXPECT_EQ(w.kv_blocks_free, w.kv_blocks_total);
+  }
+}
+
+TEST(Serve, CancelAtEveryStageLeavesOthersExactAndBlocksFree) {
+  Deployment d({"--workers", "1", "--threads", "1", "--max-running", "2", "--prefill-chunk", "16", "--max-batch-tokens",
+                "32", "--kv-memory", "33554432"});
+  ASSERT_TRUE(d.ok());
+  auto client = d.client();
+  auto engine = engine::Engine::load(test::model_file("tiny", 1), {1, engine::GemmBackend::kPacked}).value();
+  GenerateRequest keep;
+  keep.prompt_tokens = prompt_of(20, 1);
+  keep.max_tokens = 60;
+  keep.ignore_eos = true;
+  auto kept = client->generate(keep);
+  GenerateRequest decoding = keep, prefilling = keep, queued = keep;
+  decoding.prompt_tokens = prompt_of(10, 2);
+  decoding.max_tokens = 400;
+  prefilling.prompt_tokens = prompt_of(400, 3);
+  queued.prompt_tokens = prompt_of(10, 4);
+  auto s_decoding = client->generate(decoding);
+  Event ev;
+  ASSERT_TRUE(s_decoding->next(ev));  // it is decoding now
+  auto s_prefilling = client->generate(prefilling);
+  auto s_queued = client->generate(queued);  // max-running 2: waits
+  s_queued->cancel();
+  s_prefilling->cancel();
+  s_decoding->cancel();
+  for (auto* s : {s_queued.get(), s_prefilling.get(), s_decoding.get()}) {
+    Collected c = collect(*s);
+    EXPECT_EQ(c.finals, 1);
+    EXPECT_EQ(c.fin.reason, FinishReason::kCancelled) << s->id() << " " << c.fin.error_message;
+  }
+  Collected k = collect(*kept);
+  engine::GenerateOptions opt;
+  opt.max_tokens = 60;
+  opt.ignore_eos = true;
+  EXPECT_EQ(k.tokens, engine::generate(*engine, keep.prompt_tokens, opt).value().tokens);
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  StatusInfo st;
+  do {
+    st = client->status(5s).value();
+  } while (st.running > 0 && std::chrono::steady_clock::now() < deadline);
+  EXPECT_EQ(st.running, 0u);
+  EXPECT_EQ(st.workers.at(0).kv_blocks_free, st.workers.at(0).kv_blocks_total);
+}
+
+TEST(Serve, AClientKilledWithSigkillHasItsRequestsCancelled) {
+  Deployment d({"--workers", "1", "--threads", "1", "--client-timeout-ms", "1000", "--heartbeat-ms", "200"});
+  ASSERT_TRUE(d.ok());
+  const std::string dir = test::temp_dir();
+  const pid_t gen = spawn({TANDEM_TANDEM_BIN, "generate", "--endpoint", d.endpoint(), "--tokens", "1,5,6,7",
+                           "--max-tokens", "480", "--ignore-eos"},
+                          dir + "/gen.out");
+  auto client = d.client();
+  const auto until_running = std::chrono::steady_clock::now() + 20s;
+  while (client->status(5s).value().running == 0 && std::chrono::steady_clock::now() < until_running)
+    std::this_thread::sleep_for(10ms);
+  ASSERT_GT(client->status(5s).value().running, 0u);
+  kill(gen, SIGKILL);
+  waitpid(gen, nullptr, 0);
+  const auto killed = std::chrono::steady_clock::now();
+  StatusInfo st;
+  do {
+    st = client->status(5s).value();
+    std::this_thread::sleep_for(50ms);
+  } while (st.running > 0 && std::chrono::steady_clock::now() < killed + 10s);
+  EXPECT_EQ(st.running, 0u);
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, 4s) << "client timeout 1 s + liveness period";
+  EXPECT_EQ(st.workers.at(0).kv_blocks_free, st.workers.at(0).kv_blocks_total);
+}
+
+TEST(Serve, EveryBadFieldGetsItsErrorAndTheServiceKeepsServing) {
+  Deployment d({"--workers", "1", "--threads", "1"});
+  ASSERT_TRUE(d.ok());
+  auto client = d.client();
+  struct Case {
+    std::function<void(GenerateRequest&)> edit;
+    std::string needle;
+  };
+  std::vector<Case> cases = {
+      {[](GenerateRequest& r) { r.prompt_tokens = {}; r.prompt_text = ""; }, "prompt"},
+      {[](GenerateRequest& r) { r.prompt_tokens = prompt_of(600, 1); }, "context length"},
+      {[](GenerateRequest& r) { r.max_tokens = 0; }, "max_tokens"},
+      {[](GenerateRequest& r) { r.max_tokens = 100000; }, "max_tokens"},
+      {[](GenerateRequest& r) { r.temperature = -1; }, "temperature"},
+      {[](GenerateRequest& r) { r.top_p = 1.5f; }, "top_p"},
+      {[](GenerateRequest& r) { r.top_k = -2; }, "top_k"},
+      {[](GenerateRequest& r) { r.prompt_tokens = {1, 99999}; }, "outside the vocabulary"},
+      {[](GenerateRequest& r) { r.stop_strings.assign(17, "x"); }, "stop_strings"},
+      {[](GenerateRequest& r) { r.stop_token_sequences.assign(17, {5}); }, "stop"},
+  };
+  for (auto& c : cases) {
+    GenerateRequest r;
+    r.prompt_tokens = {1, 2, 3};
+    r.max_tokens = 4;
+    c.edit(r);
+    auto s = client->generate(r);
+    Collected got = collect(*s, 10s);
+    EXPECT_EQ(got.finals, 1) << c.needle;
+    EXPECT_EQ(got.fin.reason, FinishReason::kError) << c.needle;
+    EXPECT_NE(got.fin.error_message.find(c.needle), std::string::npos) << c.needle << ": " << got.fin.error_message;
+  }
+  // Garbage and a wrong protocol version, straight on the socket.
+  zmq::context_t ctx;
+  zmq::socket_t raw(ctx, zmq::socket_type::dealer);
+  raw.set(zmq::sockopt::linger, 0);
+  raw.set(zmq::sockopt::rcvtimeo, 5000);
+  raw.connect(d.endpoint());
+  raw.send(zmq::buffer(std::string("\xff\xff garbage")), zmq::send_flags::none);
+  zmq::message_t reply;
+  ASSERT_TRUE(raw.recv(reply));
+  v1::SchedulerReply r;
+  ASSERT_TRUE(runtime::parse_frame(reply, r).is_ok());
+  EXPECT_TRUE(r.has_error());
+  EXPECT_NE(r.error().message().find("malformed"), std::string::npos) << r.error().message();
+  v1::ClientMessage m;
+  m.set_version(99);
+  m.mutable_heartbeat();
+  raw.send(runtime::to_frame(m), zmq::send_flags::none);
+  ASSERT_TRUE(raw.recv(reply));
+  ASSERT_TRUE(runtime::parse_frame(reply, r).is_ok());
+  EXPECT_NE(r.error().message().find("protocol version 99"), std::string::npos) << r.error().message();
+  // Still serving.
+  GenerateRequest ok;
+  ok.prompt_text = "hello";
+  ok.max_tokens = 5;
+  ok.ignore_eos = true;
+  auto s = client->generate(ok);
+  Collected c = collect(*s);
+  EXPECT_EQ(c.fin.reason, FinishReason::kLength) << c.fin.error_message;
+  EXPECT_EQ(c.tokens.size(), 5u);
+}
+
+TEST(Serve, ALongPromptNeverStallsRunningStreams) {
+  Deployment d({"--workers", "1", "--threads", "1", "--prefill-chunk", "32", "--max-batch-tokens", "64"});
+  ASSERT_TRUE(d.ok());
+  auto client = d.client();
+  std::vector<std::shared_ptr<Stream>> running;
+  for (uint32_t i = 0; i < 4; ++i) {
+    GenerateRequest r;
+    r.prompt_tokens = prompt_of(8, i);
+    r.max_tokens = 150;
+    r.ignore_eos = true;
+    running.push_back(client->generate(r));
+    Event ev;
+    ASSERT_TRUE(running.back()->next(ev));
+  }
+  GenerateRequest big;
+  big.prompt_tokens = prompt_of(8 * 32, 9);
+  big.max_tokens = 4;
+  big.ignore_eos = true;
+  auto s = client->generate(big);
+  Collected c = collect(*s);
+  EXPECT_EQ(c.fin.reason, FinishReason::kLength);
+  for (auto& r : running) collect(*r);
+  auto st = client->status(5s).value();
+  // The step composition, from the scheduler's own counters: no step carried more than
+  // one chunk of prompt, and no decoding stream was ever left out of a step.
+  EXPECT_LE(st.max_step_prefill_tokens, 32u);
+  EXPECT_EQ(st.decode_stalls, 0u);
+}
+
+}  // namespace
+}  // namespace tandem

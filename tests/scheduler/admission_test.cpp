@@ -1,0 +1,353 @@
+#include "scheduler/admission.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/model/gguf.h"
+#include "runtime/model/tokenizer.h"
+#include "scheduler/stops.h"
+#include "tests/test_util.h"
+
+namespace tandem::scheduler {
+namespace {
+
+// (The test targets link GoogleTest without gmock, so no HasSubstr.)
+::testing::AssertionResult Contains(const std::string& text, const std::string& part) {
+  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "'" << text << "' does not contain '" << part << "'";
+}
+
+// A tokenizer loaded from a GGUF file; the file stays open beside it.
+struct LoadedTokenizer {
+  std::unique_ptr<model::GgufFile> file;
+  std::unique_ptr<model::Tokenizer> tok;
+
+  explicit LoadedTokenizer(const std::string& path) {
+    auto f = model::GgufFile::open(path);
+    EXPECT_TRUE(f.is_ok()) << f.status().to_string();
+    if (!f) return;
+    file = std::move(*f);
+    auto t = model::Tokenizer::from_gguf(*file);
+    EXPECT_TRUE(t.is_ok()) << t.status().to_string();
+    if (t) tok = std::make_unique<model::Tokenizer>(std::move(*t));
+  }
+};
+
+// The make-model tiny vocabulary: byte-level, 512 tokens.
+const model::Tokenizer& tiny() {
+  static LoadedTokenizer t(test::model_file("tiny"));
+  return *t.tok;
+}
+
+// A SentencePiece-like vocabulary with a normal token: loads, but cannot encode text.
+const model::Tokenizer& not_byte_level() {
+  static LoadedTokenizer t([] {
+    std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
+    std::vector<int32_t> types = {2, 3, 3};
+    for (int b = 0; b < 256; ++b) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+      tokens.emplace_back(buf);
+      types.push_back(6);
+    }
+    tokens.emplace_back("\xe2\x96\x81hello");
+    types.push_back(1);
+    model::GgufWriter w;
+    w.add_string("tokenizer.ggml.model", "llama");
+    w.add_string_array("tokenizer.ggml.tokens", tokens);
+    w.add_i32_array("tokenizer.ggml.token_type", types);
+    const std::string path = test::temp_dir() + "/sp.gguf";
+    EXPECT_TRUE(w.write(path).is_ok());
+    return path;
+  }());
+  return *t.tok;
+}
+
+AdmissionLimits limits() {
+  AdmissionLimits l;
+  l.context_length = 512;
+  l.vocab_size = 512;
+  return l;
+}
+
+// A valid token prompt; tests break one field at a time.
+v1::Submit valid() {
+  v1::Submit s;
+  s.set_request_id("req-1");
+  for (int32_t id : {1, 72, 105}) s.mutable_tokens()->add_ids(id);
+  s.set_max_tokens(16);
+  return s;
+}
+
+std::string error_of(const v1::Submit& s, const AdmissionLimits& l = limits(), const model::Tokenizer& tok = tiny()) {
+  auto r = admit(s, tok, l);
+  if (r.is_ok()) return "(admitted)";
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << r.status().to_string();
+  return r.status().message();
+}
+
+int32_t byte_token(const model::Tokenizer& tok, char c) { return tok.encode(std::string(1, c), false)->front(); }
+
+TEST(Admission, ValidTextPrompt) {
+  ASSERT_TRUE(tiny().can_encode());
+  v1::Submit s;
+  s.set_request_id("r-text");
+  s.set_text("hi");
+  s.set_max_tokens(10);
+  auto* p = s.mutable_sampling();
+  p->set_temperature(0.7f);
+  p->set_top_k(40);
+  p->set_top_p(0.9f);
+  p->set_min_p(0.05f);
+  p->set_repetition_penalty(1.1f);
+  p->set_seed(42);
+  p->set_top_logprobs(3);
+  auto* seq = s.add_stop_token_sequences();
+  seq->add_ids(5);
+  seq->add_ids(6);
+  s.add_stop_strings("\n\n");
+  s.set_include_stop_string(true);
+  s.set_ignore_eos(true);
+  s.set_logprobs(true);
+  s.set_stream(true);
+  s.set_priority(-3);
+  s.set_timeout_ms(500);
+
+  auto r = admit(s, tiny(), limits());
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  const RequestSpec& spec = *r;
+  EXPECT_EQ(spec.id, "r-text");
+  EXPECT_EQ(spec.prompt, (std::vector<int32_t>{tiny().bos_id(), byte_token(tiny(), 'h'), byte_token(tiny(), 'i')}));
+  EXPECT_EQ(spec.max_tokens, 10u);
+  EXPECT_FLOAT_EQ(spec.sampling.temperature, 0.7f);
+  EXPECT_EQ(spec.sampling.top_k, 40);
+  EXPECT_FLOAT_EQ(spec.sampling.top_p, 0.9f);
+  EXPECT_FLOAT_EQ(spec.sampling.min_p, 0.05f);
+  EXPECT_FLOAT_EQ(spec.sampling.repetition_penalty, 1.1f);
+  EXPECT_EQ(spec.sampling.seed, 42u);
+  EXPECT_EQ(spec.sampling.top_logprobs, 3);
+  EXPECT_EQ(spec.stop_token_sequences, (std::vector<std::vector<int32_t>>{{5, 6}}));
+  EXPECT_EQ(spec.stop_strings, (std::vector<std::string>{"\n\n"}));
+  EXPECT_TRUE(spec.include_stop_string);
+  EXPECT_TRUE(spec.ignore_eos);
+  EXPECT_TRUE(spec.logprobs);
+  EXPECT_TRUE(spec.stream);
+  EXPECT_EQ(spec.priority, -3);
+  EXPECT_EQ(spec.timeout_ms, 500u);
+}
+
+TEST(Admission, TextPromptWithoutBos) {
+  v1::Submit s = valid();
+  s.set_text("ok");
+  s.set_no_bos(true);
+  auto r = admit(s, tiny(), limits());
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->prompt, (std::vector<int32_t>{byte_token(tiny(), 'o'), byte_token(tiny(), 'k')}));
+}
+
+TEST(Admission, ValidTokenPromptWithDefaults) {
+  v1::Submit s = valid();
+  s.set_no_bos(true);  // tokens are used as given either way
+  auto r = admit(s, tiny(), limits());
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  const RequestSpec& spec = *r;
+  EXPECT_EQ(spec.id, "req-1");
+  EXPECT_EQ(spec.prompt, (std::vector<int32_t>{1, 72, 105}));
+  EXPECT_EQ(spec.max_tokens, 16u);
+  // No `sampling`: greedy, everything off.
+  EXPECT_EQ(spec.sampling.temperature, 0.0f);
+  EXPECT_EQ(spec.sampling.top_k, 0);
+  EXPECT_EQ(spec.sampling.top_p, 1.0f);
+  EXPECT_EQ(spec.sampling.min_p, 0.0f);
+  EXPECT_EQ(spec.sampling.repetition_penalty, 1.0f);
+  EXPECT_EQ(spec.sampling.seed, 0u);
+  EXPECT_EQ(spec.sampling.top_logprobs, 0);
+  EXPECT_TRUE(spec.stop_token_sequences.empty());
+  EXPECT_TRUE(spec.stop_strings.empty());
+  EXPECT_FALSE(spec.include_stop_string);
+  EXPECT_FALSE(spec.ignore_eos);
+  EXPECT_FALSE(spec.logprobs);
+  EXPECT_FALSE(spec.stream);  // proto3 default
+  EXPECT_EQ(spec.priority, 0);
+  EXPECT_EQ(spec.timeout_ms, 0u);
+}
+
+TEST(Admission, Proto3ZeroTopPAndRepetitionPenaltyMeanOff) {
+  v1::Submit s = valid();
+  s.mutable_sampling()->set_temperature(1.0f);  // top_p, repetition_penalty left at 0
+  auto r = admit(s, tiny(), limits());
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->sampling.temperature, 1.0f);
+  EXPECT_EQ(r->sampling.top_p, 1.0f);
+  EXPECT_EQ(r->sampling.repetition_penalty, 1.0f);
+}
+
+TEST(Admission, RequestId) {
+  v1::Submit s = valid();
+  s.set_request_id("");
+  EXPECT_EQ(error_of(s), "request_id: empty");
+  s.set_request_id(std::string(257, 'x'));
+  EXPECT_EQ(error_of(s), "request_id: 257 bytes, at most 256");
+  s.set_request_id(std::string(256, 'x'));
+  EXPECT_EQ(error_of(s), "(admitted)");
+  // The first bad field is named.
+  s.set_request_id("");
+  s.clear_prompt();
+  EXPECT_EQ(error_of(s), "request_id: empty");
+}
+
+TEST(Admission, PromptMissingOrEmpty) {
+  v1::Submit s = valid();
+  s.clear_prompt();
+  EXPECT_TRUE(Contains(error_of(s), "prompt: missing"));
+  s.set_text("");  // would encode to BOS alone: still empty
+  EXPECT_EQ(error_of(s), "prompt: empty");
+  s.set_no_bos(true);
+  EXPECT_EQ(error_of(s), "prompt: empty");
+  s.mutable_tokens();  // set, with no ids
+  EXPECT_EQ(error_of(s), "prompt: empty");
+}
+
+TEST(Admission, TextTooLong) {
+  AdmissionLimits l = limits();
+  l.max_prompt_bytes = 8;
+  v1::Submit s = valid();
+  s.set_text("123456789");
+  EXPECT_EQ(error_of(s, l), "prompt: text of 9 bytes, at most 8");
+  s.set_text("12345678");
+  EXPECT_EQ(error_of(s, l), "(admitted)");
+}
+
+TEST(Admission, TextWithATokenizerThatCannotEncode) {
+  ASSERT_FALSE(not_byte_level().can_encode());
+  v1::Submit s = valid();
+  EXPECT_EQ(error_of(s, limits(), not_byte_level()), "(admitted)");  // token ids still work
+  s.set_text("hello");
+  const std::string err = error_of(s, limits(), not_byte_level());
+  EXPECT_TRUE(Contains(err, "prompt: "));
+  EXPECT_TRUE(Contains(err, not_byte_level().encode("hello", true).status().message()));
+}
+
+TEST(Admission, TokenOutsideVocabulary) {
+  v1::Submit s = valid();
+  s.mutable_tokens()->add_ids(512);
+  EXPECT_TRUE(Contains(error_of(s), "prompt: token id 512 at position 3 is outside the vocabulary of 512"));
+  s.mutable_tokens()->set_ids(3, -1);
+  EXPECT_TRUE(Contains(error_of(s), "token id -1 at position 3 is outside the vocabulary of 512"));
+  s.mutable_tokens()->set_ids(3, 511);
+  EXPECT_EQ(error_of(s), "(admitted)");
+}
+
+TEST(Admission, PromptMustLeaveRoomForOneToken) {
+  v1::Submit s = valid();
+  s.set_max_tokens(1);
+  s.mutable_tokens()->mutable_ids()->Resize(512, 7);
+  EXPECT_TRUE(Contains(error_of(s), "prompt of 512 tokens does not fit the context length 512"));
+  EXPECT_EQ(error_of(s).rfind("prompt", 0), 0u);
+  s.mutable_tokens()->mutable_ids()->Resize(511, 7);
+  EXPECT_EQ(error_of(s), "(admitted)");
+  // A text of 511 bytes plus BOS is 512 tokens.
+  s.set_text(std::string(511, 'a'));
+  EXPECT_TRUE(Contains(error_of(s), "prompt of 512 tokens does not fit the context length 512"));
+  s.set_no_bos(true);
+  EXPECT_EQ(error_of(s), "(admitted)");
+}
+
+TEST(Admission, MaxTokens) {
+  v1::Submit s = valid();
+  s.set_max_tokens(0);
+  EXPECT_EQ(error_of(s), "max_tokens must be >= 1");
+  s.mutable_tokens()->mutable_ids()->Resize(510, 7);
+  s.set_max_tokens(3);
+  EXPECT_EQ(error_of(s), "max_tokens 3 with a prompt of 510 tokens exceeds the context length 512");
+  s.set_max_tokens(4294967295u);  // no overflow
+  EXPECT_TRUE(Contains(error_of(s), "exceeds the context length 512"));
+  s.set_max_tokens(2);  // exactly fills the context
+  auto r = admit(s, tiny(), limits());
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->max_tokens, 2u);
+}
+
+TEST(Admission, Sampling) {
+  v1::Submit s = valid();
+  s.mutable_sampling()->set_top_p(1.5f);
+  EXPECT_EQ(error_of(s), "top_p 1.5 is outside (0, 1]");
+  s.mutable_sampling()->set_top_p(-0.5f);
+  EXPECT_TRUE(Contains(error_of(s), "top_p -0.5 is outside (0, 1]"));
+  s.mutable_sampling()->set_top_p(0.5f);
+  s.mutable_sampling()->set_temperature(-1.0f);
+  EXPECT_TRUE(Contains(error_of(s), "temperature -1"));
+  s.mutable_sampling()->set_temperature(0.5f);
+  s.mutable_sampling()->set_top_k(-2);
+  EXPECT_TRUE(Contains(error_of(s), "top_k -2"));
+  s.mutable_sampling()->set_top_k(0);
+  s.mutable_sampling()->set_min_p(2.0f);
+  EXPECT_TRUE(Contains(error_of(s), "min_p 2 is outside [0, 1]"));
+  s.mutable_sampling()->set_min_p(0.0f);
+  s.mutable_sampling()->set_repetition_penalty(-1.0f);
+  EXPECT_TRUE(Contains(error_of(s), "repetition_penalty -1"));
+  s.mutable_sampling()->set_repetition_penalty(1.2f);
+  s.mutable_sampling()->set_top_logprobs(model::kMaxTopLogprobs + 1);
+  EXPECT_TRUE(Contains(error_of(s), "top_logprobs 21 is outside [0, 20]"));
+  s.mutable_sampling()->set_top_logprobs(model::kMaxTopLogprobs);
+  EXPECT_EQ(error_of(s), "(admitted)");
+}
+
+TEST(Admission, StopTokenSequences) {
+  v1::Submit s = valid();
+  for (size_t i = 0; i < kMaxStopSequences; ++i) s.add_stop_token_sequences()->add_ids(2);
+  EXPECT_EQ(error_of(s), "(admitted)");
+  s.add_stop_token_sequences()->add_ids(2);
+  EXPECT_EQ(error_of(s), "stop_token_sequences: 17 given, at most 16");
+
+  s.clear_stop_token_sequences();
+  s.add_stop_token_sequences()->add_ids(2);
+  s.add_stop_token_sequences();
+  EXPECT_EQ(error_of(s), "stop_token_sequences[1]: empty");
+
+  s.mutable_stop_token_sequences(1)->mutable_ids()->Resize(kMaxStopSequenceTokens + 1, 3);
+  EXPECT_EQ(error_of(s), "stop_token_sequences[1]: 65 tokens, at most 64");
+
+  s.mutable_stop_token_sequences(1)->mutable_ids()->Resize(kMaxStopSequenceTokens, 3);
+  EXPECT_EQ(error_of(s), "(admitted)");
+  s.mutable_stop_token_sequences(1)->set_ids(5, 600);
+  EXPECT_TRUE(
+      Contains(error_of(s), "stop_token_sequences[1]: token id 600 at position 5 is outside the vocabulary of 512"));
+}
+
+TEST(Admission, StopStrings) {
+  v1::Submit s = valid();
+  for (size_t i = 0; i < kMaxStopStrings; ++i) s.add_stop_strings("x");
+  EXPECT_EQ(error_of(s), "(admitted)");
+  s.add_stop_strings("y");
+  EXPECT_EQ(error_of(s), "stop_strings: 17 given, at most 16");
+
+  s.clear_stop_strings();
+  s.add_stop_strings("ok");
+  s.add_stop_strings("");
+  EXPECT_EQ(error_of(s), "stop_strings[1]: empty");
+  s.set_stop_strings(1, std::string(kMaxStopStringBytes + 1, 'z'));
+  EXPECT_EQ(error_of(s), "stop_strings[1]: 257 bytes, at most 256");
+  s.set_stop_strings(1, std::string(kMaxStopStringBytes, 'z'));
+  EXPECT_EQ(error_of(s), "(admitted)");
+}
+
+// What admission accepts, the stop matchers build.
+TEST(Admission, AdmittedStopsBuild) {
+  v1::Submit s = valid();
+  for (size_t i = 0; i < kMaxStopSequences; ++i) {
+    s.add_stop_token_sequences()->mutable_ids()->Resize(kMaxStopSequenceTokens, 4);
+  }
+  for (size_t i = 0; i < kMaxStopStrings; ++i) s.add_stop_strings(std::string(kMaxStopStringBytes, 'q'));
+  auto r = admit(s, tiny(), limits());
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_TRUE(StopTokenMatcher::build(r->stop_token_sequences).is_ok());
+  EXPECT_TRUE(StopStringMatcher::build(r->stop_strings, r->include_stop_string).is_ok());
+}
+
+}  // namespace
+}  // namespace tandem::scheduler

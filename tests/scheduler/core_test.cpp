@@ -1,0 +1,292 @@
+// The scheduler's pure core, driven by scripted workers: plans, interleaving, stops,
+// cancellation at every stage, preemption, and block accounting that never leaks.
+#include "scheduler/core.h"
+
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <map>
+#include <random>
+
+#include "runtime/model/gguf.h"
+#include "tests/test_util.h"
+
+namespace tandem::scheduler {
+namespace {
+
+struct Recorder : Sink {
+  std::map<uint32_t, std::deque<v1::StepPlan>> plans;  // per worker, not yet answered
+  std::map<std::string, std::vector<v1::TokenEvent>> tokens;  // by request id
+  std::map<std::string, v1::FinalEvent> finals;
+  std::map<std::string, int> final_count;
+  std::vector<v1::StepPlan> history;
+  void send_plan(uint32_t worker, const v1::StepPlan& plan) override {
+    plans[worker].push_back(plan);
+    history.push_back(plan);
+  }
+  void send_events(const std::string&, const v1::RequestEvents& ev) override {
+    for (const auto& t : ev.tokens()) tokens[ev.request_id()].push_back(t);
+    if (ev.has_final()) {
+      finals[ev.request_id()] = ev.final();
+      ++final_count[ev.request_id()];
+    }
+  }
+};
+
+// A scripted worker: answers plans in order; the sampled token is a function of the
+// sequence's position so tests can predict it. Token 2 is EOS in the tiny vocabulary.
+int32_t fake_token(uint32_t position) { return 3 + static_cast<int32_t>((position * 37) % 250); }
+
+struct Harness {
+  model::Tokenizer tokenizer;
+  model::ModelConfig config;
+  Recorder rec;
+  std::unique_ptr<Core> core;
+  int64_t now = 1'000'000;
+
+  explicit Harness(SchedulerConfig sc = {}) {
+    auto f = model::GgufFile::open(test::model_file("tiny", 1));
+    config = model::read_model_config(**f).value();
+    tokenizer = model::Tokenizer::from_gguf(**f).value();
+    core = std::make_unique<Core>(sc, config, tokenizer, rec);
+  }
+
+  v1::Submit request(const std::string& id, uint32_t prompt_len, uint32_t max_tokens) {
+    v1::Submit s;
+    s.set_request_id(id);
+    for (uint32_t i = 0; i < prompt_len; ++i) s.mutable_tokens()->add_ids(3 + static_cast<int32_t>(i % 200));
+    s.set_max_tokens(max_tokens);
+    s.set_ignore_eos(true);
+    s.set_stream(true);
+    return s;
+  }
+
+  // Answers the oldest plan of `worker`. Returns false if none is pending.
+  bool answer(uint32_t worker, std::function<int32_t(const v1::SeqPlan&)> token = {}) {
+    auto& q = rec.plans[worker];
+    if (q.empty()) return false;
+    v1::StepPlan plan = q.front();
+    q.pop_front();
+    v1::StepResult res;
+    res.set_step_id(plan.step_id());
+    for (const auto& sp : plan.seqs()) {
+      if (!sp.sample()) continue;
+      const uint32_t n = sp.tokens_size() ? sp.tokens_size() : 1;
+      auto* r = res.add_seqs();
+      r->set_seq_id(sp.seq_id());
+      r->set_token(token ? token(sp) : fake_token(sp.start_pos() + n));
+    }
+    now += 1000;
+    core->on_result(worker, res, now);
+    core->tick(now);
+    return true;
+  }
+
+  // Runs every worker until nothing is pending (bounded).
+  void drain(int max_rounds = 100000) {
+    for (int i = 0; i < max_rounds; ++i) {
+      bool any = false;
+      for (auto& [w, q] : rec.plans) any |= answer(w);
+      if (!any) return;
+    }
+    FAIL() << "did not drain: queued " << core->queued() << ", running " << core->running() << ", steps "
+           << core->stats().steps << ", preemptions " << core->stats().preemptions;
+  }
+
+  uint32_t free_blocks() const {
+    uint32_t f = 0;
+    for (auto& w : core->workers()) f += w.blocks_free;
+    return f;
+  }
+};
+
+TEST(Core, OneRequestStreamsEveryTokenThenOneFinal) {
+  Harness h;
+  h.core->add_worker(1, 64, 16, h.now);
+  h.core->submit("c", h.request("a", 40, 10), h.now);
+  h.core->tick(h.now);
+  h.drain();
+  ASSERT_EQ(h.rec.final_count["a"], 1);
+  EXPECT_EQ(h.rec.finals["a"].finish_reason(), v1::FINISH_REASON_LENGTH);
+  ASSERT_EQ(h.rec.tokens["a"].size(), 10u);
+  for (uint32_t i = 0; i < 10; ++i) EXPECT_EQ(h.rec.tokens["a"][i].id(), fake_token(40 + i)) << i;
+  EXPECT_EQ(h.rec.finals["a"].usage().prompt_tokens(), 40u);
+  EXPECT_EQ(h.rec.finals["a"].usage().completion_tokens(), 10u);
+  EXPECT_EQ(h.free_blocks(), 64u);
+  EXPECT_TRUE(h.core->idle());
+  // The worker was told to forget the sequence.
+  bool released = false;
+  for (const auto& p : h.rec.history) released |= p.release_size() > 0;
+  EXPECT_TRUE(released);
+}
+
+TEST(Core, PlansArePipelinedAndDecodeFromTheWorkersLastToken) {
+  Harness h;
+  h.core->add_worker(1, 64, 16, h.now);
+  h.core->submit("c", h.request("a", 8, 5), h.now);
+  h.core->tick(h.now);
+  // Two plans in flight before any result: the prefill and the first decode.
+  ASSERT_EQ(h.rec.plans[1].size(), 2u);
+  const auto& decode = h.rec.plans[1][1].seqs(0);
+  EXPECT_EQ(decode.tokens_size(), 0);  // "continue from your last sampled token"
+  EXPECT_EQ(decode.start_pos(), 8u);
+  h.drain();
+  EXPECT_EQ(h.rec.tokens["a"].size(), 5u);
+}
+
+TEST(Core, DecodesRideEveryStepWhileALongPromptIsChunked) {
+  SchedulerConfig sc;
+  sc.prefill_chunk = 32;
+  sc.max_batch_tokens = 64;
+  Harness h(sc);
+  h.core->add_worker(1, 256, 16, h.now);
+  for (int i = 0; i < 4; ++i) h.core->submit("c", h.request("s" + std::to_string(i), 10, 200), h.now);
+  h.core->tick(h.now);
+  for (int i = 0; i < 12; ++i) h.answer(1);  // the four streams are decoding now
+  h.core->submit("c", h.request("long", 8 * 32, 4), h.now);
+  h.rec.history.clear();
+  for (int i = 0; i < 40; ++i) h.answer(1);
+  int steps_with_prefill = 0;
+  for (const auto& plan : h.rec.history) {
+    uint32_t decodes = 0, prefill = 0;
+    for (const auto& s : plan.seqs()) (s.tokens_size() ? prefill += s.tokens_size() : ++decodes);
+    if (prefill) ++steps_with_prefill;
+    EXPECT_LE(prefill, 32u);
+    EXPECT_LE(prefill + decodes, 64u);
+    if (plan.seqs_size()) EXPECT_GE(decodes, 4u) << "a running stream was left out of step " << plan.step_id();
+  }
+  EXPECT_GE(steps_with_prefill, 8);
+  EXPECT_EQ(h.core->stats().decode_stalls, 0u);
+}
+
+TEST(Core, CancelAtEveryStageFreesBlocksAndSendsOneFinal) {
+  SchedulerConfig sc;
+  sc.prefill_chunk = 16;
+  sc.max_batch_tokens = 16;
+  sc.max_running = 2;
+  Harness h(sc);
+  h.core->add_worker(1, 32, 16, h.now);
+  h.core->submit("c", h.request("decoding", 8, 100), h.now);
+  h.core->submit("c", h.request("prefilling", 100, 10), h.now);
+  h.core->submit("c", h.request("queued", 8, 10), h.now);
+  h.core->tick(h.now);
+  for (int i = 0; i < 4; ++i) h.answer(1);
+  EXPECT_GT(h.rec.tokens["decoding"].size(), 0u);
+  EXPECT_EQ(h.rec.tokens["prefilling"].size(), 0u);
+  for (const char* id : {"queued", "prefilling", "decoding"}) h.core->cancel("c", id, h.now);
+  h.drain();
+  for (const char* id : {"queued", "prefilling", "decoding"}) {
+    EXPECT_EQ(h.rec.final_count[id], 1) << id;
+    EXPECT_EQ(h.rec.finals[id].finish_reason(), v1::FINISH_REASON_CANCELLED) << id;
+  }
+  EXPECT_EQ(h.free_blocks(), 32u);
+  // The same id runs again at once, at full speed.
+  h.core->submit("c", h.request("decoding", 8, 3), h.now);
+  h.core->tick(h.now);
+  h.drain();
+  EXPECT_EQ(h.rec.final_count["decoding"], 2);
+  EXPECT_EQ(h.rec.finals["decoding"].finish_reason(), v1::FINISH_REASON_LENGTH);
+}
+
+TEST(Core, StopsOnEosAndOnATokenSequenceSpanningSteps) {
+  Harness h;
+  h.core->add_worker(1, 64, 16, h.now);
+  v1::Submit eos = h.request("eos", 5, 50);
+  eos.set_ignore_eos(false);
+  h.core->submit("c", eos, h.now);
+  v1::Submit seq = h.request("seq", 5, 50);
+  auto* stop = seq.add_stop_token_sequences();
+  stop->add_ids(fake_token(8));
+  stop->add_ids(fake_token(9));
+  h.core->submit("c", seq, h.now);
+  h.core->tick(h.now);
+  // EOS (id 2) as the 4th token of "eos"; "seq" gets the fake tokens.
+  for (int i = 0; i < 100 && h.answer(1, [&](const v1::SeqPlan& sp) {
+         const uint32_t pos = sp.start_pos() + (sp.tokens_size() ? sp.tokens_size() : 1);
+         return pos == 8 && sp.seq_id() == 1 ? 2 : fake_token(pos);
+       });) {
+  }
+  EXPECT_EQ(h.rec.finals["eos"].finish_reason(), v1::FINISH_REASON_STOP);
+  EXPECT_EQ(h.rec.tokens["eos"].size(), 4u);
+  EXPECT_EQ(h.rec.finals["seq"].finish_reason(), v1::FINISH_REASON_STOP);
+  EXPECT_EQ(h.rec.tokens["seq"].size(), 5u);  // positions 5..9: the stop pair ends at 9
+  EXPECT_EQ(h.free_blocks(), 64u);
+}
+
+TEST(Core, InvalidRequestsAndAFullQueueGetErrors) {
+  SchedulerConfig sc;
+  sc.max_queue = 2;
+  Harness h(sc);
+  h.core->submit("c", h.request("early", 5, 5), h.now);
+  EXPECT_EQ(h.rec.finals["early"].error_code(), v1::ERROR_CODE_UNAVAILABLE);
+  h.core->add_worker(1, 64, 16, h.now);
+  h.core->submit("c", h.request("empty", 0, 5), h.now);
+  EXPECT_EQ(h.rec.finals["empty"].error_code(), v1::ERROR_CODE_INVALID_ARGUMENT);
+  h.core->submit("c", h.request("big", 5, 100000), h.now);
+  EXPECT_EQ(h.rec.finals["big"].error_code(), v1::ERROR_CODE_INVALID_ARGUMENT);
+  h.core->submit("c", h.request("q1", 5, 5), h.now);
+  h.core->submit("c", h.request("q1", 5, 5), h.now);  // duplicate live id
+  EXPECT_EQ(h.rec.final_count["q1"], 1);
+  h.core->submit("c", h.request("q2", 5, 5), h.now);
+  h.core->submit("c", h.request("q3", 5, 5), h.now);
+  EXPECT_EQ(h.rec.finals["q3"].error_code(), v1::ERROR_CODE_OVERLOADED);
+  h.core->tick(h.now);
+  h.drain();
+  EXPECT_EQ(h.rec.finals["q1"].finish_reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(h.rec.finals["q2"].finish_reason(), v1::FINISH_REASON_LENGTH);
+}
+
+TEST(Core, PreemptionByRecomputeKeepsEveryStreamExact) {
+  SchedulerConfig sc;
+  sc.max_batch_tokens = 256;
+  sc.prefill_chunk = 64;
+  Harness h(sc);
+  h.core->add_worker(1, 12, 16, h.now);  // 192 tokens of KV for four sequences that want 4 x 80
+  for (int i = 0; i < 4; ++i) h.core->submit("c", h.request("p" + std::to_string(i), 20, 60), h.now);
+  h.core->tick(h.now);
+  h.drain();
+  EXPECT_GT(h.core->stats().preemptions, 0u);
+  for (int i = 0; i < 4; ++i) {
+    const std::string id = "p" + std::to_string(i);
+    ASSERT_EQ(h.rec.final_count[id], 1) << id;
+    ASSERT_EQ(h.rec.tokens[id].size(), 60u) << id;
+    for (uint32_t t = 0; t < 60; ++t) ASSERT_EQ(h.rec.tokens[id][t].id(), fake_token(20 + t)) << id << " token " << t;
+  }
+  EXPECT_EQ(h.free_blocks(), 12u);
+}
+
+TEST(Core, NoLeakAfterAnyMixOfFinishCancelPreemptAndWorkerLoss) {
+  std::mt19937 rng(5);
+  for (int round = 0; round < 20; ++round) {
+    SchedulerConfig sc;
+    sc.max_batch_tokens = 64 + rng() % 64;
+    sc.prefill_chunk = 8 + rng() % 40;
+    sc.pipeline_depth = 1 + rng() % 3;
+    Harness h(sc);
+    h.core->add_worker(1, 10 + rng() % 20, 16, h.now);
+    h.core->add_worker(2, 10 + rng() % 20, 16, h.now);
+    int submitted = 0;
+    for (int op = 0; op < 400; ++op) {
+      const int what = rng() % 10;
+      if (what < 3) {
+        h.core->submit("c" + std::to_string(rng() % 3), h.request("r" + std::to_string(submitted++), 1 + rng() % 90, 1 + rng() % 60), h.now);
+      } else if (what < 4 && submitted) {
+        h.core->cancel("c" + std::to_string(rng() % 3), "r" + std::to_string(rng() % submitted), h.now);
+      } else if (what == 4 && round % 4 == 0 && op == 200) {
+        h.core->remove_worker(2, h.now);
+        h.rec.plans.erase(2);
+      } else {
+        h.answer(1 + rng() % 2);
+      }
+      h.core->tick(h.now);
+    }
+    h.core->client_gone("c0", h.now);
+    h.drain();
+    for (int i = 0; i < submitted; ++i) EXPECT_EQ(h.rec.final_count["r" + std::to_string(i)], 1) << "r" << i;
+    EXPECT_TRUE(h.core->idle()) << "round " << round;
+    for (const auto& w : h.core->workers()) EXPECT_EQ(w.blocks_free, w.blocks_total) << "round " << round;
+  }
+}
+
+}  // namespace
+}  // namespace tandem::scheduler

@@ -1,0 +1,30 @@
+// The worker actor: loads the model, owns the KV pool, registers with the scheduler and
+// executes its step plans, one ragged forward pass each. Single-threaded event loop; the
+// engine's thread pool does the arithmetic inside a step.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "runtime/status.h"
+#include "workers/engine/engine.h"
+
+namespace tandem::worker {
+
+struct WorkerOptions {
+  std::string model_path;
+  std::string scheduler_endpoint;  // the scheduler's worker endpoint
+  std::string name;                // for logs; defaults to worker-<pid>
+  uint32_t threads = 2;
+  engine::GemmBackend gemm = engine::GemmBackend::kPacked;
+  uint32_t kv_blocks = 0;          // 0: from kv_memory
+  uint64_t kv_memory = 1ull << 30; // bytes of KV cache when kv_blocks is 0
+  uint32_t block_tokens = 16;
+  uint32_t heartbeat_ms = 1000;
+};
+
+// Runs until the scheduler says shutdown, or SIGINT/SIGTERM. Errors: the model file, the KV
+// pool, or a refused registration (the scheduler's reason).
+Status run_worker(const WorkerOptions& options);
+
+}  // namespace tandem::worker
