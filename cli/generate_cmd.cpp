@@ -83,7 +83,8 @@ int generate_command(int argc, char** argv) {
   }
   auto endpoint = args->str("endpoint");
   if (!endpoint) return fail(Status::invalid("--endpoint E is required"));
-  if (args->has("prompt") == args->has("tokens")) return fail(Status::invalid("give exactly one of --prompt or --tokens"));
+  if (args->has("prompt") == args->has("tokens"))
+    return fail(Status::invalid("give exactly one of --prompt or --tokens"));
 
   GenerateRequest req;
   auto max_tokens = args->integer("max-tokens", 16, 1, UINT32_MAX);

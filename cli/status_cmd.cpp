@@ -50,7 +50,8 @@ std::string to_json(const StatusInfo& s) {
 
 void print_table(const StatusInfo& s) {
   std::printf("scheduler: %s, %u queued, %u running, %llu requests (%llu finished), %llu tokens, %llu steps, "
-              "%.3f ms cpu/step, largest step %llu decode + %llu prefill tokens, %llu decode stalls, %llu preemptions\n",
+              "%.3f ms cpu/step, largest step %llu decode + %llu prefill tokens, %llu decode stalls, "
+              "%llu preemptions\n",
               s.ready ? "ready" : "NOT READY", s.queued, s.running, (unsigned long long)s.requests_total,
               (unsigned long long)s.requests_finished, (unsigned long long)s.tokens_generated,
               (unsigned long long)s.steps, s.scheduler_cpu_ms_per_step, (unsigned long long)s.max_step_decode,

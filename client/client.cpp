@@ -142,6 +142,8 @@ StatusInfo from_wire(const v1::StatusReply& s) {
     wi.steps = w.steps();
     wi.tokens = w.tokens();
     wi.idle_share = w.idle_share();
+    wi.idle_us = w.idle_us();
+    wi.compute_us = w.compute_us();
     info.workers.push_back(std::move(wi));
   }
   info.queued = s.queued();
@@ -692,7 +694,8 @@ v1::ClientMessage submit_message(const GenerateRequest& r) {
   p->set_seed(r.seed);
   p->set_top_logprobs(r.top_logprobs);
   s->set_max_tokens(r.max_tokens);
-  for (const auto& seq : r.stop_token_sequences) s->add_stop_token_sequences()->mutable_ids()->Add(seq.begin(), seq.end());
+  for (const auto& seq : r.stop_token_sequences)
+    s->add_stop_token_sequences()->mutable_ids()->Add(seq.begin(), seq.end());
   for (const auto& str : r.stop_strings) s->add_stop_strings(str);
   s->set_include_stop_string(r.include_stop_string);
   s->set_ignore_eos(r.ignore_eos);
@@ -719,7 +722,8 @@ static std::string submit(Core& core, GenerateRequest& request, std::shared_ptr<
   c.stream = stream;
   c.on_event = on_event;
   if (!refused && core.mailbox()->post(std::move(c))) return request.id;
-  Core::deliver(stream, on_event, refused ? std::move(*refused) : client_detail::final_error(Code::kUnavailable, "client closed"));
+  Core::deliver(stream, on_event,
+                refused ? std::move(*refused) : client_detail::final_error(Code::kUnavailable, "client closed"));
   return request.id;
 }
 

@@ -264,9 +264,10 @@ class Actor final : public Sink {
       ws->set_running(w.running);
       ws->set_steps(w.stats->steps);
       ws->set_tokens(w.stats->tokens);
-      const int64_t lived = runtime::now_us() - w.stats->registered_us;
-      ws->set_idle_share(w.stats->steps ? double(w.stats->idle_us) / double(w.stats->idle_us + w.stats->compute_us) : 0.0);
-      (void)lived;
+      const double busy = double(w.stats->idle_us + w.stats->compute_us);
+      ws->set_idle_share(busy > 0 ? double(w.stats->idle_us) / busy : 0.0);
+      ws->set_idle_us(w.stats->idle_us);
+      ws->set_compute_us(w.stats->compute_us);
       auto it = worker_identity_.find(w.id);
       if (it != worker_identity_.end()) {
         const WorkerPeer& peer = worker_by_identity_[it->second];

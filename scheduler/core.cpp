@@ -48,6 +48,7 @@ struct Core::Worker {
   struct InFlight {
     uint64_t step_id;
     std::vector<uint64_t> seqs;
+    bool queued_behind = false;  // sent while another plan was in flight: the worker should not wait for it
   };
   std::deque<InFlight> inflight;  // plans sent and not yet answered, in order
   std::vector<uint64_t> to_release;
@@ -417,7 +418,7 @@ bool Core::build_plan(Worker& w) {
   if (plan_.seqs_size() == 0 && plan_.release_size() == 0) return false;
   plan_.set_step_id(w.next_step++);
   for (uint64_t id : seqs) ++by_seq_[id]->inflight;
-  w.inflight.push_back({plan_.step_id(), std::move(seqs)});
+  w.inflight.push_back({plan_.step_id(), std::move(seqs), !w.inflight.empty()});
   ++stats_.steps;
   stats_.max_step_decode = std::max(stats_.max_step_decode, decodes);
   stats_.max_step_prefill_tokens = std::max(stats_.max_step_prefill_tokens, prefill);
@@ -496,10 +497,13 @@ void Core::on_result(uint32_t worker_id, const v1::StepResult& result, int64_t n
   Worker& w = *wit->second;
   if (w.inflight.empty() || w.inflight.front().step_id != result.step_id()) return;  // stale
   std::vector<uint64_t> seqs = std::move(w.inflight.front().seqs);
+  const bool queued_behind = w.inflight.front().queued_behind;
   w.inflight.pop_front();
   ++w.stats.steps;
   w.stats.compute_us += result.compute_us();
-  w.stats.idle_us += result.idle_us();
+  // Idle time counts against the pipeline only when the plan was already on its way while
+  // the previous step ran; waiting because there was no work is not a bubble.
+  if (queued_behind) w.stats.idle_us += result.idle_us();
   // The plan is answered: its sequences are no longer in flight there.
   for (uint64_t id : seqs)
     if (auto it = by_seq_.find(id); it != by_seq_.end()) --it->second->inflight;

@@ -40,6 +40,7 @@ class Sink {
 };
 
 struct WorkerStats {
+  // idle_us: pipeline bubbles only (see StepResult.idle_us and WorkerStatus.idle_share).
   uint64_t steps = 0, tokens = 0, compute_us = 0, idle_us = 0;
   int64_t registered_us = 0;
   uint32_t running = 0;

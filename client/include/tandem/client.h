@@ -124,7 +124,8 @@ struct WorkerInfo {
   uint32_t kv_blocks_total = 0, kv_blocks_free = 0;
   uint32_t running = 0;
   uint64_t steps = 0, tokens = 0;
-  double idle_share = 0;  // time the worker waited for a plan / its time registered
+  double idle_share = 0;  // pipeline bubbles: waiting for a plan already due / (that + compute)
+  uint64_t idle_us = 0, compute_us = 0;  // cumulative pipeline idle and compute time
 };
 
 struct StatusInfo {

@@ -1,0 +1,255 @@
+// tandem-serve-bench: what the actors cost, measured against the engine alone in one run.
+//
+//   tandem-serve-bench [--model FILE] [--tandem PATH] [--streams 1,4,16,32] [--prompt 128] [--output 128]
+//                      [--threads 2] [--tiny-streams 64]
+//
+// 1. The engine alone, in-process: one stream (prompt, output) with tandem's generate().
+// 2. `tandem up` with one worker of --threads threads; for each concurrency C, C streams of
+//    (prompt, output) submitted at once through the client library: aggregate output
+//    tokens/s, the worker's pipeline idle share and the scheduler's CPU per step.
+// 3. The tiny preset at --tiny-streams streams: served tokens/s against the engine alone
+//    decoding the same number of sequences per step (compute is negligible there, so this
+//    is the cost of the actors themselves).
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tandem/client.h"
+#include "workers/engine/engine.h"
+#include "workers/engine/generate.h"
+#include "workers/engine/make_model.h"
+#include "workers/engine/sampler.h"
+
+extern char** environ;
+
+using namespace tandem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::vector<int32_t> prompt_of(uint32_t len, uint32_t salt, uint32_t vocab) {
+  std::vector<int32_t> p;
+  for (uint32_t i = 0; i < len; ++i) p.push_back(3 + static_cast<int32_t>((i * 7919 + salt * 104729) % (vocab - 3)));
+  return p;
+}
+
+class Deployment {
+ public:
+  Deployment(const std::string& tandem, const std::string& model, uint32_t threads) {
+    dir_ = std::filesystem::temp_directory_path() / ("tandem-bench-" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir_);
+    const std::string out = dir_ + "/up.out";
+    std::vector<std::string> argv = {tandem, "up", "--model", model, "--workers", "1", "--threads", std::to_string(threads),
+                                     "--kv-memory", std::to_string(2ull << 30), "--runtime-dir", dir_ + "/run",
+                                     "--log-level", "warn", "--max-batch-tokens", "512", "--prefill-chunk", "256"};
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    std::vector<char*> cargv;
+    for (auto& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    posix_spawn(&pid_, tandem.c_str(), &fa, nullptr, cargv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    const auto deadline = Clock::now() + std::chrono::seconds(120);
+    while (Clock::now() < deadline) {
+      std::ifstream f(out);
+      std::stringstream ss;
+      ss << f.rdbuf();
+      if (ss.str().find("tandem: ready") != std::string::npos) {
+        endpoint_ = "ipc://" + dir_ + "/run/client.sock";
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  ~Deployment() {
+    if (pid_ > 0) {
+      kill(pid_, SIGTERM);
+      waitpid(pid_, nullptr, 0);
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  const std::string& endpoint() const { return endpoint_; }
+
+ private:
+  std::string dir_, endpoint_;
+  pid_t pid_ = -1;
+};
+
+struct Served {
+  double seconds = 0, tokens_per_s = 0, idle_share = 0, cpu_ms_per_step = 0;
+  uint64_t tokens = 0;
+  bool ok = true;
+};
+
+Served serve(Client& client, uint32_t streams, uint32_t prompt, uint32_t output, uint32_t vocab, uint32_t salt) {
+  Served s;
+  auto before = client.status(std::chrono::seconds(5));
+  std::vector<std::shared_ptr<Stream>> live;
+  const auto t0 = Clock::now();
+  for (uint32_t i = 0; i < streams; ++i) {
+    GenerateRequest r;
+    r.prompt_tokens = prompt_of(prompt, salt + i, vocab);
+    r.max_tokens = output;
+    r.ignore_eos = true;
+    live.push_back(client.generate(r));
+  }
+  for (auto& st : live) {
+    Event ev;
+    while (st->next(ev)) {
+      if (ev.final) {
+        s.ok &= ev.fin.reason == FinishReason::kLength;
+        s.tokens += ev.fin.completion_tokens;
+      }
+    }
+  }
+  s.seconds = seconds_since(t0);
+  s.tokens_per_s = s.tokens / s.seconds;
+  auto after = client.status(std::chrono::seconds(5));
+  if (before && after && !after->workers.empty() && !before->workers.empty()) {
+    const auto& a = after->workers[0];
+    const auto& b = before->workers[0];
+    const double idle = double(a.idle_us - b.idle_us), busy = double(a.compute_us - b.compute_us);
+    s.idle_share = idle + busy > 0 ? idle / (idle + busy) : 0;
+    s.cpu_ms_per_step = after->scheduler_cpu_ms_per_step;
+  }
+  return s;
+}
+
+// The engine alone decoding `batch` sequences together for `steps` steps (greedy sampling
+// included), after prefilling their prompts: tokens/s of the decode phase.
+double engine_batch_decode(engine::Engine& e, uint32_t batch, uint32_t prompt, uint32_t steps) {
+  const auto& c = e.config();
+  const uint32_t per_seq = (prompt + steps + 15) / 16;
+  auto pool = engine::KvPool::create(c, batch * per_seq).value();
+  std::vector<std::vector<int32_t>> blocks(batch), prompts(batch);
+  std::vector<engine::SeqStep> step(batch);
+  for (uint32_t b = 0; b < batch; ++b) {
+    blocks[b].resize(per_seq);
+    std::iota(blocks[b].begin(), blocks[b].end(), static_cast<int32_t>(b * per_seq));
+    prompts[b] = prompt_of(prompt, b, c.vocab_size);
+    step[b] = {prompts[b], 0, blocks[b], 1};
+  }
+  (void)e.forward(step, *pool);
+  engine::Sampler sampler(c.vocab_size);
+  engine::SamplingParams greedy;
+  std::vector<int32_t> last(batch);
+  const auto t0 = Clock::now();
+  for (uint32_t s = 0; s < steps; ++s) {
+    for (uint32_t b = 0; b < batch; ++b) last[b] = sampler.sample(e.logits(b), greedy, prompt + s).token;
+    for (uint32_t b = 0; b < batch; ++b) step[b] = {std::span<const int32_t>(&last[b], 1), prompt + s, blocks[b], 1};
+    (void)e.forward(step, *pool);
+  }
+  return double(batch) * steps / seconds_since(t0);
+}
+
+std::vector<uint32_t> parse_list(const std::string& s) {
+  std::vector<uint32_t> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(static_cast<uint32_t>(std::stoul(item)));
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model = "models/small-1.gguf", tiny = "models/tiny-1.gguf";
+  std::string tandem = (std::filesystem::path(argv[0]).parent_path() / "../cli/tandem").string();
+  std::vector<uint32_t> streams = {1, 4, 16, 32};
+  uint32_t prompt = 128, output = 128, threads = 2, tiny_streams = 64;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--model") model = v;
+    else if (k == "--tandem") tandem = v;
+    else if (k == "--streams") streams = parse_list(v);
+    else if (k == "--prompt") prompt = static_cast<uint32_t>(std::stoul(v));
+    else if (k == "--output") output = static_cast<uint32_t>(std::stoul(v));
+    else if (k == "--threads") threads = static_cast<uint32_t>(std::stoul(v));
+    else if (k == "--tiny-streams") tiny_streams = static_cast<uint32_t>(std::stoul(v));
+    else {
+      std::fprintf(stderr, "unknown flag %s\n", k.c_str());
+      return 2;
+    }
+  }
+  std::filesystem::create_directories("models");
+  for (auto [path, preset] : {std::pair{model, "small"}, std::pair{tiny, "tiny"}})
+    if (!std::filesystem::exists(path)) {
+      auto cfg = engine::preset_config(preset);
+      if (Status st = engine::make_model(*cfg, 1, path); !st) {
+        std::fprintf(stderr, "%s\n", st.to_string().c_str());
+        return 1;
+      }
+    }
+
+  // 1. The engine alone: one stream, end to end (prefill + decode), as a client would see it.
+  double alone_tps = 0;
+  uint32_t vocab = 0;
+  {
+    auto e = engine::Engine::load(model, {threads, engine::GemmBackend::kPacked}).value();
+    vocab = e->config().vocab_size;
+    engine::GenerateOptions opt;
+    opt.max_tokens = output;
+    opt.ignore_eos = true;
+    (void)engine::generate(*e, prompt_of(prompt, 999, vocab), opt);  // warm-up
+    const auto t0 = Clock::now();
+    auto g = engine::generate(*e, prompt_of(prompt, 0, vocab), opt).value();
+    alone_tps = g.tokens.size() / seconds_since(t0);
+  }
+  std::printf("model %s, 1 worker x %u threads, prompt %u, output %u\n", model.c_str(), threads, prompt, output);
+  std::printf("engine alone, 1 stream: %.1f output tokens/s (prefill + decode)\n", alone_tps);
+
+  std::vector<Served> results;
+  {
+    Deployment d(tandem, model, threads);
+    if (d.endpoint().empty()) {
+      std::fprintf(stderr, "tandem up did not become ready\n");
+      return 1;
+    }
+    auto client = Client::connect({d.endpoint()}).value();
+    (void)serve(*client, 1, prompt, 8, vocab, 5000);  // warm-up
+    std::printf("%8s %12s %14s %12s %18s\n", "streams", "seconds", "tokens/s", "idle share", "sched CPU ms/step");
+    for (uint32_t c : streams) {
+      Served s = serve(*client, c, prompt, output, vocab, c * 1000);
+      results.push_back(s);
+      std::printf("%8u %12.2f %14.1f %11.2f%% %18.3f%s\n", c, s.seconds, s.tokens_per_s, 100 * s.idle_share,
+                  s.cpu_ms_per_step, s.ok ? "" : "  (some streams did not finish by length!)");
+    }
+  }
+  if (!results.empty())
+    std::printf("ratio: 1 served stream / engine alone = %.3f (target >= 0.97)\n", results[0].tokens_per_s / alone_tps);
+  for (size_t i = 0; i < streams.size(); ++i)
+    if (streams[i] == 16 && !results.empty())
+      std::printf("ratio: 16 streams / 1 stream aggregate = %.2f (target >= 5)\n", results[i].tokens_per_s / results[0].tokens_per_s);
+
+  // 3. The cost of the actors: tiny preset, many streams.
+  {
+    auto e = engine::Engine::load(tiny, {threads, engine::GemmBackend::kPacked}).value();
+    const double engine_tps = engine_batch_decode(*e, tiny_streams, 16, 200);
+    Deployment d(tandem, tiny, threads);
+    auto client = Client::connect({d.endpoint()}).value();
+    (void)serve(*client, tiny_streams, 16, 8, e->config().vocab_size, 7000);  // warm-up
+    Served s = serve(*client, tiny_streams, 16, 200, e->config().vocab_size, 9000);
+    std::printf("tiny, %u streams: served %.0f tokens/s, engine alone at batch %u %.0f tokens/s: ratio %.2f (target >= 0.5); "
+                "idle share %.2f%%, scheduler CPU %.3f ms/step\n",
+                tiny_streams, s.tokens_per_s, tiny_streams, engine_tps, s.tokens_per_s / engine_tps, 100 * s.idle_share,
+                s.cpu_ms_per_step);
+  }
+  return 0;
+}
