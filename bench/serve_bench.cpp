@@ -17,6 +17,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -101,24 +103,32 @@ struct Served {
 Served serve(Client& client, uint32_t streams, uint32_t prompt, uint32_t output, uint32_t vocab, uint32_t salt) {
   Served s;
   auto before = client.status(std::chrono::seconds(5));
-  std::vector<std::shared_ptr<Stream>> live;
+  // Callbacks on the client's I/O thread: the consumer costs no thread wake-up per token.
+  std::mutex mu;
+  std::condition_variable cv;
+  uint32_t done = 0;
+  uint64_t tokens = 0;
+  bool ok = true;
   const auto t0 = Clock::now();
   for (uint32_t i = 0; i < streams; ++i) {
     GenerateRequest r;
     r.prompt_tokens = prompt_of(prompt, salt + i, vocab);
     r.max_tokens = output;
     r.ignore_eos = true;
-    live.push_back(client.generate(r));
+    client.generate(r, [&](const Event& ev) {
+      if (!ev.final) return;
+      std::lock_guard<std::mutex> lock(mu);
+      ok &= ev.fin.reason == FinishReason::kLength;
+      tokens += ev.fin.completion_tokens;
+      if (++done == streams) cv.notify_one();
+    });
   }
-  for (auto& st : live) {
-    Event ev;
-    while (st->next(ev)) {
-      if (ev.final) {
-        s.ok &= ev.fin.reason == FinishReason::kLength;
-        s.tokens += ev.fin.completion_tokens;
-      }
-    }
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done == streams; });
   }
+  s.ok = ok;
+  s.tokens = tokens;
   s.seconds = seconds_since(t0);
   s.tokens_per_s = s.tokens / s.seconds;
   auto after = client.status(std::chrono::seconds(5));
@@ -208,9 +218,11 @@ int main(int argc, char** argv) {
     opt.max_tokens = output;
     opt.ignore_eos = true;
     (void)engine::generate(*e, prompt_of(prompt, 999, vocab), opt);  // warm-up
-    const auto t0 = Clock::now();
-    auto g = engine::generate(*e, prompt_of(prompt, 0, vocab), opt).value();
-    alone_tps = g.tokens.size() / seconds_since(t0);
+    for (int rep = 0; rep < 2; ++rep) {  // best of two, as for the served stream below
+      const auto t0 = Clock::now();
+      auto g = engine::generate(*e, prompt_of(prompt, rep, vocab), opt).value();
+      alone_tps = std::max(alone_tps, g.tokens.size() / seconds_since(t0));
+    }
   }
   std::printf("model %s, 1 worker x %u threads, prompt %u, output %u\n", model.c_str(), threads, prompt, output);
   std::printf("engine alone, 1 stream: %.1f output tokens/s (prefill + decode)\n", alone_tps);
@@ -227,6 +239,10 @@ int main(int argc, char** argv) {
     std::printf("%8s %12s %14s %12s %18s\n", "streams", "seconds", "tokens/s", "idle share", "sched CPU ms/step");
     for (uint32_t c : streams) {
       Served s = serve(*client, c, prompt, output, vocab, c * 1000);
+      if (c == 1) {  // best of two, as for the engine alone
+        Served again = serve(*client, c, prompt, output, vocab, c * 1000 + 1);
+        if (again.tokens_per_s > s.tokens_per_s) s = again;
+      }
       results.push_back(s);
       std::printf("%8u %12.2f %14.1f %11.2f%% %18.3f%s\n", c, s.seconds, s.tokens_per_s, 100 * s.idle_share,
                   s.cpu_ms_per_step, s.ok ? "" : "  (some streams did not finish by length!)");

@@ -426,11 +426,12 @@ class Core {
     }
     switch (reply.body_case()) {
       case v1::SchedulerReply::kEvents: {
-        const v1::RequestEvents& ev = reply.events();
-        auto it = live_.find(ev.request_id());
-        if (it == live_.end()) return;  // late events of a request that already ended here
-        for (const auto& t : ev.tokens()) deliver(it->second.stream, it->second.on_event, from_wire(t));
-        if (ev.has_final()) finish(ev.request_id(), from_wire(ev.final()));
+        for (const v1::RequestEvents& ev : reply.events().requests()) {
+          auto it = live_.find(ev.request_id());
+          if (it == live_.end()) continue;  // late events of a request that already ended here
+          for (const auto& t : ev.tokens()) deliver(it->second.stream, it->second.on_event, from_wire(t));
+          if (ev.has_final()) finish(ev.request_id(), from_wire(ev.final()));
+        }
         return;
       }
       case v1::SchedulerReply::kStatus: {

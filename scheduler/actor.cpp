@@ -50,7 +50,10 @@ class Actor final : public Sink {
     if (!workers) return workers.status();
     workers_ = std::move(workers.value());
     liveness_ = loop_.every(std::chrono::milliseconds(options_.heartbeat_ms), [this] { check_liveness(); });
-    deadlines_ = loop_.every(std::chrono::milliseconds(10), [this] { core_.tick(runtime::now_us()); });
+    deadlines_ = loop_.every(std::chrono::milliseconds(10), [this] {
+      core_.tick(runtime::now_us());
+      flush();
+    });
     loop_.on_signal({SIGINT, SIGTERM}, [this](int sig) {
       spdlog::info("scheduler: signal {}, shutting down", sig);
       shutdown_workers();
@@ -73,11 +76,24 @@ class Actor final : public Sink {
     send(*workers_, it->second, command_);
   }
 
+  // Events are coalesced per client and sent when the current turn of the loop ends
+  // (flush()): one message per client per step, not one per token.
   void send_events(const std::string& client, const v1::RequestEvents& events) override {
-    reply_.Clear();
-    reply_.set_version(kVersion);
-    *reply_.mutable_events() = events;
-    send(*clients_, client, reply_);
+    auto [it, fresh] = outbox_.try_emplace(client);
+    if (it->second.events().requests_size() == 0) dirty_.push_back(client);
+    *it->second.mutable_events()->add_requests() = events;
+  }
+
+  void flush() {
+    for (const std::string& client : dirty_) {
+      v1::SchedulerReply& r = outbox_[client];
+      r.set_version(kVersion);
+      send(*clients_, client, r);
+      r.Clear();
+    }
+    dirty_.clear();
+    // Clients that are gone leave nothing behind.
+    if (outbox_.size() > 4 * (client_seen_.size() + 16)) outbox_.clear();
   }
 
  private:
@@ -141,6 +157,7 @@ class Actor final : public Sink {
         return;
     }
     core_.tick(now);
+    flush();
     cpu_us_ += thread_cpu_us() - cpu0;
   }
 
@@ -172,6 +189,7 @@ class Actor final : public Sink {
       if (worker_msg_.has_result()) core_.on_result(peer.id, worker_msg_.result(), now);
     }
     core_.tick(now);
+    flush();
     cpu_us_ += thread_cpu_us() - cpu0;
   }
 
@@ -249,6 +267,7 @@ class Actor final : public Sink {
       client_seen_.erase(identity);
     }
     core_.tick(now);
+    flush();
   }
 
   void send_status(const std::string& identity) {
@@ -308,6 +327,8 @@ class Actor final : public Sink {
   std::unordered_map<std::string, WorkerPeer> worker_by_identity_;
   std::unordered_map<uint32_t, std::string> worker_identity_;
   std::unordered_map<std::string, int64_t> client_seen_;
+  std::unordered_map<std::string, v1::SchedulerReply> outbox_;  // per client, reused
+  std::vector<std::string> dirty_;
   uint32_t next_worker_id_ = 1;
   int64_t cpu_us_ = 0;
   v1::ClientMessage client_msg_;

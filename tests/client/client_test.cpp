@@ -81,7 +81,7 @@ class FakeScheduler {
   void events(const std::string& identity, const std::string& id, std::vector<std::pair<int, std::string>> tokens,
               std::optional<v1::FinishReason> finish = std::nullopt) {
     v1::SchedulerReply r;
-    auto* ev = r.mutable_events();
+    auto* ev = r.mutable_events()->add_requests();
     ev->set_request_id(id);
     for (auto& [tok, text] : tokens) {
       auto* t = ev->add_tokens();
@@ -169,7 +169,7 @@ TEST(Client, StreamsTokensInOrderAndEndsOnce) {
 
   fake.events(got->identity, s.request_id(), {{7, "a"}, {8, "b"}});
   v1::SchedulerReply last;
-  auto* ev = last.mutable_events();
+  auto* ev = last.mutable_events()->add_requests();
   ev->set_request_id(s.request_id());
   auto* t = ev->add_tokens();
   t->set_id(9);
@@ -716,10 +716,11 @@ TEST(GenerateCommand, ErrorExitsOne) {
   auto got = fake.recv(10s);
   ASSERT_TRUE(got && got->msg.has_submit());
   v1::SchedulerReply r;
-  r.mutable_events()->set_request_id(got->msg.submit().request_id());
-  r.mutable_events()->mutable_final()->set_finish_reason(v1::FINISH_REASON_ERROR);
-  r.mutable_events()->mutable_final()->set_error_code(v1::ERROR_CODE_OVERLOADED);
-  r.mutable_events()->mutable_final()->set_error_message("queue full");
+  auto* ev = r.mutable_events()->add_requests();
+  ev->set_request_id(got->msg.submit().request_id());
+  ev->mutable_final()->set_finish_reason(v1::FINISH_REASON_ERROR);
+  ev->mutable_final()->set_error_code(v1::ERROR_CODE_OVERLOADED);
+  ev->mutable_final()->set_error_message("queue full");
   fake.send(got->identity, r);
   std::string out;
   EXPECT_EQ(finish(child, out), 1);
