@@ -409,4 +409,12 @@ void EventLoop::on_signal(std::vector<int> signals, std::function<void(int)> fn)
   signals_.push_back(std::move(watch));
 }
 
+bool Socket::has_pending() {
+  try {
+    return (socket_.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0;
+  } catch (const zmq::error_t&) {
+    return false;
+  }
+}
+
 }  // namespace tandem::runtime

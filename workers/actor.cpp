@@ -220,6 +220,8 @@ class Actor {
         }
       }
     }
+    // Unless the next plan is already here, let the scheduler and ZeroMQ have the cores.
+    if (!socket_->has_pending()) engine_->rest();
     const int64_t end = runtime::now_us();
     v1::StepResult* res = out_.mutable_result();
     res->set_compute_us(static_cast<uint64_t>(end - start));

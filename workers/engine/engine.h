@@ -62,6 +62,10 @@ class Engine {
     return {logits_.data() + static_cast<size_t>(row) * config_.vocab_size, config_.vocab_size};
   }
 
+  // The caller has no step to run right away (e.g. a worker waiting for its next plan):
+  // the compute threads sleep instead of spinning, leaving the cores to other threads.
+  void rest() { pool_->rest(); }
+
   // Benchmark hook: run only the weight GEMMs of a step of `tokens` rows (same shapes,
   // same threads), to measure what the rest of the forward pass costs on top.
   void run_gemms_only(uint32_t tokens, uint32_t logit_rows);

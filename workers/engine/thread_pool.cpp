@@ -33,6 +33,7 @@ void ThreadPool::run(FunctionRef<void(uint32_t)> fn) {
     return;
   }
   job_ = &fn;
+  resting_.store(false, std::memory_order_relaxed);
   pending_.store(n_ - 1, std::memory_order_relaxed);
   generation_.fetch_add(1, std::memory_order_release);
   generation_.notify_all();
@@ -68,7 +69,7 @@ void ThreadPool::worker_main(uint32_t index) {
     int spins = 0;
     uint32_t g;
     while ((g = generation_.load(std::memory_order_acquire)) == seen) {
-      if (++spins < kSpinIterations) {
+      if (++spins < kSpinIterations && !resting_.load(std::memory_order_relaxed)) {
         cpu_relax();
       } else {
         generation_.wait(seen, std::memory_order_acquire);

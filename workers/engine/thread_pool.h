@@ -43,6 +43,10 @@ class ThreadPool {
   // fn must not throw. Not reentrant.
   void run(FunctionRef<void(uint32_t)> fn);
 
+  // The step is over: idle threads sleep at once instead of spinning, so the actor's other
+  // threads and processes (scheduler, ZeroMQ I/O) get the cores until the next run().
+  void rest() { resting_.store(true, std::memory_order_relaxed); }
+
   // Splits [0, n) into size() contiguous ranges of near-equal length, fn(begin, end, t).
   void parallel_for(uint32_t n, FunctionRef<void(uint32_t, uint32_t, uint32_t)> fn);
 
@@ -55,6 +59,7 @@ class ThreadPool {
   std::atomic<uint32_t> generation_{0};
   std::atomic<uint32_t> pending_{0};
   std::atomic<bool> stop_{false};
+  std::atomic<bool> resting_{false};
 };
 
 }  // namespace tandem::engine
