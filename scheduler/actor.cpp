@@ -79,6 +79,13 @@ class Actor final : public Sink {
   // Events are coalesced per client and sent when the current turn of the loop ends
   // (flush()): one message per client per step, not one per token.
   void send_events(const std::string& client, const v1::RequestEvents& events) override {
+    if (events.has_final() && spdlog::should_log(spdlog::level::debug)) {
+      const v1::FinalEvent& f = events.final();
+      spdlog::debug("scheduler: request {} finished: {} {} prompt {} completion {} queue {:.1f} ms ttft {:.1f} ms total {:.1f} ms",
+                    events.request_id(), v1::FinishReason_Name(f.finish_reason()), f.error_message(),
+                    f.usage().prompt_tokens(), f.usage().completion_tokens(), f.timings().queue_ms(), f.timings().ttft_ms(),
+                    f.timings().total_ms());
+    }
     auto [it, fresh] = outbox_.try_emplace(client);
     if (it->second.events().requests_size() == 0) dirty_.push_back(client);
     *it->second.mutable_events()->add_requests() = events;
@@ -141,7 +148,15 @@ class Actor final : public Sink {
     }
     switch (client_msg_.body_case()) {
       case v1::ClientMessage::kSubmit:
-        spdlog::debug("scheduler: submit {} from a client", client_msg_.submit().request_id());
+        if (spdlog::should_log(spdlog::level::debug)) {
+          const v1::Submit& s = client_msg_.submit();
+          spdlog::debug("scheduler: submit {}: {} prompt {}, max_tokens {}, temperature {}, top_k {}, top_p {}, seed {}, "
+                        "stops {}+{}, stream {}, priority {}, timeout {} ms",
+                        s.request_id(), s.has_text() ? "text" : "tokens",
+                        s.has_text() ? s.text().size() : static_cast<size_t>(s.tokens().ids_size()), s.max_tokens(),
+                        s.sampling().temperature(), s.sampling().top_k(), s.sampling().top_p(), s.sampling().seed(),
+                        s.stop_token_sequences_size(), s.stop_strings_size(), s.stream(), s.priority(), s.timeout_ms());
+        }
         core_.submit(identity, client_msg_.submit(), now);
         break;
       case v1::ClientMessage::kCancel:

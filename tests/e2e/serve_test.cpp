@@ -86,6 +86,7 @@ class Deployment {
     waitpid(pid_, nullptr, 0);
   }
   const std::string& endpoint() const { return endpoint_; }
+  std::string worker_endpoint() const { return "ipc://" + dir_ + "/run/worker.sock"; }
   bool ok() const { return !endpoint_.empty(); }
   std::unique_ptr<Client> client() {
     ClientOptions o;
@@ -319,6 +320,28 @@ TEST(Serve, ALongPromptNeverStallsRunningStreams) {
   // one chunk of prompt, and no decoding stream was ever left out of a step.
   EXPECT_LE(st.max_step_prefill_tokens, 32u);
   EXPECT_EQ(st.decode_stalls, 0u);
+}
+
+TEST(Serve, AWorkerWithAnotherModelIsRefusedWithAClearError) {
+  Deployment d({"--workers", "1", "--threads", "1"});
+  ASSERT_TRUE(d.ok());
+  const std::string bin = std::string(TANDEM_TANDEM_BIN) + "-worker";  // build/cli/tandem-worker
+  const std::string dir = test::temp_dir();
+  const pid_t w = spawn({bin, "--model", test::model_file("tiny", 2), "--scheduler", d.worker_endpoint(), "--threads", "1"},
+                        dir + "/w.out");
+  int status = 0;
+  for (int i = 0; i < 1000 && waitpid(w, &status, WNOHANG) == 0; ++i) std::this_thread::sleep_for(20ms);
+  if (waitpid(w, &status, WNOHANG) == 0) {
+    kill(w, SIGKILL);
+    waitpid(w, &status, 0);
+    FAIL() << "the mismatched worker was not refused";
+  }
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0);
+  const std::string err = slurp(dir + "/w.out.err");
+  EXPECT_NE(err.find("model fingerprint"), std::string::npos) << err;
+  // The deployment is unaffected.
+  auto client = d.client();
+  EXPECT_EQ(client->status(5s).value().workers.size(), 1u);
 }
 
 }  // namespace
