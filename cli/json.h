@@ -7,34 +7,11 @@
 #include <string>
 #include <string_view>
 
+#include "runtime/utf8.h"
+
 namespace tandem::cli {
 
-// Length of the well-formed UTF-8 sequence starting at s[i], 0 when it is not one
-// (overlong forms, surrogates and code points past U+10FFFF are not well formed).
-inline size_t utf8_sequence_length(std::string_view s, size_t i) {
-  const auto at = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = at(i);
-  size_t len;
-  unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-  if (c >= 0xC2 && c <= 0xDF) {
-    len = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    len = 3;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    len = 4;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  if (i + len > s.size()) return 0;
-  if (at(i + 1) < lo || at(i + 1) > hi) return 0;
-  for (size_t k = 2; k < len; ++k)
-    if ((at(i + k) & 0xC0) != 0x80) return 0;
-  return len;
-}
+using runtime::utf8_sequence_length;
 
 // Appends `s` as a JSON string literal.
 inline void append_json_string(std::string& out, std::string_view s) {

@@ -5,6 +5,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "runtime/utf8.h"
 #include "workers/engine/engine.h"
 #include "workers/engine/generate.h"
 
@@ -97,15 +98,8 @@ int run_command(int argc, char** argv) {
   auto on_token = [&](int32_t token, float) {
     if (json) return;
     e.tokenizer().append_token_bytes(token, pending);
-    size_t cut = pending.size();
-    // Hold back a trailing incomplete UTF-8 sequence until its last byte arrives.
-    for (size_t back = 1; back <= 3 && back <= pending.size(); ++back) {
-      const unsigned char ch = static_cast<unsigned char>(pending[pending.size() - back]);
-      if ((ch & 0xC0) == 0x80) continue;
-      const size_t need = ch >= 0xF0 ? 4 : ch >= 0xE0 ? 3 : ch >= 0xC0 ? 2 : 1;
-      if (need > back) cut = pending.size() - back;
-      break;
-    }
+    // Hold back a trailing incomplete UTF-8 character until its last byte arrives.
+    const size_t cut = runtime::utf8_releasable_prefix(pending);
     std::fwrite(pending.data(), 1, cut, stdout);
     std::fflush(stdout);
     pending.erase(0, cut);

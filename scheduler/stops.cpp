@@ -1,5 +1,7 @@
 #include "scheduler/stops.h"
 
+#include "runtime/utf8.h"
+
 #include <algorithm>
 #include <map>
 #include <utility>
@@ -126,58 +128,11 @@ uint32_t StopTokenMatcher::feed(int32_t token) {
 
 // ---- Detokenizer ----
 
-namespace {
-
-// The length of the prefix of `s` that can be released: whole characters, and bytes that
-// can never start or continue a valid character. What remains is the valid beginning of a
-// character that the next bytes may complete (at most 3 bytes).
-size_t releasable_prefix(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    // Length and the allowed range of the second byte (RFC 3629: no overlongs, no
-    // surrogates, nothing above U+10FFFF).
-    size_t len = 0;
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) {
-      len = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      len = 3;
-      if (c == 0xE0) lo = 0xA0;
-      if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      len = 4;
-      if (c == 0xF0) lo = 0x90;
-      if (c == 0xF4) hi = 0x8F;
-    } else {
-      ++i;  // a stray continuation byte, C0, C1, F5..FF: never valid
-      continue;
-    }
-    size_t k = 1;
-    for (; k < len; ++k) {
-      if (i + k >= s.size()) return i;  // valid so far, incomplete: wait for more
-      const unsigned char b = static_cast<unsigned char>(s[i + k]);
-      const bool ok = k == 1 ? (b >= lo && b <= hi) : (b >= 0x80 && b <= 0xBF);
-      if (!ok) break;
-    }
-    // Complete (k == len) or broken at byte k: either way s[i, i + k) is decided; a
-    // breaking byte is looked at again as the start of the next character.
-    i += k;
-  }
-  return i;
-}
-
-}  // namespace
-
 Detokenizer::Detokenizer(const model::Tokenizer& tokenizer) : tok_(&tokenizer) { pending_.reserve(64); }
 
 void Detokenizer::push(int32_t token, std::string& out) {
   tok_->append_token_bytes(token, pending_);
-  const size_t n = releasable_prefix(pending_);
+  const size_t n = runtime::utf8_releasable_prefix(pending_);
   if (n == 0) return;
   out.append(pending_, 0, n);
   pending_.erase(0, n);

@@ -1,0 +1,71 @@
+// UTF-8 as RFC 3629 defines it (no overlongs, no surrogates, nothing past U+10FFFF):
+// what the detokenizers and the JSON writers share.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+
+namespace tandem::runtime {
+
+// A lead byte's sequence length (1 for ASCII, 0 when it can never start a character) and
+// the allowed range of the second byte.
+struct Utf8Lead {
+  size_t len = 0;
+  unsigned char lo = 0x80, hi = 0xBF;
+};
+
+inline Utf8Lead utf8_lead(unsigned char c) {
+  Utf8Lead l;
+  if (c < 0x80) {
+    l.len = 1;
+  } else if (c >= 0xC2 && c <= 0xDF) {
+    l.len = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    l.len = 3;
+    if (c == 0xE0) l.lo = 0xA0;
+    if (c == 0xED) l.hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    l.len = 4;
+    if (c == 0xF0) l.lo = 0x90;
+    if (c == 0xF4) l.hi = 0x8F;
+  }
+  return l;
+}
+
+inline bool utf8_continues(const Utf8Lead& l, size_t k, unsigned char b) {
+  return k == 1 ? (b >= l.lo && b <= l.hi) : (b >= 0x80 && b <= 0xBF);
+}
+
+// Length of the well-formed character starting at s[i], or 0 when there is none.
+inline size_t utf8_sequence_length(std::string_view s, size_t i) {
+  const Utf8Lead l = utf8_lead(static_cast<unsigned char>(s[i]));
+  if (l.len == 0 || i + l.len > s.size()) return 0;
+  for (size_t k = 1; k < l.len; ++k)
+    if (!utf8_continues(l, k, static_cast<unsigned char>(s[i + k]))) return 0;
+  return l.len;
+}
+
+// The length of the prefix of `s` that can be released now: whole characters, and bytes
+// that can never start or continue a valid character. What remains (at most 3 bytes) is
+// the valid beginning of a character that the next bytes may complete.
+inline size_t utf8_releasable_prefix(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const Utf8Lead l = utf8_lead(static_cast<unsigned char>(s[i]));
+    if (l.len <= 1) {  // ASCII, or a byte that never starts a character
+      ++i;
+      continue;
+    }
+    size_t k = 1;
+    for (; k < l.len; ++k) {
+      if (i + k >= s.size()) return i;  // valid so far, incomplete: wait for more
+      if (!utf8_continues(l, k, static_cast<unsigned char>(s[i + k]))) break;
+    }
+    // Complete (k == len) or broken at byte k: either way s[i, i + k) is decided; a
+    // breaking byte is looked at again as the start of the next character.
+    i += k;
+  }
+  return i;
+}
+
+}  // namespace tandem::runtime
