@@ -11,5 +11,6 @@ int status_command(int argc, char** argv);
 int scheduler_command(int argc, char** argv);
 int worker_command(int argc, char** argv);
 int up_command(int argc, char** argv);
+int bench_command(int argc, char** argv);
 
 }  // namespace tandem::cli

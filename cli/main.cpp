@@ -14,6 +14,7 @@ constexpr const char* kUsage =
     "  run         run a model in-process and print the continuation (--model FILE --prompt TEXT | --tokens 1,2,3)\n"
     "  generate    send one request to a running service and stream the tokens (--endpoint E --prompt TEXT)\n"
     "  status      show a running service's workers, queue and totals (--endpoint E)\n"
+    "  bench       load-test tandem or an OpenAI-compatible server (--endpoint E | --openai-url URL --model M)\n"
     "  up          start a one-host deployment: scheduler + N workers (--model FILE --workers N)\n"
     "  scheduler   run the scheduler actor alone (what `up` starts)\n"
     "  worker      run one worker actor alone (what `up` starts)\n"
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
   if (!std::strcmp(cmd, "run")) return tandem::cli::run_command(argc - 2, argv + 2);
   if (!std::strcmp(cmd, "generate")) return tandem::cli::generate_command(argc - 2, argv + 2);
   if (!std::strcmp(cmd, "status")) return tandem::cli::status_command(argc - 2, argv + 2);
+  if (!std::strcmp(cmd, "bench")) return tandem::cli::bench_command(argc - 2, argv + 2);
   if (!std::strcmp(cmd, "up")) return tandem::cli::up_command(argc - 2, argv + 2);
   if (!std::strcmp(cmd, "scheduler")) return tandem::cli::scheduler_command(argc - 2, argv + 2);
   if (!std::strcmp(cmd, "worker")) return tandem::cli::worker_command(argc - 2, argv + 2);

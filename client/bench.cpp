@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <deque>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <random>
@@ -399,7 +400,8 @@ void HttpSession::write() {
       return self->fail("write: " + ec.message());
     }
     self->parser_.emplace();
-    self->parser_->body_limit(boost::none);
+    // Not boost::none: Boost 1.74 compares a Content-Length against an empty limit as exceeded.
+    self->parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
     self->read_more();
   });
 }
@@ -771,7 +773,8 @@ Summary summarize(const std::vector<std::shared_ptr<RequestTracker>>& trackers, 
     }
     if (times.size() > 1) r.tpot_ms = ms_between(times.front(), times.back()) / static_cast<double>(times.size() - 1);
     last = std::max(last, t->finished_at());
-    s.input_tokens += r.input_tokens;
+    // A failed request's prompt may never have been processed; its streamed tokens were.
+    if (r.outcome != Outcome::kFailed) s.input_tokens += r.input_tokens;
     s.output_tokens += r.output_tokens;
     switch (r.outcome) {
       case Outcome::kCompleted: {

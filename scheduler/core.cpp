@@ -339,9 +339,10 @@ bool Core::build_plan(Worker& w) {
   };
   // Decodes first: every running stream advances in every step. Preemption may retire
   // placements while we go, so walk a snapshot and look each one up again.
-  snapshot_.assign(w.running.begin(), w.running.end());
-  for (Placement* maybe : snapshot_) {
-    auto found = by_seq_.find(maybe->seq_id);
+  snapshot_.clear();
+  for (const Placement* q : w.running) snapshot_.push_back(q->seq_id);
+  for (uint64_t id : snapshot_) {
+    auto found = by_seq_.find(id);
     if (found == by_seq_.end()) continue;
     Placement& p = *found->second;
     Request* r = p.owner;

@@ -121,7 +121,7 @@ class Core {
   std::unordered_map<uint64_t, std::unique_ptr<Placement>> by_seq_;
   v1::RequestEvents events_;  // reused for every event message: no allocation per token
   v1::StepPlan plan_;
-  std::vector<Placement*> snapshot_;
+  std::vector<uint64_t> snapshot_;  // sequence ids of a worker's placements, for build_plan
   std::deque<Request*> queue_;  // waiting for a worker, by priority then arrival
 };
 

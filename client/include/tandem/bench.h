@@ -174,6 +174,7 @@ struct Summary {
   double duration_s = 0;
   uint64_t completed = 0, failed = 0, cancelled = 0;
   std::vector<std::pair<std::string, uint64_t>> errors;  // reason, count; most frequent first
+  // Input: of completed and cancelled requests; output: every streamed token of the run.
   uint64_t input_tokens = 0, output_tokens = 0;
   double requests_per_s = 0, input_tokens_per_s = 0, output_tokens_per_s = 0;
   std::optional<double> goodput_requests_per_s;  // set when an SLO was given

@@ -1,0 +1,345 @@
+// tandem bench against a mock OpenAI SSE server on 127.0.0.1: the measured timings match
+// the scripted ones, failures and cancellations are counted, and the bookkeeping is fast.
+//
+// The mock reads each request's "prompt" as its script: "TTFT_MS,ITL_MS" streams max_tokens
+// chunks with those delays; "error" answers HTTP 500; "drop" sends two chunks and closes.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include "tandem/bench.h"
+#include "tests/test_util.h"
+
+namespace tandem::bench {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using namespace std::chrono_literals;
+
+std::string field(const std::string& body, const std::string& key) {
+  const std::string pat = "\"" + key + "\":";
+  size_t at = body.find(pat);
+  if (at == std::string::npos) return {};
+  at += pat.size();
+  if (body[at] == '"') {
+    const size_t end = body.find('"', at + 1);
+    return body.substr(at + 1, end - at - 1);
+  }
+  size_t end = at;
+  while (end < body.size() && isdigit(static_cast<unsigned char>(body[end]))) ++end;
+  return body.substr(at, end - at);
+}
+
+class MockServer {
+ public:
+  MockServer() : acceptor_(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)) {
+    port_ = acceptor_.local_endpoint().port();
+    accept();
+    thread_ = std::thread([this] { io_.run(); });
+  }
+  ~MockServer() {
+    stop_ = true;
+    asio::post(io_, [this] { acceptor_.close(); });
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& s : sockets_) {
+        boost::system::error_code ec;
+        s->shutdown(tcp::socket::shutdown_both, ec);
+      }
+    }
+    io_.stop();
+    thread_.join();
+    for (auto& t : connections_) t.join();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  int connections() const { return accepted_.load(); }
+
+ private:
+  void accept() {
+    acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
+      if (ec || stop_) return;
+      ++accepted_;
+      auto s = std::make_shared<tcp::socket>(std::move(socket));
+      s->set_option(tcp::no_delay(true));
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        sockets_.push_back(s);
+        connections_.emplace_back([this, s] { serve(*s); });
+      }
+      accept();
+    });
+  }
+
+  static bool write_chunk(tcp::socket& s, const std::string& data) {
+    char head[32];
+    std::snprintf(head, sizeof head, "%zx\r\n", data.size());
+    boost::system::error_code ec;
+    asio::write(s, std::vector<asio::const_buffer>{asio::buffer(head, std::strlen(head)), asio::buffer(data),
+                                                     asio::buffer("\r\n", 2)},
+                ec);
+    return !ec;
+  }
+
+  // One connection, keep-alive: requests until the client closes (each loop bounded by the socket).
+  void serve(tcp::socket& s) {
+    beast::flat_buffer buf;
+    for (int n = 0; n < 100000 && !stop_; ++n) {
+      http::request<http::string_body> req;
+      boost::system::error_code ec;
+      http::read(s, buf, req, ec);
+      if (ec) return;
+      const auto t0 = std::chrono::steady_clock::now();
+      const std::string prompt = field(req.body(), "prompt");
+      const int max_tokens = std::max(1, std::atoi(field(req.body(), "max_tokens").c_str()));
+      if (prompt == "error") {
+        const std::string reply =
+            "HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nboom!";
+        asio::write(s, asio::buffer(reply), ec);
+        if (ec) return;
+        continue;
+      }
+      const std::string head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+      asio::write(s, asio::buffer(head), ec);
+      if (ec) return;
+      int ttft = 0, itl = 0;
+      std::sscanf(prompt.c_str(), "%d,%d", &ttft, &itl);
+      for (int i = 0; i < max_tokens; ++i) {
+        if (prompt == "drop" && i == 2) {
+          s.shutdown(tcp::socket::shutdown_both, ec);
+          s.close(ec);
+          return;
+        }
+        std::this_thread::sleep_until(t0 + std::chrono::milliseconds(ttft + i * itl));
+        std::string ev = "data: {\"id\":\"x\",\"choices\":[{\"index\":0,\"text\":\"t\",\"finish_reason\":";
+        ev += i + 1 == max_tokens ? "\"length\"" : "null";
+        ev += "}]}\n\n";
+        if (!write_chunk(s, ev)) return;
+      }
+      if (!write_chunk(s, "data: {\"id\":\"x\",\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":1}}\n\n"))
+        return;
+      if (!write_chunk(s, "data: [DONE]\n\n") || !write_chunk(s, "")) return;
+    }
+  }
+
+  asio::io_context io_;
+  tcp::acceptor acceptor_;
+  unsigned short port_ = 0;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> accepted_{0};
+  std::mutex mu_;
+  std::vector<std::shared_ptr<tcp::socket>> sockets_;
+  std::vector<std::thread> connections_;
+};
+
+std::string write_dataset(const std::vector<std::string>& prompts, uint32_t output_len) {
+  const std::string path = test::temp_dir() + "/data.jsonl";
+  std::ofstream f(path);
+  for (const auto& p : prompts) f << "{\"prompt\": \"" << p << "\", \"output_len\": " << output_len << "}\n";
+  return path;
+}
+
+std::unique_ptr<Target> openai(const MockServer& server) {
+  OpenAIOptions o;
+  o.url = server.url();
+  o.model = "mock";
+  o.read_timeout = 10000ms;
+  auto t = make_openai_target(o);
+  EXPECT_TRUE(t) << t.status().to_string();
+  return std::move(t.value());
+}
+
+TEST(Bench, PercentilesMatchAScriptedServer) {
+  MockServer server;
+  // Ten requests, one at a time: TTFT 20..65 ms, ITL 20..29 ms, 4 tokens each.
+  std::vector<std::string> prompts;
+  std::vector<double> want_ttft, want_itl, want_tpot, want_e2e;
+  for (int i = 0; i < 10; ++i) {
+    const int ttft = 20 + 5 * i, itl = 20 + i;
+    prompts.push_back(std::to_string(ttft) + "," + std::to_string(itl));
+    want_ttft.push_back(ttft);
+    for (int k = 0; k < 3; ++k) want_itl.push_back(itl);
+    want_tpot.push_back(itl);
+    want_e2e.push_back(ttft + 3 * itl);
+  }
+  WorkloadOptions wo;
+  wo.dataset = write_dataset(prompts, 4);
+  wo.text_prompts = true;
+  auto workload = Workload::create(wo);
+  ASSERT_TRUE(workload) << workload.status().to_string();
+  LoadOptions lo;
+  lo.concurrency = 1;
+  lo.num_requests = 10;
+  lo.warmup = 1;  // opens the connection: the measured requests reuse it
+  auto target = openai(server);
+  auto s = run(*target, *workload, lo);
+  ASSERT_TRUE(s) << s.status().to_string();
+  EXPECT_EQ(s->completed, 10u);
+  EXPECT_EQ(s->failed, 0u);
+  EXPECT_EQ(s->output_tokens, 40u);
+  EXPECT_EQ(s->input_tokens, 70u) << "the usage chunk's prompt_tokens";
+  EXPECT_EQ(server.connections(), 1) << "keep-alive: one connection for all";
+  const double tol = 1.0;  // ms
+  auto expect_near = [&](const Distribution& got, const std::vector<double>& want, const char* name) {
+    const Distribution w = distribution(want);
+    EXPECT_EQ(got.count, w.count) << name;
+    EXPECT_NEAR(got.mean, w.mean, tol) << name;
+    EXPECT_NEAR(got.p50, w.p50, tol) << name;
+    EXPECT_NEAR(got.p90, w.p90, tol) << name;
+    EXPECT_NEAR(got.p99, w.p99, tol) << name;
+    EXPECT_NEAR(got.max, w.max, tol) << name;
+  };
+  expect_near(s->ttft_ms, want_ttft, "ttft");
+  expect_near(s->itl_ms, want_itl, "itl");
+  expect_near(s->tpot_ms, want_tpot, "tpot");
+  expect_near(s->e2e_ms, want_e2e, "e2e");
+  for (const auto& r : s->records) {
+    EXPECT_EQ(r.finish_reason, "length");
+    EXPECT_EQ(r.output_tokens, 4u);
+  }
+  const std::string json = summary_json(*s, true);
+  for (const char* key : {"\"requests\":{\"completed\":10", "\"throughput\":{\"requests_per_s\":",
+                          "\"input_tokens_per_s\":", "\"output_tokens_per_s\":", "\"ttft_ms\":{", "\"itl_ms\":{",
+                          "\"tpot_ms\":{", "\"e2e_ms\":{", "\"p99\":", "\"records\":["})
+    EXPECT_NE(json.find(key), std::string::npos) << key;
+  std::printf("%s", summary_table(*s).c_str());
+}
+
+TEST(Bench, HttpErrorsDroppedConnectionsAndCancellationsAreCounted) {
+  MockServer server;
+  WorkloadOptions wo;
+  wo.dataset = write_dataset({"error", "drop", "0,1", "error", "drop", "0,1"}, 5);
+  wo.text_prompts = true;
+  auto workload = Workload::create(wo);
+  ASSERT_TRUE(workload);
+  LoadOptions lo;
+  lo.concurrency = 3;
+  lo.num_requests = 12;
+  auto target = openai(server);
+  auto s = run(*target, *workload, lo);
+  ASSERT_TRUE(s) << s.status().to_string();
+  EXPECT_EQ(s->completed, 4u);
+  EXPECT_EQ(s->failed, 8u);
+  EXPECT_EQ(s->cancelled, 0u);
+  for (const auto& [reason, n] : s->errors) std::printf("error x%llu: %s\n", static_cast<unsigned long long>(n), reason.c_str());
+  ASSERT_EQ(s->errors.size(), 2u);
+  for (const auto& [reason, n] : s->errors) {
+    EXPECT_EQ(n, 4u) << reason;
+    EXPECT_TRUE(reason == "HTTP 500: boom!" || reason == "connection closed mid-stream") << reason;
+  }
+  for (const auto& r : s->records)
+    if (r.error == "connection closed mid-stream") {
+      EXPECT_EQ(r.output_tokens, 2u);
+    }
+
+  // Cancellation: every request is cut after 3 of its 50 tokens by closing its connection.
+  WorkloadOptions co;
+  co.dataset = write_dataset({"0,5"}, 50);
+  co.text_prompts = true;
+  co.cancel_fraction = 1.0;
+  co.cancel_after = 3;
+  auto cw = Workload::create(co);
+  ASSERT_TRUE(cw);
+  lo.num_requests = 6;
+  auto c = run(*target, *cw, lo);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->cancelled, 6u);
+  EXPECT_EQ(c->completed + c->failed, 0u);
+  for (const auto& r : c->records) {
+    EXPECT_EQ(r.output_tokens, 3u);
+    EXPECT_EQ(r.finish_reason, "cancelled");
+  }
+}
+
+TEST(Bench, UnreachableServerFailsEveryRequestQuickly) {
+  // A port that was just free: connection refused.
+  uint16_t port;
+  {
+    asio::io_context io;
+    tcp::acceptor a(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    port = a.local_endpoint().port();
+  }
+  OpenAIOptions o;
+  o.url = "http://127.0.0.1:" + std::to_string(port);
+  o.model = "m";
+  auto target = make_openai_target(o);
+  ASSERT_TRUE(target);
+  auto w = Workload::create(WorkloadOptions{});
+  ASSERT_TRUE(w);
+  LoadOptions lo;
+  lo.rate = 1000;
+  lo.num_requests = 5;
+  auto s = run(**target, *w, lo);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->failed, 5u);
+  ASSERT_EQ(s->errors.size(), 1u);
+  EXPECT_EQ(s->errors[0].first.rfind("connect:", 0), 0u) << s->errors[0].first;
+}
+
+TEST(Bench, BookkeepingSustainsTwoThousandTokensPerSecond) {
+  MockServer server;
+  WorkloadOptions wo;
+  wo.dataset = write_dataset({"0,0"}, 500);
+  wo.text_prompts = true;
+  auto workload = Workload::create(wo);
+  ASSERT_TRUE(workload);
+  LoadOptions lo;
+  lo.concurrency = 4;
+  lo.num_requests = 40;
+  auto target = openai(server);
+  auto s = run(*target, *workload, lo);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->completed, 40u);
+  EXPECT_EQ(s->output_tokens, 20000u);
+  std::printf("bench bookkeeping: %.0f streamed tokens/s against the fast mock (%.3f s)\n", s->output_tokens_per_s,
+              s->duration_s);
+  EXPECT_GE(s->output_tokens_per_s, 2000.0);
+}
+
+TEST(Bench, LoadShapesAndWorkloadsAreValidated) {
+  EXPECT_FALSE(parse_length_range("8:4"));
+  EXPECT_FALSE(parse_length_range("x"));
+  auto r = parse_length_range("4:9");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->lo, 4u);
+  EXPECT_EQ(r->hi, 9u);
+  WorkloadOptions wo;
+  wo.input_len = {10, 20};
+  wo.output_len = {3, 3};
+  wo.shared_prefix = 5;
+  wo.prefix_groups = 2;
+  auto w = Workload::create(wo);
+  ASSERT_TRUE(w);
+  for (uint64_t i = 0; i < 20; ++i) {
+    BenchRequest b = w->make(i);
+    EXPECT_GE(b.prompt_tokens.size(), 15u);
+    EXPECT_LE(b.prompt_tokens.size(), 25u);
+    EXPECT_EQ(b.max_tokens, 3u);
+    for (int32_t t : b.prompt_tokens) EXPECT_TRUE(t >= 3 && t < 259);
+    EXPECT_EQ(b.prompt_tokens, w->make(i).prompt_tokens) << "deterministic";
+    const BenchRequest other = w->make(i + 2);
+    EXPECT_TRUE(std::equal(b.prompt_tokens.begin(), b.prompt_tokens.begin() + 5, other.prompt_tokens.begin()))
+        << "same prefix group";
+  }
+  WorkloadOptions bad;
+  bad.dataset = test::temp_dir() + "/bad.jsonl";
+  std::ofstream(bad.dataset) << "{\"prompt_tokens\": [1, 2,}\n";
+  EXPECT_FALSE(Workload::create(bad));
+  MockServer server;
+  auto target = openai(server);
+  LoadOptions none;
+  none.num_requests = 1;
+  EXPECT_FALSE(run(*target, *w, none)) << "no rate and no concurrency";
+}
+
+}  // namespace
+}  // namespace tandem::bench
