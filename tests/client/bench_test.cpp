@@ -188,15 +188,17 @@ TEST(Bench, PercentilesMatchAScriptedServer) {
   EXPECT_EQ(s->output_tokens, 40u);
   EXPECT_EQ(s->input_tokens, 70u) << "the usage chunk's prompt_tokens";
   EXPECT_EQ(server.connections(), 1) << "keep-alive: one connection for all";
-  const double tol = 1.0;  // ms
+  // Within 1 ms on an idle machine (measured); 3 ms (5 ms for the single-sample tails) so that a
+  // 2-core machine busy compiling, which delays the mock's sleeps, does not make it flaky.
+  const double tol = 3.0, tail_tol = 5.0;  // ms
   auto expect_near = [&](const Distribution& got, const std::vector<double>& want, const char* name) {
     const Distribution w = distribution(want);
     EXPECT_EQ(got.count, w.count) << name;
     EXPECT_NEAR(got.mean, w.mean, tol) << name;
     EXPECT_NEAR(got.p50, w.p50, tol) << name;
     EXPECT_NEAR(got.p90, w.p90, tol) << name;
-    EXPECT_NEAR(got.p99, w.p99, tol) << name;
-    EXPECT_NEAR(got.max, w.max, tol) << name;
+    EXPECT_NEAR(got.p99, w.p99, tail_tol) << name;
+    EXPECT_NEAR(got.max, w.max, tail_tol) << name;
   };
   expect_near(s->ttft_ms, want_ttft, "ttft");
   expect_near(s->itl_ms, want_itl, "itl");
