@@ -12,6 +12,7 @@ packages=(
   libspdlog-dev                        # logging
   libgtest-dev libgmock-dev            # unit and end-to-end tests
   libbenchmark-dev                     # engine micro-benchmarks
+  gnuplot-nox                          # tandem bench --plot (PNG charts of a run)
 )
 
 missing=()
