@@ -264,15 +264,21 @@ int up_command(int argc, char** argv) {
   const auto ready_deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(*ready_timeout);
   bool ready = false;
   while (!g_stop) {
-    // A child that exits on its own ends the deployment (supervision comes with deploy/).
-    for (pid_t p : children) {
+    // A worker that exits is reported and the others carry on (the scheduler re-places its
+    // sequences); the scheduler exiting, or the last worker, ends the deployment. Restarts
+    // with backoff come with supervision (deploy/).
+    for (size_t i = 0; i < children.size(); ++i) {
+      const pid_t p = children[i];
       int status = 0;
-      if (waitpid(p, &status, WNOHANG) == p) {
-        std::fprintf(stderr, "tandem up: %s (pid %d) exited (%s %d); stopping\n", p == sched ? "the scheduler" : "a worker", p,
-                     WIFSIGNALED(status) ? "signal" : "status", WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
-        children.erase(std::find(children.begin(), children.end(), p));
-        return stop_all(1);
-      }
+      if (waitpid(p, &status, WNOHANG) != p) continue;
+      const bool scheduler_died = p == sched;
+      children.erase(children.begin() + static_cast<long>(i));
+      std::fprintf(stderr, "tandem up: %s (pid %d) exited (%s %d); %zu workers left\n",
+                   scheduler_died ? "the scheduler" : "a worker", p, WIFSIGNALED(status) ? "signal" : "status",
+                   WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
+                   children.size() - (scheduler_died ? 0 : 1));
+      if (scheduler_died || children.size() <= 1) return stop_all(1);
+      break;
     }
     if (!ready) {
       auto st = query_status(ctx, client_ep, 200);

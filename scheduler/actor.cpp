@@ -250,6 +250,7 @@ class Actor final : public Sink {
     r->set_accepted(true);
     r->set_worker_id(id);
     r->set_epoch(id);
+    r->set_heartbeat_ms(options_.heartbeat_ms);
     send(*workers_, identity, command_);
     spdlog::info("scheduler: worker {} registered: {} (pid {}), {} KV blocks of {} tokens, {} threads", id, reg.name(),
                  reg.pid(), reg.kv_blocks(), reg.block_tokens(), reg.threads());

@@ -120,6 +120,11 @@ class Actor {
         worker_id_ = r.worker_id();
         epoch_ = r.epoch();
         sequences_.clear();
+        // Heartbeat as often as this scheduler expects (it declares us dead after a few misses).
+        if (r.heartbeat_ms() > 0 && r.heartbeat_ms() != options_.heartbeat_ms) {
+          options_.heartbeat_ms = r.heartbeat_ms();
+          heartbeat_ = loop_.every(std::chrono::milliseconds(options_.heartbeat_ms), [this] { send_heartbeat(); });
+        }
         spdlog::info("worker: registered as worker {}", worker_id_);
         return;
       }

@@ -322,6 +322,50 @@ TEST(Serve, ALongPromptNeverStallsRunningStreams) {
   EXPECT_EQ(st.decode_stalls, 0u);
 }
 
+TEST(Serve, StreamsOfAKilledWorkerContinueExactlyOnTheOther) {
+  Deployment d({"--workers", "2", "--threads", "1", "--heartbeat-ms", "200", "--kv-memory", "67108864"});
+  ASSERT_TRUE(d.ok());
+  auto client = d.client();
+  auto engine = engine::Engine::load(test::model_file("tiny", 1), {1, engine::GemmBackend::kPacked}).value();
+  std::vector<std::shared_ptr<Stream>> streams;
+  std::vector<std::vector<int32_t>> want;
+  for (uint32_t i = 0; i < 16; ++i) {
+    GenerateRequest r;
+    r.prompt_tokens = prompt_of(5 + i * 7, 100 + i);
+    r.max_tokens = 300;
+    r.ignore_eos = true;
+    engine::GenerateOptions opt;
+    opt.max_tokens = r.max_tokens;
+    opt.ignore_eos = true;
+    want.push_back(engine::generate(*engine, r.prompt_tokens, opt).value().tokens);
+    streams.push_back(client->generate(r));
+  }
+  std::vector<Collected> got(16);
+  for (uint32_t i = 0; i < 16; ++i) {  // everyone has started streaming
+    Event ev;
+    ASSERT_TRUE(streams[i]->next(ev));
+    got[i].tokens.push_back(ev.token.id);
+  }
+  auto st = client->status(5s).value();
+  ASSERT_EQ(st.workers.size(), 2u);
+  const WorkerInfo victim = st.workers[0].running > 0 ? st.workers[0] : st.workers[1];
+  ASSERT_GT(victim.running, 0u);
+  kill(static_cast<pid_t>(victim.pid), SIGKILL);
+  // The scheduler declares it dead after 3 silent heartbeats and re-places its sequences on
+  // the survivor (recompute of prompt + tokens so far): every stream completes, exactly,
+  // with no token duplicated or missing.
+  for (uint32_t i = 0; i < 16; ++i) {
+    Collected rest = collect(*streams[i], 60s);
+    ASSERT_EQ(rest.finals, 1) << "stream " << i << " hung";
+    EXPECT_EQ(rest.fin.reason, FinishReason::kLength) << "stream " << i << ": " << rest.fin.error_message;
+    got[i].tokens.insert(got[i].tokens.end(), rest.tokens.begin(), rest.tokens.end());
+    EXPECT_EQ(got[i].tokens, want[i]) << "stream " << i;
+  }
+  auto after = client->status(5s).value();
+  ASSERT_EQ(after.workers.size(), 1u);
+  EXPECT_EQ(after.workers[0].kv_blocks_free, after.workers[0].kv_blocks_total);
+}
+
 TEST(Serve, AWorkerWithAnotherModelIsRefusedWithAClearError) {
   Deployment d({"--workers", "1", "--threads", "1"});
   ASSERT_TRUE(d.ok());
