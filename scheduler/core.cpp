@@ -61,7 +61,6 @@ struct Core::Worker {
 namespace {
 uint32_t blocks_for(uint32_t tokens, uint32_t block_tokens) { return (tokens + block_tokens - 1) / block_tokens; }
 
-v1::FinishReason finished_by_length() { return v1::FINISH_REASON_LENGTH; }
 }  // namespace
 
 Core::Core(SchedulerConfig config, model::ModelConfig model, const model::Tokenizer& tokenizer, Sink& sink)
@@ -486,7 +485,7 @@ void Core::accept_token(Request& r, const v1::SeqResult& s, int64_t now_us) {
   if (stop_string || stop_tokens || eos) {
     finish(r, v1::FINISH_REASON_STOP, v1::ERROR_CODE_UNSPECIFIED, "", now_us, out);
   } else if (r.generated >= r.spec.max_tokens || r.tokens.size() >= model_.context_length) {
-    finish(r, finished_by_length(), v1::ERROR_CODE_UNSPECIFIED, "", now_us, out);
+    finish(r, v1::FINISH_REASON_LENGTH, v1::ERROR_CODE_UNSPECIFIED, "", now_us, out);
   } else if (r.spec.stream) {
     sink_.send_events(r.client, events_);
   }

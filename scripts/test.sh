@@ -21,6 +21,19 @@ run_suite() {  # name, extra cmake flags...
 
 status=0
 run_suite release -DCMAKE_BUILD_TYPE=Release || status=1
+
+# The threaded units under ThreadSanitizer: the event loop, the client library, the
+# scheduler core and the engine's thread pool. (libzmq is not instrumented: see tests/tsan.supp.)
+echo "=== tests: tsan build (build/tsan), threaded units"
+tsan_targets="event_loop_test client_test core_test engine_test"
+if cmake -S . -B build/tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_TSAN=ON >/dev/null &&
+   cmake --build build/tsan -j"$jobs" --target $tsan_targets >build/tsan.log 2>&1; then
+  (cd build/tsan && TSAN_OPTIONS="suppressions=$PWD/../../tests/tsan.supp halt_on_error=1" \
+     ctest -j"$jobs" --timeout 900 -R '^(EventLoop|Client|Core|Engine|BatchInvariance|Backends|Files|Presets)' \
+     -E 'SmallIsNotDegenerate') || status=1
+else
+  grep -E -A5 "error" build/tsan.log | head -40; echo "build failed: build/tsan.log"; status=1
+fi
 # halt_on_error: a sanitizer finding fails the test that hit it.
 export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp  # each suppression says why
