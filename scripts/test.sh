@@ -38,5 +38,5 @@ fi
 export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp  # each suppression says why
 run_suite asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_SANITIZE=ON || status=1
-[ $status -eq 0 ] && echo "tests: release and asan builds passed" || echo "tests: FAILED (see above)"
+[ $status -eq 0 ] && echo "tests: release, tsan and asan builds passed" || echo "tests: FAILED (see above)"
 exit $status
