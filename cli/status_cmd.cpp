@@ -5,10 +5,14 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "cli/json.h"
+#include "runtime/json.h"
 #include "tandem/client.h"
 
 namespace tandem::cli {
+
+using runtime::append_json_string;
+using runtime::json_number;
+using runtime::json_string;
 
 namespace {
 

@@ -16,6 +16,7 @@
 #include <random>
 #include <thread>
 
+#include "runtime/json.h"
 #include "tandem/client.h"
 
 namespace tandem::bench {
@@ -31,34 +32,9 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-void append_json_string(std::string& out, const std::string& s) {
-  out += '"';
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  out += '"';
-}
+using runtime::append_json_string;
 
-std::string num(double v) {
-  if (!std::isfinite(v)) return "null";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  return buf;
-}
+using runtime::json_number;
 
 // ---- a minimal JSON reader for dataset lines and SSE chunks (flat fields only) ----
 
@@ -949,8 +925,8 @@ namespace {
 void append_distribution(std::string& out, const char* name, const Distribution& d) {
   out += '"';
   out += name;
-  out += "\":{\"count\":" + std::to_string(d.count) + ",\"mean\":" + num(d.mean) + ",\"p50\":" + num(d.p50) +
-         ",\"p90\":" + num(d.p90) + ",\"p99\":" + num(d.p99) + ",\"max\":" + num(d.max) + "}";
+  out += "\":{\"count\":" + std::to_string(d.count) + ",\"mean\":" + json_number(d.mean) + ",\"p50\":" + json_number(d.p50) +
+         ",\"p90\":" + json_number(d.p90) + ",\"p99\":" + json_number(d.p99) + ",\"max\":" + json_number(d.max) + "}";
 }
 
 const char* outcome_name(Outcome o) {
@@ -966,9 +942,9 @@ const char* outcome_name(Outcome o) {
 std::string summary_json(const Summary& s, bool with_records) {
   std::string out = "{\"target\":";
   append_json_string(out, s.target);
-  out += ",\"load\":{\"rate\":" + num(s.rate) + ",\"burstiness\":" + num(s.burstiness) +
+  out += ",\"load\":{\"rate\":" + json_number(s.rate) + ",\"burstiness\":" + json_number(s.burstiness) +
          ",\"concurrency\":" + std::to_string(s.concurrency) + "}";
-  out += ",\"duration_s\":" + num(s.duration_s);
+  out += ",\"duration_s\":" + json_number(s.duration_s);
   out += ",\"requests\":{\"completed\":" + std::to_string(s.completed) + ",\"failed\":" + std::to_string(s.failed) +
          ",\"cancelled\":" + std::to_string(s.cancelled) + ",\"errors\":{";
   for (size_t i = 0; i < s.errors.size(); ++i) {
@@ -978,11 +954,11 @@ std::string summary_json(const Summary& s, bool with_records) {
   }
   out += "}}";
   out += ",\"tokens\":{\"input\":" + std::to_string(s.input_tokens) + ",\"output\":" + std::to_string(s.output_tokens) + "}";
-  out += ",\"throughput\":{\"requests_per_s\":" + num(s.requests_per_s) +
-         ",\"input_tokens_per_s\":" + num(s.input_tokens_per_s) +
-         ",\"output_tokens_per_s\":" + num(s.output_tokens_per_s) + "}";
+  out += ",\"throughput\":{\"requests_per_s\":" + json_number(s.requests_per_s) +
+         ",\"input_tokens_per_s\":" + json_number(s.input_tokens_per_s) +
+         ",\"output_tokens_per_s\":" + json_number(s.output_tokens_per_s) + "}";
   out += ",\"goodput\":{\"requests_per_s\":" +
-         (s.goodput_requests_per_s ? num(*s.goodput_requests_per_s) : std::string("null")) + "}";
+         (s.goodput_requests_per_s ? json_number(*s.goodput_requests_per_s) : std::string("null")) + "}";
   out += ',';
   append_distribution(out, "ttft_ms", s.ttft_ms);
   out += ',';
@@ -1001,12 +977,12 @@ std::string summary_json(const Summary& s, bool with_records) {
       append_json_string(out, r.finish_reason);
       out += ",\"error\":";
       append_json_string(out, r.error);
-      out += ",\"start_s\":" + num(r.start_s) + ",\"input_tokens\":" + std::to_string(r.input_tokens) +
-             ",\"output_tokens\":" + std::to_string(r.output_tokens) + ",\"ttft_ms\":" + num(r.ttft_ms) +
-             ",\"tpot_ms\":" + num(r.tpot_ms) + ",\"e2e_ms\":" + num(r.e2e_ms) + ",\"itl_ms\":[";
+      out += ",\"start_s\":" + json_number(r.start_s) + ",\"input_tokens\":" + std::to_string(r.input_tokens) +
+             ",\"output_tokens\":" + std::to_string(r.output_tokens) + ",\"ttft_ms\":" + json_number(r.ttft_ms) +
+             ",\"tpot_ms\":" + json_number(r.tpot_ms) + ",\"e2e_ms\":" + json_number(r.e2e_ms) + ",\"itl_ms\":[";
       for (size_t k = 0; k < r.itl_ms.size(); ++k) {
         if (k) out += ',';
-        out += num(r.itl_ms[k]);
+        out += json_number(r.itl_ms[k]);
       }
       out += "]}";
     }
@@ -1025,7 +1001,7 @@ std::string summary_table(const Summary& s) {
   };
   add("target              %s\n", s.target.c_str());
   add("load                rate %s req/s, burstiness %.3g, concurrency %s\n",
-      s.rate > 0 ? num(s.rate).c_str() : "unpaced", s.burstiness,
+      s.rate > 0 ? json_number(s.rate).c_str() : "unpaced", s.burstiness,
       s.concurrency > 0 ? std::to_string(s.concurrency).c_str() : "uncapped");
   add("duration            %.3f s\n", s.duration_s);
   add("requests            %llu completed, %llu failed, %llu cancelled\n", static_cast<unsigned long long>(s.completed),

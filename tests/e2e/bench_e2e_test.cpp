@@ -1,98 +1,20 @@
 // `tandem bench` against `tandem up` with the tiny model: 50 requests complete and the JSON
 // has the documented schema.
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
-#include <fstream>
-#include <sstream>
-#include <thread>
+#include <cstdio>
 
-#include "tests/test_util.h"
-
-extern char** environ;
+#include "tests/e2e/deployment.h"
 
 namespace tandem {
 namespace {
 
 using namespace std::chrono_literals;
-
-pid_t spawn(const std::vector<std::string>& argv, const std::string& out_file) {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, (out_file + ".err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  std::vector<char*> cargv;
-  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-  cargv.push_back(nullptr);
-  pid_t pid = -1;
-  posix_spawn(&pid, argv[0].c_str(), &fa, nullptr, cargv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  return pid;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-// Waits up to `limit` for `pid`; kills it past that. Returns its exit status or -1.
-int wait_for(pid_t pid, std::chrono::seconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    int status = 0;
-    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    std::this_thread::sleep_for(20ms);
-  }
-  kill(pid, SIGKILL);
-  waitpid(pid, nullptr, 0);
-  return -1;
-}
-
-// `tandem up` in the background, stopped (SIGTERM, then SIGKILL) when the test ends.
-class Deployment {
- public:
-  explicit Deployment(std::vector<std::string> flags) {
-    dir_ = test::temp_dir();
-    std::vector<std::string> argv = {TANDEM_TANDEM_BIN, "up", "--model", test::model_file("tiny", 1), "--runtime-dir",
-                                     dir_ + "/run", "--log-level", "warn"};
-    argv.insert(argv.end(), flags.begin(), flags.end());
-    out_ = dir_ + "/up.out";
-    pid_ = spawn(argv, out_);
-    const auto deadline = std::chrono::steady_clock::now() + 60s;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (slurp(out_).find("tandem: ready") != std::string::npos) {
-        endpoint_ = "ipc://" + dir_ + "/run/client.sock";
-        return;
-      }
-      int status;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        break;
-      }
-      std::this_thread::sleep_for(20ms);
-    }
-    ADD_FAILURE() << "tandem up did not become ready:\n" << slurp(out_) << slurp(out_ + ".err");
-  }
-  ~Deployment() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGTERM);
-    if (wait_for(pid_, 10s) == -1) return;
-  }
-  const std::string& endpoint() const { return endpoint_; }
-  const std::string& dir() const { return dir_; }
-  bool ok() const { return !endpoint_.empty(); }
-
- private:
-  std::string dir_, out_, endpoint_;
-  pid_t pid_ = -1;
-};
+using test::Deployment;
+using test::slurp;
+using test::spawn;
+using test::wait_for;
 
 TEST(BenchE2E, FiftyRequestsCompleteWithTheJsonSchema) {
   Deployment d({"--workers", "1", "--threads", "1"});

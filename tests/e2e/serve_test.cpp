@@ -1,104 +1,37 @@
 // tandem as a service: `tandem up` starts real processes over ipc://, the client library
 // talks to them. Streams must equal the engine alone; cancellation, bad input and dead
 // clients must leave the service clean and serving.
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
-#include <fstream>
-#include <sstream>
 #include <thread>
 #include <zmq.hpp>
 
 #include "runtime/wire.h"
 #include "tandem/client.h"
 #include "tandem/v1/client.pb.h"
-#include "tests/test_util.h"
+#include "tests/e2e/deployment.h"
 #include "workers/engine/engine.h"
 #include "workers/engine/generate.h"
-
-extern char** environ;
 
 namespace tandem {
 namespace {
 
 using namespace std::chrono_literals;
+using test::slurp;
+using test::spawn;
 
-pid_t spawn(const std::vector<std::string>& argv, const std::string& out_file) {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, (out_file + ".err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  std::vector<char*> cargv;
-  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-  cargv.push_back(nullptr);
-  pid_t pid = -1;
-  posix_spawn(&pid, argv[0].c_str(), &fa, nullptr, cargv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  return pid;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-// `tandem up` in the background, stopped (SIGTERM, then SIGKILL) when the test ends.
-class Deployment {
+// tandem up plus a client connected to it.
+class Deployment : public test::Deployment {
  public:
-  explicit Deployment(std::vector<std::string> flags, const std::string& model = test::model_file("tiny", 1)) {
-    dir_ = test::temp_dir();
-    std::vector<std::string> argv = {TANDEM_TANDEM_BIN, "up", "--model", model, "--runtime-dir", dir_ + "/run",
-                                     "--log-level", "warn"};
-    argv.insert(argv.end(), flags.begin(), flags.end());
-    out_ = dir_ + "/up.out";
-    pid_ = spawn(argv, out_);
-    const auto deadline = std::chrono::steady_clock::now() + 60s;
-    while (std::chrono::steady_clock::now() < deadline) {
-      const std::string out = slurp(out_);
-      if (out.find("tandem: ready") != std::string::npos) {
-        endpoint_ = "ipc://" + dir_ + "/run/client.sock";
-        return;
-      }
-      int status;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        break;
-      }
-      std::this_thread::sleep_for(20ms);
-    }
-    ADD_FAILURE() << "tandem up did not become ready:\n" << slurp(out_) << slurp(out_ + ".err");
-  }
-  ~Deployment() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGTERM);
-    for (int i = 0; i < 500; ++i) {
-      if (waitpid(pid_, nullptr, WNOHANG) == pid_) return;
-      std::this_thread::sleep_for(20ms);
-    }
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-  }
-  const std::string& endpoint() const { return endpoint_; }
-  std::string worker_endpoint() const { return "ipc://" + dir_ + "/run/worker.sock"; }
-  bool ok() const { return !endpoint_.empty(); }
+  using test::Deployment::Deployment;
   std::unique_ptr<Client> client() {
     ClientOptions o;
-    o.endpoint = endpoint_;
+    o.endpoint = endpoint();
     auto c = Client::connect(o);
     EXPECT_TRUE(c) << c.status().to_string();
     return c ? std::move(c.value()) : nullptr;
   }
-
- private:
-  std::string dir_, out_, endpoint_;
-  pid_t pid_ = -1;
 };
 
 struct Collected {

@@ -1,4 +1,4 @@
-// Writing JSON for the CLI's --json output: strings escaped (any bytes in: control
+// Writing JSON (the CLI's --json output, tandem bench's reports): strings escaped (any bytes in: control
 // characters escaped, invalid UTF-8 as \ufffd) and numbers that stay valid JSON.
 #pragma once
 
@@ -9,9 +9,8 @@
 
 #include "runtime/utf8.h"
 
-namespace tandem::cli {
+namespace tandem::runtime {
 
-using runtime::utf8_sequence_length;
 
 // Appends `s` as a JSON string literal.
 inline void append_json_string(std::string& out, std::string_view s) {
@@ -64,4 +63,4 @@ inline std::string json_number(double v) {
   return buf;
 }
 
-}  // namespace tandem::cli
+}  // namespace tandem::runtime

@@ -1,0 +1,105 @@
+// What the end-to-end tests share: spawning processes with their output in files, and a
+// `tandem up` deployment that lives as long as a test.
+#pragma once
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/test_util.h"
+
+extern char** environ;
+
+namespace tandem::test {
+
+// Starts argv[0] with stdout in `out_file` and stderr in `out_file`.err.
+inline pid_t spawn(const std::vector<std::string>& argv, const std::string& out_file) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, (out_file + ".err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  std::vector<char*> cargv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+  pid_t pid = -1;
+  posix_spawn(&pid, argv[0].c_str(), &fa, nullptr, cargv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  return pid;
+}
+
+inline std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Waits up to `limit` for `pid`; kills it past that. Returns its exit status, or -1 when it
+// was killed or died of a signal.
+inline int wait_for(pid_t pid, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  return -1;
+}
+
+// `tandem up` in the background, ready when constructed (or a test failure), stopped
+// (SIGTERM, then SIGKILL) when the test ends.
+class Deployment {
+ public:
+  explicit Deployment(std::vector<std::string> flags, const std::string& model = model_file("tiny", 1)) {
+    dir_ = temp_dir();
+    std::vector<std::string> argv = {TANDEM_TANDEM_BIN, "up", "--model", model, "--runtime-dir", dir_ + "/run",
+                                     "--log-level", "warn"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    out_ = dir_ + "/up.out";
+    pid_ = spawn(argv, out_);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (slurp(out_).find("tandem: ready") != std::string::npos) {
+        endpoint_ = "ipc://" + dir_ + "/run/client.sock";
+        return;
+      }
+      int status;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ADD_FAILURE() << "tandem up did not become ready:\n" << slurp(out_) << slurp(out_ + ".err");
+  }
+  ~Deployment() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGTERM);
+    wait_for(pid_, std::chrono::seconds(10));
+  }
+  Deployment(const Deployment&) = delete;
+  Deployment& operator=(const Deployment&) = delete;
+
+  const std::string& endpoint() const { return endpoint_; }
+  std::string worker_endpoint() const { return "ipc://" + dir_ + "/run/worker.sock"; }
+  const std::string& dir() const { return dir_; }
+  bool ok() const { return !endpoint_.empty(); }
+
+ private:
+  std::string dir_, out_, endpoint_;
+  pid_t pid_ = -1;
+};
+
+}  // namespace tandem::test
