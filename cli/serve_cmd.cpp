@@ -75,6 +75,12 @@ Status worker_config(const Args& args, worker::WorkerOptions& o) {
   o.kv_blocks = static_cast<uint32_t>(*blocks);
   o.kv_memory = static_cast<uint64_t>(*memory);
   o.block_tokens = static_cast<uint32_t>(*block_tokens);
+  if (auto role = args.str("role")) {
+    auto r = worker::parse_role(*role);
+    if (!r) return r.status();
+    o.role = *r;
+  }
+  if (auto ep = args.str("kv-endpoint")) o.kv_endpoint = *ep;
   const std::string gemm = args.str("gemm").value_or("packed");
   if (gemm == "openblas") {
     o.gemm = engine::GemmBackend::kOpenBlas;
@@ -159,11 +165,13 @@ int scheduler_command(int argc, char** argv) {
 }
 
 int worker_command(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, merged({kWorkerFlags, {"model", "scheduler", "name", "log-level"}}), {"help"});
+  auto args = Args::parse(argc, argv, merged({kWorkerFlags, {"model", "scheduler", "name", "log-level", "role", "kv-endpoint"}}), {"help"});
   if (!args) return fail("worker", args.status());
   if (args->has("help")) {
     std::puts("usage: tandem worker --model FILE --scheduler E [--threads N] [--kv-memory BYTES | --kv-blocks N]\n"
-              "       [--block-tokens N] [--gemm packed|openblas] [--name NAME] [--log-level L]");
+              "       [--block-tokens N] [--gemm packed|openblas] [--name NAME] [--log-level L]\n"
+              "       [--role both|prefill|decode] [--kv-endpoint E (decode: where prefill workers push KV;\n"
+              "        default tcp://127.0.0.1:*)]");
     return 0;
   }
   if (Status st = set_log_level(*args); !st) return fail("worker", st);
@@ -180,21 +188,29 @@ int worker_command(int argc, char** argv) {
 
 int up_command(int argc, char** argv) {
   auto args = Args::parse(argc, argv,
-                          merged({kSchedulerFlags, kWorkerFlags, {"model", "workers", "endpoint", "runtime-dir", "log-level",
-                                                                 "ready-timeout-ms"}}),
+                          merged({kSchedulerFlags, kWorkerFlags, {"model", "workers", "prefill", "decode", "endpoint",
+                                                                 "runtime-dir", "log-level", "ready-timeout-ms"}}),
                           {"help"});
   if (!args) return fail("up", args.status());
   if (args->has("help")) {
-    std::puts("usage: tandem up --model FILE [--workers N] [--endpoint E] [--threads T] [--kv-memory BYTES]\n"
-              "       [--runtime-dir DIR] [scheduler flags: --max-batch-tokens --prefill-chunk --max-queue ...]\n"
-              "Starts a scheduler and N workers (role both) as child processes, prints the client endpoint and a\n"
-              "ready line once every worker has registered, and stops all of it on Ctrl-C or SIGTERM.");
+    std::puts("usage: tandem up --model FILE [--workers N | --prefill P --decode D] [--endpoint E] [--threads T]\n"
+              "       [--kv-memory BYTES] [--runtime-dir DIR] [scheduler flags: --max-batch-tokens --prefill-chunk ...]\n"
+              "Starts a scheduler and N workers of role both (or P prefill and D decode workers, whose KV moves\n"
+              "directly between them) as child processes, prints the client endpoint and a ready line once every\n"
+              "worker has registered, and stops all of it on Ctrl-C or SIGTERM.");
     return 0;
   }
   auto model = args->str("model");
   if (!model) return fail("up", Status::invalid("--model FILE is required"));
   if (!std::filesystem::exists(*model)) return fail("up", Status::invalid("--model: " + *model + " does not exist"));
-  auto workers = args->integer("workers", 1, 1, 256);
+  auto prefill = args->integer("prefill", 0, 0, 256);
+  auto decode = args->integer("decode", 0, 0, 256);
+  if (!prefill) return fail("up", prefill.status());
+  if (!decode) return fail("up", decode.status());
+  if ((*prefill == 0) != (*decode == 0))
+    return fail("up", Status::invalid("--prefill and --decode go together: prefill workers hand every sequence to a "
+                                      "decode worker"));
+  auto workers = args->integer("workers", *prefill ? 0 : 1, *prefill ? 0 : 1, 256);
   auto ready_timeout = args->integer("ready-timeout-ms", 120000, 100, 3600000);
   if (!workers) return fail("up", workers.status());
   if (!ready_timeout) return fail("up", ready_timeout.status());
@@ -225,9 +241,14 @@ int up_command(int argc, char** argv) {
   const pid_t sched = spawn(sargv);
   if (sched < 0) return fail("up", Status::error(Code::kInternal, "cannot start the scheduler (" + exe + ")"));
   children.push_back(sched);
-  for (int64_t i = 0; i < *workers; ++i) {
+  const int64_t n_workers = *workers + *prefill + *decode;
+  for (int64_t i = 0; i < n_workers; ++i) {
+    // Workers of role both first, then prefill, then decode workers.
+    const char* role = i < *workers ? "both" : i < *workers + *prefill ? "prefill" : "decode";
     std::vector<std::string> wargv = {exe, "worker", "--model", *model, "--scheduler", worker_ep,
-                                      "--name", "worker-" + std::to_string(i), "--log-level", level};
+                                      "--name", std::string(role) + "-" + std::to_string(i), "--log-level", level,
+                                      "--role", role};
+    if (std::string(role) == "decode") wargv.insert(wargv.end(), {"--kv-endpoint", "ipc://" + dir + "/kv-" + std::to_string(i) + ".sock"});
     forward_flags(*args, kWorkerFlags, wargv);
     const pid_t w = spawn(wargv);
     if (w < 0) break;
@@ -282,7 +303,7 @@ int up_command(int argc, char** argv) {
     }
     if (!ready) {
       auto st = query_status(ctx, client_ep, 200);
-      if (st && st->workers_size() >= *workers) {
+      if (st && st->workers_size() >= n_workers && st->ready()) {
         ready = true;
         std::printf("tandem: ready: %d workers, endpoint %s\n", st->workers_size(), client_ep.c_str());
         std::fflush(stdout);

@@ -38,6 +38,9 @@ std::string to_json(const StatusInfo& s) {
          ",\"max_step_decode\":" + std::to_string(s.max_step_decode) +
          ",\"max_step_prefill_tokens\":" + std::to_string(s.max_step_prefill_tokens) +
          ",\"decode_stalls\":" + std::to_string(s.decode_stalls) + ",\"preemptions\":" + std::to_string(s.preemptions) +
+         ",\"handoffs\":" + std::to_string(s.handoffs) + ",\"handoff_bytes\":" + std::to_string(s.handoff_bytes) +
+         ",\"handoff_failures\":" + std::to_string(s.handoff_failures) +
+         ",\"handoff_ms_mean\":" + json_number(s.handoff_ms_mean) + ",\"handoff_ms_p99\":" + json_number(s.handoff_ms_p99) +
          ",\"workers\":[";
   for (size_t i = 0; i < s.workers.size(); ++i) {
     const WorkerInfo& w = s.workers[i];
@@ -70,6 +73,22 @@ void print_table(const StatusInfo& s) {
                 (unsigned long long)w.tokens, 100.0 * w.idle_share);
   }
   if (s.workers.empty()) std::printf("(no workers registered)\n");
+  // Per role, when the deployment splits prefill and decode.
+  bool split = false;
+  for (const WorkerInfo& w : s.workers) split |= w.role != "both";
+  if (!split) return;
+  for (const char* role : {"prefill", "decode", "both"}) {
+    uint32_t n = 0, running = 0, free = 0, total = 0;
+    unsigned long long steps = 0, tokens = 0;
+    for (const WorkerInfo& w : s.workers) {
+      if (w.role != role) continue;
+      ++n, running += w.running, free += w.kv_blocks_free, total += w.kv_blocks_total, steps += w.steps, tokens += w.tokens;
+    }
+    if (n) std::printf("role %-7s %u workers, %u running, kv %u/%u free, %llu steps, %llu tokens\n", role, n, running, free, total, steps, tokens);
+  }
+  std::printf("handoffs: %llu done (%llu failed over), %.1f MiB moved, transfer mean %.2f ms, p99 %.2f ms\n",
+              (unsigned long long)s.handoffs, (unsigned long long)s.handoff_failures, s.handoff_bytes / 1048576.0,
+              s.handoff_ms_mean, s.handoff_ms_p99);
 }
 
 }  // namespace

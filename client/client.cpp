@@ -158,6 +158,11 @@ StatusInfo from_wire(const v1::StatusReply& s) {
   info.max_step_prefill_tokens = s.max_step_prefill_tokens();
   info.decode_stalls = s.decode_stalls();
   info.preemptions = s.preemptions();
+  info.handoffs = s.handoffs();
+  info.handoff_bytes = s.handoff_bytes();
+  info.handoff_failures = s.handoff_failures();
+  info.handoff_ms_mean = s.handoff_ms_mean();
+  info.handoff_ms_p99 = s.handoff_ms_p99();
   return info;
 }
 

@@ -4,7 +4,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
+#include <optional>
 #include <unordered_map>
 
 #include "runtime/event_loop.h"
@@ -23,13 +25,18 @@ int64_t thread_cpu_us() {
   return int64_t{ts.tv_sec} * 1000000 + ts.tv_nsec / 1000;
 }
 
-const char* role_name(v1::WorkerRole role) {
+std::optional<Role> role_of(v1::WorkerRole role) {
   switch (role) {
-    case v1::WORKER_ROLE_BOTH: return "both";
-    case v1::WORKER_ROLE_PREFILL: return "prefill";
-    case v1::WORKER_ROLE_DECODE: return "decode";
-    default: return "unknown";
+    case v1::WORKER_ROLE_BOTH: return Role::kBoth;
+    case v1::WORKER_ROLE_PREFILL: return Role::kPrefill;
+    case v1::WORKER_ROLE_DECODE: return Role::kDecode;
+    default: return std::nullopt;
   }
+}
+
+// What two workers must agree on for KV to move between them: block size and bytes.
+std::string kv_format(const v1::Register& reg) {
+  return std::to_string(reg.block_tokens()) + " tokens, " + std::to_string(reg.block_bytes()) + " bytes per block";
 }
 
 class Actor final : public Sink {
@@ -76,6 +83,14 @@ class Actor final : public Sink {
     send(*workers_, it->second, command_);
   }
 
+  void send_command(uint32_t worker_id, const v1::SchedulerCommand& command) override {
+    auto it = worker_identity_.find(worker_id);
+    if (it == worker_identity_.end()) return;
+    command_ = command;
+    command_.set_version(kVersion);
+    send(*workers_, it->second, command_);
+  }
+
   // Events are coalesced per client and sent when the current turn of the loop ends
   // (flush()): one message per client per step, not one per token.
   void send_events(const std::string& client, const v1::RequestEvents& events) override {
@@ -106,9 +121,10 @@ class Actor final : public Sink {
  private:
   struct WorkerPeer {
     uint32_t id;
-    v1::WorkerRole role;
+    Role role;
     uint32_t pid;
     int64_t last_seen_us;
+    std::string kv_format;
   };
 
   void send(runtime::Socket& socket, const std::string& identity, const google::protobuf::MessageLite& m) {
@@ -202,6 +218,7 @@ class Actor final : public Sink {
       WorkerPeer& peer = it->second;
       peer.last_seen_us = now;
       if (worker_msg_.has_result()) core_.on_result(peer.id, worker_msg_.result(), now);
+      if (worker_msg_.has_kv_received()) core_.on_kv_received(peer.id, worker_msg_.kv_received(), now);
     }
     core_.tick(now);
     flush();
@@ -226,9 +243,23 @@ class Actor final : public Sink {
                            ": worker and scheduler must load the same model file");
       return;
     }
-    if (reg.role() != v1::WORKER_ROLE_BOTH) {
-      refuse(identity, std::string("worker role '") + role_name(reg.role()) + "' is not supported yet (use both)");
+    const std::optional<Role> role = role_of(reg.role());
+    if (!role) {
+      refuse(identity, "worker role " + std::to_string(reg.role()) + " is not one of both, prefill, decode");
       return;
+    }
+    if (*role == Role::kDecode && reg.kv_endpoint().empty()) {
+      refuse(identity, "a decode worker must give the kv_endpoint prefill workers send KV to");
+      return;
+    }
+    // KV moves between prefill and decode workers as raw blocks: they must agree on the format.
+    if (*role != Role::kBoth) {
+      for (const auto& [other_identity, peer] : worker_by_identity_) {
+        if (peer.role == Role::kBoth || other_identity == identity || peer.kv_format == kv_format(reg)) continue;
+        refuse(identity, "KV format " + kv_format(reg) + " differs from worker " + std::to_string(peer.id) + "'s " +
+                             peer.kv_format + ": prefill and decode workers must store KV alike");
+        return;
+      }
     }
     if (reg.kv_blocks() == 0 || reg.block_tokens() == 0 || reg.block_tokens() % 16 != 0) {
       refuse(identity, "invalid KV pool: " + std::to_string(reg.kv_blocks()) + " blocks of " +
@@ -241,9 +272,9 @@ class Actor final : public Sink {
       worker_by_identity_.erase(old);
     }
     const uint32_t id = next_worker_id_++;
-    worker_by_identity_[identity] = WorkerPeer{id, reg.role(), reg.pid(), now};
+    worker_by_identity_[identity] = WorkerPeer{id, *role, reg.pid(), now, kv_format(reg)};
     worker_identity_[id] = identity;
-    core_.add_worker(id, reg.kv_blocks(), reg.block_tokens(), now);
+    core_.add_worker(id, WorkerInfo{*role, reg.kv_blocks(), reg.block_tokens(), reg.kv_endpoint()}, now);
     command_.Clear();
     command_.set_version(kVersion);
     v1::RegisterReply* r = command_.mutable_register_reply();
@@ -252,8 +283,8 @@ class Actor final : public Sink {
     r->set_epoch(id);
     r->set_heartbeat_ms(options_.heartbeat_ms);
     send(*workers_, identity, command_);
-    spdlog::info("scheduler: worker {} registered: {} (pid {}), {} KV blocks of {} tokens, {} threads", id, reg.name(),
-                 reg.pid(), reg.kv_blocks(), reg.block_tokens(), reg.threads());
+    spdlog::info("scheduler: worker {} registered: {} (pid {}), role {}, {} KV blocks of {} tokens, {} threads", id,
+                 reg.name(), reg.pid(), role_name(*role), reg.kv_blocks(), reg.block_tokens(), reg.threads());
   }
 
   void check_liveness() {
@@ -303,12 +334,9 @@ class Actor final : public Sink {
       ws->set_idle_share(busy > 0 ? double(w.stats->idle_us) / busy : 0.0);
       ws->set_idle_us(w.stats->idle_us);
       ws->set_compute_us(w.stats->compute_us);
+      ws->set_role(role_name(w.role));
       auto it = worker_identity_.find(w.id);
-      if (it != worker_identity_.end()) {
-        const WorkerPeer& peer = worker_by_identity_[it->second];
-        ws->set_role(role_name(peer.role));
-        ws->set_pid(peer.pid);
-      }
+      if (it != worker_identity_.end()) ws->set_pid(worker_by_identity_[it->second].pid);
     }
     const CoreStats& cs = core_.stats();
     s->set_queued(core_.queued());
@@ -318,11 +346,23 @@ class Actor final : public Sink {
     s->set_tokens_generated(cs.tokens);
     s->set_steps(cs.steps);
     s->set_scheduler_cpu_ms_per_step(cs.steps ? cpu_us_ / 1e3 / double(cs.steps) : 0.0);
-    s->set_ready(!worker_by_identity_.empty());
+    s->set_ready(core_.ready());
     s->set_max_step_decode(cs.max_step_decode);
     s->set_max_step_prefill_tokens(cs.max_step_prefill_tokens);
     s->set_decode_stalls(cs.decode_stalls);
     s->set_preemptions(cs.preemptions);
+    s->set_handoffs(cs.handoffs);
+    s->set_handoff_bytes(cs.handoff_bytes);
+    s->set_handoff_failures(cs.handoff_failures);
+    if (!cs.handoff_ms.empty()) {
+      std::vector<double> ms = cs.handoff_ms;
+      double sum = 0;
+      for (double x : ms) sum += x;
+      const size_t k = std::min(ms.size() - 1, ms.size() * 99 / 100);
+      std::nth_element(ms.begin(), ms.begin() + static_cast<ptrdiff_t>(k), ms.end());
+      s->set_handoff_ms_mean(sum / double(ms.size()));
+      s->set_handoff_ms_p99(ms[k]);
+    }
     send(*clients_, identity, reply_);
   }
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cassert>
 
+#include "runtime/model/sampling_proto.h"
+
 namespace tandem::scheduler {
 
 // One placement of a request on a worker: a sequence id the worker knows, and its blocks.
@@ -15,7 +17,9 @@ struct Core::Placement {
   size_t blocks_sent = 0;  // blocks the worker has been told about
   uint32_t inflight = 0;   // plans in flight that include this sequence
   bool appeared = false;   // named in a plan: the worker holds state for it
+  bool ready = true;       // false while its KV is on the way from a prefill worker
   Request* owner = nullptr;  // null once the request finished or moved
+  Request* sending_for = nullptr;  // a handoff's source: pinned until the decode side has the KV
 };
 
 struct Core::Request {
@@ -29,6 +33,10 @@ struct Core::Request {
   // prefill (the whole sequence as it was when placed).
   uint32_t fed = 0, target = 0;
   Placement* placement = nullptr;
+  Placement* source = nullptr;  // during a handoff: the prefill worker's placement
+  uint64_t transfer_id = 0;
+  int64_t transfer_start_us = 0;
+  bool awaiting_handoff = false;  // in handoffs_waiting_
   bool queued = false;
   uint64_t order = 0;
   int64_t arrival_us = 0, scheduled_us = -1, first_token_us = -1, deadline_us = 0;
@@ -43,6 +51,8 @@ struct Core::Request {
 struct Core::Worker {
   uint32_t id = 0;
   uint32_t block_tokens = 16;
+  Role role = Role::kBoth;
+  std::string kv_endpoint;
   BlockPool pool;
   std::vector<Placement*> running;  // in placement order (the newest is preempted first)
   struct InFlight {
@@ -61,7 +71,23 @@ struct Core::Worker {
 namespace {
 uint32_t blocks_for(uint32_t tokens, uint32_t block_tokens) { return (tokens + block_tokens - 1) / block_tokens; }
 
+constexpr size_t kHandoffTimes = 4096;
+
+template <typename T>
+void erase_one(std::vector<T>& v, const T& x) {
+  if (auto it = std::find(v.begin(), v.end(), x); it != v.end()) v.erase(it);
+}
+
 }  // namespace
+
+const char* role_name(Role role) {
+  switch (role) {
+    case Role::kBoth: return "both";
+    case Role::kPrefill: return "prefill";
+    case Role::kDecode: return "decode";
+  }
+  return "unknown";
+}
 
 Core::Core(SchedulerConfig config, model::ModelConfig model, const model::Tokenizer& tokenizer, Sink& sink)
     : config_(config), model_(model), tokenizer_(tokenizer), sink_(sink) {
@@ -88,8 +114,24 @@ uint32_t Core::running() const {
 std::vector<Core::WorkerView> Core::workers() const {
   std::vector<WorkerView> out;
   for (const auto& [id, w] : workers_)
-    out.push_back({id, w->pool.total(), w->pool.free(), static_cast<uint32_t>(w->running.size()), &w->stats});
+    out.push_back({id, w->pool.total(), w->pool.free(), static_cast<uint32_t>(w->running.size()), &w->stats, w->role});
   return out;
+}
+
+bool Core::takes_prompts(const Worker& w) const {
+  return w.role == Role::kBoth || (w.role == Role::kPrefill && decode_workers_ > 0);
+}
+
+bool Core::ready() const {
+  for (const auto& [id, w] : workers_)
+    if (takes_prompts(*w)) return true;
+  return false;
+}
+
+std::string Core::unready_reason() const {
+  if (workers_.empty()) return "no worker is available";
+  if (decode_workers_ == 0) return "no decode worker is available (prefill workers hand every sequence to one)";
+  return "no worker takes prompts (decode workers need a prefill worker)";
 }
 
 uint32_t Core::live_requests(const std::string& client) const {
@@ -98,11 +140,14 @@ uint32_t Core::live_requests(const std::string& client) const {
   return n;
 }
 
-void Core::add_worker(uint32_t worker_id, uint32_t kv_blocks, uint32_t block_tokens, int64_t now_us) {
-  auto w = std::make_unique<Worker>(kv_blocks);
+void Core::add_worker(uint32_t worker_id, const WorkerInfo& info, int64_t now_us) {
+  auto w = std::make_unique<Worker>(info.kv_blocks);
   w->id = worker_id;
-  w->block_tokens = block_tokens;
+  w->block_tokens = info.block_tokens;
+  w->role = info.role;
+  w->kv_endpoint = info.kv_endpoint;
   w->stats.registered_us = now_us;
+  decode_workers_ += info.role == Role::kDecode;
   workers_[worker_id] = std::move(w);
 }
 
@@ -111,26 +156,39 @@ void Core::remove_worker(uint32_t worker_id, int64_t now_us) {
   if (it == workers_.end()) return;
   std::unique_ptr<Worker> w = std::move(it->second);
   workers_.erase(it);
-  // Its placements die with it (the pool is gone); their requests start over elsewhere.
+  decode_workers_ -= w->role == Role::kDecode;
+  // Its placements die with it (the pool is gone); their requests start over elsewhere,
+  // and so do those whose KV it was sending (the handoff will never complete).
   std::vector<Request*> orphans;
   for (Placement* p : w->running) {
     if (p->owner) {
       p->owner->placement = nullptr;
       orphans.push_back(p->owner);
     }
+    if (p->sending_for) {
+      p->sending_for->source = nullptr;
+      if (std::find(orphans.begin(), orphans.end(), p->sending_for) == orphans.end()) orphans.push_back(p->sending_for);
+    }
     by_seq_.erase(p->seq_id);
   }
   for (Request* r : orphans) {
-    if (workers_.empty()) {
+    if (r->source || r->placement) ++stats_.handoff_failures;  // a handoff that lost one of its ends
+    if (!ready()) {
       finish(*r, v1::FINISH_REASON_ERROR, v1::ERROR_CODE_UNAVAILABLE,
-             "the worker serving this request is gone and no other worker is available", now_us);
+             "the worker serving this request is gone and no other worker can take it", now_us);
     } else {
       requeue(*r);
     }
   }
-  if (workers_.empty()) {
+  if (!ready()) {
     while (!queue_.empty())
-      finish(*queue_.front(), v1::FINISH_REASON_ERROR, v1::ERROR_CODE_UNAVAILABLE, "no worker is available", now_us);
+      finish(*queue_.front(), v1::FINISH_REASON_ERROR, v1::ERROR_CODE_UNAVAILABLE, unready_reason(), now_us);
+  }
+  // Prefill done, waiting for a decode worker that is no longer there.
+  if (decode_workers_ == 0) {
+    std::vector<Request*> stranded = handoffs_waiting_;
+    for (Request* r : stranded)
+      finish(*r, v1::FINISH_REASON_ERROR, v1::ERROR_CODE_UNAVAILABLE, "no decode worker is available", now_us);
   }
 }
 
@@ -165,6 +223,10 @@ void Core::submit(const std::string& client, const v1::Submit& submit, int64_t n
     reject(client, spec->id, v1::ERROR_CODE_UNAVAILABLE, "no worker is registered");
     return;
   }
+  if (!ready()) {
+    reject(client, spec->id, v1::ERROR_CODE_UNAVAILABLE, unready_reason());
+    return;
+  }
   auto stop_tokens = StopTokenMatcher::build(spec->stop_token_sequences);
   auto stop_strings = StopStringMatcher::build(spec->stop_strings, spec->include_stop_string);
   if (!stop_tokens || !stop_strings) {
@@ -174,7 +236,8 @@ void Core::submit(const std::string& client, const v1::Submit& submit, int64_t n
   }
   // Every sequence must fit one worker's pool, or it could never run.
   uint32_t largest = 0;
-  for (const auto& [id, w] : workers_) largest = std::max(largest, w->pool.total() * w->block_tokens);
+  for (const auto& [id, w] : workers_)
+    if (w->role != Role::kPrefill) largest = std::max(largest, w->pool.total() * w->block_tokens);
   const uint32_t need = static_cast<uint32_t>(spec->prompt.size()) + spec->max_tokens;
   if (need > largest) {
     reject(client, spec->id, v1::ERROR_CODE_INVALID_ARGUMENT,
@@ -225,6 +288,11 @@ void Core::enqueue(Request& r) {
 }
 
 void Core::detach(Request& r) {
+  end_handoff(r);
+  if (r.awaiting_handoff) {
+    erase_one(handoffs_waiting_, &r);
+    r.awaiting_handoff = false;
+  }
   if (Placement* p = r.placement) {
     r.placement = nullptr;
     p->owner = nullptr;
@@ -232,8 +300,16 @@ void Core::detach(Request& r) {
   }
 }
 
+void Core::end_handoff(Request& r) {
+  if (Placement* src = r.source) {
+    r.source = nullptr;
+    src->sending_for = nullptr;
+    retire(*src);
+  }
+}
+
 void Core::retire(Placement& p) {
-  if (p.inflight > 0) return;  // on_result retires it when its last plan comes back
+  if (p.inflight > 0 || p.sending_for) return;  // on_result / end_handoff retire it later
   auto wit = workers_.find(p.worker_id);
   if (wit != workers_.end()) {
     Worker& w = *wit->second;
@@ -297,7 +373,7 @@ bool Core::place(Request& r, int64_t now_us) {
   const uint32_t target = static_cast<uint32_t>(r.tokens.size());
   Worker* best = nullptr;
   for (auto& [id, w] : workers_) {
-    if (w->running.size() >= config_.max_running || w->short_of_blocks) continue;
+    if (!takes_prompts(*w) || w->running.size() >= config_.max_running || w->short_of_blocks) continue;
     // Headroom for the running sequences to grow (a block for every fourth of them), so a
     // new placement does not at once force a preemption: no thrashing.
     const uint32_t headroom = static_cast<uint32_t>(w->running.size() + 3) / 4;
@@ -339,13 +415,14 @@ bool Core::build_plan(Worker& w) {
   // Decodes first: every running stream advances in every step. Preemption may retire
   // placements while we go, so walk a snapshot and look each one up again.
   snapshot_.clear();
-  for (const Placement* q : w.running) snapshot_.push_back(q->seq_id);
+  if (w.role != Role::kPrefill)  // a prefill worker's sequences decode elsewhere (handoff)
+    for (const Placement* q : w.running) snapshot_.push_back(q->seq_id);
   for (uint64_t id : snapshot_) {
     auto found = by_seq_.find(id);
     if (found == by_seq_.end()) continue;
     Placement& p = *found->second;
     Request* r = p.owner;
-    if (!r || r->fed < r->target || r->samples_planned >= r->spec.max_tokens) continue;
+    if (!r || !p.ready || r->fed < r->target || r->samples_planned >= r->spec.max_tokens) continue;
     if (budget == 0) {
       ++stats_.decode_stalls;
       continue;
@@ -387,7 +464,7 @@ bool Core::build_plan(Worker& w) {
   for (size_t i = 0; i < w.running.size() && budget > 0; ++i) {
     Placement& p = *w.running[i];
     Request* r = p.owner;
-    if (!r || r->fed >= r->target) continue;
+    if (!r || !p.ready || r->fed >= r->target) continue;
     const uint32_t chunk = std::min({config_.prefill_chunk, r->target - r->fed, budget});
     v1::SeqPlan* s = add(p);
     s->mutable_tokens()->Add(r->tokens.begin() + r->fed, r->tokens.begin() + r->fed + chunk);
@@ -395,15 +472,7 @@ bool Core::build_plan(Worker& w) {
     const bool last = r->fed + chunk == r->target;
     s->set_sample(last);
     if (!p.appeared) {
-      const model::SamplingParams& sp = r->spec.sampling;
-      v1::SamplingParams* o = s->mutable_sampling();
-      o->set_temperature(sp.temperature);
-      o->set_top_k(sp.top_k);
-      o->set_top_p(sp.top_p);
-      o->set_min_p(sp.min_p);
-      o->set_repetition_penalty(sp.repetition_penalty);
-      o->set_seed(sp.seed);
-      o->set_top_logprobs(sp.top_logprobs);
+      model::to_proto(r->spec.sampling, s->mutable_sampling());
       s->set_logprobs(r->spec.logprobs);
       p.appeared = true;
     }
@@ -427,6 +496,16 @@ bool Core::build_plan(Worker& w) {
 }
 
 void Core::schedule(int64_t now_us) {
+  // Handoffs first: they free prefill workers' blocks for the queue.
+  for (size_t i = 0; i < handoffs_waiting_.size();) {
+    Request* r = handoffs_waiting_[i];
+    if (start_handoff(*r, now_us)) {
+      r->awaiting_handoff = false;
+      handoffs_waiting_.erase(handoffs_waiting_.begin() + static_cast<ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
   while (!queue_.empty()) {
     Request& r = *queue_.front();
     if (place(r, now_us)) {
@@ -436,7 +515,8 @@ void Core::schedule(int64_t now_us) {
     // A request no worker could ever hold (its worker left) ends now instead of waiting forever.
     const uint32_t need = static_cast<uint32_t>(r.prompt_len) + r.spec.max_tokens;
     bool fits = false;
-    for (const auto& [id, w] : workers_) fits |= need <= w->pool.total() * w->block_tokens;
+    for (const auto& [id, w] : workers_)
+      fits |= w->role != Role::kPrefill && need <= w->pool.total() * w->block_tokens;
     if (fits) break;
     finish(r, v1::FINISH_REASON_ERROR, v1::ERROR_CODE_UNAVAILABLE,
            "no remaining worker has KV room for " + std::to_string(need) + " tokens", now_us);
@@ -452,6 +532,16 @@ void Core::tick(int64_t now_us) {
     if (r->deadline_us && now_us >= r->deadline_us) late.push_back(r.get());
   for (Request* r : late)
     finish(*r, v1::FINISH_REASON_CANCELLED, v1::ERROR_CODE_UNSPECIFIED, "deadline exceeded", now_us);
+  // A handoff not acknowledged in time (the decode worker is hung, the transfer was lost):
+  // recompute the sequence elsewhere. Its streamed tokens are part of the new prompt, so
+  // the client sees no duplicate and no gap.
+  std::vector<Request*> stuck;
+  for (auto& [k, r] : requests_)
+    if (r->source && now_us - r->transfer_start_us > int64_t{config_.handoff_timeout_ms} * 1000) stuck.push_back(r.get());
+  for (Request* r : stuck) {
+    ++stats_.handoff_failures;
+    requeue(*r);
+  }
   schedule(now_us);
 }
 
@@ -520,13 +610,103 @@ void Core::on_result(uint32_t worker_id, const v1::StepResult& result, int64_t n
       if (it == by_seq_.end() || !it->second->owner || s.token() < 0) continue;
       ++w.stats.tokens;
       ++stats_.tokens;
-      accept_token(*it->second->owner, s, now_us);
+      Request* r = it->second->owner;
+      accept_token(*r, s, now_us);
+      // The prompt is done on a prefill worker and the request goes on: hand it off. (The
+      // token already went to the client: time to first token does not wait for this.)
+      if (w.role != Role::kPrefill) continue;
+      it = by_seq_.find(s.seq_id());
+      if (it == by_seq_.end() || it->second->owner != r || r->fed < r->target) continue;
+      if (!start_handoff(*r, now_us)) {
+        r->awaiting_handoff = true;
+        handoffs_waiting_.push_back(r);
+      }
     }
   }
   for (uint64_t id : seqs) {
     auto it = by_seq_.find(id);
     if (it != by_seq_.end() && !it->second->owner) retire(*it->second);
   }
+}
+
+}  // namespace tandem::scheduler
+
+namespace tandem::scheduler {
+
+bool Core::start_handoff(Request& r, int64_t now_us) {
+  Placement& src = *r.placement;
+  const uint32_t positions = r.fed;  // every position but the token just sampled
+  // The least loaded decode worker with room (free blocks for the sequence plus headroom
+  // for its running ones to grow); ties go to the one running fewer sequences.
+  Worker* best = nullptr;
+  double best_load = 0;
+  for (auto& [id, w] : workers_) {
+    if (w->role != Role::kDecode || w->running.size() >= config_.max_running || w->short_of_blocks) continue;
+    const uint32_t headroom = static_cast<uint32_t>(w->running.size() + 3) / 4;
+    if (w->pool.free() < blocks_for(positions + 1, w->block_tokens) + headroom) continue;
+    const double load = double(w->pool.used()) / double(w->pool.total());
+    if (!best || load < best_load || (load == best_load && w->running.size() < best->running.size())) {
+      best = w.get();
+      best_load = load;
+    }
+  }
+  if (!best) return false;
+  auto dp = std::make_unique<Placement>();
+  if (!best->pool.allocate(blocks_for(positions, best->block_tokens), dp->blocks)) return false;
+  dp->seq_id = next_seq_++;
+  dp->worker_id = best->id;
+  dp->owner = &r;
+  dp->ready = false;
+  dp->appeared = true;  // KvExpect tells the worker about it: it must be told to forget it
+  dp->blocks_sent = dp->blocks.size();
+  best->running.push_back(dp.get());
+  best->stats.running = static_cast<uint32_t>(best->running.size());
+
+  src.owner = nullptr;
+  src.sending_for = &r;
+  r.source = &src;
+  r.placement = dp.get();
+  r.transfer_id = next_transfer_++;
+  r.transfer_start_us = now_us;
+
+  v1::SchedulerCommand cmd;
+  v1::KvExpect* e = cmd.mutable_kv_expect();
+  e->set_transfer_id(r.transfer_id);
+  e->set_seq_id(dp->seq_id);
+  e->mutable_blocks()->Add(dp->blocks.begin(), dp->blocks.end());
+  sink_.send_command(best->id, cmd);
+  cmd.Clear();
+  v1::KvSend* k = cmd.mutable_kv_send();
+  k->set_transfer_id(r.transfer_id);
+  k->set_seq_id(src.seq_id);
+  k->set_dest_seq_id(dp->seq_id);
+  k->set_dest_endpoint(best->kv_endpoint);
+  k->set_positions(positions);
+  sink_.send_command(src.worker_id, cmd);
+  by_seq_[dp->seq_id] = std::move(dp);
+  return true;
+}
+
+void Core::on_kv_received(uint32_t worker_id, const v1::KvReceived& ack, int64_t now_us) {
+  auto it = by_seq_.find(ack.seq_id());
+  if (it == by_seq_.end()) return;  // cancelled meanwhile: its blocks are already free
+  Placement& dp = *it->second;
+  Request* r = dp.owner;
+  if (dp.worker_id != worker_id || !r || r->transfer_id != ack.transfer_id() || !r->source) return;
+  if (ack.error_code() != v1::ERROR_CODE_UNSPECIFIED) {
+    finish(*r, v1::FINISH_REASON_ERROR, v1::ERROR_CODE_INTERNAL,
+           "KV handoff to worker " + std::to_string(worker_id) + " failed: " + ack.error_message(), now_us);
+    return;
+  }
+  dp.ready = true;  // joins the decode worker's next step
+  end_handoff(*r);
+  stats_.handoff_bytes += ack.bytes();
+  const double ms = double(now_us - r->transfer_start_us) / 1e3;
+  if (stats_.handoff_ms.size() < kHandoffTimes)
+    stats_.handoff_ms.push_back(ms);
+  else
+    stats_.handoff_ms[stats_.handoffs % kHandoffTimes] = ms;
+  ++stats_.handoffs;
 }
 
 }  // namespace tandem::scheduler

@@ -29,6 +29,20 @@ struct SchedulerConfig {
   uint32_t prefill_chunk = 256;     // prompt tokens of one sequence per step
   uint32_t max_running = 256;       // sequences per worker
   uint32_t pipeline_depth = 2;      // plans in flight per worker (2: the next plan waits at the worker)
+  uint32_t handoff_timeout_ms = 5000;  // a KV handoff not acknowledged by then is recomputed elsewhere
+};
+
+// What a worker does. kBoth prefills and decodes its own sequences; a kPrefill worker
+// hands each sequence to a kDecode worker once its prompt is done (its KV moves directly
+// between the two).
+enum class Role { kBoth, kPrefill, kDecode };
+const char* role_name(Role role);
+
+struct WorkerInfo {
+  Role role = Role::kBoth;
+  uint32_t kv_blocks = 0;
+  uint32_t block_tokens = 16;
+  std::string kv_endpoint;  // kDecode: where prefill workers push KV
 };
 
 // What the core sends. The actor serializes and routes; tests record.
@@ -37,6 +51,8 @@ class Sink {
   virtual ~Sink() = default;
   virtual void send_plan(uint32_t worker_id, const v1::StepPlan& plan) = 0;
   virtual void send_events(const std::string& client, const v1::RequestEvents& events) = 0;
+  // KvExpect to a decode worker, KvSend to a prefill worker (the version is the actor's).
+  virtual void send_command(uint32_t worker_id, const v1::SchedulerCommand& command) = 0;
 };
 
 struct WorkerStats {
@@ -54,6 +70,10 @@ struct CoreStats {
   // of KV blocks): interleaving never stalls a stream for a prefill.
   uint64_t decode_stalls = 0;
   uint64_t preemptions = 0;
+  // Prefill -> decode KV handoffs: acknowledged ones, their bytes, and how long each took
+  // from the send order to the acknowledgement (the last 4096).
+  uint64_t handoffs = 0, handoff_bytes = 0, handoff_failures = 0;
+  std::vector<double> handoff_ms;  // a ring: handoff_ms[handoffs % 4096]
 };
 
 class Core {
@@ -63,7 +83,10 @@ class Core {
 
   // Workers. A removed worker's requests are placed again (recomputed) on the others, or
   // end with an UNAVAILABLE error when none is left.
-  void add_worker(uint32_t worker_id, uint32_t kv_blocks, uint32_t block_tokens, int64_t now_us);
+  void add_worker(uint32_t worker_id, const WorkerInfo& info, int64_t now_us);
+  void add_worker(uint32_t worker_id, uint32_t kv_blocks, uint32_t block_tokens, int64_t now_us) {
+    add_worker(worker_id, WorkerInfo{Role::kBoth, kv_blocks, block_tokens, {}}, now_us);
+  }
   void remove_worker(uint32_t worker_id, int64_t now_us);
   bool has_worker(uint32_t worker_id) const { return workers_.count(worker_id) > 0; }
 
@@ -75,6 +98,8 @@ class Core {
 
   // A worker's step result (results come back in plan order per worker).
   void on_result(uint32_t worker_id, const v1::StepResult& result, int64_t now_us);
+  // A decode worker has the KV of a handed-off sequence (or refused it).
+  void on_kv_received(uint32_t worker_id, const v1::KvReceived& ack, int64_t now_us);
   // Deadlines, then new plans for every worker with room in its pipeline.
   void tick(int64_t now_us);
 
@@ -85,11 +110,15 @@ class Core {
   struct WorkerView {
     uint32_t id, blocks_total, blocks_free, running;
     const WorkerStats* stats;
+    Role role;
   };
   std::vector<WorkerView> workers() const;
   // Every request of this client that has not had its final event.
   uint32_t live_requests(const std::string& client) const;
   bool idle() const { return queue_.empty() && running() == 0; }
+  // A request can be served: some worker takes prompts and some worker decodes.
+  bool ready() const;
+  std::string unready_reason() const;  // why not ready(), for error events
 
  private:
   struct Request;
@@ -98,6 +127,11 @@ class Core {
   void schedule(int64_t now_us);
   bool build_plan(Worker& w);
   bool place(Request& r, int64_t now_us);
+  bool takes_prompts(const Worker& w) const;
+  // Prefill done on a prefill worker: reserve blocks on a decode worker and order the KV
+  // sent there. False when no decode worker has room now (retried every tick).
+  bool start_handoff(Request& r, int64_t now_us);
+  void end_handoff(Request& r);  // frees the source blocks (after the ack, or when abandoned)
   // Sends the final event (in `carry`, after its tokens, when given) and forgets the request.
   void finish(Request& r, v1::FinishReason reason, v1::ErrorCode code, const std::string& message, int64_t now_us,
               v1::RequestEvents* carry = nullptr);
@@ -116,6 +150,9 @@ class Core {
   Sink& sink_;
   CoreStats stats_;
   uint64_t next_seq_ = 1;
+  uint64_t next_transfer_ = 1;
+  uint32_t decode_workers_ = 0;
+  std::vector<Request*> handoffs_waiting_;  // prefill done, no decode worker with room yet
   std::map<uint32_t, std::unique_ptr<Worker>> workers_;
   std::unordered_map<std::string, std::unique_ptr<Request>> requests_;  // by key(client, id)
   std::unordered_map<uint64_t, std::unique_ptr<Placement>> by_seq_;

@@ -3,13 +3,17 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
+#include <deque>
 #include <unordered_map>
 
 #include "runtime/event_loop.h"
+#include "runtime/model/sampling_proto.h"
 #include "runtime/wire.h"
 #include "tandem/v1/worker.pb.h"
 #include "workers/engine/sampler.h"
+#include "workers/kv_transfer.h"
 
 namespace tandem::worker {
 
@@ -17,6 +21,10 @@ namespace {
 
 constexpr uint32_t kVersion = tandem::v1::PROTOCOL_VERSION_CURRENT;
 constexpr uint32_t kPenaltyWindow = 64;  // tokens the repetition penalty looks back on, as tandem run
+// Transfers that arrive before the scheduler's KvExpect wait this long, this many at most
+// (the two come over different sockets; a transfer for an abandoned handoff never matches).
+constexpr int64_t kEarlyTransferUs = 10'000'000;
+constexpr size_t kEarlyTransfers = 64;
 
 namespace v1 = tandem::v1;
 
@@ -40,6 +48,12 @@ class Actor {
         sampler_(engine_->config().vocab_size) {}
 
   Status start() {
+    if (options_.role == WorkerRole::kDecode) {
+      auto kv = loop_.bind(zmq::socket_type::pull, options_.kv_endpoint, [this](runtime::Frames& f) { on_transfer(f); });
+      if (!kv) return kv.status();
+      kv_in_ = std::move(kv.value());
+      spdlog::info("worker: receiving KV on {}", kv_in_->endpoint());
+    }
     auto socket = loop_.connect(zmq::socket_type::dealer, options_.scheduler_endpoint,
                                 [this](runtime::Frames& f) { on_message(f); });
     if (!socket) return socket.status();
@@ -67,7 +81,10 @@ class Actor {
     out_.Clear();
     out_.set_version(kVersion);
     v1::Register* r = out_.mutable_register_();
-    r->set_role(v1::WORKER_ROLE_BOTH);
+    r->set_role(options_.role == WorkerRole::kPrefill  ? v1::WORKER_ROLE_PREFILL
+                : options_.role == WorkerRole::kDecode ? v1::WORKER_ROLE_DECODE
+                                                       : v1::WORKER_ROLE_BOTH);
+    if (kv_in_) r->set_kv_endpoint(kv_in_->endpoint());
     r->set_model_fingerprint(fingerprint_);
     r->set_kv_blocks(pool_->n_blocks());
     r->set_block_tokens(pool_->block_tokens());
@@ -107,7 +124,7 @@ class Actor {
           // declared dead: then our state is gone and we start over.
           if (r.error_message().rfind("unknown worker", 0) == 0) {
             spdlog::warn("worker: the scheduler no longer knows us; registering again");
-            sequences_.clear();
+            forget_all();
             worker_id_ = 0;
             send_register();
             return;
@@ -119,7 +136,7 @@ class Actor {
         }
         worker_id_ = r.worker_id();
         epoch_ = r.epoch();
-        sequences_.clear();
+        forget_all();
         // Heartbeat as often as this scheduler expects (it declares us dead after a few misses).
         if (r.heartbeat_ms() > 0 && r.heartbeat_ms() != options_.heartbeat_ms) {
           options_.heartbeat_ms = r.heartbeat_ms();
@@ -130,6 +147,22 @@ class Actor {
       }
       case v1::SchedulerCommand::kPlan:
         execute(in_.plan());
+        return;
+      case v1::SchedulerCommand::kKvExpect: {
+        const v1::KvExpect& e = in_.kv_expect();
+        Expected& x = expected_[e.transfer_id()];
+        x.seq_id = e.seq_id();
+        x.blocks.assign(e.blocks().begin(), e.blocks().end());
+        auto early = std::find_if(early_.begin(), early_.end(), [&](const auto& p) { return p.first == e.transfer_id(); });
+        if (early != early_.end()) {
+          runtime::Frames frames = std::move(early->second.frames);
+          early_.erase(early);
+          on_transfer(frames);
+        }
+        return;
+      }
+      case v1::SchedulerCommand::kKvSend:
+        send_kv(in_.kv_send());
         return;
       case v1::SchedulerCommand::kShutdown:
         spdlog::info("worker: shutdown from the scheduler");
@@ -156,7 +189,7 @@ class Actor {
     out_.Clear();
     out_.set_version(kVersion);
     out_.set_worker_id(worker_id_);
-    for (uint64_t id : plan.release()) sequences_.erase(id);
+    for (uint64_t id : plan.release()) forget(id);
 
     steps_.clear();
     feeds_.resize(plan.seqs_size());
@@ -167,8 +200,7 @@ class Actor {
       auto [it, fresh] = sequences_.try_emplace(sp.seq_id());
       Sequence& seq = it->second;
       if (sp.has_sampling()) {
-        const v1::SamplingParams& s = sp.sampling();
-        seq.sampling = {s.temperature(), s.top_k(), s.top_p(), s.min_p(), s.repetition_penalty(), s.seed(), s.top_logprobs()};
+        seq.sampling = model::from_proto(sp.sampling());
         seq.logprobs = sp.logprobs();
       }
       seq.blocks.insert(seq.blocks.end(), sp.new_blocks().begin(), sp.new_blocks().end());
@@ -235,6 +267,98 @@ class Actor {
     idle_since_ = runtime::now_us();
   }
 
+  void forget(uint64_t seq_id) {
+    sequences_.erase(seq_id);
+    // A handoff abandoned before its KV arrived: what arrives later is dropped.
+    for (auto it = expected_.begin(); it != expected_.end(); ++it)
+      if (it->second.seq_id == seq_id) {
+        expected_.erase(it);
+        break;
+      }
+  }
+
+  void forget_all() {
+    sequences_.clear();
+    expected_.clear();
+    early_.clear();
+  }
+
+  // Prefill side: push the sequence's KV and its worker-side state to the decode worker.
+  void send_kv(const v1::KvSend& cmd) {
+    auto it = sequences_.find(cmd.seq_id());
+    const uint32_t need = transfer_blocks(cmd.positions(), pool_->block_tokens());
+    if (it == sequences_.end() || cmd.positions() > it->second.tokens.size() || it->second.blocks.size() < need) {
+      // The scheduler's handoff timeout recomputes the sequence elsewhere.
+      spdlog::error("worker: cannot send KV of sequence {} ({} positions): not held here", cmd.seq_id(), cmd.positions());
+      return;
+    }
+    const Sequence& seq = it->second;
+    auto peer = peers_.find(cmd.dest_endpoint());
+    if (peer == peers_.end()) {
+      auto s = loop_.connect(zmq::socket_type::push, cmd.dest_endpoint(), [](runtime::Frames&) {});
+      if (!s) {
+        spdlog::error("worker: cannot reach decode worker at {}: {}", cmd.dest_endpoint(), s.status().message());
+        return;
+      }
+      peer = peers_.emplace(cmd.dest_endpoint(), std::move(s.value())).first;
+    }
+    transfer_.Clear();
+    transfer_.set_version(kVersion);
+    transfer_.set_transfer_id(cmd.transfer_id());
+    transfer_.set_dest_seq_id(cmd.dest_seq_id());
+    transfer_.set_positions(cmd.positions());
+    transfer_.mutable_tokens()->Add(seq.tokens.begin(), seq.tokens.begin() + cmd.positions());
+    transfer_.set_last(seq.last);
+    model::to_proto(seq.sampling, transfer_.mutable_sampling());
+    transfer_.set_logprobs(seq.logprobs);
+    runtime::Frames frames;
+    pack_transfer(*pool_, seq.blocks, transfer_, frames);
+    // Non-blocking: ZeroMQ's I/O thread drains it while the next steps compute.
+    if (Status st = peer->second->send(frames); !st)
+      spdlog::error("worker: KV send to {} failed: {}", cmd.dest_endpoint(), st.message());
+  }
+
+  // Decode side: a transfer from a prefill worker.
+  void on_transfer(runtime::Frames& frames) {
+    if (frames.empty() || !runtime::parse_frame(frames[0], transfer_in_).is_ok() || transfer_in_.version() != kVersion) {
+      spdlog::warn("worker: dropped a malformed KV transfer ({} frames)", frames.size());
+      return;
+    }
+    auto x = expected_.find(transfer_in_.transfer_id());
+    if (x == expected_.end()) {
+      // Not announced yet (the scheduler's KvExpect is on another socket) or abandoned.
+      const int64_t now = runtime::now_us();
+      while (!early_.empty() && (early_.size() >= kEarlyTransfers || now - early_.front().second.arrived_us > kEarlyTransferUs))
+        early_.erase(early_.begin());
+      early_.emplace_back(transfer_in_.transfer_id(), Early{std::move(frames), now});
+      return;
+    }
+    const Expected expected = std::move(x->second);
+    expected_.erase(x);
+    out_.Clear();
+    out_.set_version(kVersion);
+    out_.set_worker_id(worker_id_);
+    v1::KvReceived* ack = out_.mutable_kv_received();
+    ack->set_transfer_id(transfer_in_.transfer_id());
+    ack->set_seq_id(expected.seq_id);
+    auto copied = unpack_transfer(*pool_, transfer_in_, expected.blocks, frames);
+    if (!copied || static_cast<uint32_t>(transfer_in_.tokens_size()) != transfer_in_.positions()) {
+      const std::string why = !copied ? copied.status().message() : "token count differs from positions";
+      spdlog::error("worker: refused KV transfer {}: {}", transfer_in_.transfer_id(), why);
+      ack->set_error_code(v1::ERROR_CODE_INVALID_ARGUMENT);
+      ack->set_error_message(why);
+    } else {
+      Sequence& seq = sequences_[expected.seq_id];
+      seq.blocks = expected.blocks;
+      seq.tokens.assign(transfer_in_.tokens().begin(), transfer_in_.tokens().end());
+      seq.last = transfer_in_.last();
+      seq.sampling = model::from_proto(transfer_in_.sampling());
+      seq.logprobs = transfer_in_.logprobs();
+      ack->set_bytes(*copied);
+    }
+    send(out_);
+  }
+
   WorkerOptions options_;
   std::unique_ptr<engine::Engine> engine_;
   std::unique_ptr<engine::KvPool> pool_;
@@ -248,6 +372,20 @@ class Actor {
   int64_t idle_since_ = 0;
   Status exit_status_;
   std::unordered_map<uint64_t, Sequence> sequences_;
+  // Disaggregation.
+  struct Expected {
+    uint64_t seq_id = 0;
+    std::vector<int32_t> blocks;
+  };
+  struct Early {
+    runtime::Frames frames;
+    int64_t arrived_us = 0;
+  };
+  std::unique_ptr<runtime::Socket> kv_in_;                                   // decode: PULL
+  std::unordered_map<std::string, std::unique_ptr<runtime::Socket>> peers_;  // prefill: PUSH per decode worker
+  std::unordered_map<uint64_t, Expected> expected_;                          // by transfer id
+  std::deque<std::pair<uint64_t, Early>> early_;
+  v1::KvTransfer transfer_, transfer_in_;
   std::vector<engine::SeqStep> steps_;
   std::vector<std::vector<int32_t>> feeds_;
   std::vector<Sequence*> seq_of_;
@@ -256,6 +394,13 @@ class Actor {
 };
 
 }  // namespace
+
+Result<WorkerRole> parse_role(const std::string& name) {
+  if (name == "both") return WorkerRole::kBoth;
+  if (name == "prefill") return WorkerRole::kPrefill;
+  if (name == "decode") return WorkerRole::kDecode;
+  return Status::invalid("--role: '" + name + "' is not one of both, prefill, decode");
+}
 
 Status run_worker(const WorkerOptions& options) {
   auto file = model::GgufFile::open(options.model_path);

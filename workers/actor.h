@@ -11,6 +11,11 @@
 
 namespace tandem::worker {
 
+// both: prefills and decodes its own sequences. prefill: runs prompts only and sends each
+// finished prompt's KV to a decode worker. decode: receives KV and decodes.
+enum class WorkerRole { kBoth, kPrefill, kDecode };
+Result<WorkerRole> parse_role(const std::string& name);
+
 struct WorkerOptions {
   std::string model_path;
   std::string scheduler_endpoint;  // the scheduler's worker endpoint
@@ -21,6 +26,9 @@ struct WorkerOptions {
   uint64_t kv_memory = 1ull << 30; // bytes of KV cache when kv_blocks is 0
   uint32_t block_tokens = 16;
   uint32_t heartbeat_ms = 1000;
+  WorkerRole role = WorkerRole::kBoth;
+  // Role decode: where prefill workers push KV. tcp://127.0.0.1:* picks a free port.
+  std::string kv_endpoint = "tcp://127.0.0.1:*";
 };
 
 // Runs until the scheduler says shutdown, or SIGINT/SIGTERM. Errors: the model file, the KV

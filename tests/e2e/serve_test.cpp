@@ -10,7 +10,7 @@
 #include "runtime/wire.h"
 #include "tandem/client.h"
 #include "tandem/v1/client.pb.h"
-#include "tests/e2e/deployment.h"
+#include "tests/e2e/streams.h"
 #include "workers/engine/engine.h"
 #include "workers/engine/generate.h"
 
@@ -21,80 +21,13 @@ using namespace std::chrono_literals;
 using test::slurp;
 using test::spawn;
 
-// tandem up plus a client connected to it.
-class Deployment : public test::Deployment {
- public:
-  using test::Deployment::Deployment;
-  std::unique_ptr<Client> client() {
-    ClientOptions o;
-    o.endpoint = endpoint();
-    auto c = Client::connect(o);
-    EXPECT_TRUE(c) << c.status().to_string();
-    return c ? std::move(c.value()) : nullptr;
-  }
-};
+using test::Collected;
+using test::collect;
+using test::prompt_of;
+using Deployment = test::ClientDeployment;
 
-struct Collected {
-  std::vector<int32_t> tokens;
-  FinalEvent fin;
-  int finals = 0;
-};
-
-Collected collect(Stream& s, std::chrono::milliseconds limit = 60s) {
-  Collected c;
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    auto ev = s.next_for(100ms);
-    if (!ev) continue;
-    if (ev->final) {
-      c.fin = ev->fin;
-      ++c.finals;
-      break;
-    }
-    c.tokens.push_back(ev->token.id);
-  }
-  return c;
-}
-
-std::vector<int32_t> prompt_of(uint32_t len, uint32_t salt) {
-  std::vector<int32_t> p;
-  for (uint32_t i = 0; i < len; ++i) p.push_back(3 + static_cast<int32_t>((i * 31 + salt * 17) % 500));
-  return p;
-}
-
-TEST(Serve, SixtyFourGreedyStreamsEqualTheEngineAlone) {
-  Deployment d({"--workers", "2", "--threads", "1", "--kv-memory", "67108864", "--prefill-chunk", "64"});
-  ASSERT_TRUE(d.ok());
-  auto client = d.client();
-  ASSERT_TRUE(client);
-  auto engine = engine::Engine::load(test::model_file("tiny", 1), {1, engine::GemmBackend::kPacked}).value();
-  std::vector<std::shared_ptr<Stream>> streams;
-  std::vector<std::vector<int32_t>> want;
-  for (uint32_t i = 0; i < 64; ++i) {
-    GenerateRequest r;
-    r.prompt_tokens = prompt_of(1 + (i * 13) % 150, i);
-    r.max_tokens = 8 + i % 24;
-    r.ignore_eos = true;
-    engine::GenerateOptions opt;
-    opt.max_tokens = r.max_tokens;
-    opt.ignore_eos = true;
-    want.push_back(engine::generate(*engine, r.prompt_tokens, opt).value().tokens);
-    streams.push_back(client->generate(r));
-  }
-  for (uint32_t i = 0; i < 64; ++i) {
-    Collected c = collect(*streams[i]);
-    ASSERT_EQ(c.finals, 1) << "stream " << i;
-    EXPECT_EQ(c.fin.reason, FinishReason::kLength) << c.fin.error_message;
-    EXPECT_EQ(c.tokens, want[i]) << "stream " << i;
-  }
-  auto st = client->status(5s);
-  ASSERT_TRUE(st);
-  ASSERT_EQ(st->workers.size(), 2u);
-  for (const auto& w : st->workers) {
-    EXPECT_GT(w.steps, 0u) << "both workers take sequences";
-    EXPECT_EQ(w.kv_blocks_free, w.kv_blocks_total);
-  }
-}
+// Sixty-four greedy streams against the engine alone: tests/e2e/disagg_test.cpp, with `both`
+// workers and with split prefill/decode deployments.
 
 TEST(Serve, CancelAtEveryStageLeavesOthersExactAndBlocksFree) {
   Deployment d({"--workers", "1", "--threads", "1", "--max-running", "2", "--prefill-chunk", "16", "--max-batch-tokens",
@@ -259,20 +192,8 @@ TEST(Serve, StreamsOfAKilledWorkerContinueExactlyOnTheOther) {
   Deployment d({"--workers", "2", "--threads", "1", "--heartbeat-ms", "200", "--kv-memory", "67108864"});
   ASSERT_TRUE(d.ok());
   auto client = d.client();
-  auto engine = engine::Engine::load(test::model_file("tiny", 1), {1, engine::GemmBackend::kPacked}).value();
-  std::vector<std::shared_ptr<Stream>> streams;
-  std::vector<std::vector<int32_t>> want;
-  for (uint32_t i = 0; i < 16; ++i) {
-    GenerateRequest r;
-    r.prompt_tokens = prompt_of(5 + i * 7, 100 + i);
-    r.max_tokens = 300;
-    r.ignore_eos = true;
-    engine::GenerateOptions opt;
-    opt.max_tokens = r.max_tokens;
-    opt.ignore_eos = true;
-    want.push_back(engine::generate(*engine, r.prompt_tokens, opt).value().tokens);
-    streams.push_back(client->generate(r));
-  }
+  auto [streams, want] =
+      test::start_greedy(*client, 16, [](uint32_t i) { return test::greedy_request(prompt_of(5 + i * 7, 100 + i), 300); });
   std::vector<Collected> got(16);
   for (uint32_t i = 0; i < 16; ++i) {  // everyone has started streaming
     Event ev;

@@ -20,6 +20,8 @@ struct Recorder : Sink {
   std::map<std::string, v1::FinalEvent> finals;
   std::map<std::string, int> final_count;
   std::vector<v1::StepPlan> history;
+  std::map<uint32_t, std::vector<v1::SchedulerCommand>> commands;  // KvExpect / KvSend per worker
+  void send_command(uint32_t worker, const v1::SchedulerCommand& c) override { commands[worker].push_back(c); }
   void send_plan(uint32_t worker, const v1::StepPlan& plan) override {
     plans[worker].push_back(plan);
     history.push_back(plan);
@@ -91,6 +93,40 @@ struct Harness {
     }
     FAIL() << "did not drain: queued " << core->queued() << ", running " << core->running() << ", steps "
            << core->stats().steps << ", preemptions " << core->stats().preemptions;
+  }
+
+  // Acknowledges every KvExpect sent to decode worker `worker` (its KV "arrived").
+  int deliver(uint32_t worker, bool ok = true) {
+    int n = 0;
+    auto cmds = std::move(rec.commands[worker]);
+    rec.commands[worker].clear();
+    for (const auto& c : cmds) {
+      if (!c.has_kv_expect()) continue;
+      v1::KvReceived ack;
+      ack.set_transfer_id(c.kv_expect().transfer_id());
+      ack.set_seq_id(c.kv_expect().seq_id());
+      ack.set_bytes(1000);
+      if (!ok) {
+        ack.set_error_code(v1::ERROR_CODE_INVALID_ARGUMENT);
+        ack.set_error_message("format differs");
+      }
+      now += 100;
+      core->on_kv_received(worker, ack, now);
+      ++n;
+    }
+    core->tick(now);
+    return n;
+  }
+
+  // Like drain(), delivering handoffs to the decode workers as they are ordered.
+  void drain_split(const std::vector<uint32_t>& decode, int max_rounds = 100000) {
+    for (int i = 0; i < max_rounds; ++i) {
+      bool any = false;
+      for (uint32_t d : decode) any |= deliver(d) > 0;
+      for (auto& [w, q] : rec.plans) any |= answer(w);
+      if (!any) return;
+    }
+    FAIL() << "did not drain";
   }
 
   uint32_t free_blocks() const {
@@ -282,6 +318,253 @@ TEST(Core, NoLeakAfterAnyMixOfFinishCancelPreemptAndWorkerLoss) {
     }
     h.core->client_gone("c0", h.now);
     h.drain();
+    for (int i = 0; i < submitted; ++i) EXPECT_EQ(h.rec.final_count["r" + std::to_string(i)], 1) << "r" << i;
+    EXPECT_TRUE(h.core->idle()) << "round " << round;
+    for (const auto& w : h.core->workers()) EXPECT_EQ(w.blocks_free, w.blocks_total) << "round " << round;
+  }
+}
+
+
+// ---- Disaggregation: prefill workers hand sequences to decode workers.
+
+WorkerInfo role(Role r, uint32_t blocks) { return WorkerInfo{r, blocks, 16, r == Role::kDecode ? "ipc://kv" : ""}; }
+
+// Tokens a request gets with one worker of role both: the reference for the split.
+std::vector<int32_t> reference_tokens(uint32_t prompt, uint32_t max_tokens) {
+  Harness h;
+  h.core->add_worker(1, 64, 16, h.now);
+  h.core->submit("c", h.request("a", prompt, max_tokens), h.now);
+  h.core->tick(h.now);
+  h.drain();
+  std::vector<int32_t> out;
+  for (const auto& t : h.rec.tokens["a"]) out.push_back(t.id());
+  return out;
+}
+
+// Worker 1 prefill, worker 2 decode; request "a" (40 prompt tokens, 10 to generate) has
+// its prompt done and its handoff ordered.
+std::unique_ptr<Harness> prefilled_split(SchedulerConfig sc = {}) {
+  auto h = std::make_unique<Harness>(sc);
+  h->core->add_worker(1, role(Role::kPrefill, 64), h->now);
+  h->core->add_worker(2, role(Role::kDecode, 64), h->now);
+  h->core->submit("c", h->request("a", 40, 10), h->now);
+  h->core->tick(h->now);
+  while (h->answer(1)) {
+  }
+  return h;
+}
+
+std::vector<int32_t> ids(const std::vector<v1::TokenEvent>& events) {
+  std::vector<int32_t> out;
+  for (const auto& t : events) out.push_back(t.id());
+  return out;
+}
+
+TEST(CoreSplit, PrefillStreamsTheFirstTokenThenHandsTheKvToTheDecodeWorker) {
+  Harness h;
+  h.core->add_worker(1, role(Role::kPrefill, 64), h.now);
+  h.core->add_worker(2, role(Role::kDecode, 64), h.now);
+  ASSERT_TRUE(h.core->ready());
+  h.core->submit("c", h.request("a", 40, 10), h.now);
+  h.core->tick(h.now);
+  while (h.answer(1)) {
+  }
+  // The first token went to the client before any KV moved.
+  ASSERT_EQ(h.rec.tokens["a"].size(), 1u);
+  ASSERT_EQ(h.rec.commands[1].size(), 1u);
+  ASSERT_EQ(h.rec.commands[2].size(), 1u);
+  const v1::KvSend send = h.rec.commands[1][0].kv_send();
+  const v1::KvExpect expect = h.rec.commands[2][0].kv_expect();
+  EXPECT_EQ(send.transfer_id(), expect.transfer_id());
+  EXPECT_EQ(send.dest_seq_id(), expect.seq_id());
+  EXPECT_EQ(send.dest_endpoint(), "ipc://kv");
+  EXPECT_EQ(send.positions(), 40u);
+  EXPECT_EQ(expect.blocks_size(), 3);  // 40 positions in blocks of 16
+  EXPECT_TRUE(h.rec.plans[2].empty()) << "the decode worker must wait for the KV";
+  EXPECT_EQ(h.core->workers()[0].blocks_free, 64u - 3u) << "the source blocks stay until the ack";
+  h.rec.commands[1].clear();
+  ASSERT_EQ(h.deliver(2), 1);
+  // The prefill worker's blocks are free again, and it is told to forget the sequence.
+  EXPECT_EQ(h.core->workers()[0].blocks_free, 64u);
+  ASSERT_FALSE(h.rec.plans[1].empty());
+  EXPECT_EQ(h.rec.plans[1].back().release_size(), 1);
+  ASSERT_FALSE(h.rec.plans[2].empty());
+  const v1::SeqPlan& first = h.rec.plans[2].front().seqs(0);
+  EXPECT_EQ(first.seq_id(), expect.seq_id());
+  EXPECT_EQ(first.start_pos(), 40u);
+  EXPECT_EQ(first.tokens_size(), 0) << "continues from the token the prefill worker sampled";
+  EXPECT_FALSE(first.has_sampling()) << "the transfer carried the sampling state";
+  h.drain_split({2});
+  EXPECT_EQ(h.rec.final_count["a"], 1);
+  EXPECT_EQ(ids(h.rec.tokens["a"]), reference_tokens(40, 10));
+  EXPECT_EQ(h.core->stats().handoffs, 1u);
+  EXPECT_EQ(h.core->stats().handoff_bytes, 1000u);
+  for (const auto& w : h.core->workers()) EXPECT_EQ(w.blocks_free, w.blocks_total);
+}
+
+TEST(CoreSplit, PicksTheLeastLoadedDecodeWorkerTiesToFewestRunning) {
+  Harness h;
+  h.core->add_worker(1, role(Role::kPrefill, 256), h.now);
+  h.core->add_worker(2, role(Role::kDecode, 64), h.now);
+  h.core->add_worker(3, role(Role::kDecode, 64), h.now);
+  h.core->submit("c", h.request("big", 200, 50), h.now);  // 13 blocks on whichever decode worker
+  h.core->tick(h.now);
+  while (h.answer(1)) {
+  }
+  const uint32_t first = h.rec.commands[2].empty() ? 3 : 2;
+  ASSERT_EQ(h.rec.commands[first].size(), 1u);
+  h.deliver(first);
+  // The next two go to the other worker (less loaded), then ties break by running count.
+  h.core->submit("c", h.request("s1", 20, 50), h.now);
+  h.core->tick(h.now);
+  for (int i = 0; i < 20 && h.rec.commands[5 - first].empty(); ++i) h.answer(1);
+  EXPECT_EQ(h.rec.commands[5 - first].size(), 1u) << "the emptier decode worker takes it";
+  EXPECT_TRUE(h.rec.commands[first].empty());
+}
+
+TEST(CoreSplit, CancelMidTransferFreesBothSidesAndIgnoresTheLateAck) {
+  auto hp = prefilled_split();
+  Harness& h = *hp;
+  ASSERT_EQ(h.rec.commands[2].size(), 1u);
+  h.core->cancel("c", "a", h.now);
+  h.core->tick(h.now);
+  EXPECT_EQ(h.rec.final_count["a"], 1);
+  EXPECT_EQ(h.rec.finals["a"].finish_reason(), v1::FINISH_REASON_CANCELLED);
+  for (const auto& w : h.core->workers()) EXPECT_EQ(w.blocks_free, w.blocks_total);
+  // Both workers are told to forget their side.
+  ASSERT_FALSE(h.rec.plans[2].empty());
+  EXPECT_EQ(h.rec.plans[2].back().release(0), h.rec.commands[2][0].kv_expect().seq_id());
+  EXPECT_EQ(h.deliver(2), 1);  // the ack arrives late: ignored
+  EXPECT_EQ(h.rec.final_count["a"], 1);
+  h.drain_split({2});
+  EXPECT_TRUE(h.core->idle());
+  for (const auto& w : h.core->workers()) EXPECT_EQ(w.blocks_free, w.blocks_total);
+}
+
+TEST(CoreSplit, AHandoffThatTimesOutIsRecomputedWithoutDuplicatesOrGaps) {
+  SchedulerConfig sc;
+  sc.handoff_timeout_ms = 50;
+  auto hp = prefilled_split(sc);
+  Harness& h = *hp;
+  ASSERT_EQ(h.rec.commands[2].size(), 1u);
+  h.rec.commands[2].clear();  // the transfer is lost
+  h.now += 60'000;
+  h.core->tick(h.now);
+  EXPECT_EQ(h.core->stats().handoff_failures, 1u);
+  h.drain_split({2});
+  EXPECT_EQ(h.rec.final_count["a"], 1);
+  EXPECT_EQ(h.rec.finals["a"].finish_reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(ids(h.rec.tokens["a"]), reference_tokens(40, 10));
+  for (const auto& w : h.core->workers()) EXPECT_EQ(w.blocks_free, w.blocks_total);
+}
+
+TEST(CoreSplit, LosingADecodeWorkerFailsOverOrEndsWithAnError) {
+  Harness h;
+  h.core->add_worker(1, role(Role::kPrefill, 256), h.now);
+  h.core->add_worker(2, role(Role::kDecode, 128), h.now);
+  h.core->add_worker(3, role(Role::kDecode, 128), h.now);
+  for (int i = 0; i < 6; ++i) h.core->submit("c", h.request("r" + std::to_string(i), 30 + 7 * i, 20), h.now);
+  h.core->tick(h.now);
+  for (int i = 0; i < 12; ++i) {  // some decode, some mid-transfer
+    h.answer(1);
+    h.deliver(2);
+    h.deliver(3);
+    h.answer(2);
+    h.answer(3);
+  }
+  h.core->remove_worker(3, h.now);
+  h.rec.plans.erase(3);
+  h.rec.commands.erase(3);
+  h.core->tick(h.now);
+  h.drain_split({2});
+  for (int i = 0; i < 6; ++i) {
+    const std::string id = "r" + std::to_string(i);
+    ASSERT_EQ(h.rec.final_count[id], 1) << id;
+    EXPECT_EQ(h.rec.finals[id].finish_reason(), v1::FINISH_REASON_LENGTH) << id;
+    EXPECT_EQ(ids(h.rec.tokens[id]), reference_tokens(30 + 7 * i, 20)) << id;
+  }
+  for (const auto& w : h.core->workers()) EXPECT_EQ(w.blocks_free, w.blocks_total);
+
+  // The last decode worker goes: what runs ends with an error, new requests are refused.
+  h.core->submit("c", h.request("x", 30, 20), h.now);
+  h.core->tick(h.now);
+  h.answer(1);
+  h.core->remove_worker(2, h.now);
+  h.core->tick(h.now);
+  EXPECT_EQ(h.rec.final_count["x"], 1);
+  EXPECT_EQ(h.rec.finals["x"].error_code(), v1::ERROR_CODE_UNAVAILABLE);
+  EXPECT_FALSE(h.core->ready());
+  h.core->submit("c", h.request("y", 30, 20), h.now);
+  EXPECT_EQ(h.rec.finals["y"].error_code(), v1::ERROR_CODE_UNAVAILABLE);
+  EXPECT_NE(h.rec.finals["y"].error_message().find("decode"), std::string::npos);
+  EXPECT_EQ(h.core->workers()[0].blocks_free, h.core->workers()[0].blocks_total);
+}
+
+TEST(CoreSplit, LosingThePrefillWorkerMidTransferRecomputesOnAnother) {
+  auto hp = prefilled_split();
+  Harness& h = *hp;
+  ASSERT_EQ(h.rec.commands[2].size(), 1u);
+  h.rec.commands[2].clear();
+  h.core->add_worker(4, role(Role::kPrefill, 64), h.now);
+  h.core->remove_worker(1, h.now);
+  h.rec.plans.erase(1);
+  h.core->tick(h.now);
+  h.drain_split({2});
+  EXPECT_EQ(h.rec.final_count["a"], 1);
+  EXPECT_EQ(ids(h.rec.tokens["a"]), reference_tokens(40, 10));
+  for (const auto& w : h.core->workers()) EXPECT_EQ(w.blocks_free, w.blocks_total);
+}
+
+TEST(CoreSplit, ARefusedTransferEndsTheRequestWithAnError) {
+  auto hp = prefilled_split();
+  Harness& h = *hp;
+  h.deliver(2, /*ok=*/false);
+  EXPECT_EQ(h.rec.final_count["a"], 1);
+  EXPECT_EQ(h.rec.finals["a"].error_code(), v1::ERROR_CODE_INTERNAL);
+  EXPECT_NE(h.rec.finals["a"].error_message().find("format differs"), std::string::npos);
+  h.drain_split({2});
+  for (const auto& w : h.core->workers()) EXPECT_EQ(w.blocks_free, w.blocks_total);
+}
+
+TEST(CoreSplit, NoLeakAfterAnyMixOfHandoffsCancelsTimeoutsAndWorkerLoss) {
+  for (int round = 0; round < 20; ++round) {
+    std::mt19937 rng(round);
+    SchedulerConfig sc;
+    sc.max_batch_tokens = 16 + rng() % 64;
+    sc.prefill_chunk = 8 + rng() % 40;
+    sc.pipeline_depth = 1 + rng() % 3;
+    sc.handoff_timeout_ms = 20;
+    Harness h(sc);
+    h.core->add_worker(1, role(Role::kPrefill, 10 + rng() % 20), h.now);
+    h.core->add_worker(2, role(Role::kDecode, 10 + rng() % 20), h.now);
+    h.core->add_worker(3, role(Role::kDecode, 10 + rng() % 20), h.now);
+    int submitted = 0;
+    for (int op = 0; op < 400; ++op) {
+      const int what = rng() % 12;
+      if (what < 3) {
+        h.core->submit("c" + std::to_string(rng() % 3), h.request("r" + std::to_string(submitted++), 1 + rng() % 90, 1 + rng() % 60), h.now);
+      } else if (what < 4 && submitted) {
+        h.core->cancel("c" + std::to_string(rng() % 3), "r" + std::to_string(rng() % submitted), h.now);
+      } else if (what == 4 && op == 200) {
+        h.core->remove_worker(3, h.now);
+        h.rec.plans.erase(3);
+        h.rec.commands.erase(3);
+      } else if (what == 5) {
+        if (rng() % 4 == 0) h.rec.commands[2 + rng() % 2].clear();  // transfers lost: timeouts
+        h.now += 30'000;
+      } else if (what < 8) {
+        h.deliver(2 + rng() % 2);
+      } else {
+        h.answer(1 + rng() % 3);
+      }
+      h.core->tick(h.now);
+    }
+    h.core->client_gone("c0", h.now);
+    for (int i = 0; i < 50 && !h.core->idle(); ++i) {
+      h.drain_split({2, 3}, 10000);
+      h.now += 30'000;
+      h.core->tick(h.now);
+    }
     for (int i = 0; i < submitted; ++i) EXPECT_EQ(h.rec.final_count["r" + std::to_string(i)], 1) << "r" << i;
     EXPECT_TRUE(h.core->idle()) << "round " << round;
     for (const auto& w : h.core->workers()) EXPECT_EQ(w.blocks_free, w.blocks_total) << "round " << round;

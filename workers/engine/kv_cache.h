@@ -35,6 +35,16 @@ class KvPool {
   size_t block_bytes() const { return 2 * size_t{n_layers_} * n_kv_heads_ * head_block_floats_ * sizeof(float); }
   // Floats between consecutive blocks inside one region.
   size_t head_block_floats() const { return head_block_floats_; }
+  uint32_t n_layers() const { return n_layers_; }
+  uint32_t n_kv_heads() const { return n_kv_heads_; }
+
+  // Byte-level access for moving blocks between pools of the same format (KV handoff).
+  // Bytes one block takes inside one (layer, KV head, K|V) region.
+  size_t region_block_bytes(uint32_t /*layer*/) const { return head_block_floats_ * sizeof(float); }
+  // The bytes of block `block` in the region (layer, kv_head, kv): kv 0 is K, 1 is V.
+  uint8_t* block_data(uint32_t layer, uint32_t kv_head, uint32_t kv, uint32_t block) {
+    return reinterpret_cast<uint8_t*>(region(layer, kv_head, kv) + size_t{block} * head_block_floats_);
+  }
 
   // Block 0 of the K (or V) region of one layer and KV head.
   float* k_region(uint32_t layer, uint32_t kv_head) { return region(layer, kv_head, 0); }

@@ -137,6 +137,9 @@ struct StatusInfo {
   uint64_t max_step_decode = 0, max_step_prefill_tokens = 0;  // largest step seen
   uint64_t decode_stalls = 0;  // decoding sequences left out of a step (only when out of KV blocks)
   uint64_t preemptions = 0;
+  // Prefill -> decode KV handoffs (disaggregated deployments).
+  uint64_t handoffs = 0, handoff_bytes = 0, handoff_failures = 0;
+  double handoff_ms_mean = 0, handoff_ms_p99 = 0;
 };
 
 struct ClientOptions {

@@ -1,0 +1,200 @@
+// Disaggregated prefill and decode as real processes: `tandem up --prefill P --decode D`.
+// Every stream equals the engine alone (and so the `both` deployment); cancellation in the
+// middle of a KV transfer and a decode worker killed under load leave no stream hanging and
+// every surviving worker's blocks free.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <thread>
+
+#include "tests/e2e/streams.h"
+
+namespace tandem {
+namespace {
+
+using namespace std::chrono_literals;
+using test::collect;
+using test::Collected;
+using test::prompt_of;
+using Deployment = test::ClientDeployment;
+
+// Polls status until every worker's blocks are free again (bounded).
+StatusInfo settled(Client& client) {
+  StatusInfo st;
+  for (int i = 0; i < 100; ++i) {
+    st = client.status(5s).value();
+    bool all_free = true;
+    for (const auto& w : st.workers) all_free &= w.kv_blocks_free == w.kv_blocks_total;
+    if (all_free && st.running == 0) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  return st;
+}
+
+class SixtyFourStreams : public ::testing::TestWithParam<std::vector<std::string>> {};
+
+TEST_P(SixtyFourStreams, EqualTheEngineAlone) {
+  std::vector<std::string> flags = GetParam();
+  flags.insert(flags.end(), {"--threads", "1", "--kv-memory", "67108864", "--prefill-chunk", "64"});
+  Deployment d(flags);
+  ASSERT_TRUE(d.ok());
+  auto client = d.client();
+  ASSERT_TRUE(client);
+  // max_tokens 1 ends on the prefill worker: no handoff.
+  auto [streams, want] = test::start_greedy(
+      *client, 64, [](uint32_t i) { return test::greedy_request(prompt_of(1 + (i * 13) % 150, i), 1 + i % 24); });
+  const uint32_t handed_off = 64 - 3;  // i % 24 == 0 for i = 0, 24, 48
+  for (uint32_t i = 0; i < 64; ++i) {
+    Collected c = collect(*streams[i]);
+    ASSERT_EQ(c.finals, 1) << "stream " << i;
+    EXPECT_EQ(c.fin.reason, FinishReason::kLength) << c.fin.error_message;
+    EXPECT_EQ(c.tokens, want[i]) << "stream " << i;
+  }
+  const StatusInfo st = settled(*client);
+  const bool split = std::find(flags.begin(), flags.end(), "--prefill") != flags.end();
+  EXPECT_EQ(st.handoffs, split ? handed_off : 0u);
+  EXPECT_EQ(st.handoff_failures, 0u);
+  if (split) EXPECT_GT(st.handoff_bytes, 0u);
+  for (const auto& w : st.workers) {
+    EXPECT_GT(w.steps, 0u) << "worker " << w.id << " (" << w.role << ") takes part";
+    EXPECT_EQ(w.kv_blocks_free, w.kv_blocks_total) << "worker " << w.id;
+  }
+}
+
+// The same 64 requests on `both` workers and on split deployments: the same tokens (each
+// equals the engine alone).
+INSTANTIATE_TEST_SUITE_P(Deployments, SixtyFourStreams,
+                         ::testing::Values(std::vector<std::string>{"--workers", "2"},
+                                           std::vector<std::string>{"--prefill", "1", "--decode", "1"},
+                                           std::vector<std::string>{"--prefill", "1", "--decode", "2"}),
+                         [](const auto& info) {
+                           return info.param[0] == "--workers" ? std::string("Both2") : "Prefill1Decode" + info.param[3];
+                         });
+
+TEST(Disagg, CancelMidTransferFreesBothSides) {
+  Deployment d({"--prefill", "1", "--decode", "1", "--threads", "1", "--kv-memory", "67108864"});
+  ASSERT_TRUE(d.ok());
+  auto client = d.client();
+  const StatusInfo before = client->status(5s).value();
+  pid_t decode_pid = 0;
+  for (const auto& w : before.workers)
+    if (w.role == "decode") decode_pid = static_cast<pid_t>(w.pid);
+  ASSERT_GT(decode_pid, 0);
+  // With the decode worker stopped, every handoff stays in the middle of its transfer: the
+  // KV is on its way (or queued) and no acknowledgement can come.
+  ASSERT_EQ(kill(decode_pid, SIGSTOP), 0);
+  std::vector<std::shared_ptr<Stream>> streams;
+  for (uint32_t i = 0; i < 8; ++i) {
+    GenerateRequest r;
+    r.prompt_tokens = prompt_of(100 + i * 20, i);
+    r.max_tokens = 50;
+    r.ignore_eos = true;
+    streams.push_back(client->generate(r));
+  }
+  for (auto& s : streams) {  // the first token comes from the prefill worker
+    auto ev = s->next_for(10s);
+    ASSERT_TRUE(ev && !ev->final);
+  }
+  const StatusInfo mid = client->status(5s).value();
+  EXPECT_EQ(mid.handoffs, 0u) << "no transfer could complete";
+  for (auto& s : streams) s->cancel();
+  for (auto& s : streams) {
+    Collected c = collect(*s, 10s);
+    ASSERT_EQ(c.finals, 1);
+    EXPECT_EQ(c.fin.reason, FinishReason::kCancelled);
+  }
+  ASSERT_EQ(kill(decode_pid, SIGCONT), 0);  // well inside the heartbeat timeout
+  const StatusInfo after = settled(*client);
+  ASSERT_EQ(after.workers.size(), 2u);
+  for (const auto& w : after.workers) EXPECT_EQ(w.kv_blocks_free, w.kv_blocks_total) << w.role;
+  // The late transfers are dropped, not written into blocks that are free or reused: a
+  // new request still gets exactly the engine's tokens.
+  auto fresh = test::start_greedy(*client, 1, [](uint32_t) { return test::greedy_request(prompt_of(120, 99), 30); });
+  Collected c = collect(*fresh.streams[0]);
+  ASSERT_EQ(c.finals, 1);
+  EXPECT_EQ(c.tokens, fresh.want[0]);
+}
+
+TEST(Disagg, ADecodeWorkerKilledUnderThirtyTwoStreamsFailsOver) {
+  // Heartbeats every 200 ms, dead after 3 missed.
+  Deployment d({"--prefill", "1", "--decode", "2", "--threads", "1", "--heartbeat-ms", "200", "--kv-memory", "67108864"});
+  ASSERT_TRUE(d.ok());
+  auto client = d.client();
+  const StatusInfo before = client->status(5s).value();
+  auto [streams, want] =
+      test::start_greedy(*client, 32, [](uint32_t i) { return test::greedy_request(prompt_of(5 + i * 5, 200 + i), 300); });
+  std::vector<Collected> got(32);
+  for (uint32_t i = 0; i < 32; ++i) {  // two tokens each: the second comes from a decode worker
+    for (int k = 0; k < 2; ++k) {
+      auto ev = streams[i]->next_for(30s);
+      ASSERT_TRUE(ev && !ev->final) << "stream " << i;
+      got[i].tokens.push_back(ev->token.id);
+    }
+  }
+  const StatusInfo mid = client->status(5s).value();
+  WorkerInfo victim;
+  for (const auto& w : mid.workers)
+    if (w.role == "decode" && w.running > victim.running) victim = w;
+  ASSERT_GT(victim.running, 0u);
+  const auto killed_at = std::chrono::steady_clock::now();
+  kill(static_cast<pid_t>(victim.pid), SIGKILL);
+  // Declared dead after 3 x 200 ms; its sequences are recomputed (prompt + tokens so far) on
+  // the prefill worker and handed to the surviving decode worker: exact continuations.
+  for (uint32_t i = 0; i < 32; ++i) {
+    Collected rest = collect(*streams[i], 60s);
+    ASSERT_EQ(rest.finals, 1) << "stream " << i << " hung";
+    got[i].tokens.insert(got[i].tokens.end(), rest.tokens.begin(), rest.tokens.end());
+    if (rest.fin.reason == FinishReason::kError) {
+      ADD_FAILURE() << "stream " << i << " ended with an error although a decode worker survived: "
+                    << rest.fin.error_message;
+      continue;
+    }
+    EXPECT_EQ(got[i].tokens, want[i]) << "stream " << i;
+  }
+  std::printf("all 32 streams done %.1f s after the kill\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count());
+  const StatusInfo after = settled(*client);
+  ASSERT_EQ(after.workers.size(), 2u);
+  for (const auto& w : after.workers) {
+    EXPECT_EQ(w.kv_blocks_free, w.kv_blocks_total) << "worker " << w.id << " (" << w.role << ")";
+    for (const auto& b : before.workers)
+      if (b.id == w.id) EXPECT_EQ(w.kv_blocks_free, b.kv_blocks_free) << "back to its starting count";
+  }
+}
+
+TEST(Disagg, TheLastDecodeWorkerKilledEndsStreamsWithErrorsNotHangs) {
+  Deployment d({"--prefill", "1", "--decode", "1", "--threads", "1", "--heartbeat-ms", "200", "--kv-memory", "67108864"});
+  ASSERT_TRUE(d.ok());
+  auto client = d.client();
+  std::vector<std::shared_ptr<Stream>> streams;
+  for (uint32_t i = 0; i < 8; ++i) {
+    GenerateRequest r;
+    r.prompt_tokens = prompt_of(20 + i, 300 + i);
+    r.max_tokens = 400;
+    r.ignore_eos = true;
+    streams.push_back(client->generate(r));
+  }
+  for (auto& s : streams) {
+    for (int k = 0; k < 2; ++k) {
+      auto ev = s->next_for(30s);
+      ASSERT_TRUE(ev && !ev->final);
+    }
+  }
+  const StatusInfo running = client->status(5s).value();
+  for (const auto& w : running.workers)
+    if (w.role == "decode") kill(static_cast<pid_t>(w.pid), SIGKILL);
+  for (auto& s : streams) {
+    Collected c = collect(*s, 20s);  // heartbeat timeout (0.6 s) plus margin
+    ASSERT_EQ(c.finals, 1) << "a stream hung";
+    EXPECT_EQ(c.fin.reason, FinishReason::kError);
+    EXPECT_EQ(c.fin.code, Code::kUnavailable) << c.fin.error_message;
+  }
+  const StatusInfo st = settled(*client);
+  EXPECT_FALSE(st.ready) << "a prefill worker alone cannot serve";
+  ASSERT_EQ(st.workers.size(), 1u);
+  EXPECT_EQ(st.workers[0].kv_blocks_free, st.workers[0].kv_blocks_total);
+}
+
+}  // namespace
+}  // namespace tandem

@@ -1,0 +1,88 @@
+// What the end-to-end tests of the service share on top of deployment.h: a deployment with
+// a client, collecting a stream's tokens and final event, deterministic prompts.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "tandem/client.h"
+#include "tests/e2e/deployment.h"
+#include "workers/engine/engine.h"
+#include "workers/engine/generate.h"
+
+namespace tandem::test {
+
+using namespace std::chrono_literals;
+
+// tandem up plus a client connected to it.
+class ClientDeployment : public Deployment {
+ public:
+  using Deployment::Deployment;
+  std::unique_ptr<Client> client() {
+    ClientOptions o;
+    o.endpoint = endpoint();
+    auto c = Client::connect(o);
+    EXPECT_TRUE(c) << c.status().to_string();
+    return c ? std::move(c.value()) : nullptr;
+  }
+};
+
+struct Collected {
+  std::vector<int32_t> tokens;
+  FinalEvent fin;
+  int finals = 0;
+};
+
+inline Collected collect(Stream& s, std::chrono::milliseconds limit = 60s) {
+  Collected c;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto ev = s.next_for(100ms);
+    if (!ev) continue;
+    if (ev->final) {
+      c.fin = ev->fin;
+      ++c.finals;
+      break;
+    }
+    c.tokens.push_back(ev->token.id);
+  }
+  return c;
+}
+
+inline std::vector<int32_t> prompt_of(uint32_t len, uint32_t salt) {
+  std::vector<int32_t> p;
+  for (uint32_t i = 0; i < len; ++i) p.push_back(3 + static_cast<int32_t>((i * 31 + salt * 17) % 500));
+  return p;
+}
+
+// n greedy requests (ignore_eos; request i from greedy(i): prompt and max_tokens) started
+// on `client`, with the tokens the engine alone gives each (the tiny model, seed 1).
+struct GreedyRun {
+  std::vector<std::shared_ptr<Stream>> streams;
+  std::vector<std::vector<int32_t>> want;
+};
+inline GreedyRun start_greedy(Client& client, uint32_t n, const std::function<GenerateRequest(uint32_t)>& greedy) {
+  auto engine = engine::Engine::load(model_file("tiny", 1), {1, engine::GemmBackend::kPacked}).value();
+  GreedyRun run;
+  for (uint32_t i = 0; i < n; ++i) {
+    GenerateRequest r = greedy(i);
+    r.ignore_eos = true;
+    engine::GenerateOptions opt;
+    opt.max_tokens = r.max_tokens;
+    opt.ignore_eos = true;
+    run.want.push_back(engine::generate(*engine, r.prompt_tokens, opt).value().tokens);
+    run.streams.push_back(client.generate(r));
+  }
+  return run;
+}
+
+inline GenerateRequest greedy_request(std::vector<int32_t> prompt, uint32_t max_tokens) {
+  GenerateRequest r;
+  r.prompt_tokens = std::move(prompt);
+  r.max_tokens = max_tokens;
+  return r;
+}
+
+}  // namespace tandem::test

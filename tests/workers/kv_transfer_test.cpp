@@ -1,0 +1,135 @@
+// Moving KV blocks between two pools over a real ZeroMQ socket: the bytes arrive exactly,
+// into whatever blocks the receiver reserved; every mismatch is refused with the pool
+// untouched.
+#include "workers/kv_transfer.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "runtime/model/gguf.h"
+#include "runtime/wire.h"
+#include "tests/test_util.h"
+
+namespace tandem::worker {
+namespace {
+
+model::ModelConfig tiny_config() {
+  auto f = model::GgufFile::open(test::model_file("tiny", 1));
+  return model::read_model_config(**f).value();
+}
+
+void fill(engine::KvPool& pool, uint32_t seed) {
+  std::mt19937 rng(seed);
+  for (uint32_t l = 0; l < pool.n_layers(); ++l)
+    for (uint32_t h = 0; h < pool.n_kv_heads(); ++h)
+      for (uint32_t kv = 0; kv < 2; ++kv)
+        for (uint32_t b = 0; b < pool.n_blocks(); ++b) {
+          uint8_t* p = pool.block_data(l, h, kv, b);
+          for (size_t i = 0; i < pool.region_block_bytes(l); ++i) p[i] = static_cast<uint8_t>(rng());
+        }
+}
+
+bool same_block(engine::KvPool& a, uint32_t ba, engine::KvPool& b, uint32_t bb) {
+  for (uint32_t l = 0; l < a.n_layers(); ++l)
+    for (uint32_t h = 0; h < a.n_kv_heads(); ++h)
+      for (uint32_t kv = 0; kv < 2; ++kv)
+        if (std::memcmp(a.block_data(l, h, kv, ba), b.block_data(l, h, kv, bb), a.region_block_bytes(l)) != 0)
+          return false;
+  return true;
+}
+
+// Sends over a real ipc-free in-process ZeroMQ pair (inproc behaves like ipc/tcp for
+// framing; the processes test covers ipc).
+runtime::Frames round_trip(runtime::Frames& frames) {
+  zmq::context_t ctx;
+  zmq::socket_t push(ctx, zmq::socket_type::push), pull(ctx, zmq::socket_type::pull);
+  pull.bind("inproc://kv");
+  push.connect("inproc://kv");
+  for (size_t i = 0; i < frames.size(); ++i)
+    (void)push.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  runtime::Frames got;
+  do {
+    got.emplace_back();
+    (void)pull.recv(got.back());
+  } while (got.back().more());
+  return got;
+}
+
+TEST(KvTransfer, BlocksArriveExactlyInTheReservedBlocks) {
+  const model::ModelConfig config = tiny_config();
+  auto src = engine::KvPool::create(config, 64).value();
+  auto dst = engine::KvPool::create(config, 64).value();
+  fill(*src, 1);
+  fill(*dst, 2);
+  // A source table with two runs and a scattered destination with a run of its own.
+  const std::vector<int32_t> from = {3, 4, 5, 9, 10, 40, 41};
+  const std::vector<int32_t> to = {60, 7, 8, 9, 0, 33, 12};
+  v1::KvTransfer header;
+  header.set_positions(6 * 16 + 5);  // the last block partly filled: sent whole
+  runtime::Frames frames;
+  pack_transfer(*src, from, header, frames);
+  EXPECT_EQ(header.run_blocks_size(), 3);
+  EXPECT_EQ(frames.size(), 1 + size_t{config.n_layers} * config.n_kv_heads * 2 * 3);
+  runtime::Frames got = round_trip(frames);
+  v1::KvTransfer parsed;
+  ASSERT_TRUE(runtime::parse_frame(got[0], parsed).is_ok());
+  auto copied = unpack_transfer(*dst, parsed, to, got);
+  ASSERT_TRUE(copied) << copied.status().to_string();
+  EXPECT_EQ(*copied, 7 * src->block_bytes());
+  for (size_t i = 0; i < from.size(); ++i) EXPECT_TRUE(same_block(*src, from[i], *dst, to[i])) << i;
+  // Nothing else changed.
+  auto ref = engine::KvPool::create(config, 64).value();
+  fill(*ref, 2);
+  for (int32_t b = 0; b < 64; ++b)
+    if (std::find(to.begin(), to.end(), b) == to.end()) EXPECT_TRUE(same_block(*ref, b, *dst, b)) << b;
+}
+
+TEST(KvTransfer, MismatchesAreRefusedAndThePoolIsUntouched) {
+  const model::ModelConfig config = tiny_config();
+  auto src = engine::KvPool::create(config, 16).value();
+  auto dst = engine::KvPool::create(config, 16).value();
+  fill(*src, 3);
+  fill(*dst, 4);
+  auto ref = engine::KvPool::create(config, 16).value();
+  fill(*ref, 4);
+  auto untouched = [&] {
+    for (int32_t b = 0; b < 16; ++b)
+      if (!same_block(*ref, b, *dst, b)) return false;
+    return true;
+  };
+  const std::vector<int32_t> blocks = {0, 1, 2};
+  v1::KvTransfer header;
+  header.set_positions(40);
+  runtime::Frames frames;
+  pack_transfer(*src, blocks, header, frames);
+
+  auto expect_refused = [&](const v1::KvTransfer& h, std::span<const int32_t> dest, const runtime::Frames& f,
+                            const std::string& words) {
+    auto r = unpack_transfer(*dst, h, dest, f);
+    ASSERT_FALSE(r);
+    EXPECT_NE(r.status().message().find(words), std::string::npos) << r.status().message();
+    EXPECT_TRUE(untouched());
+  };
+  const std::vector<int32_t> short_dest = {5, 6};
+  expect_refused(header, short_dest, frames, "3 blocks");
+  const std::vector<int32_t> outside = {5, 6, 99};
+  expect_refused(header, outside, frames, "outside the pool");
+  v1::KvTransfer other_format = header;
+  other_format.set_region_block_bytes(1, other_format.region_block_bytes(1) / 2);
+  const std::vector<int32_t> dest = {5, 6, 7};
+  expect_refused(other_format, dest, frames, "KV format differs");
+  runtime::Frames fewer;
+  for (size_t i = 0; i + 1 < frames.size(); ++i) fewer.emplace_back(frames[i].data(), frames[i].size());
+  expect_refused(header, dest, fewer, "frames");
+  runtime::Frames cut;
+  for (size_t i = 0; i < frames.size(); ++i) cut.emplace_back(frames[i].data(), frames[i].size() - (i == 3 ? 4 : 0));
+  expect_refused(header, dest, cut, "bytes, expected");
+  v1::KvTransfer wrong_runs = header;
+  wrong_runs.set_run_blocks(0, 2);
+  expect_refused(wrong_runs, dest, frames, "runs cover");
+}
+
+}  // namespace
+}  // namespace tandem::worker

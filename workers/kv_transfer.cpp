@@ -1,0 +1,102 @@
+#include "workers/kv_transfer.h"
+
+#include <cstring>
+#include <string>
+
+#include "runtime/wire.h"
+
+namespace tandem::worker {
+
+namespace {
+// Calls fn(layer, kv_head, kv) for every region, in the order of a transfer's frames.
+template <typename Fn>
+void for_each_region(const engine::KvPool& pool, Fn fn) {
+  for (uint32_t l = 0; l < pool.n_layers(); ++l)
+    for (uint32_t h = 0; h < pool.n_kv_heads(); ++h)
+      for (uint32_t kv = 0; kv < 2; ++kv) fn(l, h, kv);
+}
+}  // namespace
+
+void pack_transfer(engine::KvPool& pool, std::span<const int32_t> blocks, v1::KvTransfer& header,
+                   runtime::Frames& out) {
+  const uint32_t n = transfer_blocks(header.positions(), pool.block_tokens());
+  header.clear_run_blocks();
+  for (uint32_t i = 0; i < n;) {
+    uint32_t j = i + 1;
+    while (j < n && blocks[j] == blocks[j - 1] + 1) ++j;
+    header.add_run_blocks(j - i);
+    i = j;
+  }
+  header.clear_region_block_bytes();
+  for (uint32_t l = 0; l < pool.n_layers(); ++l) header.add_region_block_bytes(pool.region_block_bytes(l));
+  out.push_back(runtime::to_frame(header));
+  for_each_region(pool, [&](uint32_t l, uint32_t h, uint32_t kv) {
+    uint32_t i = 0;
+    for (uint32_t run : header.run_blocks()) {
+      // Zero copy: the frame is the pool's memory (no free function: the pool owns it).
+      out.emplace_back(pool.block_data(l, h, kv, static_cast<uint32_t>(blocks[i])), pool.region_block_bytes(l) * run,
+                       nullptr, nullptr);
+      i += run;
+    }
+  });
+}
+
+Result<uint64_t> unpack_transfer(engine::KvPool& pool, const v1::KvTransfer& header, std::span<const int32_t> dest,
+                                 const runtime::Frames& frames) {
+  const uint32_t n = transfer_blocks(header.positions(), pool.block_tokens());
+  if (dest.size() < n)
+    return Status::invalid("transfer of " + std::to_string(header.positions()) + " positions needs " + std::to_string(n) +
+                           " blocks, " + std::to_string(dest.size()) + " were reserved");
+  uint64_t covered = 0;
+  for (uint32_t run : header.run_blocks()) covered += run;
+  if (covered != n)
+    return Status::invalid("transfer runs cover " + std::to_string(covered) + " blocks, positions need " + std::to_string(n));
+  if (static_cast<uint32_t>(header.region_block_bytes_size()) != pool.n_layers())
+    return Status::invalid("transfer has " + std::to_string(header.region_block_bytes_size()) + " layers, this pool " +
+                           std::to_string(pool.n_layers()));
+  for (uint32_t l = 0; l < pool.n_layers(); ++l)
+    if (header.region_block_bytes(static_cast<int>(l)) != pool.region_block_bytes(l))
+      return Status::invalid("KV format differs: layer " + std::to_string(l) + " blocks are " +
+                             std::to_string(header.region_block_bytes(static_cast<int>(l))) + " bytes per region there, " +
+                             std::to_string(pool.region_block_bytes(l)) + " here");
+  for (int32_t id : dest.first(n))
+    if (id < 0 || static_cast<uint32_t>(id) >= pool.n_blocks())
+      return Status::invalid("reserved block " + std::to_string(id) + " is outside the pool");
+  const size_t expected = 1 + size_t{pool.n_layers()} * pool.n_kv_heads() * 2 * header.run_blocks_size();
+  if (frames.size() != expected)
+    return Status::invalid("transfer has " + std::to_string(frames.size()) + " frames, expected " + std::to_string(expected));
+  // Check every frame before writing any: a refused transfer leaves the pool untouched.
+  size_t f = 1;
+  std::string bad;
+  for_each_region(pool, [&](uint32_t l, uint32_t, uint32_t) {
+    for (uint32_t run : header.run_blocks()) {
+      const size_t want = pool.region_block_bytes(l) * run;
+      if (bad.empty() && frames[f].size() != want)
+        bad = "transfer frame " + std::to_string(f) + " has " + std::to_string(frames[f].size()) + " bytes, expected " +
+              std::to_string(want);
+      ++f;
+    }
+  });
+  if (!bad.empty()) return Status::invalid(bad);
+  uint64_t copied = 0;
+  f = 1;
+  for_each_region(pool, [&](uint32_t l, uint32_t h, uint32_t kv) {
+    const size_t bytes = pool.region_block_bytes(l);
+    uint32_t i = 0;
+    for (uint32_t run : header.run_blocks()) {
+      const auto* src = static_cast<const uint8_t*>(frames[f++].data());
+      for (uint32_t b = 0; b < run;) {
+        // Consecutive destination ids take one copy (their bytes are adjacent too).
+        uint32_t m = 1;
+        while (b + m < run && dest[i + m] == dest[i] + static_cast<int32_t>(m)) ++m;
+        std::memcpy(pool.block_data(l, h, kv, static_cast<uint32_t>(dest[i])), src + size_t{b} * bytes, bytes * m);
+        copied += bytes * m;
+        b += m;
+        i += m;
+      }
+    }
+  });
+  return copied;
+}
+
+}  // namespace tandem::worker

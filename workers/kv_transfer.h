@@ -1,0 +1,39 @@
+// Moving a sequence's KV blocks from one worker's pool to another's (disaggregated
+// prefill and decode). The sender's frames point into its pool (ZeroMQ sends them from
+// there: no copy into protobuf, no staging buffer); the receiver copies each block once,
+// into the blocks the scheduler reserved for it.
+//
+// Message: frame 0 is a v1::KvTransfer header; then, for each region (layer, KV head,
+// K|V) in that order, one frame per run of consecutive source block ids, holding the
+// region's bytes of those blocks as they lie in the pool.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "runtime/event_loop.h"
+#include "runtime/status.h"
+#include "tandem/v1/worker.pb.h"
+#include "workers/engine/kv_cache.h"
+
+namespace tandem::worker {
+
+// Blocks that hold positions [0, positions).
+inline uint32_t transfer_blocks(uint32_t positions, uint32_t block_tokens) {
+  return (positions + block_tokens - 1) / block_tokens;
+}
+
+// Appends the frames of a transfer of `blocks` (the sequence's first blocks, enough for
+// header.positions()) to `out`: the header (its run_blocks and region_block_bytes filled
+// here) and the raw frames. The pool's memory must stay as it is until ZeroMQ has sent
+// them: the scheduler frees the source blocks only after the receiver acknowledged.
+void pack_transfer(engine::KvPool& pool, std::span<const int32_t> blocks, v1::KvTransfer& header,
+                   runtime::Frames& out);
+
+// Writes the raw frames of a transfer (frames[1..]) into `dest` blocks of `pool`. Refuses,
+// changing nothing, when the header's KV format, the frame count or a frame's size does not
+// match, or `dest` is too short. Returns the bytes copied.
+Result<uint64_t> unpack_transfer(engine::KvPool& pool, const v1::KvTransfer& header, std::span<const int32_t> dest,
+                                 const runtime::Frames& frames);
+
+}  // namespace tandem::worker
