@@ -10,10 +10,7 @@
 // 3. The tiny preset at --tiny-streams streams: served tokens/s against the engine alone
 //    decoding the same number of sequences per step (compute is negligible there, so this
 //    is the cost of the actors themselves).
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -29,15 +26,16 @@
 #include <thread>
 #include <vector>
 
+#include "bench/deployment.h"
 #include "tandem/client.h"
 #include "workers/engine/engine.h"
 #include "workers/engine/generate.h"
 #include "workers/engine/make_model.h"
 #include "workers/engine/sampler.h"
 
-extern char** environ;
 
 using namespace tandem;
+using tandem::bench::Deployment;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -49,50 +47,6 @@ std::vector<int32_t> prompt_of(uint32_t len, uint32_t salt, uint32_t vocab) {
   for (uint32_t i = 0; i < len; ++i) p.push_back(3 + static_cast<int32_t>((i * 7919 + salt * 104729) % (vocab - 3)));
   return p;
 }
-
-class Deployment {
- public:
-  Deployment(const std::string& tandem, const std::string& model, uint32_t threads) {
-    dir_ = std::filesystem::temp_directory_path() / ("tandem-bench-" + std::to_string(getpid()));
-    std::filesystem::create_directories(dir_);
-    const std::string out = dir_ + "/up.out";
-    std::vector<std::string> argv = {tandem, "up", "--model", model, "--workers", "1", "--threads", std::to_string(threads),
-                                     "--kv-memory", std::to_string(2ull << 30), "--runtime-dir", dir_ + "/run",
-                                     "--log-level", "warn", "--max-batch-tokens", "512", "--prefill-chunk", "256"};
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    std::vector<char*> cargv;
-    for (auto& a : argv) cargv.push_back(a.data());
-    cargv.push_back(nullptr);
-    posix_spawn(&pid_, tandem.c_str(), &fa, nullptr, cargv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    const auto deadline = Clock::now() + std::chrono::seconds(120);
-    while (Clock::now() < deadline) {
-      std::ifstream f(out);
-      std::stringstream ss;
-      ss << f.rdbuf();
-      if (ss.str().find("tandem: ready") != std::string::npos) {
-        endpoint_ = "ipc://" + dir_ + "/run/client.sock";
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
-  ~Deployment() {
-    if (pid_ > 0) {
-      kill(pid_, SIGTERM);
-      waitpid(pid_, nullptr, 0);
-    }
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-  const std::string& endpoint() const { return endpoint_; }
-
- private:
-  std::string dir_, endpoint_;
-  pid_t pid_ = -1;
-};
 
 struct Served {
   double seconds = 0, tokens_per_s = 0, idle_share = 0, cpu_ms_per_step = 0;
@@ -229,7 +183,7 @@ int main(int argc, char** argv) {
 
   std::vector<Served> results;
   {
-    Deployment d(tandem, model, threads);
+    Deployment d(tandem, model, threads, {"--workers", "1"});
     if (d.endpoint().empty()) {
       std::fprintf(stderr, "tandem up did not become ready\n");
       return 1;
@@ -258,7 +212,7 @@ int main(int argc, char** argv) {
   {
     auto e = engine::Engine::load(tiny, {threads, engine::GemmBackend::kPacked}).value();
     const double engine_tps = engine_batch_decode(*e, tiny_streams, 16, 200);
-    Deployment d(tandem, tiny, threads);
+    Deployment d(tandem, tiny, threads, {"--workers", "1"});
     auto client = Client::connect({d.endpoint()}).value();
     (void)serve(*client, tiny_streams, 16, 8, e->config().vocab_size, 7000);  // warm-up
     Served s = serve(*client, tiny_streams, 16, 200, e->config().vocab_size, 9000);
