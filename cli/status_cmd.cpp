@@ -41,13 +41,18 @@ std::string to_json(const StatusInfo& s) {
          ",\"handoffs\":" + std::to_string(s.handoffs) + ",\"handoff_bytes\":" + std::to_string(s.handoff_bytes) +
          ",\"handoff_failures\":" + std::to_string(s.handoff_failures) +
          ",\"handoff_ms_mean\":" + json_number(s.handoff_ms_mean) + ",\"handoff_ms_p99\":" + json_number(s.handoff_ms_p99) +
+         ",\"prompt_tokens\":" + std::to_string(s.prompt_tokens) +
+         ",\"cached_prompt_tokens\":" + std::to_string(s.cached_prompt_tokens) +
+         ",\"prefix_hit_rate\":" + json_number(s.prefix_hit_rate) +
          ",\"workers\":[";
   for (size_t i = 0; i < s.workers.size(); ++i) {
     const WorkerInfo& w = s.workers[i];
     out += i ? ",{" : "{";
     out += "\"id\":" + std::to_string(w.id) + ",\"role\":" + json_string(w.role) + ",\"pid\":" + std::to_string(w.pid) +
            ",\"alive\":" + (w.alive ? "true" : "false") + ",\"kv_blocks_total\":" + std::to_string(w.kv_blocks_total) +
-           ",\"kv_blocks_free\":" + std::to_string(w.kv_blocks_free) + ",\"running\":" + std::to_string(w.running) +
+           ",\"kv_blocks_free\":" + std::to_string(w.kv_blocks_free) +
+           ",\"kv_blocks_cached\":" + std::to_string(w.kv_blocks_cached) + ",\"kv_evictions\":" + std::to_string(w.kv_evictions) +
+           ",\"running\":" + std::to_string(w.running) +
            ",\"steps\":" + std::to_string(w.steps) + ",\"tokens\":" + std::to_string(w.tokens) +
            ",\"idle_share\":" + json_number(w.idle_share) + "}";
   }
@@ -64,13 +69,16 @@ void print_table(const StatusInfo& s) {
               (unsigned long long)s.steps, s.scheduler_cpu_ms_per_step, (unsigned long long)s.max_step_decode,
               (unsigned long long)s.max_step_prefill_tokens, (unsigned long long)s.decode_stalls,
               (unsigned long long)s.preemptions);
-  std::printf("%-7s %-8s %-8s %-6s %-14s %-8s %-10s %-12s %s\n", "worker", "role", "pid", "alive", "kv free/total",
-              "running", "steps", "tokens", "idle");
+  std::printf("prefix cache: %.1f%% of %llu prompt tokens served from cached blocks\n", 100.0 * s.prefix_hit_rate,
+              (unsigned long long)s.prompt_tokens);
+  std::printf("%-7s %-8s %-8s %-6s %-22s %-10s %-8s %-10s %-12s %s\n", "worker", "role", "pid", "alive",
+              "kv free/cached/total", "evictions", "running", "steps", "tokens", "idle");
   for (const WorkerInfo& w : s.workers) {
-    const std::string kv = std::to_string(w.kv_blocks_free) + "/" + std::to_string(w.kv_blocks_total);
-    std::printf("%-7u %-8s %-8u %-6s %-14s %-8u %-10llu %-12llu %.1f%%\n", w.id, w.role.c_str(), w.pid,
-                w.alive ? "yes" : "no", kv.c_str(), w.running, (unsigned long long)w.steps,
-                (unsigned long long)w.tokens, 100.0 * w.idle_share);
+    const std::string kv = std::to_string(w.kv_blocks_free) + "/" + std::to_string(w.kv_blocks_cached) + "/" +
+                           std::to_string(w.kv_blocks_total);
+    std::printf("%-7u %-8s %-8u %-6s %-22s %-10llu %-8u %-10llu %-12llu %.1f%%\n", w.id, w.role.c_str(), w.pid,
+                w.alive ? "yes" : "no", kv.c_str(), (unsigned long long)w.kv_evictions, w.running,
+                (unsigned long long)w.steps, (unsigned long long)w.tokens, 100.0 * w.idle_share);
   }
   if (s.workers.empty()) std::printf("(no workers registered)\n");
   // Per role, when the deployment splits prefill and decode.

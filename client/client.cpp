@@ -144,6 +144,8 @@ StatusInfo from_wire(const v1::StatusReply& s) {
     wi.idle_share = w.idle_share();
     wi.idle_us = w.idle_us();
     wi.compute_us = w.compute_us();
+    wi.kv_blocks_cached = w.kv_blocks_cached();
+    wi.kv_evictions = w.kv_evictions();
     info.workers.push_back(std::move(wi));
   }
   info.queued = s.queued();
@@ -163,6 +165,9 @@ StatusInfo from_wire(const v1::StatusReply& s) {
   info.handoff_failures = s.handoff_failures();
   info.handoff_ms_mean = s.handoff_ms_mean();
   info.handoff_ms_p99 = s.handoff_ms_p99();
+  info.prompt_tokens = s.prompt_tokens();
+  info.cached_prompt_tokens = s.cached_prompt_tokens();
+  info.prefix_hit_rate = s.prefix_hit_rate();
   return info;
 }
 

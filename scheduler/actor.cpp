@@ -334,6 +334,8 @@ class Actor final : public Sink {
       ws->set_idle_share(busy > 0 ? double(w.stats->idle_us) / busy : 0.0);
       ws->set_idle_us(w.stats->idle_us);
       ws->set_compute_us(w.stats->compute_us);
+      ws->set_kv_blocks_cached(w.blocks_cached);
+      ws->set_kv_evictions(w.evictions);
       ws->set_role(role_name(w.role));
       auto it = worker_identity_.find(w.id);
       if (it != worker_identity_.end()) ws->set_pid(worker_by_identity_[it->second].pid);
@@ -354,6 +356,9 @@ class Actor final : public Sink {
     s->set_handoffs(cs.handoffs);
     s->set_handoff_bytes(cs.handoff_bytes);
     s->set_handoff_failures(cs.handoff_failures);
+    s->set_prompt_tokens(cs.prompt_tokens);
+    s->set_cached_prompt_tokens(cs.cached_prompt_tokens);
+    s->set_prefix_hit_rate(cs.prompt_tokens ? double(cs.cached_prompt_tokens) / double(cs.prompt_tokens) : 0.0);
     if (!cs.handoff_ms.empty()) {
       std::vector<double> ms = cs.handoff_ms;
       double sum = 0;

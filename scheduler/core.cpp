@@ -18,6 +18,8 @@ struct Core::Placement {
   uint32_t inflight = 0;   // plans in flight that include this sequence
   bool appeared = false;   // named in a plan: the worker holds state for it
   bool ready = true;       // false while its KV is on the way from a prefill worker
+  uint32_t published = 0;  // leading blocks offered to the prefix cache
+  bool publish_stopped = false;  // a block's key was taken by another copy: the chain ends
   Request* owner = nullptr;  // null once the request finished or moved
   Request* sending_for = nullptr;  // a handoff's source: pinned until the decode side has the KV
 };
@@ -37,6 +39,10 @@ struct Core::Request {
   uint64_t transfer_id = 0;
   int64_t transfer_start_us = 0;
   bool awaiting_handoff = false;  // in handoffs_waiting_
+  std::vector<uint64_t> keys;     // chained keys of the full blocks of `tokens` (prefix cache)
+  uint32_t keys_block_tokens = 0;
+  uint32_t cached_prompt = 0;     // prompt tokens served from the cache at the first placement
+  bool placed_once = false;
   bool queued = false;
   uint64_t order = 0;
   int64_t arrival_us = 0, scheduled_us = -1, first_token_us = -1, deadline_us = 0;
@@ -65,7 +71,7 @@ struct Core::Worker {
   uint64_t next_step = 1;
   bool short_of_blocks = false;  // the last plan left a decode out for want of blocks
   WorkerStats stats;
-  explicit Worker(uint32_t blocks) : pool(blocks) {}
+  Worker(uint32_t blocks, uint32_t block_tokens) : pool(blocks, block_tokens) {}
 };
 
 namespace {
@@ -114,7 +120,8 @@ uint32_t Core::running() const {
 std::vector<Core::WorkerView> Core::workers() const {
   std::vector<WorkerView> out;
   for (const auto& [id, w] : workers_)
-    out.push_back({id, w->pool.total(), w->pool.free(), static_cast<uint32_t>(w->running.size()), &w->stats, w->role});
+    out.push_back({id, w->pool.total(), w->pool.free(), static_cast<uint32_t>(w->running.size()), &w->stats, w->role,
+                   w->pool.cached(), w->pool.evictions()});
   return out;
 }
 
@@ -141,7 +148,7 @@ uint32_t Core::live_requests(const std::string& client) const {
 }
 
 void Core::add_worker(uint32_t worker_id, const WorkerInfo& info, int64_t now_us) {
-  auto w = std::make_unique<Worker>(info.kv_blocks);
+  auto w = std::make_unique<Worker>(info.kv_blocks, info.block_tokens);
   w->id = worker_id;
   w->block_tokens = info.block_tokens;
   w->role = info.role;
@@ -359,6 +366,7 @@ void Core::finish(Request& r, v1::FinishReason reason, v1::ErrorCode code, const
   v1::Usage* u = f->mutable_usage();
   u->set_prompt_tokens(r.prompt_len);
   u->set_completion_tokens(r.generated);
+  u->set_cached_prompt_tokens(r.cached_prompt);
   v1::Timings* t = f->mutable_timings();
   const int64_t scheduled = r.scheduled_us >= 0 ? r.scheduled_us : now_us;
   t->set_queue_ms((scheduled - r.arrival_us) / 1e3);
@@ -371,27 +379,73 @@ void Core::finish(Request& r, v1::FinishReason reason, v1::ErrorCode code, const
 
 bool Core::place(Request& r, int64_t now_us) {
   const uint32_t target = static_cast<uint32_t>(r.tokens.size());
-  Worker* best = nullptr;
+  // Per candidate: the blocks of its longest cached prefix (at least one position is left
+  // to compute: its logits give the next token).
+  struct Candidate {
+    Worker* w;
+    std::vector<int32_t> hit;
+  };
+  std::vector<Candidate> candidates;
   for (auto& [id, w] : workers_) {
     if (!takes_prompts(*w) || w->running.size() >= config_.max_running || w->short_of_blocks) continue;
+    std::vector<int32_t> hit;
+    if (config_.prefix_cache) {
+      if (r.keys_block_tokens != w->block_tokens) {
+        r.keys.clear();
+        r.keys_block_tokens = w->block_tokens;
+      }
+      chain_keys(r.tokens, w->block_tokens, config_.block_hash, r.keys);
+      const size_t usable = std::min<size_t>(r.keys.size(), (target - 1) / w->block_tokens);
+      w->pool.match(r.tokens, std::span<const uint64_t>(r.keys).first(usable), hit);
+    }
+    uint32_t hit_cached = 0;  // shared blocks that stop being available
+    for (int32_t b : hit) hit_cached += w->pool.cached_block(b);
     // Headroom for the running sequences to grow (a block for every fourth of them), so a
     // new placement does not at once force a preemption: no thrashing.
     const uint32_t headroom = static_cast<uint32_t>(w->running.size() + 3) / 4;
-    if (w->pool.free() < blocks_for(target + 1, w->block_tokens) + headroom) continue;
-    if (!best || w->running.size() < best->running.size() ||
-        (w->running.size() == best->running.size() && w->pool.free() > best->pool.free()))
-      best = w.get();
+    const uint32_t fresh = blocks_for(target + 1, w->block_tokens) - static_cast<uint32_t>(hit.size());
+    if (w->pool.available() < fresh + hit_cached + headroom) continue;
+    candidates.push_back({w.get(), std::move(hit)});
   }
-  if (!best) return false;
+  if (candidates.empty()) return false;
+  const Candidate* least = &candidates[0];
+  const Candidate* longest = &candidates[0];
+  for (const Candidate& c : candidates) {
+    const size_t run = c.w->running.size();
+    if (run < least->w->running.size() ||
+        (run == least->w->running.size() && c.w->pool.available() > least->w->pool.available()))
+      least = &c;
+    if (c.hit.size() > longest->hit.size() || (c.hit.size() == longest->hit.size() && run < longest->w->running.size()))
+      longest = &c;
+  }
+  // Cache-aware: the longest prefix wins unless its worker is loaded well beyond the least loaded.
+  const Candidate& chosen =
+      !longest->hit.empty() && longest->w->running.size() <= least->w->running.size() + config_.cache_balance_slack
+          ? *longest
+          : *least;
+  Worker* best = chosen.w;
   auto p = std::make_unique<Placement>();
   p->seq_id = next_seq_++;
   p->worker_id = best->id;
   p->owner = &r;
-  if (!best->pool.allocate(blocks_for(target, best->block_tokens), p->blocks)) return false;
+  p->blocks = chosen.hit;
+  best->pool.ref(p->blocks);
+  if (!best->pool.allocate(blocks_for(target, best->block_tokens) - static_cast<uint32_t>(chosen.hit.size()), p->blocks)) {
+    best->pool.release(p->blocks);
+    return false;
+  }
+  const uint32_t cached = static_cast<uint32_t>(chosen.hit.size()) * best->block_tokens;
+  p->published = static_cast<uint32_t>(chosen.hit.size());
   best->running.push_back(p.get());
   best->stats.running = static_cast<uint32_t>(best->running.size());
+  if (!r.placed_once) {
+    r.placed_once = true;
+    r.cached_prompt = std::min(cached, r.prompt_len);
+    stats_.prompt_tokens += r.prompt_len;
+    stats_.cached_prompt_tokens += r.cached_prompt;
+  }
   r.placement = p.get();
-  r.fed = 0;
+  r.fed = cached;
   r.target = target;
   r.queued = false;
   if (r.scheduled_us < 0) r.scheduled_us = now_us;
@@ -459,6 +513,7 @@ bool Core::build_plan(Worker& w) {
     ++r->samples_planned;
     --budget;
     ++decodes;
+    publish(w, p, *r);
   }
   // Then prompt chunks, oldest placement first, within what is left of the budget.
   for (size_t i = 0; i < w.running.size() && budget > 0; ++i) {
@@ -474,9 +529,12 @@ bool Core::build_plan(Worker& w) {
     if (!p.appeared) {
       model::to_proto(r->spec.sampling, s->mutable_sampling());
       s->set_logprobs(r->spec.logprobs);
+      // A cached prefix: the worker takes its tokens as the sequence's history.
+      if (r->fed > 0) s->mutable_history()->Add(r->tokens.begin(), r->tokens.begin() + r->fed);
       p.appeared = true;
     }
     r->fed += chunk;
+    publish(w, p, *r);
     if (last) ++r->samples_planned;
     budget -= chunk;
     prefill += chunk;
@@ -598,6 +656,13 @@ void Core::on_result(uint32_t worker_id, const v1::StepResult& result, int64_t n
   for (uint64_t id : seqs)
     if (auto it = by_seq_.find(id); it != by_seq_.end()) --it->second->inflight;
   if (result.error_code() != v1::ERROR_CODE_UNSPECIFIED) {
+    for (uint64_t id : seqs) {  // what the failed step should have written cannot be shared
+      auto it = by_seq_.find(id);
+      if (it != by_seq_.end()) {
+        w.pool.unpublish(it->second->blocks);
+        it->second->publish_stopped = true;
+      }
+    }
     for (uint64_t id : seqs) {
       auto it = by_seq_.find(id);
       if (it != by_seq_.end() && it->second->owner)
@@ -633,6 +698,26 @@ void Core::on_result(uint32_t worker_id, const v1::StepResult& result, int64_t n
 
 namespace tandem::scheduler {
 
+void Core::publish(Worker& w, Placement& p, Request& r) {
+  if (!config_.prefix_cache || p.publish_stopped || w.role == Role::kDecode) return;
+  // Tokens the worker will have computed once this plan runs (the token a pipelined decode
+  // feeds may not be known here yet).
+  const uint32_t known = std::min<uint32_t>(r.fed, static_cast<uint32_t>(r.tokens.size()));
+  const uint32_t full = known / w.block_tokens;
+  if (full <= p.published) return;
+  if (r.keys_block_tokens != w.block_tokens) {
+    r.keys.clear();
+    r.keys_block_tokens = w.block_tokens;
+  }
+  chain_keys(std::span<const int32_t>(r.tokens).first(known), w.block_tokens, config_.block_hash, r.keys);
+  for (; p.published < full; ++p.published) {
+    if (!w.pool.publish(p.blocks, p.published, r.keys[p.published], r.tokens)) {
+      p.publish_stopped = true;
+      return;
+    }
+  }
+}
+
 bool Core::start_handoff(Request& r, int64_t now_us) {
   Placement& src = *r.placement;
   const uint32_t positions = r.fed;  // every position but the token just sampled
@@ -643,7 +728,7 @@ bool Core::start_handoff(Request& r, int64_t now_us) {
   for (auto& [id, w] : workers_) {
     if (w->role != Role::kDecode || w->running.size() >= config_.max_running || w->short_of_blocks) continue;
     const uint32_t headroom = static_cast<uint32_t>(w->running.size() + 3) / 4;
-    if (w->pool.free() < blocks_for(positions + 1, w->block_tokens) + headroom) continue;
+    if (w->pool.available() < blocks_for(positions + 1, w->block_tokens) + headroom) continue;
     const double load = double(w->pool.used()) / double(w->pool.total());
     if (!best || load < best_load || (load == best_load && w->running.size() < best->running.size())) {
       best = w.get();

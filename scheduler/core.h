@@ -30,6 +30,13 @@ struct SchedulerConfig {
   uint32_t max_running = 256;       // sequences per worker
   uint32_t pipeline_depth = 2;      // plans in flight per worker (2: the next plan waits at the worker)
   uint32_t handoff_timeout_ms = 5000;  // a KV handoff not acknowledged by then is recomputed elsewhere
+  // Prefix caching: full prompt blocks stay cached after their sequence ends and later
+  // prompts with the same prefix share them. A new request goes to the worker holding its
+  // longest cached prefix unless that worker runs more than cache_balance_slack sequences
+  // beyond the least loaded one (then to the least loaded).
+  bool prefix_cache = true;
+  uint32_t cache_balance_slack = 8;
+  BlockHash block_hash = xxh3_block_hash;  // tests force collisions through it
 };
 
 // What a worker does. kBoth prefills and decodes its own sequences; a kPrefill worker
@@ -73,6 +80,8 @@ struct CoreStats {
   // Prefill -> decode KV handoffs: acknowledged ones, their bytes, and how long each took
   // from the send order to the acknowledgement (the last 4096).
   uint64_t handoffs = 0, handoff_bytes = 0, handoff_failures = 0;
+  // Prefix cache, over first placements: prompt tokens, and those served from the cache.
+  uint64_t prompt_tokens = 0, cached_prompt_tokens = 0;
   std::vector<double> handoff_ms;  // a ring: handoff_ms[handoffs % 4096]
 };
 
@@ -111,6 +120,8 @@ class Core {
     uint32_t id, blocks_total, blocks_free, running;
     const WorkerStats* stats;
     Role role;
+    uint32_t blocks_cached;  // free + cached + in use = total
+    uint64_t evictions;
   };
   std::vector<WorkerView> workers() const;
   // Every request of this client that has not had its final event.
@@ -132,6 +143,9 @@ class Core {
   // sent there. False when no decode worker has room now (retried every tick).
   bool start_handoff(Request& r, int64_t now_us);
   void end_handoff(Request& r);  // frees the source blocks (after the ack, or when abandoned)
+  // Offers the placement's newly full blocks to the prefix cache (once planned: a later
+  // plan that shares them runs after the one that writes them).
+  void publish(Worker& w, Placement& p, Request& r);
   // Sends the final event (in `carry`, after its tokens, when given) and forgets the request.
   void finish(Request& r, v1::FinishReason reason, v1::ErrorCode code, const std::string& message, int64_t now_us,
               v1::RequestEvents* carry = nullptr);

@@ -203,6 +203,8 @@ class Actor {
         seq.sampling = model::from_proto(sp.sampling());
         seq.logprobs = sp.logprobs();
       }
+      // A prompt whose prefix is in shared cached blocks: its tokens come as history.
+      if (fresh && sp.history_size() > 0) seq.tokens.assign(sp.history().begin(), sp.history().end());
       seq.blocks.insert(seq.blocks.end(), sp.new_blocks().begin(), sp.new_blocks().end());
       std::vector<int32_t>& feed = feeds_[i];
       feed.assign(sp.tokens().begin(), sp.tokens().end());

@@ -207,5 +207,180 @@ TEST(BlockPool, RandomizedAgainstModel) {
   }
 }
 
+// ---- Prefix cache.
+
+constexpr uint32_t kBt = 4;  // tokens per block in these tests
+
+std::vector<int32_t> seq_tokens(std::initializer_list<int32_t> blocks) {  // block b: b*10 .. b*10+3
+  std::vector<int32_t> t;
+  for (int32_t b : blocks)
+    for (int32_t i = 0; i < static_cast<int32_t>(kBt); ++i) t.push_back(b * 10 + i);
+  return t;
+}
+
+// A sequence allocated, fully published, and released (its blocks now cached).
+Table cache_sequence(BlockPool& pool, const std::vector<int32_t>& tokens, BlockHash hash = xxh3_block_hash) {
+  std::vector<uint64_t> keys;
+  chain_keys(tokens, kBt, hash, keys);
+  Table t;
+  EXPECT_TRUE(pool.allocate(static_cast<uint32_t>(keys.size()), t));
+  for (uint32_t i = 0; i < keys.size(); ++i) pool.publish(t, i, keys[i], tokens);
+  pool.release(t);
+  return t;
+}
+
+uint32_t match_len(const BlockPool& pool, const std::vector<int32_t>& tokens, BlockHash hash = xxh3_block_hash) {
+  std::vector<uint64_t> keys;
+  chain_keys(tokens, kBt, hash, keys);
+  Table out;
+  return pool.match(tokens, keys, out);
+}
+
+TEST(PrefixCache, ReleasedBlocksStayCachedAndTheLongestPrefixMatches) {
+  BlockPool pool(16, kBt);
+  const Table a = cache_sequence(pool, seq_tokens({1, 2, 3}));
+  EXPECT_EQ(pool.cached(), 3u);
+  EXPECT_EQ(pool.free(), 13u);
+  EXPECT_EQ(pool.used(), 0u);
+  EXPECT_EQ(pool.available(), 16u);
+  EXPECT_EQ(match_len(pool, seq_tokens({1, 2, 3, 4})), 3u);
+  EXPECT_EQ(match_len(pool, seq_tokens({1, 2, 9})), 2u);
+  EXPECT_EQ(match_len(pool, seq_tokens({2, 3})), 0u) << "a block is only shared after the same parents";
+  std::vector<int32_t> partial = seq_tokens({1});
+  partial.push_back(20);  // an incomplete second block is never matched
+  EXPECT_EQ(match_len(pool, partial), 1u);
+  // Sharing revives cached blocks; releasing returns them to the cache.
+  std::vector<uint64_t> keys;
+  const auto t = seq_tokens({1, 2});
+  chain_keys(t, kBt, xxh3_block_hash, keys);
+  Table shared;
+  ASSERT_EQ(pool.match(t, keys, shared), 2u);
+  EXPECT_EQ(shared, Table(a.begin(), a.begin() + 2));
+  pool.ref(shared);
+  EXPECT_EQ(pool.used(), 2u);
+  EXPECT_EQ(pool.cached(), 1u);
+  pool.release(shared);
+  EXPECT_EQ(pool.cached(), 3u);
+  EXPECT_TRUE(pool.consistent());
+}
+
+TEST(PrefixCache, EvictsOnlyWhenFreeBlocksRunOutLeavesFirst) {
+  BlockPool pool(4, kBt);
+  cache_sequence(pool, seq_tokens({1, 2, 3}));
+  Table t;
+  ASSERT_TRUE(pool.allocate(1, t));  // the free block: no eviction
+  EXPECT_EQ(pool.evictions(), 0u);
+  EXPECT_EQ(match_len(pool, seq_tokens({1, 2, 3})), 3u);
+  ASSERT_TRUE(pool.allocate(1, t));  // evicts the leaf, block 3
+  EXPECT_EQ(pool.evictions(), 1u);
+  EXPECT_EQ(match_len(pool, seq_tokens({1, 2, 3})), 2u);
+  ASSERT_TRUE(pool.allocate(1, t));
+  EXPECT_EQ(match_len(pool, seq_tokens({1, 2, 3})), 1u);
+  EXPECT_FALSE(pool.allocate(2, t)) << "one block is left";
+  ASSERT_TRUE(pool.allocate(1, t));
+  EXPECT_EQ(match_len(pool, seq_tokens({1})), 0u);
+  EXPECT_EQ(pool.used(), 4u);
+  EXPECT_TRUE(pool.consistent());
+}
+
+// Keys that ignore the parent: block Y after X and Y after W collide.
+uint64_t parentless_hash(uint64_t, std::span<const int32_t> block) { return xxh3_block_hash(0, block); }
+// Every key collides.
+uint64_t constant_hash(uint64_t, std::span<const int32_t>) { return 42; }
+
+// With parent-blind keys, a child of an evicted parent must not follow the parent's block
+// id into its new content.
+TEST(PrefixCache, AChildDoesNotFollowItsEvictedParentsBlockIntoNewContent) {
+  BlockPool pool(3, kBt);
+  const Table a = cache_sequence(pool, seq_tokens({1, 2}), parentless_hash);  // X in a[0], Y in a[1]
+  Table y{a[1]};
+  pool.ref(y);
+  pool.release(y);  // Y is now the most recent: X goes first
+  Table t;
+  ASSERT_TRUE(pool.allocate(2, t));  // the free block, then X evicted
+  ASSERT_EQ(t[1], a[0]);
+  EXPECT_EQ(pool.evictions(), 1u);
+  const auto w = seq_tokens({3});
+  std::vector<uint64_t> keys;
+  chain_keys(w, kBt, parentless_hash, keys);
+  ASSERT_TRUE(pool.publish(Table{a[0]}, 0, keys[0], w));  // W now lives in X's old block
+  pool.release(t);
+  EXPECT_EQ(match_len(pool, seq_tokens({3, 2}), parentless_hash), 1u)
+      << "Y was computed after X, not after W, although its parent block id is the same";
+  EXPECT_TRUE(pool.consistent());
+}
+
+TEST(PrefixCache, ForcedHashCollisionsNeverShareAWrongBlock) {
+  {
+    BlockPool pool(16, kBt);
+    cache_sequence(pool, seq_tokens({1, 2}), parentless_hash);  // X=1, Y=2
+    cache_sequence(pool, seq_tokens({3, 2}), parentless_hash);  // W=3, then Y's key is taken
+    EXPECT_EQ(match_len(pool, seq_tokens({1, 2}), parentless_hash), 2u);
+    EXPECT_EQ(match_len(pool, seq_tokens({3, 2}), parentless_hash), 1u)
+        << "Y after W must not reuse Y after X (same key and tokens, other parent)";
+    EXPECT_TRUE(pool.consistent());
+  }
+  {
+    BlockPool pool(16, kBt);
+    cache_sequence(pool, seq_tokens({1, 2}), constant_hash);
+    EXPECT_EQ(match_len(pool, seq_tokens({1, 2}), constant_hash), 1u) << "only the first block got the key";
+    EXPECT_EQ(match_len(pool, seq_tokens({7, 2}), constant_hash), 0u) << "same key, other tokens";
+    EXPECT_TRUE(pool.consistent());
+  }
+}
+
+TEST(PrefixCache, ManyPrefixesInASmallPoolNeverLeakOrShareWrongly) {
+  for (uint32_t seed = 0; seed < 30; ++seed) {
+    std::mt19937 rng(seed);
+    const uint32_t n_blocks = 8 + rng() % 24;
+    const BlockHash hash = seed % 3 == 0 ? constant_hash : seed % 3 == 1 ? parentless_hash : xxh3_block_hash;
+    BlockPool pool(n_blocks, kBt);
+    // What each block really holds: the whole token prefix up to its end, set when a
+    // sequence writes it; a match must only return blocks holding exactly the prompt's prefix.
+    std::vector<std::vector<int32_t>> holds(n_blocks);
+    struct Live {
+      Table table;
+      std::vector<int32_t> tokens;
+    };
+    std::vector<Live> live;
+    for (int op = 0; op < 2000; ++op) {
+      if (rng() % 3 != 0 || live.empty()) {  // a new sequence: 1..5 blocks of 8 distinct prefixes
+        std::vector<int32_t> tokens;
+        const uint32_t len = 1 + rng() % 5, family = rng() % 8;
+        for (uint32_t b = 0; b < len; ++b)
+          for (uint32_t i = 0; i < kBt; ++i) tokens.push_back(static_cast<int32_t>(family * 100 + (b < 2 ? 0 : rng() % 3) * 10 + i));
+        std::vector<uint64_t> keys;
+        chain_keys(tokens, kBt, hash, keys);
+        Table hit;
+        pool.match(tokens, keys, hit);
+        for (size_t i = 0; i < hit.size(); ++i)
+          ASSERT_EQ(holds[hit[i]], std::vector<int32_t>(tokens.begin(), tokens.begin() + (i + 1) * kBt))
+              << "wrong reuse, seed " << seed << " op " << op;
+        uint32_t hit_cached = 0;
+        for (int32_t b : hit) hit_cached += pool.cached_block(b);
+        if (pool.available() < len - hit.size() + hit_cached) continue;
+        Live s{hit, tokens};
+        pool.ref(s.table);
+        ASSERT_TRUE(pool.allocate(len - static_cast<uint32_t>(hit.size()), s.table));
+        for (size_t i = hit.size(); i < len; ++i) {
+          holds[s.table[i]].assign(tokens.begin(), tokens.begin() + (i + 1) * kBt);
+          pool.publish(s.table, static_cast<uint32_t>(i), keys[i], tokens);
+        }
+        live.push_back(std::move(s));
+      } else {
+        const size_t i = rng() % live.size();
+        pool.release(live[i].table);
+        live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+      }
+      ASSERT_TRUE(pool.consistent()) << "seed " << seed << " op " << op;
+      ASSERT_EQ(pool.free() + pool.cached() + pool.used(), n_blocks);
+    }
+    for (const Live& s : live) pool.release(s.table);
+    EXPECT_EQ(pool.used(), 0u);
+    EXPECT_EQ(pool.free() + pool.cached(), n_blocks);
+    EXPECT_EQ(pool.double_releases() + pool.bad_refs(), 0u);
+  }
+}
+
 }  // namespace
 }  // namespace tandem::scheduler

@@ -131,7 +131,7 @@ struct Harness {
 
   uint32_t free_blocks() const {
     uint32_t f = 0;
-    for (auto& w : core->workers()) f += w.blocks_free;
+    for (auto& w : core->workers()) f += w.blocks_free + w.blocks_cached;
     return f;
   }
 };
@@ -320,7 +320,7 @@ TEST(Core, NoLeakAfterAnyMixOfFinishCancelPreemptAndWorkerLoss) {
     h.drain();
     for (int i = 0; i < submitted; ++i) EXPECT_EQ(h.rec.final_count["r" + std::to_string(i)], 1) << "r" << i;
     EXPECT_TRUE(h.core->idle()) << "round " << round;
-    for (const auto& w : h.core->workers()) EXPECT_EQ(w.blocks_free, w.blocks_total) << "round " << round;
+    for (const auto& w : h.core->workers()) EXPECT_EQ(w.blocks_free + w.blocks_cached, w.blocks_total) << "round " << round;
   }
 }
 
@@ -385,7 +385,8 @@ TEST(CoreSplit, PrefillStreamsTheFirstTokenThenHandsTheKvToTheDecodeWorker) {
   h.rec.commands[1].clear();
   ASSERT_EQ(h.deliver(2), 1);
   // The prefill worker's blocks are free again, and it is told to forget the sequence.
-  EXPECT_EQ(h.core->workers()[0].blocks_free, 64u);
+  EXPECT_EQ(h.core->workers()[0].blocks_free + h.core->workers()[0].blocks_cached, 64u);
+  EXPECT_EQ(h.core->workers()[0].blocks_cached, 2u) << "the two full prompt blocks stay cached";
   ASSERT_FALSE(h.rec.plans[1].empty());
   EXPECT_EQ(h.rec.plans[1].back().release_size(), 1);
   ASSERT_FALSE(h.rec.plans[2].empty());
@@ -399,7 +400,7 @@ TEST(CoreSplit, PrefillStreamsTheFirstTokenThenHandsTheKvToTheDecodeWorker) {
   EXPECT_EQ(ids(h.rec.tokens["a"]), reference_tokens(40, 10));
   EXPECT_EQ(h.core->stats().handoffs, 1u);
   EXPECT_EQ(h.core->stats().handoff_bytes, 1000u);
-  for (const auto& w : h.core->workers()) EXPECT_EQ(w.blocks_free, w.blocks_total);
+  for (const auto& w : h.core->workers()) EXPECT_EQ(w.blocks_free + w.blocks_cached, w.blocks_total);
 }
 
 TEST(CoreSplit, PicksTheLeastLoadedDecodeWorkerTiesToFewestRunning) {
@@ -430,7 +431,7 @@ TEST(CoreSplit, CancelMidTransferFreesBothSidesAndIgnoresTheLateAck) {
   h.core->tick(h.now);
   EXPECT_EQ(h.rec.final_count["a"], 1);
   EXPECT_EQ(h.rec.finals["a"].finish_reason(), v1::FINISH_REASON_CANCELLED);
-  for (const auto& w : h.core->workers()) EXPECT_EQ(w.blocks_free, w.blocks_total);
+  for (const auto& w : h.core->workers()) EXPECT_EQ(w.blocks_free + w.blocks_cached, w.blocks_total);
   // Both workers are told to forget their side.
   ASSERT_FALSE(h.rec.plans[2].empty());
   EXPECT_EQ(h.rec.plans[2].back().release(0), h.rec.commands[2][0].kv_expect().seq_id());
@@ -438,7 +439,7 @@ TEST(CoreSplit, CancelMidTransferFreesBothSidesAndIgnoresTheLateAck) {
   EXPECT_EQ(h.rec.final_count["a"], 1);
   h.drain_split({2});
   EXPECT_TRUE(h.core->idle());
-  for (const auto& w : h.core->workers()) EXPECT_EQ(w.blocks_free, w.blocks_total);
+  for (const auto& w : h.core->workers()) EXPECT_EQ(w.blocks_free + w.blocks_cached, w.blocks_total);
 }
 
 TEST(CoreSplit, AHandoffThatTimesOutIsRecomputedWithoutDuplicatesOrGaps) {
@@ -455,7 +456,7 @@ TEST(CoreSplit, AHandoffThatTimesOutIsRecomputedWithoutDuplicatesOrGaps) {
   EXPECT_EQ(h.rec.final_count["a"], 1);
   EXPECT_EQ(h.rec.finals["a"].finish_reason(), v1::FINISH_REASON_LENGTH);
   EXPECT_EQ(ids(h.rec.tokens["a"]), reference_tokens(40, 10));
-  for (const auto& w : h.core->workers()) EXPECT_EQ(w.blocks_free, w.blocks_total);
+  for (const auto& w : h.core->workers()) EXPECT_EQ(w.blocks_free + w.blocks_cached, w.blocks_total);
 }
 
 TEST(CoreSplit, LosingADecodeWorkerFailsOverOrEndsWithAnError) {
@@ -483,7 +484,7 @@ TEST(CoreSplit, LosingADecodeWorkerFailsOverOrEndsWithAnError) {
     EXPECT_EQ(h.rec.finals[id].finish_reason(), v1::FINISH_REASON_LENGTH) << id;
     EXPECT_EQ(ids(h.rec.tokens[id]), reference_tokens(30 + 7 * i, 20)) << id;
   }
-  for (const auto& w : h.core->workers()) EXPECT_EQ(w.blocks_free, w.blocks_total);
+  for (const auto& w : h.core->workers()) EXPECT_EQ(w.blocks_free + w.blocks_cached, w.blocks_total);
 
   // The last decode worker goes: what runs ends with an error, new requests are refused.
   h.core->submit("c", h.request("x", 30, 20), h.now);
@@ -497,7 +498,7 @@ TEST(CoreSplit, LosingADecodeWorkerFailsOverOrEndsWithAnError) {
   h.core->submit("c", h.request("y", 30, 20), h.now);
   EXPECT_EQ(h.rec.finals["y"].error_code(), v1::ERROR_CODE_UNAVAILABLE);
   EXPECT_NE(h.rec.finals["y"].error_message().find("decode"), std::string::npos);
-  EXPECT_EQ(h.core->workers()[0].blocks_free, h.core->workers()[0].blocks_total);
+  EXPECT_EQ(h.core->workers()[0].blocks_free + h.core->workers()[0].blocks_cached, h.core->workers()[0].blocks_total);
 }
 
 TEST(CoreSplit, LosingThePrefillWorkerMidTransferRecomputesOnAnother) {
@@ -512,7 +513,7 @@ TEST(CoreSplit, LosingThePrefillWorkerMidTransferRecomputesOnAnother) {
   h.drain_split({2});
   EXPECT_EQ(h.rec.final_count["a"], 1);
   EXPECT_EQ(ids(h.rec.tokens["a"]), reference_tokens(40, 10));
-  for (const auto& w : h.core->workers()) EXPECT_EQ(w.blocks_free, w.blocks_total);
+  for (const auto& w : h.core->workers()) EXPECT_EQ(w.blocks_free + w.blocks_cached, w.blocks_total);
 }
 
 TEST(CoreSplit, ARefusedTransferEndsTheRequestWithAnError) {
@@ -523,7 +524,7 @@ TEST(CoreSplit, ARefusedTransferEndsTheRequestWithAnError) {
   EXPECT_EQ(h.rec.finals["a"].error_code(), v1::ERROR_CODE_INTERNAL);
   EXPECT_NE(h.rec.finals["a"].error_message().find("format differs"), std::string::npos);
   h.drain_split({2});
-  for (const auto& w : h.core->workers()) EXPECT_EQ(w.blocks_free, w.blocks_total);
+  for (const auto& w : h.core->workers()) EXPECT_EQ(w.blocks_free + w.blocks_cached, w.blocks_total);
 }
 
 TEST(CoreSplit, NoLeakAfterAnyMixOfHandoffsCancelsTimeoutsAndWorkerLoss) {
@@ -567,8 +568,110 @@ TEST(CoreSplit, NoLeakAfterAnyMixOfHandoffsCancelsTimeoutsAndWorkerLoss) {
     }
     for (int i = 0; i < submitted; ++i) EXPECT_EQ(h.rec.final_count["r" + std::to_string(i)], 1) << "r" << i;
     EXPECT_TRUE(h.core->idle()) << "round " << round;
-    for (const auto& w : h.core->workers()) EXPECT_EQ(w.blocks_free, w.blocks_total) << "round " << round;
+    for (const auto& w : h.core->workers()) EXPECT_EQ(w.blocks_free + w.blocks_cached, w.blocks_total) << "round " << round;
   }
+}
+
+// ---- Prefix cache.
+
+v1::Submit with_prompt(const std::string& id, std::vector<int32_t> prompt, uint32_t max_tokens) {
+  v1::Submit s;
+  s.set_request_id(id);
+  for (int32_t t : prompt) s.mutable_tokens()->add_ids(t);
+  s.set_max_tokens(max_tokens);
+  s.set_ignore_eos(true);
+  s.set_stream(true);
+  return s;
+}
+
+std::vector<int32_t> prefixed(uint32_t prefix, uint32_t suffix, int32_t salt) {
+  std::vector<int32_t> p;
+  for (uint32_t i = 0; i < prefix; ++i) p.push_back(3 + static_cast<int32_t>(i % 200));
+  for (uint32_t i = 0; i < suffix; ++i) p.push_back(210 + (salt * 7 + static_cast<int32_t>(i)) % 40);
+  return p;
+}
+
+TEST(CorePrefixCache, ASharedPrefixIsNotPrefilledAgain) {
+  Harness h;
+  h.core->add_worker(1, 64, 16, h.now);
+  h.core->submit("c", with_prompt("a", prefixed(64, 10, 1), 5), h.now);
+  h.core->tick(h.now);
+  h.drain();
+  EXPECT_EQ(h.rec.finals["a"].usage().cached_prompt_tokens(), 0u);
+  const size_t plans_before = h.rec.history.size();
+  h.core->submit("c", with_prompt("b", prefixed(64, 10, 2), 5), h.now);
+  h.core->tick(h.now);
+  h.drain();
+  // b's first plan starts after the 64 cached positions and carries them as history.
+  const v1::SeqPlan* first = nullptr;
+  for (size_t i = plans_before; i < h.rec.history.size() && !first; ++i)
+    for (const auto& sp : h.rec.history[i].seqs())
+      if (sp.tokens_size() > 0) first = &sp;
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(first->start_pos(), 64u);
+  EXPECT_EQ(first->tokens_size(), 10);
+  ASSERT_EQ(first->history_size(), 64);
+  EXPECT_EQ(first->history(63), prefixed(64, 0, 0)[63]);
+  EXPECT_EQ(first->new_blocks(0), h.rec.history[0].seqs(0).new_blocks(0)) << "a's first block, shared";
+  EXPECT_EQ(h.rec.finals["b"].usage().cached_prompt_tokens(), 64u);
+  EXPECT_EQ(ids(h.rec.tokens["b"]).size(), 5u);
+  EXPECT_EQ(h.core->stats().prompt_tokens, 148u);
+  EXPECT_EQ(h.core->stats().cached_prompt_tokens, 64u);
+  const auto w = h.core->workers()[0];
+  EXPECT_EQ(w.blocks_free + w.blocks_cached, w.blocks_total);
+  EXPECT_GT(w.blocks_cached, 0u);
+}
+
+TEST(CorePrefixCache, AWholePromptInTheCacheStillComputesItsLastPosition) {
+  Harness h;
+  h.core->add_worker(1, 64, 16, h.now);
+  h.core->submit("c", with_prompt("a", prefixed(64, 0, 0), 3), h.now);
+  h.core->tick(h.now);
+  h.drain();
+  h.core->submit("c", with_prompt("b", prefixed(64, 0, 0), 3), h.now);
+  h.core->tick(h.now);
+  h.drain();
+  EXPECT_EQ(h.rec.finals["b"].usage().cached_prompt_tokens(), 48u) << "the last block is recomputed for its logits";
+  EXPECT_EQ(ids(h.rec.tokens["b"]), ids(h.rec.tokens["a"]));
+}
+
+TEST(CorePrefixCache, RequestsGoWhereTheirPrefixIsUnlessThatWorkerIsBusy) {
+  SchedulerConfig sc;
+  sc.cache_balance_slack = 2;
+  Harness h(sc);
+  h.core->add_worker(1, 256, 16, h.now);
+  h.core->add_worker(2, 256, 16, h.now);
+  h.core->submit("c", with_prompt("a", prefixed(64, 4, 1), 4), h.now);
+  h.core->tick(h.now);
+  h.drain();
+  const uint32_t home = h.core->workers()[0].blocks_cached > 0 ? 1 : 2;  // where a ran
+  // The worker with the prefix takes each request while it runs at most `slack` (2) more
+  // sequences than the other: b0, b1, b2 (0, 1, 2 beyond), then b3 goes to the other
+  // (3 > 0 + 2), then b4 home again (3 <= 1 + 2).
+  for (int i = 0; i < 5; ++i) h.core->submit("c", with_prompt("b" + std::to_string(i), prefixed(64, 4, 10 + i), 50), h.now);
+  h.core->tick(h.now);
+  uint32_t on_home = 0, elsewhere = 0;
+  for (const auto& w : h.core->workers()) (w.id == home ? on_home : elsewhere) = w.running;
+  EXPECT_EQ(on_home, 4u);
+  EXPECT_EQ(elsewhere, 1u);
+  h.drain();
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(h.rec.final_count["b" + std::to_string(i)], 1);
+}
+
+TEST(CorePrefixCache, OffMeansNothingIsCached) {
+  SchedulerConfig sc;
+  sc.prefix_cache = false;
+  Harness h(sc);
+  h.core->add_worker(1, 64, 16, h.now);
+  for (const char* id : {"a", "b"}) {
+    h.core->submit("c", with_prompt(id, prefixed(64, 10, 1), 5), h.now);
+    h.core->tick(h.now);
+    h.drain();
+    EXPECT_EQ(h.rec.finals[id].usage().cached_prompt_tokens(), 0u);
+  }
+  EXPECT_EQ(h.core->workers()[0].blocks_cached, 0u);
+  EXPECT_EQ(h.core->workers()[0].blocks_free, 64u);
+  EXPECT_EQ(ids(h.rec.tokens["a"]), ids(h.rec.tokens["b"]));
 }
 
 }  // namespace

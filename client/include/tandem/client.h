@@ -126,6 +126,8 @@ struct WorkerInfo {
   uint64_t steps = 0, tokens = 0;
   double idle_share = 0;  // pipeline bubbles: waiting for a plan already due / (that + compute)
   uint64_t idle_us = 0, compute_us = 0;  // cumulative pipeline idle and compute time
+  uint32_t kv_blocks_cached = 0;  // prefix cache; free + cached + in use = total
+  uint64_t kv_evictions = 0;
 };
 
 struct StatusInfo {
@@ -140,6 +142,9 @@ struct StatusInfo {
   // Prefill -> decode KV handoffs (disaggregated deployments).
   uint64_t handoffs = 0, handoff_bytes = 0, handoff_failures = 0;
   double handoff_ms_mean = 0, handoff_ms_p99 = 0;
+  // Prefix cache over first placements.
+  uint64_t prompt_tokens = 0, cached_prompt_tokens = 0;
+  double prefix_hit_rate = 0;
 };
 
 struct ClientOptions {
