@@ -203,7 +203,8 @@ class TandemTarget final : public Target {
         case FinishReason::kError:
           tracker->finish(Outcome::kFailed, "error", f.error_code + ": " + f.error_message, f.prompt_tokens);
           break;
-        default: tracker->finish(Outcome::kCompleted, finish_reason_name(f.reason), {}, f.prompt_tokens);
+        default:
+          tracker->finish(Outcome::kCompleted, finish_reason_name(f.reason), {}, f.prompt_tokens, f.cached_prompt_tokens);
       }
     });
   }
@@ -570,13 +571,15 @@ RequestTracker::RequestTracker(BenchRequest request, std::function<void()> on_fi
   token_times_.reserve(static_cast<size_t>(request_.max_tokens) + 8);
 }
 
-void RequestTracker::finish(Outcome outcome, std::string finish_reason, std::string error, uint32_t input_tokens) {
+void RequestTracker::finish(Outcome outcome, std::string finish_reason, std::string error, uint32_t input_tokens,
+                            uint32_t cached_tokens) {
   if (done_.load(std::memory_order_relaxed)) return;
   finished_at_ = Clock::now();
   outcome_ = outcome;
   finish_reason_ = std::move(finish_reason);
   error_ = std::move(error);
   if (input_tokens > 0) input_tokens_ = input_tokens;
+  cached_tokens_ = cached_tokens;
   done_.store(true, std::memory_order_release);
   if (on_finish_) on_finish_();
 }
@@ -621,6 +624,9 @@ Result<Workload> Workload::create(WorkloadOptions options) {
   if (options.cancel_fraction < 0 || options.cancel_fraction > 1)
     return Status::invalid("--cancel-fraction must be in [0, 1]");
   if (options.prefix_groups == 0) return Status::invalid("--prefix-groups must be >= 1");
+  if (options.shared_prefix > 0 && options.dataset.empty() && options.input_len.lo <= options.shared_prefix)
+    return Status::invalid("--input-len (" + std::to_string(options.input_len.lo) + ") must exceed --shared-prefix (" +
+                           std::to_string(options.shared_prefix) + "): a prompt is its shared prefix plus unique tokens");
   if (options.output_len.lo == 0 && options.dataset.empty()) return Status::invalid("--output-len must be >= 1");
   Workload w;
   w.options_ = options;
@@ -670,11 +676,11 @@ BenchRequest Workload::make(uint64_t index) const {
     const uint32_t len = pick(options_.input_len, rng);
     r.max_tokens = std::max<uint32_t>(1, pick(options_.output_len, rng));
     std::uniform_int_distribution<int32_t> id(kFirstTokenId, kTokenIdEnd - 1);
-    if (!prefixes_.empty()) {
+    if (!prefixes_.empty()) {  // the prompt's first shared_prefix tokens; len counts them
       const auto& p = prefixes_[index % prefixes_.size()];
       tokens.insert(tokens.end(), p.begin(), p.end());
     }
-    for (uint32_t i = 0; i < len; ++i) tokens.push_back(id(rng));
+    while (tokens.size() < len) tokens.push_back(id(rng));
     r.input_tokens = static_cast<uint32_t>(tokens.size());
     // Text prompts: one common English word per token id (about one token each in BPE vocabularies).
     r.prompt_text.reserve(tokens.size() * 5);
@@ -735,6 +741,7 @@ Summary summarize(const std::vector<std::shared_ptr<RequestTracker>>& trackers, 
     }
     const auto& times = t->token_times();
     r.input_tokens = t->input_tokens();
+    r.cached_tokens = t->cached_tokens();
     r.output_tokens = static_cast<uint32_t>(times.size());
     r.finish_reason = t->finish_reason();
     r.error = t->error();
@@ -750,7 +757,7 @@ Summary summarize(const std::vector<std::shared_ptr<RequestTracker>>& trackers, 
     if (times.size() > 1) r.tpot_ms = ms_between(times.front(), times.back()) / static_cast<double>(times.size() - 1);
     last = std::max(last, t->finished_at());
     // A failed request's prompt may never have been processed; its streamed tokens were.
-    if (r.outcome != Outcome::kFailed) s.input_tokens += r.input_tokens;
+    if (r.outcome != Outcome::kFailed) s.input_tokens += r.input_tokens, s.cached_input_tokens += r.cached_tokens;
     s.output_tokens += r.output_tokens;
     switch (r.outcome) {
       case Outcome::kCompleted: {
@@ -953,7 +960,8 @@ std::string summary_json(const Summary& s, bool with_records) {
     out += ':' + std::to_string(s.errors[i].second);
   }
   out += "}}";
-  out += ",\"tokens\":{\"input\":" + std::to_string(s.input_tokens) + ",\"output\":" + std::to_string(s.output_tokens) + "}";
+  out += ",\"tokens\":{\"input\":" + std::to_string(s.input_tokens) + ",\"cached_input\":" +
+         std::to_string(s.cached_input_tokens) + ",\"output\":" + std::to_string(s.output_tokens) + "}";
   out += ",\"throughput\":{\"requests_per_s\":" + json_number(s.requests_per_s) +
          ",\"input_tokens_per_s\":" + json_number(s.input_tokens_per_s) +
          ",\"output_tokens_per_s\":" + json_number(s.output_tokens_per_s) + "}";
@@ -978,7 +986,7 @@ std::string summary_json(const Summary& s, bool with_records) {
       out += ",\"error\":";
       append_json_string(out, r.error);
       out += ",\"start_s\":" + json_number(r.start_s) + ",\"input_tokens\":" + std::to_string(r.input_tokens) +
-             ",\"output_tokens\":" + std::to_string(r.output_tokens) + ",\"ttft_ms\":" + json_number(r.ttft_ms) +
+             ",\"cached_tokens\":" + std::to_string(r.cached_tokens) + ",\"output_tokens\":" + std::to_string(r.output_tokens) + ",\"ttft_ms\":" + json_number(r.ttft_ms) +
              ",\"tpot_ms\":" + json_number(r.tpot_ms) + ",\"e2e_ms\":" + json_number(r.e2e_ms) + ",\"itl_ms\":[";
       for (size_t k = 0; k < r.itl_ms.size(); ++k) {
         if (k) out += ',';
@@ -1009,6 +1017,9 @@ std::string summary_table(const Summary& s) {
   for (const auto& [reason, n] : s.errors) add("  error x%-6llu     %.180s\n", static_cast<unsigned long long>(n), reason.c_str());
   add("throughput          %.2f req/s, %.1f input tok/s, %.1f output tok/s\n", s.requests_per_s, s.input_tokens_per_s,
       s.output_tokens_per_s);
+  if (s.cached_input_tokens)
+    add("prefix cache        %.1f%% of input tokens served from the server's cache\n",
+        100.0 * double(s.cached_input_tokens) / double(s.input_tokens));
   if (s.goodput_requests_per_s) add("goodput             %.2f req/s within the SLOs\n", *s.goodput_requests_per_s);
   add("%-12s %10s %10s %10s %10s %10s %8s\n", "(ms)", "mean", "p50", "p90", "p99", "max", "n");
   for (const auto& [name, d] : {std::pair<const char*, const Distribution*>{"ttft", &s.ttft_ms},

@@ -341,7 +341,7 @@ TEST(Bench, LoadShapesAndWorkloadsAreValidated) {
   EXPECT_EQ(r->lo, 4u);
   EXPECT_EQ(r->hi, 9u);
   WorkloadOptions wo;
-  wo.input_len = {10, 20};
+  wo.input_len = {15, 25};
   wo.output_len = {3, 3};
   wo.shared_prefix = 5;
   wo.prefix_groups = 2;
@@ -362,6 +362,11 @@ TEST(Bench, LoadShapesAndWorkloadsAreValidated) {
   bad.dataset = test::temp_dir() + "/bad.jsonl";
   std::ofstream(bad.dataset) << "{\"prompt_tokens\": [1, 2,}\n";
   EXPECT_FALSE(Workload::create(bad));
+  WorkloadOptions all_prefix;
+  all_prefix.shared_prefix = 128;  // no room for unique tokens at the default --input-len 128
+  auto refused = Workload::create(all_prefix);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.status().message().find("--shared-prefix"), std::string::npos);
   MockServer server;
   auto target = openai(server);
   LoadOptions none;

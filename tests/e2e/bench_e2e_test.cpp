@@ -31,7 +31,7 @@ TEST(BenchE2E, FiftyRequestsCompleteWithTheJsonSchema) {
   const std::string json = slurp(json_path);
   for (const char* key : {"\"requests\":{\"completed\":50,\"failed\":0,\"cancelled\":0", "\"throughput\":{",
                           "\"requests_per_s\":", "\"input_tokens_per_s\":", "\"output_tokens_per_s\":",
-                          "\"tokens\":{\"input\":800,\"output\":400}", "\"records\":["})
+                          "\"tokens\":{\"input\":800,\"cached_input\":0,\"output\":400}", "\"records\":["})
     EXPECT_NE(json.find(key), std::string::npos) << key << "\n" << json.substr(0, 800);
   for (const char* dist : {"ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"}) {
     const size_t at = json.find(std::string("\"") + dist + "\":{");

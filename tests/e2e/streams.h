@@ -16,6 +16,9 @@ namespace tandem::test {
 
 using namespace std::chrono_literals;
 
+// KV blocks a worker has in use (neither free nor held by the prefix cache).
+inline uint32_t in_use(const WorkerInfo& w) { return w.kv_blocks_total - w.kv_blocks_free - w.kv_blocks_cached; }
+
 // tandem up plus a client connected to it.
 class ClientDeployment : public Deployment {
  public:

@@ -51,7 +51,9 @@ class RequestTracker {
   }
   // `finish_reason`: "stop", "length", "cancelled" or "error"; `error` says why a request failed.
   // `input_tokens`: the server's count when it reported one (0: keep the workload's).
-  void finish(Outcome outcome, std::string finish_reason, std::string error = {}, uint32_t input_tokens = 0);
+  // `cached_tokens`: of those, served from the server's prefix cache.
+  void finish(Outcome outcome, std::string finish_reason, std::string error = {}, uint32_t input_tokens = 0,
+              uint32_t cached_tokens = 0);
   bool finished() const { return done_.load(std::memory_order_acquire); }
 
   Clock::time_point sent() const { return sent_; }
@@ -61,6 +63,7 @@ class RequestTracker {
   const std::string& finish_reason() const { return finish_reason_; }
   const std::string& error() const { return error_; }
   uint32_t input_tokens() const { return input_tokens_; }
+  uint32_t cached_tokens() const { return cached_tokens_; }
 
  private:
   BenchRequest request_;
@@ -69,7 +72,7 @@ class RequestTracker {
   std::vector<Clock::time_point> token_times_;
   Outcome outcome_ = Outcome::kFailed;
   std::string finish_reason_ = "error", error_;
-  uint32_t input_tokens_ = 0;
+  uint32_t input_tokens_ = 0, cached_tokens_ = 0;
   std::atomic<bool> done_{false};
 };
 
@@ -107,7 +110,7 @@ Result<LengthRange> parse_length_range(const std::string& text);
 
 struct WorkloadOptions {
   LengthRange input_len{128, 128}, output_len{128, 128};
-  uint32_t shared_prefix = 0;  // tokens of a "system prompt" shared by each prefix group
+  uint32_t shared_prefix = 0;  // the first tokens of every prompt (part of input_len) shared by each prefix group
   uint32_t prefix_groups = 1;
   std::string dataset;         // JSONL path: {"prompt": "..."} or {"prompt_tokens": [...]}, "output_len"
   double cancel_fraction = 0;  // share of requests cancelled after cancel_after tokens
@@ -153,6 +156,7 @@ struct RequestRecord {
   uint64_t index = 0;
   double start_s = 0;  // send time since the run began
   uint32_t input_tokens = 0, output_tokens = 0;
+  uint32_t cached_tokens = 0;  // prompt tokens the server served from its prefix cache (tandem reports it)
   double ttft_ms = 0, tpot_ms = 0, e2e_ms = 0;  // ttft/tpot 0 when there was no (second) token
   std::vector<double> itl_ms;
   std::vector<double> token_s;  // token arrival times since the run began (for plots)
@@ -176,6 +180,7 @@ struct Summary {
   std::vector<std::pair<std::string, uint64_t>> errors;  // reason, count; most frequent first
   // Input: of completed and cancelled requests; output: every streamed token of the run.
   uint64_t input_tokens = 0, output_tokens = 0;
+  uint64_t cached_input_tokens = 0;  // of input_tokens, served from the server's prefix cache
   double requests_per_s = 0, input_tokens_per_s = 0, output_tokens_per_s = 0;
   std::optional<double> goodput_requests_per_s;  // set when an SLO was given
   Distribution ttft_ms, itl_ms, tpot_ms, e2e_ms;  // over completed requests
