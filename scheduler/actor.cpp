@@ -80,6 +80,7 @@ class Actor final : public Sink {
     command_.Clear();
     command_.set_version(kVersion);
     *command_.mutable_plan() = plan;
+    command_.mutable_plan()->set_epoch(worker_id);  // a worker's epoch is its registration's id
     send(*workers_, it->second, command_);
   }
 
@@ -88,6 +89,8 @@ class Actor final : public Sink {
     if (it == worker_identity_.end()) return;
     command_ = command;
     command_.set_version(kVersion);
+    if (command_.has_kv_expect()) command_.mutable_kv_expect()->set_epoch(worker_id);
+    if (command_.has_kv_send()) command_.mutable_kv_send()->set_epoch(worker_id);
     send(*workers_, it->second, command_);
   }
 
@@ -217,8 +220,12 @@ class Actor final : public Sink {
       }
       WorkerPeer& peer = it->second;
       peer.last_seen_us = now;
-      if (worker_msg_.has_result()) core_.on_result(peer.id, worker_msg_.result(), now);
-      if (worker_msg_.has_kv_received()) core_.on_kv_received(peer.id, worker_msg_.kv_received(), now);
+      // Fencing: a result or an ack of an earlier registration of this peer (it was declared
+      // dead, e.g. stopped, and came back) must not touch what was re-placed meanwhile.
+      if (worker_msg_.has_result() && worker_msg_.result().epoch() == peer.id)
+        core_.on_result(peer.id, worker_msg_.result(), now);
+      if (worker_msg_.has_kv_received() && worker_msg_.kv_received().epoch() == peer.id)
+        core_.on_kv_received(peer.id, worker_msg_.kv_received(), now);
     }
     core_.tick(now);
     flush();

@@ -123,9 +123,11 @@ class Actor {
           // A refused registration is final unless it was "register first" after we were
           // declared dead: then our state is gone and we start over.
           if (r.error_message().rfind("unknown worker", 0) == 0) {
+            if (worker_id_ == 0) return;  // already registering again (one refusal per stale message)
             spdlog::warn("worker: the scheduler no longer knows us; registering again");
             forget_all();
             worker_id_ = 0;
+            epoch_ = 0;  // plans of the old registration still queued here are dropped
             send_register();
             return;
           }
@@ -146,10 +148,12 @@ class Actor {
         return;
       }
       case v1::SchedulerCommand::kPlan:
+        if (in_.plan().epoch() != epoch_ || epoch_ == 0) return;  // of an earlier registration
         execute(in_.plan());
         return;
       case v1::SchedulerCommand::kKvExpect: {
         const v1::KvExpect& e = in_.kv_expect();
+        if (e.epoch() != epoch_ || epoch_ == 0) return;
         Expected& x = expected_[e.transfer_id()];
         x.seq_id = e.seq_id();
         x.blocks.assign(e.blocks().begin(), e.blocks().end());
@@ -162,6 +166,7 @@ class Actor {
         return;
       }
       case v1::SchedulerCommand::kKvSend:
+        if (in_.kv_send().epoch() != epoch_ || epoch_ == 0) return;
         send_kv(in_.kv_send());
         return;
       case v1::SchedulerCommand::kShutdown:
@@ -343,6 +348,7 @@ class Actor {
     v1::KvReceived* ack = out_.mutable_kv_received();
     ack->set_transfer_id(transfer_in_.transfer_id());
     ack->set_seq_id(expected.seq_id);
+    ack->set_epoch(epoch_);
     auto copied = unpack_transfer(*pool_, transfer_in_, expected.blocks, frames);
     if (!copied || static_cast<uint32_t>(transfer_in_.tokens_size()) != transfer_in_.positions()) {
       const std::string why = !copied ? copied.status().message() : "token count differs from positions";

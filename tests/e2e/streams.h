@@ -69,15 +69,17 @@ struct GreedyRun {
 inline GreedyRun start_greedy(Client& client, uint32_t n, const std::function<GenerateRequest(uint32_t)>& greedy) {
   auto engine = engine::Engine::load(model_file("tiny", 1), {1, engine::GemmBackend::kPacked}).value();
   GreedyRun run;
-  for (uint32_t i = 0; i < n; ++i) {
+  std::vector<GenerateRequest> requests;
+  for (uint32_t i = 0; i < n; ++i) {  // every reference first: then all requests go out together
     GenerateRequest r = greedy(i);
     r.ignore_eos = true;
     engine::GenerateOptions opt;
     opt.max_tokens = r.max_tokens;
     opt.ignore_eos = true;
     run.want.push_back(engine::generate(*engine, r.prompt_tokens, opt).value().tokens);
-    run.streams.push_back(client.generate(r));
+    requests.push_back(std::move(r));
   }
+  for (GenerateRequest& r : requests) run.streams.push_back(client.generate(std::move(r)));
   return run;
 }
 

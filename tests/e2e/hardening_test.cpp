@@ -1,0 +1,179 @@
+// A service other services call must never hang a caller nor lose a request silently:
+// stopped (not dead) workers are fenced, cancellation at scale is exact and isolated.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "tests/e2e/streams.h"
+
+namespace tandem {
+namespace {
+
+using namespace std::chrono_literals;
+using test::collect;
+using test::Collected;
+using test::prompt_of;
+using Deployment = test::ClientDeployment;
+
+StatusInfo wait_status(Client& client, const std::function<bool(const StatusInfo&)>& until) {
+  StatusInfo st;
+  for (int i = 0; i < 200; ++i) {
+    st = client.status(5s).value();
+    if (until(st)) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  return st;
+}
+
+TEST(Hardening, AStoppedWorkerIsDeclaredDeadFencedAndRegistersAgain) {
+  // Heartbeats every 200 ms; dead after 3 missed (0.6 s).
+  Deployment d({"--workers", "2", "--threads", "1", "--heartbeat-ms", "200", "--kv-memory", "67108864"});
+  ASSERT_TRUE(d.ok());
+  auto client = d.client();
+  auto [streams, want] =
+      test::start_greedy(*client, 64, [](uint32_t i) { return test::greedy_request(prompt_of(4 + i % 60, 400 + i), 400); });
+  std::vector<Collected> got(64);
+  for (uint32_t i = 0; i < 64; ++i) {
+    auto ev = streams[i]->next_for(30s);
+    ASSERT_TRUE(ev && !ev->final) << "stream " << i;
+    got[i].tokens.push_back(ev->token.id);
+  }
+  const StatusInfo before = client->status(5s).value();
+  WorkerInfo victim;
+  for (const auto& w : before.workers)
+    if (w.running > victim.running) victim = w;
+  ASSERT_GT(victim.running, 0u);
+  ASSERT_EQ(kill(static_cast<pid_t>(victim.pid), SIGSTOP), 0);
+  const auto stopped_at = std::chrono::steady_clock::now();
+  const StatusInfo dead = wait_status(*client, [](const StatusInfo& s) { return s.workers.size() == 1; });
+  const double detected_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped_at).count();
+  EXPECT_EQ(dead.workers.size(), 1u);
+  std::printf("stopped worker declared dead after %.2f s (bound 3 x 0.2 s + status polling)\n", detected_s);
+  // It resumes with a plan in flight: whatever it sends of its old registration is dropped,
+  // and it is told to register again.
+  ASSERT_EQ(kill(static_cast<pid_t>(victim.pid), SIGCONT), 0);
+  for (uint32_t i = 0; i < 64; ++i) {
+    Collected rest = collect(*streams[i], 60s);
+    ASSERT_EQ(rest.finals, 1) << "stream " << i << " hung";
+    EXPECT_EQ(rest.fin.reason, FinishReason::kLength) << "stream " << i << ": " << rest.fin.error_message;
+    got[i].tokens.insert(got[i].tokens.end(), rest.tokens.begin(), rest.tokens.end());
+    EXPECT_EQ(got[i].tokens, want[i]) << "stream " << i << ": a duplicate or missing token";
+  }
+  std::printf("every stream ended %.2f s after the stop\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped_at).count());
+  const StatusInfo back = wait_status(*client, [](const StatusInfo& s) { return s.workers.size() == 2; });
+  ASSERT_EQ(back.workers.size(), 2u) << "the resumed worker registers again";
+  bool resumed = false;
+  for (const auto& w : back.workers) {
+    resumed |= w.pid == victim.pid && w.id != victim.id;
+    EXPECT_EQ(test::in_use(w), 0u);
+  }
+  EXPECT_TRUE(resumed) << "same process, new registration";
+  // And it serves again.
+  auto again = test::start_greedy(*client, 8, [](uint32_t i) { return test::greedy_request(prompt_of(30, 900 + i), 20); });
+  for (uint32_t i = 0; i < 8; ++i) EXPECT_EQ(collect(*again.streams[i]).tokens, again.want[i]);
+}
+
+TEST(Hardening, AHundredStreamsCancelledAfterTwentyTokensEachGetExactlyTheirTokens) {
+  Deployment d({"--workers", "1", "--threads", "1", "--kv-memory", "67108864"});
+  ASSERT_TRUE(d.ok());
+  auto client = d.client();
+  // The engine's tokens first (start_greedy's requests are only used for that), then the
+  // same requests with callbacks that cancel each at its 20th token.
+  std::vector<std::vector<int32_t>> want;
+  auto request = [](uint32_t i) {
+    GenerateRequest r = test::greedy_request(prompt_of(10 + i % 50, 600 + i), 400);
+    r.ignore_eos = true;
+    r.id = "req-" + std::to_string(i);
+    return r;
+  };
+  {
+    auto engine = engine::Engine::load(test::model_file("tiny", 1), {1, engine::GemmBackend::kPacked}).value();
+    for (uint32_t i = 0; i < 100; ++i) {
+      engine::GenerateOptions opt;
+      opt.max_tokens = 400;
+      opt.ignore_eos = true;
+      want.push_back(engine::generate(*engine, request(i).prompt_tokens, opt).value().tokens);
+    }
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Collected> got(100);
+  uint32_t done = 0;
+  for (uint32_t i = 0; i < 100; ++i) {
+    Client* c = client.get();
+    client->generate(request(i), [&, i, c](const Event& ev) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (ev.final) {
+        got[i].fin = ev.fin;
+        ++got[i].finals;
+        ++done;
+        cv.notify_all();
+        return;
+      }
+      got[i].tokens.push_back(ev.token.id);
+      if (got[i].tokens.size() == 20) (void)c->cancel("req-" + std::to_string(i));
+    });
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, 60s, [&] { return done == 100; })) << done << " of 100 streams ended";
+  }
+  for (uint32_t i = 0; i < 100; ++i) {
+    ASSERT_EQ(got[i].finals, 1) << "stream " << i;
+    EXPECT_EQ(got[i].fin.reason, FinishReason::kCancelled) << "stream " << i;
+    // Exactly the start of the engine's tokens: the 20 before the cancel plus any that
+    // were already on their way.
+    ASSERT_GE(got[i].tokens.size(), 20u);
+    ASSERT_LT(got[i].tokens.size(), 400u);
+    EXPECT_EQ(got[i].fin.completion_tokens, got[i].tokens.size()) << "stream " << i;
+    EXPECT_TRUE(std::equal(got[i].tokens.begin(), got[i].tokens.end(), want[i].begin())) << "stream " << i;
+  }
+  // The ids are free again at once.
+  auto reused = test::start_greedy(*client, 100, [&](uint32_t i) {
+    GenerateRequest r = request(i);
+    r.max_tokens = 4;
+    return r;
+  });
+  for (uint32_t i = 0; i < 100; ++i) {
+    Collected c = collect(*reused.streams[i]);
+    ASSERT_EQ(c.finals, 1);
+    EXPECT_EQ(c.fin.reason, FinishReason::kLength) << c.fin.error_message;
+    EXPECT_EQ(c.tokens, reused.want[i]);
+  }
+  const StatusInfo st = wait_status(*client, [](const StatusInfo& s) { return s.running == 0; });
+  EXPECT_EQ(test::in_use(st.workers.at(0)), 0u) << "every block back";
+}
+
+TEST(Hardening, CancellingFiveOfFiftyLeavesTheOtherFortyFiveExact) {
+  Deployment d({"--workers", "2", "--threads", "1", "--kv-memory", "67108864"});
+  ASSERT_TRUE(d.ok());
+  auto client = d.client();
+  auto [streams, want] =
+      test::start_greedy(*client, 50, [](uint32_t i) {
+        // The five to cancel would run long: their cancel always lands mid-stream.
+        return test::greedy_request(prompt_of(20 + i, 700 + i), i % 10 == 0 ? 400 : 64);
+      });
+  for (uint32_t i = 0; i < 50; i += 10) {  // 0, 10, 20, 30, 40: after their first token
+    auto ev = streams[i]->next_for(30s);
+    ASSERT_TRUE(ev && !ev->final);
+    streams[i]->cancel();
+  }
+  for (uint32_t i = 0; i < 50; ++i) {
+    Collected c = collect(*streams[i]);
+    ASSERT_EQ(c.finals, 1) << "stream " << i;
+    if (i % 10 == 0) {
+      EXPECT_EQ(c.fin.reason, FinishReason::kCancelled) << "stream " << i;
+      continue;
+    }
+    EXPECT_EQ(c.fin.reason, FinishReason::kLength) << "stream " << i;
+    EXPECT_EQ(c.tokens.size(), 64u) << "stream " << i;
+    EXPECT_EQ(c.tokens, want[i]) << "stream " << i;
+  }
+}
+
+}  // namespace
+}  // namespace tandem
