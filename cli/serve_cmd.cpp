@@ -45,7 +45,7 @@ Status set_log_level(const Args& args) {
 // Flags shared by `tandem scheduler` and `tandem up`.
 const std::set<std::string> kSchedulerFlags = {"max-batch-tokens", "prefill-chunk", "max-queue", "max-running",
                                                "pipeline-depth", "heartbeat-ms", "client-timeout-ms", "prefix-cache",
-                                               "handoff-timeout-ms"};
+                                               "handoff-timeout-ms", "client-send-queue"};
 const std::set<std::string> kWorkerFlags = {"threads", "kv-memory", "kv-blocks", "block-tokens", "gemm"};
 
 Status scheduler_config(const Args& args, scheduler::ActorOptions& o) {
@@ -63,6 +63,7 @@ Status scheduler_config(const Args& args, scheduler::ActorOptions& o) {
   TANDEM_RETURN_IF_ERROR(get("heartbeat-ms", o.heartbeat_ms, 10, 60000));
   TANDEM_RETURN_IF_ERROR(get("client-timeout-ms", o.client_timeout_ms, 100, 3600000));
   TANDEM_RETURN_IF_ERROR(get("handoff-timeout-ms", o.core.handoff_timeout_ms, 10, 3600000));
+  TANDEM_RETURN_IF_ERROR(get("client-send-queue", o.client_send_queue, 16, 10000000));
   if (auto cache = args.str("prefix-cache")) {
     if (*cache != "on" && *cache != "off") return Status::invalid("--prefix-cache must be on or off, got '" + *cache + "'");
     o.core.prefix_cache = *cache == "on";
@@ -155,7 +156,8 @@ int scheduler_command(int argc, char** argv) {
   if (args->has("help")) {
     std::puts("usage: tandem scheduler --model FILE --client-endpoint E --worker-endpoint E [--max-batch-tokens N]\n"
               "       [--prefill-chunk N] [--max-queue N] [--max-running N] [--pipeline-depth N] [--heartbeat-ms MS]\n"
-              "       [--client-timeout-ms MS] [--prefix-cache on|off] [--handoff-timeout-ms MS] [--log-level L]");
+              "       [--client-timeout-ms MS] [--prefix-cache on|off] [--handoff-timeout-ms MS]\n"
+              "       [--client-send-queue N (messages queued to a client before its requests are cancelled)] [--log-level L]");
     return 0;
   }
   if (Status st = set_log_level(*args); !st) return fail("scheduler", st);

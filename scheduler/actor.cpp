@@ -45,7 +45,15 @@ class Actor final : public Sink {
       : options_(options),
         tokenizer_(std::move(tokenizer)),
         fingerprint_(std::move(fingerprint)),
+        loop_(limits(options)),
         core_(options.core, config, tokenizer_, *this) {}
+
+  // The send queue per peer is bounded: a client that stops reading is found out (flush()).
+  static runtime::SocketLimits limits(const ActorOptions& options) {
+    runtime::SocketLimits l;
+    l.send_hwm = static_cast<int>(options.client_send_queue);
+    return l;
+  }
 
   Status start() {
     auto clients = loop_.bind(zmq::socket_type::router, options_.client_endpoint,
@@ -110,13 +118,41 @@ class Actor final : public Sink {
   }
 
   void flush() {
+    std::vector<std::string> slow;
     for (const std::string& client : dirty_) {
       v1::SchedulerReply& r = outbox_[client];
       r.set_version(kVersion);
-      send(*clients_, client, r);
+      if (auto st = stalled_.find(client); st != stalled_.end()) {
+        keep_finals(r, st->second);  // cancelled already; only final events wait
+      } else if (Status s = try_send(*clients_, client, r); !s && s.message() == "send queue full") {
+        keep_finals(r, stalled_[client]);
+        slow.push_back(client);
+      }
       r.Clear();
     }
     dirty_.clear();
+    // A client that stopped reading: its queue is at its bound. Its requests are cancelled
+    // (memory stays bounded, the workers' time goes to others); their final events are kept,
+    // a few bytes each, and sent once it reads again.
+    for (const std::string& client : slow) {
+      spdlog::warn("scheduler: a client stopped reading ({} messages queued to it): cancelling its {} requests",
+                   options_.client_send_queue, core_.live_requests(client));
+      core_.client_gone(client, runtime::now_us(),
+                        "the client stopped reading its events (" + std::to_string(options_.client_send_queue) +
+                            " messages queued)");
+    }
+    for (const std::string& client : dirty_) {
+      keep_finals(outbox_[client], stalled_[client]);
+      outbox_[client].Clear();
+    }
+    dirty_.clear();
+    for (auto it = stalled_.begin(); it != stalled_.end();) {
+      it->second.set_version(kVersion);
+      if (try_send(*clients_, it->first, it->second).is_ok() || !client_seen_.count(it->first))
+        it = stalled_.erase(it);
+      else
+        ++it;
+    }
     // Clients that are gone leave nothing behind.
     if (outbox_.size() > 4 * (client_seen_.size() + 16)) outbox_.clear();
   }
@@ -131,10 +167,24 @@ class Actor final : public Sink {
   };
 
   void send(runtime::Socket& socket, const std::string& identity, const google::protobuf::MessageLite& m) {
+    if (Status st = try_send(socket, identity, m); !st) spdlog::warn("scheduler: send to a peer failed: {}", st.message());
+  }
+
+  Status try_send(runtime::Socket& socket, const std::string& identity, const google::protobuf::MessageLite& m) {
     runtime::Frames frames;
     frames.emplace_back(identity.data(), identity.size());
     frames.push_back(runtime::to_frame(m));
-    if (Status st = socket.send(frames); !st) spdlog::warn("scheduler: send to a peer failed: {}", st.message());
+    return socket.send(frames);
+  }
+
+  // Moves the final events of `from` into `to` (token events are dropped).
+  static void keep_finals(const v1::SchedulerReply& from, v1::SchedulerReply& to) {
+    for (const v1::RequestEvents& ev : from.events().requests()) {
+      if (!ev.has_final()) continue;
+      v1::RequestEvents* kept = to.mutable_events()->add_requests();
+      kept->set_request_id(ev.request_id());
+      *kept->mutable_final() = ev.final();
+    }
   }
 
   void protocol_error(runtime::Socket& socket, const std::string& identity, v1::ErrorCode code, const std::string& message) {
@@ -175,6 +225,16 @@ class Actor final : public Sink {
                         s.has_text() ? s.text().size() : static_cast<size_t>(s.tokens().ids_size()), s.max_tokens(),
                         s.sampling().temperature(), s.sampling().top_k(), s.sampling().top_p(), s.sampling().seed(),
                         s.stop_token_sequences_size(), s.stop_strings_size(), s.stream(), s.priority(), s.timeout_ms());
+        }
+        if (auto st = stalled_.find(identity); st != stalled_.end()) {
+          // Its earlier events still wait: a new stream would lose tokens. Refused, in order.
+          v1::RequestEvents* ev = st->second.mutable_events()->add_requests();
+          ev->set_request_id(client_msg_.submit().request_id());
+          v1::FinalEvent* f = ev->mutable_final();
+          f->set_finish_reason(v1::FINISH_REASON_ERROR);
+          f->set_error_code(v1::ERROR_CODE_OVERLOADED);
+          f->set_error_message("this client is not reading its events: read them before submitting more");
+          break;
         }
         core_.submit(identity, client_msg_.submit(), now);
         break;
@@ -396,6 +456,7 @@ class Actor final : public Sink {
   std::unordered_map<uint32_t, std::string> worker_identity_;
   std::unordered_map<std::string, int64_t> client_seen_;
   std::unordered_map<std::string, v1::SchedulerReply> outbox_;  // per client, reused
+  std::unordered_map<std::string, v1::SchedulerReply> stalled_;  // final events for clients not reading
   std::vector<std::string> dirty_;
   uint32_t next_worker_id_ = 1;
   int64_t cpu_us_ = 0;

@@ -18,6 +18,9 @@ struct ActorOptions {
   uint32_t heartbeat_ms = 1000;     // liveness checks run at this period
   uint32_t worker_liveness = 3;     // a worker silent for liveness x heartbeat is dead
   uint32_t client_timeout_ms = 5000;  // a client with live requests silent this long is gone
+  // Messages queued to one client before it counts as not reading: its requests are then
+  // cancelled (their final events wait, and are sent once it reads again).
+  uint32_t client_send_queue = 10000;
 };
 
 // Runs until SIGINT/SIGTERM. Errors: the model file, or an endpoint that cannot be bound.

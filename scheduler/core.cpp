@@ -277,12 +277,12 @@ void Core::cancel(const std::string& client, const std::string& request_id, int6
   finish(*it->second, v1::FINISH_REASON_CANCELLED, v1::ERROR_CODE_UNSPECIFIED, "cancelled by the client", now_us);
 }
 
-void Core::client_gone(const std::string& client, int64_t now_us) {
+void Core::client_gone(const std::string& client, int64_t now_us, const std::string& reason) {
   std::vector<Request*> mine;
   for (auto& [k, r] : requests_)
     if (r->client == client) mine.push_back(r.get());
   for (Request* r : mine)
-    finish(*r, v1::FINISH_REASON_CANCELLED, v1::ERROR_CODE_UNSPECIFIED, "the client stopped heartbeating", now_us);
+    finish(*r, v1::FINISH_REASON_CANCELLED, v1::ERROR_CODE_UNSPECIFIED, reason, now_us);
 }
 
 void Core::enqueue(Request& r) {

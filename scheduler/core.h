@@ -103,7 +103,8 @@ class Core {
   void submit(const std::string& client, const v1::Submit& submit, int64_t now_us);
   void cancel(const std::string& client, const std::string& request_id, int64_t now_us);
   // The client went silent or away: every request of it is cancelled.
-  void client_gone(const std::string& client, int64_t now_us);
+  void client_gone(const std::string& client, int64_t now_us,
+                   const std::string& reason = "the client stopped heartbeating");
 
   // A worker's step result (results come back in plan order per worker).
   void on_result(uint32_t worker_id, const v1::StepResult& result, int64_t now_us);

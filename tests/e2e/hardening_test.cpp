@@ -4,9 +4,14 @@
 #include <signal.h>
 
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <thread>
 
+#include <zmq.hpp>
+
+#include "runtime/wire.h"
+#include "tandem/v1/client.pb.h"
 #include "tests/e2e/streams.h"
 
 namespace tandem {
@@ -172,6 +177,77 @@ TEST(Hardening, CancellingFiveOfFiftyLeavesTheOtherFortyFiveExact) {
     EXPECT_EQ(c.fin.reason, FinishReason::kLength) << "stream " << i;
     EXPECT_EQ(c.tokens.size(), 64u) << "stream " << i;
     EXPECT_EQ(c.tokens, want[i]) << "stream " << i;
+  }
+}
+
+TEST(Hardening, AClientThatStopsReadingIsCancelledAndOthersAreUnaffected) {
+  // A small per-client send queue (50 messages) so the test does not wait for 10,000.
+  Deployment d({"--workers", "1", "--threads", "1", "--kv-memory", "67108864", "--client-send-queue", "50"});
+  ASSERT_TRUE(d.ok());
+  // The slow client speaks the wire protocol itself, with a tiny receive queue of its own.
+  zmq::context_t ctx;
+  zmq::socket_t slow(ctx, zmq::socket_type::dealer);
+  slow.set(zmq::sockopt::rcvhwm, 8);
+  slow.set(zmq::sockopt::linger, 0);
+  slow.connect(d.endpoint());
+  auto send = [&](const v1::ClientMessage& m) { (void)slow.send(runtime::to_frame(m), zmq::send_flags::none); };
+  for (int i = 0; i < 16; ++i) {
+    v1::ClientMessage m;
+    m.set_version(1);
+    v1::Submit* s = m.mutable_submit();
+    s->set_request_id("slow-" + std::to_string(i));
+    for (int32_t t : prompt_of(10, 800 + i)) s->mutable_tokens()->add_ids(t);
+    s->set_max_tokens(480);
+    s->set_ignore_eos(true);
+    s->set_stream(true);
+    send(m);
+  }
+  // Meanwhile a client that reads gets exactly its tokens.
+  auto client = d.client();
+  auto [streams, want] =
+      test::start_greedy(*client, 8, [](uint32_t i) { return test::greedy_request(prompt_of(20, 850 + i), 200); });
+  for (uint32_t i = 0; i < 8; ++i) {
+    Collected c = collect(*streams[i]);
+    ASSERT_EQ(c.finals, 1);
+    EXPECT_EQ(c.tokens, want[i]) << "stream " << i;
+  }
+  // The slow client keeps heartbeating (it is alive, just not reading) until the scheduler
+  // has given up on its requests.
+  StatusInfo st;
+  for (int i = 0; i < 200; ++i) {
+    v1::ClientMessage hb;
+    hb.set_version(1);
+    hb.mutable_heartbeat();
+    send(hb);
+    st = client->status(5s).value();
+    if (st.running == 0 && st.requests_finished >= 24) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(st.running, 0u) << "the slow client's requests were cancelled, not left running";
+  EXPECT_EQ(test::in_use(st.workers.at(0)), 0u);
+  // Reading again, it gets every request's one final event, saying why.
+  std::map<std::string, int> finals;
+  std::map<std::string, std::string> why;
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (finals.size() < 16 && std::chrono::steady_clock::now() < deadline) {
+    zmq::message_t frame;
+    if (!slow.recv(frame, zmq::recv_flags::dontwait)) {
+      std::this_thread::sleep_for(10ms);
+      continue;
+    }
+    v1::SchedulerReply r;
+    ASSERT_TRUE(runtime::parse_frame(frame, r).is_ok());
+    for (const auto& ev : r.events().requests())
+      if (ev.has_final()) {
+        ++finals[ev.request_id()];
+        why[ev.request_id()] = ev.final().error_message();
+        EXPECT_EQ(ev.final().finish_reason(), v1::FINISH_REASON_CANCELLED) << ev.request_id();
+      }
+  }
+  ASSERT_EQ(finals.size(), 16u) << "every request of the slow client ends with a final event";
+  for (const auto& [id, n] : finals) {
+    EXPECT_EQ(n, 1) << id;
+    EXPECT_NE(why[id].find("stopped reading"), std::string::npos) << why[id];
   }
 }
 
