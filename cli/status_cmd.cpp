@@ -38,7 +38,9 @@ std::string to_json(const StatusInfo& s) {
          ",\"max_step_decode\":" + std::to_string(s.max_step_decode) +
          ",\"max_step_prefill_tokens\":" + std::to_string(s.max_step_prefill_tokens) +
          ",\"decode_stalls\":" + std::to_string(s.decode_stalls) + ",\"preemptions\":" + std::to_string(s.preemptions) +
-         ",\"workers\":[";
+         ",\"draining\":" + (s.draining ? "true" : "false") +
+         ",\"tokens_per_s_last_minute\":" + json_number(s.tokens_per_s_last_minute) +
+         ",\"requests_finished_last_minute\":" + std::to_string(s.requests_finished_last_minute) + ",\"workers\":[";
   for (size_t i = 0; i < s.workers.size(); ++i) {
     const WorkerInfo& w = s.workers[i];
     out += i ? ",{" : "{";
@@ -61,6 +63,8 @@ void print_table(const StatusInfo& s) {
               (unsigned long long)s.steps, s.scheduler_cpu_ms_per_step, (unsigned long long)s.max_step_decode,
               (unsigned long long)s.max_step_prefill_tokens, (unsigned long long)s.decode_stalls,
               (unsigned long long)s.preemptions);
+  std::printf("last minute: %.1f tokens/s, %llu requests finished%s\n", s.tokens_per_s_last_minute,
+              (unsigned long long)s.requests_finished_last_minute, s.draining ? "; DRAINING" : "");
   std::printf("%-7s %-8s %-8s %-6s %-14s %-8s %-10s %-12s %s\n", "worker", "role", "pid", "alive", "kv free/total",
               "running", "steps", "tokens", "idle");
   for (const WorkerInfo& w : s.workers) {

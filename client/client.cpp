@@ -158,6 +158,9 @@ StatusInfo from_wire(const v1::StatusReply& s) {
   info.max_step_prefill_tokens = s.max_step_prefill_tokens();
   info.decode_stalls = s.decode_stalls();
   info.preemptions = s.preemptions();
+  info.draining = s.draining();
+  info.tokens_per_s_last_minute = s.tokens_per_s_last_minute();
+  info.requests_finished_last_minute = s.requests_finished_last_minute();
   return info;
 }
 

@@ -18,9 +18,13 @@ struct ActorOptions {
   uint32_t heartbeat_ms = 1000;     // liveness checks run at this period
   uint32_t worker_liveness = 3;     // a worker silent for liveness x heartbeat is dead
   uint32_t client_timeout_ms = 5000;  // a client with live requests silent this long is gone
+  uint32_t drain_timeout_ms = 30000;  // draining: running requests get this long, then are cancelled
 };
 
-// Runs until SIGINT/SIGTERM. Errors: the model file, or an endpoint that cannot be bound.
+// Runs until drained or stopped: SIGTERM, SIGINT or a client's Drain message drain (new
+// submits get UNAVAILABLE; running requests finish within the drain timeout, then the rest
+// are cancelled with their final event; then it returns ok). A second SIGTERM/SIGINT, or
+// SIGQUIT, stops at once. Errors: the model file, or an endpoint that cannot be bound.
 Status run_scheduler(const ActorOptions& options);
 
 }  // namespace tandem::scheduler

@@ -137,6 +137,9 @@ struct StatusInfo {
   uint64_t max_step_decode = 0, max_step_prefill_tokens = 0;  // largest step seen
   uint64_t decode_stalls = 0;  // decoding sequences left out of a step (only when out of KV blocks)
   uint64_t preemptions = 0;
+  bool draining = false;  // admitting nothing: finishing what runs, then exiting
+  double tokens_per_s_last_minute = 0;
+  uint64_t requests_finished_last_minute = 0;
 };
 
 struct ClientOptions {
