@@ -256,7 +256,8 @@ TEST(Serve, ALongPromptNeverStallsRunningStreams) {
 }
 
 TEST(Serve, StreamsOfAKilledWorkerContinueExactlyOnTheOther) {
-  Deployment d({"--workers", "2", "--threads", "1", "--heartbeat-ms", "200", "--kv-memory", "67108864"});
+  Deployment d({"--workers", "2", "--threads", "1", "--heartbeat-ms", "200", "--kv-memory", "67108864",
+                "--max-restarts", "0"});  // no restart: the survivor alone serves
   ASSERT_TRUE(d.ok());
   auto client = d.client();
   auto engine = engine::Engine::load(test::model_file("tiny", 1), {1, engine::GemmBackend::kPacked}).value();
