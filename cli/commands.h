@@ -14,5 +14,6 @@ int up_command(int argc, char** argv);
 int bench_command(int argc, char** argv);
 int probe_command(int argc, char** argv);
 int drain_command(int argc, char** argv);
+int keys_command(int argc, char** argv);
 
 }  // namespace tandem::cli

@@ -7,6 +7,8 @@
 #include <tuple>
 #include <toml++/toml.h>
 
+#include "runtime/security.h"
+
 namespace tandem::cli {
 
 namespace {
@@ -152,6 +154,7 @@ Status parse_top(const toml::table& root, DeployConfig& c) {
                              : key == "runtime_dir"     ? &c.runtime_dir
                              : key == "log_dir"         ? &c.log_dir
                              : key == "log_level"       ? &c.log_level
+                             : key == "curve_keys"      ? &c.curve_keys
                                                         : nullptr;
     if (str_field) {
       auto s = get_string(v, key);
@@ -185,7 +188,7 @@ Status parse_top(const toml::table& root, DeployConfig& c) {
 const std::set<std::string> kUpFlags = {"config",           "model",           "workers",          "prefill",
                                         "decode",           "endpoint",        "worker-endpoint",  "runtime-dir",
                                         "log-dir",          "log-level",       "ready-timeout-ms", "drain-timeout-ms",
-                                        "max-restarts",     "restart-backoff-ms"};
+                                        "max-restarts",     "restart-backoff-ms", "curve-keys"};
 
 uint32_t DeployConfig::worker_count() const {
   uint32_t n = 0;
@@ -211,7 +214,7 @@ Result<DeployConfig> load_config(const std::string& path) {
   }
   // Relative paths in the file are relative to the file's folder.
   const std::filesystem::path base = std::filesystem::path(path).parent_path();
-  for (std::string* p : {&c.model, &c.log_dir, &c.runtime_dir})
+  for (std::string* p : {&c.model, &c.log_dir, &c.runtime_dir, &c.curve_keys})
     if (!p->empty() && std::filesystem::path(*p).is_relative() && !base.empty()) *p = (base / *p).lexically_normal().string();
   return c;
 }
@@ -220,7 +223,8 @@ Status apply_flags(const Args& args, const std::set<std::string>& scheduler_flag
                    const std::set<std::string>& worker_flags, DeployConfig& c) {
   for (auto [flag, field] : {std::pair{"model", &c.model}, {"endpoint", &c.endpoint},
                              {"worker-endpoint", &c.worker_endpoint}, {"runtime-dir", &c.runtime_dir},
-                             {"log-dir", &c.log_dir}, {"log-level", &c.log_level}})
+                             {"log-dir", &c.log_dir}, {"log-level", &c.log_level},
+                             {"curve-keys", &c.curve_keys}})
     if (auto v = args.str(flag)) *field = *v;
   for (const std::string& f : scheduler_flags)
     if (auto v = args.str(f)) c.scheduler[f] = *v;
@@ -290,6 +294,9 @@ Status check_deployment(const DeployConfig& c) {
   const auto level = c.log_level;
   if (level != "trace" && level != "debug" && level != "info" && level != "warn" && level != "error" && level != "off")
     return Status::invalid("log_level: must be trace, debug, info, warn, error or off, got '" + level + "'");
+  if (!c.curve_keys.empty())
+    if (auto keys = runtime::load_curve_keys(c.curve_keys, /*need_secret=*/true); !keys)
+      return Status::invalid("curve_keys: " + keys.status().message());
   if (c.worker_count() == 0) return Status::invalid("workers: at least one worker is needed");
   const int cores = available_cpus();
   uint32_t threads = 0;

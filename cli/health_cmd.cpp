@@ -8,6 +8,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/curve_flag.h"
 #include "runtime/event_loop.h"
 #include "runtime/wire.h"
 #include "tandem/client.h"
@@ -22,16 +23,18 @@ int fail(const char* cmd, const Status& st) {
   return st.code() == Code::kInvalidArgument ? 2 : 1;
 }
 
-Result<StatusInfo> query(const std::string& endpoint, std::chrono::milliseconds timeout) {
+Result<StatusInfo> query(const Args& args, const std::string& endpoint, std::chrono::milliseconds timeout) {
   ClientOptions o;
   o.endpoint = endpoint;
+  TANDEM_RETURN_IF_ERROR(apply_curve_flag(args, o));
   auto client = Client::connect(o);
   if (!client) return client.status();
   return (*client)->status(timeout);
 }
 
 // Sends one Drain message and waits for the scheduler's StatusReply.
-Result<v1::StatusReply> send_drain(const std::string& endpoint, uint32_t drain_ms, std::chrono::milliseconds timeout) {
+Result<v1::StatusReply> send_drain(const Args& args, const std::string& endpoint, uint32_t drain_ms,
+                                   std::chrono::milliseconds timeout) {
   const runtime::SocketLimits limits;
   zmq::context_t ctx;
   zmq::socket_t s(ctx, zmq::socket_type::dealer);
@@ -39,6 +42,11 @@ Result<v1::StatusReply> send_drain(const std::string& endpoint, uint32_t drain_m
   s.set(zmq::sockopt::maxmsgsize, limits.max_message_bytes);
   s.set(zmq::sockopt::sndhwm, limits.send_hwm);
   s.set(zmq::sockopt::rcvhwm, limits.recv_hwm);
+  if (auto dir = args.str("curve-keys")) {
+    auto keys = runtime::load_curve_keys(*dir, /*need_secret=*/false);
+    if (!keys) return keys.status();
+    TANDEM_RETURN_IF_ERROR(runtime::apply_curve(s.handle(), *keys));
+  }
   try {
     s.connect(endpoint);
   } catch (const zmq::error_t& e) {
@@ -62,10 +70,10 @@ Result<v1::StatusReply> send_drain(const std::string& endpoint, uint32_t drain_m
 }  // namespace
 
 int probe_command(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, {"endpoint", "timeout-ms"}, {"ready", "quiet", "help"});
+  auto args = Args::parse(argc, argv, {"endpoint", "timeout-ms", "curve-keys"}, {"ready", "quiet", "help"});
   if (!args) return fail("probe", args.status());
   if (args->has("help")) {
-    std::puts("usage: tandem probe --endpoint E [--ready] [--timeout-ms MS] [--quiet]\n"
+    std::puts("usage: tandem probe --endpoint E [--ready] [--timeout-ms MS] [--quiet] [--curve-keys DIR]\n"
               "Exit 0 when the scheduler answers within the timeout (liveness), 1 otherwise. With --ready,\n"
               "exit 0 only when it also has a worker of every needed role and is not draining (readiness).");
     return 0;
@@ -74,7 +82,7 @@ int probe_command(int argc, char** argv) {
   if (!endpoint) return fail("probe", Status::invalid("--endpoint E is required"));
   auto timeout = args->integer("timeout-ms", 2000, 1, 3'600'000);
   if (!timeout) return fail("probe", timeout.status());
-  auto info = query(*endpoint, std::chrono::milliseconds(*timeout));
+  auto info = query(*args, *endpoint, std::chrono::milliseconds(*timeout));
   const bool quiet = args->has("quiet");
   if (!info) {
     if (info.status().code() == Code::kInvalidArgument) return fail("probe", info.status());
@@ -95,10 +103,10 @@ int probe_command(int argc, char** argv) {
 }
 
 int drain_command(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, {"endpoint", "drain-timeout-ms", "timeout-ms"}, {"wait", "help"});
+  auto args = Args::parse(argc, argv, {"endpoint", "drain-timeout-ms", "timeout-ms", "curve-keys"}, {"wait", "help"});
   if (!args) return fail("drain", args.status());
   if (args->has("help")) {
-    std::puts("usage: tandem drain --endpoint E [--drain-timeout-ms MS] [--wait] [--timeout-ms MS]\n"
+    std::puts("usage: tandem drain --endpoint E [--drain-timeout-ms MS] [--wait] [--timeout-ms MS] [--curve-keys DIR]\n"
               "Tells the scheduler to drain: new requests get UNAVAILABLE, running ones finish within the drain\n"
               "timeout (default: the scheduler's --drain-timeout-ms), the rest are cancelled, then it exits.\n"
               "--wait returns only once the scheduler has stopped answering (exit 1 if it still answers after\n"
@@ -111,7 +119,7 @@ int drain_command(int argc, char** argv) {
   auto timeout = args->integer("timeout-ms", 2000, 1, 3'600'000);
   if (!drain_ms) return fail("drain", drain_ms.status());
   if (!timeout) return fail("drain", timeout.status());
-  auto st = send_drain(*endpoint, static_cast<uint32_t>(*drain_ms), std::chrono::milliseconds(*timeout));
+  auto st = send_drain(*args, *endpoint, static_cast<uint32_t>(*drain_ms), std::chrono::milliseconds(*timeout));
   if (!st) return fail("drain", st.status());
   std::printf("draining: %u queued, %u running\n", st->queued(), st->running());
   std::fflush(stdout);
@@ -119,13 +127,28 @@ int drain_command(int argc, char** argv) {
   const int64_t limit_ms = (*drain_ms ? *drain_ms : 30'000) + 30'000;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(limit_ms);
   while (std::chrono::steady_clock::now() < deadline) {
-    if (!query(*endpoint, std::chrono::milliseconds(500))) {
+    if (!query(*args, *endpoint, std::chrono::milliseconds(500))) {
       std::printf("drained: the scheduler has exited\n");
       return 0;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   return fail("drain", Status::error(Code::kUnavailable, "the scheduler still answers after " + std::to_string(limit_ms) + " ms"));
+}
+
+int keys_command(int argc, char** argv) {
+  auto args = Args::parse(argc, argv, {"out"}, {"help"});
+  if (!args) return fail("keys", args.status());
+  if (args->has("help") || !args->has("out")) {
+    std::puts("usage: tandem keys --out DIR\n"
+              "Writes a CurveZMQ key pair for a scheduler: DIR/server.key (secret, 0600: the scheduler's host\n"
+              "only) and DIR/server.pub (what workers and clients need to connect). Run tandem up / scheduler /\n"
+              "worker / status / generate with --curve-keys DIR.");
+    return args->has("help") ? 0 : 2;
+  }
+  if (Status st = runtime::write_curve_keys(*args->str("out")); !st) return fail("keys", st);
+  std::printf("wrote %s/server.key and %s/server.pub\n", args->str("out")->c_str(), args->str("out")->c_str());
+  return 0;
 }
 
 }  // namespace tandem::cli

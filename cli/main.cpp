@@ -17,6 +17,7 @@ constexpr const char* kUsage =
     "  bench       load-test tandem or an OpenAI-compatible server (--endpoint E | --openai-url URL --model M)\n"
     "  up          start a supervised one-host deployment: scheduler + workers (--config FILE | --model FILE)\n"
     "  drain       stop a service gracefully: no new requests, finish or cancel the running ones (--endpoint E)\n"
+    "  keys        make a CurveZMQ key pair for tcp:// across hosts (--out DIR)\n"
     "  probe       liveness / readiness check for scripts: exit 0 or 1 (--endpoint E [--ready])\n"
     "  scheduler   run the scheduler actor alone (what `up` starts)\n"
     "  worker      run one worker actor alone (what `up` starts)\n"
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
   if (!std::strcmp(cmd, "bench")) return tandem::cli::bench_command(argc - 2, argv + 2);
   if (!std::strcmp(cmd, "up")) return tandem::cli::up_command(argc - 2, argv + 2);
   if (!std::strcmp(cmd, "drain")) return tandem::cli::drain_command(argc - 2, argv + 2);
+  if (!std::strcmp(cmd, "keys")) return tandem::cli::keys_command(argc - 2, argv + 2);
   if (!std::strcmp(cmd, "probe")) return tandem::cli::probe_command(argc - 2, argv + 2);
   if (!std::strcmp(cmd, "scheduler")) return tandem::cli::scheduler_command(argc - 2, argv + 2);
   if (!std::strcmp(cmd, "worker")) return tandem::cli::worker_command(argc - 2, argv + 2);

@@ -104,13 +104,14 @@ std::string self_exe() {
 
 int scheduler_command(int argc, char** argv) {
   auto args = Args::parse(argc, argv, merged({kSchedulerFlags, {"model", "client-endpoint", "worker-endpoint", "log-level", "log-file",
-                                                                  "drain-timeout-ms"}}),
+                                                                  "drain-timeout-ms", "curve-keys"}}),
                           {"help"});
   if (!args) return fail("scheduler", args.status());
   if (args->has("help")) {
     std::puts("usage: tandem scheduler --model FILE --client-endpoint E --worker-endpoint E [--max-batch-tokens N]\n"
               "       [--prefill-chunk N] [--max-queue N] [--max-running N] [--pipeline-depth N] [--heartbeat-ms MS]\n"
-              "       [--client-timeout-ms MS] [--drain-timeout-ms MS] [--log-level L] [--log-file FILE]");
+              "       [--client-timeout-ms MS] [--drain-timeout-ms MS] [--log-level L] [--log-file FILE]\n"
+              "       [--curve-keys DIR]");
     return 0;
   }
   if (Status st = set_log_level(*args); !st) return fail("scheduler", st);
@@ -121,17 +122,19 @@ int scheduler_command(int argc, char** argv) {
   o.model_path = *model;
   o.client_endpoint = *ce;
   o.worker_endpoint = *we;
+  o.curve_keys_dir = args->str("curve-keys").value_or("");
   if (Status st = scheduler_config(*args, o); !st) return fail("scheduler", st);
   if (Status st = scheduler::run_scheduler(o); !st) return fail("scheduler", st);
   return 0;
 }
 
 int worker_command(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, merged({kWorkerFlags, {"model", "scheduler", "name", "log-level", "log-file"}}), {"help"});
+  auto args = Args::parse(argc, argv, merged({kWorkerFlags, {"model", "scheduler", "name", "log-level", "log-file", "curve-keys"}}), {"help"});
   if (!args) return fail("worker", args.status());
   if (args->has("help")) {
     std::puts("usage: tandem worker --model FILE --scheduler E [--threads N] [--kv-memory BYTES | --kv-blocks N]\n"
-              "       [--block-tokens N] [--gemm packed|openblas] [--name NAME] [--log-level L] [--log-file FILE]");
+              "       [--block-tokens N] [--gemm packed|openblas] [--name NAME] [--log-level L] [--log-file FILE]\n"
+              "       [--curve-keys DIR]");
     return 0;
   }
   if (Status st = set_log_level(*args); !st) return fail("worker", st);
@@ -142,6 +145,7 @@ int worker_command(int argc, char** argv) {
   o.model_path = *model;
   o.scheduler_endpoint = *sched;
   o.name = args->str("name").value_or("");
+  o.curve_keys_dir = args->str("curve-keys").value_or("");
   if (Status st = worker_config(*args, o); !st) return fail("worker", st);
   if (Status st = worker::run_worker(o); !st) return fail("worker", st);
   return 0;
@@ -154,6 +158,7 @@ int up_command(int argc, char** argv) {
     std::puts("usage: tandem up [--config FILE] [--model FILE] [--workers N | --prefill P --decode D] [--threads T]\n"
               "       [--kv-memory BYTES] [--endpoint E] [--worker-endpoint E] [--runtime-dir DIR] [--log-dir DIR]\n"
               "       [--drain-timeout-ms MS] [--max-restarts N] [--restart-backoff-ms MS] [--ready-timeout-ms MS]\n"
+              "       [--curve-keys DIR (CurveZMQ: DIR/server.key and server.pub, from tandem keys)]\n"
               "       [scheduler flags: --max-batch-tokens --prefill-chunk --max-queue ...]\n"
               "Starts a scheduler and its workers as child processes and supervises them: a worker that exits is\n"
               "restarted with backoff (given up after --max-restarts crashes in a row). Prints the client endpoint\n"

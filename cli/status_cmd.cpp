@@ -5,6 +5,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/curve_flag.h"
 #include "runtime/json.h"
 #include "tandem/client.h"
 
@@ -17,10 +18,11 @@ using runtime::json_string;
 namespace {
 
 constexpr const char* kHelp =
-    "usage: tandem status --endpoint E [--json] [--timeout-ms MS]\n"
+    "usage: tandem status --endpoint E [--json] [--timeout-ms MS] [--curve-keys DIR]\n"
     "  --endpoint E      the scheduler's client endpoint\n"
     "  --timeout-ms MS   how long to wait for the reply (default 2000)\n"
-    "  --json            one JSON object instead of a table\n";
+    "  --json            one JSON object instead of a table\n"
+    "  --curve-keys DIR  the scheduler's CurveZMQ public key (DIR/server.pub)\n";
 
 int fail(const Status& st) {
   std::fprintf(stderr, "tandem status: %s\n", st.to_string().c_str());
@@ -79,7 +81,7 @@ void print_table(const StatusInfo& s) {
 }  // namespace
 
 int status_command(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, {"endpoint", "timeout-ms"}, {"json", "help"});
+  auto args = Args::parse(argc, argv, {"endpoint", "timeout-ms", "curve-keys"}, {"json", "help"});
   if (!args) return fail(args.status());
   if (args->has("help")) {
     std::fputs(kHelp, stdout);
@@ -92,6 +94,7 @@ int status_command(int argc, char** argv) {
 
   ClientOptions options;
   options.endpoint = *endpoint;
+  if (Status st = apply_curve_flag(*args, options); !st) return fail(st);
   auto client = Client::connect(options);
   if (!client) return fail(client.status());
   auto info = (*client)->status(std::chrono::milliseconds(*timeout_ms));

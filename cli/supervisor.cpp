@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "runtime/security.h"
 #include "tandem/client.h"
 
 namespace tandem::cli {
@@ -84,6 +85,7 @@ std::vector<ChildSpec> plan_children(const DeployConfig& c, const Endpoints& ep,
   auto log_flags = [&](std::vector<std::string>& argv, const std::string& name) {
     argv.insert(argv.end(), {"--log-level", c.log_level});
     if (!c.log_dir.empty()) argv.insert(argv.end(), {"--log-file", c.log_dir + "/" + name + ".log"});
+    if (!c.curve_keys.empty()) argv.insert(argv.end(), {"--curve-keys", c.curve_keys});
   };
   std::vector<ChildSpec> out;
   ChildSpec s{"scheduler", {exe, "scheduler", "--model", c.model, "--client-endpoint", ep.client, "--worker-endpoint",
@@ -163,6 +165,7 @@ int supervise(const DeployConfig& config, const Endpoints& ep, std::vector<Child
 
   ClientOptions co;
   co.endpoint = ep.client;
+  if (!config.curve_keys.empty()) co.curve_server_key = runtime::load_curve_keys(config.curve_keys, false)->server_public;
   auto client = Client::connect(co);
   if (!client) {
     say("cannot query the scheduler: %s", client.status().to_string().c_str());

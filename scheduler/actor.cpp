@@ -42,6 +42,11 @@ class Actor final : public Sink {
         core_(options.core, config, tokenizer_, *this) {}
 
   Status start() {
+    if (!options_.curve_keys_dir.empty()) {
+      auto keys = runtime::load_curve_keys(options_.curve_keys_dir, /*need_secret=*/true);
+      if (!keys) return keys.status();
+      loop_.use_curve(*keys);
+    }
     auto clients = loop_.bind(zmq::socket_type::router, options_.client_endpoint,
                               [this](runtime::Frames& f) { on_client(f); });
     if (!clients) return clients.status();

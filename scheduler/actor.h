@@ -19,6 +19,7 @@ struct ActorOptions {
   uint32_t worker_liveness = 3;     // a worker silent for liveness x heartbeat is dead
   uint32_t client_timeout_ms = 5000;  // a client with live requests silent this long is gone
   uint32_t drain_timeout_ms = 30000;  // draining: running requests get this long, then are cancelled
+  std::string curve_keys_dir;         // CurveZMQ server keys (runtime/security.h); empty: none
 };
 
 // Runs until drained or stopped: SIGTERM, SIGINT or a client's Drain message drain (new

@@ -40,6 +40,11 @@ class Actor {
         sampler_(engine_->config().vocab_size) {}
 
   Status start() {
+    if (!options_.curve_keys_dir.empty()) {
+      auto keys = runtime::load_curve_keys(options_.curve_keys_dir, /*need_secret=*/false);
+      if (!keys) return keys.status();
+      loop_.use_curve(*keys);
+    }
     auto socket = loop_.connect(zmq::socket_type::dealer, options_.scheduler_endpoint,
                                 [this](runtime::Frames& f) { on_message(f); });
     if (!socket) return socket.status();

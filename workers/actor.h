@@ -21,6 +21,7 @@ struct WorkerOptions {
   uint64_t kv_memory = 1ull << 30; // bytes of KV cache when kv_blocks is 0
   uint32_t block_tokens = 16;
   uint32_t heartbeat_ms = 1000;
+  std::string curve_keys_dir;  // the scheduler's CurveZMQ public key (DIR/server.pub); empty: none
 };
 
 // Runs until the scheduler says shutdown, or SIGINT/SIGTERM. Errors: the model file, the KV

@@ -156,6 +156,9 @@ struct ClientOptions {
   // client probes it (a status query); with no answer within twice this, every request in
   // flight ends with UNAVAILABLE. 0 = off (then only deadlines and disconnects end them).
   std::chrono::milliseconds liveness_timeout{5000};
+  // The scheduler's CurveZMQ public key (Z85, 40 characters, the text of its server.pub)
+  // when it runs with --curve-keys; empty: no encryption.
+  std::string curve_server_key;
 };
 
 class Client {
