@@ -160,6 +160,15 @@ TEST(Supervise, TheSchedulersDeathStopsTheDeploymentClearly) {
   for (const auto& [name, pid] : children) EXPECT_TRUE(gone(pid)) << name << " (pid " << pid << ") is left over";
 }
 
+TEST(Supervise, EveryProcessLogsToItsOwnFileUnderTheLogFolder) {
+  const std::string logs = test::temp_dir() + "/logs";
+  test::Deployment d({"--workers", "2", "--threads", "1", "--log-dir", logs, "--log-level", "info"});
+  ASSERT_TRUE(d.ok());
+  EXPECT_NE(test::slurp(logs + "/scheduler.log").find("worker 2 registered"), std::string::npos);
+  for (const char* w : {"worker-0", "worker-1"})
+    EXPECT_NE(test::slurp(logs + "/" + w + ".log").find("registered as worker"), std::string::npos) << w;
+}
+
 // Under 16 streams, SIGTERM: every stream ends with its final event (finished, or cancelled
 // at the drain timeout), a new submit gets UNAVAILABLE, `tandem up` exits 0, and no
 // process of the deployment is left.
