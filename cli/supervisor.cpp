@@ -119,7 +119,10 @@ int supervise(const DeployConfig& config, const Endpoints& ep, std::vector<Child
   sigaction(SIGTERM, &sa, nullptr);
 
   std::vector<Child> children;
-  for (ChildSpec& s : specs) children.push_back(Child{std::move(s)});
+  for (ChildSpec& s : specs) {
+    children.emplace_back();
+    children.back().spec = std::move(s);
+  }
   Child& sched = children.front();
   auto launch = [&](Child& c) {
     c.pid = start(c.spec);

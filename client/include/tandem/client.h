@@ -158,7 +158,7 @@ struct ClientOptions {
   std::chrono::milliseconds liveness_timeout{5000};
   // The scheduler's CurveZMQ public key (Z85, 40 characters, the text of its server.pub)
   // when it runs with --curve-keys; empty: no encryption.
-  std::string curve_server_key;
+  std::string curve_server_key = {};
 };
 
 class Client {
