@@ -23,7 +23,7 @@ constexpr IntKey kSchedulerKeys[] = {
     {"max_batch_tokens", "max-batch-tokens", 1, 1 << 20}, {"prefill_chunk", "prefill-chunk", 1, 1 << 20},
     {"max_queue", "max-queue", 1, 1 << 24},              {"max_running", "max-running", 1, 1 << 16},
     {"pipeline_depth", "pipeline-depth", 1, 8},          {"heartbeat_ms", "heartbeat-ms", 10, 60000},
-    {"client_timeout_ms", "client-timeout-ms", 100, 3600000},
+    {"client_timeout_ms", "client-timeout-ms", 100, 3600000}, {"worker_liveness", "worker-liveness", 1, 100},
 };
 constexpr IntKey kWorkerKeys[] = {
     {"kv_memory", "kv-memory", 1 << 20, int64_t{1} << 40}, {"kv_blocks", "kv-blocks", 1, 1 << 24},

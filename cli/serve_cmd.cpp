@@ -47,7 +47,8 @@ Status set_log_level(const Args& args) {
 
 // Flags shared by `tandem scheduler` and `tandem up`.
 const std::set<std::string> kSchedulerFlags = {"max-batch-tokens", "prefill-chunk", "max-queue", "max-running",
-                                               "pipeline-depth", "heartbeat-ms", "client-timeout-ms"};
+                                               "pipeline-depth", "heartbeat-ms", "client-timeout-ms",
+                                               "worker-liveness"};
 const std::set<std::string> kWorkerFlags = {"threads", "kv-memory", "kv-blocks", "block-tokens", "gemm"};
 
 Status scheduler_config(const Args& args, scheduler::ActorOptions& o) {
@@ -64,6 +65,7 @@ Status scheduler_config(const Args& args, scheduler::ActorOptions& o) {
   TANDEM_RETURN_IF_ERROR(get("pipeline-depth", o.core.pipeline_depth, 1, 8));
   TANDEM_RETURN_IF_ERROR(get("heartbeat-ms", o.heartbeat_ms, 10, 60000));
   TANDEM_RETURN_IF_ERROR(get("client-timeout-ms", o.client_timeout_ms, 100, 3600000));
+  TANDEM_RETURN_IF_ERROR(get("worker-liveness", o.worker_liveness, 1, 100));
   if (args.has("drain-timeout-ms")) TANDEM_RETURN_IF_ERROR(get("drain-timeout-ms", o.drain_timeout_ms, 0, 86400000));
   return Status::ok();
 }
@@ -110,7 +112,7 @@ int scheduler_command(int argc, char** argv) {
   if (args->has("help")) {
     std::puts("usage: tandem scheduler --model FILE --client-endpoint E --worker-endpoint E [--max-batch-tokens N]\n"
               "       [--prefill-chunk N] [--max-queue N] [--max-running N] [--pipeline-depth N] [--heartbeat-ms MS]\n"
-              "       [--client-timeout-ms MS] [--drain-timeout-ms MS] [--log-level L] [--log-file FILE]\n"
+              "       [--client-timeout-ms MS] [--worker-liveness N] [--drain-timeout-ms MS] [--log-level L] [--log-file FILE]\n"
               "       [--curve-keys DIR]");
     return 0;
   }

@@ -174,7 +174,7 @@ TEST(Supervise, EveryProcessLogsToItsOwnFileUnderTheLogFolder) {
 // process of the deployment is left.
 TEST(Drain, SigtermUnderSixteenStreams) {
   // Two running per worker: most of the 16 are queued or running when the drain starts.
-  test::Deployment d({"--workers", "2", "--threads", "1", "--drain-timeout-ms", "3000", "--max-running", "2",
+  test::Deployment d({"--workers", "2", "--threads", "1", "--drain-timeout-ms", "20000", "--max-running", "2",
                       "--kv-memory", "67108864"});
   ASSERT_TRUE(d.ok());
   const auto children = started(d.output());
@@ -226,6 +226,28 @@ TEST(Drain, PastTheDrainTimeoutTheRestIsCancelledWithAFinalEvent) {
   }
   EXPECT_GE(cancelled, 1) << "8 x 480 tokens cannot all finish within 1 ms";
   EXPECT_EQ(d.wait_exit(30s), 0) << d.output();
+}
+
+TEST(Drain, SigintTwiceStopsAtOnce) {
+  // A drain that would wait a minute for these streams; the second SIGINT does not.
+  test::Deployment d({"--workers", "1", "--threads", "1", "--drain-timeout-ms", "60000", "--max-running", "1"});
+  ASSERT_TRUE(d.ok());
+  const auto children = started(d.output());
+  auto client = connect(d.endpoint());
+  std::vector<std::shared_ptr<Stream>> streams;
+  for (uint32_t i = 0; i < 16; ++i) streams.push_back(client->generate(request(i, 480)));
+  Event ev;
+  ASSERT_TRUE(streams[0]->next(ev));
+  ASSERT_EQ(kill(d.pid(), SIGINT), 0);
+  ASSERT_TRUE(eventually([&] { return d.output().find("draining") != std::string::npos; }, 10s));
+  ASSERT_EQ(kill(d.pid(), SIGINT), 0);
+  EXPECT_EQ(d.wait_exit(20s), 0) << d.output();
+  EXPECT_NE(d.output().find("second signal: stopping at once"), std::string::npos) << d.output();
+  for (const auto& [name, pid] : children) EXPECT_TRUE(gone(pid)) << name << " (pid " << pid << ") is left over";
+  for (auto& s : streams) {  // the client library still ends every stream
+    FinalEvent fin;
+    EXPECT_EQ(finish(*s, fin, 30s), 1);
+  }
 }
 
 TEST(Drain, TheDrainCommandStopsTheDeploymentWithExitZero) {
