@@ -308,10 +308,13 @@ Status check_deployment(const DeployConfig& c) {
     if (g.cpus.size() != size_t{g.count} * g.threads)
       return Status::invalid(key + ".cpus: needs count x threads = " + std::to_string(g.count * g.threads) +
                              " CPUs (each worker is pinned to its threads' share), got " + std::to_string(g.cpus.size()));
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) CPU_SET(0, &allowed);
     for (int cpu : g.cpus)
-      if (cpu >= cores)
-        return Status::invalid(key + ".cpus: CPU " + std::to_string(cpu) + " does not exist here (" +
-                               std::to_string(cores) + " available: 0.." + std::to_string(cores - 1) + ")");
+      if (cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, &allowed))
+        return Status::invalid(key + ".cpus: CPU " + std::to_string(cpu) + " is not one this process may use (" +
+                               std::to_string(cores) + " available)");
   }
   if (threads > static_cast<uint32_t>(cores))
     return Status::invalid("workers.threads: the workers ask for " + std::to_string(threads) +
