@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -26,7 +29,9 @@ int sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c
 class Hosts {
  public:
   Hosts() : prefix_("tandem-" + std::to_string(getpid())) {
-    if (getuid() != 0 || sh("ip netns add " + ns("s")) != 0) return;
+    if (getuid() != 0) return;
+    remove_stale();
+    if (sh("ip netns add " + ns("s")) != 0) return;
     created_ = {"s"};
     ok_ = sh("ip netns add " + ns("a")) == 0 && (created_.push_back("a"), true) &&
           sh("ip netns add " + ns("b")) == 0 && (created_.push_back("b"), true) && link("a", "1") && link("b", "2") &&
@@ -39,6 +44,17 @@ class Hosts {
   std::string ns(const std::string& n) const { return prefix_ + "-" + n; }
 
  private:
+  // Namespaces of an earlier run that was killed before its destructor ran (its pid is gone).
+  static void remove_stale() {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/var/run/netns", ec)) {
+      const std::string name = e.path().filename().string();
+      int pid = 0;
+      char role = 0;
+      if (std::sscanf(name.c_str(), "tandem-%d-%c", &pid, &role) == 2 && pid > 0 && kill(pid, 0) != 0 && errno == ESRCH)
+        sh("ip netns del " + name);
+    }
+  }
   // A veth pair scheduler <-> worker `w` on 10.77.<net>.0/24.
   bool link(const std::string& w, const std::string& net) {
     const std::string s = ns("s"), o = ns(w);
@@ -119,7 +135,8 @@ TEST(ManyHosts, SixtyFourStreamsAcrossThreeNetworkNamespacesWithCurve) {
       EXPECT_EQ(ev->fin.reason, FinishReason::kLength) << ev->fin.error_message;
       EXPECT_EQ(got, want[i]) << "stream " << i;
     }
-    for (const WorkerInfo& w : client->status(5s).value().workers) EXPECT_GT(w.steps, 0u) << "both hosts take sequences";
+    const StatusInfo after = client->status(5s).value();
+    for (const WorkerInfo& w : after.workers) EXPECT_GT(w.steps, 0u) << "both hosts take sequences";
   });
   client_host.join();
   for (pid_t p : procs) kill(p, SIGTERM);
