@@ -71,6 +71,7 @@ struct Child {
   Clock::time_point restart_at;
   bool given_up = false;
   bool stopped = false;  // exited cleanly on request: not restarted
+  bool registered = true;  // false after a restart until the scheduler lists its pid
 };
 
 std::string cpus_text(const std::vector<int>& cpus) {
@@ -244,10 +245,21 @@ int supervise(const DeployConfig& config, const Endpoints& ep, std::vector<Child
     }
 
     // Restarts.
-    for (Child& c : children)
-      if (!drain_deadline && c.pid < 0 && !c.given_up && !c.stopped && &c != &sched && Clock::now() >= c.restart_at &&
-          !launch(c))
-        c.given_up = true;
+    for (Child& c : children) {
+      if (drain_deadline || c.pid >= 0 || c.given_up || c.stopped || &c == &sched || Clock::now() < c.restart_at) continue;
+      c.registered = false;
+      if (!launch(c)) c.given_up = true;
+    }
+    // A restarted worker is back once the scheduler lists its pid.
+    if (ready && !drain_deadline &&
+        std::any_of(children.begin(), children.end(), [](const Child& c) { return c.pid > 0 && !c.registered; }))
+      if (auto st = (*client)->status(milliseconds(200)))
+        for (Child& c : children)
+          for (const WorkerInfo& w : st->workers)
+            if (c.pid > 0 && !c.registered && w.pid == static_cast<uint32_t>(c.pid)) {
+              c.registered = true;
+              say("%s (pid %d) registered again as worker %u", c.spec.name.c_str(), c.pid, w.id);
+            }
 
     if (!ready && !drain_deadline) {
       auto st = (*client)->status(milliseconds(200));

@@ -100,6 +100,8 @@ TEST(Supervise, AKilledWorkerIsRestartedRegistersAndServes) {
       60s))
       << d.output();
   EXPECT_NE(d.output().find("restart 1 of 5"), std::string::npos) << d.output();
+  EXPECT_TRUE(eventually([&] { return d.output().find("registered again as worker 3") != std::string::npos; }, 10s))
+      << d.output();
 
   // New requests are served, some of them by the restarted worker.
   std::vector<std::shared_ptr<Stream>> fresh_load;
