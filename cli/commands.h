@@ -12,5 +12,8 @@ int scheduler_command(int argc, char** argv);
 int worker_command(int argc, char** argv);
 int up_command(int argc, char** argv);
 int bench_command(int argc, char** argv);
+int probe_command(int argc, char** argv);
+int drain_command(int argc, char** argv);
+int keys_command(int argc, char** argv);
 
 }  // namespace tandem::cli

@@ -7,6 +7,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/curve_flag.h"
 #include "runtime/json.h"
 #include "tandem/client.h"
 
@@ -78,7 +79,7 @@ std::string final_json(const FinalEvent& f) {
 int generate_command(int argc, char** argv) {
   auto args = Args::parse(argc, argv,
                           {"endpoint", "prompt", "tokens", "max-tokens", "temperature", "top-k", "top-p", "min-p",
-                           "repetition-penalty", "seed", "stop", "top-logprobs", "priority", "timeout-ms"},
+                           "repetition-penalty", "seed", "stop", "top-logprobs", "priority", "timeout-ms", "curve-keys"},
                           {"ignore-eos", "json", "no-bos", "logprobs", "include-stop-string", "help"});
   if (!args) return fail(args.status());
   if (args->has("help")) {
@@ -128,6 +129,7 @@ int generate_command(int argc, char** argv) {
 
   ClientOptions options;
   options.endpoint = *endpoint;
+  if (Status st = apply_curve_flag(*args, options); !st) return fail(st);
   auto client = Client::connect(options);
   if (!client) return fail(client.status());
 

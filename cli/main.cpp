@@ -15,7 +15,10 @@ constexpr const char* kUsage =
     "  generate    send one request to a running service and stream the tokens (--endpoint E --prompt TEXT)\n"
     "  status      show a running service's workers, queue and totals (--endpoint E)\n"
     "  bench       load-test tandem or an OpenAI-compatible server (--endpoint E | --openai-url URL --model M)\n"
-    "  up          start a one-host deployment: scheduler + N workers (--model FILE --workers N)\n"
+    "  up          start a supervised one-host deployment: scheduler + workers (--config FILE | --model FILE)\n"
+    "  drain       stop a service gracefully: no new requests, finish or cancel the running ones (--endpoint E)\n"
+    "  keys        make a CurveZMQ key pair for tcp:// across hosts (--out DIR)\n"
+    "  probe       liveness / readiness check for scripts: exit 0 or 1 (--endpoint E [--ready])\n"
     "  scheduler   run the scheduler actor alone (what `up` starts)\n"
     "  worker      run one worker actor alone (what `up` starts)\n"
     "\n"
@@ -35,6 +38,9 @@ int main(int argc, char** argv) {
   if (!std::strcmp(cmd, "status")) return tandem::cli::status_command(argc - 2, argv + 2);
   if (!std::strcmp(cmd, "bench")) return tandem::cli::bench_command(argc - 2, argv + 2);
   if (!std::strcmp(cmd, "up")) return tandem::cli::up_command(argc - 2, argv + 2);
+  if (!std::strcmp(cmd, "drain")) return tandem::cli::drain_command(argc - 2, argv + 2);
+  if (!std::strcmp(cmd, "keys")) return tandem::cli::keys_command(argc - 2, argv + 2);
+  if (!std::strcmp(cmd, "probe")) return tandem::cli::probe_command(argc - 2, argv + 2);
   if (!std::strcmp(cmd, "scheduler")) return tandem::cli::scheduler_command(argc - 2, argv + 2);
   if (!std::strcmp(cmd, "worker")) return tandem::cli::worker_command(argc - 2, argv + 2);
   std::fprintf(stderr, "tandem: unknown command '%s'\n\n%s", cmd, kUsage);

@@ -17,6 +17,9 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/config.h"
+#include "cli/log_file.h"
+#include "cli/supervisor.h"
 #include "runtime/wire.h"
 #include "scheduler/actor.h"
 #include "tandem/v1/client.pb.h"
@@ -45,7 +48,7 @@ Status set_log_level(const Args& args) {
 // Flags shared by `tandem scheduler` and `tandem up`.
 const std::set<std::string> kSchedulerFlags = {"max-batch-tokens", "prefill-chunk", "max-queue", "max-running",
                                                "pipeline-depth", "heartbeat-ms", "client-timeout-ms", "prefix-cache",
-                                               "handoff-timeout-ms", "client-send-queue"};
+                                               "handoff-timeout-ms", "client-send-queue", "worker-liveness"};
 const std::set<std::string> kWorkerFlags = {"threads", "kv-memory", "kv-blocks", "block-tokens", "gemm"};
 
 Status scheduler_config(const Args& args, scheduler::ActorOptions& o) {
@@ -68,6 +71,8 @@ Status scheduler_config(const Args& args, scheduler::ActorOptions& o) {
     if (*cache != "on" && *cache != "off") return Status::invalid("--prefix-cache must be on or off, got '" + *cache + "'");
     o.core.prefix_cache = *cache == "on";
   }
+  TANDEM_RETURN_IF_ERROR(get("worker-liveness", o.worker_liveness, 1, 100));
+  if (args.has("drain-timeout-ms")) TANDEM_RETURN_IF_ERROR(get("drain-timeout-ms", o.drain_timeout_ms, 0, 86400000));
   return Status::ok();
 }
 
@@ -103,125 +108,91 @@ std::set<std::string> merged(std::initializer_list<std::set<std::string>> sets) 
   return out;
 }
 
-// Asks the scheduler for its status over a short-lived DEALER; nullopt on timeout.
-std::optional<v1::StatusReply> query_status(zmq::context_t& ctx, const std::string& endpoint, int timeout_ms) {
-  zmq::socket_t s(ctx, zmq::socket_type::dealer);
-  s.set(zmq::sockopt::linger, 0);
-  s.connect(endpoint);
-  v1::ClientMessage m;
-  m.set_version(v1::PROTOCOL_VERSION_CURRENT);
-  m.mutable_status();
-  s.send(runtime::to_frame(m), zmq::send_flags::dontwait);
-  zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
-  if (zmq::poll(&item, 1, std::chrono::milliseconds(timeout_ms)) <= 0) return std::nullopt;
-  zmq::message_t reply;
-  if (!s.recv(reply, zmq::recv_flags::dontwait)) return std::nullopt;
-  v1::SchedulerReply r;
-  if (!runtime::parse_frame(reply, r).is_ok() || !r.has_status()) return std::nullopt;
-  return r.status();
-}
-
 std::string self_exe() {
   std::error_code ec;
   auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
   return ec ? std::string("tandem") : p.string();
 }
 
-pid_t spawn(const std::vector<std::string>& argv) {
-  std::vector<char*> cargv;
-  for (const std::string& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-  cargv.push_back(nullptr);
-  pid_t pid = -1;
-  if (posix_spawn(&pid, argv[0].c_str(), nullptr, nullptr, cargv.data(), environ) != 0) return -1;
-  return pid;
-}
-
-void forward_flags(const Args& args, const std::set<std::string>& flags, std::vector<std::string>& argv) {
-  for (const std::string& f : flags)
-    if (auto v = args.str(f)) {
-      argv.push_back("--" + f);
-      argv.push_back(*v);
-    }
-}
-
-volatile sig_atomic_t g_stop = 0;
-void on_stop_signal(int) { g_stop = 1; }
-
 }  // namespace
 
 int scheduler_command(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, merged({kSchedulerFlags, {"model", "client-endpoint", "worker-endpoint", "log-level"}}),
+  auto args = Args::parse(argc, argv, merged({kSchedulerFlags, {"model", "client-endpoint", "worker-endpoint", "log-level", "log-file",
+                                                                  "drain-timeout-ms", "curve-keys"}}),
                           {"help"});
   if (!args) return fail("scheduler", args.status());
   if (args->has("help")) {
     std::puts("usage: tandem scheduler --model FILE --client-endpoint E --worker-endpoint E [--max-batch-tokens N]\n"
               "       [--prefill-chunk N] [--max-queue N] [--max-running N] [--pipeline-depth N] [--heartbeat-ms MS]\n"
-              "       [--client-timeout-ms MS] [--prefix-cache on|off] [--handoff-timeout-ms MS]\n"
-              "       [--client-send-queue N (messages queued to a client before its requests are cancelled)] [--log-level L]");
+              "       [--client-timeout-ms MS] [--worker-liveness N] [--drain-timeout-ms MS] [--prefix-cache on|off]\n"
+              "       [--handoff-timeout-ms MS] [--client-send-queue N (messages queued to a client before its requests\n"
+              "       are cancelled)] [--log-level L] [--log-file FILE] [--curve-keys DIR]");
     return 0;
   }
   if (Status st = set_log_level(*args); !st) return fail("scheduler", st);
+  if (Status st = log_to_file(*args, "scheduler"); !st) return fail("scheduler", st);
   scheduler::ActorOptions o;
   auto model = args->str("model"), ce = args->str("client-endpoint"), we = args->str("worker-endpoint");
   if (!model || !ce || !we) return fail("scheduler", Status::invalid("--model, --client-endpoint and --worker-endpoint are required"));
   o.model_path = *model;
   o.client_endpoint = *ce;
   o.worker_endpoint = *we;
+  o.curve_keys_dir = args->str("curve-keys").value_or("");
   if (Status st = scheduler_config(*args, o); !st) return fail("scheduler", st);
   if (Status st = scheduler::run_scheduler(o); !st) return fail("scheduler", st);
   return 0;
 }
 
 int worker_command(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, merged({kWorkerFlags, {"model", "scheduler", "name", "log-level", "role", "kv-endpoint"}}), {"help"});
+  auto args = Args::parse(argc, argv, merged({kWorkerFlags, {"model", "scheduler", "name", "log-level", "log-file", "curve-keys",
+                                                               "role", "kv-endpoint"}}), {"help"});
   if (!args) return fail("worker", args.status());
   if (args->has("help")) {
     std::puts("usage: tandem worker --model FILE --scheduler E [--threads N] [--kv-memory BYTES | --kv-blocks N]\n"
-              "       [--block-tokens N] [--gemm packed|openblas] [--name NAME] [--log-level L]\n"
-              "       [--role both|prefill|decode] [--kv-endpoint E (decode: where prefill workers push KV;\n"
-              "        default tcp://127.0.0.1:*)]");
+              "       [--block-tokens N] [--gemm packed|openblas] [--name NAME] [--log-level L] [--log-file FILE]\n"
+              "       [--curve-keys DIR] [--role both|prefill|decode] [--kv-endpoint E (decode: where prefill workers\n"
+              "       push KV; default tcp://127.0.0.1:*)]");
     return 0;
   }
   if (Status st = set_log_level(*args); !st) return fail("worker", st);
+  if (Status st = log_to_file(*args, "worker"); !st) return fail("worker", st);
   worker::WorkerOptions o;
   auto model = args->str("model"), sched = args->str("scheduler");
   if (!model || !sched) return fail("worker", Status::invalid("--model and --scheduler are required"));
   o.model_path = *model;
   o.scheduler_endpoint = *sched;
   o.name = args->str("name").value_or("");
+  o.curve_keys_dir = args->str("curve-keys").value_or("");
   if (Status st = worker_config(*args, o); !st) return fail("worker", st);
   if (Status st = worker::run_worker(o); !st) return fail("worker", st);
   return 0;
 }
 
 int up_command(int argc, char** argv) {
-  auto args = Args::parse(argc, argv,
-                          merged({kSchedulerFlags, kWorkerFlags, {"model", "workers", "prefill", "decode", "endpoint",
-                                                                 "runtime-dir", "log-level", "ready-timeout-ms"}}),
-                          {"help"});
+  auto args = Args::parse(argc, argv, merged({kSchedulerFlags, kWorkerFlags, kUpFlags}), {"help", "oversubscribe"});
   if (!args) return fail("up", args.status());
   if (args->has("help")) {
-    std::puts("usage: tandem up --model FILE [--workers N | --prefill P --decode D] [--endpoint E] [--threads T]\n"
-              "       [--kv-memory BYTES] [--runtime-dir DIR] [scheduler flags: --max-batch-tokens --prefill-chunk ...]\n"
-              "Starts a scheduler and N workers of role both (or P prefill and D decode workers, whose KV moves\n"
-              "directly between them) as child processes, prints the client endpoint and a ready line once every\n"
-              "worker has registered, and stops all of it on Ctrl-C or SIGTERM.");
+    std::puts("usage: tandem up [--config FILE] [--model FILE] [--workers N | --prefill P --decode D] [--threads T]\n"
+              "       [--kv-memory BYTES] [--endpoint E] [--worker-endpoint E] [--runtime-dir DIR] [--log-dir DIR]\n"
+              "       [--drain-timeout-ms MS] [--max-restarts N] [--restart-backoff-ms MS] [--ready-timeout-ms MS]\n"
+              "       [--curve-keys DIR (CurveZMQ: DIR/server.key and server.pub, from tandem keys)]\n"
+              "       [--oversubscribe (allow more worker threads than cores)]\n"
+              "       [scheduler flags: --max-batch-tokens --prefill-chunk --max-queue ...]\n"
+              "Starts a scheduler and its workers as child processes and supervises them: a worker that exits is\n"
+              "restarted with backoff (given up after --max-restarts crashes in a row). Prints the client endpoint\n"
+              "and a ready line once every worker has registered. SIGTERM or Ctrl-C drains (no new requests,\n"
+              "running ones finish within --drain-timeout-ms, then are cancelled); a second signal stops at once.\n"
+              "Flags override the config file (see deploy/local.toml).");
     return 0;
   }
-  auto model = args->str("model");
-  if (!model) return fail("up", Status::invalid("--model FILE is required"));
-  if (!std::filesystem::exists(*model)) return fail("up", Status::invalid("--model: " + *model + " does not exist"));
-  auto prefill = args->integer("prefill", 0, 0, 256);
-  auto decode = args->integer("decode", 0, 0, 256);
-  if (!prefill) return fail("up", prefill.status());
-  if (!decode) return fail("up", decode.status());
-  if ((*prefill == 0) != (*decode == 0))
-    return fail("up", Status::invalid("--prefill and --decode go together: prefill workers hand every sequence to a "
-                                      "decode worker"));
-  auto workers = args->integer("workers", *prefill ? 0 : 1, *prefill ? 0 : 1, 256);
-  auto ready_timeout = args->integer("ready-timeout-ms", 120000, 100, 3600000);
-  if (!workers) return fail("up", workers.status());
-  if (!ready_timeout) return fail("up", ready_timeout.status());
+  DeployConfig config;
+  if (auto path = args->str("config")) {
+    auto loaded = load_config(*path);
+    if (!loaded) return fail("up", loaded.status());
+    config = std::move(loaded.value());
+  }
+  if (Status st = apply_flags(*args, kSchedulerFlags, kWorkerFlags, config); !st) return fail("up", st);
+  if (Status st = check_deployment(config); !st) return fail("up", st);
   {  // validate the worker and scheduler flags here, before anything starts
     scheduler::ActorOptions so;
     worker::WorkerOptions wo;
@@ -230,7 +201,8 @@ int up_command(int argc, char** argv) {
   }
 
   // Runtime folder for ipc:// endpoints: private to this user (0700).
-  std::string dir = args->str("runtime-dir").value_or("");
+  Endpoints ep;
+  std::string dir = config.runtime_dir;
   if (dir.empty()) {
     const char* base = std::getenv("XDG_RUNTIME_DIR");
     dir = std::string(base && *base ? base : "/tmp") + "/tandem-" + std::to_string(getuid()) + "-" + std::to_string(getpid());
@@ -238,92 +210,15 @@ int up_command(int argc, char** argv) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec || chmod(dir.c_str(), 0700) != 0) return fail("up", Status::invalid("cannot create runtime folder " + dir));
-  const std::string client_ep = args->str("endpoint").value_or("ipc://" + dir + "/client.sock");
-  const std::string worker_ep = "ipc://" + dir + "/worker.sock";
-  const std::string exe = self_exe(), level = args->str("log-level").value_or("info");
-
-  std::vector<std::string> sargv = {exe, "scheduler", "--model", *model, "--client-endpoint", client_ep,
-                                    "--worker-endpoint", worker_ep, "--log-level", level};
-  forward_flags(*args, kSchedulerFlags, sargv);
-  std::vector<pid_t> children;
-  const pid_t sched = spawn(sargv);
-  if (sched < 0) return fail("up", Status::error(Code::kInternal, "cannot start the scheduler (" + exe + ")"));
-  children.push_back(sched);
-  const int64_t n_workers = *workers + *prefill + *decode;
-  for (int64_t i = 0; i < n_workers; ++i) {
-    // Workers of role both first, then prefill, then decode workers.
-    const char* role = i < *workers ? "both" : i < *workers + *prefill ? "prefill" : "decode";
-    std::vector<std::string> wargv = {exe, "worker", "--model", *model, "--scheduler", worker_ep,
-                                      "--name", std::string(role) + "-" + std::to_string(i), "--log-level", level,
-                                      "--role", role};
-    if (std::string(role) == "decode") wargv.insert(wargv.end(), {"--kv-endpoint", "ipc://" + dir + "/kv-" + std::to_string(i) + ".sock"});
-    forward_flags(*args, kWorkerFlags, wargv);
-    const pid_t w = spawn(wargv);
-    if (w < 0) break;
-    children.push_back(w);
+  ep.runtime_dir = dir;
+  ep.client = config.endpoint.empty() ? "ipc://" + dir + "/client.sock" : *normalize_endpoint(config.endpoint, "endpoint");
+  ep.worker = config.worker_endpoint.empty() ? "ipc://" + dir + "/worker.sock"
+                                             : *normalize_endpoint(config.worker_endpoint, "worker_endpoint");
+  if (!config.log_dir.empty()) {
+    std::filesystem::create_directories(config.log_dir, ec);
+    if (ec) return fail("up", Status::invalid("log_dir: cannot create " + config.log_dir + ": " + ec.message()));
   }
-
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-
-  auto stop_all = [&](int code) {
-    for (pid_t p : children) kill(p, SIGTERM);
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    for (pid_t p : children) {
-      while (waitpid(p, nullptr, WNOHANG) == 0) {
-        if (std::chrono::steady_clock::now() > deadline) {
-          kill(p, SIGKILL);
-          waitpid(p, nullptr, 0);
-          break;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-    }
-    std::filesystem::remove_all(dir, ec);
-    std::printf("tandem: stopped\n");
-    std::fflush(stdout);
-    return code;
-  };
-
-  zmq::context_t ctx;
-  std::printf("tandem: endpoint %s\n", client_ep.c_str());
-  std::fflush(stdout);
-  const auto ready_deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(*ready_timeout);
-  bool ready = false;
-  while (!g_stop) {
-    // A worker that exits is reported and the others carry on (the scheduler re-places its
-    // sequences); the scheduler exiting, or the last worker, ends the deployment. Restarts
-    // with backoff come with supervision (deploy/).
-    for (size_t i = 0; i < children.size(); ++i) {
-      const pid_t p = children[i];
-      int status = 0;
-      if (waitpid(p, &status, WNOHANG) != p) continue;
-      const bool scheduler_died = p == sched;
-      children.erase(children.begin() + static_cast<long>(i));
-      std::fprintf(stderr, "tandem up: %s (pid %d) exited (%s %d); %zu workers left\n",
-                   scheduler_died ? "the scheduler" : "a worker", p, WIFSIGNALED(status) ? "signal" : "status",
-                   WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
-                   children.size() - (scheduler_died ? 0 : 1));
-      if (scheduler_died || children.size() <= 1) return stop_all(1);
-      break;
-    }
-    if (!ready) {
-      auto st = query_status(ctx, client_ep, 200);
-      if (st && st->workers_size() >= n_workers && st->ready()) {
-        ready = true;
-        std::printf("tandem: ready: %d workers, endpoint %s\n", st->workers_size(), client_ep.c_str());
-        std::fflush(stdout);
-      } else if (std::chrono::steady_clock::now() > ready_deadline) {
-        std::fprintf(stderr, "tandem up: not ready after %lld ms; stopping\n", static_cast<long long>(*ready_timeout));
-        return stop_all(1);
-      }
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-  }
-  return stop_all(0);
+  return supervise(config, ep, plan_children(config, ep, self_exe()));
 }
 
 }  // namespace tandem::cli

@@ -5,6 +5,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/curve_flag.h"
 #include "runtime/json.h"
 #include "tandem/client.h"
 
@@ -17,10 +18,11 @@ using runtime::json_string;
 namespace {
 
 constexpr const char* kHelp =
-    "usage: tandem status --endpoint E [--json] [--timeout-ms MS]\n"
+    "usage: tandem status --endpoint E [--json] [--timeout-ms MS] [--curve-keys DIR]\n"
     "  --endpoint E      the scheduler's client endpoint\n"
     "  --timeout-ms MS   how long to wait for the reply (default 2000)\n"
-    "  --json            one JSON object instead of a table\n";
+    "  --json            one JSON object instead of a table\n"
+    "  --curve-keys DIR  the scheduler's CurveZMQ public key (DIR/server.pub)\n";
 
 int fail(const Status& st) {
   std::fprintf(stderr, "tandem status: %s\n", st.to_string().c_str());
@@ -44,7 +46,9 @@ std::string to_json(const StatusInfo& s) {
          ",\"prompt_tokens\":" + std::to_string(s.prompt_tokens) +
          ",\"cached_prompt_tokens\":" + std::to_string(s.cached_prompt_tokens) +
          ",\"prefix_hit_rate\":" + json_number(s.prefix_hit_rate) +
-         ",\"workers\":[";
+         ",\"draining\":" + (s.draining ? "true" : "false") +
+         ",\"tokens_per_s_last_minute\":" + json_number(s.tokens_per_s_last_minute) +
+         ",\"requests_finished_last_minute\":" + std::to_string(s.requests_finished_last_minute) + ",\"workers\":[";
   for (size_t i = 0; i < s.workers.size(); ++i) {
     const WorkerInfo& w = s.workers[i];
     out += i ? ",{" : "{";
@@ -69,6 +73,8 @@ void print_table(const StatusInfo& s) {
               (unsigned long long)s.steps, s.scheduler_cpu_ms_per_step, (unsigned long long)s.max_step_decode,
               (unsigned long long)s.max_step_prefill_tokens, (unsigned long long)s.decode_stalls,
               (unsigned long long)s.preemptions);
+  std::printf("last minute: %.1f tokens/s, %llu requests finished%s\n", s.tokens_per_s_last_minute,
+              (unsigned long long)s.requests_finished_last_minute, s.draining ? "; DRAINING" : "");
   std::printf("prefix cache: %.1f%% of %llu prompt tokens served from cached blocks\n", 100.0 * s.prefix_hit_rate,
               (unsigned long long)s.prompt_tokens);
   std::printf("%-7s %-8s %-8s %-6s %-22s %-10s %-8s %-10s %-12s %s\n", "worker", "role", "pid", "alive",
@@ -102,7 +108,7 @@ void print_table(const StatusInfo& s) {
 }  // namespace
 
 int status_command(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, {"endpoint", "timeout-ms"}, {"json", "help"});
+  auto args = Args::parse(argc, argv, {"endpoint", "timeout-ms", "curve-keys"}, {"json", "help"});
   if (!args) return fail(args.status());
   if (args->has("help")) {
     std::fputs(kHelp, stdout);
@@ -115,6 +121,7 @@ int status_command(int argc, char** argv) {
 
   ClientOptions options;
   options.endpoint = *endpoint;
+  if (Status st = apply_curve_flag(*args, options); !st) return fail(st);
   auto client = Client::connect(options);
   if (!client) return fail(client.status());
   auto info = (*client)->status(std::chrono::milliseconds(*timeout_ms));

@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <zmq.hpp>
 
+#include "runtime/security.h"
 #include "tandem/v1/client.pb.h"
 
 namespace tandem {
@@ -168,6 +169,9 @@ StatusInfo from_wire(const v1::StatusReply& s) {
   info.prompt_tokens = s.prompt_tokens();
   info.cached_prompt_tokens = s.cached_prompt_tokens();
   info.prefix_hit_rate = s.prefix_hit_rate();
+  info.draining = s.draining();
+  info.tokens_per_s_last_minute = s.tokens_per_s_last_minute();
+  info.requests_finished_last_minute = s.requests_finished_last_minute();
   return info;
 }
 
@@ -667,6 +671,9 @@ Result<std::unique_ptr<Client>> Client::connect(ClientOptions options) {
     dealer.set(zmq::sockopt::maxmsgsize, int64_t{64} << 20);
     dealer.set(zmq::sockopt::heartbeat_ivl, 1000);  // ZMTP pings find a dead TCP peer
     dealer.set(zmq::sockopt::heartbeat_timeout, 5000);
+    if (!options.curve_server_key.empty())
+      if (Status st = runtime::apply_curve(dealer.handle(), {options.curve_server_key, {}}); !st)
+        return Status::invalid("client: curve_server_key: " + st.message());
     const std::string monitor_endpoint = "inproc://tandem-client-monitor";
     if (zmq_socket_monitor(dealer.handle(), monitor_endpoint.c_str(), ZMQ_EVENT_DISCONNECTED) != 0)
       return Status::error(Code::kInternal, std::string("client: socket monitor: ") + zmq_strerror(zmq_errno()));

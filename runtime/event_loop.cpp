@@ -331,6 +331,11 @@ Result<std::unique_ptr<Socket>> EventLoop::open(zmq::socket_type type, const std
     return Status::error(st.code(), std::string(verb) + " " + endpoint + ": " + st.message());
   }
   void* s = socket->socket_.handle();
+  if (curve_.enabled()) {
+    CurveKeys keys = curve_;
+    if (!bind) keys.server_secret.clear();
+    if (Status st = apply_curve(s, keys); !st) return Status::error(st.code(), std::string(verb) + " " + endpoint + ": " + st.message());
+  }
   if (bind) {
     TANDEM_RETURN_IF_ERROR(check_ipc_free(endpoint));
     if (zmq_bind(s, endpoint.c_str()) != 0) return socket_error("bind", endpoint, zmq_errno());

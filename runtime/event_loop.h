@@ -18,6 +18,7 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "runtime/security.h"
 #include "runtime/status.h"
 
 namespace tandem::runtime {
@@ -106,6 +107,9 @@ class EventLoop {
   asio::io_context& io() { return io_; }
   zmq::context_t& zmq() { return zmq_; }
   const SocketLimits& limits() const { return limits_; }
+  // Every socket opened after this call uses CurveZMQ: a server (bind) with the secret
+  // key, or a client (connect) of the server's public key.
+  void use_curve(CurveKeys keys) { curve_ = std::move(keys); }
 
   // A bound or connected socket whose messages go to `handler` on the loop's thread.
   // Errors name the endpoint and the cause (address in use, bad endpoint, permission).
@@ -142,6 +146,7 @@ class EventLoop {
   struct SignalWatch;
 
   SocketLimits limits_;
+  CurveKeys curve_;
   zmq::context_t zmq_;
   asio::io_context io_;
   std::vector<std::unique_ptr<SignalWatch>> signals_;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <csignal>
 #include <optional>
+#include <deque>
 #include <unordered_map>
 
 #include "runtime/event_loop.h"
@@ -56,6 +57,11 @@ class Actor final : public Sink {
   }
 
   Status start() {
+    if (!options_.curve_keys_dir.empty()) {
+      auto keys = runtime::load_curve_keys(options_.curve_keys_dir, /*need_secret=*/true);
+      if (!keys) return keys.status();
+      loop_.use_curve(*keys);
+    }
     auto clients = loop_.bind(zmq::socket_type::router, options_.client_endpoint,
                               [this](runtime::Frames& f) { on_client(f); });
     if (!clients) return clients.status();
@@ -68,11 +74,17 @@ class Actor final : public Sink {
     deadlines_ = loop_.every(std::chrono::milliseconds(10), [this] {
       core_.tick(runtime::now_us());
       flush();
+      if (drain_deadline_us_ > 0) check_drain();
     });
-    loop_.on_signal({SIGINT, SIGTERM}, [this](int sig) {
+    minute_ = loop_.every(std::chrono::seconds(1), [this] { sample_minute(); });
+    loop_.on_signal({SIGINT, SIGTERM, SIGQUIT}, [this](int sig) {
+      if (sig != SIGQUIT && drain_deadline_us_ == 0) {
+        spdlog::info("scheduler: signal {}: draining", sig);
+        begin_drain(options_.drain_timeout_ms);
+        return;
+      }
       spdlog::info("scheduler: signal {}, shutting down", sig);
-      shutdown_workers();
-      loop_.stop();
+      stop_now();
     });
     spdlog::info("scheduler: clients on {}, workers on {}, model fingerprint {}", options_.client_endpoint,
                  options_.worker_endpoint, fingerprint_);
@@ -217,6 +229,10 @@ class Actor final : public Sink {
     }
     switch (client_msg_.body_case()) {
       case v1::ClientMessage::kSubmit:
+        if (drain_deadline_us_ > 0) {
+          refuse_while_draining(identity, client_msg_.submit().request_id());
+          break;
+        }
         if (spdlog::should_log(spdlog::level::debug)) {
           const v1::Submit& s = client_msg_.submit();
           spdlog::debug("scheduler: submit {}: {} prompt {}, max_tokens {}, temperature {}, top_k {}, top_p {}, seed {}, "
@@ -244,6 +260,14 @@ class Actor final : public Sink {
       case v1::ClientMessage::kHeartbeat:
         break;
       case v1::ClientMessage::kStatus:
+        send_status(identity);
+        break;
+      case v1::ClientMessage::kDrain:
+        if (drain_deadline_us_ == 0) {
+          const uint32_t t = client_msg_.drain().timeout_ms();
+          spdlog::info("scheduler: drain requested by a client");
+          begin_drain(t ? t : options_.drain_timeout_ms);
+        }
         send_status(identity);
         break;
       default:
@@ -435,7 +459,54 @@ class Actor final : public Sink {
       s->set_handoff_ms_mean(sum / double(ms.size()));
       s->set_handoff_ms_p99(ms[k]);
     }
+    s->set_draining(drain_deadline_us_ > 0);
+    const MinuteSample& oldest = minute_samples_.empty() ? MinuteSample{cs.tokens, cs.finished} : minute_samples_.front();
+    s->set_tokens_per_s_last_minute(double(cs.tokens - oldest.tokens) / 60.0);
+    s->set_requests_finished_last_minute(cs.finished - oldest.finished);
     send(*clients_, identity, reply_);
+  }
+
+  // Draining: no new admissions; what runs gets until the deadline, then is cancelled.
+  void begin_drain(uint32_t timeout_ms) {
+    drain_deadline_us_ = runtime::now_us() + int64_t{timeout_ms} * 1000 + 1;
+    spdlog::info("scheduler: draining: {} queued, {} running, {} ms to finish", core_.queued(), core_.running(), timeout_ms);
+  }
+
+  void check_drain() {
+    const int64_t now = runtime::now_us();
+    if (!core_.idle() && now >= drain_deadline_us_) {
+      spdlog::warn("scheduler: drain timeout: cancelling {} queued and {} running requests", core_.queued(), core_.running());
+      core_.cancel_all("the scheduler is draining and its drain timeout passed", now);
+      core_.tick(now);
+      flush();
+    }
+    if (core_.idle()) {
+      spdlog::info("scheduler: drained");
+      stop_now();
+    }
+  }
+
+  void refuse_while_draining(const std::string& identity, const std::string& request_id) {
+    v1::RequestEvents ev;
+    ev.set_request_id(request_id);
+    v1::FinalEvent* f = ev.mutable_final();
+    f->set_finish_reason(v1::FINISH_REASON_ERROR);
+    f->set_error_code(v1::ERROR_CODE_UNAVAILABLE);
+    f->set_error_message("the scheduler is draining: it admits no new requests");
+    send_events(identity, ev);
+  }
+
+  void stop_now() {
+    flush();
+    shutdown_workers();
+    loop_.stop();
+  }
+
+  // Once a second: totals, so status can report the last minute's throughput.
+  void sample_minute() {
+    const CoreStats& cs = core_.stats();
+    minute_samples_.push_back({cs.tokens, cs.finished});
+    if (minute_samples_.size() > 60) minute_samples_.pop_front();
   }
 
   void shutdown_workers() {
@@ -451,7 +522,12 @@ class Actor final : public Sink {
   runtime::EventLoop loop_;
   Core core_;
   std::unique_ptr<runtime::Socket> clients_, workers_;
-  std::unique_ptr<runtime::EventLoop::Timer> liveness_, deadlines_;
+  std::unique_ptr<runtime::EventLoop::Timer> liveness_, deadlines_, minute_;
+  struct MinuteSample {
+    uint64_t tokens, finished;
+  };
+  std::deque<MinuteSample> minute_samples_;  // one per second, the last 60
+  int64_t drain_deadline_us_ = 0;            // > 0: draining
   std::unordered_map<std::string, WorkerPeer> worker_by_identity_;
   std::unordered_map<uint32_t, std::string> worker_identity_;
   std::unordered_map<std::string, int64_t> client_seen_;

@@ -21,9 +21,14 @@ struct ActorOptions {
   // Messages queued to one client before it counts as not reading: its requests are then
   // cancelled (their final events wait, and are sent once it reads again).
   uint32_t client_send_queue = 10000;
+  uint32_t drain_timeout_ms = 30000;  // draining: running requests get this long, then are cancelled
+  std::string curve_keys_dir;         // CurveZMQ server keys (runtime/security.h); empty: none
 };
 
-// Runs until SIGINT/SIGTERM. Errors: the model file, or an endpoint that cannot be bound.
+// Runs until drained or stopped: SIGTERM, SIGINT or a client's Drain message drain (new
+// submits get UNAVAILABLE; running requests finish within the drain timeout, then the rest
+// are cancelled with their final event; then it returns ok). A second SIGTERM/SIGINT, or
+// SIGQUIT, stops at once. Errors: the model file, or an endpoint that cannot be bound.
 Status run_scheduler(const ActorOptions& options);
 
 }  // namespace tandem::scheduler

@@ -285,6 +285,12 @@ void Core::client_gone(const std::string& client, int64_t now_us, const std::str
     finish(*r, v1::FINISH_REASON_CANCELLED, v1::ERROR_CODE_UNSPECIFIED, reason, now_us);
 }
 
+void Core::cancel_all(const std::string& message, int64_t now_us) {
+  std::vector<Request*> all;
+  for (auto& [k, r] : requests_) all.push_back(r.get());
+  for (Request* r : all) finish(*r, v1::FINISH_REASON_CANCELLED, v1::ERROR_CODE_UNSPECIFIED, message, now_us);
+}
+
 void Core::enqueue(Request& r) {
   r.queued = true;
   // Priority first (higher first), then arrival order.

@@ -105,6 +105,9 @@ class Core {
   // The client went silent or away: every request of it is cancelled.
   void client_gone(const std::string& client, int64_t now_us,
                    const std::string& reason = "the client stopped heartbeating");
+  // Ends every live request (queued or running) with a final CANCELLED event carrying
+  // `message` (a drain past its deadline).
+  void cancel_all(const std::string& message, int64_t now_us);
 
   // A worker's step result (results come back in plan order per worker).
   void on_result(uint32_t worker_id, const v1::StepResult& result, int64_t now_us);

@@ -10,6 +10,7 @@ packages=(
   libboost-dev                         # Asio event loops
   libopenblas-dev                      # BLAS (sgemm rate reference, optional GEMM backend)
   libspdlog-dev                        # logging
+  libtomlplusplus-dev                  # tandem up --config (TOML deployment files)
   libgtest-dev libgmock-dev            # unit and end-to-end tests
   libbenchmark-dev                     # engine micro-benchmarks
   gnuplot-nox                          # tandem bench --plot (PNG charts of a run)

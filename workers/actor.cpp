@@ -48,6 +48,11 @@ class Actor {
         sampler_(engine_->config().vocab_size) {}
 
   Status start() {
+    if (!options_.curve_keys_dir.empty()) {
+      auto keys = runtime::load_curve_keys(options_.curve_keys_dir, /*need_secret=*/false);
+      if (!keys) return keys.status();
+      loop_.use_curve(*keys);
+    }
     if (options_.role == WorkerRole::kDecode) {
       auto kv = loop_.bind(zmq::socket_type::pull, options_.kv_endpoint, [this](runtime::Frames& f) { on_transfer(f); });
       if (!kv) return kv.status();
@@ -236,7 +241,10 @@ class Actor {
       steps_.push_back(engine::SeqStep{feed, sp.start_pos(), seq.blocks, sp.sample() ? 1u : 0u});
       seq_of_.push_back(&seq);
     }
-    if (ok) {
+    if (ok && steps_.empty()) {  // a plan that only releases sequences: nothing to compute
+      out_.mutable_result()->set_step_id(plan.step_id());
+      out_.mutable_result()->set_epoch(epoch_);
+    } else if (ok) {
       Status st = engine_->forward(steps_, *pool_);
       if (!st) {
         fail_step(plan.step_id(), st.message());

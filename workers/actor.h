@@ -29,6 +29,7 @@ struct WorkerOptions {
   WorkerRole role = WorkerRole::kBoth;
   // Role decode: where prefill workers push KV. tcp://127.0.0.1:* picks a free port.
   std::string kv_endpoint = "tcp://127.0.0.1:*";
+  std::string curve_keys_dir;  // the scheduler's CurveZMQ public key (DIR/server.pub); empty: none
 };
 
 // Runs until the scheduler says shutdown, or SIGINT/SIGTERM. Errors: the model file, the KV

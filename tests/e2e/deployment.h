@@ -96,6 +96,15 @@ class Deployment {
   std::string worker_endpoint() const { return "ipc://" + dir_ + "/run/worker.sock"; }
   const std::string& dir() const { return dir_; }
   bool ok() const { return !endpoint_.empty(); }
+  pid_t pid() const { return pid_; }
+  // What `tandem up` printed so far (its "tandem: ..." lines).
+  std::string output() const { return slurp(out_); }
+  // Waits for `tandem up` to exit (the caller signalled it); its exit code, -1 if killed.
+  int wait_exit(std::chrono::milliseconds limit) {
+    const int code = wait_for(pid_, limit);
+    pid_ = -1;
+    return code;
+  }
 
  private:
   std::string dir_, out_, endpoint_;

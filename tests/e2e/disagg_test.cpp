@@ -67,7 +67,7 @@ TEST_P(SixtyFourStreams, EqualTheEngineAlone) {
 INSTANTIATE_TEST_SUITE_P(Deployments, SixtyFourStreams,
                          ::testing::Values(std::vector<std::string>{"--workers", "2"},
                                            std::vector<std::string>{"--prefill", "1", "--decode", "1"},
-                                           std::vector<std::string>{"--prefill", "1", "--decode", "2"}),
+                                           std::vector<std::string>{"--prefill", "1", "--decode", "2", "--oversubscribe"}),
                          [](const auto& info) {
                            return info.param[0] == "--workers" ? std::string("Both2") : "Prefill1Decode" + info.param[3];
                          });
@@ -118,7 +118,9 @@ TEST(Disagg, CancelMidTransferFreesBothSides) {
 
 TEST(Disagg, ADecodeWorkerKilledUnderThirtyTwoStreamsFailsOver) {
   // Heartbeats every 200 ms, dead after 3 missed.
-  Deployment d({"--prefill", "1", "--decode", "2", "--threads", "1", "--heartbeat-ms", "200", "--kv-memory", "67108864"});
+  // No restarts: this is about failover to the survivor (tandem up would restart the victim).
+  Deployment d({"--prefill", "1", "--decode", "2", "--threads", "1", "--heartbeat-ms", "200", "--kv-memory", "67108864",
+                "--oversubscribe", "--max-restarts", "0"});
   ASSERT_TRUE(d.ok());
   auto client = d.client();
   const StatusInfo before = client->status(5s).value();
@@ -164,7 +166,8 @@ TEST(Disagg, ADecodeWorkerKilledUnderThirtyTwoStreamsFailsOver) {
 }
 
 TEST(Disagg, TheLastDecodeWorkerKilledEndsStreamsWithErrorsNotHangs) {
-  Deployment d({"--prefill", "1", "--decode", "1", "--threads", "1", "--heartbeat-ms", "200", "--kv-memory", "67108864"});
+  Deployment d({"--prefill", "1", "--decode", "1", "--threads", "1", "--heartbeat-ms", "200", "--kv-memory", "67108864",
+                "--max-restarts", "0"});
   ASSERT_TRUE(d.ok());
   auto client = d.client();
   std::vector<std::shared_ptr<Stream>> streams;

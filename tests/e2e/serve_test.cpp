@@ -189,7 +189,8 @@ TEST(Serve, ALongPromptNeverStallsRunningStreams) {
 }
 
 TEST(Serve, StreamsOfAKilledWorkerContinueExactlyOnTheOther) {
-  Deployment d({"--workers", "2", "--threads", "1", "--heartbeat-ms", "200", "--kv-memory", "67108864"});
+  Deployment d({"--workers", "2", "--threads", "1", "--heartbeat-ms", "200", "--kv-memory", "67108864",
+                "--max-restarts", "0"});  // no restart: the survivor alone serves
   ASSERT_TRUE(d.ok());
   auto client = d.client();
   auto [streams, want] =

@@ -145,6 +145,9 @@ struct StatusInfo {
   // Prefix cache over first placements.
   uint64_t prompt_tokens = 0, cached_prompt_tokens = 0;
   double prefix_hit_rate = 0;
+  bool draining = false;  // admitting nothing: finishing what runs, then exiting
+  double tokens_per_s_last_minute = 0;
+  uint64_t requests_finished_last_minute = 0;
 };
 
 struct ClientOptions {
@@ -161,6 +164,9 @@ struct ClientOptions {
   // client probes it (a status query); with no answer within twice this, every request in
   // flight ends with UNAVAILABLE. 0 = off (then only deadlines and disconnects end them).
   std::chrono::milliseconds liveness_timeout{5000};
+  // The scheduler's CurveZMQ public key (Z85, 40 characters, the text of its server.pub)
+  // when it runs with --curve-keys; empty: no encryption.
+  std::string curve_server_key = {};
 };
 
 class Client {

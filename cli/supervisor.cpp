@@ -1,0 +1,284 @@
+#include "cli/supervisor.h"
+
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "runtime/security.h"
+#include "tandem/client.h"
+
+namespace tandem::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+volatile sig_atomic_t g_signals = 0;  // SIGTERM/SIGINT deliveries
+volatile sig_atomic_t g_last_signal = 0;
+void on_signal(int sig) {
+  g_last_signal = sig;
+  g_signals = g_signals + 1;
+}
+
+void say(const char* fmt, auto... args) {
+  std::printf("tandem: ");
+  std::printf(fmt, args...);
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+std::string describe(int status) {
+  if (WIFSIGNALED(status)) return "signal " + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
+  return "status " + std::to_string(WEXITSTATUS(status));
+}
+
+// fork + exec, with the child in its own process group (a terminal's Ctrl-C reaches only
+// the supervisor, which decides), killed if the supervisor dies, and pinned when asked.
+pid_t start(const ChildSpec& spec) {
+  std::vector<char*> argv;
+  for (const std::string& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int cpu : spec.cpus) CPU_SET(cpu, &set);
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid != 0) return pid;
+  // Child: async-signal-safe calls only until exec.
+  setpgid(0, 0);
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(127);
+  if (!spec.cpus.empty() && sched_setaffinity(0, sizeof(set), &set) != 0) _exit(126);
+  execv(argv[0], argv.data());
+  _exit(127);
+}
+
+struct Child {
+  ChildSpec spec;
+  pid_t pid = -1;
+  Clock::time_point started;
+  uint32_t crashes = 0;  // consecutive
+  Clock::time_point restart_at;
+  bool given_up = false;
+  bool stopped = false;  // exited cleanly on request: not restarted
+  bool registered = true;  // false after a restart until the scheduler lists its pid
+};
+
+std::string cpus_text(const std::vector<int>& cpus) {
+  std::string s;
+  for (int c : cpus) s += (s.empty() ? "" : ",") + std::to_string(c);
+  return s;
+}
+
+}  // namespace
+
+std::vector<ChildSpec> plan_children(const DeployConfig& c, const Endpoints& ep, const std::string& exe) {
+  auto log_flags = [&](std::vector<std::string>& argv, const std::string& name) {
+    argv.insert(argv.end(), {"--log-level", c.log_level});
+    if (!c.log_dir.empty()) argv.insert(argv.end(), {"--log-file", c.log_dir + "/" + name + ".log"});
+    if (!c.curve_keys.empty()) argv.insert(argv.end(), {"--curve-keys", c.curve_keys});
+  };
+  std::vector<ChildSpec> out;
+  ChildSpec s{"scheduler", {exe, "scheduler", "--model", c.model, "--client-endpoint", ep.client, "--worker-endpoint",
+                            ep.worker, "--drain-timeout-ms", std::to_string(c.supervision.drain_timeout_ms)},
+              {}};
+  log_flags(s.argv, s.name);
+  for (const auto& [flag, value] : c.scheduler) s.argv.insert(s.argv.end(), {"--" + flag, value});
+  out.push_back(std::move(s));
+  uint32_t index = 0;
+  for (const WorkerGroup& g : c.workers) {
+    for (uint32_t k = 0; k < g.count; ++k) {
+      ChildSpec w{"worker-" + std::to_string(index++), {exe, "worker", "--model", c.model, "--scheduler", ep.worker},
+                  {}};
+      w.argv.insert(w.argv.end(), {"--name", w.name, "--threads", std::to_string(g.threads)});
+      // Role `both` is every worker's default: the flag is passed only for the others.
+      if (g.role != "both") w.argv.insert(w.argv.end(), {"--role", g.role});
+      // A decode worker receives KV from prefill workers: on one host, a socket in the
+      // private runtime folder (across hosts, give kv_endpoint / --kv-endpoint yourself).
+      if (g.role == "decode" && !g.flags.count("kv-endpoint"))
+        w.argv.insert(w.argv.end(), {"--kv-endpoint", "ipc://" + ep.runtime_dir + "/kv-" + w.name + ".sock"});
+      log_flags(w.argv, w.name);
+      for (const auto& [flag, value] : g.flags) w.argv.insert(w.argv.end(), {"--" + flag, value});
+      if (!g.cpus.empty()) w.cpus.assign(g.cpus.begin() + k * g.threads, g.cpus.begin() + (k + 1) * g.threads);
+      out.push_back(std::move(w));
+    }
+  }
+  return out;
+}
+
+int supervise(const DeployConfig& config, const Endpoints& ep, std::vector<ChildSpec> specs) {
+  const Supervision& sv = config.supervision;
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  std::vector<Child> children;
+  for (ChildSpec& s : specs) {
+    children.emplace_back();
+    children.back().spec = std::move(s);
+  }
+  Child& sched = children.front();
+  auto launch = [&](Child& c) {
+    c.pid = start(c.spec);
+    c.started = Clock::now();
+    if (c.pid < 0) {
+      say("cannot start %s (%s): %s", c.spec.name.c_str(), c.spec.argv[0].c_str(), strerror(errno));
+      return false;
+    }
+    say("started %s (pid %d%s%s)", c.spec.name.c_str(), c.pid, c.spec.cpus.empty() ? "" : ", cpus ",
+        cpus_text(c.spec.cpus).c_str());
+    return true;
+  };
+
+  // Every exit path stops what still runs: SIGQUIT for the scheduler (stop without
+  // draining) and SIGTERM for the workers, then SIGKILL after stop_timeout_ms.
+  auto stop_all = [&](int code) {
+    for (Child& c : children)
+      if (c.pid > 0) kill(c.pid, &c == &sched ? SIGQUIT : SIGTERM);
+    const auto deadline = Clock::now() + milliseconds(sv.stop_timeout_ms);
+    for (Child& c : children) {
+      if (c.pid <= 0) continue;
+      int status = 0;
+      while (waitpid(c.pid, &status, WNOHANG) == 0) {
+        if (Clock::now() > deadline) {
+          say("%s (pid %d) did not stop within %u ms: killing it", c.spec.name.c_str(), c.pid, sv.stop_timeout_ms);
+          kill(c.pid, SIGKILL);
+          waitpid(c.pid, &status, 0);
+          break;
+        }
+        std::this_thread::sleep_for(milliseconds(20));
+      }
+      c.pid = -1;
+    }
+    std::error_code ec;
+    if (!ep.runtime_dir.empty()) std::filesystem::remove_all(ep.runtime_dir, ec);
+    say("stopped (exit %d)", code);
+    return code;
+  };
+
+  say("endpoint %s", ep.client.c_str());
+  for (Child& c : children)
+    if (!launch(c)) return stop_all(1);
+
+  ClientOptions co;
+  co.endpoint = ep.client;
+  if (!config.curve_keys.empty()) co.curve_server_key = runtime::load_curve_keys(config.curve_keys, false)->server_public;
+  auto client = Client::connect(co);
+  if (!client) {
+    say("cannot query the scheduler: %s", client.status().to_string().c_str());
+    return stop_all(1);
+  }
+  const size_t want = config.worker_count();
+  const auto ready_deadline = Clock::now() + milliseconds(sv.ready_timeout_ms);
+  bool ready = false;
+  int handled_signals = 0;
+  std::optional<Clock::time_point> drain_deadline;
+
+  for (;;) {
+    // Signals: the first drains, a second stops at once.
+    if (g_signals > handled_signals) {
+      handled_signals = g_signals;
+      if (handled_signals == 1) {
+        say("%s: draining (no new requests; running ones get %u ms, then are cancelled)",
+            g_last_signal == SIGINT ? "SIGINT" : "SIGTERM", sv.drain_timeout_ms);
+        kill(sched.pid, SIGTERM);
+        drain_deadline = Clock::now() + milliseconds(sv.drain_timeout_ms + sv.stop_timeout_ms);
+      } else {
+        say("second signal: stopping at once");
+        return stop_all(0);
+      }
+    }
+    if (drain_deadline && Clock::now() > *drain_deadline) {
+      say("the scheduler did not finish draining in time: stopping");
+      return stop_all(1);
+    }
+
+    // Exits.
+    int status = 0;
+    for (pid_t pid; (pid = waitpid(-1, &status, WNOHANG)) > 0;) {
+      auto it = std::find_if(children.begin(), children.end(), [&](const Child& c) { return c.pid == pid; });
+      if (it == children.end()) continue;
+      Child& c = *it;
+      c.pid = -1;
+      const double ran_s = std::chrono::duration<double>(Clock::now() - c.started).count();
+      if (&c == &sched) {
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+          say("the scheduler exited after draining; stopping the workers");
+          return stop_all(0);
+        }
+        say("the scheduler (pid %d) died (%s) after %.1f s: stopping the deployment (clients get UNAVAILABLE)", pid,
+            describe(status).c_str(), ran_s);
+        return stop_all(1);
+      }
+      if (drain_deadline || (WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+        say("%s (pid %d) stopped (%s)", c.spec.name.c_str(), pid, describe(status).c_str());
+        c.stopped = true;
+        continue;
+      }
+      c.crashes = ran_s * 1000 >= sv.healthy_after_ms ? 1 : c.crashes + 1;
+      if (c.crashes > sv.max_restarts) {
+        say("%s (pid %d) exited (%s) after %.1f s: %u crashes in a row, a crash loop: not restarting it",
+            c.spec.name.c_str(), pid, describe(status).c_str(), ran_s, c.crashes);
+        c.given_up = true;
+        continue;
+      }
+      const uint64_t backoff = std::min<uint64_t>(uint64_t{sv.restart_backoff_ms} << std::min(c.crashes - 1, 20u),
+                                                  sv.restart_backoff_max_ms);
+      c.restart_at = Clock::now() + milliseconds(backoff);
+      say("%s (pid %d) exited (%s) after %.1f s: restart %u of %u in %llu ms", c.spec.name.c_str(), pid,
+          describe(status).c_str(), ran_s, c.crashes, sv.max_restarts, static_cast<unsigned long long>(backoff));
+    }
+    // Workers that stopped cleanly (exit 0: the scheduler told them to) are not a failure;
+    // workers all stopped or given up, at least one given up, is.
+    if (!drain_deadline &&
+        std::all_of(children.begin() + 1, children.end(), [](const Child& c) { return c.given_up || c.stopped; }) &&
+        std::any_of(children.begin() + 1, children.end(), [](const Child& c) { return c.given_up; })) {
+      say("no worker left to run: stopping the deployment");
+      return stop_all(1);
+    }
+
+    // Restarts.
+    for (Child& c : children) {
+      if (drain_deadline || c.pid >= 0 || c.given_up || c.stopped || &c == &sched || Clock::now() < c.restart_at) continue;
+      c.registered = false;
+      if (!launch(c)) c.given_up = true;
+    }
+    // A restarted worker is back once the scheduler lists its pid.
+    if (ready && !drain_deadline &&
+        std::any_of(children.begin(), children.end(), [](const Child& c) { return c.pid > 0 && !c.registered; }))
+      if (auto st = (*client)->status(milliseconds(200)))
+        for (Child& c : children)
+          for (const WorkerInfo& w : st->workers)
+            if (c.pid > 0 && !c.registered && w.pid == static_cast<uint32_t>(c.pid)) {
+              c.registered = true;
+              say("%s (pid %d) registered again as worker %u", c.spec.name.c_str(), c.pid, w.id);
+            }
+
+    if (!ready && !drain_deadline) {
+      auto st = (*client)->status(milliseconds(200));
+      if (st && st->workers.size() >= want) {
+        ready = true;
+        say("ready: %zu workers, endpoint %s", st->workers.size(), ep.client.c_str());
+      } else if (Clock::now() > ready_deadline) {
+        say("not ready after %u ms (%zu of %zu workers registered): stopping", sv.ready_timeout_ms,
+            st ? st->workers.size() : size_t{0}, want);
+        return stop_all(1);
+      }
+    } else {
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+  }
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,80 @@
+#include "runtime/security.h"
+
+#include <sys/stat.h>
+#include <zmq.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace tandem::runtime {
+
+namespace {
+
+constexpr size_t kZ85KeyChars = 40;
+
+Result<std::string> read_key(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return Status::invalid("--curve-keys: cannot read " + path);
+  std::string key;
+  f >> key;
+  uint8_t raw[32];
+  if (key.size() != kZ85KeyChars || !zmq_z85_decode(raw, key.c_str()))
+    return Status::invalid("--curve-keys: " + path + " is not a Z85 CURVE key (40 characters)");
+  return key;
+}
+
+Status write_file(const std::string& path, const char* text, mode_t mode) {
+  std::ofstream f(path);
+  f << text << "\n";
+  f.close();
+  if (!f || chmod(path.c_str(), mode) != 0) return Status::invalid("cannot write " + path);
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<CurveKeys> load_curve_keys(const std::string& dir, bool need_secret) {
+  CurveKeys keys;
+  auto pub = read_key(dir + "/server.pub");
+  if (!pub) return pub.status();
+  keys.server_public = *pub;
+  if (need_secret) {
+    auto secret = read_key(dir + "/server.key");
+    if (!secret) return secret.status();
+    keys.server_secret = *secret;
+  }
+  return keys;
+}
+
+Status write_curve_keys(const std::string& dir) {
+  if (!zmq_has("curve")) return Status::error(Code::kInternal, "this libzmq was built without CURVE");
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || chmod(dir.c_str(), 0700) != 0) return Status::invalid("--out: cannot create " + dir);
+  if (std::filesystem::exists(dir + "/server.key"))
+    return Status::invalid("--out: " + dir + "/server.key exists; not overwriting a key in use");
+  char pub[kZ85KeyChars + 1], secret[kZ85KeyChars + 1];
+  if (zmq_curve_keypair(pub, secret) != 0) return Status::error(Code::kInternal, "zmq_curve_keypair failed");
+  TANDEM_RETURN_IF_ERROR(write_file(dir + "/server.key", secret, 0600));
+  return write_file(dir + "/server.pub", pub, 0644);
+}
+
+Status apply_curve(void* socket, const CurveKeys& keys) {
+  auto set = [&](int option, const std::string& value, const char* name) -> Status {
+    if (zmq_setsockopt(socket, option, value.c_str(), value.size()) == 0) return Status::ok();
+    return Status::error(Code::kInvalidArgument, std::string("setsockopt ") + name + ": " + zmq_strerror(zmq_errno()));
+  };
+  if (!keys.server_secret.empty()) {
+    const int on = 1;
+    if (zmq_setsockopt(socket, ZMQ_CURVE_SERVER, &on, sizeof(on)) != 0)
+      return Status::error(Code::kInvalidArgument, std::string("ZMQ_CURVE_SERVER: ") + zmq_strerror(zmq_errno()));
+    return set(ZMQ_CURVE_SECRETKEY, keys.server_secret, "ZMQ_CURVE_SECRETKEY");
+  }
+  char pub[kZ85KeyChars + 1], secret[kZ85KeyChars + 1];
+  if (zmq_curve_keypair(pub, secret) != 0) return Status::error(Code::kInternal, "zmq_curve_keypair failed");
+  TANDEM_RETURN_IF_ERROR(set(ZMQ_CURVE_SERVERKEY, keys.server_public, "ZMQ_CURVE_SERVERKEY"));
+  TANDEM_RETURN_IF_ERROR(set(ZMQ_CURVE_PUBLICKEY, pub, "ZMQ_CURVE_PUBLICKEY"));
+  return set(ZMQ_CURVE_SECRETKEY, secret, "ZMQ_CURVE_SECRETKEY");
+}
+
+}  // namespace tandem::runtime

@@ -1,0 +1,147 @@
+// Many hosts, simulated: the scheduler and two workers in three network namespaces joined
+// by veth pairs, over tcp:// with CurveZMQ, must serve 64 greedy streams exactly as the
+// engine alone. Needs root (ip netns); skipped with a message where that is not permitted.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sched.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "tandem/client.h"
+#include "tests/e2e/deployment.h"
+#include "workers/engine/engine.h"
+#include "workers/engine/generate.h"
+
+namespace tandem {
+namespace {
+
+using namespace std::chrono_literals;
+
+int sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()); }
+
+// Three namespaces: <prefix>-s (scheduler, 10.77.1.1 and 10.77.2.1), <prefix>-a (worker,
+// 10.77.1.2) and <prefix>-b (worker, 10.77.2.2); deleted (with their veths) on destruction.
+class Hosts {
+ public:
+  Hosts() : prefix_("tandem-" + std::to_string(getpid())) {
+    if (getuid() != 0) return;
+    remove_stale();
+    if (sh("ip netns add " + ns("s")) != 0) return;
+    created_ = {"s"};
+    ok_ = sh("ip netns add " + ns("a")) == 0 && (created_.push_back("a"), true) &&
+          sh("ip netns add " + ns("b")) == 0 && (created_.push_back("b"), true) && link("a", "1") && link("b", "2") &&
+          sh("ip -n " + ns("s") + " link set lo up") == 0;
+  }
+  ~Hosts() {
+    for (const std::string& n : created_) sh("ip netns del " + ns(n));
+  }
+  bool ok() const { return ok_; }
+  std::string ns(const std::string& n) const { return prefix_ + "-" + n; }
+
+ private:
+  // Namespaces of an earlier run that was killed before its destructor ran (its pid is gone).
+  static void remove_stale() {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/var/run/netns", ec)) {
+      const std::string name = e.path().filename().string();
+      int pid = 0;
+      char role = 0;
+      if (std::sscanf(name.c_str(), "tandem-%d-%c", &pid, &role) == 2 && pid > 0 && kill(pid, 0) != 0 && errno == ESRCH)
+        sh("ip netns del " + name);
+    }
+  }
+  // A veth pair scheduler <-> worker `w` on 10.77.<net>.0/24.
+  bool link(const std::string& w, const std::string& net) {
+    const std::string s = ns("s"), o = ns(w);
+    return sh("ip link add v" + w + " netns " + s + " type veth peer name v0 netns " + o) == 0 &&
+           sh("ip -n " + s + " addr add 10.77." + net + ".1/24 dev v" + w) == 0 &&
+           sh("ip -n " + o + " addr add 10.77." + net + ".2/24 dev v0") == 0 &&
+           sh("ip -n " + s + " link set v" + w + " up") == 0 && sh("ip -n " + o + " link set v0 up") == 0 &&
+           sh("ip -n " + o + " link set lo up") == 0;
+  }
+  std::string prefix_;
+  std::vector<std::string> created_;
+  bool ok_ = false;
+};
+
+TEST(ManyHosts, SixtyFourStreamsAcrossThreeNetworkNamespacesWithCurve) {
+  Hosts hosts;
+  if (!hosts.ok()) GTEST_SKIP() << "needs root and `ip netns` (network namespaces + veth), not permitted here";
+  const std::string dir = test::temp_dir(), keys = dir + "/keys", model = test::model_file("tiny", 1);
+  ASSERT_EQ(test::wait_for(test::spawn({TANDEM_TANDEM_BIN, "keys", "--out", keys}, dir + "/keys.out"), 30s), 0);
+  std::string pub;
+  std::ifstream(keys + "/server.pub") >> pub;
+
+  auto in = [&](const std::string& n, std::vector<std::string> argv) {
+    argv.insert(argv.begin(), {"/usr/sbin/ip", "netns", "exec", hosts.ns(n)});
+    return argv;
+  };
+  std::vector<pid_t> procs;
+  procs.push_back(test::spawn(in("s", {TANDEM_TANDEM_BIN, "scheduler", "--model", model, "--client-endpoint",
+                                       "tcp://127.0.0.1:5555", "--worker-endpoint", "tcp://*:5556", "--curve-keys", keys,
+                                       "--log-level", "warn"}),
+                              dir + "/scheduler.out"));
+  for (auto [n, addr] : {std::pair{"a", "10.77.1.1"}, {"b", "10.77.2.1"}})
+    procs.push_back(test::spawn(in(n, {TANDEM_TANDEM_BIN, "worker", "--model", model, "--scheduler",
+                                       std::string("tcp://") + addr + ":5556", "--threads", "1", "--kv-memory",
+                                       "67108864", "--curve-keys", keys, "--log-level", "warn"}),
+                                dir + "/worker-" + n + ".out"));
+
+  // The client runs in the scheduler's namespace: a thread that joined it (threads and the
+  // ZeroMQ I/O threads it starts inherit the namespace).
+  std::thread client_host([&] {
+    const int fd = open(("/var/run/netns/" + hosts.ns("s")).c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(setns(fd, CLONE_NEWNET), 0);
+    close(fd);
+    ClientOptions o;
+    o.endpoint = "tcp://127.0.0.1:5555";
+    o.curve_server_key = pub;
+    auto client = Client::connect(o).value();
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    size_t workers = 0;
+    while (workers < 2 && std::chrono::steady_clock::now() < deadline) {
+      auto st = client->status(1s);
+      workers = st ? st->workers.size() : 0;
+      if (workers < 2) std::this_thread::sleep_for(100ms);
+    }
+    ASSERT_EQ(workers, 2u) << "the workers in the other namespaces did not register: " << test::slurp(dir + "/worker-a.out.err");
+
+    auto engine = engine::Engine::load(model, {1, engine::GemmBackend::kPacked}).value();
+    std::vector<std::shared_ptr<Stream>> streams;
+    std::vector<std::vector<int32_t>> want;
+    for (uint32_t i = 0; i < 64; ++i) {
+      GenerateRequest r;
+      for (uint32_t k = 0; k < 1 + (i * 13) % 150; ++k) r.prompt_tokens.push_back(3 + static_cast<int32_t>((k * 31 + i * 17) % 500));
+      r.max_tokens = 8 + i % 24;
+      r.ignore_eos = true;
+      engine::GenerateOptions opt;
+      opt.max_tokens = r.max_tokens;
+      opt.ignore_eos = true;
+      want.push_back(engine::generate(*engine, r.prompt_tokens, opt).value().tokens);
+      streams.push_back(client->generate(r));
+    }
+    for (uint32_t i = 0; i < 64; ++i) {
+      std::vector<int32_t> got;
+      std::optional<Event> ev;
+      for (int n = 0; n < 600 && !(ev && ev->final); ++n)
+        if ((ev = streams[i]->next_for(100ms)) && !ev->final) got.push_back(ev->token.id);
+      ASSERT_TRUE(ev && ev->final) << "stream " << i << " hung";
+      EXPECT_EQ(ev->fin.reason, FinishReason::kLength) << ev->fin.error_message;
+      EXPECT_EQ(got, want[i]) << "stream " << i;
+    }
+    const StatusInfo after = client->status(5s).value();
+    for (const WorkerInfo& w : after.workers) EXPECT_GT(w.steps, 0u) << "both hosts take sequences";
+  });
+  client_host.join();
+  for (pid_t p : procs) kill(p, SIGTERM);
+  for (pid_t p : procs) test::wait_for(p, 10s);
+}
+
+}  // namespace
+}  // namespace tandem
