@@ -17,6 +17,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/kv_format_flags.h"
 #include "runtime/wire.h"
 #include "scheduler/actor.h"
 #include "tandem/v1/client.pb.h"
@@ -45,7 +46,9 @@ Status set_log_level(const Args& args) {
 // Flags shared by `tandem scheduler` and `tandem up`.
 const std::set<std::string> kSchedulerFlags = {"max-batch-tokens", "prefill-chunk", "max-queue", "max-running",
                                                "pipeline-depth", "heartbeat-ms", "client-timeout-ms"};
-const std::set<std::string> kWorkerFlags = {"threads", "kv-memory", "kv-blocks", "block-tokens", "gemm"};
+const std::set<std::string> kWorkerFlags = {"threads", "kv-memory", "kv-blocks", "block-tokens", "gemm",
+                                            "kv-bits", "kv-group-size"};
+const std::set<std::string>& kWorkerSwitches = kKvFormatSwitches;
 
 Status scheduler_config(const Args& args, scheduler::ActorOptions& o) {
   auto get = [&](const char* flag, uint32_t& out, int64_t lo, int64_t hi) -> Status {
@@ -75,6 +78,9 @@ Status worker_config(const Args& args, worker::WorkerOptions& o) {
   o.kv_blocks = static_cast<uint32_t>(*blocks);
   o.kv_memory = static_cast<uint64_t>(*memory);
   o.block_tokens = static_cast<uint32_t>(*block_tokens);
+  auto kv_format = kv_format_from_flags(args);
+  if (!kv_format) return kv_format.status();
+  o.kv_format = *kv_format;
   const std::string gemm = args.str("gemm").value_or("packed");
   if (gemm == "openblas") {
     o.gemm = engine::GemmBackend::kOpenBlas;
@@ -159,11 +165,13 @@ int scheduler_command(int argc, char** argv) {
 }
 
 int worker_command(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, merged({kWorkerFlags, {"model", "scheduler", "name", "log-level"}}), {"help"});
+  auto args = Args::parse(argc, argv, merged({kWorkerFlags, {"model", "scheduler", "name", "log-level"}}),
+                          merged({kWorkerSwitches, {"help"}}));
   if (!args) return fail("worker", args.status());
   if (args->has("help")) {
     std::puts("usage: tandem worker --model FILE --scheduler E [--threads N] [--kv-memory BYTES | --kv-blocks N]\n"
-              "       [--block-tokens N] [--gemm packed|openblas] [--name NAME] [--log-level L]");
+              "       [--block-tokens N] [--gemm packed|openblas] [--name NAME] [--log-level L]\n"
+              "       [--kv-bits 0|8|4] [--kv-group-size 32|64|128] [--kv-quant-skip-last-layer]");
     return 0;
   }
   if (Status st = set_log_level(*args); !st) return fail("worker", st);
@@ -182,7 +190,7 @@ int up_command(int argc, char** argv) {
   auto args = Args::parse(argc, argv,
                           merged({kSchedulerFlags, kWorkerFlags, {"model", "workers", "endpoint", "runtime-dir", "log-level",
                                                                  "ready-timeout-ms"}}),
-                          {"help"});
+                          merged({kWorkerSwitches, {"help"}}));
   if (!args) return fail("up", args.status());
   if (args->has("help")) {
     std::puts("usage: tandem up --model FILE [--workers N] [--endpoint E] [--threads T] [--kv-memory BYTES]\n"
@@ -229,6 +237,8 @@ int up_command(int argc, char** argv) {
     std::vector<std::string> wargv = {exe, "worker", "--model", *model, "--scheduler", worker_ep,
                                       "--name", "worker-" + std::to_string(i), "--log-level", level};
     forward_flags(*args, kWorkerFlags, wargv);
+    for (const std::string& f : kWorkerSwitches)
+      if (args->has(f)) wargv.push_back("--" + f);
     const pid_t w = spawn(wargv);
     if (w < 0) break;
     children.push_back(w);
