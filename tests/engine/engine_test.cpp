@@ -298,9 +298,10 @@ namespace tandem::engine {
 namespace {
 
 TEST(Engine, StepsAllocateNothingAfterWarmUp) {
-  for (GemmBackend backend : {GemmBackend::kPacked, GemmBackend::kOpenBlas}) {
+  for (const auto& [backend, format] : {std::pair{GemmBackend::kPacked, KvFormat{}}, std::pair{GemmBackend::kOpenBlas, KvFormat{}},
+                                        std::pair{GemmBackend::kPacked, KvFormat{4, 32, true}}}) {
     auto e = load(test::model_file("tiny", 1), backend);
-    auto pool = KvPool::create(e->config(), 16).value();
+    auto pool = KvPool::create(e->config(), 16, 16, format).value();
     const auto b1 = iota_blocks(8), b2 = iota_blocks(8, 8);
     const auto p1 = random_tokens(40, e->config().vocab_size, 1), p2 = random_tokens(20, e->config().vocab_size, 2);
     SeqStep prefill[2] = {{p1, 0, b1, 1}, {p2, 0, b2, 1}};
@@ -317,7 +318,8 @@ TEST(Engine, StepsAllocateNothingAfterWarmUp) {
       if (!st.is_ok()) break;
     }
     g_counting = false;
-    EXPECT_EQ(g_allocations.load(), 0u) << (backend == GemmBackend::kPacked ? "packed" : "openblas");
+    EXPECT_EQ(g_allocations.load(), 0u) << (backend == GemmBackend::kPacked ? "packed " : "openblas ")
+                                        << format.to_string();
   }
 }
 
