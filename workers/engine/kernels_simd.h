@@ -304,10 +304,13 @@ struct Ops : V {
   template <uint32_t NQ, uint32_t DV, uint32_t BITS>
   static void weighted_values_q(const AttentionArgs& x, const float* p, uint32_t stride, float (*pb)[16], float* out) {
     constexpr uint32_t L = 16 / W;
-    const uint32_t hd = x.head_dim, bt = x.block_tokens, gs = x.group_size, ng = hd / gs, vpg = gs / W;
+    const uint32_t hd = x.head_dim, bt = x.block_tokens, gs = x.group_size, ng = hd / gs;
+    uint32_t group_of[DV];  // the group of vector v
+    for (uint32_t v = 0; v < DV; ++v) group_of[v] = v * W / gs;
     const size_t code_bytes = size_t{hd} * bt * BITS / 8;
     T o[NQ][DV];
     clear(o);
+    float pbl[NQ][16] = {};  // local: the compiler need not assume it aliases p
     for (uint32_t j = 0; j < x.n_keys; ++j) {
       const uint8_t* vb = x.v_bytes + x.blocks[j / bt] * x.block_bytes;
       const uint32_t slot = j % bt;
@@ -324,14 +327,15 @@ struct Ops : V {
 #pragma GCC unroll 8
       for (uint32_t h = 0; h < NQ; ++h) {
         const float pj = p[h * stride + j];
-        for (uint32_t g = 0; g < ng; ++g) {
-          const T ps = V::set1(pj * vsc[g]);
-          pb[h][g] = std::fma(pj, vbi[g], pb[h][g]);
-          for (uint32_t v = g * vpg; v < (g + 1) * vpg; ++v) o[h][v] = V::fma(ps, c[v], o[h][v]);
-        }
+        for (uint32_t g = 0; g < ng; ++g) pbl[h][g] = std::fma(pj, vbi[g], pbl[h][g]);
+        // o is indexed at compile time only, so it stays in registers.
+#pragma GCC unroll 16
+        for (uint32_t v = 0; v < DV; ++v) o[h][v] = V::fma(V::set1(pj * vsc[group_of[v]]), c[v], o[h][v]);
       }
     }
     store_rows(o, out, hd);
+    for (uint32_t h = 0; h < NQ; ++h)
+      for (uint32_t g = 0; g < ng; ++g) pb[h][g] = pbl[h][g];
   }
 
   template <uint32_t NQ, uint32_t BITS>
