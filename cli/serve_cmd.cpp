@@ -195,6 +195,7 @@ int up_command(int argc, char** argv) {
   if (args->has("help")) {
     std::puts("usage: tandem up --model FILE [--workers N] [--endpoint E] [--threads T] [--kv-memory BYTES]\n"
               "       [--runtime-dir DIR] [scheduler flags: --max-batch-tokens --prefill-chunk --max-queue ...]\n"
+              "       [worker flags: --kv-bits 0|8|4 --kv-group-size N --kv-quant-skip-last-layer ...]\n"
               "Starts a scheduler and N workers (role both) as child processes, prints the client endpoint and a\n"
               "ready line once every worker has registered, and stops all of it on Ctrl-C or SIGTERM.");
     return 0;
