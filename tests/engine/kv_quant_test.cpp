@@ -250,5 +250,55 @@ TEST(KvQuantModel, GreedyTokensAgreeWithF32Kv) {
   EXPECT_GE(free_run[0], 0.90);  // measured 94.6% on the tiny preset (head_dim 16: one group per head)
 }
 
+// The handoff contract: copying every region's block_data bytes of a sequence's blocks into
+// another pool of the same format (here under other block ids) moves its KV exactly — the
+// next decode step's logits are bitwise those of the pool it was prefilled in.
+TEST(KvQuantModel, CopiedBlockBytesContinueExactly) {
+  auto e = load_tiny();
+  const auto prompt = random_tokens(40, e->config().vocab_size, 31);
+  const int32_t next = 77;
+  for (const KvFormat& format : {KvFormat{}, KvFormat{8, 64, false}, KvFormat{4, 32, true}}) {
+    auto src = KvPool::create(e->config(), 6, 16, format).value();
+    auto dst = KvPool::create(e->config(), 6, 16, format).value();
+    const std::vector<int32_t> src_blocks = {3, 1, 4}, dst_blocks = {0, 5, 2};
+    SeqStep p{prompt, 0, src_blocks, 1};
+    ASSERT_TRUE(e->forward({&p, 1}, *src).is_ok());
+    for (size_t i = 0; i < src_blocks.size(); ++i)
+      for (uint32_t l = 0; l < src->n_layers(); ++l)
+        for (uint32_t h = 0; h < src->n_kv_heads(); ++h)
+          for (uint32_t kv = 0; kv < 2; ++kv)
+            std::memcpy(dst->block_data(l, h, kv, static_cast<uint32_t>(dst_blocks[i])),
+                        src->block_data(l, h, kv, static_cast<uint32_t>(src_blocks[i])), src->region_block_bytes(l));
+    SeqStep d1{std::span(&next, 1), 40, src_blocks, 1}, d2{std::span(&next, 1), 40, dst_blocks, 1};
+    ASSERT_TRUE(e->forward({&d1, 1}, *src).is_ok());
+    const std::vector<float> want(e->logits(0).begin(), e->logits(0).end());
+    ASSERT_TRUE(e->forward({&d2, 1}, *dst).is_ok());
+    EXPECT_EQ(std::memcmp(want.data(), e->logits(0).data(), want.size() * sizeof(float)), 0) << format.to_string();
+  }
+}
+
+// Prefix reuse: a sequence whose first full blocks are another's (written once, quantized
+// once) gives bitwise the logits of computing its whole prompt itself.
+TEST(KvQuantModel, SharedPrefixBlocksGiveTheSameLogits) {
+  auto e = load_tiny();
+  const auto prefix = random_tokens(32, e->config().vocab_size, 41);  // two full blocks
+  auto a = prefix, b = prefix;
+  const auto ta = random_tokens(9, e->config().vocab_size, 42), tb = random_tokens(13, e->config().vocab_size, 43);
+  a.insert(a.end(), ta.begin(), ta.end());
+  b.insert(b.end(), tb.begin(), tb.end());
+  for (const KvFormat& format : {KvFormat{8, 64, false}, KvFormat{4, 64, false}}) {
+    auto pool = KvPool::create(e->config(), 8, 16, format).value();
+    const std::vector<int32_t> blocks_a = {0, 1, 2}, blocks_b = {0, 1, 3}, alone = {4, 5, 6};
+    SeqStep sa{a, 0, blocks_a, 1};
+    ASSERT_TRUE(e->forward({&sa, 1}, *pool).is_ok());
+    SeqStep sb{std::span(b).subspan(32), 32, blocks_b, 1};  // b's prefix is a's blocks 0 and 1
+    ASSERT_TRUE(e->forward({&sb, 1}, *pool).is_ok());
+    const std::vector<float> shared(e->logits(0).begin(), e->logits(0).end());
+    SeqStep whole{b, 0, alone, 1};
+    ASSERT_TRUE(e->forward({&whole, 1}, *pool).is_ok());
+    EXPECT_EQ(std::memcmp(shared.data(), e->logits(0).data(), shared.size() * sizeof(float)), 0) << format.to_string();
+  }
+}
+
 }  // namespace
 }  // namespace tandem::engine
