@@ -172,7 +172,7 @@ void BM_GemmsOnly(benchmark::State& state) {
 
 // Sizes of the KV formats on this model, and decode steps at batch 16 and 64 (context 512,
 // as BM_Decode) for F32, 8-bit and 4-bit KV (group 64), measured alternating round by
-// round so the ratios see the same noise. Each step is followed by its weight GEMMs alone.
+// round (one step each per round) so the ratios see the same noise. Each step is followed by its weight GEMMs alone.
 int run_kv_section(uint32_t threads, uint32_t rounds) {
   Engine& e = engine_for(threads);
   const ModelConfig& c = e.config();
@@ -188,7 +188,7 @@ int run_kv_section(uint32_t threads, uint32_t rounds) {
                 KvPool::blocks_for_bytes(c, gib, 16, f) / (1024 / 16));
   }
 
-  const uint32_t ctx = 512, per_seq = ctx / 16, max_batch = 64, steps_per_round = 3;
+  const uint32_t ctx = 512, per_seq = ctx / 16, max_batch = 64, steps_per_round = 1;
   const uint32_t batches[2] = {16, 64};
   std::vector<std::unique_ptr<KvPool>> pools;
   for (const KvFormat& f : formats) pools.push_back(KvPool::create(c, max_batch * per_seq, 16, f).value());
@@ -257,7 +257,7 @@ class Collector : public benchmark::ConsoleReporter {
 int main(int argc, char** argv) {
   std::vector<char*> rest;
   bool kv_only = false;
-  uint32_t kv_threads = 2, kv_rounds = 10;
+  uint32_t kv_threads = 2, kv_rounds = 40;
   for (int i = 0; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--model") && i + 1 < argc) {
       g_model = argv[++i];
