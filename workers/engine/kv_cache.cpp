@@ -49,7 +49,7 @@ QuantParams quantize_group(const float* x, uint32_t n, uint32_t bits, uint8_t* c
   p.scale = std::max(static_cast<float>(range / levels), std::numeric_limits<float>::denorm_min());
   for (uint32_t i = 0; i < n; ++i) {
     const double c = std::nearbyint((static_cast<double>(x[i]) - mn) / p.scale);
-    codes[i] = static_cast<uint8_t>(std::clamp(c, 0.0, static_cast<double>(levels)));
+    codes[i] = c >= 0 ? static_cast<uint8_t>(std::min(c, static_cast<double>(levels))) : 0;  // NaN: 0
   }
   return p;
 }
