@@ -5,6 +5,7 @@
 // and the same steps' weight GEMMs alone; then prints the ratios the engine is judged by.
 //
 //   tandem-engine-bench [--model FILE] [google benchmark flags]
+//   tandem-engine-bench --kv [--kv-threads N] [--kv-rounds R]   KV formats: sizes, decode
 // Without --model it writes the small preset (seed 1) to models/small-1.gguf once.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
@@ -111,6 +112,23 @@ void BM_Prefill(benchmark::State& state) {
   state.counters["sgemm_GFLOP/s"] = 2.0 * m * n * k * sgemm_calls / sgemm_s / 1e9;
 }
 
+// One decode step of `batch` sequences at position ctx - 1, sequence b on blocks
+// [b * ctx / 16, (b + 1) * ctx / 16).
+struct DecodeStep {
+  std::vector<std::vector<int32_t>> blocks;
+  std::vector<int32_t> tokens;
+  std::vector<SeqStep> step;
+  DecodeStep(uint32_t batch, uint32_t ctx) : blocks(batch), tokens(batch), step(batch) {
+    const uint32_t per_seq = ctx / 16;
+    for (uint32_t b = 0; b < batch; ++b) {
+      blocks[b].resize(per_seq);
+      std::iota(blocks[b].begin(), blocks[b].end(), static_cast<int32_t>(b * per_seq));
+      tokens[b] = static_cast<int32_t>(3 + b);
+      step[b] = SeqStep{std::span<const int32_t>(&tokens[b], 1), ctx - 1, blocks[b], 1};
+    }
+  }
+};
+
 // Decode steps of `batch` sequences, each with 511 cached positions (context 512). The
 // cache content does not change the work, so it is left as the pool's zeros. Each
 // iteration also runs the same step's weight GEMMs alone (same shapes, threads and
@@ -121,15 +139,8 @@ void BM_Decode(benchmark::State& state) {
   const uint32_t ctx = 512, per_seq = ctx / 16;
   g_kv_bytes_per_token = KvPool::bytes_per_block(e.config()) / 16;
   auto pool = KvPool::create(e.config(), batch * per_seq).value();
-  std::vector<std::vector<int32_t>> blocks(batch);
-  std::vector<int32_t> tokens(batch);
-  std::vector<SeqStep> step(batch);
-  for (uint32_t b = 0; b < batch; ++b) {
-    blocks[b].resize(per_seq);
-    std::iota(blocks[b].begin(), blocks[b].end(), static_cast<int32_t>(b * per_seq));
-    tokens[b] = static_cast<int32_t>(3 + b);
-    step[b] = SeqStep{std::span<const int32_t>(&tokens[b], 1), ctx - 1, blocks[b], 1};
-  }
+  DecodeStep decode(batch, ctx);
+  const std::vector<SeqStep>& step = decode.step;
   double step_s = 0, gemm_s = 0;
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -155,6 +166,63 @@ void BM_GemmsOnly(benchmark::State& state) {
   Engine& e = engine_for(threads, state.range(3) ? GemmBackend::kOpenBlas : GemmBackend::kPacked);
   for (auto _ : state) e.run_gemms_only(rows, logit_rows);
   state.counters["GFLOP/s"] = benchmark::Counter(e.gemm_flops(rows, logit_rows) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// --- KV cache formats (--kv) ------------------------------------------------------------
+
+// Sizes of the KV formats on this model, and decode steps at batch 16 and 64 (context 512,
+// as BM_Decode) for F32, 8-bit and 4-bit KV (group 64), measured alternating round by
+// round (one step each per round) so the ratios see the same noise. Each step is followed by its weight GEMMs alone.
+int run_kv_section(uint32_t threads, uint32_t rounds) {
+  Engine& e = engine_for(threads);
+  const ModelConfig& c = e.config();
+  const KvFormat formats[3] = {{0, 64, false}, {8, 64, false}, {4, 64, false}};
+  const size_t gib = size_t{1} << 30;
+  const size_t f32_block = KvPool::bytes_per_block(c, 16, formats[0]);
+  std::printf("KV formats on %s (%u layers x %u KV heads x head_dim %u, blocks of 16 tokens)\n", g_model.c_str(),
+              c.n_layers, c.n_kv_heads, c.head_dim());
+  std::printf("  %-8s %12s %12s %10s %28s\n", "format", "bytes/token", "bytes/block", "vs f32", "1024-token seqs in 1 GiB");
+  for (const KvFormat& f : formats) {
+    const size_t block = KvPool::bytes_per_block(c, 16, f);
+    std::printf("  %-8s %12zu %12zu %9.2fx %28u\n", f.to_string().c_str(), block / 16, block, double(f32_block) / block,
+                KvPool::blocks_for_bytes(c, gib, 16, f) / (1024 / 16));
+  }
+
+  const uint32_t ctx = 512, per_seq = ctx / 16, max_batch = 64, steps_per_round = 1;
+  const uint32_t batches[2] = {16, 64};
+  std::vector<std::unique_ptr<KvPool>> pools;
+  for (const KvFormat& f : formats) pools.push_back(KvPool::create(c, max_batch * per_seq, 16, f).value());
+  DecodeStep decode(max_batch, ctx);
+  const std::vector<SeqStep>& step = decode.step;
+  double step_s[2][3] = {}, gemm_s[2][3] = {};
+  using clock = std::chrono::steady_clock;
+  for (uint32_t r = 0; r <= rounds; ++r)  // round 0 warms up and is not counted
+    for (int bi = 0; bi < 2; ++bi)
+      for (int fi = 0; fi < 3; ++fi)
+        for (uint32_t i = 0; i < steps_per_round; ++i) {
+          const auto t0 = clock::now();
+          if (!e.forward(std::span(step).first(batches[bi]), *pools[fi]).is_ok()) return 1;
+          const auto t1 = clock::now();
+          e.run_gemms_only(batches[bi], batches[bi]);
+          const auto t2 = clock::now();
+          if (r == 0) continue;
+          step_s[bi][fi] += std::chrono::duration<double>(t1 - t0).count();
+          gemm_s[bi][fi] += std::chrono::duration<double>(t2 - t1).count();
+        }
+  const double n_steps = double(rounds) * steps_per_round;
+  std::printf("decode, context %u, %u threads, kernels %s, %u rounds x %u steps per setting, alternating\n", ctx,
+              threads, kernels::best().name, rounds, steps_per_round);
+  for (int bi = 0; bi < 2; ++bi)
+    for (int fi = 0; fi < 3; ++fi) {
+      const double tps = batches[bi] * n_steps / step_s[bi][fi];
+      const double base = batches[bi] * n_steps / step_s[bi][0];
+      const double rest_ms = (step_s[bi][fi] - gemm_s[bi][fi]) / n_steps * 1e3;
+      std::printf("  batch %2u %-8s %8.1f tokens/s  %.2fx of f32   step / its GEMMs alone = %.2f   step - GEMMs = %.1f ms"
+                  " (KV read %.0f MB)\n", batches[bi], formats[fi].to_string().c_str(), tps, tps / base,
+                  step_s[bi][fi] / gemm_s[bi][fi], rest_ms,
+                  double(batches[bi]) * ctx * KvPool::bytes_per_block(c, 16, formats[fi]) / 16 / 1e6);
+    }
+  return 0;
 }
 
 // Collects results so the ratios can be printed after the table.
@@ -188,9 +256,17 @@ class Collector : public benchmark::ConsoleReporter {
 
 int main(int argc, char** argv) {
   std::vector<char*> rest;
+  bool kv_only = false;
+  uint32_t kv_threads = 2, kv_rounds = 40;
   for (int i = 0; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--model") && i + 1 < argc) {
       g_model = argv[++i];
+    } else if (!std::strcmp(argv[i], "--kv")) {
+      kv_only = true;
+    } else if (!std::strcmp(argv[i], "--kv-threads") && i + 1 < argc) {
+      kv_threads = static_cast<uint32_t>(std::atoi(argv[++i]));
+    } else if (!std::strcmp(argv[i], "--kv-rounds") && i + 1 < argc) {
+      kv_rounds = static_cast<uint32_t>(std::atoi(argv[++i]));
     } else {
       rest.push_back(argv[i]);
     }
@@ -208,6 +284,7 @@ int main(int argc, char** argv) {
   };
   if (g_model.empty()) g_model = "models/small-1.gguf";
   g_model_f16 = "models/small-1-f16.gguf";
+  if (kv_only) return ensure(g_model, TensorType::kF32) ? run_kv_section(kv_threads, kv_rounds) : 1;
   if (!ensure(g_model, TensorType::kF32) || !ensure(g_model_f16, TensorType::kF16)) return 1;
   int rc = static_cast<int>(rest.size());
   rest.push_back(nullptr);

@@ -27,7 +27,7 @@ constexpr IntKey kSchedulerKeys[] = {
 };
 constexpr IntKey kWorkerKeys[] = {
     {"kv_memory", "kv-memory", 1 << 20, int64_t{1} << 40}, {"kv_blocks", "kv-blocks", 1, 1 << 24},
-    {"block_tokens", "block-tokens", 16, 4096},           {"kv_bits", "kv-bits", 2, 16},
+    {"block_tokens", "block-tokens", 16, 4096},           {"kv_bits", "kv-bits", 0, 8},
     {"kv_group_size", "kv-group-size", 1, 4096},
 };
 
@@ -123,7 +123,9 @@ Status parse_worker(const toml::table& t, const std::string& prefix, WorkerGroup
       g.flags["gemm"] = *s;
     } else if (name == "kv_quant_skip_last_layer") {
       if (!v.is_boolean()) return Status::invalid(key + ": must be true or false" + where(v.source()));
-      g.flags["kv-quant-skip-last-layer"] = *v.value<bool>() ? "true" : "false";
+      // A switch: forwarded bare when true (an empty value), not at all when false.
+      if (*v.value<bool>()) g.flags["kv-quant-skip-last-layer"] = "";
+      else g.flags.erase("kv-quant-skip-last-layer");
     } else if (name == "cpus") {
       const toml::array* a = v.as_array();
       if (!a) return Status::invalid(key + ": must be an array of CPU numbers" + where(v.source()));
@@ -265,6 +267,7 @@ Status apply_flags(const Args& args, const std::set<std::string>& scheduler_flag
     for (const std::string& f : worker_flags)
       if (f != "threads")
         if (auto v = args.str(f)) g.flags[f] = *v;
+    if (args.has("kv-quant-skip-last-layer")) g.flags["kv-quant-skip-last-layer"] = "";
   }
   return Status::ok();
 }

@@ -5,6 +5,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/kv_format_flags.h"
 #include "runtime/utf8.h"
 #include "workers/engine/engine.h"
 #include "workers/engine/generate.h"
@@ -35,11 +36,12 @@ int fail(const Status& st) {
 int run_command(int argc, char** argv) {
   auto args = Args::parse(argc, argv,
                           {"model", "prompt", "tokens", "max-tokens", "temperature", "top-k", "top-p", "min-p",
-                           "repetition-penalty", "seed", "threads", "gemm", "chunk"},
-                          {"ignore-eos", "json", "no-bos", "help"});
+                           "repetition-penalty", "seed", "threads", "gemm", "chunk", "kv-bits", "kv-group-size"},
+                          {"ignore-eos", "json", "no-bos", "help", "kv-quant-skip-last-layer"});
   if (!args) return fail(args.status());
   if (args->has("help")) {
     std::fputs(kHelp, stdout);
+    std::fputs(kKvFormatHelp, stdout);
     return 0;
   }
   auto model = args->str("model");
@@ -63,6 +65,9 @@ int run_command(int argc, char** argv) {
   opt.max_tokens = static_cast<uint32_t>(*max_tokens);
   opt.prefill_chunk = static_cast<uint32_t>(*chunk);
   opt.ignore_eos = args->has("ignore-eos");
+  auto kv_format = kv_format_from_flags(*args);
+  if (!kv_format) return fail(kv_format.status());
+  opt.kv_format = *kv_format;
   opt.sampling.temperature = static_cast<float>(*temperature);
   opt.sampling.top_k = static_cast<int32_t>(*top_k);
   opt.sampling.top_p = static_cast<float>(*top_p);

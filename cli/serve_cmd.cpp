@@ -20,6 +20,7 @@
 #include "cli/config.h"
 #include "cli/log_file.h"
 #include "cli/supervisor.h"
+#include "cli/kv_format_flags.h"
 #include "runtime/wire.h"
 #include "scheduler/actor.h"
 #include "tandem/v1/client.pb.h"
@@ -49,7 +50,9 @@ Status set_log_level(const Args& args) {
 const std::set<std::string> kSchedulerFlags = {"max-batch-tokens", "prefill-chunk", "max-queue", "max-running",
                                                "pipeline-depth", "heartbeat-ms", "client-timeout-ms", "prefix-cache",
                                                "handoff-timeout-ms", "client-send-queue", "worker-liveness"};
-const std::set<std::string> kWorkerFlags = {"threads", "kv-memory", "kv-blocks", "block-tokens", "gemm"};
+const std::set<std::string> kWorkerFlags = {"threads", "kv-memory", "kv-blocks", "block-tokens", "gemm",
+                                            "kv-bits", "kv-group-size"};
+const std::set<std::string>& kWorkerSwitches = kKvFormatSwitches;
 
 Status scheduler_config(const Args& args, scheduler::ActorOptions& o) {
   auto get = [&](const char* flag, uint32_t& out, int64_t lo, int64_t hi) -> Status {
@@ -93,6 +96,9 @@ Status worker_config(const Args& args, worker::WorkerOptions& o) {
     o.role = *r;
   }
   if (auto ep = args.str("kv-endpoint")) o.kv_endpoint = *ep;
+  auto kv_format = kv_format_from_flags(args);
+  if (!kv_format) return kv_format.status();
+  o.kv_format = *kv_format;
   const std::string gemm = args.str("gemm").value_or("packed");
   if (gemm == "openblas") {
     o.gemm = engine::GemmBackend::kOpenBlas;
@@ -145,13 +151,15 @@ int scheduler_command(int argc, char** argv) {
 
 int worker_command(int argc, char** argv) {
   auto args = Args::parse(argc, argv, merged({kWorkerFlags, {"model", "scheduler", "name", "log-level", "log-file", "curve-keys",
-                                                               "role", "kv-endpoint"}}), {"help"});
+                                                               "role", "kv-endpoint"}}),
+                          merged({kWorkerSwitches, {"help"}}));
   if (!args) return fail("worker", args.status());
   if (args->has("help")) {
     std::puts("usage: tandem worker --model FILE --scheduler E [--threads N] [--kv-memory BYTES | --kv-blocks N]\n"
               "       [--block-tokens N] [--gemm packed|openblas] [--name NAME] [--log-level L] [--log-file FILE]\n"
               "       [--curve-keys DIR] [--role both|prefill|decode] [--kv-endpoint E (decode: where prefill workers\n"
-              "       push KV; default tcp://127.0.0.1:*)]");
+              "       push KV; default tcp://127.0.0.1:*)] [--kv-bits 0|8|4] [--kv-group-size 32|64|128]\n"
+              "       [--kv-quant-skip-last-layer]");
     return 0;
   }
   if (Status st = set_log_level(*args); !st) return fail("worker", st);
@@ -169,7 +177,7 @@ int worker_command(int argc, char** argv) {
 }
 
 int up_command(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, merged({kSchedulerFlags, kWorkerFlags, kUpFlags}), {"help", "oversubscribe"});
+  auto args = Args::parse(argc, argv, merged({kSchedulerFlags, kWorkerFlags, kUpFlags}), merged({kWorkerSwitches, {"help", "oversubscribe"}}));
   if (!args) return fail("up", args.status());
   if (args->has("help")) {
     std::puts("usage: tandem up [--config FILE] [--model FILE] [--workers N | --prefill P --decode D] [--threads T]\n"
@@ -177,6 +185,7 @@ int up_command(int argc, char** argv) {
               "       [--drain-timeout-ms MS] [--max-restarts N] [--restart-backoff-ms MS] [--ready-timeout-ms MS]\n"
               "       [--curve-keys DIR (CurveZMQ: DIR/server.key and server.pub, from tandem keys)]\n"
               "       [--oversubscribe (allow more worker threads than cores)]\n"
+              "       [worker flags: --kv-bits 0|8|4 --kv-group-size N --kv-quant-skip-last-layer ...]\n"
               "       [scheduler flags: --max-batch-tokens --prefill-chunk --max-queue ...]\n"
               "Starts a scheduler and its workers as child processes and supervises them: a worker that exits is\n"
               "restarted with backoff (given up after --max-restarts crashes in a row). Prints the client endpoint\n"

@@ -108,7 +108,10 @@ std::vector<ChildSpec> plan_children(const DeployConfig& c, const Endpoints& ep,
       if (g.role == "decode" && !g.flags.count("kv-endpoint"))
         w.argv.insert(w.argv.end(), {"--kv-endpoint", "ipc://" + ep.runtime_dir + "/kv-" + w.name + ".sock"});
       log_flags(w.argv, w.name);
-      for (const auto& [flag, value] : g.flags) w.argv.insert(w.argv.end(), {"--" + flag, value});
+      for (const auto& [flag, value] : g.flags) {
+        w.argv.push_back("--" + flag);
+        if (!value.empty()) w.argv.push_back(value);  // empty: a switch
+      }
       if (!g.cpus.empty()) w.cpus.assign(g.cpus.begin() + k * g.threads, g.cpus.begin() + (k + 1) * g.threads);
       out.push_back(std::move(w));
     }

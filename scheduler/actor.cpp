@@ -35,9 +35,13 @@ std::optional<Role> role_of(v1::WorkerRole role) {
   }
 }
 
-// What two workers must agree on for KV to move between them: block size and bytes.
+// What two workers must agree on for KV to move between them: block size, storage
+// format (bits, group, last layer) and so bytes per block.
 std::string kv_format(const v1::Register& reg) {
-  return std::to_string(reg.block_tokens()) + " tokens, " + std::to_string(reg.block_bytes()) + " bytes per block";
+  std::string f = reg.kv_bits() ? "q" + std::to_string(reg.kv_bits()) + "/g" + std::to_string(reg.kv_group_size()) : "f32";
+  if (reg.kv_bits() && reg.kv_skip_last_layer()) f += "+f32-last";
+  return f + ", " + std::to_string(reg.block_tokens()) + " tokens and " + std::to_string(reg.block_bytes()) +
+         " bytes per block";
 }
 
 class Actor final : public Sink {

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <random>
 #include <stdexcept>
 
 #include "workers/engine/make_model.h"
@@ -51,6 +52,14 @@ std::string model_file(const std::string& preset, unsigned seed, bool f16, bool 
   if (!st) throw std::runtime_error(st.to_string());
   made[key] = path;
   return path;
+}
+
+std::vector<int32_t> random_tokens(size_t n, uint32_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> d(3, static_cast<int32_t>(vocab) - 1);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = d(rng);
+  return t;
 }
 
 }  // namespace tandem::test

@@ -1,7 +1,10 @@
 // Helpers shared by tests: scratch folders and model files made on the fly.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace tandem::test {
 
@@ -11,5 +14,8 @@ std::string temp_dir();
 // Path of a GGUF file with the given preset and seed, made once per process; `f16` stores
 // matrices and embeddings in half precision, `tied` leaves out output.weight.
 std::string model_file(const std::string& preset = "tiny", unsigned seed = 1, bool f16 = false, bool tied = false);
+
+// n token ids drawn uniformly from [3, vocab) (no special tokens), the same for the same seed.
+std::vector<int32_t> random_tokens(size_t n, uint32_t vocab, uint32_t seed);
 
 }  // namespace tandem::test

@@ -94,6 +94,9 @@ class Actor {
     r->set_kv_blocks(pool_->n_blocks());
     r->set_block_tokens(pool_->block_tokens());
     r->set_block_bytes(pool_->block_bytes());
+    r->set_kv_bits(pool_->format().bits);
+    r->set_kv_group_size(pool_->format().group_size);
+    r->set_kv_skip_last_layer(pool_->format().skip_last_layer);
     r->set_threads(options_.threads);
     r->set_pid(static_cast<uint32_t>(getpid()));
     r->set_name(options_.name);
@@ -428,11 +431,15 @@ Status run_worker(const WorkerOptions& options) {
   auto eng = engine::Engine::load(options.model_path, {options.threads, options.gemm});
   if (!eng) return eng.status();
   uint32_t blocks = options.kv_blocks;
-  if (blocks == 0) blocks = engine::KvPool::blocks_for_bytes((*eng)->config(), options.kv_memory, options.block_tokens);
-  auto pool = engine::KvPool::create((*eng)->config(), blocks, options.block_tokens);
+  TANDEM_RETURN_IF_ERROR(options.kv_format.validate((*eng)->config()));
+  if (blocks == 0)
+    blocks = engine::KvPool::blocks_for_bytes((*eng)->config(), options.kv_memory, options.block_tokens,
+                                              options.kv_format);
+  auto pool = engine::KvPool::create((*eng)->config(), blocks, options.block_tokens, options.kv_format);
   if (!pool) return pool.status();
-  spdlog::info("worker: {} loaded, {} KV blocks of {} tokens ({} MiB), {} threads", options.model_path, blocks,
-               options.block_tokens, (*pool)->block_bytes() * blocks >> 20, options.threads);
+  spdlog::info("worker: {} loaded, {} KV blocks of {} tokens, {} bytes each, KV {} ({} MiB), {} threads",
+               options.model_path, blocks, options.block_tokens, (*pool)->block_bytes(),
+               options.kv_format.to_string(), (*pool)->block_bytes() * blocks >> 20, options.threads);
   WorkerOptions opts = options;
   if (opts.name.empty()) opts.name = "worker-" + std::to_string(getpid());
   Actor actor(opts, std::move(eng.value()), std::move(pool.value()), fingerprint);

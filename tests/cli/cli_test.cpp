@@ -35,6 +35,21 @@ Output tandem(const std::string& args) {
   return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, slurp(out), slurp(err)};
 }
 
+// The start of what `run --tokens 1,40,41,42 --max-tokens 12 --ignore-eos --json` must
+// print: the tokens generate() gives in-process with this KV format.
+std::string engine_json_start(const std::string& model, const engine::KvFormat& kv_format) {
+  auto e = engine::Engine::load(model).value();
+  const std::vector<int32_t> prompt = {1, 40, 41, 42};
+  engine::GenerateOptions opt;
+  opt.max_tokens = 12;
+  opt.ignore_eos = true;
+  opt.kv_format = kv_format;
+  auto gen = engine::generate(*e, prompt, opt).value();
+  std::string want = "{\"tokens\":[";
+  for (size_t i = 0; i < gen.tokens.size(); ++i) want += (i ? "," : "") + std::to_string(gen.tokens[i]);
+  return want + "],\"logprobs\":[";
+}
+
 TEST(Cli, MakeModelIsDeterministic) {
   const std::string dir = test::temp_dir();
   ASSERT_EQ(tandem("make-model --preset tiny --seed 7 --out " + dir + "/a.gguf").exit_code, 0);
@@ -51,16 +66,20 @@ TEST(Cli, RunJsonEqualsTheEngine) {
   const std::string model = test::model_file("tiny", 1);
   auto r = tandem("run --model " + model + " --tokens 1,40,41,42 --max-tokens 12 --ignore-eos --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  auto e = engine::Engine::load(model).value();
-  const std::vector<int32_t> prompt = {1, 40, 41, 42};
-  engine::GenerateOptions opt;
-  opt.max_tokens = 12;
-  opt.ignore_eos = true;
-  auto gen = engine::generate(*e, prompt, opt).value();
-  std::string want = "{\"tokens\":[";
-  for (size_t i = 0; i < gen.tokens.size(); ++i) want += (i ? "," : "") + std::to_string(gen.tokens[i]);
-  EXPECT_EQ(r.out.rfind(want + "],\"logprobs\":[", 0), 0u) << r.out;
+  EXPECT_EQ(r.out.rfind(engine_json_start(model, {}), 0), 0u) << r.out;
   EXPECT_EQ(r.out.back(), '\n');
+}
+
+// --kv-bits reaches the engine: tandem run with 8-bit KV equals generate() with 8-bit KV.
+TEST(Cli, RunWithQuantizedKvEqualsTheEngine) {
+  const std::string model = test::model_file("tiny", 1);
+  auto r = tandem("run --model " + model + " --tokens 1,40,41,42 --max-tokens 12 --ignore-eos --json --kv-bits 4 "
+                  "--kv-group-size 32 --kv-quant-skip-last-layer");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind(engine_json_start(model, {4, 32, true}), 0), 0u) << r.out;
+  // and the logprobs differ from F32 KV's: the flag changed the cache
+  auto f32 = tandem("run --model " + model + " --tokens 1,40,41,42 --max-tokens 12 --ignore-eos --json");
+  EXPECT_NE(r.out, f32.out);
 }
 
 TEST(Cli, RunTextPromptAndSampling) {
@@ -89,6 +108,9 @@ TEST(Cli, BadInputsGiveClearErrors) {
       {"run --model " + model + " --tokens 1 --bogus", "unknown flag --bogus"},
       {"run --model " + model, "exactly one of --prompt or --tokens"},
       {"run --model " + model + " --tokens 1 --gemm magic", "--gemm"},
+      {"run --model " + model + " --tokens 1 --kv-bits 5", "KV bits must be 0 (f32), 8 or 4, got 5"},
+      {"run --model " + model + " --tokens 1 --kv-group-size 48", "KV group size must be 32, 64 or 128, got 48"},
+      {"worker --model " + model + " --scheduler ipc:///nonexistent --kv-bits 3", "got 3"},
       {"frobnicate", "unknown command"},
   };
   for (const Case& c : cases) {

@@ -199,5 +199,48 @@ TEST(Disagg, TheLastDecodeWorkerKilledEndsStreamsWithErrorsNotHangs) {
   EXPECT_EQ(test::in_use(st.workers[0]), 0u);
 }
 
+// Quantized KV moves as its quantized bytes: the split gives the same tokens as one worker
+// of role both with the same format, and moves fewer bytes than F32 does.
+TEST(Disagg, QuantizedKvIsHandedOverAsIsAndAMismatchedWorkerIsRefused) {
+  auto run = [](std::vector<std::string> flags) {
+    flags.insert(flags.end(), {"--threads", "1", "--kv-memory", "67108864"});
+    Deployment d(flags);
+    EXPECT_TRUE(d.ok());
+    std::pair<std::vector<std::vector<int32_t>>, uint64_t> out;
+    if (!d.ok()) return out;
+    auto client = d.client();
+    std::vector<std::shared_ptr<Stream>> streams;
+    for (uint32_t i = 0; i < 16; ++i) {
+      GenerateRequest r = test::greedy_request(prompt_of(40 + i * 9, 500 + i), 24);
+      r.ignore_eos = true;
+      streams.push_back(client->generate(r));
+    }
+    for (auto& s : streams) {
+      Collected c = collect(*s);
+      EXPECT_EQ(c.finals, 1);
+      EXPECT_EQ(c.fin.reason, FinishReason::kLength) << c.fin.error_message;
+      out.first.push_back(c.tokens);
+    }
+    out.second = client->status(5s).value().handoff_bytes;
+    if (flags[0] == "--prefill") {  // a decode worker storing KV in another format cannot join
+      const std::string dir = test::temp_dir();
+      const pid_t w = test::spawn({std::string(TANDEM_TANDEM_BIN) + "-worker", "--model", test::model_file("tiny", 1),
+                                   "--scheduler", d.worker_endpoint(), "--threads", "1", "--role", "decode",
+                                   "--kv-bits", flags[5] == "8" ? "4" : "8"},
+                                  dir + "/w.out");
+      EXPECT_NE(test::wait_for(w, 30s), 0);
+      const std::string err = test::slurp(dir + "/w.out.err");
+      EXPECT_NE(err.find("KV format"), std::string::npos) << err;
+    }
+    return out;
+  };
+  const auto both8 = run({"--workers", "1", "--kv-bits", "8"});
+  const auto split8 = run({"--prefill", "1", "--decode", "1", "--kv-bits", "8"});
+  const auto split32 = run({"--prefill", "1", "--decode", "1", "--kv-bits", "0"});
+  EXPECT_EQ(split8.first, both8.first) << "8-bit KV handed over byte for byte";
+  EXPECT_GT(split8.second, 0u);
+  EXPECT_LT(split8.second * 2, split32.second) << "8-bit blocks move fewer bytes";
+}
+
 }  // namespace
 }  // namespace tandem

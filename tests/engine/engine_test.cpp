@@ -26,13 +26,7 @@ std::unique_ptr<Engine> load(const std::string& path, GemmBackend gemm = GemmBac
   return std::move(e.value());
 }
 
-std::vector<int32_t> random_tokens(size_t n, uint32_t vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> d(3, static_cast<int32_t>(vocab) - 1);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = d(rng);
-  return t;
-}
+using test::random_tokens;
 
 std::vector<int32_t> iota_blocks(uint32_t n, int32_t first = 0) {
   std::vector<int32_t> b(n);
@@ -94,9 +88,10 @@ struct InvarianceRun {
   std::vector<std::vector<float>> logits;  // prompt's last token, then each decode step
 };
 
-InvarianceRun run_alone(Engine& e, const std::vector<int32_t>& prompt, const std::vector<int32_t>& decode) {
+InvarianceRun run_alone(Engine& e, const std::vector<int32_t>& prompt, const std::vector<int32_t>& decode,
+                        const KvFormat& format) {
   InvarianceRun out;
-  auto pool = KvPool::create(e.config(), 16).value();
+  auto pool = KvPool::create(e.config(), 16, 16, format).value();
   const auto blocks = iota_blocks(16);
   SeqStep s{prompt, 0, blocks, 1};
   EXPECT_TRUE(e.forward({&s, 1}, *pool).is_ok());
@@ -111,9 +106,9 @@ InvarianceRun run_alone(Engine& e, const std::vector<int32_t>& prompt, const std
 }
 
 InvarianceRun run_batched(Engine& e, const std::vector<int32_t>& prompt, const std::vector<int32_t>& decode,
-                          const std::vector<uint32_t>& chunks, uint32_t seed) {
+                          const std::vector<uint32_t>& chunks, uint32_t seed, const KvFormat& format) {
   InvarianceRun out;
-  auto pool = KvPool::create(e.config(), 64).value();
+  auto pool = KvPool::create(e.config(), 64, 16, format).value();
   std::vector<int32_t> all = iota_blocks(64);
   std::shuffle(all.begin(), all.end(), std::mt19937(seed));
   const std::vector<int32_t> mine(all.begin(), all.begin() + 16);
@@ -146,15 +141,15 @@ InvarianceRun run_batched(Engine& e, const std::vector<int32_t>& prompt, const s
   return out;
 }
 
-float invariance_max_diff(GemmBackend backend, uint32_t threads) {
+float invariance_max_diff(GemmBackend backend, uint32_t threads, const KvFormat& format = {}) {
   auto e = load(test::model_file("tiny", 2), backend, threads);
   const auto prompt = random_tokens(61, e->config().vocab_size, 9);
   const auto decode = random_tokens(3, e->config().vocab_size, 10);
-  const auto alone = run_alone(*e, prompt, decode);
+  const auto alone = run_alone(*e, prompt, decode, format);
   float worst = 0;
   uint32_t seed = 100;
   for (const auto& chunks : std::vector<std::vector<uint32_t>>{{61}, {1, 60}, {16, 16, 16, 13}, {7, 13, 17, 24}, {60, 1}}) {
-    const auto batched = run_batched(*e, prompt, decode, chunks, seed++);
+    const auto batched = run_batched(*e, prompt, decode, chunks, seed++, format);
     if (batched.logits.size() != alone.logits.size()) {
       ADD_FAILURE() << "missing logits";
       return INFINITY;
@@ -170,6 +165,18 @@ TEST(BatchInvariance, PackedKernelsAreBitwiseIdentical) {
     std::printf("packed, %u threads: largest logit difference alone vs batched: %g\n", threads, worst);
     EXPECT_EQ(worst, 0.0f);
   }
+}
+
+// Quantized KV: the codes a token gets depend only on its own K/V, and the fused
+// dequantization is a fixed chain per output element.
+TEST(BatchInvariance, QuantizedKvIsBitwiseIdentical) {
+  for (const KvFormat format : {KvFormat{8, 64, false}, KvFormat{4, 32, false}, KvFormat{4, 64, true}})
+    for (uint32_t threads : {1u, 2u}) {
+      const float worst = invariance_max_diff(GemmBackend::kPacked, threads, format);
+      std::printf("%s, %u threads: largest logit difference alone vs batched: %g\n", format.to_string().c_str(), threads,
+                  worst);
+      EXPECT_EQ(worst, 0.0f) << format.to_string();
+    }
 }
 
 TEST(BatchInvariance, OpenBlasWithin1e5) {
@@ -291,9 +298,10 @@ namespace tandem::engine {
 namespace {
 
 TEST(Engine, StepsAllocateNothingAfterWarmUp) {
-  for (GemmBackend backend : {GemmBackend::kPacked, GemmBackend::kOpenBlas}) {
+  for (const auto& [backend, format] : {std::pair{GemmBackend::kPacked, KvFormat{}}, std::pair{GemmBackend::kOpenBlas, KvFormat{}},
+                                        std::pair{GemmBackend::kPacked, KvFormat{4, 32, true}}}) {
     auto e = load(test::model_file("tiny", 1), backend);
-    auto pool = KvPool::create(e->config(), 16).value();
+    auto pool = KvPool::create(e->config(), 16, 16, format).value();
     const auto b1 = iota_blocks(8), b2 = iota_blocks(8, 8);
     const auto p1 = random_tokens(40, e->config().vocab_size, 1), p2 = random_tokens(20, e->config().vocab_size, 2);
     SeqStep prefill[2] = {{p1, 0, b1, 1}, {p2, 0, b2, 1}};
@@ -310,7 +318,8 @@ TEST(Engine, StepsAllocateNothingAfterWarmUp) {
       if (!st.is_ok()) break;
     }
     g_counting = false;
-    EXPECT_EQ(g_allocations.load(), 0u) << (backend == GemmBackend::kPacked ? "packed" : "openblas");
+    EXPECT_EQ(g_allocations.load(), 0u) << (backend == GemmBackend::kPacked ? "packed " : "openblas ")
+                                        << format.to_string();
   }
 }
 

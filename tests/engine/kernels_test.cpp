@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include "workers/engine/kernels_scalar.h"
+#include "workers/engine/kv_cache.h"
+
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -72,6 +75,39 @@ TEST(Kernels, GemmVariantsAgreeBitwiseForEveryRowCount) {
   }
 }
 
+// The generic kernel's output `ref` against double-precision softmax attention over
+// key(j, d) and value(j, d), within 2e-5.
+template <class Key, class Value>
+void expect_near_double_attention(const AttentionArgs& a, const std::vector<float>& ref, Key key, Value value) {
+  const uint32_t hd = a.head_dim;
+  for (uint32_t h = 0; h < a.n_q; ++h) {
+    std::vector<double> s(a.n_keys);
+    double mx = -1e300, sum = 0;
+    for (uint32_t j = 0; j < a.n_keys; ++j) {
+      double dot = 0;
+      for (uint32_t d = 0; d < hd; ++d) dot += double(a.q[h * hd + d]) * key(j, d);
+      s[j] = dot * a.scale;
+      mx = std::max(mx, s[j]);
+    }
+    for (auto& x : s) sum += (x = std::exp(x - mx));
+    for (uint32_t d = 0; d < hd; ++d) {
+      double o = 0;
+      for (uint32_t j = 0; j < a.n_keys; ++j) o += s[j] * value(j, d);
+      ASSERT_NEAR(ref[h * hd + d], o / sum, 2e-5) << "n_keys=" << a.n_keys << " h=" << h << " d=" << d;
+    }
+  }
+}
+
+// Every variant's attention output for `a` equals `ref` (the generic kernel's) bit for bit.
+void expect_variants_match_generic(AttentionArgs a, const std::vector<float>& ref) {
+  for (const Kernels* kern : variants()) {
+    std::vector<float> out(ref.size(), -1.0f);
+    a.out = out.data();
+    kern->attention(a);
+    ASSERT_TRUE(bitwise_equal(out.data(), ref.data(), out.size())) << kern->name << " n_keys=" << a.n_keys;
+  }
+}
+
 class AttentionShapes : public ::testing::TestWithParam<std::tuple<uint32_t, uint32_t, uint32_t>> {};
 
 TEST_P(AttentionShapes, VariantsAgreeBitwiseWithReference) {
@@ -100,36 +136,88 @@ TEST_P(AttentionShapes, VariantsAgreeBitwiseWithReference) {
     a.out = ref.data();
     by_name("generic")->attention(a);
     // Against a straightforward double-precision softmax attention.
-    for (uint32_t h = 0; h < n_q; ++h) {
-      std::vector<double> s(n_keys);
-      double mx = -1e300, sum = 0;
-      for (uint32_t j = 0; j < n_keys; ++j) {
-        const float* kb = pool.data() + blocks[j / bt] * block_stride;
-        double dot = 0;
-        for (uint32_t d = 0; d < hd; ++d) dot += double(q[h * hd + d]) * kb[d * bt + j % bt];
-        s[j] = dot * 0.125;
-        mx = std::max(mx, s[j]);
-      }
-      for (auto& v : s) sum += (v = std::exp(v - mx));
-      for (uint32_t d = 0; d < hd; ++d) {
-        double o = 0;
-        for (uint32_t j = 0; j < n_keys; ++j)
-          o += s[j] * pool[blocks[j / bt] * block_stride + size_t{hd} * bt + (j % bt) * hd + d];
-        ASSERT_NEAR(ref[h * hd + d], o / sum, 2e-5) << "n_keys=" << n_keys;
-      }
-    }
-    for (const Kernels* kern : variants()) {
-      std::vector<float> out(size_t{n_q} * hd, -1.0f);
-      a.out = out.data();
-      kern->attention(a);
-      ASSERT_TRUE(bitwise_equal(out.data(), ref.data(), out.size())) << kern->name << " n_keys=" << n_keys;
-    }
+    expect_near_double_attention(
+        a, ref, [&](uint32_t j, uint32_t d) { return double(pool[blocks[j / bt] * block_stride + d * bt + j % bt]); },
+        [&](uint32_t j, uint32_t d) { return double(pool[blocks[j / bt] * block_stride + size_t{hd} * bt + (j % bt) * hd + d]); });
+    expect_variants_match_generic(a, ref);
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionShapes,
                          ::testing::Combine(::testing::Values(16u, 64u, 128u), ::testing::Values(16u, 32u),
                                             ::testing::Values(1u, 3u, 4u, 7u)));
+
+// Quantized KV (head_dim, block_tokens, query heads, bits, group): every variant gives the
+// generic kernel's bits, and the generic kernel matches double-precision attention over
+// the dequantized cache (scale * code + bias, read back from the pool's documented layout).
+class QuantAttentionShapes
+    : public ::testing::TestWithParam<std::tuple<uint32_t, uint32_t, uint32_t, uint32_t, uint32_t>> {};
+
+TEST_P(QuantAttentionShapes, VariantsAgreeBitwiseWithReference) {
+  std::mt19937 rng(13);
+  const auto [hd, bt, n_q, bits, group] = GetParam();
+  ModelConfig c;
+  c.dim = hd;
+  c.n_heads = 1;
+  c.n_kv_heads = 1;
+  c.n_layers = 1;
+  const KvFormat format{bits, group, false};
+  auto pool = KvPool::create(c, 12, bt, format).value();
+  const std::vector<int32_t> blocks = {5, 2, 7, 0, 3, 11, 9, 1, 4, 6};
+  const uint32_t n_tokens = static_cast<uint32_t>(blocks.size()) * bt;
+  // Keys and values with an offset and an outlier channel, as real K has.
+  std::vector<float> k(size_t{n_tokens} * hd), v(size_t{n_tokens} * hd);
+  for (uint32_t t = 0; t < n_tokens; ++t) {
+    const auto kr = random_vec(hd, rng, 0.5f), vr = random_vec(hd, rng, 0.5f);
+    for (uint32_t d = 0; d < hd; ++d) {
+      k[size_t{t} * hd + d] = kr[d] + (d == 3 ? 4.0f : 0.3f);
+      v[size_t{t} * hd + d] = vr[d];
+    }
+    pool->write(0, 0, static_cast<uint32_t>(blocks[t / bt]), t % bt, &k[size_t{t} * hd], &v[size_t{t} * hd]);
+  }
+  // Dequantized copies from the layout in kv_cache.h.
+  const uint32_t gs = pool->group_size(), ng = hd / gs;
+  const size_t code_bytes = size_t{hd} * bt * bits / 8;
+  auto deq = [&](uint32_t kv, uint32_t t, uint32_t d) -> double {
+    const uint8_t* b = pool->block_data(0, 0, kv, static_cast<uint32_t>(blocks[t / bt]));
+    const uint32_t slot = t % bt, g = d / gs;
+    const float* par = reinterpret_cast<const float*>(b + code_bytes);
+    if (kv == 0) {
+      const uint32_t code = code_at(b + size_t{d} * bt * bits / 8, slot, bits);
+      return double(par[g * bt + slot]) * code + par[ng * bt + g * bt + slot];
+    }
+    const uint32_t code = code_at(b + size_t{slot} * hd * bits / 8, d, bits);
+    return double(par[slot * ng + g]) * code + par[bt * ng + slot * ng + g];
+  };
+  const auto q = random_vec(size_t{n_q} * hd, rng);
+  for (uint32_t n_keys : {1u, 15u, 16u, 17u, 33u, 100u, 160u}) {
+    std::vector<float> ref(size_t{n_q} * hd), scores(size_t{n_q} * 160);
+    AttentionArgs a;
+    a.q = q.data();
+    a.n_q = n_q;
+    a.head_dim = hd;
+    a.blocks = blocks.data();
+    a.kv_bits = bits;
+    a.group_size = gs;
+    a.k_bytes = pool->block_data(0, 0, 0, 0);
+    a.v_bytes = pool->block_data(0, 0, 1, 0);
+    a.block_bytes = pool->region_block_bytes(0);
+    a.block_tokens = bt;
+    a.n_keys = n_keys;
+    a.scale = 0.125f;
+    a.scores = scores.data();
+    a.out = ref.data();
+    by_name("generic")->attention(a);
+    expect_near_double_attention(
+        a, ref, [&](uint32_t j, uint32_t d) { return deq(0, j, d); }, [&](uint32_t j, uint32_t d) { return deq(1, j, d); });
+    expect_variants_match_generic(a, ref);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, QuantAttentionShapes,
+                         ::testing::Combine(::testing::Values(16u, 64u, 128u), ::testing::Values(16u, 32u),
+                                            ::testing::Values(1u, 3u, 4u, 7u), ::testing::Values(8u, 4u),
+                                            ::testing::Values(32u, 64u)));
 
 TEST(Kernels, SiluMulVariantsAgreeBitwise) {
   std::mt19937 rng(3);

@@ -201,6 +201,8 @@ Status Engine::forward(std::span<const SeqStep> step, KvPool& pool) {
   const ModelConfig& c = config_;
   if (step.empty()) return Status::invalid("forward: empty step");
   if (pool.block_tokens() % 16 != 0) return Status::invalid("forward: KV block size must be a multiple of 16");
+  if (pool.n_layers() != c.n_layers || pool.n_kv_heads() != c.n_kv_heads || pool.head_dim() != c.head_dim())
+    return Status::invalid("forward: the KV pool was made for another model shape");
   uint64_t total = 0, logit_rows = 0;
   uint32_t max_keys = 0;
   const uint32_t bt = pool.block_tokens();
@@ -271,15 +273,8 @@ Status Engine::forward(std::span<const SeqStep> step, KvPool& pool) {
       }
       const SeqStep& q = step[row_seq_[t]];
       const uint32_t pos = row_pos_[t];
-      const size_t blk = size_t(q.blocks[pos / bt]) * pool.head_block_floats();
-      const uint32_t slot = pos % bt;
-      for (uint32_t h = 0; h < n_kv; ++h) {
-        const float* k = row + dim + h * hd;
-        const float* v = row + dim + kvd + h * hd;
-        float* kd = pool.k_region(l, h) + blk;
-        for (uint32_t d = 0; d < hd; ++d) kd[size_t{d} * bt + slot] = k[d];
-        std::memcpy(pool.v_region(l, h) + blk + size_t{slot} * hd, v, hd * sizeof(float));
-      }
+      const uint32_t blk = static_cast<uint32_t>(q.blocks[pos / bt]);
+      for (uint32_t h = 0; h < n_kv; ++h) pool.write(l, h, blk, pos % bt, row + dim + h * hd, row + dim + kvd + h * hd);
     }
 
     std::atomic<uint32_t> next{0};
@@ -289,16 +284,21 @@ Status Engine::forward(std::span<const SeqStep> step, KvPool& pool) {
       kernels::AttentionArgs a;
       a.n_q = group;
       a.head_dim = hd;
-      a.block_stride = pool.head_block_floats();
       a.block_tokens = bt;
+      a.kv_bits = pool.layer_bits(l);
+      a.group_size = pool.group_size();
+      a.block_bytes = pool.region_block_bytes(l);
+      a.block_stride = a.block_bytes / sizeof(float);
       a.scale = scale;
       a.scores = attn_scratch_.data() + thread * scratch_per_thread;
       for (uint32_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < items;) {
         const uint32_t t = it / n_kv, h = it % n_kv;
         a.q = &qkv_[size_t{t} * qkv_w + size_t{h} * group * hd];
         a.blocks = step[row_seq_[t]].blocks.data();
-        a.k_base = pool.k_region(l, h);
-        a.v_base = pool.v_region(l, h);
+        a.k_bytes = pool.block_data(l, h, 0, 0);
+        a.v_bytes = pool.block_data(l, h, 1, 0);
+        a.k_base = reinterpret_cast<const float*>(a.k_bytes);
+        a.v_base = reinterpret_cast<const float*>(a.v_bytes);
         a.n_keys = row_pos_[t] + 1;
         a.out = &attn_[size_t{t} * dim + size_t{h} * group * hd];
         attention(a);

@@ -17,7 +17,7 @@ Result<Generation> generate(Engine& engine, std::span<const int32_t> prompt, con
   if (options.prefill_chunk == 0) return Status::invalid("prefill chunk must be at least 1 token");
 
   const uint32_t total = std::min<uint32_t>(c.context_length, static_cast<uint32_t>(prompt.size()) + options.max_tokens);
-  auto pool = KvPool::create(c, (total + 15) / 16);
+  auto pool = KvPool::create(c, (total + 15) / 16, 16, options.kv_format);
   if (!pool) return pool.status();
   std::vector<int32_t> blocks;
   for (uint32_t b = 0; b < (*pool)->n_blocks(); ++b) blocks.push_back(static_cast<int32_t>(b));

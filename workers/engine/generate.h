@@ -18,6 +18,7 @@ struct GenerateOptions {
   bool ignore_eos = false;
   uint32_t prefill_chunk = 512;  // prompt tokens per forward pass
   uint32_t penalty_window = 64;  // last tokens the repetition penalty looks at (llama.cpp's default)
+  KvFormat kv_format;            // how the sequence's KV is stored
 };
 
 struct Generation {

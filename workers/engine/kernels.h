@@ -36,9 +36,15 @@ struct AttentionArgs {
   uint32_t n_q = 1;
   uint32_t head_dim = 0;
   const int32_t* blocks = nullptr;  // the sequence's block table
-  const float* k_base = nullptr;  // K of block 0 for this layer and KV head
-  const float* v_base = nullptr;  // V of block 0 for this layer and KV head
-  size_t block_stride = 0;        // floats between consecutive pool blocks
+  const float* k_base = nullptr;  // K of block 0 for this layer and KV head (F32 KV)
+  const float* v_base = nullptr;  // V of block 0 for this layer and KV head (F32 KV)
+  size_t block_stride = 0;        // floats between consecutive pool blocks (F32 KV)
+  // Quantized KV (layout in kv_cache.h): kv_bits 8 or 4, k_base/v_base/block_stride unused.
+  uint32_t kv_bits = 0;
+  uint32_t group_size = 0;          // divides head_dim, a multiple of 16
+  const uint8_t* k_bytes = nullptr;  // K region, block 0
+  const uint8_t* v_bytes = nullptr;  // V region, block 0
+  size_t block_bytes = 0;            // bytes between consecutive pool blocks
   uint32_t block_tokens = 16;     // a multiple of 16
   uint32_t n_keys = 0;            // attend to positions [0, n_keys)
   float scale = 1.0f;
@@ -55,6 +61,12 @@ struct Kernels {
   // Per query head h: s_j = scale * (fma chain over d of q[d]*k_j[d]); softmax over j with
   // exp_approx(s_j - max) and 16-lane partial sums (lane j % 16, tree-reduced); then
   // out[d] = (fma chain over j of p_j * v_j[d]) * (1 / sum).
+  // Quantized KV, dequantized inside the dot products (c: codes as floats, exact; G: the
+  // groups of head_dim; qs_g = add chain over d in g of q[d]):
+  //   s_j = scale * t, t = 0; per g: a = fma chain over d in g of q[d]*c_j[d];
+  //         t = fma(kscale_jg, a, t); t = fma(kbias_jg, qs_g, t)
+  //   out[d] = (o[d] + b_g) * (1 / sum), o[d] = fma chain over j of (p_j * vscale_jg) * c_j[d],
+  //         b_g = fma chain over j of p_j * vbias_jg  (g the group of d)
   void (*attention)(const AttentionArgs& args);
   // out[i] = (g * sigmoid(g)) * up[i] with g = gate[i]; sigmoid via exp_approx(-|g|).
   void (*silu_mul)(const float* gate, const float* up, float* out, size_t n);

@@ -12,6 +12,10 @@ struct V256 {
   static T load(const float* p) { return _mm256_load_ps(p); }
   static T loadu(const float* p) { return _mm256_loadu_ps(p); }
   static void storeu(float* p, T v) { _mm256_storeu_ps(p, v); }
+  static void u8_to_float(__m128i b, T* out) {
+    out[0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
+    out[1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8)));
+  }
   static T fma(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
   static T mul(T a, T b) { return _mm256_mul_ps(a, b); }
   static T add(T a, T b) { return _mm256_add_ps(a, b); }

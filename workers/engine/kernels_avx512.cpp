@@ -12,6 +12,7 @@ struct V512 {
   static T load(const float* p) { return _mm512_load_ps(p); }
   static T loadu(const float* p) { return _mm512_loadu_ps(p); }
   static void storeu(float* p, T v) { _mm512_storeu_ps(p, v); }
+  static void u8_to_float(__m128i b, T* out) { out[0] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b)); }
   static T fma(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }
   static T mul(T a, T b) { return _mm512_mul_ps(a, b); }
   static T add(T a, T b) { return _mm512_add_ps(a, b); }

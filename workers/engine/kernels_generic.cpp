@@ -27,7 +27,17 @@ void gemm(const float* a, size_t lda, uint32_t m, const PackedView& w, uint32_t 
   }
 }
 
-void attention(const AttentionArgs& x) {
+// Softmax of s[0, n) in place (exp of s - max, 16 lane partial sums); returns 1 / sum.
+float softmax(float* s, uint32_t n, float mx) {
+  float lanes[16] = {};
+  for (uint32_t j = 0; j < n; ++j) {
+    s[j] = exp_scalar(s[j] - mx);
+    lanes[j % 16] = lanes[j % 16] + s[j];
+  }
+  return 1.0f / reduce16(lanes);
+}
+
+void attention_f32(const AttentionArgs& x) {
   const uint32_t hd = x.head_dim, bt = x.block_tokens;
   const uint32_t stride = (x.n_keys + 15) / 16 * 16;
   for (uint32_t h = 0; h < x.n_q; ++h) {
@@ -42,13 +52,7 @@ void attention(const AttentionArgs& x) {
       s[j] = acc * x.scale;
       mx = std::max(mx, s[j]);
     }
-    float lanes[16] = {};
-    for (uint32_t j = 0; j < x.n_keys; ++j) {
-      s[j] = exp_scalar(s[j] - mx);
-      lanes[j % 16] = lanes[j % 16] + s[j];
-    }
-    const float sum = reduce16(lanes);
-    const float inv = 1.0f / sum;
+    const float inv = softmax(s, x.n_keys, mx);
     float* out = x.out + h * hd;
     for (uint32_t d = 0; d < hd; ++d) out[d] = 0.0f;
     for (uint32_t j = 0; j < x.n_keys; ++j) {
@@ -58,6 +62,58 @@ void attention(const AttentionArgs& x) {
     for (uint32_t d = 0; d < hd; ++d) out[d] = out[d] * inv;
   }
 }
+
+void attention_quant(const AttentionArgs& x) {
+  const uint32_t hd = x.head_dim, bt = x.block_tokens, bits = x.kv_bits, gs = x.group_size, ng = hd / gs;
+  const uint32_t stride = (x.n_keys + 15) / 16 * 16;
+  const size_t code_bytes = size_t{hd} * bt * bits / 8, row_bytes = size_t{bt} * bits / 8;
+  for (uint32_t h = 0; h < x.n_q; ++h) {
+    const float* q = x.q + h * hd;
+    float* s = x.scores + h * stride;
+    float qs[16];  // hd <= 256, gs >= 16
+    for (uint32_t g = 0; g < ng; ++g) {
+      qs[g] = 0.0f;
+      for (uint32_t d = g * gs; d < (g + 1) * gs; ++d) qs[g] = qs[g] + q[d];
+    }
+    float mx = -INFINITY;
+    for (uint32_t j = 0; j < x.n_keys; ++j) {
+      const uint8_t* kb = x.k_bytes + x.blocks[j / bt] * x.block_bytes;
+      const uint32_t slot = j % bt;
+      const float* ksc = reinterpret_cast<const float*>(kb + code_bytes);
+      const float* kbi = ksc + size_t{ng} * bt;
+      float t = 0.0f;
+      for (uint32_t g = 0; g < ng; ++g) {
+        float a = 0.0f;
+        for (uint32_t d = g * gs; d < (g + 1) * gs; ++d)
+          a = std::fma(q[d], static_cast<float>(code_at(kb + d * row_bytes, slot, bits)), a);
+        t = std::fma(ksc[g * bt + slot], a, t);
+        t = std::fma(kbi[g * bt + slot], qs[g], t);
+      }
+      s[j] = t * x.scale;
+      mx = std::max(mx, s[j]);
+    }
+    const float inv = softmax(s, x.n_keys, mx);
+    float* out = x.out + h * hd;
+    float pb[16] = {};
+    for (uint32_t d = 0; d < hd; ++d) out[d] = 0.0f;
+    for (uint32_t j = 0; j < x.n_keys; ++j) {
+      const uint8_t* vb = x.v_bytes + x.blocks[j / bt] * x.block_bytes;
+      const uint32_t slot = j % bt;
+      const uint8_t* row = vb + size_t{slot} * hd * bits / 8;
+      const float* vsc = reinterpret_cast<const float*>(vb + code_bytes) + size_t{slot} * ng;
+      const float* vbi = vsc + size_t{bt} * ng;
+      for (uint32_t g = 0; g < ng; ++g) {
+        const float ps = s[j] * vsc[g];
+        pb[g] = std::fma(s[j], vbi[g], pb[g]);
+        for (uint32_t d = g * gs; d < (g + 1) * gs; ++d)
+          out[d] = std::fma(ps, static_cast<float>(code_at(row, d, bits)), out[d]);
+      }
+    }
+    for (uint32_t d = 0; d < hd; ++d) out[d] = (out[d] + pb[d / gs]) * inv;
+  }
+}
+
+void attention(const AttentionArgs& x) { x.kv_bits ? attention_quant(x) : attention_f32(x); }
 
 void silu_mul(const float* gate, const float* up, float* out, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = silu_mul_scalar(gate[i], up[i]);

@@ -43,4 +43,9 @@ inline float silu_mul_scalar(float g, float u) {
   return g * sig * u;
 }
 
+// Code `i` of a row of quantized KV codes (4 bits: the even index in the low nibble).
+inline uint32_t code_at(const uint8_t* row, uint32_t i, uint32_t bits) {
+  return bits == 8 ? row[i] : (row[i / 2] >> (4 * (i & 1))) & 15u;
+}
+
 }  // namespace tandem::engine::kernels

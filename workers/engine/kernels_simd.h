@@ -132,16 +132,30 @@ struct Ops : V {
       }
   }
 
+  template <uint32_t NQ, uint32_t DV>
+  static void clear(T (&o)[NQ][DV]) {
+#pragma GCC unroll 8
+    for (uint32_t h = 0; h < NQ; ++h)
+#pragma GCC unroll 16
+      for (uint32_t v = 0; v < DV; ++v) o[h][v] = V::zero();
+  }
+
+  // Row h of `o` to out + h * hd.
+  template <uint32_t NQ, uint32_t DV>
+  static void store_rows(const T (&o)[NQ][DV], float* out, uint32_t hd) {
+#pragma GCC unroll 8
+    for (uint32_t h = 0; h < NQ; ++h)
+#pragma GCC unroll 16
+      for (uint32_t v = 0; v < DV; ++v) V::storeu(out + h * hd + v * W, o[h][v]);
+  }
+
   // out[h][:] = fma chain over keys of p[h][j] * v_j, V read once for all NQ heads; DV
   // vectors span the head dimension.
   template <uint32_t NQ, uint32_t DV>
   static void weighted_values(const AttentionArgs& x, const float* p, uint32_t stride, float* out) {
     const uint32_t hd = x.head_dim, bt = x.block_tokens;
     T o[NQ][DV];
-#pragma GCC unroll 8
-    for (uint32_t h = 0; h < NQ; ++h)
-#pragma GCC unroll 16
-      for (uint32_t v = 0; v < DV; ++v) o[h][v] = V::zero();
+    clear(o);
     for (uint32_t j = 0; j < x.n_keys; ++j) {
       const float* vb = x.v_base + x.blocks[j / bt] * x.block_stride + (j % bt) * hd;
       if (j % bt == 0 && j + bt < x.n_keys) {  // the next block's values, all at once
@@ -158,28 +172,13 @@ struct Ops : V {
         for (uint32_t v = 0; v < DV; ++v) o[h][v] = V::fma(pj, vv[v], o[h][v]);
       }
     }
-#pragma GCC unroll 8
-    for (uint32_t h = 0; h < NQ; ++h)
-#pragma GCC unroll 16
-      for (uint32_t v = 0; v < DV; ++v) V::storeu(out + h * hd + v * W, o[h][v]);
+    store_rows(o, out, hd);
   }
 
+  // Scores of NQ heads (stride apart in s) to probabilities in place; inv[h] = 1 / sum.
   template <uint32_t NQ>
-  static void heads(const AttentionArgs& x, uint32_t h0) {
+  static void softmax(const AttentionArgs& x, float* s, uint32_t stride, const T* mx, float* inv) {
     constexpr uint32_t L = 16 / W;
-    const uint32_t hd = x.head_dim;
-    const uint32_t stride = (x.n_keys + 15) / 16 * 16;
-    const float* q = x.q + h0 * hd;
-    float* s = x.scores + h0 * stride;
-    T mx[NQ];
-    for (uint32_t h = 0; h < NQ; ++h) mx[h] = V::set1(-INFINITY);
-    uint32_t j0 = 0;
-    // Two groups of 16 keys at once where both lie in one block: twice the independent chains.
-    for (; j0 + 32 <= stride && (j0 % x.block_tokens) + 32 <= x.block_tokens; j0 += 32)
-      scores<NQ, 2>(x, q, j0, s, stride, mx);
-    for (; j0 < stride; j0 += 16) scores<NQ, 1>(x, q, j0, s, stride, mx);
-
-    float inv[NQ];
     for (uint32_t h = 0; h < NQ; ++h) {
       const T mxv = V::set1(V::hmax(mx[h]));
       T lanes[L];
@@ -198,6 +197,24 @@ struct Ops : V {
       for (uint32_t l = 0; l < L; ++l) V::storeu(lane_sums + l * W, lanes[l]);
       inv[h] = 1.0f / reduce16(lane_sums);
     }
+  }
+
+  template <uint32_t NQ>
+  static void heads(const AttentionArgs& x, uint32_t h0) {
+    const uint32_t hd = x.head_dim;
+    const uint32_t stride = (x.n_keys + 15) / 16 * 16;
+    const float* q = x.q + h0 * hd;
+    float* s = x.scores + h0 * stride;
+    T mx[NQ];
+    for (uint32_t h = 0; h < NQ; ++h) mx[h] = V::set1(-INFINITY);
+    uint32_t j0 = 0;
+    // Two groups of 16 keys at once where both lie in one block: twice the independent chains.
+    for (; j0 + 32 <= stride && (j0 % x.block_tokens) + 32 <= x.block_tokens; j0 += 32)
+      scores<NQ, 2>(x, q, j0, s, stride, mx);
+    for (; j0 < stride; j0 += 16) scores<NQ, 1>(x, q, j0, s, stride, mx);
+
+    float inv[NQ];
+    softmax<NQ>(x, s, stride, mx, inv);
 
     float* out = x.out + h0 * hd;
     switch (hd / W) {
@@ -214,8 +231,165 @@ struct Ops : V {
     }
   }
 
+  // 16 quantized codes (8 bits: 16 bytes; 4 bits: 8 bytes, even index in the low nibble)
+  // as 16 / W float vectors; the conversion is exact.
+  template <uint32_t BITS>
+  static void codes16(const uint8_t* p, T* out) {
+    __m128i b;
+    if constexpr (BITS == 8) {
+      b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    } else {
+      const __m128i packed = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+      const __m128i mask = _mm_set1_epi8(0x0F);
+      b = _mm_unpacklo_epi8(_mm_and_si128(packed, mask), _mm_and_si128(_mm_srli_epi16(packed, 4), mask));
+    }
+    V::u8_to_float(b, out);
+  }
+
+  // Quantized K: scores of NQ heads against the 16 keys at j0 (one block), the dot product
+  // taken on the codes per group, then scaled and shifted (kernels.h). qs[h][g]: sums of q.
+  template <uint32_t NQ, uint32_t BITS>
+  static void scores_q(const AttentionArgs& x, const float* q, const float (*qs)[16], uint32_t j0, float* s,
+                       uint32_t stride, T* mx) {
+    constexpr uint32_t L = 16 / W;
+    const uint32_t hd = x.head_dim, bt = x.block_tokens, gs = x.group_size, ng = hd / gs;
+    const size_t row_bytes = size_t{bt} * BITS / 8;
+    const uint8_t* kb = x.k_bytes + x.blocks[j0 / bt] * x.block_bytes;
+    const uint32_t slot = j0 % bt;
+    if (slot == 0 && j0 + bt < x.n_keys) {  // the next block, all at once: another page
+      const char* nb = reinterpret_cast<const char*>(x.k_bytes + x.blocks[j0 / bt + 1] * x.block_bytes);
+      for (size_t line = 0; line < x.block_bytes; line += 64) _mm_prefetch(nb + line, _MM_HINT_T0);
+    }
+    const float* ksc = reinterpret_cast<const float*>(kb + hd * row_bytes) + slot;
+    const float* kbi = ksc + size_t{ng} * bt;
+    const uint8_t* codes = kb + slot * BITS / 8;
+    T t[NQ][L];
+    for (uint32_t h = 0; h < NQ; ++h)
+      for (uint32_t i = 0; i < L; ++i) t[h][i] = V::zero();
+    for (uint32_t g = 0; g < ng; ++g) {
+      T a[NQ][L];
+#pragma GCC unroll 8
+      for (uint32_t h = 0; h < NQ; ++h)
+        for (uint32_t i = 0; i < L; ++i) a[h][i] = V::zero();
+      for (uint32_t d = g * gs; d < (g + 1) * gs; ++d) {
+        T k[L];
+        codes16<BITS>(codes + d * row_bytes, k);
+#pragma GCC unroll 8
+        for (uint32_t h = 0; h < NQ; ++h) {
+          const T qd = V::set1(q[h * hd + d]);
+          for (uint32_t i = 0; i < L; ++i) a[h][i] = V::fma(qd, k[i], a[h][i]);
+        }
+      }
+      for (uint32_t i = 0; i < L; ++i) {
+        const T sc = V::loadu(ksc + g * bt + i * W), bi = V::loadu(kbi + g * bt + i * W);
+#pragma GCC unroll 8
+        for (uint32_t h = 0; h < NQ; ++h) {
+          t[h][i] = V::fma(sc, a[h][i], t[h][i]);
+          t[h][i] = V::fma(bi, V::set1(qs[h][g]), t[h][i]);
+        }
+      }
+    }
+    const T scale = V::set1(x.scale);
+    const uint32_t valid = std::min(16u, x.n_keys - j0);
+    for (uint32_t h = 0; h < NQ; ++h)
+      for (uint32_t i = 0; i < L; ++i) {
+        const T sv = V::mul(t[h][i], scale);
+        V::storeu(s + h * stride + j0 + i * W, sv);
+        mx[h] = V::max(mx[h], V::masked_keep(sv, V::set1(-INFINITY), valid, i * W));
+      }
+  }
+
+  // Quantized V: o[h][d] = fma chain over j of (p_j * vscale_jg) * c_j[d]; pb[h][g] = fma
+  // chain over j of p_j * vbias_jg. DV vectors span the head dimension.
+  template <uint32_t NQ, uint32_t DV, uint32_t BITS>
+  static void weighted_values_q(const AttentionArgs& x, const float* p, uint32_t stride, float (*pb)[16], float* out) {
+    constexpr uint32_t L = 16 / W;
+    const uint32_t hd = x.head_dim, bt = x.block_tokens, gs = x.group_size, ng = hd / gs;
+    uint32_t group_of[DV];  // the group of vector v
+    for (uint32_t v = 0; v < DV; ++v) group_of[v] = v * W / gs;
+    const size_t code_bytes = size_t{hd} * bt * BITS / 8;
+    T o[NQ][DV];
+    clear(o);
+    float pbl[NQ][16] = {};  // local: the compiler need not assume it aliases p
+    for (uint32_t j = 0; j < x.n_keys; ++j) {
+      const uint8_t* vb = x.v_bytes + x.blocks[j / bt] * x.block_bytes;
+      const uint32_t slot = j % bt;
+      if (slot == 0 && j + bt < x.n_keys) {
+        const char* nb = reinterpret_cast<const char*>(x.v_bytes + x.blocks[j / bt + 1] * x.block_bytes);
+        for (size_t line = 0; line < x.block_bytes; line += 64) _mm_prefetch(nb + line, _MM_HINT_T0);
+      }
+      const uint8_t* row = vb + size_t{slot} * hd * BITS / 8;
+      const float* vsc = reinterpret_cast<const float*>(vb + code_bytes) + size_t{slot} * ng;
+      const float* vbi = vsc + size_t{bt} * ng;
+      T c[DV < L ? L : DV];  // DV < L only in instantiations no head_dim reaches
+#pragma GCC unroll 16
+      for (uint32_t v = 0; v < DV; v += L) codes16<BITS>(row + v * W * BITS / 8, c + v);
+#pragma GCC unroll 8
+      for (uint32_t h = 0; h < NQ; ++h) {
+        const float pj = p[h * stride + j];
+        for (uint32_t g = 0; g < ng; ++g) pbl[h][g] = std::fma(pj, vbi[g], pbl[h][g]);
+        // o is indexed at compile time only, so it stays in registers.
+#pragma GCC unroll 16
+        for (uint32_t v = 0; v < DV; ++v) o[h][v] = V::fma(V::set1(pj * vsc[group_of[v]]), c[v], o[h][v]);
+      }
+    }
+    store_rows(o, out, hd);
+    for (uint32_t h = 0; h < NQ; ++h)
+      for (uint32_t g = 0; g < ng; ++g) pb[h][g] = pbl[h][g];
+  }
+
+  template <uint32_t NQ, uint32_t BITS>
+  static void heads_q(const AttentionArgs& x, uint32_t h0) {
+    const uint32_t hd = x.head_dim, gs = x.group_size, ng = hd / gs;
+    const uint32_t stride = (x.n_keys + 15) / 16 * 16;
+    const float* q = x.q + h0 * hd;
+    float* s = x.scores + h0 * stride;
+    float qs[NQ][16];
+    for (uint32_t h = 0; h < NQ; ++h)
+      for (uint32_t g = 0; g < ng; ++g) {
+        qs[h][g] = 0.0f;
+        for (uint32_t d = g * gs; d < (g + 1) * gs; ++d) qs[h][g] = qs[h][g] + q[h * hd + d];
+      }
+    T mx[NQ];
+    for (uint32_t h = 0; h < NQ; ++h) mx[h] = V::set1(-INFINITY);
+    for (uint32_t j0 = 0; j0 < stride; j0 += 16) scores_q<NQ, BITS>(x, q, qs, j0, s, stride, mx);
+    float inv[NQ];
+    softmax<NQ>(x, s, stride, mx, inv);
+
+    float* out = x.out + h0 * hd;
+    float pb[NQ][16] = {};
+    switch (hd / W) {
+      case 1: weighted_values_q<NQ, 1, BITS>(x, s, stride, pb, out); break;
+      case 2: weighted_values_q<NQ, 2, BITS>(x, s, stride, pb, out); break;
+      case 4: weighted_values_q<NQ, 4, BITS>(x, s, stride, pb, out); break;
+      case 8: weighted_values_q<NQ, 8, BITS>(x, s, stride, pb, out); break;
+      case 16: weighted_values_q<NQ, 16, BITS>(x, s, stride, pb, out); break;
+      case 32: weighted_values_q<NQ, 32, BITS>(x, s, stride, pb, out); break;
+    }
+    for (uint32_t h = 0; h < NQ; ++h) {
+      const T invv = V::set1(inv[h]);
+      for (uint32_t v = 0; v < hd / W; ++v) {
+        const T b = V::set1(pb[h][v * W / gs]);
+        V::storeu(out + h * hd + v * W, V::mul(V::add(V::loadu(out + h * hd + v * W), b), invv));
+      }
+    }
+  }
+
+  template <uint32_t BITS>
+  static void attention_q(const AttentionArgs& x) {
+    uint32_t h = 0;
+    for (; h + 4 <= x.n_q; h += 4) heads_q<4, BITS>(x, h);
+    switch (x.n_q - h) {
+      case 3: heads_q<3, BITS>(x, h); break;
+      case 2: heads_q<2, BITS>(x, h); break;
+      case 1: heads_q<1, BITS>(x, h); break;
+    }
+  }
+
   // Query heads in chunks of up to 4 (register budget of the value accumulation).
   static void attention(const AttentionArgs& x) {
+    if (x.kv_bits == 8) return attention_q<8>(x);
+    if (x.kv_bits == 4) return attention_q<4>(x);
     uint32_t h = 0;
     for (; h + 4 <= x.n_q; h += 4) heads<4>(x, h);
     switch (x.n_q - h) {

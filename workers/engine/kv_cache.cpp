@@ -5,25 +5,85 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <string>
 
 namespace tandem::engine {
 
-void KvPool::FreeDeleter::operator()(float* p) const { std::free(p); }
+void KvPool::FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
+
+Status KvFormat::validate_values() const {
+  if (bits != 0 && bits != 8 && bits != 4)
+    return Status::invalid("KV bits must be 0 (f32), 8 or 4, got " + std::to_string(bits));
+  if (group_size != 32 && group_size != 64 && group_size != 128)
+    return Status::invalid("KV group size must be 32, 64 or 128, got " + std::to_string(group_size));
+  return Status::ok();
+}
+
+Status KvFormat::validate(const ModelConfig& config) const {
+  TANDEM_RETURN_IF_ERROR(validate_values());
+  const uint32_t hd = config.head_dim();
+  if (bits != 0 && hd % effective_group(hd) != 0)
+    return Status::invalid("KV group size " + std::to_string(group_size) + " does not divide the head dimension " +
+                           std::to_string(hd));
+  return Status::ok();
+}
+
+std::string KvFormat::to_string() const {
+  if (bits == 0) return "f32";
+  return "q" + std::to_string(bits) + "/g" + std::to_string(group_size) + (skip_last_layer ? "+f32-last" : "");
+}
+
+QuantParams quantize_group(const float* x, uint32_t n, uint32_t bits, uint8_t* codes) {
+  float mn = x[0], mx = x[0];
+  for (uint32_t i = 1; i < n; ++i) mn = std::min(mn, x[i]), mx = std::max(mx, x[i]);
+  const uint32_t levels = (1u << bits) - 1;
+  // In double: max - min of two floats can overflow float.
+  const double range = static_cast<double>(mx) - mn;
+  QuantParams p{0.0f, mn};
+  if (range == 0) {  // constant group: exact with every code 0, no division
+    std::memset(codes, 0, n);
+    return p;
+  }
+  p.scale = std::max(static_cast<float>(range / levels), std::numeric_limits<float>::denorm_min());
+  for (uint32_t i = 0; i < n; ++i) {
+    const double c = std::nearbyint((static_cast<double>(x[i]) - mn) / p.scale);
+    codes[i] = c >= 0 ? static_cast<uint8_t>(std::min(c, static_cast<double>(levels))) : 0;  // NaN: 0
+  }
+  return p;
+}
+
+size_t region_block_bytes(uint32_t head_dim, uint32_t block_tokens, uint32_t bits, uint32_t group) {
+  const size_t cells = size_t{head_dim} * block_tokens;
+  if (bits == 0) return cells * sizeof(float);
+  return cells * bits / 8 + 2 * size_t{head_dim / group} * block_tokens * sizeof(float);
+}
 
 Result<std::unique_ptr<KvPool>> KvPool::create(const ModelConfig& config, uint32_t n_blocks,
-                                               uint32_t block_tokens) {
+                                               uint32_t block_tokens, const KvFormat& format) {
   if (block_tokens == 0 || block_tokens % 16 != 0)
     return Status::invalid("KV block size " + std::to_string(block_tokens) +
                            " tokens is not a positive multiple of 16");
   if (n_blocks == 0) return Status::invalid("KV pool needs at least one block");
+  TANDEM_RETURN_IF_ERROR(format.validate(config));
   auto pool = std::unique_ptr<KvPool>(new KvPool());
+  pool->format_ = format;
   pool->n_blocks_ = n_blocks;
   pool->block_tokens_ = block_tokens;
   pool->n_layers_ = config.n_layers;
   pool->n_kv_heads_ = config.n_kv_heads;
-  pool->head_block_floats_ = size_t{config.head_dim()} * block_tokens;
-  const size_t bytes = pool->block_bytes() * n_blocks;
+  pool->head_dim_ = config.head_dim();
+  pool->f32_region_block_ = engine::region_block_bytes(pool->head_dim_, block_tokens, 0, 1);
+  pool->quant_region_block_ =
+      format.bits ? engine::region_block_bytes(pool->head_dim_, block_tokens, format.bits, pool->group_size()) : 0;
+  size_t offset = 0;
+  for (uint32_t l = 0; l < config.n_layers; ++l) {
+    pool->layer_offset_.push_back(offset);
+    offset += 2 * size_t{config.n_kv_heads} * n_blocks * pool->region_block_bytes(l);
+    pool->block_bytes_ += 2 * size_t{config.n_kv_heads} * pool->region_block_bytes(l);
+  }
+  const size_t bytes = offset;
   // 2 MiB alignment and huge pages where the kernel offers them: attention walks this
   // memory in long runs, and page walks under virtualization are expensive.
   constexpr size_t kHuge = size_t{2} << 20;
@@ -31,19 +91,72 @@ Result<std::unique_ptr<KvPool>> KvPool::create(const ModelConfig& config, uint32
   void* p = std::aligned_alloc(kHuge, rounded);
   if (!p) return Status::error(Code::kUnavailable, "cannot allocate " + std::to_string(bytes) + " bytes of KV cache");
   madvise(p, rounded, MADV_HUGEPAGE);  // advisory; failure only costs speed
-  // Zeroed so lanes past a sequence's last key hold finite values.
+  // Zeroed so lanes past a sequence's last key hold finite values (codes 0, scale 0, bias 0).
   std::memset(p, 0, bytes);
-  pool->data_.reset(static_cast<float*>(p));
+  pool->data_.reset(static_cast<uint8_t*>(p));
   return pool;
 }
 
-size_t KvPool::bytes_per_block(const ModelConfig& config, uint32_t block_tokens) {
-  return size_t{2} * config.n_layers * config.kv_dim() * block_tokens * sizeof(float);
+size_t KvPool::bytes_per_block(const ModelConfig& config, uint32_t block_tokens, const KvFormat& format) {
+  const uint32_t hd = config.head_dim();
+  size_t total = 0;
+  for (uint32_t l = 0; l < config.n_layers; ++l)
+    total += 2 * size_t{config.n_kv_heads} *
+             engine::region_block_bytes(hd, block_tokens, format.layer_bits(l, config.n_layers), format.effective_group(hd));
+  return total;
 }
 
-uint32_t KvPool::blocks_for_bytes(const ModelConfig& config, size_t bytes, uint32_t block_tokens) {
-  const size_t per_block = bytes_per_block(config, block_tokens);
-  return per_block == 0 ? 0 : static_cast<uint32_t>(bytes / per_block);
+uint32_t KvPool::blocks_for_bytes(const ModelConfig& config, size_t bytes, uint32_t block_tokens,
+                                  const KvFormat& format) {
+  const size_t per_block = bytes_per_block(config, block_tokens, format);
+  return per_block == 0 ? 0 : static_cast<uint32_t>(std::min<size_t>(bytes / per_block, UINT32_MAX));
+}
+
+namespace {
+
+void put_code(uint8_t* row, uint32_t i, uint32_t bits, uint8_t code) {
+  if (bits == 8) {
+    row[i] = code;
+  } else {
+    uint8_t& b = row[i / 2];
+    b = (i % 2) ? static_cast<uint8_t>((b & 0x0F) | (code << 4)) : static_cast<uint8_t>((b & 0xF0) | code);
+  }
+}
+
+}  // namespace
+
+void KvPool::write(uint32_t layer, uint32_t kv_head, uint32_t block, uint32_t slot, const float* k, const float* v) {
+  const uint32_t hd = head_dim_, bt = block_tokens_, bits = layer_bits(layer);
+  uint8_t* kb = block_data(layer, kv_head, 0, block);
+  uint8_t* vb = block_data(layer, kv_head, 1, block);
+  if (bits == 0) {
+    float* kd = reinterpret_cast<float*>(kb);
+    for (uint32_t d = 0; d < hd; ++d) kd[size_t{d} * bt + slot] = k[d];
+    std::memcpy(reinterpret_cast<float*>(vb) + size_t{slot} * hd, v, hd * sizeof(float));
+    return;
+  }
+  const uint32_t g_size = group_size(), groups = hd / g_size;
+  const size_t code_bytes = size_t{hd} * bt * bits / 8;
+  uint8_t codes[256];  // head_dim <= 256 (Engine::load)
+  // K: codes transposed, parameters [group][token].
+  float* ks = reinterpret_cast<float*>(kb + code_bytes);
+  float* kbias = ks + size_t{groups} * bt;
+  for (uint32_t g = 0; g < groups; ++g) {
+    const QuantParams p = quantize_group(k + g * g_size, g_size, bits, codes);
+    for (uint32_t i = 0; i < g_size; ++i) put_code(kb + size_t{g * g_size + i} * bt * bits / 8, slot, bits, codes[i]);
+    ks[size_t{g} * bt + slot] = p.scale;
+    kbias[size_t{g} * bt + slot] = p.bias;
+  }
+  // V: one row of codes per token, parameters [token][group].
+  uint8_t* row = vb + size_t{slot} * hd * bits / 8;
+  float* vs = reinterpret_cast<float*>(vb + code_bytes);
+  float* vbias = vs + size_t{bt} * groups;
+  for (uint32_t g = 0; g < groups; ++g) {
+    const QuantParams p = quantize_group(v + g * g_size, g_size, bits, codes);
+    for (uint32_t i = 0; i < g_size; ++i) put_code(row, g * g_size + i, bits, codes[i]);
+    vs[size_t{slot} * groups + g] = p.scale;
+    vbias[size_t{slot} * groups + g] = p.bias;
+  }
 }
 
 BlockAllocator::BlockAllocator(uint32_t n_blocks) : used_(n_blocks, 0), n_free_(n_blocks) {}

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "runtime/status.h"
@@ -14,52 +15,107 @@
 
 namespace tandem::engine {
 
-// Layout: one region per (layer, KV head, K or V), each an array of n_blocks blocks:
-//   K block: [head_dim][block_tokens] (transposed: 16 keys per vector)
-//   V block: [block_tokens][head_dim]
+// How K and V are stored. bits 0: F32. bits 8 or 4: uniform codes per group of
+// `group_size` consecutive elements of a head vector, min-max affine (x ~ scale * code +
+// bias, F32 scale and bias), rounded to nearest. A group never spans heads: on a model
+// whose head_dim is below the group size (the tiny test preset, head_dim 16) the group is
+// the whole head vector. skip_last_layer keeps the last layer in F32 (quality: mlx-vlm's
+// default).
+struct KvFormat {
+  uint32_t bits = 0;
+  uint32_t group_size = 64;
+  bool skip_last_layer = false;
+
+  // Errors name the bad value: bits not 0/8/4, group not 32/64/128 ...
+  Status validate_values() const;
+  // ... or, for this model, the group not dividing head_dim.
+  Status validate(const ModelConfig& config) const;
+  // The group actually used for a head of `head_dim` elements: min(group_size, head_dim).
+  uint32_t effective_group(uint32_t head_dim) const { return group_size < head_dim ? group_size : head_dim; }
+  // Bits of layer `layer` of `n_layers` (0 for the last one with skip_last_layer).
+  uint32_t layer_bits(uint32_t layer, uint32_t n_layers) const {
+    return skip_last_layer && layer + 1 == n_layers ? 0 : bits;
+  }
+  std::string to_string() const;  // "f32", "q8/g64", "q4/g32+f32-last"
+  bool operator==(const KvFormat&) const = default;
+};
+
+// Quantizes n values (one group) to codes in [0, 2^bits - 1], one per byte in `codes`:
+// bias = min, scale = (max - min) / (2^bits - 1) (0 for a constant group: every code 0),
+// code = round((x - bias) / scale). |x - (scale * code + bias)| <= scale / 2 up to the
+// rounding of scale to float. The one routine every kernel variant's cache is written with.
+struct QuantParams {
+  float scale = 0, bias = 0;
+};
+QuantParams quantize_group(const float* x, uint32_t n, uint32_t bits, uint8_t* codes);
+
+// Layout: one region per (layer, KV head, K or V), each an array of n_blocks blocks.
+// F32 layers:
+//   K block: [head_dim][block_tokens] floats (transposed: 16 keys per vector)
+//   V block: [block_tokens][head_dim] floats
+// Quantized layers (8 bits: one code per byte; 4 bits: two codes per byte, the even index
+// in the low nibble):
+//   K block: codes [head_dim][block_tokens], then F32 scales [groups][block_tokens], then
+//            F32 biases [groups][block_tokens]  (16 keys' parameters side by side)
+//   V block: codes [block_tokens][head_dim], then F32 scales [block_tokens][groups], then
+//            F32 biases [block_tokens][groups]
 // so a sequence whose blocks have consecutive ids reads one contiguous run per region in
 // attention. (Scattered 4 KiB pieces read at a third of the bandwidth of long runs on
 // this machine: see bench/RESULTS.md.)
 class KvPool {
  public:
-  // block_tokens must be a positive multiple of 16.
+  // block_tokens must be a positive multiple of 16; the format must validate.
   static Result<std::unique_ptr<KvPool>> create(const ModelConfig& config, uint32_t n_blocks,
-                                                uint32_t block_tokens = 16);
-  // Bytes one block takes across all layers, heads, K and V.
-  static size_t bytes_per_block(const ModelConfig& config, uint32_t block_tokens = 16);
-  // Number of blocks that fit in `bytes` for this model.
-  static uint32_t blocks_for_bytes(const ModelConfig& config, size_t bytes, uint32_t block_tokens = 16);
+                                                uint32_t block_tokens = 16, const KvFormat& format = {});
+  // Bytes one block takes across all layers, heads, K and V, in this format.
+  static size_t bytes_per_block(const ModelConfig& config, uint32_t block_tokens = 16, const KvFormat& format = {});
+  // Number of blocks that fit in `bytes` for this model and format.
+  static uint32_t blocks_for_bytes(const ModelConfig& config, size_t bytes, uint32_t block_tokens = 16,
+                                   const KvFormat& format = {});
 
   uint32_t n_blocks() const { return n_blocks_; }
   uint32_t block_tokens() const { return block_tokens_; }
-  size_t block_bytes() const { return 2 * size_t{n_layers_} * n_kv_heads_ * head_block_floats_ * sizeof(float); }
-  // Floats between consecutive blocks inside one region.
-  size_t head_block_floats() const { return head_block_floats_; }
   uint32_t n_layers() const { return n_layers_; }
   uint32_t n_kv_heads() const { return n_kv_heads_; }
+  uint32_t head_dim() const { return head_dim_; }
+  const KvFormat& format() const { return format_; }
+  // Bits layer `layer` is stored with (0: F32).
+  uint32_t layer_bits(uint32_t layer) const { return format_.layer_bits(layer, n_layers_); }
+  // The group size in use (see KvFormat::effective_group).
+  uint32_t group_size() const { return format_.effective_group(head_dim_); }
+  // Bytes one block takes across all layers, heads, K and V.
+  size_t block_bytes() const { return block_bytes_; }
 
-  // Byte-level access for moving blocks between pools of the same format (KV handoff).
-  // Bytes one block takes inside one (layer, KV head, K|V) region.
-  size_t region_block_bytes(uint32_t /*layer*/) const { return head_block_floats_ * sizeof(float); }
-  // The bytes of block `block` in the region (layer, kv_head, kv): kv 0 is K, 1 is V.
+  // Bytes one block takes inside one (layer, kv head, K|V) region (differs per layer with
+  // skip_last_layer).
+  size_t region_block_bytes(uint32_t layer) const { return layer_bits(layer) ? quant_region_block_ : f32_region_block_; }
+  // The bytes of block `block` in the region (layer, kv_head, kv) where kv is 0 for K, 1
+  // for V. Copying every region's block_data bytes of a block into a pool of the same
+  // format transfers that block's KV exactly.
   uint8_t* block_data(uint32_t layer, uint32_t kv_head, uint32_t kv, uint32_t block) {
-    return reinterpret_cast<uint8_t*>(region(layer, kv_head, kv) + size_t{block} * head_block_floats_);
+    return data_.get() + layer_offset_[layer] + ((size_t{kv_head} * 2 + kv) * n_blocks_ + block) * region_block_bytes(layer);
+  }
+  const uint8_t* block_data(uint32_t layer, uint32_t kv_head, uint32_t kv, uint32_t block) const {
+    return const_cast<KvPool*>(this)->block_data(layer, kv_head, kv, block);
   }
 
-  // Block 0 of the K (or V) region of one layer and KV head.
-  float* k_region(uint32_t layer, uint32_t kv_head) { return region(layer, kv_head, 0); }
-  float* v_region(uint32_t layer, uint32_t kv_head) { return region(layer, kv_head, 1); }
+  // Stores K and V (head_dim floats each) of one token at `slot` of `block` for (layer,
+  // kv_head), quantized once here when the layer is quantized. Touches only that token's
+  // codes and parameters.
+  void write(uint32_t layer, uint32_t kv_head, uint32_t block, uint32_t slot, const float* k, const float* v);
 
  private:
   KvPool() = default;
-  float* region(uint32_t layer, uint32_t kv_head, uint32_t kv) {
-    return data_.get() + ((size_t{layer} * n_kv_heads_ + kv_head) * 2 + kv) * n_blocks_ * head_block_floats_;
-  }
-  struct FreeDeleter { void operator()(float* p) const; };
-  std::unique_ptr<float, FreeDeleter> data_;
-  uint32_t n_blocks_ = 0, block_tokens_ = 16, n_layers_ = 0, n_kv_heads_ = 0;
-  size_t head_block_floats_ = 0;
+  struct FreeDeleter { void operator()(uint8_t* p) const; };
+  std::unique_ptr<uint8_t, FreeDeleter> data_;
+  KvFormat format_;
+  uint32_t n_blocks_ = 0, block_tokens_ = 16, n_layers_ = 0, n_kv_heads_ = 0, head_dim_ = 0;
+  size_t f32_region_block_ = 0, quant_region_block_ = 0, block_bytes_ = 0;
+  std::vector<size_t> layer_offset_;  // byte offset of each layer's regions
 };
+
+// Bytes of one block in one region for a head of `head_dim`, `block_tokens` tokens.
+size_t region_block_bytes(uint32_t head_dim, uint32_t block_tokens, uint32_t bits, uint32_t group);
 
 // Block ids for in-process use (tandem run, tests, benchmarks); the service's scheduler
 // has its own accounting. Prefers the id after a table's last block, then the lowest

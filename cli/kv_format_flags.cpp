@@ -1,0 +1,19 @@
+#include "cli/kv_format_flags.h"
+
+namespace tandem::cli {
+
+Result<engine::KvFormat> kv_format_from_flags(const Args& args) {
+  engine::KvFormat f;
+  auto bits = args.integer("kv-bits", f.bits, 0, 8);
+  if (!bits) return bits.status();
+  auto group = args.integer("kv-group-size", f.group_size, 1, 1 << 16);
+  if (!group) return group.status();
+  f.bits = static_cast<uint32_t>(*bits);
+  f.group_size = static_cast<uint32_t>(*group);
+  f.skip_last_layer = args.has("kv-quant-skip-last-layer");
+  if (Status st = f.validate_values(); !st)
+    return Status::invalid("--kv-bits / --kv-group-size: " + st.message());
+  return f;
+}
+
+}  // namespace tandem::cli

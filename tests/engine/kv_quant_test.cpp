@@ -1,0 +1,304 @@
+// KV cache quantization: the group round trip, the pool's formats and sizes, and the model
+// with quantized KV against F32 KV (logit error, greedy agreement, skip_last_layer).
+#include "workers/engine/kv_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+
+#include "tests/test_util.h"
+#include "workers/engine/engine.h"
+#include "workers/engine/make_model.h"
+
+namespace tandem::engine {
+namespace {
+
+// The bound quantize_group promises: half a step, plus the rounding of scale to float
+// (at most levels * ulp(scale) / 2 where the top code is clamped).
+void expect_round_trip(const std::vector<float>& x, uint32_t bits, const std::string& what) {
+  std::vector<uint8_t> codes(x.size(), 0xAA);
+  const QuantParams p = quantize_group(x.data(), static_cast<uint32_t>(x.size()), bits, codes.data());
+  const uint32_t levels = (1u << bits) - 1;
+  const double bound = 0.5 * p.scale + levels * double(p.scale) * std::ldexp(1.0, -24);
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_LE(codes[i], levels) << what;
+    const double back = double(p.scale) * codes[i] + p.bias;
+    ASSERT_LE(std::abs(back - x[i]), bound) << what << " bits=" << bits << " i=" << i << " x=" << x[i];
+  }
+}
+
+TEST(KvQuant, RoundTripErrorIsAtMostHalfAStepPerGroup) {
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (uint32_t bits : {8u, 4u}) {
+    for (uint32_t n : {16u, 32u, 64u, 128u}) {
+      for (int trial = 0; trial < 200; ++trial) {
+        std::vector<float> x(n);
+        const float scale = std::pow(10.0f, static_cast<float>(trial % 13 - 6));
+        for (auto& v : x) v = normal(rng) * scale + (trial % 3) * scale;
+        if (trial % 5 == 0) x[trial % n] *= 50.0f;  // an outlier stretches the range
+        expect_round_trip(x, bits, "random");
+      }
+      expect_round_trip(std::vector<float>(n, 0.0f), bits, "zeros");
+      expect_round_trip(std::vector<float>(n, -3.25f), bits, "constant");
+      std::vector<float> extreme(n, 1.0f);
+      extreme[0] = std::numeric_limits<float>::max();
+      extreme[1] = -std::numeric_limits<float>::max();
+      expect_round_trip(extreme, bits, "float max and -max");
+      std::vector<float> tiny(n, 0.0f);
+      tiny[2] = std::numeric_limits<float>::denorm_min();
+      expect_round_trip(tiny, bits, "denormal");
+    }
+  }
+  // A constant group is exact: scale 0, bias the value, no division.
+  std::vector<uint8_t> codes(32);
+  const std::vector<float> c(32, 7.5f);
+  const QuantParams p = quantize_group(c.data(), 32, 4, codes.data());
+  EXPECT_EQ(p.scale, 0.0f);
+  EXPECT_EQ(p.bias, 7.5f);
+}
+
+TEST(KvQuant, FormatValidationNamesTheBadValue) {
+  ModelConfig small = preset_config("small").value();  // head_dim 64
+  auto msg = [&](KvFormat f) {
+    const Status st = f.validate(small);
+    return st.is_ok() ? std::string("ok") : st.message();
+  };
+  EXPECT_EQ(msg({0, 64, false}), "ok");
+  EXPECT_EQ(msg({8, 32, false}), "ok");
+  EXPECT_EQ(msg({4, 64, true}), "ok");
+  EXPECT_NE(msg({6, 64, false}).find("got 6"), std::string::npos) << msg({6, 64, false});
+  EXPECT_NE(msg({8, 48, false}).find("got 48"), std::string::npos);
+  ModelConfig odd = small;
+  odd.dim = 96 * odd.n_heads;  // head_dim 96: group 64 does not divide it
+  const KvFormat g64{8, 64, false}, g32{8, 32, false};
+  EXPECT_NE(g64.validate(odd).message().find("does not divide the head dimension 96"), std::string::npos);
+  EXPECT_TRUE(g32.validate(odd).is_ok());
+  EXPECT_FALSE(KvPool::create(small, 4, 16, KvFormat{3, 64, false}));
+  EXPECT_EQ(KvFormat{}.to_string(), "f32");
+  EXPECT_EQ((KvFormat{8, 64, false}.to_string()), "q8/g64");
+  EXPECT_EQ((KvFormat{4, 32, true}.to_string()), "q4/g32+f32-last");
+}
+
+TEST(KvQuant, BlocksPerGigabyteOnTheSmallPreset) {
+  const ModelConfig small = preset_config("small").value();
+  const size_t gib = size_t{1} << 30;
+  const uint32_t f32 = KvPool::blocks_for_bytes(small, gib, 16, {0, 64, false});
+  const uint32_t q8 = KvPool::blocks_for_bytes(small, gib, 16, {8, 64, false});
+  const uint32_t q4 = KvPool::blocks_for_bytes(small, gib, 16, {4, 64, false});
+  const uint32_t q8_skip = KvPool::blocks_for_bytes(small, gib, 16, {8, 64, true});
+  std::printf("blocks of 16 tokens in 1 GiB: f32 %u, q8 %u (%.2fx), q4 %u (%.2fx), q8+f32-last %u (%.2fx)\n", f32, q8,
+              double(q8) / f32, q4, double(q4) / f32, q8_skip, double(q8_skip) / f32);
+  EXPECT_GE(double(q8) / f32, 3.5);
+  EXPECT_GE(double(q4) / f32, 6.0);
+  EXPECT_LT(q8_skip, q8);
+  EXPECT_GT(q8_skip, f32);
+  // Per block: 30 layers x 3 heads x (K, V) x (64 x 16 codes + 2 x 16 F32 parameters).
+  EXPECT_EQ(KvPool::bytes_per_block(small, 16, {8, 64, false}), size_t{30} * 3 * 2 * (1024 + 128));
+  EXPECT_EQ(KvPool::bytes_per_block(small, 16, {4, 64, false}), size_t{30} * 3 * 2 * (512 + 128));
+  EXPECT_EQ(KvPool::bytes_per_block(small, 16, {0, 64, false}), size_t{30} * 3 * 2 * 4096);
+}
+
+TEST(KvQuant, PoolRegionsMatchTheFormat) {
+  const ModelConfig tiny = preset_config("tiny").value();  // 2 layers, 2 KV heads, head_dim 16
+  auto pool = KvPool::create(tiny, 4, 16, {8, 64, true}).value();
+  EXPECT_EQ(pool->group_size(), 16u);  // a group never spans heads
+  EXPECT_EQ(pool->layer_bits(0), 8u);
+  EXPECT_EQ(pool->layer_bits(1), 0u);
+  EXPECT_EQ(pool->region_block_bytes(0), size_t{16} * 16 + 2 * 16 * 4);
+  EXPECT_EQ(pool->region_block_bytes(1), size_t{16} * 16 * 4);
+  EXPECT_EQ(pool->block_bytes(), KvPool::bytes_per_block(tiny, 16, {8, 64, true}));
+  // The last layer stays F32: what is written is read back exactly.
+  std::vector<float> k(16), v(16);
+  std::iota(k.begin(), k.end(), 0.5f);
+  std::iota(v.begin(), v.end(), -3.0f);
+  pool->write(1, 1, 2, 5, k.data(), v.data());
+  const float* kb = reinterpret_cast<const float*>(pool->block_data(1, 1, 0, 2));
+  const float* vb = reinterpret_cast<const float*>(pool->block_data(1, 1, 1, 2));
+  for (uint32_t d = 0; d < 16; ++d) {
+    EXPECT_EQ(kb[d * 16 + 5], k[d]);
+    EXPECT_EQ(vb[5 * 16 + d], v[d]);
+  }
+  // Regions do not overlap: every (layer, head, kv, block) starts past the previous one.
+  const uint8_t* last = nullptr;
+  for (uint32_t l = 0; l < 2; ++l)
+    for (uint32_t h = 0; h < 2; ++h)
+      for (uint32_t kv = 0; kv < 2; ++kv)
+        for (uint32_t b = 0; b < 4; ++b) {
+          const uint8_t* p = pool->block_data(l, h, kv, b);
+          if (last) {
+            EXPECT_GE(p, last);
+          }
+          last = p + pool->region_block_bytes(l);
+        }
+}
+
+// --- The tiny model with quantized KV --------------------------------------------------
+
+std::unique_ptr<Engine> load_tiny(uint32_t threads = 2) {
+  return std::move(Engine::load(test::model_file("tiny", 1), {threads, GemmBackend::kPacked}).value());
+}
+
+using test::random_tokens;
+
+// Logits of every position of one 120-token prompt.
+std::vector<std::vector<float>> prompt_logits(Engine& e, const KvFormat& format, const std::vector<int32_t>& tokens) {
+  auto pool = KvPool::create(e.config(), 8, 16, format).value();
+  std::vector<int32_t> blocks(8);
+  std::iota(blocks.begin(), blocks.end(), 0);
+  const uint32_t n = static_cast<uint32_t>(tokens.size());
+  SeqStep s{tokens, 0, blocks, n};
+  EXPECT_TRUE(e.forward({&s, 1}, *pool).is_ok());
+  std::vector<std::vector<float>> out;
+  for (uint32_t r = 0; r < n; ++r) out.emplace_back(e.logits(r).begin(), e.logits(r).end());
+  return out;
+}
+
+// Max over positions of max |logit - F32 KV logit| / max |F32 KV logit|.
+double relative_logit_error(Engine& e, const KvFormat& format) {
+  const auto tokens = random_tokens(120, e.config().vocab_size, 7);
+  const auto want = prompt_logits(e, {}, tokens), got = prompt_logits(e, format, tokens);
+  double worst = 0;
+  for (size_t t = 0; t < want.size(); ++t) {
+    double scale = 0, diff = 0;
+    for (size_t i = 0; i < want[t].size(); ++i) {
+      scale = std::max(scale, double(std::abs(want[t][i])));
+      diff = std::max(diff, double(std::abs(got[t][i] - want[t][i])));
+    }
+    worst = std::max(worst, diff / scale);
+  }
+  return worst;
+}
+
+TEST(KvQuantModel, LogitsStayCloseToF32Kv) {
+  auto e = load_tiny();
+  const double q8 = relative_logit_error(*e, {8, 64, false});
+  const double q4 = relative_logit_error(*e, {4, 64, false});
+  const double q8_skip = relative_logit_error(*e, {8, 64, true});
+  const double q4_skip = relative_logit_error(*e, {4, 64, true});
+  std::printf("max relative logit error vs F32 KV (tiny, 120 positions): q8 %.3g, q4 %.3g, q8+f32-last %.3g, "
+              "q4+f32-last %.3g\n", q8, q4, q8_skip, q4_skip);
+  RecordProperty("q8_relative_error", std::to_string(q8));
+  RecordProperty("q4_relative_error", std::to_string(q4));
+  EXPECT_LE(q8, 1e-2);
+  EXPECT_LE(q4, 1e-1);
+  EXPECT_LE(q8_skip, 1e-2);
+  EXPECT_LE(q4_skip, 1e-1);
+  EXPECT_GT(q8, 0.0);  // quantization happened
+}
+
+// Greedy continuations of 32 prompts x 64 steps, all 32 sequences in every step. With
+// `forced`, each step is fed forced[s][i] instead of its own pick (teacher forcing: the
+// argmax of every position under the same history).
+std::vector<std::vector<int32_t>> greedy(Engine& e, const KvFormat& format,
+                                         const std::vector<std::vector<int32_t>>* forced = nullptr) {
+  constexpr uint32_t kSeqs = 32, kPrompt = 12, kSteps = 64, kBlocks = (kPrompt + kSteps + 15) / 16;
+  auto pool = KvPool::create(e.config(), kSeqs * kBlocks, 16, format).value();
+  std::vector<std::vector<int32_t>> prompts, tables, out(kSeqs);
+  for (uint32_t s = 0; s < kSeqs; ++s) {
+    prompts.push_back(random_tokens(kPrompt, e.config().vocab_size, 1000 + s));
+    tables.emplace_back(kBlocks);
+    std::iota(tables.back().begin(), tables.back().end(), static_cast<int32_t>(s * kBlocks));
+  }
+  std::vector<SeqStep> step;
+  for (uint32_t s = 0; s < kSeqs; ++s) step.push_back({prompts[s], 0, tables[s], 1});
+  std::vector<int32_t> last(kSeqs);
+  for (uint32_t i = 0; i < kSteps; ++i) {
+    EXPECT_TRUE(e.forward(step, *pool).is_ok());
+    for (uint32_t s = 0; s < kSeqs; ++s) {
+      const auto l = e.logits(s);
+      last[s] = static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+      out[s].push_back(last[s]);
+      if (forced) last[s] = (*forced)[s][i];
+      step[s] = {std::span<const int32_t>(&last[s], 1), kPrompt + i, tables[s], 1};
+    }
+  }
+  return out;
+}
+
+double agreement(const std::vector<std::vector<int32_t>>& a, const std::vector<std::vector<int32_t>>& b) {
+  size_t same = 0, total = 0;
+  for (size_t s = 0; s < a.size(); ++s)
+    for (size_t i = 0; i < a[s].size(); ++i) same += a[s][i] == b[s][i], ++total;
+  return double(same) / total;
+}
+
+// Two measures: free-running (each run feeds its own picks, so one early difference changes
+// every later position of that sequence) and teacher-forced (both fed F32 KV's tokens: the
+// fraction of positions whose next-token pick is the same).
+TEST(KvQuantModel, GreedyTokensAgreeWithF32Kv) {
+  auto e = load_tiny();
+  const auto f32 = greedy(*e, {});
+  double free_run[3], forced[3];
+  const KvFormat formats[3] = {{8, 64, false}, {4, 64, false}, {4, 64, true}};
+  for (int i = 0; i < 3; ++i) {
+    free_run[i] = agreement(f32, greedy(*e, formats[i]));
+    forced[i] = agreement(f32, greedy(*e, formats[i], &f32));
+    std::printf("%-14s greedy tokens equal to F32 KV's (32 prompts x 64 steps): free-running %.1f%%, "
+                "teacher-forced %.1f%%\n", formats[i].to_string().c_str(), 100 * free_run[i], 100 * forced[i]);
+  }
+  RecordProperty("q8_free_running", std::to_string(free_run[0]));
+  RecordProperty("q8_teacher_forced", std::to_string(forced[0]));
+  RecordProperty("q4_free_running", std::to_string(free_run[1]));
+  RecordProperty("q4_teacher_forced", std::to_string(forced[1]));
+  EXPECT_GE(forced[0], 0.95);
+  EXPECT_GE(free_run[0], 0.90);  // measured 94.6% on the tiny preset (head_dim 16: one group per head)
+}
+
+// The handoff contract: copying every region's block_data bytes of a sequence's blocks into
+// another pool of the same format (here under other block ids) moves its KV exactly — the
+// next decode step's logits are bitwise those of the pool it was prefilled in.
+TEST(KvQuantModel, CopiedBlockBytesContinueExactly) {
+  auto e = load_tiny();
+  const auto prompt = random_tokens(40, e->config().vocab_size, 31);
+  const int32_t next = 77;
+  for (const KvFormat& format : {KvFormat{}, KvFormat{8, 64, false}, KvFormat{4, 32, true}}) {
+    auto src = KvPool::create(e->config(), 6, 16, format).value();
+    auto dst = KvPool::create(e->config(), 6, 16, format).value();
+    const std::vector<int32_t> src_blocks = {3, 1, 4}, dst_blocks = {0, 5, 2};
+    SeqStep p{prompt, 0, src_blocks, 1};
+    ASSERT_TRUE(e->forward({&p, 1}, *src).is_ok());
+    for (size_t i = 0; i < src_blocks.size(); ++i)
+      for (uint32_t l = 0; l < src->n_layers(); ++l)
+        for (uint32_t h = 0; h < src->n_kv_heads(); ++h)
+          for (uint32_t kv = 0; kv < 2; ++kv)
+            std::memcpy(dst->block_data(l, h, kv, static_cast<uint32_t>(dst_blocks[i])),
+                        src->block_data(l, h, kv, static_cast<uint32_t>(src_blocks[i])), src->region_block_bytes(l));
+    SeqStep d1{std::span(&next, 1), 40, src_blocks, 1}, d2{std::span(&next, 1), 40, dst_blocks, 1};
+    ASSERT_TRUE(e->forward({&d1, 1}, *src).is_ok());
+    const std::vector<float> want(e->logits(0).begin(), e->logits(0).end());
+    ASSERT_TRUE(e->forward({&d2, 1}, *dst).is_ok());
+    EXPECT_EQ(std::memcmp(want.data(), e->logits(0).data(), want.size() * sizeof(float)), 0) << format.to_string();
+  }
+}
+
+// Prefix reuse: a sequence whose first full blocks are another's (written once, quantized
+// once) gives bitwise the logits of computing its whole prompt itself.
+TEST(KvQuantModel, SharedPrefixBlocksGiveTheSameLogits) {
+  auto e = load_tiny();
+  const auto prefix = random_tokens(32, e->config().vocab_size, 41);  // two full blocks
+  auto a = prefix, b = prefix;
+  const auto ta = random_tokens(9, e->config().vocab_size, 42), tb = random_tokens(13, e->config().vocab_size, 43);
+  a.insert(a.end(), ta.begin(), ta.end());
+  b.insert(b.end(), tb.begin(), tb.end());
+  for (const KvFormat& format : {KvFormat{8, 64, false}, KvFormat{4, 64, false}}) {
+    auto pool = KvPool::create(e->config(), 8, 16, format).value();
+    const std::vector<int32_t> blocks_a = {0, 1, 2}, blocks_b = {0, 1, 3}, alone = {4, 5, 6};
+    SeqStep sa{a, 0, blocks_a, 1};
+    ASSERT_TRUE(e->forward({&sa, 1}, *pool).is_ok());
+    SeqStep sb{std::span(b).subspan(32), 32, blocks_b, 1};  // b's prefix is a's blocks 0 and 1
+    ASSERT_TRUE(e->forward({&sb, 1}, *pool).is_ok());
+    const std::vector<float> shared(e->logits(0).begin(), e->logits(0).end());
+    SeqStep whole{b, 0, alone, 1};
+    ASSERT_TRUE(e->forward({&whole, 1}, *pool).is_ok());
+    EXPECT_EQ(std::memcmp(shared.data(), e->logits(0).data(), shared.size() * sizeof(float)), 0) << format.to_string();
+  }
+}
+
+}  // namespace
+}  // namespace tandem::engine
