@@ -19,6 +19,10 @@ namespace {
 // Messages read per drain before yielding to timers and other sockets; the rest are
 // read by a posted drain (a flooding peer must not starve heartbeats).
 constexpr int kDrainBatch = 256;
+// A drain also yields once its handlers have run this long, so one busy socket (a worker's
+// plans, each a whole forward pass) cannot starve the loop's other sockets and timers (the
+// KV a decode worker receives, heartbeats).
+constexpr int64_t kDrainSliceUs = 2000;
 
 std::string errno_text(int err) { return zmq_strerror(err); }
 
@@ -193,6 +197,7 @@ void Socket::drain() {
   std::shared_ptr<Shared> s = shared_;
   draining_ = true;
   void* sock = socket_.handle();
+  const int64_t started = now_us();
   for (int n = 0;; ++n) {
     int events = 0;
     size_t size = sizeof(events);
@@ -202,7 +207,8 @@ void Socket::drain() {
       return;
     }
     if (!(events & ZMQ_POLLIN)) break;
-    if (n == kDrainBatch) {  // yield; the posted drain picks up where this one stops
+    if (n == kDrainBatch || (n > 0 && now_us() - started > kDrainSliceUs)) {
+      // Yield; the posted drain picks up where this one stops, after what else is ready.
       draining_ = false;
       schedule_drain();
       return;

@@ -332,8 +332,12 @@ class Actor {
     runtime::Frames frames;
     pack_transfer(*pool_, seq.blocks, transfer_, frames);
     // Non-blocking: ZeroMQ's I/O thread drains it while the next steps compute.
+    const size_t n_frames = frames.size();
     if (Status st = peer->second->send(frames); !st)
       spdlog::error("worker: KV send to {} failed: {}", cmd.dest_endpoint(), st.message());
+    else
+      spdlog::debug("worker: KV transfer {} ({} positions, {} frames) queued for {}", cmd.transfer_id(), cmd.positions(),
+                    n_frames, cmd.dest_endpoint());
   }
 
   // Decode side: a transfer from a prefill worker.
@@ -349,6 +353,7 @@ class Actor {
       while (!early_.empty() && (early_.size() >= kEarlyTransfers || now - early_.front().second.arrived_us > kEarlyTransferUs))
         early_.erase(early_.begin());
       early_.emplace_back(transfer_in_.transfer_id(), Early{std::move(frames), now});
+      spdlog::debug("worker: KV transfer {} arrived before its announcement; held", transfer_in_.transfer_id());
       return;
     }
     const Expected expected = std::move(x->second);
@@ -374,6 +379,7 @@ class Actor {
       seq.sampling = model::from_proto(transfer_in_.sampling());
       seq.logprobs = transfer_in_.logprobs();
       ack->set_bytes(*copied);
+      spdlog::debug("worker: KV transfer {} written ({} bytes)", transfer_in_.transfer_id(), *copied);
     }
     send(out_);
   }
