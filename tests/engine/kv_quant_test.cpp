@@ -250,6 +250,23 @@ TEST(KvQuantModel, GreedyTokensAgreeWithF32Kv) {
   EXPECT_GE(free_run[0], 0.90);  // measured 94.6% on the tiny preset (head_dim 16: one group per head)
 }
 
+// The same measurement on the small preset (head_dim 64: groups of 64 as configured, 30
+// layers). A measurement, not a CI test (about a minute on 2 cores): run it with
+//   build/release/tests/kv_quant_test --gtest_also_run_disabled_tests --gtest_filter='*SmallPreset*'
+TEST(KvQuantModel, DISABLED_GreedyTokensAgreeWithF32KvOnTheSmallPreset) {
+  auto e = std::move(Engine::load(test::model_file("small", 1), {2, GemmBackend::kPacked}).value());
+  const auto f32 = greedy(*e, {});
+  for (const KvFormat& f : {KvFormat{8, 64, false}, KvFormat{8, 64, true}, KvFormat{4, 64, false}}) {
+    const double free_run = agreement(f32, greedy(*e, f)), forced = agreement(f32, greedy(*e, f, &f32));
+    std::printf("small, %-14s greedy tokens equal to F32 KV's (32 prompts x 64 steps): free-running %.1f%%, "
+                "teacher-forced %.1f%%\n", f.to_string().c_str(), 100 * free_run, 100 * forced);
+    // Measured: q8 free-running 57.8%, teacher-forced 98.0%. This model's weights are random:
+    // its logits over 49,152 tokens are nearly flat, so one flipped argmax sends a
+    // free-running sequence elsewhere; teacher-forced agreement is the per-step measure.
+    if (f.bits == 8) EXPECT_GE(forced, 0.95);
+  }
+}
+
 // The handoff contract: copying every region's block_data bytes of a sequence's blocks into
 // another pool of the same format (here under other block ids) moves its KV exactly — the
 // next decode step's logits are bitwise those of the pool it was prefilled in.
