@@ -97,6 +97,14 @@ class Actor final : public Sink {
 
   void run() { loop_.run(); }
 
+  // ActorHarness: the handlers the sockets call, fed directly.
+  void feed_client(runtime::Frames& frames) { on_client(frames); }
+  void feed_worker(runtime::Frames& frames) { on_worker(frames); }
+  void tick_now() {
+    core_.tick(runtime::now_us());
+    flush();
+  }
+
   // Sink
   void send_plan(uint32_t worker_id, const v1::StepPlan& plan) override {
     auto it = worker_identity_.find(worker_id);
@@ -548,7 +556,10 @@ class Actor final : public Sink {
 
 }  // namespace
 
-Status run_scheduler(const ActorOptions& options) {
+namespace {
+
+// The actor for `options`, started (its sockets bound), not yet running.
+Result<std::unique_ptr<Actor>> start_actor(const ActorOptions& options) {
   auto file = model::GgufFile::open(options.model_path);
   if (!file) return file.status();
   auto config = model::read_model_config(**file);
@@ -556,10 +567,35 @@ Status run_scheduler(const ActorOptions& options) {
   auto tokenizer = model::Tokenizer::from_gguf(**file);
   if (!tokenizer) return tokenizer.status();
   const std::string fingerprint = model::model_fingerprint(**file, *config);
-  Actor actor(options, *config, std::move(tokenizer.value()), fingerprint);
-  TANDEM_RETURN_IF_ERROR(actor.start());
-  actor.run();
+  auto actor = std::make_unique<Actor>(options, *config, std::move(tokenizer.value()), fingerprint);
+  TANDEM_RETURN_IF_ERROR(actor->start());
+  return actor;
+}
+
+}  // namespace
+
+Status run_scheduler(const ActorOptions& options) {
+  auto actor = start_actor(options);
+  if (!actor) return actor.status();
+  (*actor)->run();
   return Status::ok();
 }
+
+struct ActorHarness::Impl {
+  std::unique_ptr<Actor> actor;
+};
+
+Result<std::unique_ptr<ActorHarness>> ActorHarness::create(const ActorOptions& options) {
+  auto actor = start_actor(options);
+  if (!actor) return actor.status();
+  std::unique_ptr<ActorHarness> h(new ActorHarness());
+  h->impl_ = std::make_unique<Impl>(Impl{std::move(actor.value())});
+  return h;
+}
+
+ActorHarness::~ActorHarness() = default;
+void ActorHarness::client(runtime::Frames& frames) { impl_->actor->feed_client(frames); }
+void ActorHarness::worker(runtime::Frames& frames) { impl_->actor->feed_worker(frames); }
+void ActorHarness::tick() { impl_->actor->tick_now(); }
 
 }  // namespace tandem::scheduler

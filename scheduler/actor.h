@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
+#include "runtime/event_loop.h"
 #include "runtime/status.h"
 #include "scheduler/core.h"
 
@@ -30,5 +32,22 @@ struct ActorOptions {
 // are cancelled with their final event; then it returns ok). A second SIGTERM/SIGINT, or
 // SIGQUIT, stops at once. Errors: the model file, or an endpoint that cannot be bound.
 Status run_scheduler(const ActorOptions& options);
+
+// The actor with its sockets bound but its loop not running: the handlers its sockets call
+// are fed frames directly. For the fuzz targets (fuzz/), which push arbitrary bytes through
+// the same decode paths as real peers; give it inproc:// endpoints.
+class ActorHarness {
+ public:
+  static Result<std::unique_ptr<ActorHarness>> create(const ActorOptions& options);
+  ~ActorHarness();
+  void client(runtime::Frames& frames);  // as the client ROUTER delivers: frames[0] is the peer
+  void worker(runtime::Frames& frames);  // as the worker ROUTER delivers
+  void tick();                           // deadlines, plans, and flushing events
+
+ private:
+  ActorHarness() = default;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace tandem::scheduler

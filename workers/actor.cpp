@@ -75,6 +75,10 @@ class Actor {
     return exit_status_;
   }
 
+  // WorkerHarness: the handlers the sockets call, fed directly.
+  void feed_scheduler(runtime::Frames& frames) { on_message(frames); }
+  void feed_transfer(runtime::Frames& frames) { on_transfer(frames); }
+
  private:
   void send(const v1::WorkerMessage& m) {
     runtime::Frames frames;
@@ -427,7 +431,10 @@ Result<WorkerRole> parse_role(const std::string& name) {
   return Status::invalid("--role: '" + name + "' is not one of both, prefill, decode");
 }
 
-Status run_worker(const WorkerOptions& options) {
+namespace {
+
+// The actor for `options` (model loaded, KV pool made), started (registering), not running.
+Result<std::unique_ptr<Actor>> start_actor(const WorkerOptions& options) {
   auto file = model::GgufFile::open(options.model_path);
   if (!file) return file.status();
   auto config = model::read_model_config(**file);
@@ -448,9 +455,33 @@ Status run_worker(const WorkerOptions& options) {
                options.kv_format.to_string(), (*pool)->block_bytes() * blocks >> 20, options.threads);
   WorkerOptions opts = options;
   if (opts.name.empty()) opts.name = "worker-" + std::to_string(getpid());
-  Actor actor(opts, std::move(eng.value()), std::move(pool.value()), fingerprint);
-  TANDEM_RETURN_IF_ERROR(actor.start());
-  return actor.run();
+  auto actor = std::make_unique<Actor>(opts, std::move(eng.value()), std::move(pool.value()), fingerprint);
+  TANDEM_RETURN_IF_ERROR(actor->start());
+  return actor;
 }
+
+}  // namespace
+
+Status run_worker(const WorkerOptions& options) {
+  auto actor = start_actor(options);
+  if (!actor) return actor.status();
+  return (*actor)->run();
+}
+
+struct WorkerHarness::Impl {
+  std::unique_ptr<Actor> actor;
+};
+
+Result<std::unique_ptr<WorkerHarness>> WorkerHarness::create(const WorkerOptions& options) {
+  auto actor = start_actor(options);
+  if (!actor) return actor.status();
+  std::unique_ptr<WorkerHarness> h(new WorkerHarness());
+  h->impl_ = std::make_unique<Impl>(Impl{std::move(actor.value())});
+  return h;
+}
+
+WorkerHarness::~WorkerHarness() = default;
+void WorkerHarness::scheduler(runtime::Frames& frames) { impl_->actor->feed_scheduler(frames); }
+void WorkerHarness::transfer(runtime::Frames& frames) { impl_->actor->feed_transfer(frames); }
 
 }  // namespace tandem::worker

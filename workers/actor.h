@@ -4,8 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
+#include "runtime/event_loop.h"
 #include "runtime/status.h"
 #include "workers/engine/engine.h"
 
@@ -36,5 +38,22 @@ struct WorkerOptions {
 // Runs until the scheduler says shutdown, or SIGINT/SIGTERM. Errors: the model file, the KV
 // pool, or a refused registration (the scheduler's reason).
 Status run_worker(const WorkerOptions& options);
+
+// The actor with its model and KV pool loaded and its sockets connected, but its loop not
+// running: the handlers its sockets call are fed frames directly. For the fuzz targets
+// (fuzz/): arbitrary bytes through the same decode paths as the scheduler's commands and
+// other workers' KV transfers. Give it inproc:// endpoints.
+class WorkerHarness {
+ public:
+  static Result<std::unique_ptr<WorkerHarness>> create(const WorkerOptions& options);
+  ~WorkerHarness();
+  void scheduler(runtime::Frames& frames);  // as the DEALER delivers the scheduler's commands
+  void transfer(runtime::Frames& frames);   // as the KV PULL socket delivers a transfer
+
+ private:
+  WorkerHarness() = default;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 }  // namespace tandem::worker
