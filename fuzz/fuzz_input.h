@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -113,6 +114,17 @@ inline const std::string& tiny_model() {
 inline void quiet() {
   spdlog::set_level(spdlog::level::off);
   google::protobuf::SetLogHandler(nullptr);
+}
+
+// LLVMFuzzerInitialize's work: silence logs; with TANDEM_FUZZ_WRITE_SEEDS=DIR, write the
+// target's seeds there and exit.
+inline int initialize(void (*write_seeds)(const std::string& dir)) {
+  quiet();
+  if (const char* dir = std::getenv("TANDEM_FUZZ_WRITE_SEEDS")) {
+    write_seeds(dir);
+    std::exit(0);
+  }
+  return 0;
 }
 
 }  // namespace tandem::fuzz
