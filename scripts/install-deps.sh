@@ -14,6 +14,7 @@ packages=(
   libgtest-dev libgmock-dev            # unit and end-to-end tests
   libbenchmark-dev                     # engine micro-benchmarks
   gnuplot-nox                          # tandem bench --plot (PNG charts of a run)
+  clang libclang-rt-14-dev             # libFuzzer targets (fuzz/), run by scripts/test.sh
 )
 
 missing=()

@@ -4,7 +4,11 @@
 #include <signal.h>
 
 #include <condition_variable>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <set>
+#include <sstream>
 #include <mutex>
 #include <thread>
 
@@ -249,6 +253,53 @@ TEST(Hardening, AClientThatStopsReadingIsCancelledAndOthersAreUnaffected) {
     EXPECT_EQ(n, 1) << id;
     EXPECT_NE(why[id].find("stopped reading"), std::string::npos) << why[id];
   }
+}
+
+// The inodes of every TCP socket in LISTEN state on this host (IPv4 and IPv6).
+std::set<std::string> tcp_listen_inodes() {
+  std::set<std::string> out;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream f(table);
+    std::string line;
+    std::getline(f, line);  // header
+    while (std::getline(f, line)) {
+      std::istringstream in(line);
+      std::string sl, local, remote, state, queues, timer, retr, uid, timeout, inode;
+      in >> sl >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode;
+      if (state == "0A") out.insert(inode);  // TCP_LISTEN
+    }
+  }
+  return out;
+}
+
+TEST(Hardening, TheDefaultDeploymentListensOnNothingButIpcInAPrivateFolder) {
+  Deployment d({"--workers", "2", "--threads", "1"});
+  ASSERT_TRUE(d.ok());
+  // tandem up and its children: the scheduler and the workers.
+  std::vector<pid_t> pids = {d.pid()};
+  std::ifstream children("/proc/" + std::to_string(d.pid()) + "/task/" + std::to_string(d.pid()) + "/children");
+  for (pid_t p; children >> p;) pids.push_back(p);
+  ASSERT_EQ(pids.size(), 4u) << "tandem up, the scheduler and two workers";
+  const std::set<std::string> listening = tcp_listen_inodes();
+  size_t sockets = 0;
+  for (pid_t p : pids) {
+    const std::string fd_dir = "/proc/" + std::to_string(p) + "/fd";
+    for (const auto& fd : std::filesystem::directory_iterator(fd_dir)) {
+      std::error_code ec;
+      const std::string target = std::filesystem::read_symlink(fd.path(), ec).string();
+      if (ec || target.rfind("socket:[", 0) != 0) continue;
+      ++sockets;
+      const std::string inode = target.substr(8, target.size() - 9);
+      EXPECT_EQ(listening.count(inode), 0u) << "process " << p << " listens on TCP (" << target << ")";
+    }
+  }
+  EXPECT_GT(sockets, 0u) << "the processes' sockets were seen";
+  // The ipc:// endpoints live in a folder only this user can enter.
+  const std::string endpoint = d.endpoint();
+  ASSERT_EQ(endpoint.rfind("ipc://", 0), 0u) << endpoint;
+  const auto folder = std::filesystem::path(endpoint.substr(6)).parent_path();
+  const auto perms = std::filesystem::status(folder).permissions();
+  EXPECT_EQ(perms & std::filesystem::perms::all, std::filesystem::perms::owner_all) << folder;
 }
 
 }  // namespace
