@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds and runs every test, twice: a Release build, then an ASan+UBSan build.
-# Both always run; the exit status is non-zero if either failed. ctest's summary of the
-# last build closes the output.
+# Builds and runs every test: a Release build (every test), a ThreadSanitizer build (the
+# threaded units), the libFuzzer targets (clang, ASan+UBSan, a fixed time each), then an
+# ASan+UBSan build (every test). All stages always run; the exit status is non-zero if any
+# failed. ctest's summary of the last build closes the output.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh || exit 1
@@ -34,9 +35,26 @@ if cmake -S . -B build/tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_TSAN=ON >
 else
   grep -E -A5 "error" build/tsan.log | head -40; echo "build failed: build/tsan.log"; status=1
 fi
+# libFuzzer targets (clang, ASan+UBSan): each runs for a fixed time from the repository's
+# seeds (new inputs go to a temporary folder); a crash or a sanitizer report fails the run.
+echo "=== tests: fuzz build (build/fuzz), libFuzzer targets, 20 s each"
+if CC=clang CXX=clang++ cmake -S . -B build/fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_FUZZ=ON >/dev/null &&
+   cmake --build build/fuzz -j"$jobs" >build/fuzz.log 2>&1; then
+  for t in scheduler_fuzz worker_fuzz; do
+    found=$(mktemp -d)
+    if build/fuzz/fuzz/$t -max_total_time=20 -timeout=10 -rss_limit_mb=4096 "$found" "fuzz/corpus/$t" >"build/$t.log" 2>&1; then
+      echo "fuzz: $t: $(grep -o 'Done [0-9]* runs in [0-9]* second' "build/$t.log"), no crash"
+    else
+      tail -40 "build/$t.log"; echo "fuzz: $t FAILED (build/$t.log)"; status=1
+    fi
+    rm -rf "$found"
+  done
+else
+  grep -E -A5 "error" build/fuzz.log | head -40; echo "build failed: build/fuzz.log"; status=1
+fi
 # halt_on_error: a sanitizer finding fails the test that hit it.
 export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp  # each suppression says why
 run_suite asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_SANITIZE=ON || status=1
-[ $status -eq 0 ] && echo "tests: release, tsan and asan builds passed" || echo "tests: FAILED (see above)"
+[ $status -eq 0 ] && echo "tests: release, tsan, fuzz and asan builds passed" || echo "tests: FAILED (see above)"
 exit $status
