@@ -393,7 +393,12 @@ bool Core::place(Request& r, int64_t now_us) {
   };
   std::vector<Candidate> candidates;
   for (auto& [id, w] : workers_) {
-    if (!takes_prompts(*w) || w->running.size() >= config_.max_running || w->short_of_blocks) continue;
+    // A decode worker takes a prompt only when its cache holds all of it but at most one
+    // chunk (a conversation's next turn: its last answer was decoded there); see below.
+    const bool decode = w->role == Role::kDecode;
+    if ((!takes_prompts(*w) && !(decode && config_.prefix_cache)) || w->running.size() >= config_.max_running ||
+        w->short_of_blocks)
+      continue;
     std::vector<int32_t> hit;
     if (config_.prefix_cache) {
       if (r.keys_block_tokens != w->block_tokens) {
@@ -411,19 +416,28 @@ bool Core::place(Request& r, int64_t now_us) {
     const uint32_t headroom = static_cast<uint32_t>(w->running.size() + 3) / 4;
     const uint32_t fresh = blocks_for(target + 1, w->block_tokens) - static_cast<uint32_t>(hit.size());
     if (w->pool.available() < fresh + hit_cached + headroom) continue;
+    if (decode && (hit.empty() || target - hit.size() * w->block_tokens > config_.prefill_chunk)) continue;
     candidates.push_back({w.get(), std::move(hit)});
   }
-  if (candidates.empty()) return false;
-  const Candidate* least = &candidates[0];
-  const Candidate* longest = &candidates[0];
+  // The least loaded of the workers that take prompts; the longest cached prefix anywhere,
+  // a prompt-taking worker first on a tie (a decode worker's copy only wins when longer).
+  const Candidate* least = nullptr;
+  const Candidate* longest = nullptr;
   for (const Candidate& c : candidates) {
     const size_t run = c.w->running.size();
-    if (run < least->w->running.size() ||
-        (run == least->w->running.size() && c.w->pool.available() > least->w->pool.available()))
+    const bool decode = c.w->role == Role::kDecode;
+    if (!decode && (!least || run < least->w->running.size() ||
+                    (run == least->w->running.size() && c.w->pool.available() > least->w->pool.available())))
       least = &c;
-    if (c.hit.size() > longest->hit.size() || (c.hit.size() == longest->hit.size() && run < longest->w->running.size()))
+    if (!longest || c.hit.size() > longest->hit.size() ||
+        (c.hit.size() == longest->hit.size() &&
+         (longest->w->role == Role::kDecode) > decode) ||
+        (c.hit.size() == longest->hit.size() && (longest->w->role == Role::kDecode) == decode &&
+         run < longest->w->running.size()))
       longest = &c;
   }
+  if (!longest) return false;
+  if (!least) least = longest;  // only a decode worker's cache can take it now
   // Cache-aware: the longest prefix wins unless its worker is loaded well beyond the least loaded.
   const Candidate& chosen =
       !longest->hit.empty() && longest->w->running.size() <= least->w->running.size() + config_.cache_balance_slack
@@ -705,7 +719,7 @@ void Core::on_result(uint32_t worker_id, const v1::StepResult& result, int64_t n
 namespace tandem::scheduler {
 
 void Core::publish(Worker& w, Placement& p, Request& r) {
-  if (!config_.prefix_cache || p.publish_stopped || w.role == Role::kDecode) return;
+  if (!config_.prefix_cache || p.publish_stopped || !p.ready) return;
   // Tokens the worker will have computed once this plan runs (the token a pipelined decode
   // feeds may not be known here yet).
   const uint32_t known = std::min<uint32_t>(r.fed, static_cast<uint32_t>(r.tokens.size()));

@@ -99,5 +99,28 @@ TEST(PrefixCacheServe, ManyDistinctPrefixesInASmallPoolEvictWithoutLeaksOrWrongR
   EXPECT_GT(st.cached_prompt_tokens, 0u) << "prefixes seen again while still cached were reused";
 }
 
+TEST(PrefixCacheServe, ANextTurnReusesTheDecodeWorkersCopyOfTheConversation) {
+  Deployment d({"--prefill", "1", "--decode", "1", "--threads", "1", "--kv-memory", "67108864"});
+  ASSERT_TRUE(d.ok());
+  auto client = d.client();
+  std::vector<int32_t> history = grouped_prompt(0, 0);
+  history.resize(100);
+  auto turn1 = test::start_greedy(*client, 1, [&](uint32_t) { return test::greedy_request(history, 60); });
+  Collected a = collect(*turn1.streams[0]);
+  ASSERT_EQ(a.tokens, turn1.want[0]);
+  history.insert(history.end(), a.tokens.begin(), a.tokens.end());
+  for (int i = 0; i < 12; ++i) history.push_back(300 + i);  // the user's next message
+  auto turn2 = test::start_greedy(*client, 1, [&](uint32_t) { return test::greedy_request(history, 20); });
+  Collected b = collect(*turn2.streams[0]);
+  EXPECT_EQ(b.tokens, turn2.want[0]);
+  // 172 tokens. The decode worker computed 159 positions of them (the prompt and the answer
+  // but its last token, which was sampled, never fed): 9 full blocks, 144 tokens; the
+  // prefill worker holds only the prompt's 96.
+  EXPECT_EQ(b.fin.cached_prompt_tokens, 144u);
+  const StatusInfo st = client->status(5s).value();
+  EXPECT_EQ(st.handoffs, 1u) << "the second turn stayed on the decode worker";
+  for (const auto& w : st.workers) EXPECT_EQ(test::in_use(w), 0u);
+}
+
 }  // namespace
 }  // namespace tandem

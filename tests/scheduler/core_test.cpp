@@ -674,5 +674,42 @@ TEST(CorePrefixCache, OffMeansNothingIsCached) {
   EXPECT_EQ(ids(h.rec.tokens["a"]), ids(h.rec.tokens["b"]));
 }
 
+// With prefill/decode split, the decode worker's copy of a finished conversation (prompt
+// and answer) serves as cache too: the next turn, whose prompt is that history plus a few
+// new tokens, continues on that decode worker instead of computing it all again.
+TEST(CorePrefixCache, ANextTurnContinuesOnTheDecodeWorkerThatHoldsItsHistory) {
+  Harness h;
+  h.core->add_worker(1, role(Role::kPrefill, 64), h.now);
+  h.core->add_worker(2, role(Role::kDecode, 64), h.now);
+  const std::vector<int32_t> first = prefixed(40, 0, 0);
+  h.core->submit("c", with_prompt("turn1", first, 30), h.now);
+  h.core->tick(h.now);
+  h.drain_split({2});
+  ASSERT_EQ(h.rec.final_count["turn1"], 1);
+  std::vector<int32_t> second = first;
+  for (const auto& t : h.rec.tokens["turn1"]) second.push_back(t.id());
+  for (int i = 0; i < 10; ++i) second.push_back(250 + i);  // 80 tokens: 64 cached on the decode worker
+  h.rec.commands.clear();
+  h.core->submit("c", with_prompt("turn2", second, 5), h.now);
+  h.core->tick(h.now);
+  ASSERT_FALSE(h.rec.plans[2].empty()) << "placed on the decode worker";
+  const v1::SeqPlan& sp = h.rec.plans[2].front().seqs(0);
+  EXPECT_EQ(sp.start_pos(), 64u);
+  EXPECT_EQ(sp.tokens_size(), 16);
+  EXPECT_EQ(sp.history_size(), 64);
+  EXPECT_TRUE(h.rec.plans[1].empty()) << "nothing for the prefill worker";
+  h.drain_split({2});
+  EXPECT_TRUE(h.rec.commands[1].empty() && h.rec.commands[2].empty()) << "no handoff: it stays where it is";
+  EXPECT_EQ(h.rec.finals["turn2"].usage().cached_prompt_tokens(), 64u);
+  EXPECT_EQ(ids(h.rec.tokens["turn2"]).size(), 5u);
+  // A prompt the decode worker holds less of than the prefill worker goes to the prefill worker.
+  h.core->submit("c", with_prompt("other", prefixed(40, 20, 3), 5), h.now);
+  h.core->tick(h.now);
+  EXPECT_FALSE(h.rec.plans[1].empty());
+  h.drain_split({2});
+  EXPECT_EQ(h.rec.final_count["other"], 1);
+  for (const auto& w : h.core->workers()) EXPECT_EQ(w.blocks_free + w.blocks_cached, w.blocks_total);
+}
+
 }  // namespace
 }  // namespace tandem::scheduler
