@@ -302,5 +302,44 @@ TEST(Hardening, TheDefaultDeploymentListensOnNothingButIpcInAPrivateFolder) {
   EXPECT_EQ(perms & std::filesystem::perms::all, std::filesystem::perms::owner_all) << folder;
 }
 
+// `tandem probe --ready`'s exit status against this deployment.
+int probe_ready(const std::string& endpoint) {
+  const std::string dir = test::temp_dir();
+  const pid_t p = test::spawn({TANDEM_TANDEM_BIN, "probe", "--endpoint", endpoint, "--ready", "--quiet",
+                               "--timeout-ms", "1000"},
+                              dir + "/probe.out");
+  return test::wait_for(p, 10s);
+}
+
+TEST(Hardening, ReadinessFollowsTheDecodeWorkerThroughASegfaultAndItsRestart) {
+  // Heartbeats every 200 ms (dead after 0.6 s); restarts after 1.5 s, so there is a window
+  // with no decode worker.
+  Deployment d({"--prefill", "1", "--decode", "1", "--threads", "1", "--heartbeat-ms", "200",
+                "--restart-backoff-ms", "1500", "--kv-memory", "67108864"});
+  ASSERT_TRUE(d.ok());
+  auto client = d.client();
+  EXPECT_EQ(probe_ready(d.endpoint()), 0);
+  auto run = test::start_greedy(*client, 8, [](uint32_t i) { return test::greedy_request(prompt_of(20, 950 + i), 400); });
+  for (auto& s : run.streams) ASSERT_TRUE(s->next_for(30s).has_value());
+  pid_t decode = 0;
+  for (const auto& w : client->status(5s).value().workers)
+    if (w.role == "decode") decode = static_cast<pid_t>(w.pid);
+  ASSERT_GT(decode, 0);
+  ASSERT_EQ(kill(decode, SIGSEGV), 0);
+  // Its streams end (no decode worker left: an error, within the heartbeat timeout), never hang.
+  for (auto& s : run.streams) {
+    Collected c = collect(*s, 20s);
+    ASSERT_EQ(c.finals, 1) << "a stream hung";
+  }
+  const StatusInfo down = wait_status(*client, [](const StatusInfo& s) { return !s.ready; });
+  EXPECT_FALSE(down.ready) << "no decode worker: not ready";
+  EXPECT_EQ(probe_ready(d.endpoint()), 1);
+  const StatusInfo up = wait_status(*client, [](const StatusInfo& s) { return s.ready; });
+  EXPECT_TRUE(up.ready) << "the restarted decode worker registered again";
+  EXPECT_EQ(probe_ready(d.endpoint()), 0);
+  auto again = test::start_greedy(*client, 4, [](uint32_t i) { return test::greedy_request(prompt_of(30, 990 + i), 12); });
+  for (uint32_t i = 0; i < 4; ++i) EXPECT_EQ(collect(*again.streams[i]).tokens, again.want[i]);
+}
+
 }  // namespace
 }  // namespace tandem
