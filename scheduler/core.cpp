@@ -621,6 +621,9 @@ void Core::tick(int64_t now_us) {
     requeue(*r);
   }
   schedule(now_us);
+  // Debug builds: every worker's blocks are free, cached or in use, and nothing else
+  // (free + cached + used = total, the LRU list and key map agree). O(blocks) per tick.
+  assert(std::all_of(workers_.begin(), workers_.end(), [](const auto& w) { return w.second->pool.consistent(); }));
 }
 
 void Core::accept_token(Request& r, const v1::SeqResult& s, int64_t now_us) {
