@@ -322,7 +322,8 @@ TEST(Hardening, ReadinessFollowsTheDecodeWorkerThroughASegfaultAndItsRestart) {
   auto run = test::start_greedy(*client, 8, [](uint32_t i) { return test::greedy_request(prompt_of(20, 950 + i), 400); });
   for (auto& s : run.streams) ASSERT_TRUE(s->next_for(30s).has_value());
   pid_t decode = 0;
-  for (const auto& w : client->status(5s).value().workers)
+  const StatusInfo before = client->status(5s).value();  // (a range-for over a temporary's member would dangle)
+  for (const auto& w : before.workers)
     if (w.role == "decode") decode = static_cast<pid_t>(w.pid);
   ASSERT_GT(decode, 0);
   ASSERT_EQ(kill(decode, SIGSEGV), 0);
