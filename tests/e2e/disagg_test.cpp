@@ -134,10 +134,7 @@ TEST(Disagg, ADecodeWorkerKilledUnderThirtyTwoStreamsFailsOver) {
       got[i].tokens.push_back(ev->token.id);
     }
   }
-  const StatusInfo mid = client->status(5s).value();
-  WorkerInfo victim;
-  for (const auto& w : mid.workers)
-    if (w.role == "decode" && w.running > victim.running) victim = w;
+  const WorkerInfo victim = test::busiest(client->status(5s).value(), "decode");
   ASSERT_GT(victim.running, 0u);
   const auto killed_at = std::chrono::steady_clock::now();
   kill(static_cast<pid_t>(victim.pid), SIGKILL);

@@ -50,10 +50,7 @@ TEST(Hardening, AStoppedWorkerIsDeclaredDeadFencedAndRegistersAgain) {
     ASSERT_TRUE(ev && !ev->final) << "stream " << i;
     got[i].tokens.push_back(ev->token.id);
   }
-  const StatusInfo before = client->status(5s).value();
-  WorkerInfo victim;
-  for (const auto& w : before.workers)
-    if (w.running > victim.running) victim = w;
+  const WorkerInfo victim = test::busiest(client->status(5s).value());
   ASSERT_GT(victim.running, 0u);
   ASSERT_EQ(kill(static_cast<pid_t>(victim.pid), SIGSTOP), 0);
   const auto stopped_at = std::chrono::steady_clock::now();

@@ -19,6 +19,14 @@ using namespace std::chrono_literals;
 // KV blocks a worker has in use (neither free nor held by the prefix cache).
 inline uint32_t in_use(const WorkerInfo& w) { return w.kv_blocks_total - w.kv_blocks_free - w.kv_blocks_cached; }
 
+// The worker running the most sequences (of `role`, when given): the one to kill or stop.
+inline WorkerInfo busiest(const StatusInfo& st, const std::string& role = {}) {
+  WorkerInfo best;
+  for (const auto& w : st.workers)
+    if ((role.empty() || w.role == role) && w.running > best.running) best = w;
+  return best;
+}
+
 // tandem up plus a client connected to it.
 class ClientDeployment : public Deployment {
  public:
