@@ -11,6 +11,7 @@ packages=(
   libopenblas-dev                      # BLAS (sgemm rate reference, optional GEMM backend)
   libspdlog-dev                        # logging
   libtomlplusplus-dev                  # tandem up --config (TOML deployment files)
+  libxxhash-dev                        # prefix cache block keys (XXH3, header-only use)
   libgtest-dev libgmock-dev            # unit and end-to-end tests
   libbenchmark-dev                     # engine micro-benchmarks
   gnuplot-nox                          # tandem bench --plot (PNG charts of a run)
