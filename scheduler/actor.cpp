@@ -255,7 +255,10 @@ class Actor final : public Sink {
                         s.stop_token_sequences_size(), s.stop_strings_size(), s.stream(), s.priority(), s.timeout_ms());
         }
         if (auto st = stalled_.find(identity); st != stalled_.end()) {
-          // Its earlier events still wait: a new stream would lose tokens. Refused, in order.
+          // Its earlier events still wait: a new stream would lose tokens. Refused, in order;
+          // past the queue bound refusals are dropped too (the request was never accepted), so
+          // a client that submits without ever reading cannot grow the scheduler's memory.
+          if (st->second.events().requests_size() >= static_cast<int>(options_.client_send_queue)) break;
           v1::RequestEvents* ev = st->second.mutable_events()->add_requests();
           ev->set_request_id(client_msg_.submit().request_id());
           v1::FinalEvent* f = ev->mutable_final();

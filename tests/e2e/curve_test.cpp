@@ -80,7 +80,7 @@ TEST(Curve, AClientWithoutTheServerKeyIsRefusedAndOneWithItIsServed) {
                               dir + "/w.out");
   std::this_thread::sleep_for(3s);  // long enough to load and try to register several times
   EXPECT_EQ(with_key->status(5s).value().workers.size(), 1u);
-  kill(w, SIGKILL);
+  test::signal_one(w, SIGKILL);
   waitpid(w, nullptr, 0);
 }
 

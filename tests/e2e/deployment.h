@@ -9,7 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -32,9 +34,25 @@ inline pid_t spawn(const std::vector<std::string>& argv, const std::string& out_
   for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
   cargv.push_back(nullptr);
   pid_t pid = -1;
-  posix_spawn(&pid, argv[0].c_str(), &fa, nullptr, cargv.data(), environ);
+  const int err = posix_spawn(&pid, argv[0].c_str(), &fa, nullptr, cargv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
+  if (err != 0) {
+    ADD_FAILURE() << "cannot start " << argv[0] << ": " << std::strerror(err);
+    return -1;
+  }
   return pid;
+}
+
+// kill(2) for one process. A pid of 0 or -1 (a failed spawn, a worker not found in a status)
+// would signal this test's process group or every process of this user: refused, as a test
+// failure.
+inline int signal_one(pid_t pid, int sig) {
+  if (pid <= 1) {
+    ADD_FAILURE() << "refusing to send signal " << sig << " to pid " << pid;
+    errno = ESRCH;
+    return -1;
+  }
+  return ::kill(pid, sig);
 }
 
 inline std::string slurp(const std::string& path) {
@@ -53,7 +71,7 @@ inline int wait_for(pid_t pid, std::chrono::milliseconds limit) {
     if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  kill(pid, SIGKILL);
+  signal_one(pid, SIGKILL);
   waitpid(pid, nullptr, 0);
   return -1;
 }
@@ -86,7 +104,7 @@ class Deployment {
   }
   ~Deployment() {
     if (pid_ <= 0) return;
-    kill(pid_, SIGTERM);
+    signal_one(pid_, SIGTERM);
     wait_for(pid_, std::chrono::seconds(10));
   }
   Deployment(const Deployment&) = delete;

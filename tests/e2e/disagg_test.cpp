@@ -55,7 +55,9 @@ TEST_P(SixtyFourStreams, EqualTheEngineAlone) {
   const bool split = std::find(flags.begin(), flags.end(), "--prefill") != flags.end();
   EXPECT_EQ(st.handoffs, split ? handed_off : 0u);
   EXPECT_EQ(st.handoff_failures, 0u);
-  if (split) EXPECT_GT(st.handoff_bytes, 0u);
+  if (split) {
+    EXPECT_GT(st.handoff_bytes, 0u);
+  }
   for (const auto& w : st.workers) {
     EXPECT_GT(w.steps, 0u) << "worker " << w.id << " (" << w.role << ") takes part";
     EXPECT_EQ(test::in_use(w), 0u) << "worker " << w.id;
@@ -83,7 +85,7 @@ TEST(Disagg, CancelMidTransferFreesBothSides) {
   ASSERT_GT(decode_pid, 0);
   // With the decode worker stopped, every handoff stays in the middle of its transfer: the
   // KV is on its way (or queued) and no acknowledgement can come.
-  ASSERT_EQ(kill(decode_pid, SIGSTOP), 0);
+  ASSERT_EQ(test::signal_one(decode_pid, SIGSTOP), 0);
   std::vector<std::shared_ptr<Stream>> streams;
   for (uint32_t i = 0; i < 8; ++i) {
     GenerateRequest r;
@@ -104,7 +106,7 @@ TEST(Disagg, CancelMidTransferFreesBothSides) {
     ASSERT_EQ(c.finals, 1);
     EXPECT_EQ(c.fin.reason, FinishReason::kCancelled);
   }
-  ASSERT_EQ(kill(decode_pid, SIGCONT), 0);  // well inside the heartbeat timeout
+  ASSERT_EQ(test::signal_one(decode_pid, SIGCONT), 0);  // well inside the heartbeat timeout
   const StatusInfo after = settled(*client);
   ASSERT_EQ(after.workers.size(), 2u);
   for (const auto& w : after.workers) EXPECT_EQ(test::in_use(w), 0u) << w.role;
@@ -137,7 +139,7 @@ TEST(Disagg, ADecodeWorkerKilledUnderThirtyTwoStreamsFailsOver) {
   const WorkerInfo victim = test::busiest(client->status(5s).value(), "decode");
   ASSERT_GT(victim.running, 0u);
   const auto killed_at = std::chrono::steady_clock::now();
-  kill(static_cast<pid_t>(victim.pid), SIGKILL);
+  test::signal_one(static_cast<pid_t>(victim.pid), SIGKILL);
   // Declared dead after 3 x 200 ms; its sequences are recomputed (prompt + tokens so far) on
   // the prefill worker and handed to the surviving decode worker: exact continuations.
   for (uint32_t i = 0; i < 32; ++i) {
@@ -158,7 +160,9 @@ TEST(Disagg, ADecodeWorkerKilledUnderThirtyTwoStreamsFailsOver) {
   for (const auto& w : after.workers) {
     EXPECT_EQ(test::in_use(w), 0u) << "worker " << w.id << " (" << w.role << ")";
     for (const auto& b : before.workers)
-      if (b.id == w.id) EXPECT_EQ(w.kv_blocks_free + w.kv_blocks_cached, b.kv_blocks_free) << "back to its starting count";
+      if (b.id == w.id) {
+        EXPECT_EQ(w.kv_blocks_free + w.kv_blocks_cached, b.kv_blocks_free) << "back to its starting count";
+      }
   }
 }
 
@@ -183,7 +187,7 @@ TEST(Disagg, TheLastDecodeWorkerKilledEndsStreamsWithErrorsNotHangs) {
   }
   const StatusInfo running = client->status(5s).value();
   for (const auto& w : running.workers)
-    if (w.role == "decode") kill(static_cast<pid_t>(w.pid), SIGKILL);
+    if (w.role == "decode") test::signal_one(static_cast<pid_t>(w.pid), SIGKILL);
   for (auto& s : streams) {
     Collected c = collect(*s, 20s);  // heartbeat timeout (0.6 s) plus margin
     ASSERT_EQ(c.finals, 1) << "a stream hung";

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
@@ -52,7 +54,7 @@ TEST(Hardening, AStoppedWorkerIsDeclaredDeadFencedAndRegistersAgain) {
   }
   const WorkerInfo victim = test::busiest(client->status(5s).value());
   ASSERT_GT(victim.running, 0u);
-  ASSERT_EQ(kill(static_cast<pid_t>(victim.pid), SIGSTOP), 0);
+  ASSERT_EQ(test::signal_one(static_cast<pid_t>(victim.pid), SIGSTOP), 0);
   const auto stopped_at = std::chrono::steady_clock::now();
   const StatusInfo dead = wait_status(*client, [](const StatusInfo& s) { return s.workers.size() == 1; });
   const double detected_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped_at).count();
@@ -60,7 +62,7 @@ TEST(Hardening, AStoppedWorkerIsDeclaredDeadFencedAndRegistersAgain) {
   std::printf("stopped worker declared dead after %.2f s (bound 3 x 0.2 s + status polling)\n", detected_s);
   // It resumes with a plan in flight: whatever it sends of its old registration is dropped,
   // and it is told to register again.
-  ASSERT_EQ(kill(static_cast<pid_t>(victim.pid), SIGCONT), 0);
+  ASSERT_EQ(test::signal_one(static_cast<pid_t>(victim.pid), SIGCONT), 0);
   for (uint32_t i = 0; i < 64; ++i) {
     Collected rest = collect(*streams[i], 60s);
     ASSERT_EQ(rest.finals, 1) << "stream " << i << " hung";
@@ -181,28 +183,64 @@ TEST(Hardening, CancellingFiveOfFiftyLeavesTheOtherFortyFiveExact) {
   }
 }
 
-TEST(Hardening, AClientThatStopsReadingIsCancelledAndOthersAreUnaffected) {
-  // A small per-client send queue (50 messages) so the test does not wait for 10,000.
-  Deployment d({"--workers", "1", "--threads", "1", "--kv-memory", "67108864", "--client-send-queue", "50"});
-  ASSERT_TRUE(d.ok());
-  // The slow client speaks the wire protocol itself, with a tiny receive queue of its own.
-  zmq::context_t ctx;
-  zmq::socket_t slow(ctx, zmq::socket_type::dealer);
-  slow.set(zmq::sockopt::rcvhwm, 8);
-  slow.set(zmq::sockopt::linger, 0);
-  slow.connect(d.endpoint());
-  auto send = [&](const v1::ClientMessage& m) { (void)slow.send(runtime::to_frame(m), zmq::send_flags::none); };
-  for (int i = 0; i < 16; ++i) {
+// A client that speaks the wire protocol itself and reads only when told to, with a tiny
+// receive queue of its own: what the scheduler sees of a client that stopped reading.
+class RawClient {
+ public:
+  explicit RawClient(const std::string& endpoint) : socket_(ctx_, zmq::socket_type::dealer) {
+    socket_.set(zmq::sockopt::rcvhwm, 8);
+    socket_.set(zmq::sockopt::linger, 0);
+    socket_.connect(endpoint);
+  }
+  void submit(const std::string& id, const std::vector<int32_t>& prompt, uint32_t max_tokens) {
     v1::ClientMessage m;
-    m.set_version(1);
     v1::Submit* s = m.mutable_submit();
-    s->set_request_id("slow-" + std::to_string(i));
-    for (int32_t t : prompt_of(10, 800 + i)) s->mutable_tokens()->add_ids(t);
-    s->set_max_tokens(480);
+    s->set_request_id(id);
+    for (int32_t t : prompt) s->mutable_tokens()->add_ids(t);
+    s->set_max_tokens(max_tokens);
     s->set_ignore_eos(true);
     s->set_stream(true);
     send(m);
   }
+  void heartbeat() {
+    v1::ClientMessage m;
+    m.mutable_heartbeat();
+    send(m);
+  }
+  // Reads until `want` requests have had a final event or `limit` passes: each request's
+  // final events, in order.
+  std::map<std::string, std::vector<v1::FinalEvent>> read_finals(size_t want, std::chrono::milliseconds limit) {
+    std::map<std::string, std::vector<v1::FinalEvent>> finals;
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (finals.size() < want && std::chrono::steady_clock::now() < deadline) {
+      zmq::message_t frame;
+      if (!socket_.recv(frame, zmq::recv_flags::dontwait)) {
+        std::this_thread::sleep_for(10ms);
+        continue;
+      }
+      v1::SchedulerReply r;
+      EXPECT_TRUE(runtime::parse_frame(frame, r).is_ok());
+      for (const auto& ev : r.events().requests())
+        if (ev.has_final()) finals[ev.request_id()].push_back(ev.final());
+    }
+    return finals;
+  }
+
+ private:
+  void send(v1::ClientMessage& m) {
+    m.set_version(1);
+    (void)socket_.send(runtime::to_frame(m), zmq::send_flags::none);
+  }
+  zmq::context_t ctx_;
+  zmq::socket_t socket_;
+};
+
+TEST(Hardening, AClientThatStopsReadingIsCancelledAndOthersAreUnaffected) {
+  // A small per-client send queue (50 messages) so the test does not wait for 10,000.
+  Deployment d({"--workers", "1", "--threads", "1", "--kv-memory", "67108864", "--client-send-queue", "50"});
+  ASSERT_TRUE(d.ok());
+  RawClient slow(d.endpoint());
+  for (int i = 0; i < 16; ++i) slow.submit("slow-" + std::to_string(i), prompt_of(10, 800 + i), 480);
   // Meanwhile a client that reads gets exactly its tokens.
   auto client = d.client();
   auto [streams, want] =
@@ -216,10 +254,7 @@ TEST(Hardening, AClientThatStopsReadingIsCancelledAndOthersAreUnaffected) {
   // has given up on its requests.
   StatusInfo st;
   for (int i = 0; i < 200; ++i) {
-    v1::ClientMessage hb;
-    hb.set_version(1);
-    hb.mutable_heartbeat();
-    send(hb);
+    slow.heartbeat();
     st = client->status(5s).value();
     if (st.running == 0 && st.requests_finished >= 24) break;
     std::this_thread::sleep_for(50ms);
@@ -227,29 +262,134 @@ TEST(Hardening, AClientThatStopsReadingIsCancelledAndOthersAreUnaffected) {
   EXPECT_EQ(st.running, 0u) << "the slow client's requests were cancelled, not left running";
   EXPECT_EQ(test::in_use(st.workers.at(0)), 0u);
   // Reading again, it gets every request's one final event, saying why.
-  std::map<std::string, int> finals;
-  std::map<std::string, std::string> why;
-  const auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (finals.size() < 16 && std::chrono::steady_clock::now() < deadline) {
-    zmq::message_t frame;
-    if (!slow.recv(frame, zmq::recv_flags::dontwait)) {
-      std::this_thread::sleep_for(10ms);
-      continue;
-    }
-    v1::SchedulerReply r;
-    ASSERT_TRUE(runtime::parse_frame(frame, r).is_ok());
-    for (const auto& ev : r.events().requests())
-      if (ev.has_final()) {
-        ++finals[ev.request_id()];
-        why[ev.request_id()] = ev.final().error_message();
-        EXPECT_EQ(ev.final().finish_reason(), v1::FINISH_REASON_CANCELLED) << ev.request_id();
-      }
-  }
+  const auto finals = slow.read_finals(16, 20s);
   ASSERT_EQ(finals.size(), 16u) << "every request of the slow client ends with a final event";
-  for (const auto& [id, n] : finals) {
-    EXPECT_EQ(n, 1) << id;
-    EXPECT_NE(why[id].find("stopped reading"), std::string::npos) << why[id];
+  for (const auto& [id, f] : finals) {
+    ASSERT_EQ(f.size(), 1u) << id;
+    EXPECT_EQ(f[0].finish_reason(), v1::FINISH_REASON_CANCELLED) << id;
+    EXPECT_NE(f[0].error_message().find("stopped reading"), std::string::npos) << f[0].error_message();
   }
+}
+
+// The scheduler process among `tandem up`'s children (`tandem scheduler ...`).
+pid_t scheduler_pid(pid_t up) {
+  std::ifstream children("/proc/" + std::to_string(up) + "/task/" + std::to_string(up) + "/children");
+  for (pid_t p; children >> p;) {
+    const std::string cmdline = test::slurp("/proc/" + std::to_string(p) + "/cmdline");
+    if (cmdline.find(std::string("\0scheduler\0", 11)) != std::string::npos) return p;
+  }
+  return -1;
+}
+
+uint64_t rss_kib(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6));
+  return 0;
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
+}
+
+// The case as a user meets it: a client stops reading for 60 s but keeps submitting
+// (a stuck consumer behind a live producer). The scheduler's memory stays bounded: once the
+// client's queue (1,000 messages here) is full its requests are cancelled with a logged
+// reason and later submits are refused; a reading client streams throughout.
+TEST(Hardening, AClientSilentForSixtySecondsLeavesTheSchedulerBoundedAndOthersStreaming) {
+  Deployment d({"--workers", "1", "--threads", "1", "--kv-memory", "67108864", "--client-send-queue", "1000"});
+  ASSERT_TRUE(d.ok());
+  const pid_t scheduler = scheduler_pid(d.pid());
+  ASSERT_GT(scheduler, 0);
+  // The reading client: 4 streams at a time, round after round, every token's arrival kept.
+  std::atomic<bool> stop{false};
+  std::vector<std::pair<double, double>> gaps;  // (seconds since start, ms since the stream's previous token)
+  std::atomic<int> reader_errors{0};
+  std::string first_error;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto secs = [t0] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  std::thread reader([&] {
+    auto client = d.client();
+    for (uint32_t round = 0; !stop && round < 10000; ++round) {
+      std::atomic<int> done{0};
+      double last[4] = {-1, -1, -1, -1};
+      for (uint32_t i = 0; i < 4; ++i) {
+        GenerateRequest r = test::greedy_request(prompt_of(12, 900 + i + 4 * round), 64);
+        r.ignore_eos = true;
+        // Called on the client's I/O thread as each event arrives: true arrival times.
+        client->generate(std::move(r), [&, i](const Event& ev) {
+          if (ev.final) {
+            if (ev.fin.reason != FinishReason::kLength && reader_errors++ == 0)
+              first_error = std::string(finish_reason_name(ev.fin.reason)) + " " + ev.fin.error_message;
+            ++done;
+            return;
+          }
+          const double now = secs();
+          if (last[i] >= 0) gaps.emplace_back(now, 1000 * (now - last[i]));
+          last[i] = now;
+        });
+      }
+      const auto deadline = std::chrono::steady_clock::now() + 60s;
+      while (done < 4 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+      ASSERT_EQ(done, 4) << "the reading client's round " << round << " ended";
+    }
+  });
+  std::this_thread::sleep_for(5s);  // the reading client alone: the baseline
+  RawClient silent(d.endpoint());
+  const uint64_t rss_before = rss_kib(scheduler);
+  uint64_t rss_max = rss_before, rss_at_30 = 0;
+  size_t submitted = 0;
+  const double silent_from = secs();
+  for (int s = 0; s < 60; ++s) {  // 60 s without reading: 8 submits and a heartbeat a second
+    for (int i = 0; i < 8; ++i, ++submitted)
+      silent.submit("silent-" + std::to_string(submitted), prompt_of(10, 700 + submitted), 300);
+    silent.heartbeat();
+    std::this_thread::sleep_for(1s);
+    rss_max = std::max(rss_max, rss_kib(scheduler));
+    if (s == 30) rss_at_30 = rss_kib(scheduler);
+  }
+  const double silent_to = secs();
+  const uint64_t rss_end = rss_kib(scheduler);
+  stop = true;
+  reader.join();
+  // Reading at last, it gets exactly one final event per request: finished before its queue
+  // filled, cancelled when it did, or refused after that, the two saying why.
+  const auto finals = silent.read_finals(submitted, 30s);
+  EXPECT_EQ(finals.size(), submitted);
+  std::map<std::string, int> outcomes;
+  for (const auto& [id, f] : finals) {
+    ASSERT_EQ(f.size(), 1u) << id;
+    const std::string& why = f[0].error_message();
+    const bool reading = why.find("stopped reading") != std::string::npos || why.find("not reading") != std::string::npos;
+    ++outcomes[f[0].finish_reason() == v1::FINISH_REASON_LENGTH ? "finished" : reading ? "cancelled or refused" : why];
+  }
+  EXPECT_EQ(outcomes.size(), outcomes.count("finished") + outcomes.count("cancelled or refused"))
+      << "no other outcome; first: " << outcomes.rbegin()->first;
+  EXPECT_GT(outcomes["cancelled or refused"], 0) << "the queue bound was reached within the 60 s";
+  const std::string log = test::slurp(d.dir() + "/up.out.err") + test::slurp(d.dir() + "/up.out");
+  EXPECT_NE(log.find("a client stopped reading"), std::string::npos) << "the reason is logged:\n" << log;
+  // Bounded: what a silent client can make the scheduler hold is its queue of small messages.
+  std::printf("scheduler RSS: %lu KiB before the silence, max %lu, %lu after 30 s, %lu after 60 s\n", rss_before,
+              rss_max, rss_at_30, rss_end);
+  EXPECT_LT(rss_max - rss_before, 64u * 1024) << "KiB";
+  EXPECT_LT(rss_end - std::min(rss_end, rss_at_30), 8u * 1024) << "KiB grown over the last 30 s of silence";
+  // The reading client streamed throughout: its latencies before and during the silence are
+  // printed; the assertion is only against a stall.
+  std::vector<double> before, during;
+  double worst = 0;
+  for (auto [t, ms] : gaps) {
+    (t < silent_from ? before : during).push_back(ms);
+    if (t >= silent_from && t <= silent_to) worst = std::max(worst, ms);
+  }
+  std::printf("reading client ITL: alone p50 %.2f p99 %.2f ms (%zu gaps); beside the silent client p50 %.2f "
+              "p99 %.2f ms (%zu gaps), worst %.1f ms. Silent client's requests: %d finished, %d cancelled or refused\n",
+              percentile(before, 0.5), percentile(before, 0.99), before.size(), percentile(during, 0.5),
+              percentile(during, 0.99), during.size(), worst, outcomes["finished"], outcomes["cancelled or refused"]);
+  EXPECT_EQ(reader_errors, 0) << first_error;
+  EXPECT_GT(during.size(), 100u);
+  EXPECT_LT(worst, 2000.0) << "ms: a reading client's stream never stalls behind a silent one";
 }
 
 // The inodes of every TCP socket in LISTEN state on this host (IPv4 and IPv6).
@@ -323,7 +463,7 @@ TEST(Hardening, ReadinessFollowsTheDecodeWorkerThroughASegfaultAndItsRestart) {
   for (const auto& w : before.workers)
     if (w.role == "decode") decode = static_cast<pid_t>(w.pid);
   ASSERT_GT(decode, 0);
-  ASSERT_EQ(kill(decode, SIGSEGV), 0);
+  ASSERT_EQ(test::signal_one(decode, SIGSEGV), 0);
   // Its streams end (no decode worker left: an error, within the heartbeat timeout), never hang.
   for (auto& s : run.streams) {
     Collected c = collect(*s, 20s);

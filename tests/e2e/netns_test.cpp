@@ -51,7 +51,7 @@ class Hosts {
       const std::string name = e.path().filename().string();
       int pid = 0;
       char role = 0;
-      if (std::sscanf(name.c_str(), "tandem-%d-%c", &pid, &role) == 2 && pid > 0 && kill(pid, 0) != 0 && errno == ESRCH)
+      if (std::sscanf(name.c_str(), "tandem-%d-%c", &pid, &role) == 2 && pid > 0 && test::signal_one(pid, 0) != 0 && errno == ESRCH)
         sh("ip netns del " + name);
     }
   }
@@ -139,7 +139,7 @@ TEST(ManyHosts, SixtyFourStreamsAcrossThreeNetworkNamespacesWithCurve) {
     for (const WorkerInfo& w : after.workers) EXPECT_GT(w.steps, 0u) << "both hosts take sequences";
   });
   client_host.join();
-  for (pid_t p : procs) kill(p, SIGTERM);
+  for (pid_t p : procs) test::signal_one(p, SIGTERM);
   for (pid_t p : procs) test::wait_for(p, 10s);
 }
 

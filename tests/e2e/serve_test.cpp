@@ -84,7 +84,7 @@ TEST(Serve, AClientKilledWithSigkillHasItsRequestsCancelled) {
   while (client->status(5s).value().running == 0 && std::chrono::steady_clock::now() < until_running)
     std::this_thread::sleep_for(10ms);
   ASSERT_GT(client->status(5s).value().running, 0u);
-  kill(gen, SIGKILL);
+  test::signal_one(gen, SIGKILL);
   waitpid(gen, nullptr, 0);
   const auto killed = std::chrono::steady_clock::now();
   StatusInfo st;
@@ -205,7 +205,7 @@ TEST(Serve, StreamsOfAKilledWorkerContinueExactlyOnTheOther) {
   ASSERT_EQ(st.workers.size(), 2u);
   const WorkerInfo victim = st.workers[0].running > 0 ? st.workers[0] : st.workers[1];
   ASSERT_GT(victim.running, 0u);
-  kill(static_cast<pid_t>(victim.pid), SIGKILL);
+  test::signal_one(static_cast<pid_t>(victim.pid), SIGKILL);
   // The scheduler declares it dead after 3 silent heartbeats and re-places its sequences on
   // the survivor (recompute of prompt + tokens so far): every stream completes, exactly,
   // with no token duplicated or missing.
@@ -231,7 +231,7 @@ TEST(Serve, AWorkerWithAnotherModelIsRefusedWithAClearError) {
   int status = 0;
   for (int i = 0; i < 1000 && waitpid(w, &status, WNOHANG) == 0; ++i) std::this_thread::sleep_for(20ms);
   if (waitpid(w, &status, WNOHANG) == 0) {
-    kill(w, SIGKILL);
+    test::signal_one(w, SIGKILL);
     waitpid(w, &status, 0);
     FAIL() << "the mismatched worker was not refused";
   }

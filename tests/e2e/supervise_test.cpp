@@ -56,7 +56,7 @@ std::vector<std::pair<std::string, pid_t>> started(const std::string& out) {
   return v;
 }
 
-bool gone(pid_t pid) { return kill(pid, 0) != 0 && errno == ESRCH; }
+bool gone(pid_t pid) { return test::signal_one(pid, 0) != 0 && errno == ESRCH; }
 
 template <class Pred>
 bool eventually(Pred pred, std::chrono::milliseconds limit) {
@@ -80,7 +80,7 @@ TEST(Supervise, AKilledWorkerIsRestartedRegistersAndServes) {
   const StatusInfo before = client->status(5s).value();
   ASSERT_EQ(before.workers.size(), 2u);
   const pid_t victim = static_cast<pid_t>(before.workers[0].pid);
-  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  ASSERT_EQ(test::signal_one(victim, SIGKILL), 0);
 
   // Every stream still ends (on the survivor or re-placed), and the worker comes back.
   for (auto& s : load) {
@@ -127,7 +127,7 @@ TEST(Supervise, ACrashLoopIsStoppedAfterMaxRestarts) {
          d.output().find("crash loop") == std::string::npos) {
     for (const auto& [name, pid] : started(d.output()))
       if (name == "worker-0" && !killed.count(pid)) {
-        kill(pid, SIGKILL);
+        test::signal_one(pid, SIGKILL);
         killed.insert(pid);
       }
     std::this_thread::sleep_for(20ms);
@@ -154,7 +154,7 @@ TEST(Supervise, TheSchedulersDeathStopsTheDeploymentClearly) {
   const auto children = started(d.output());
   ASSERT_EQ(children.size(), 2u);
   ASSERT_EQ(children[0].first, "scheduler");
-  kill(children[0].second, SIGKILL);
+  test::signal_one(children[0].second, SIGKILL);
   EXPECT_EQ(d.wait_exit(30s), 1);
   EXPECT_NE(d.output().find("the scheduler (pid " + std::to_string(children[0].second) + ") died (signal 9"),
             std::string::npos)
@@ -185,7 +185,7 @@ TEST(Drain, SigtermUnderSixteenStreams) {
   for (uint32_t i = 0; i < 16; ++i) streams.push_back(client->generate(request(i, 480)));
   std::vector<Event> first(16);
   ASSERT_TRUE(streams[0]->next(first[0]));  // streaming has begun
-  ASSERT_EQ(kill(d.pid(), SIGTERM), 0);
+  ASSERT_EQ(test::signal_one(d.pid(), SIGTERM), 0);
   // Draining (or, on a fast machine, already drained and gone): a new submit is refused.
   ASSERT_TRUE(eventually([&] { auto st = client->status(1s); return !st || st->draining; }, 10s)) << d.output();
   auto refused = client->generate(request(99, 4));
@@ -216,7 +216,7 @@ TEST(Drain, PastTheDrainTimeoutTheRestIsCancelledWithAFinalEvent) {
   for (uint32_t i = 0; i < 8; ++i) streams.push_back(client->generate(request(i, 480)));
   Event ev;
   ASSERT_TRUE(streams[0]->next(ev));
-  ASSERT_EQ(kill(d.pid(), SIGTERM), 0);
+  ASSERT_EQ(test::signal_one(d.pid(), SIGTERM), 0);
   int cancelled = 0;
   for (auto& s : streams) {
     FinalEvent fin;
@@ -240,9 +240,9 @@ TEST(Drain, SigintTwiceStopsAtOnce) {
   for (uint32_t i = 0; i < 16; ++i) streams.push_back(client->generate(request(i, 480)));
   Event ev;
   ASSERT_TRUE(streams[0]->next(ev));
-  ASSERT_EQ(kill(d.pid(), SIGINT), 0);
+  ASSERT_EQ(test::signal_one(d.pid(), SIGINT), 0);
   ASSERT_TRUE(eventually([&] { return d.output().find("draining") != std::string::npos; }, 10s));
-  ASSERT_EQ(kill(d.pid(), SIGINT), 0);
+  ASSERT_EQ(test::signal_one(d.pid(), SIGINT), 0);
   EXPECT_EQ(d.wait_exit(20s), 0) << d.output();
   EXPECT_NE(d.output().find("second signal: stopping at once"), std::string::npos) << d.output();
   for (const auto& [name, pid] : children) EXPECT_TRUE(gone(pid)) << name << " (pid " << pid << ") is left over";
