@@ -196,12 +196,13 @@ TEST(KvQuantModel, LogitsStayCloseToF32Kv) {
 // `forced`, each step is fed forced[s][i] instead of its own pick (teacher forcing: the
 // argmax of every position under the same history).
 std::vector<std::vector<int32_t>> greedy(Engine& e, const KvFormat& format,
-                                         const std::vector<std::vector<int32_t>>* forced = nullptr) {
+                                         const std::vector<std::vector<int32_t>>* forced = nullptr,
+                                         uint32_t prompt_seed = 1000) {
   constexpr uint32_t kSeqs = 32, kPrompt = 12, kSteps = 64, kBlocks = (kPrompt + kSteps + 15) / 16;
   auto pool = KvPool::create(e.config(), kSeqs * kBlocks, 16, format).value();
   std::vector<std::vector<int32_t>> prompts, tables, out(kSeqs);
   for (uint32_t s = 0; s < kSeqs; ++s) {
-    prompts.push_back(random_tokens(kPrompt, e.config().vocab_size, 1000 + s));
+    prompts.push_back(random_tokens(kPrompt, e.config().vocab_size, prompt_seed + s));
     tables.emplace_back(kBlocks);
     std::iota(tables.back().begin(), tables.back().end(), static_cast<int32_t>(s * kBlocks));
   }
@@ -247,7 +248,31 @@ TEST(KvQuantModel, GreedyTokensAgreeWithF32Kv) {
   RecordProperty("q4_free_running", std::to_string(free_run[1]));
   RecordProperty("q4_teacher_forced", std::to_string(forced[1]));
   EXPECT_GE(forced[0], 0.95);
-  EXPECT_GE(free_run[0], 0.90);  // measured 94.6% on the tiny preset (head_dim 16: one group per head)
+  // Measured 94.6% on the tiny preset (head_dim 16: one group per head); this prompt set is
+  // the best of the eight in GreedyAgreementOverEightPromptSets (mean 88.9%).
+  EXPECT_GE(free_run[0], 0.90);
+}
+
+// How much the free-running figure above owes to which 32 prompts were drawn: the same
+// measurement over 8 disjoint sets of 32 prompts (set 0 is the one above). Each set's
+// teacher-forced agreement must reach 95%; the free-running ones are printed (their spread
+// is the point) and bench/RESULTS.md reports them.
+TEST(KvQuantModel, GreedyAgreementOverEightPromptSets) {
+  auto e = load_tiny();
+  const KvFormat q8{8, 64, false};
+  double sum = 0, lo = 1, hi = 0;
+  for (uint32_t set = 0; set < 8; ++set) {
+    const uint32_t seed = 1000 + 32 * set;
+    const auto f32 = greedy(*e, {}, nullptr, seed);
+    const double free_run = agreement(f32, greedy(*e, q8, nullptr, seed));
+    const double forced = agreement(f32, greedy(*e, q8, &f32, seed));
+    std::printf("q8/g64 prompt set %u: free-running %.1f%%, teacher-forced %.1f%%\n", set, 100 * free_run, 100 * forced);
+    EXPECT_GE(forced, 0.95) << "set " << set;
+    sum += free_run, lo = std::min(lo, free_run), hi = std::max(hi, free_run);
+  }
+  std::printf("q8/g64 free-running over 8 x 32 prompts x 64 steps: mean %.1f%%, min %.1f%%, max %.1f%%\n", 100 * sum / 8,
+              100 * lo, 100 * hi);
+  RecordProperty("q8_free_running_mean", std::to_string(sum / 8));
 }
 
 // The same measurement on the small preset (head_dim 64: groups of 64 as configured, 30
@@ -263,7 +288,9 @@ TEST(KvQuantModel, DISABLED_GreedyTokensAgreeWithF32KvOnTheSmallPreset) {
     // Measured: q8 free-running 57.8%, teacher-forced 98.0%. This model's weights are random:
     // its logits over 49,152 tokens are nearly flat, so one flipped argmax sends a
     // free-running sequence elsewhere; teacher-forced agreement is the per-step measure.
-    if (f.bits == 8) EXPECT_GE(forced, 0.95);
+    if (f.bits == 8) {
+      EXPECT_GE(forced, 0.95);
+    }
   }
 }
 
