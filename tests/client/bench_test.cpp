@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
+#include <optional>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -172,19 +174,37 @@ std::unique_ptr<Target> openai(const MockServer& server) {
   return std::move(t.value());
 }
 
+// The largest difference, in ms, between a summary's figures and those of the times the mock
+// really sent each token at (its sleeps may run late under load); the name of the worst.
+std::pair<double, std::string> worst_deviation(const Summary& s, const std::vector<std::vector<double>>& sent) {
+  std::vector<double> ttft, itl, tpot, e2e;
+  for (const auto& w : sent) {
+    ttft.push_back(w[0]);
+    for (size_t k = 1; k < w.size(); ++k) itl.push_back(w[k] - w[k - 1]);
+    tpot.push_back((w.back() - w[0]) / static_cast<double>(w.size() - 1));
+    e2e.push_back(w.back());
+  }
+  std::pair<double, std::string> worst{0.0, ""};
+  auto check = [&](const Distribution& got, const std::vector<double>& want, const char* name) {
+    const Distribution w = distribution(want);
+    EXPECT_EQ(got.count, w.count) << name;
+    const std::pair<const char*, double> d[] = {{"mean", got.mean - w.mean}, {"p50", got.p50 - w.p50},
+                                                {"p90", got.p90 - w.p90},    {"p99", got.p99 - w.p99},
+                                                {"max", got.max - w.max}};
+    for (auto [stat, diff] : d)
+      if (std::abs(diff) > worst.first) worst = {std::abs(diff), std::string(name) + "." + stat};
+  };
+  check(s.ttft_ms, ttft, "ttft");
+  check(s.itl_ms, itl, "itl");
+  check(s.tpot_ms, tpot, "tpot");
+  check(s.e2e_ms, e2e, "e2e");
+  return worst;
+}
+
 TEST(Bench, PercentilesMatchAScriptedServer) {
-  MockServer server;
   // Ten requests, one at a time: TTFT 20..65 ms, ITL 20..29 ms, 4 tokens each.
   std::vector<std::string> prompts;
-  std::vector<double> want_ttft, want_itl, want_tpot, want_e2e;
-  for (int i = 0; i < 10; ++i) {
-    const int ttft = 20 + 5 * i, itl = 20 + i;
-    prompts.push_back(std::to_string(ttft) + "," + std::to_string(itl));
-    want_ttft.push_back(ttft);
-    for (int k = 0; k < 3; ++k) want_itl.push_back(itl);
-    want_tpot.push_back(itl);
-    want_e2e.push_back(ttft + 3 * itl);
-  }
+  for (int i = 0; i < 10; ++i) prompts.push_back(std::to_string(20 + 5 * i) + "," + std::to_string(20 + i));
   WorkloadOptions wo;
   wo.dataset = write_dataset(prompts, 4);
   wo.text_prompts = true;
@@ -194,42 +214,37 @@ TEST(Bench, PercentilesMatchAScriptedServer) {
   lo.concurrency = 1;
   lo.num_requests = 10;
   lo.warmup = 1;  // opens the connection: the measured requests reuse it
-  auto target = openai(server);
-  auto s = run(*target, *workload, lo);
-  ASSERT_TRUE(s) << s.status().to_string();
+  // Every summary figure (mean, p50, p90, p99, max of TTFT, ITL, TPOT, E2E) within 1 ms of
+  // the mock's own send times (Release; 2 ms under ASan). A run in which either thread was preempted (a shared 2-core
+  // machine) shows it as one late sample of several ms: the run is repeated, at most 3 times.
+#ifdef __SANITIZE_ADDRESS__
+  const double tol = 2.0;  // ASan build: parsing HTTP on both sides costs ~0.5-1 ms more per request
+#else
+  const double tol = 1.0;
+#endif
+  std::optional<Summary> s;
+  std::pair<double, std::string> worst;
+  for (int attempt = 1; attempt <= 3; ++attempt) {
+    MockServer server;
+    auto target = openai(server);
+    auto run_s = run(*target, *workload, lo);
+    ASSERT_TRUE(run_s) << run_s.status().to_string();
+    s = std::move(run_s.value());
+    EXPECT_EQ(server.connections(), 1) << "keep-alive: one connection for all";
+    auto sent = server.sent();
+    ASSERT_EQ(sent.size(), 11u);
+    sent.erase(sent.begin());  // the warm-up request
+    for (const auto& w : sent) ASSERT_EQ(w.size(), 4u);
+    worst = worst_deviation(*s, sent);
+    std::printf("attempt %d: largest difference from the mock's send times %.3f ms (%s)\n", attempt, worst.first,
+                worst.second.c_str());
+    if (worst.first <= tol) break;
+  }
+  EXPECT_LE(worst.first, tol) << "ms, " << worst.second << ", in each of 3 runs";
   EXPECT_EQ(s->completed, 10u);
   EXPECT_EQ(s->failed, 0u);
   EXPECT_EQ(s->output_tokens, 40u);
   EXPECT_EQ(s->input_tokens, 70u) << "the usage chunk's prompt_tokens";
-  EXPECT_EQ(server.connections(), 1) << "keep-alive: one connection for all";
-  // Against what the mock really sent (its sleeps may run late under load). On an idle
-  // machine the harness is within 1 ms; the bounds below leave room for a loaded 2-core CI
-  // machine (the test runs alone, RUN_SERIAL, but the runner shares the cores).
-  auto sent = server.sent();
-  ASSERT_EQ(sent.size(), 11u);
-  sent.erase(sent.begin());  // the warm-up request
-  want_ttft.clear(), want_itl.clear(), want_tpot.clear(), want_e2e.clear();
-  for (const auto& w : sent) {
-    ASSERT_EQ(w.size(), 4u);
-    want_ttft.push_back(w[0]);
-    for (size_t k = 1; k < w.size(); ++k) want_itl.push_back(w[k] - w[k - 1]);
-    want_tpot.push_back((w.back() - w[0]) / 3.0);
-    want_e2e.push_back(w.back());
-  }
-  const double tol = 2.0, tail_tol = 4.0;  // ms; tails rest on single samples
-  auto expect_near = [&](const Distribution& got, const std::vector<double>& want, const char* name) {
-    const Distribution w = distribution(want);
-    EXPECT_EQ(got.count, w.count) << name;
-    EXPECT_NEAR(got.mean, w.mean, tol) << name;
-    EXPECT_NEAR(got.p50, w.p50, tol) << name;
-    EXPECT_NEAR(got.p90, w.p90, tol) << name;
-    EXPECT_NEAR(got.p99, w.p99, tail_tol) << name;
-    EXPECT_NEAR(got.max, w.max, tail_tol) << name;
-  };
-  expect_near(s->ttft_ms, want_ttft, "ttft");
-  expect_near(s->itl_ms, want_itl, "itl");
-  expect_near(s->tpot_ms, want_tpot, "tpot");
-  expect_near(s->e2e_ms, want_e2e, "e2e");
   for (const auto& r : s->records) {
     EXPECT_EQ(r.finish_reason, "length");
     EXPECT_EQ(r.output_tokens, 4u);
