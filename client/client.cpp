@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <zmq.hpp>
 
+#include "client/harness.h"
 #include "runtime/event_loop.h"
 #include "runtime/security.h"
 #include "tandem/v1/client.pb.h"
@@ -262,7 +263,8 @@ class Core {
   // A future that holds UNAVAILABLE ("client closed") at once when the mailbox is closed.
   std::future<Result<StatusInfo>> post_status(std::chrono::milliseconds timeout, Clock::time_point now);
 
-  // The I/O thread's steps, each at `now`; run() makes them in this order on every wake-up.
+  // The I/O thread's steps, each at `now`; run() makes them in this order on every wake-up,
+  // and ClientHarness (client/harness.h) makes them directly.
   //
   // Handles every command posted so far; returns whether the client is closing.
   bool handle_mailbox(Clock::time_point now) {
@@ -838,6 +840,69 @@ Result<StatusInfo> Client::status(std::chrono::milliseconds timeout) {
   if (future.wait_for(timeout + std::chrono::seconds(1)) != std::future_status::ready)
     return Status::error(Code::kUnavailable, "status: no reply from the client's I/O thread");
   return future.get();
+}
+
+// ---- ClientHarness ----
+
+struct ClientHarness::Impl {
+  std::unique_ptr<Core> core;
+  Clock::time_point now;
+  // One pass of the I/O thread, as after a wake-up: the commands posted, then `step` (a
+  // message, a lost connection), then the timers.
+  void pass(const std::function<void()>& step = nullptr) {
+    (void)core->handle_mailbox(now);
+    if (step) step();
+    core->on_timers(now);
+  }
+};
+
+Result<std::unique_ptr<ClientHarness>> ClientHarness::create(ClientOptions options) {
+  auto core = open_core(std::move(options));
+  if (!core) return core.status();
+  std::unique_ptr<ClientHarness> h(new ClientHarness());
+  h->impl_ = std::make_unique<Impl>(Impl{std::move(core.value()), Clock::now()});
+  return h;
+}
+
+ClientHarness::~ClientHarness() {
+  impl_->core->close_mailbox();
+  impl_->core->shutdown();
+}
+
+std::shared_ptr<Stream> ClientHarness::generate(GenerateRequest request) {
+  auto stream = impl_->core->generate(std::move(request), impl_->now);
+  impl_->pass();
+  return stream;
+}
+
+std::string ClientHarness::generate(GenerateRequest request, std::function<void(const Event&)> on_event) {
+  std::string id = impl_->core->generate(std::move(request), std::move(on_event), impl_->now);
+  impl_->pass();
+  return id;
+}
+
+void ClientHarness::cancel(const std::string& id) {
+  (void)client_detail::post_cancel(*impl_->core->mailbox(), id);
+  impl_->pass();
+}
+
+std::future<Result<StatusInfo>> ClientHarness::status(std::chrono::milliseconds timeout) {
+  auto future = impl_->core->post_status(timeout, impl_->now);
+  impl_->pass();
+  return future;
+}
+
+void ClientHarness::scheduler(const runtime::Frames& frames) {
+  impl_->pass([&] { impl_->core->on_message(frames, impl_->now); });
+}
+
+void ClientHarness::disconnected() {
+  impl_->pass([&] { impl_->core->on_disconnected(); });
+}
+
+void ClientHarness::advance(std::chrono::milliseconds elapsed) {
+  impl_->now += elapsed;
+  impl_->pass();
 }
 
 }  // namespace tandem
