@@ -21,6 +21,8 @@
 #include <unordered_map>
 #include <zmq.hpp>
 
+#include "client/harness.h"
+#include "runtime/event_loop.h"
 #include "runtime/security.h"
 #include "tandem/v1/client.pb.h"
 
@@ -68,6 +70,14 @@ struct Mailbox {
 };
 
 namespace {
+
+// Asks the I/O thread to cancel request `id`; false once the client is closing.
+bool post_cancel(Mailbox& mailbox, const std::string& id) {
+  Command c;
+  c.kind = Command::Kind::kCancel;
+  c.id = id;
+  return mailbox.post(std::move(c));
+}
 
 Event final_error(Code code, std::string message) {
   Event e;
@@ -227,12 +237,17 @@ class Core {
   }
 
   void stop() {
+    close_mailbox();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  // Posts fail from now on; the next pass over the mailbox handles what is queued as closing.
+  void close_mailbox() {
     {
       std::lock_guard<std::mutex> lock(mailbox_->mu);
       mailbox_->closed = true;
     }
     mailbox_->wake();
-    if (thread_.joinable()) thread_.join();
   }
 
   std::string next_id() { return id_prefix_ + std::to_string(counter_.fetch_add(1, std::memory_order_relaxed)); }
@@ -240,6 +255,56 @@ class Core {
   const ClientOptions& options() const { return options_; }
   const std::shared_ptr<Mailbox>& mailbox() const { return mailbox_; }
   bool on_io_thread() const { return std::this_thread::get_id() == io_thread_id_; }
+
+  // The public calls' work on the caller's thread, `now` being the time of the call: each
+  // posts a command for the I/O thread. (Defined below, after the wire helpers.)
+  std::shared_ptr<Stream> generate(GenerateRequest request, Clock::time_point now);
+  std::string generate(GenerateRequest request, std::function<void(const Event&)> on_event, Clock::time_point now);
+  // A future that holds UNAVAILABLE ("client closed") at once when the mailbox is closed.
+  std::future<Result<StatusInfo>> post_status(std::chrono::milliseconds timeout, Clock::time_point now);
+
+  // The I/O thread's steps, each at `now`; run() makes them in this order on every wake-up,
+  // and ClientHarness (client/harness.h) makes them directly.
+  //
+  // Handles every command posted so far; returns whether the client is closing.
+  bool handle_mailbox(Clock::time_point now) {
+    std::deque<Command> commands;
+    bool closing;
+    {
+      std::lock_guard<std::mutex> lock(mailbox_->mu);
+      commands.swap(mailbox_->commands);
+      closing = mailbox_->closed;
+    }
+    for (Command& c : commands) handle(c, closing, now);
+    return closing;
+  }
+
+  // One message from the scheduler, all its frames, as the DEALER delivers it. Each is one
+  // frame holding a SchedulerReply; anything else is dropped (and logged). Any message at
+  // all counts as a sign of life.
+  void on_message(const runtime::Frames& frames, Clock::time_point now) {
+    quiet_since_ = now;
+    if (frames.size() != 1) {
+      spdlog::warn("tandem client: dropped a message of {} frames from the scheduler", frames.size());
+      return;
+    }
+    v1::SchedulerReply reply;
+    if (!reply.ParseFromArray(frames[0].data(), static_cast<int>(frames[0].size()))) {
+      spdlog::warn("tandem client: dropped an unparsable message from the scheduler");
+      return;
+    }
+    on_reply(reply);
+  }
+
+  // The connection to the scheduler was lost.
+  void on_disconnected() {
+    // Messages to and from the requests in flight may be lost with the connection (and
+    // a restarted scheduler does not know them): end them now rather than at a deadline.
+    const std::string msg = "connection to the scheduler at " + options_.endpoint + " lost";
+    if (!live_.empty() || !waiters_.empty()) spdlog::warn("tandem client: {}", msg);
+    fail_all(Code::kUnavailable, msg);
+    fail_waiters(Code::kUnavailable, msg);
+  }
 
   static void deliver(const std::shared_ptr<Stream>& stream, const std::function<void(const Event&)>& on_event,
                       Event event) {
@@ -284,14 +349,7 @@ class Core {
         uint64_t n;
         [[maybe_unused]] ssize_t r = ::read(mailbox_->wake_fd, &n, sizeof n);
       }
-      std::deque<Command> commands;
-      bool closing;
-      {
-        std::lock_guard<std::mutex> lock(mailbox_->mu);
-        commands.swap(mailbox_->commands);
-        closing = mailbox_->closed;
-      }
-      for (Command& c : commands) handle(c, closing);
+      const bool closing = handle_mailbox(Clock::now());
       if (items[0].revents & ZMQ_POLLIN) drain_dealer();
       if (items[1].revents & ZMQ_POLLIN) drain_monitor();
       on_timers(Clock::now());
@@ -327,7 +385,7 @@ class Core {
     return false;
   }
 
-  void handle(Command& c, bool closing) {
+  void handle(Command& c, bool closing, Clock::time_point now) {
     switch (c.kind) {
       case Command::Kind::kSubmit: {
         if (closing) {
@@ -344,7 +402,6 @@ class Core {
                   final_error(Code::kUnavailable, "cannot send to the scheduler at " + options_.endpoint));
           return;
         }
-        const Clock::time_point now = Clock::now();
         if (live_.empty()) {
           next_heartbeat_ = now + options_.heartbeat_interval;
           quiet_since_ = now;
@@ -399,34 +456,23 @@ class Core {
   }
 
   void drain_dealer() {
-    for (;;) {
-      zmq_msg_t msg;
-      zmq_msg_init(&msg);
-      if (zmq_msg_recv(&msg, dealer_.handle(), ZMQ_DONTWAIT) < 0) {
-        zmq_msg_close(&msg);
-        return;
+    runtime::Frames frames;
+    while (recv_message(frames)) on_message(frames, Clock::now());
+  }
+
+  // The next message on the DEALER, all its frames, without blocking; false when none is
+  // queued. A message cut short (ZeroMQ delivers them whole) keeps its empty last frame, so
+  // it has two frames or more and is dropped as malformed.
+  bool recv_message(runtime::Frames& frames) {
+    frames.clear();
+    do {
+      if (zmq_msg_recv(frames.emplace_back().handle(), dealer_.handle(), ZMQ_DONTWAIT) < 0) {
+        if (frames.size() > 1) return true;
+        frames.clear();
+        return false;
       }
-      const bool more = zmq_msg_more(&msg);
-      v1::SchedulerReply reply;
-      const bool parsed = reply.ParseFromArray(zmq_msg_data(&msg), static_cast<int>(zmq_msg_size(&msg)));
-      zmq_msg_close(&msg);
-      quiet_since_ = Clock::now();
-      if (more) {  // every message is one frame: skip the rest of a malformed multipart
-        spdlog::warn("tandem client: dropped a multipart message from the scheduler");
-        for (;;) {
-          zmq_msg_init(&msg);
-          const bool ok = zmq_msg_recv(&msg, dealer_.handle(), ZMQ_DONTWAIT) >= 0 && zmq_msg_more(&msg);
-          zmq_msg_close(&msg);
-          if (!ok) break;
-        }
-        continue;
-      }
-      if (!parsed) {
-        spdlog::warn("tandem client: dropped an unparsable message from the scheduler");
-        continue;
-      }
-      on_reply(reply);
-    }
+    } while (frames.back().more());
+    return true;
   }
 
   void on_reply(const v1::SchedulerReply& reply) {
@@ -490,17 +536,12 @@ class Core {
         more = zmq_msg_recv(&msg, monitor_.handle(), ZMQ_DONTWAIT) >= 0 && zmq_msg_more(&msg);
         zmq_msg_close(&msg);
       }
-      if (event == ZMQ_EVENT_DISCONNECTED) {
-        // Messages to and from the requests in flight may be lost with the connection (and
-        // a restarted scheduler does not know them): end them now rather than at a deadline.
-        const std::string msg = "connection to the scheduler at " + options_.endpoint + " lost";
-        if (!live_.empty() || !waiters_.empty()) spdlog::warn("tandem client: {}", msg);
-        fail_all(Code::kUnavailable, msg);
-        fail_waiters(Code::kUnavailable, msg);
-      }
+      if (event == ZMQ_EVENT_DISCONNECTED) on_disconnected();
     }
   }
 
+ public:
+  // The last of the I/O thread's steps (see handle_mailbox), and what it does after its loop.
   void on_timers(Clock::time_point now) {
     // Waiters are queued in send order but may have different timeouts.
     for (auto it = waiters_.begin(); it != waiters_.end();) {
@@ -561,11 +602,12 @@ class Core {
       std::lock_guard<std::mutex> lock(mailbox_->mu);
       rest.swap(mailbox_->commands);
     }
-    for (Command& c : rest) handle(c, /*closing=*/true);
+    for (Command& c : rest) handle(c, /*closing=*/true, Clock::now());
     monitor_.close();
     dealer_.close();  // ZMQ_LINGER bounds how long the cancels above may wait to go out
   }
 
+ private:
   const ClientOptions options_;
   zmq::context_t context_;
   zmq::socket_t dealer_;
@@ -637,12 +679,7 @@ void Stream::cancel() {
     std::lock_guard<std::mutex> lock(mu_);
     if (final_taken_) return;
   }
-  if (auto mailbox = mailbox_.lock()) {
-    Command c;
-    c.kind = Command::Kind::kCancel;
-    c.id = id_;
-    (void)mailbox->post(std::move(c));
-  }
+  if (auto mailbox = mailbox_.lock()) (void)client_detail::post_cancel(*mailbox, id_);
 }
 
 bool Stream::finished() const {
@@ -652,11 +689,10 @@ bool Stream::finished() const {
 
 // ---- Client ----
 
-Client::Client(std::unique_ptr<Core> core) : core_(std::move(core)) {}
+namespace {
 
-Client::~Client() = default;
-
-Result<std::unique_ptr<Client>> Client::connect(ClientOptions options) {
+// The Core for `options`: checked, its sockets made and connected, its I/O thread not started.
+Result<std::unique_ptr<Core>> open_core(ClientOptions options) {
   if (options.endpoint.empty()) return Status::invalid("client: an endpoint is required");
   if (options.heartbeat_interval.count() <= 0) return Status::invalid("client: heartbeat interval must be positive");
   if (options.request_timeout.count() <= 0) return Status::invalid("client: request timeout must be positive");
@@ -684,14 +720,11 @@ Result<std::unique_ptr<Client>> Client::connect(ClientOptions options) {
       return Status::invalid("client: cannot connect to '" + options.endpoint + "': " + zmq_strerror(zmq_errno()));
     auto core = std::make_unique<Core>(std::move(options), std::move(context), std::move(dealer), std::move(monitor));
     if (!core->wake_ok()) return Status::error(Code::kInternal, "client: eventfd failed");
-    core->start();
-    return std::unique_ptr<Client>(new Client(std::move(core)));
+    return core;
   } catch (const zmq::error_t& e) {
     return Status::error(Code::kInternal, std::string("client: ") + e.what());
   }
 }
-
-namespace {
 
 v1::ClientMessage submit_message(const GenerateRequest& r) {
   auto m = client_detail::envelope();
@@ -727,7 +760,7 @@ v1::ClientMessage submit_message(const GenerateRequest& r) {
 }  // namespace
 
 static std::string submit(Core& core, GenerateRequest& request, std::shared_ptr<Stream> stream,
-                          std::function<void(const Event&)> on_event) {
+                          std::function<void(const Event&)> on_event, Clock::time_point now) {
   if (request.id.empty()) request.id = core.next_id();
   std::optional<Event> refused;
   if (request.timeout.count() < 0 || request.timeout.count() > UINT32_MAX)
@@ -736,7 +769,7 @@ static std::string submit(Core& core, GenerateRequest& request, std::shared_ptr<
   c.kind = Command::Kind::kSubmit;
   c.id = request.id;
   if (!refused) c.wire = client_detail::wire(submit_message(request));
-  if (request.timeout.count() > 0) c.deadline = Clock::now() + request.timeout + core.options().deadline_grace;
+  if (request.timeout.count() > 0) c.deadline = now + request.timeout + core.options().deadline_grace;
   c.stream = stream;
   c.on_event = on_event;
   if (!refused && core.mailbox()->post(std::move(c))) return request.id;
@@ -745,23 +778,54 @@ static std::string submit(Core& core, GenerateRequest& request, std::shared_ptr<
   return request.id;
 }
 
-std::shared_ptr<Stream> Client::generate(GenerateRequest request) {
-  if (request.id.empty()) request.id = core_->next_id();
-  std::shared_ptr<Stream> stream(new Stream(request.id, core_->mailbox()));
-  submit(*core_, request, stream, nullptr);
+std::shared_ptr<Stream> Core::generate(GenerateRequest request, Clock::time_point now) {
+  if (request.id.empty()) request.id = next_id();
+  std::shared_ptr<Stream> stream(new Stream(request.id, mailbox_));
+  submit(*this, request, stream, nullptr, now);
   return stream;
 }
 
+std::string Core::generate(GenerateRequest request, std::function<void(const Event&)> on_event,
+                           Clock::time_point now) {
+  return submit(*this, request, nullptr, std::move(on_event), now);
+}
+
+std::future<Result<StatusInfo>> Core::post_status(std::chrono::milliseconds timeout, Clock::time_point now) {
+  auto m = client_detail::envelope();
+  m.mutable_status();
+  Command c;
+  c.kind = Command::Kind::kStatus;
+  c.wire = client_detail::wire(m);
+  c.deadline = now + timeout;
+  c.reply = std::make_shared<std::promise<Result<StatusInfo>>>();
+  const auto reply = c.reply;
+  auto future = reply->get_future();
+  if (!mailbox_->post(std::move(c))) reply->set_value(Status::error(Code::kUnavailable, "client closed"));
+  return future;
+}
+
+Client::Client(std::unique_ptr<Core> core) : core_(std::move(core)) {}
+
+Client::~Client() = default;
+
+Result<std::unique_ptr<Client>> Client::connect(ClientOptions options) {
+  auto core = open_core(std::move(options));
+  if (!core) return core.status();
+  (*core)->start();
+  return std::unique_ptr<Client>(new Client(std::move(core.value())));
+}
+
+std::shared_ptr<Stream> Client::generate(GenerateRequest request) {
+  return core_->generate(std::move(request), Clock::now());
+}
+
 std::string Client::generate(GenerateRequest request, std::function<void(const Event&)> on_event) {
-  return submit(*core_, request, nullptr, std::move(on_event));
+  return core_->generate(std::move(request), std::move(on_event), Clock::now());
 }
 
 Status Client::cancel(const std::string& id) {
   if (id.empty()) return Status::invalid("cancel: empty request id");
-  Command c;
-  c.kind = Command::Kind::kCancel;
-  c.id = id;
-  if (!core_->mailbox()->post(std::move(c))) return Status::error(Code::kUnavailable, "client closed");
+  if (!client_detail::post_cancel(*core_->mailbox(), id)) return Status::error(Code::kUnavailable, "client closed");
   return Status::ok();
 }
 
@@ -771,19 +835,74 @@ Result<StatusInfo> Client::status(std::chrono::milliseconds timeout) {
   if (core_->on_io_thread())
     return Status::error(Code::kInternal, "status() called from an event callback (the client's I/O thread)");
   if (timeout.count() <= 0) return Status::invalid("status: timeout must be positive");
-  auto m = client_detail::envelope();
-  m.mutable_status();
-  Command c;
-  c.kind = Command::Kind::kStatus;
-  c.wire = client_detail::wire(m);
-  c.deadline = Clock::now() + timeout;
-  c.reply = std::make_shared<std::promise<Result<StatusInfo>>>();
-  auto future = c.reply->get_future();
-  if (!core_->mailbox()->post(std::move(c))) return Status::error(Code::kUnavailable, "client closed");
+  auto future = core_->post_status(timeout, Clock::now());
   // The I/O thread answers by the deadline; the extra second only guards against a stuck loop.
   if (future.wait_for(timeout + std::chrono::seconds(1)) != std::future_status::ready)
     return Status::error(Code::kUnavailable, "status: no reply from the client's I/O thread");
   return future.get();
+}
+
+// ---- ClientHarness ----
+
+struct ClientHarness::Impl {
+  std::unique_ptr<Core> core;
+  Clock::time_point now;
+  // One pass of the I/O thread, as after a wake-up: the commands posted, then `step` (a
+  // message, a lost connection), then the timers.
+  void pass(const std::function<void()>& step = nullptr) {
+    (void)core->handle_mailbox(now);
+    if (step) step();
+    core->on_timers(now);
+  }
+};
+
+Result<std::unique_ptr<ClientHarness>> ClientHarness::create(ClientOptions options) {
+  auto core = open_core(std::move(options));
+  if (!core) return core.status();
+  std::unique_ptr<ClientHarness> h(new ClientHarness());
+  h->impl_ = std::make_unique<Impl>(Impl{std::move(core.value()), Clock::now()});
+  return h;
+}
+
+ClientHarness::~ClientHarness() {
+  impl_->core->close_mailbox();
+  impl_->core->shutdown();
+}
+
+std::shared_ptr<Stream> ClientHarness::generate(GenerateRequest request) {
+  auto stream = impl_->core->generate(std::move(request), impl_->now);
+  impl_->pass();
+  return stream;
+}
+
+std::string ClientHarness::generate(GenerateRequest request, std::function<void(const Event&)> on_event) {
+  std::string id = impl_->core->generate(std::move(request), std::move(on_event), impl_->now);
+  impl_->pass();
+  return id;
+}
+
+void ClientHarness::cancel(const std::string& id) {
+  (void)client_detail::post_cancel(*impl_->core->mailbox(), id);
+  impl_->pass();
+}
+
+std::future<Result<StatusInfo>> ClientHarness::status(std::chrono::milliseconds timeout) {
+  auto future = impl_->core->post_status(timeout, impl_->now);
+  impl_->pass();
+  return future;
+}
+
+void ClientHarness::scheduler(const runtime::Frames& frames) {
+  impl_->pass([&] { impl_->core->on_message(frames, impl_->now); });
+}
+
+void ClientHarness::disconnected() {
+  impl_->pass([&] { impl_->core->on_disconnected(); });
+}
+
+void ClientHarness::advance(std::chrono::milliseconds elapsed) {
+  impl_->now += elapsed;
+  impl_->pass();
 }
 
 }  // namespace tandem

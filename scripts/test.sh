@@ -52,7 +52,7 @@ fi
 echo "=== tests: fuzz build (build/fuzz), libFuzzer targets, 20 s each"
 if CC=clang CXX=clang++ cmake -S . -B build/fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_FUZZ=ON >/dev/null &&
    cmake --build build/fuzz -j"$jobs" >build/fuzz.log 2>&1; then
-  for t in scheduler_fuzz worker_fuzz; do
+  for t in scheduler_fuzz worker_fuzz client_fuzz; do
     found=$(mktemp -d)
     if build/fuzz/fuzz/$t -max_total_time=20 -timeout=10 -rss_limit_mb=4096 "$found" "fuzz/corpus/$t" >"build/$t.log" 2>&1; then
       echo "fuzz: $t: $(grep -o 'Done [0-9]* runs in [0-9]* second' "build/$t.log"), no crash"

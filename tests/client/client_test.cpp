@@ -80,7 +80,12 @@ class FakeScheduler {
   // Tokens (id, text) for request `id`, with a final event when `finish` is set.
   void events(const std::string& identity, const std::string& id, std::vector<std::pair<int, std::string>> tokens,
               std::optional<v1::FinishReason> finish = std::nullopt) {
+    send(identity, events_reply(id, std::move(tokens), finish));
+  }
+  static v1::SchedulerReply events_reply(const std::string& id, std::vector<std::pair<int, std::string>> tokens,
+                                         std::optional<v1::FinishReason> finish = std::nullopt) {
     v1::SchedulerReply r;
+    r.set_version(v1::PROTOCOL_VERSION_CURRENT);
     auto* ev = r.mutable_events()->add_requests();
     ev->set_request_id(id);
     for (auto& [tok, text] : tokens) {
@@ -96,7 +101,14 @@ class FakeScheduler {
       f->mutable_usage()->set_completion_tokens(static_cast<uint32_t>(tokens.size()));
       f->mutable_timings()->set_total_ms(12.5);
     }
-    send(identity, std::move(r));
+    return r;
+  }
+
+  // One message of any frames to the client, as given (no envelope).
+  void send_frames(const std::string& identity, const std::vector<std::string>& frames) {
+    router_.send(zmq::buffer(identity), zmq::send_flags::sndmore);
+    for (size_t i = 0; i < frames.size(); ++i)
+      router_.send(zmq::buffer(frames[i]), i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
   }
 
   void close() { router_.close(); }
@@ -519,6 +531,25 @@ TEST(Client, ProtocolErrorEndsEverythingInFlight) {
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].fin.code, Code::kInvalidArgument);
   EXPECT_NE(events[0].fin.error_message.find("bad version"), std::string::npos);
+}
+
+TEST(Client, MalformedMessagesAreDroppedWholeAndTheStreamGoesOn) {
+  FakeScheduler fake;
+  auto client = connect(fake);
+  auto stream = client->generate(request());
+  auto got = fake.recv();
+  ASSERT_TRUE(got && got->msg.has_submit());
+  // Each message is one frame: a final event with a second frame is dropped, both frames,
+  // and so is a frame that does not parse.
+  const auto stop = FakeScheduler::events_reply(stream->id(), {}, v1::FINISH_REASON_STOP);
+  fake.send_frames(got->identity, {stop.SerializeAsString(), "trailing"});
+  fake.send_frames(got->identity, {std::string("\xff\xff\xff", 3)});
+  fake.events(got->identity, stream->id(), {{7, "a"}}, v1::FINISH_REASON_LENGTH);
+  auto events = drain(*stream);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].token.id, 7);
+  ASSERT_TRUE(events[1].final);
+  EXPECT_EQ(events[1].fin.reason, FinishReason::kLength);
 }
 
 TEST(Client, DestroyingTheClientEndsItsStreams) {
