@@ -55,7 +55,9 @@ Outcome run_shared_prefix(const std::string& cache) {
   const StatusInfo st = client->status(5s).value();
   for (const auto& w : st.workers) {
     EXPECT_EQ(test::in_use(w), 0u);
-    if (cache == "off") EXPECT_EQ(w.kv_blocks_cached, 0u);
+    if (cache == "off") {
+      EXPECT_EQ(w.kv_blocks_cached, 0u);
+    }
   }
   return o;
 }
