@@ -11,6 +11,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -36,7 +37,7 @@ struct Command {
   enum class Kind { kSubmit, kCancel, kStatus };
   Kind kind = Kind::kSubmit;
   std::string id;
-  std::string wire;  // a serialized ClientMessage (submit, status)
+  std::string wire;  // a serialized ClientMessage (submit)
   std::shared_ptr<Stream> stream;
   std::function<void(const Event&)> on_event;
   std::optional<Clock::time_point> deadline;
@@ -197,6 +198,12 @@ v1::ClientMessage envelope() {
   return m;
 }
 
+std::string status_query(uint64_t query_id) {
+  v1::ClientMessage m = envelope();
+  m.mutable_status()->set_query_id(query_id);
+  return wire(m);
+}
+
 std::string ms_string(std::chrono::milliseconds d) { return std::to_string(d.count()) + " ms"; }
 
 }  // namespace
@@ -328,6 +335,7 @@ class Core {
     std::optional<Clock::time_point> deadline;
   };
   struct Waiter {
+    uint64_t query_id = 0;
     Clock::time_point deadline;
     std::shared_ptr<std::promise<Result<StatusInfo>>> reply;  // null: a liveness probe
   };
@@ -422,11 +430,11 @@ class Core {
           c.reply->set_value(Status::error(Code::kUnavailable, "client closed"));
           return;
         }
-        if (!send(c.wire)) {
+        if (!send(status_query(++last_query_id_))) {
           c.reply->set_value(Status::error(Code::kUnavailable, "cannot send to the scheduler at " + options_.endpoint));
           return;
         }
-        waiters_.push_back(Waiter{*c.deadline, std::move(c.reply)});
+        waiters_.push_back(Waiter{last_query_id_, *c.deadline, std::move(c.reply)});
         return;
       }
     }
@@ -495,9 +503,15 @@ class Core {
         return;
       }
       case v1::SchedulerReply::kStatus: {
-        if (waiters_.empty()) return;
-        Waiter w = std::move(waiters_.front());
-        waiters_.pop_front();
+        // A scheduler that echoes no query id answers in order; a reply whose query already
+        // timed out here matches no waiter and is dropped.
+        const uint64_t id = reply.status().query_id();
+        auto it = id == 0 ? waiters_.begin()
+                          : std::find_if(waiters_.begin(), waiters_.end(),
+                                         [id](const Waiter& w) { return w.query_id == id; });
+        if (it == waiters_.end()) return;
+        Waiter w = std::move(*it);
+        waiters_.erase(it);
         if (w.reply) {
           w.reply->set_value(from_wire(reply.status()));
         } else {
@@ -575,10 +589,8 @@ class Core {
         return;
       }
       if (now >= quiet_since_ + options_.liveness_timeout && !probe_outstanding_) {
-        auto m = envelope();
-        m.mutable_status();
-        (void)send(wire(m));  // unsent, the probe simply goes unanswered
-        waiters_.push_back(Waiter{now + options_.liveness_timeout, nullptr});
+        (void)send(status_query(++last_query_id_));  // unsent, the probe simply goes unanswered
+        waiters_.push_back(Waiter{last_query_id_, now + options_.liveness_timeout, nullptr});
         probe_outstanding_ = true;
       }
     }
@@ -623,6 +635,7 @@ class Core {
   std::unordered_map<std::string, Live> live_;
   std::set<std::pair<Clock::time_point, std::string>> deadlines_;
   std::deque<Waiter> waiters_;  // status queries in send order (the scheduler answers in order)
+  uint64_t last_query_id_ = 0;
   bool probe_outstanding_ = false;
   Clock::time_point next_heartbeat_{};
   Clock::time_point quiet_since_{};  // last message from the scheduler, or when requests went in flight
@@ -791,11 +804,8 @@ std::string Core::generate(GenerateRequest request, std::function<void(const Eve
 }
 
 std::future<Result<StatusInfo>> Core::post_status(std::chrono::milliseconds timeout, Clock::time_point now) {
-  auto m = client_detail::envelope();
-  m.mutable_status();
   Command c;
   c.kind = Command::Kind::kStatus;
-  c.wire = client_detail::wire(m);
   c.deadline = now + timeout;
   c.reply = std::make_shared<std::promise<Result<StatusInfo>>>();
   const auto reply = c.reply;

@@ -637,6 +637,32 @@ TEST(Client, StatusRoundTrip) {
   EXPECT_LT(Clock::now() - start, 2s);
 }
 
+// A reply that comes after its query timed out answers no later query: the scheduler echoes
+// each query's id. (A scheduler that echoes none is answered in order: StatusRoundTrip.)
+TEST(Client, LateStatusReplyAnswersNoLaterQuery) {
+  FakeScheduler fake;
+  auto client = connect(fake);
+  auto late = client->status(100ms);
+  EXPECT_EQ(late.status().code(), Code::kUnavailable);
+  auto first = fake.recv();
+  ASSERT_TRUE(first && first->msg.has_status());
+  std::thread scheduler([&] {
+    auto second = fake.recv();
+    ASSERT_TRUE(second && second->msg.has_status());
+    EXPECT_NE(first->msg.status().query_id(), second->msg.status().query_id());
+    for (const Received* q : {&*first, &*second}) {
+      v1::SchedulerReply r;
+      r.mutable_status()->set_query_id(q->msg.status().query_id());
+      r.mutable_status()->set_queued(q == &*first ? 1 : 2);
+      fake.send(q->identity, r);
+    }
+  });
+  auto info = client->status(5s);
+  scheduler.join();
+  ASSERT_TRUE(info.is_ok()) << info.status().to_string();
+  EXPECT_EQ(info->queued, 2u) << "answered by the reply to the query that timed out";
+}
+
 TEST(Client, ConnectRejectsBadOptions) {
   ClientOptions opt;
   EXPECT_EQ(Client::connect(opt).status().code(), Code::kInvalidArgument);
