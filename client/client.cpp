@@ -50,7 +50,7 @@ struct Mailbox {
   ~Mailbox() {
     if (wake_fd >= 0) ::close(wake_fd);
   }
-  // False (and `c` untouched in effect) once the client is closing.
+  // False (and `c` untouched in effect) once the client is closing; why_closed() says why.
   bool post(Command&& c) {
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -60,6 +60,20 @@ struct Mailbox {
     wake();
     return true;
   }
+  // Posts fail from now on; the first reason given stays.
+  void close(const std::string& why) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (closed) return;
+      closed = true;
+      closed_why = why;
+    }
+    wake();
+  }
+  std::string why_closed() {
+    std::lock_guard<std::mutex> lock(mu);
+    return closed_why;
+  }
   void wake() {
     const uint64_t one = 1;
     [[maybe_unused]] ssize_t n = ::write(wake_fd, &one, sizeof one);
@@ -67,6 +81,7 @@ struct Mailbox {
   std::mutex mu;
   std::deque<Command> commands;  // guarded by mu
   bool closed = false;           // guarded by mu
+  std::string closed_why;        // guarded by mu; the final error of whatever comes after
   const int wake_fd;
 };
 
@@ -249,13 +264,7 @@ class Core {
   }
 
   // Posts fail from now on; the next pass over the mailbox handles what is queued as closing.
-  void close_mailbox() {
-    {
-      std::lock_guard<std::mutex> lock(mailbox_->mu);
-      mailbox_->closed = true;
-    }
-    mailbox_->wake();
-  }
+  void close_mailbox() { mailbox_->close("client closed"); }
 
   std::string next_id() { return id_prefix_ + std::to_string(counter_.fetch_add(1, std::memory_order_relaxed)); }
 
@@ -267,7 +276,7 @@ class Core {
   // posts a command for the I/O thread. (Defined below, after the wire helpers.)
   std::shared_ptr<Stream> generate(GenerateRequest request, Clock::time_point now);
   std::string generate(GenerateRequest request, std::function<void(const Event&)> on_event, Clock::time_point now);
-  // A future that holds UNAVAILABLE ("client closed") at once when the mailbox is closed.
+  // A future that holds UNAVAILABLE (why the mailbox closed) at once when it is closed.
   std::future<Result<StatusInfo>> post_status(std::chrono::milliseconds timeout, Clock::time_point now);
 
   // The I/O thread's steps, each at `now`; run() makes them in this order on every wake-up,
@@ -301,6 +310,15 @@ class Core {
       return;
     }
     on_reply(reply);
+  }
+
+  // zmq_poll failed for good; the loop ends after this and runs shutdown(). With nothing
+  // left to read the mailbox, it is closed first: what is in flight and every later call
+  // end at once, with this cause.
+  void on_poll_failed(int err) {
+    const std::string why = std::string("the client's I/O loop stopped: zmq_poll failed: ") + zmq_strerror(err);
+    spdlog::error("tandem client: {}", why);
+    mailbox_->close(why);
   }
 
   // The connection to the scheduler was lost.
@@ -350,7 +368,7 @@ class Core {
       const long timeout = poll_timeout_ms(Clock::now());
       const int rc = zmq_poll(items, 3, timeout);
       if (rc < 0 && zmq_errno() != EINTR) {
-        spdlog::error("tandem client: zmq_poll failed: {}", zmq_strerror(zmq_errno()));
+        on_poll_failed(zmq_errno());
         break;
       }
       if (items[2].revents & ZMQ_POLLIN) {
@@ -397,7 +415,7 @@ class Core {
     switch (c.kind) {
       case Command::Kind::kSubmit: {
         if (closing) {
-          deliver(c.stream, c.on_event, final_error(Code::kUnavailable, "client closed"));
+          deliver(c.stream, c.on_event, final_error(Code::kUnavailable, mailbox_->why_closed()));
           return;
         }
         if (live_.count(c.id)) {
@@ -427,7 +445,7 @@ class Core {
       }
       case Command::Kind::kStatus: {
         if (closing) {
-          c.reply->set_value(Status::error(Code::kUnavailable, "client closed"));
+          c.reply->set_value(Status::error(Code::kUnavailable, mailbox_->why_closed()));
           return;
         }
         if (!send(status_query(++last_query_id_))) {
@@ -606,8 +624,9 @@ class Core {
       m.mutable_cancel()->set_request_id(id);
       (void)send(wire(m));
     }
-    fail_all(Code::kUnavailable, "client closed");
-    fail_waiters(Code::kUnavailable, "client closed");
+    const std::string why = mailbox_->why_closed();
+    fail_all(Code::kUnavailable, why);
+    fail_waiters(Code::kUnavailable, why);
     // Commands posted between the last poll and `closed` being set.
     std::deque<Command> rest;
     {
@@ -787,7 +806,7 @@ static std::string submit(Core& core, GenerateRequest& request, std::shared_ptr<
   c.on_event = on_event;
   if (!refused && core.mailbox()->post(std::move(c))) return request.id;
   Core::deliver(stream, on_event,
-                refused ? std::move(*refused) : client_detail::final_error(Code::kUnavailable, "client closed"));
+                refused ? std::move(*refused) : client_detail::final_error(Code::kUnavailable, core.mailbox()->why_closed()));
   return request.id;
 }
 
@@ -810,7 +829,7 @@ std::future<Result<StatusInfo>> Core::post_status(std::chrono::milliseconds time
   c.reply = std::make_shared<std::promise<Result<StatusInfo>>>();
   const auto reply = c.reply;
   auto future = reply->get_future();
-  if (!mailbox_->post(std::move(c))) reply->set_value(Status::error(Code::kUnavailable, "client closed"));
+  if (!mailbox_->post(std::move(c))) reply->set_value(Status::error(Code::kUnavailable, mailbox_->why_closed()));
   return future;
 }
 
@@ -835,7 +854,8 @@ std::string Client::generate(GenerateRequest request, std::function<void(const E
 
 Status Client::cancel(const std::string& id) {
   if (id.empty()) return Status::invalid("cancel: empty request id");
-  if (!client_detail::post_cancel(*core_->mailbox(), id)) return Status::error(Code::kUnavailable, "client closed");
+  if (!client_detail::post_cancel(*core_->mailbox(), id))
+    return Status::error(Code::kUnavailable, core_->mailbox()->why_closed());
   return Status::ok();
 }
 
@@ -857,9 +877,11 @@ Result<StatusInfo> Client::status(std::chrono::milliseconds timeout) {
 struct ClientHarness::Impl {
   std::unique_ptr<Core> core;
   Clock::time_point now;
+  bool loop_ended = false;
   // One pass of the I/O thread, as after a wake-up: the commands posted, then `step` (a
   // message, a lost connection), then the timers.
   void pass(const std::function<void()>& step = nullptr) {
+    if (loop_ended) return;
     (void)core->handle_mailbox(now);
     if (step) step();
     core->on_timers(now);
@@ -870,11 +892,12 @@ Result<std::unique_ptr<ClientHarness>> ClientHarness::create(ClientOptions optio
   auto core = open_core(std::move(options));
   if (!core) return core.status();
   std::unique_ptr<ClientHarness> h(new ClientHarness());
-  h->impl_ = std::make_unique<Impl>(Impl{std::move(core.value()), Clock::now()});
+  h->impl_ = std::make_unique<Impl>(Impl{std::move(core.value()), Clock::now(), false});
   return h;
 }
 
 ClientHarness::~ClientHarness() {
+  if (impl_->loop_ended) return;
   impl_->core->close_mailbox();
   impl_->core->shutdown();
 }
@@ -908,6 +931,13 @@ void ClientHarness::scheduler(const runtime::Frames& frames) {
 
 void ClientHarness::disconnected() {
   impl_->pass([&] { impl_->core->on_disconnected(); });
+}
+
+void ClientHarness::poll_failed(int err) {
+  if (impl_->loop_ended) return;
+  impl_->core->on_poll_failed(err);
+  impl_->core->shutdown();
+  impl_->loop_ended = true;
 }
 
 void ClientHarness::advance(std::chrono::milliseconds elapsed) {

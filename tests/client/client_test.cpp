@@ -18,6 +18,7 @@
 #include <thread>
 #include <zmq.hpp>
 
+#include "client/harness.h"
 #include "tandem/v1/client.pb.h"
 #include "tests/test_util.h"
 
@@ -661,6 +662,39 @@ TEST(Client, LateStatusReplyAnswersNoLaterQuery) {
   scheduler.join();
   ASSERT_TRUE(info.is_ok()) << info.status().to_string();
   EXPECT_EQ(info->queued, 2u) << "answered by the reply to the query that timed out";
+}
+
+// zmq_poll failing for good (no real socket makes it fail: through the harness) ends the
+// client for a reason: what is in flight, and every later call, ends with UNAVAILABLE naming it.
+TEST(Client, AFailedPollEndsEveryRequestInFlightAndEveryLaterOne) {
+  ClientOptions opt;
+  opt.endpoint = "inproc://nobody-binds-this";
+  auto harness = ClientHarness::create(opt);
+  ASSERT_TRUE(harness.is_ok()) << harness.status().to_string();
+  ClientHarness& h = **harness;
+  auto in_flight = h.generate(request());
+  auto query = h.status(5s);
+  h.poll_failed(ETERM);
+  auto later = h.generate(request());
+  std::vector<Event> callback_events;
+  h.generate(request(), [&](const Event& e) { callback_events.push_back(e); });
+  auto later_query = h.status(5s);
+  auto named = [](const std::string& message) { return message.find("zmq_poll failed") != std::string::npos; };
+  for (Stream* s : {in_flight.get(), later.get()}) {
+    auto events = drain(*s, 200ms);
+    ASSERT_EQ(events.size(), 1u) << s->id();
+    EXPECT_EQ(events[0].fin.code, Code::kUnavailable);
+    EXPECT_TRUE(named(events[0].fin.error_message)) << events[0].fin.error_message;
+  }
+  ASSERT_EQ(callback_events.size(), 1u);
+  EXPECT_TRUE(callback_events[0].final);
+  EXPECT_TRUE(named(callback_events[0].fin.error_message)) << callback_events[0].fin.error_message;
+  for (auto* f : {&query, &later_query}) {
+    ASSERT_EQ(f->wait_for(0s), std::future_status::ready);
+    auto st = f->get();
+    EXPECT_EQ(st.status().code(), Code::kUnavailable);
+    EXPECT_TRUE(named(st.status().message())) << st.status().message();
+  }
 }
 
 TEST(Client, ConnectRejectsBadOptions) {
