@@ -219,6 +219,11 @@ std::string status_query(uint64_t query_id) {
   return wire(m);
 }
 
+// Durations past this are taken as it: a century means "never", and twice it added to a
+// steady_clock time (nanoseconds, 292 years of range) cannot overflow.
+constexpr std::chrono::milliseconds kNever = std::chrono::hours(24 * 365 * 100);
+std::chrono::milliseconds at_most_never(std::chrono::milliseconds d) { return std::min(d, kNever); }
+
 std::string ms_string(std::chrono::milliseconds d) { return std::to_string(d.count()) + " ms"; }
 
 }  // namespace
@@ -730,6 +735,9 @@ Result<std::unique_ptr<Core>> open_core(ClientOptions options) {
   if (options.request_timeout.count() <= 0) return Status::invalid("client: request timeout must be positive");
   if (options.deadline_grace.count() < 0 || options.liveness_timeout.count() < 0)
     return Status::invalid("client: deadline grace and liveness timeout must not be negative");
+  for (auto* d : {&options.heartbeat_interval, &options.request_timeout, &options.deadline_grace,
+                  &options.liveness_timeout})
+    *d = client_detail::at_most_never(*d);
   try {
     zmq::context_t context(1);
     zmq::socket_t dealer(context, zmq::socket_type::dealer);
@@ -825,7 +833,7 @@ std::string Core::generate(GenerateRequest request, std::function<void(const Eve
 std::future<Result<StatusInfo>> Core::post_status(std::chrono::milliseconds timeout, Clock::time_point now) {
   Command c;
   c.kind = Command::Kind::kStatus;
-  c.deadline = now + timeout;
+  c.deadline = now + client_detail::at_most_never(timeout);
   c.reply = std::make_shared<std::promise<Result<StatusInfo>>>();
   const auto reply = c.reply;
   auto future = reply->get_future();
@@ -865,6 +873,7 @@ Result<StatusInfo> Client::status(std::chrono::milliseconds timeout) {
   if (core_->on_io_thread())
     return Status::error(Code::kInternal, "status() called from an event callback (the client's I/O thread)");
   if (timeout.count() <= 0) return Status::invalid("status: timeout must be positive");
+  timeout = client_detail::at_most_never(timeout);
   auto future = core_->post_status(timeout, Clock::now());
   // The I/O thread answers by the deadline; the extra second only guards against a stuck loop.
   if (future.wait_for(timeout + std::chrono::seconds(1)) != std::future_status::ready)

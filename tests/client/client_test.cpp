@@ -697,6 +697,45 @@ TEST(Client, AFailedPollEndsEveryRequestInFlightAndEveryLaterOne) {
   }
 }
 
+// milliseconds::max() as "never": no overflow in the deadline, heartbeat and liveness
+// arithmetic (it wrapped to the past: heartbeats in a busy loop, requests and status queries
+// failed at once).
+TEST(Client, MaxDurationsMeanNever) {
+  FakeScheduler fake;
+  ClientOptions opt;
+  opt.heartbeat_interval = opt.request_timeout = opt.deadline_grace = opt.liveness_timeout =
+      std::chrono::milliseconds::max();
+  auto client = connect(fake, opt);
+  auto r = request();
+  r.timeout = 50ms;
+  auto stream = client->generate(r);
+  auto got = fake.recv();
+  ASSERT_TRUE(got && got->msg.has_submit());
+  auto extra = fake.recv(300ms, /*keep_heartbeats=*/true);
+  EXPECT_FALSE(extra) << "no heartbeat and no probe: " << extra->msg.ShortDebugString();
+  EXPECT_FALSE(stream->next_for(10ms).has_value()) << "the request ended on its own";
+  std::thread scheduler([&] {
+    for (int i = 0; i < 2; ++i) {
+      auto q = fake.recv();
+      ASSERT_TRUE(q && q->msg.has_status());
+      v1::SchedulerReply reply;
+      reply.mutable_status()->set_query_id(q->msg.status().query_id());
+      reply.mutable_status()->set_queued(7);
+      fake.send(q->identity, reply);
+    }
+  });
+  auto by_default = client->status();
+  auto by_max = client->status(std::chrono::milliseconds::max());
+  scheduler.join();
+  ASSERT_TRUE(by_default.is_ok()) << by_default.status().to_string();
+  ASSERT_TRUE(by_max.is_ok()) << by_max.status().to_string();
+  EXPECT_EQ(by_max->queued, 7u);
+  fake.events(got->identity, stream->id(), {{1, "x"}}, v1::FINISH_REASON_STOP);
+  auto events = drain(*stream);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1].fin.reason, FinishReason::kStop);
+}
+
 TEST(Client, ConnectRejectsBadOptions) {
   ClientOptions opt;
   EXPECT_EQ(Client::connect(opt).status().code(), Code::kInvalidArgument);

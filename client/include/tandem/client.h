@@ -151,6 +151,7 @@ struct StatusInfo {
   uint64_t requests_finished_last_minute = 0;
 };
 
+// Durations past 100 years are taken as 100 years: milliseconds::max() means "never".
 struct ClientOptions {
   std::string endpoint;  // the scheduler's client endpoint, e.g. ipc:///run/tandem/client.sock
   // While requests are in flight, a heartbeat goes out this often; the scheduler cancels
@@ -191,7 +192,8 @@ class Client {
   std::string generate(GenerateRequest request, std::function<void(const Event&)> on_event);
   // Asks the scheduler to cancel request `id`; its final event follows. Unknown ids are ignored.
   Status cancel(const std::string& id);
-  // Asks the scheduler for its state. UNAVAILABLE when no reply arrives within `timeout`.
+  // Asks the scheduler for its state. UNAVAILABLE when no reply arrives within `timeout`
+  // (past 100 years: 100 years).
   Result<StatusInfo> status(std::chrono::milliseconds timeout);
   Result<StatusInfo> status();
 
