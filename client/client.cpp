@@ -11,6 +11,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -36,7 +37,7 @@ struct Command {
   enum class Kind { kSubmit, kCancel, kStatus };
   Kind kind = Kind::kSubmit;
   std::string id;
-  std::string wire;  // a serialized ClientMessage (submit, status)
+  std::string wire;  // a serialized ClientMessage (submit)
   std::shared_ptr<Stream> stream;
   std::function<void(const Event&)> on_event;
   std::optional<Clock::time_point> deadline;
@@ -49,7 +50,7 @@ struct Mailbox {
   ~Mailbox() {
     if (wake_fd >= 0) ::close(wake_fd);
   }
-  // False (and `c` untouched in effect) once the client is closing.
+  // False (and `c` untouched in effect) once the client is closing; why_closed() says why.
   bool post(Command&& c) {
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -59,6 +60,20 @@ struct Mailbox {
     wake();
     return true;
   }
+  // Posts fail from now on; the first reason given stays.
+  void close(const std::string& why) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (closed) return;
+      closed = true;
+      closed_why = why;
+    }
+    wake();
+  }
+  std::string why_closed() {
+    std::lock_guard<std::mutex> lock(mu);
+    return closed_why;
+  }
   void wake() {
     const uint64_t one = 1;
     [[maybe_unused]] ssize_t n = ::write(wake_fd, &one, sizeof one);
@@ -66,6 +81,7 @@ struct Mailbox {
   std::mutex mu;
   std::deque<Command> commands;  // guarded by mu
   bool closed = false;           // guarded by mu
+  std::string closed_why;        // guarded by mu; the final error of whatever comes after
   const int wake_fd;
 };
 
@@ -197,6 +213,17 @@ v1::ClientMessage envelope() {
   return m;
 }
 
+std::string status_query(uint64_t query_id) {
+  v1::ClientMessage m = envelope();
+  m.mutable_status()->set_query_id(query_id);
+  return wire(m);
+}
+
+// Durations past this are taken as it: a century means "never", and twice it added to a
+// steady_clock time (nanoseconds, 292 years of range) cannot overflow.
+constexpr std::chrono::milliseconds kNever = std::chrono::hours(24 * 365 * 100);
+std::chrono::milliseconds at_most_never(std::chrono::milliseconds d) { return std::min(d, kNever); }
+
 std::string ms_string(std::chrono::milliseconds d) { return std::to_string(d.count()) + " ms"; }
 
 }  // namespace
@@ -242,13 +269,7 @@ class Core {
   }
 
   // Posts fail from now on; the next pass over the mailbox handles what is queued as closing.
-  void close_mailbox() {
-    {
-      std::lock_guard<std::mutex> lock(mailbox_->mu);
-      mailbox_->closed = true;
-    }
-    mailbox_->wake();
-  }
+  void close_mailbox() { mailbox_->close("client closed"); }
 
   std::string next_id() { return id_prefix_ + std::to_string(counter_.fetch_add(1, std::memory_order_relaxed)); }
 
@@ -260,7 +281,7 @@ class Core {
   // posts a command for the I/O thread. (Defined below, after the wire helpers.)
   std::shared_ptr<Stream> generate(GenerateRequest request, Clock::time_point now);
   std::string generate(GenerateRequest request, std::function<void(const Event&)> on_event, Clock::time_point now);
-  // A future that holds UNAVAILABLE ("client closed") at once when the mailbox is closed.
+  // A future that holds UNAVAILABLE (why the mailbox closed) at once when it is closed.
   std::future<Result<StatusInfo>> post_status(std::chrono::milliseconds timeout, Clock::time_point now);
 
   // The I/O thread's steps, each at `now`; run() makes them in this order on every wake-up,
@@ -296,6 +317,15 @@ class Core {
     on_reply(reply);
   }
 
+  // zmq_poll failed for good; the loop ends after this and runs shutdown(). With nothing
+  // left to read the mailbox, it is closed first: what is in flight and every later call
+  // end at once, with this cause.
+  void on_poll_failed(int err) {
+    const std::string why = std::string("the client's I/O loop stopped: zmq_poll failed: ") + zmq_strerror(err);
+    spdlog::error("tandem client: {}", why);
+    mailbox_->close(why);
+  }
+
   // The connection to the scheduler was lost.
   void on_disconnected() {
     // Messages to and from the requests in flight may be lost with the connection (and
@@ -328,6 +358,7 @@ class Core {
     std::optional<Clock::time_point> deadline;
   };
   struct Waiter {
+    uint64_t query_id = 0;
     Clock::time_point deadline;
     std::shared_ptr<std::promise<Result<StatusInfo>>> reply;  // null: a liveness probe
   };
@@ -342,7 +373,7 @@ class Core {
       const long timeout = poll_timeout_ms(Clock::now());
       const int rc = zmq_poll(items, 3, timeout);
       if (rc < 0 && zmq_errno() != EINTR) {
-        spdlog::error("tandem client: zmq_poll failed: {}", zmq_strerror(zmq_errno()));
+        on_poll_failed(zmq_errno());
         break;
       }
       if (items[2].revents & ZMQ_POLLIN) {
@@ -389,7 +420,7 @@ class Core {
     switch (c.kind) {
       case Command::Kind::kSubmit: {
         if (closing) {
-          deliver(c.stream, c.on_event, final_error(Code::kUnavailable, "client closed"));
+          deliver(c.stream, c.on_event, final_error(Code::kUnavailable, mailbox_->why_closed()));
           return;
         }
         if (live_.count(c.id)) {
@@ -419,14 +450,14 @@ class Core {
       }
       case Command::Kind::kStatus: {
         if (closing) {
-          c.reply->set_value(Status::error(Code::kUnavailable, "client closed"));
+          c.reply->set_value(Status::error(Code::kUnavailable, mailbox_->why_closed()));
           return;
         }
-        if (!send(c.wire)) {
+        if (!send(status_query(++last_query_id_))) {
           c.reply->set_value(Status::error(Code::kUnavailable, "cannot send to the scheduler at " + options_.endpoint));
           return;
         }
-        waiters_.push_back(Waiter{*c.deadline, std::move(c.reply)});
+        waiters_.push_back(Waiter{last_query_id_, *c.deadline, std::move(c.reply)});
         return;
       }
     }
@@ -495,9 +526,15 @@ class Core {
         return;
       }
       case v1::SchedulerReply::kStatus: {
-        if (waiters_.empty()) return;
-        Waiter w = std::move(waiters_.front());
-        waiters_.pop_front();
+        // A scheduler that echoes no query id answers in order; a reply whose query already
+        // timed out here matches no waiter and is dropped.
+        const uint64_t id = reply.status().query_id();
+        auto it = id == 0 ? waiters_.begin()
+                          : std::find_if(waiters_.begin(), waiters_.end(),
+                                         [id](const Waiter& w) { return w.query_id == id; });
+        if (it == waiters_.end()) return;
+        Waiter w = std::move(*it);
+        waiters_.erase(it);
         if (w.reply) {
           w.reply->set_value(from_wire(reply.status()));
         } else {
@@ -575,10 +612,8 @@ class Core {
         return;
       }
       if (now >= quiet_since_ + options_.liveness_timeout && !probe_outstanding_) {
-        auto m = envelope();
-        m.mutable_status();
-        (void)send(wire(m));  // unsent, the probe simply goes unanswered
-        waiters_.push_back(Waiter{now + options_.liveness_timeout, nullptr});
+        (void)send(status_query(++last_query_id_));  // unsent, the probe simply goes unanswered
+        waiters_.push_back(Waiter{last_query_id_, now + options_.liveness_timeout, nullptr});
         probe_outstanding_ = true;
       }
     }
@@ -594,8 +629,9 @@ class Core {
       m.mutable_cancel()->set_request_id(id);
       (void)send(wire(m));
     }
-    fail_all(Code::kUnavailable, "client closed");
-    fail_waiters(Code::kUnavailable, "client closed");
+    const std::string why = mailbox_->why_closed();
+    fail_all(Code::kUnavailable, why);
+    fail_waiters(Code::kUnavailable, why);
     // Commands posted between the last poll and `closed` being set.
     std::deque<Command> rest;
     {
@@ -623,6 +659,7 @@ class Core {
   std::unordered_map<std::string, Live> live_;
   std::set<std::pair<Clock::time_point, std::string>> deadlines_;
   std::deque<Waiter> waiters_;  // status queries in send order (the scheduler answers in order)
+  uint64_t last_query_id_ = 0;
   bool probe_outstanding_ = false;
   Clock::time_point next_heartbeat_{};
   Clock::time_point quiet_since_{};  // last message from the scheduler, or when requests went in flight
@@ -698,6 +735,9 @@ Result<std::unique_ptr<Core>> open_core(ClientOptions options) {
   if (options.request_timeout.count() <= 0) return Status::invalid("client: request timeout must be positive");
   if (options.deadline_grace.count() < 0 || options.liveness_timeout.count() < 0)
     return Status::invalid("client: deadline grace and liveness timeout must not be negative");
+  for (auto* d : {&options.heartbeat_interval, &options.request_timeout, &options.deadline_grace,
+                  &options.liveness_timeout})
+    *d = client_detail::at_most_never(*d);
   try {
     zmq::context_t context(1);
     zmq::socket_t dealer(context, zmq::socket_type::dealer);
@@ -774,7 +814,7 @@ static std::string submit(Core& core, GenerateRequest& request, std::shared_ptr<
   c.on_event = on_event;
   if (!refused && core.mailbox()->post(std::move(c))) return request.id;
   Core::deliver(stream, on_event,
-                refused ? std::move(*refused) : client_detail::final_error(Code::kUnavailable, "client closed"));
+                refused ? std::move(*refused) : client_detail::final_error(Code::kUnavailable, core.mailbox()->why_closed()));
   return request.id;
 }
 
@@ -791,16 +831,13 @@ std::string Core::generate(GenerateRequest request, std::function<void(const Eve
 }
 
 std::future<Result<StatusInfo>> Core::post_status(std::chrono::milliseconds timeout, Clock::time_point now) {
-  auto m = client_detail::envelope();
-  m.mutable_status();
   Command c;
   c.kind = Command::Kind::kStatus;
-  c.wire = client_detail::wire(m);
-  c.deadline = now + timeout;
+  c.deadline = now + client_detail::at_most_never(timeout);
   c.reply = std::make_shared<std::promise<Result<StatusInfo>>>();
   const auto reply = c.reply;
   auto future = reply->get_future();
-  if (!mailbox_->post(std::move(c))) reply->set_value(Status::error(Code::kUnavailable, "client closed"));
+  if (!mailbox_->post(std::move(c))) reply->set_value(Status::error(Code::kUnavailable, mailbox_->why_closed()));
   return future;
 }
 
@@ -825,7 +862,8 @@ std::string Client::generate(GenerateRequest request, std::function<void(const E
 
 Status Client::cancel(const std::string& id) {
   if (id.empty()) return Status::invalid("cancel: empty request id");
-  if (!client_detail::post_cancel(*core_->mailbox(), id)) return Status::error(Code::kUnavailable, "client closed");
+  if (!client_detail::post_cancel(*core_->mailbox(), id))
+    return Status::error(Code::kUnavailable, core_->mailbox()->why_closed());
   return Status::ok();
 }
 
@@ -835,6 +873,7 @@ Result<StatusInfo> Client::status(std::chrono::milliseconds timeout) {
   if (core_->on_io_thread())
     return Status::error(Code::kInternal, "status() called from an event callback (the client's I/O thread)");
   if (timeout.count() <= 0) return Status::invalid("status: timeout must be positive");
+  timeout = client_detail::at_most_never(timeout);
   auto future = core_->post_status(timeout, Clock::now());
   // The I/O thread answers by the deadline; the extra second only guards against a stuck loop.
   if (future.wait_for(timeout + std::chrono::seconds(1)) != std::future_status::ready)
@@ -847,9 +886,11 @@ Result<StatusInfo> Client::status(std::chrono::milliseconds timeout) {
 struct ClientHarness::Impl {
   std::unique_ptr<Core> core;
   Clock::time_point now;
+  bool loop_ended = false;
   // One pass of the I/O thread, as after a wake-up: the commands posted, then `step` (a
   // message, a lost connection), then the timers.
   void pass(const std::function<void()>& step = nullptr) {
+    if (loop_ended) return;
     (void)core->handle_mailbox(now);
     if (step) step();
     core->on_timers(now);
@@ -860,11 +901,12 @@ Result<std::unique_ptr<ClientHarness>> ClientHarness::create(ClientOptions optio
   auto core = open_core(std::move(options));
   if (!core) return core.status();
   std::unique_ptr<ClientHarness> h(new ClientHarness());
-  h->impl_ = std::make_unique<Impl>(Impl{std::move(core.value()), Clock::now()});
+  h->impl_ = std::make_unique<Impl>(Impl{std::move(core.value()), Clock::now(), false});
   return h;
 }
 
 ClientHarness::~ClientHarness() {
+  if (impl_->loop_ended) return;
   impl_->core->close_mailbox();
   impl_->core->shutdown();
 }
@@ -898,6 +940,13 @@ void ClientHarness::scheduler(const runtime::Frames& frames) {
 
 void ClientHarness::disconnected() {
   impl_->pass([&] { impl_->core->on_disconnected(); });
+}
+
+void ClientHarness::poll_failed(int err) {
+  if (impl_->loop_ended) return;
+  impl_->core->on_poll_failed(err);
+  impl_->core->shutdown();
+  impl_->loop_ended = true;
 }
 
 void ClientHarness::advance(std::chrono::milliseconds elapsed) {

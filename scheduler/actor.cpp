@@ -275,7 +275,7 @@ class Actor final : public Sink {
       case v1::ClientMessage::kHeartbeat:
         break;
       case v1::ClientMessage::kStatus:
-        send_status(identity);
+        send_status(identity, client_msg_.status().query_id());
         break;
       case v1::ClientMessage::kDrain:
         if (drain_deadline_us_ == 0) {
@@ -283,7 +283,7 @@ class Actor final : public Sink {
           spdlog::info("scheduler: drain requested by a client");
           begin_drain(t ? t : options_.drain_timeout_ms);
         }
-        send_status(identity);
+        send_status(identity, 0);
         break;
       default:
         protocol_error(*clients_, identity, v1::ERROR_CODE_INVALID_ARGUMENT, "empty client message");
@@ -423,10 +423,12 @@ class Actor final : public Sink {
     flush();
   }
 
-  void send_status(const std::string& identity) {
+  // `query_id`: the StatusQuery's, echoed so the client can match the reply to its query.
+  void send_status(const std::string& identity, uint64_t query_id) {
     reply_.Clear();
     reply_.set_version(kVersion);
     v1::StatusReply* s = reply_.mutable_status();
+    s->set_query_id(query_id);
     for (const Core::WorkerView& w : core_.workers()) {
       v1::WorkerStatus* ws = s->add_workers();
       ws->set_worker_id(w.id);

@@ -18,6 +18,7 @@
 #include <thread>
 #include <zmq.hpp>
 
+#include "client/harness.h"
 #include "tandem/v1/client.pb.h"
 #include "tests/test_util.h"
 
@@ -635,6 +636,104 @@ TEST(Client, StatusRoundTrip) {
   EXPECT_FALSE(none.is_ok());
   EXPECT_EQ(none.status().code(), Code::kUnavailable);
   EXPECT_LT(Clock::now() - start, 2s);
+}
+
+// A reply that comes after its query timed out answers no later query: the scheduler echoes
+// each query's id. (A scheduler that echoes none is answered in order: StatusRoundTrip.)
+TEST(Client, LateStatusReplyAnswersNoLaterQuery) {
+  FakeScheduler fake;
+  auto client = connect(fake);
+  auto late = client->status(100ms);
+  EXPECT_EQ(late.status().code(), Code::kUnavailable);
+  auto first = fake.recv();
+  ASSERT_TRUE(first && first->msg.has_status());
+  std::thread scheduler([&] {
+    auto second = fake.recv();
+    ASSERT_TRUE(second && second->msg.has_status());
+    EXPECT_NE(first->msg.status().query_id(), second->msg.status().query_id());
+    for (const Received* q : {&*first, &*second}) {
+      v1::SchedulerReply r;
+      r.mutable_status()->set_query_id(q->msg.status().query_id());
+      r.mutable_status()->set_queued(q == &*first ? 1 : 2);
+      fake.send(q->identity, r);
+    }
+  });
+  auto info = client->status(5s);
+  scheduler.join();
+  ASSERT_TRUE(info.is_ok()) << info.status().to_string();
+  EXPECT_EQ(info->queued, 2u) << "answered by the reply to the query that timed out";
+}
+
+// zmq_poll failing for good (no real socket makes it fail: through the harness) ends the
+// client for a reason: what is in flight, and every later call, ends with UNAVAILABLE naming it.
+TEST(Client, AFailedPollEndsEveryRequestInFlightAndEveryLaterOne) {
+  ClientOptions opt;
+  opt.endpoint = "inproc://nobody-binds-this";
+  auto harness = ClientHarness::create(opt);
+  ASSERT_TRUE(harness.is_ok()) << harness.status().to_string();
+  ClientHarness& h = **harness;
+  auto in_flight = h.generate(request());
+  auto query = h.status(5s);
+  h.poll_failed(ETERM);
+  auto later = h.generate(request());
+  std::vector<Event> callback_events;
+  h.generate(request(), [&](const Event& e) { callback_events.push_back(e); });
+  auto later_query = h.status(5s);
+  auto named = [](const std::string& message) { return message.find("zmq_poll failed") != std::string::npos; };
+  for (Stream* s : {in_flight.get(), later.get()}) {
+    auto events = drain(*s, 200ms);
+    ASSERT_EQ(events.size(), 1u) << s->id();
+    EXPECT_EQ(events[0].fin.code, Code::kUnavailable);
+    EXPECT_TRUE(named(events[0].fin.error_message)) << events[0].fin.error_message;
+  }
+  ASSERT_EQ(callback_events.size(), 1u);
+  EXPECT_TRUE(callback_events[0].final);
+  EXPECT_TRUE(named(callback_events[0].fin.error_message)) << callback_events[0].fin.error_message;
+  for (auto* f : {&query, &later_query}) {
+    ASSERT_EQ(f->wait_for(0s), std::future_status::ready);
+    auto st = f->get();
+    EXPECT_EQ(st.status().code(), Code::kUnavailable);
+    EXPECT_TRUE(named(st.status().message())) << st.status().message();
+  }
+}
+
+// milliseconds::max() as "never": no overflow in the deadline, heartbeat and liveness
+// arithmetic (it wrapped to the past: heartbeats in a busy loop, requests and status queries
+// failed at once).
+TEST(Client, MaxDurationsMeanNever) {
+  FakeScheduler fake;
+  ClientOptions opt;
+  opt.heartbeat_interval = opt.request_timeout = opt.deadline_grace = opt.liveness_timeout =
+      std::chrono::milliseconds::max();
+  auto client = connect(fake, opt);
+  auto r = request();
+  r.timeout = 50ms;
+  auto stream = client->generate(r);
+  auto got = fake.recv();
+  ASSERT_TRUE(got && got->msg.has_submit());
+  auto extra = fake.recv(300ms, /*keep_heartbeats=*/true);
+  EXPECT_FALSE(extra) << "no heartbeat and no probe: " << extra->msg.ShortDebugString();
+  EXPECT_FALSE(stream->next_for(10ms).has_value()) << "the request ended on its own";
+  std::thread scheduler([&] {
+    for (int i = 0; i < 2; ++i) {
+      auto q = fake.recv();
+      ASSERT_TRUE(q && q->msg.has_status());
+      v1::SchedulerReply reply;
+      reply.mutable_status()->set_query_id(q->msg.status().query_id());
+      reply.mutable_status()->set_queued(7);
+      fake.send(q->identity, reply);
+    }
+  });
+  auto by_default = client->status();
+  auto by_max = client->status(std::chrono::milliseconds::max());
+  scheduler.join();
+  ASSERT_TRUE(by_default.is_ok()) << by_default.status().to_string();
+  ASSERT_TRUE(by_max.is_ok()) << by_max.status().to_string();
+  EXPECT_EQ(by_max->queued, 7u);
+  fake.events(got->identity, stream->id(), {{1, "x"}}, v1::FINISH_REASON_STOP);
+  auto events = drain(*stream);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1].fin.reason, FinishReason::kStop);
 }
 
 TEST(Client, ConnectRejectsBadOptions) {

@@ -97,6 +97,30 @@ TEST(Serve, AClientKilledWithSigkillHasItsRequestsCancelled) {
   EXPECT_EQ(test::in_use(st.workers.at(0)), 0u);
 }
 
+// Each status reply echoes its query's id, so a client can tell a late reply from the
+// answer to its current query.
+TEST(Serve, StatusRepliesEchoTheQueryId) {
+  Deployment d({"--workers", "1", "--threads", "1"});
+  ASSERT_TRUE(d.ok());
+  zmq::context_t ctx;
+  zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::linger, 0);
+  dealer.set(zmq::sockopt::rcvtimeo, 10000);
+  dealer.connect(d.endpoint());
+  for (uint64_t id : {uint64_t{7}, uint64_t{0}, uint64_t{1} << 40}) {
+    v1::ClientMessage m;
+    m.set_version(v1::PROTOCOL_VERSION_CURRENT);
+    m.mutable_status()->set_query_id(id);
+    ASSERT_TRUE(dealer.send(runtime::to_frame(m), zmq::send_flags::none));
+    zmq::message_t frame;
+    ASSERT_TRUE(dealer.recv(frame));
+    v1::SchedulerReply r;
+    ASSERT_TRUE(runtime::parse_frame(frame, r).is_ok());
+    ASSERT_TRUE(r.has_status());
+    EXPECT_EQ(r.status().query_id(), id);
+  }
+}
+
 TEST(Serve, EveryBadFieldGetsItsErrorAndTheServiceKeepsServing) {
   Deployment d({"--workers", "1", "--threads", "1"});
   ASSERT_TRUE(d.ok());

@@ -3,8 +3,9 @@
 // type, so a service links the library without seeing the wire.
 //
 // Contract: every request accepted by generate() ends with exactly one final event, even
-// when the scheduler is gone, silent, or the Client is destroyed first (then the final
-// event carries error UNAVAILABLE). All Client and Stream methods are thread-safe.
+// when the scheduler is gone, silent, or the Client is destroyed first, or its I/O loop
+// fails (then the final event carries error UNAVAILABLE, and a message naming the cause).
+// All Client and Stream methods are thread-safe.
 #pragma once
 
 #include <chrono>
@@ -150,6 +151,7 @@ struct StatusInfo {
   uint64_t requests_finished_last_minute = 0;
 };
 
+// Durations past 100 years are taken as 100 years: milliseconds::max() means "never".
 struct ClientOptions {
   std::string endpoint;  // the scheduler's client endpoint, e.g. ipc:///run/tandem/client.sock
   // While requests are in flight, a heartbeat goes out this often; the scheduler cancels
@@ -181,7 +183,8 @@ class Client {
   Client& operator=(const Client&) = delete;
 
   // Submits a request; its events arrive on the returned Stream. A request the library
-  // refuses (a duplicate live id, a closed client) gets its final error event at once.
+  // refuses (a duplicate live id, a closed client, a failed I/O loop) gets its final error
+  // event at once.
   std::shared_ptr<Stream> generate(GenerateRequest request);
   // Same, with each event passed to `on_event` on the client's I/O thread (keep it short;
   // do not call status() from it). A refused request's final event is passed at once, on
@@ -189,7 +192,8 @@ class Client {
   std::string generate(GenerateRequest request, std::function<void(const Event&)> on_event);
   // Asks the scheduler to cancel request `id`; its final event follows. Unknown ids are ignored.
   Status cancel(const std::string& id);
-  // Asks the scheduler for its state. UNAVAILABLE when no reply arrives within `timeout`.
+  // Asks the scheduler for its state. UNAVAILABLE when no reply arrives within `timeout`
+  // (past 100 years: 100 years).
   Result<StatusInfo> status(std::chrono::milliseconds timeout);
   Result<StatusInfo> status();
 
