@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -250,6 +252,28 @@ void expect_not_degenerate(const std::string& preset, uint32_t prompts, uint32_t
 
 TEST(Presets, TinyIsNotDegenerate) { expect_not_degenerate("tiny", 16, 24); }
 TEST(Presets, SmallIsNotDegenerate) { expect_not_degenerate("small", 3, 12); }
+
+// The worker heartbeats through this hook during long steps: it runs after every layer, on
+// the forward pass's thread, and does not change the result.
+TEST(Engine, TheBetweenLayersHookRunsAfterEveryLayer) {
+  auto e = load(test::model_file("tiny", 3));
+  const auto prompt = random_tokens(20, e->config().vocab_size, 4);
+  auto pool = KvPool::create(e->config(), 8).value();
+  const auto blocks = iota_blocks(8);
+  SeqStep s{prompt, 0, blocks, 1};
+  ASSERT_TRUE(e->forward({&s, 1}, *pool).is_ok());
+  const std::vector<float> without = row(*e, 0);
+  uint32_t calls = 0;
+  const auto caller = std::this_thread::get_id();
+  e->set_between_layers([&] {
+    ++calls;
+    EXPECT_EQ(std::this_thread::get_id(), caller);
+  });
+  auto pool2 = KvPool::create(e->config(), 8).value();
+  ASSERT_TRUE(e->forward({&s, 1}, *pool2).is_ok());
+  EXPECT_EQ(calls, e->config().n_layers);
+  EXPECT_EQ(max_abs_diff(without, row(*e, 0)), 0.0f);
+}
 
 TEST(Engine, BadStepsGiveClearErrors) {
   auto e = load(test::model_file("tiny", 1));

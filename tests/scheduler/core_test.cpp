@@ -189,7 +189,9 @@ TEST(Core, DecodesRideEveryStepWhileALongPromptIsChunked) {
     if (prefill) ++steps_with_prefill;
     EXPECT_LE(prefill, 32u);
     EXPECT_LE(prefill + decodes, 64u);
-    if (plan.seqs_size()) EXPECT_GE(decodes, 4u) << "a running stream was left out of step " << plan.step_id();
+    if (plan.seqs_size()) {
+      EXPECT_GE(decodes, 4u) << "a running stream was left out of step " << plan.step_id();
+    }
   }
   EXPECT_GE(steps_with_prefill, 8);
   EXPECT_EQ(h.core->stats().decode_stalls, 0u);

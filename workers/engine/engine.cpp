@@ -317,6 +317,7 @@ Status Engine::forward(std::span<const SeqStep> step, KvPool& pool) {
     }
     matmul(L.down, ffn_.data(), 2 * ffn, T, xn_.data());
     for (size_t i = 0; i < size_t{T} * dim; ++i) x_[i] = x_[i] + xn_[i];
+    if (between_layers_) between_layers_();
   }
 
   uint32_t r = 0, t = 0;

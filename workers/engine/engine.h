@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -62,6 +63,11 @@ class Engine {
     return {logits_.data() + static_cast<size_t>(row) * config_.vocab_size, config_.vocab_size};
   }
 
+  // Called on the forward pass's thread after every layer: a long step (a prompt chunk on a
+  // loaded machine) lets its caller do what must not wait for the whole step, such as a
+  // worker's heartbeat. Empty: nothing is called.
+  void set_between_layers(std::function<void()> hook) { between_layers_ = std::move(hook); }
+
   // The caller has no step to run right away (e.g. a worker waiting for its next plan):
   // the compute threads sleep instead of spinning, leaving the cores to other threads.
   void rest() { pool_->rest(); }
@@ -88,6 +94,7 @@ class Engine {
   std::vector<float> embeddings_;    // [vocab][dim]
   std::vector<float> output_norm_;
   std::vector<float> rope_;          // [context][head_dim]: cos, sin of each pair
+  std::function<void()> between_layers_;
   size_t weight_bytes_ = 0;
 
   // Scratch, grown to the largest step seen; never per token.
