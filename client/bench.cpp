@@ -486,6 +486,9 @@ void HttpSession::handle_data(const std::string& payload) {
   double pt;
   if (find_number_field(payload, "prompt_tokens", pt) && pt >= 0) prompt_tokens_ = static_cast<uint32_t>(pt);
   if (payload.find("\"text\"") == std::string::npos) return;  // e.g. the usage chunk
+  // A closing chunk: empty text with the finish reason (llama.cpp's server sends one after the
+  // last token; vLLM puts the reason on the last token's chunk instead).
+  if (!reason.empty() && payload.find("\"text\":\"\"") != std::string::npos) return;
   const uint32_t n = tracker_->token();
   const uint32_t cancel_after = tracker_->request().cancel_after;
   if (cancel_after > 0 && n == cancel_after) {

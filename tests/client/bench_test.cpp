@@ -129,11 +129,17 @@ class MockServer {
           return;
         }
         std::this_thread::sleep_until(t0 + std::chrono::milliseconds(ttft + i * itl));
+        // A prompt ending in ",c": the finish reason comes in a closing chunk of its own with
+        // empty text (llama.cpp's server), not with the last token (vLLM).
+        const bool closing = prompt.size() > 2 && prompt.compare(prompt.size() - 2, 2, ",c") == 0;
         std::string ev = "data: {\"id\":\"x\",\"choices\":[{\"index\":0,\"text\":\"t\",\"finish_reason\":";
-        ev += i + 1 == max_tokens ? "\"length\"" : "null";
+        ev += i + 1 == max_tokens && !closing ? "\"length\"" : "null";
         ev += "}]}\n\n";
         if (!write_chunk(s, ev)) return;
         writes.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        if (i + 1 == max_tokens && closing &&
+            !write_chunk(s, "data: {\"id\":\"x\",\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":\"length\"}]}\n\n"))
+          return;
       }
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -300,6 +306,29 @@ TEST(Bench, HttpErrorsDroppedConnectionsAndCancellationsAreCounted) {
   for (const auto& r : c->records) {
     EXPECT_EQ(r.output_tokens, 3u);
     EXPECT_EQ(r.finish_reason, "cancelled");
+  }
+}
+
+// A closing chunk with empty text and a finish reason (llama.cpp's server) is not a token.
+TEST(Bench, AClosingChunkWithoutTextIsNotCountedAsAToken) {
+  MockServer server;
+  WorkloadOptions wo;
+  wo.dataset = write_dataset({"0,1,c", "0,1"}, 5);
+  wo.text_prompts = true;
+  auto workload = Workload::create(wo);
+  ASSERT_TRUE(workload) << workload.status().to_string();
+  LoadOptions lo;
+  lo.concurrency = 1;
+  lo.num_requests = 4;
+  auto target = openai(server);
+  auto s = run(*target, *workload, lo);
+  ASSERT_TRUE(s) << s.status().to_string();
+  EXPECT_EQ(s->completed, 4u);
+  EXPECT_EQ(s->output_tokens, 20u);
+  EXPECT_EQ(s->itl_ms.count, 16u) << "4 gaps per request of 5 tokens";
+  for (const auto& r : s->records) {
+    EXPECT_EQ(r.output_tokens, 5u);
+    EXPECT_EQ(r.finish_reason, "length");
   }
 }
 
