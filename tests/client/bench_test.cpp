@@ -180,6 +180,17 @@ std::unique_ptr<Target> openai(const MockServer& server) {
   return std::move(t.value());
 }
 
+// `load` over a dataset of text prompts (the mock's scripts), each asking for `output_len` tokens.
+Result<Summary> run_prompts(Target& target, const std::vector<std::string>& prompts, uint32_t output_len,
+                            const LoadOptions& load) {
+  WorkloadOptions wo;
+  wo.dataset = write_dataset(prompts, output_len);
+  wo.text_prompts = true;
+  auto workload = Workload::create(wo);
+  if (!workload) return workload.status();
+  return run(target, *workload, load);
+}
+
 // The largest difference, in ms, between a summary's figures and those of the times the mock
 // really sent each token at (its sleeps may run late under load); the name of the worst.
 std::pair<double, std::string> worst_deviation(const Summary& s, const std::vector<std::vector<double>>& sent) {
@@ -265,16 +276,11 @@ TEST(Bench, PercentilesMatchAScriptedServer) {
 
 TEST(Bench, HttpErrorsDroppedConnectionsAndCancellationsAreCounted) {
   MockServer server;
-  WorkloadOptions wo;
-  wo.dataset = write_dataset({"error", "drop", "0,1", "error", "drop", "0,1"}, 5);
-  wo.text_prompts = true;
-  auto workload = Workload::create(wo);
-  ASSERT_TRUE(workload);
+  auto target = openai(server);
   LoadOptions lo;
   lo.concurrency = 3;
   lo.num_requests = 12;
-  auto target = openai(server);
-  auto s = run(*target, *workload, lo);
+  auto s = run_prompts(*target, {"error", "drop", "0,1", "error", "drop", "0,1"}, 5, lo);
   ASSERT_TRUE(s) << s.status().to_string();
   EXPECT_EQ(s->completed, 4u);
   EXPECT_EQ(s->failed, 8u);
@@ -312,16 +318,11 @@ TEST(Bench, HttpErrorsDroppedConnectionsAndCancellationsAreCounted) {
 // A closing chunk with empty text and a finish reason (llama.cpp's server) is not a token.
 TEST(Bench, AClosingChunkWithoutTextIsNotCountedAsAToken) {
   MockServer server;
-  WorkloadOptions wo;
-  wo.dataset = write_dataset({"0,1,c", "0,1"}, 5);
-  wo.text_prompts = true;
-  auto workload = Workload::create(wo);
-  ASSERT_TRUE(workload) << workload.status().to_string();
+  auto target = openai(server);
   LoadOptions lo;
   lo.concurrency = 1;
   lo.num_requests = 4;
-  auto target = openai(server);
-  auto s = run(*target, *workload, lo);
+  auto s = run_prompts(*target, {"0,1,c", "0,1"}, 5, lo);
   ASSERT_TRUE(s) << s.status().to_string();
   EXPECT_EQ(s->completed, 4u);
   EXPECT_EQ(s->output_tokens, 20u);
