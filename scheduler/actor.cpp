@@ -170,6 +170,14 @@ class Actor final : public Sink {
       outbox_[client].Clear();
     }
     dirty_.clear();
+    // Clients that are gone leave nothing behind.
+    if (outbox_.size() > 4 * (client_seen_.size() + 16)) outbox_.clear();
+    // Clients that stopped reading get their final events once they read again. Each attempt
+    // serializes everything kept for them, so it is made at most every 20 ms, not per tick.
+    if (stalled_.empty()) return;
+    const int64_t now = runtime::now_us();
+    if (now < next_stalled_try_us_) return;
+    next_stalled_try_us_ = now + kStalledRetryUs;
     for (auto it = stalled_.begin(); it != stalled_.end();) {
       it->second.set_version(kVersion);
       if (try_send(*clients_, it->first, it->second).is_ok() || !client_seen_.count(it->first))
@@ -177,8 +185,6 @@ class Actor final : public Sink {
       else
         ++it;
     }
-    // Clients that are gone leave nothing behind.
-    if (outbox_.size() > 4 * (client_seen_.size() + 16)) outbox_.clear();
   }
 
  private:
@@ -550,6 +556,8 @@ class Actor final : public Sink {
   std::unordered_map<std::string, int64_t> client_seen_;
   std::unordered_map<std::string, v1::SchedulerReply> outbox_;  // per client, reused
   std::unordered_map<std::string, v1::SchedulerReply> stalled_;  // final events for clients not reading
+  static constexpr int64_t kStalledRetryUs = 20'000;
+  int64_t next_stalled_try_us_ = 0;
   std::vector<std::string> dirty_;
   uint32_t next_worker_id_ = 1;
   int64_t cpu_us_ = 0;
