@@ -373,7 +373,10 @@ class Actor final : public Sink {
         return;
       }
     }
-    if (reg.kv_blocks() == 0 || reg.block_tokens() == 0 || reg.block_tokens() % 16 != 0) {
+    // The block count sizes the scheduler's own tables: beyond 2^24 blocks (256 Mi tokens of
+    // 16) it is a corrupt or hostile registration, not a worker (the fuzzer sent 2^32 - 1).
+    if (reg.kv_blocks() == 0 || reg.kv_blocks() > (1u << 24) || reg.block_tokens() == 0 ||
+        reg.block_tokens() % 16 != 0 || reg.block_tokens() > 4096) {
       refuse(identity, "invalid KV pool: " + std::to_string(reg.kv_blocks()) + " blocks of " +
                            std::to_string(reg.block_tokens()) + " tokens");
       return;
