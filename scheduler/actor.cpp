@@ -404,7 +404,18 @@ class Actor final : public Sink {
 
   void check_liveness() {
     const int64_t now = runtime::now_us();
-    const int64_t worker_timeout = int64_t{options_.heartbeat_ms} * options_.worker_liveness * 1000;
+    const int64_t period_us = int64_t{options_.heartbeat_ms} * 1000;
+    const int64_t worker_timeout = period_us * options_.worker_liveness;
+    // A tick that comes more than a period late means this process itself was held up (an
+    // overloaded host, a stop): whatever peers sent meanwhile is still unread, so that time
+    // is not counted against them.
+    if (last_liveness_us_ > 0 && now - last_liveness_us_ > 2 * period_us) {
+      const int64_t held = now - last_liveness_us_ - period_us;
+      for (auto& [identity, peer] : worker_by_identity_) peer.last_seen_us += held;
+      for (auto& [identity, seen] : client_seen_) seen += held;
+      spdlog::warn("scheduler: held up for {} ms; not counted against silent workers and clients", held / 1000);
+    }
+    last_liveness_us_ = now;
     std::vector<std::string> dead;
     for (auto& [identity, peer] : worker_by_identity_)
       if (now - peer.last_seen_us > worker_timeout) dead.push_back(identity);
@@ -554,6 +565,7 @@ class Actor final : public Sink {
   };
   std::deque<MinuteSample> minute_samples_;  // one per second, the last 60
   int64_t drain_deadline_us_ = 0;            // > 0: draining
+  int64_t last_liveness_us_ = 0;             // when check_liveness last ran
   std::unordered_map<std::string, WorkerPeer> worker_by_identity_;
   std::unordered_map<uint32_t, std::string> worker_identity_;
   std::unordered_map<std::string, int64_t> client_seen_;
