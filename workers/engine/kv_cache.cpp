@@ -1,5 +1,6 @@
 #include "workers/engine/kv_cache.h"
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <sys/mman.h>
@@ -11,7 +12,7 @@
 
 namespace tandem::engine {
 
-void KvPool::FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
+void KvPool::Unmap::operator()(uint8_t* p) const { munmap(p, bytes); }
 
 Status KvFormat::validate_values() const {
   if (bits != 0 && bits != 8 && bits != 4)
@@ -85,15 +86,30 @@ Result<std::unique_ptr<KvPool>> KvPool::create(const ModelConfig& config, uint32
   }
   const size_t bytes = offset;
   // 2 MiB alignment and huge pages where the kernel offers them: attention walks this
-  // memory in long runs, and page walks under virtualization are expensive.
+  // memory in long runs, and page walks under virtualization are expensive. Anonymous pages
+  // come zeroed, so lanes past a sequence's last key hold finite values (codes 0, scale 0,
+  // bias 0) without a memset of the whole pool.
   constexpr size_t kHuge = size_t{2} << 20;
   const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
-  void* p = std::aligned_alloc(kHuge, rounded);
-  if (!p) return Status::error(Code::kUnavailable, "cannot allocate " + std::to_string(bytes) + " bytes of KV cache");
+  const auto cannot = [&](const char* what) {
+    return Status::error(Code::kUnavailable,
+                         "cannot " + std::string(what) + " " + std::to_string(bytes) + " bytes of KV cache: " + std::strerror(errno));
+  };
+  void* raw = mmap(nullptr, rounded + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return cannot("map");
+  const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = (start + kHuge - 1) / kHuge * kHuge;
+  if (aligned > start) munmap(raw, aligned - start);
+  if (const size_t tail = start + kHuge - aligned; tail > 0) munmap(reinterpret_cast<void*>(aligned + rounded), tail);
+  auto* p = reinterpret_cast<uint8_t*>(aligned);
+  pool->data_ = std::unique_ptr<uint8_t, Unmap>(p, Unmap{rounded});
   madvise(p, rounded, MADV_HUGEPAGE);  // advisory; failure only costs speed
-  // Zeroed so lanes past a sequence's last key hold finite values (codes 0, scale 0, bias 0).
-  std::memset(p, 0, bytes);
-  pool->data_.reset(static_cast<uint8_t*>(p));
+  // Committed now, not by the first steps that touch it: a worker whose KV does not fit
+  // fails at start with this error, not later by the OOM killer, and no step pays the faults.
+  if (madvise(p, rounded, MADV_POPULATE_WRITE) != 0) {
+    if (errno != EINVAL) return cannot("commit");
+    for (size_t i = 0; i < rounded; i += 4096) reinterpret_cast<volatile uint8_t*>(p)[i] = 0;  // kernels before 5.14
+  }
   return pool;
 }
 
