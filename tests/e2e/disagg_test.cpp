@@ -119,9 +119,9 @@ TEST(Disagg, CancelMidTransferFreesBothSides) {
 }
 
 TEST(Disagg, ADecodeWorkerKilledUnderThirtyTwoStreamsFailsOver) {
-  // Heartbeats every 200 ms, dead after 3 missed.
+  // Heartbeats every kQuickHeartbeatMs, dead after 3 missed.
   // No restarts: this is about failover to the survivor (tandem up would restart the victim).
-  Deployment d({"--prefill", "1", "--decode", "2", "--threads", "1", "--heartbeat-ms", "200", "--kv-memory", "67108864",
+  Deployment d({"--prefill", "1", "--decode", "2", "--threads", "1", "--heartbeat-ms", test::kQuickHeartbeat, "--kv-memory", "67108864",
                 "--oversubscribe", "--max-restarts", "0"});
   ASSERT_TRUE(d.ok());
   auto client = d.client();
@@ -140,7 +140,7 @@ TEST(Disagg, ADecodeWorkerKilledUnderThirtyTwoStreamsFailsOver) {
   ASSERT_GT(victim.running, 0u);
   const auto killed_at = std::chrono::steady_clock::now();
   test::signal_one(static_cast<pid_t>(victim.pid), SIGKILL);
-  // Declared dead after 3 x 200 ms; its sequences are recomputed (prompt + tokens so far) on
+  // Declared dead after 3 heartbeat periods; its sequences are recomputed (prompt + tokens so far) on
   // the prefill worker and handed to the surviving decode worker: exact continuations.
   for (uint32_t i = 0; i < 32; ++i) {
     Collected rest = collect(*streams[i], 60s);
@@ -167,7 +167,7 @@ TEST(Disagg, ADecodeWorkerKilledUnderThirtyTwoStreamsFailsOver) {
 }
 
 TEST(Disagg, TheLastDecodeWorkerKilledEndsStreamsWithErrorsNotHangs) {
-  Deployment d({"--prefill", "1", "--decode", "1", "--threads", "1", "--heartbeat-ms", "200", "--kv-memory", "67108864",
+  Deployment d({"--prefill", "1", "--decode", "1", "--threads", "1", "--heartbeat-ms", test::kQuickHeartbeat, "--kv-memory", "67108864",
                 "--max-restarts", "0"});
   ASSERT_TRUE(d.ok());
   auto client = d.client();

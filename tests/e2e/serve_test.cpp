@@ -213,7 +213,7 @@ TEST(Serve, ALongPromptNeverStallsRunningStreams) {
 }
 
 TEST(Serve, StreamsOfAKilledWorkerContinueExactlyOnTheOther) {
-  Deployment d({"--workers", "2", "--threads", "1", "--heartbeat-ms", "200", "--kv-memory", "67108864",
+  Deployment d({"--workers", "2", "--threads", "1", "--heartbeat-ms", test::kQuickHeartbeat, "--kv-memory", "67108864",
                 "--max-restarts", "0"});  // no restart: the survivor alone serves
   ASSERT_TRUE(d.ok());
   auto client = d.client();
@@ -253,7 +253,7 @@ TEST(Serve, AWorkerWithAnotherModelIsRefusedWithAClearError) {
   const pid_t w = spawn({bin, "--model", test::model_file("tiny", 2), "--scheduler", d.worker_endpoint(), "--threads", "1"},
                         dir + "/w.out");
   int status = 0;
-  for (int i = 0; i < 1000 && waitpid(w, &status, WNOHANG) == 0; ++i) std::this_thread::sleep_for(20ms);
+  for (int i = 0; i < 3000 && waitpid(w, &status, WNOHANG) == 0; ++i) std::this_thread::sleep_for(20ms);  // 60 s: sanitizers
   if (waitpid(w, &status, WNOHANG) == 0) {
     test::signal_one(w, SIGKILL);
     waitpid(w, &status, 0);

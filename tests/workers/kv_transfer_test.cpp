@@ -82,8 +82,9 @@ TEST(KvTransfer, BlocksArriveExactlyInTheReservedBlocks) {
   // Nothing else changed.
   auto ref = engine::KvPool::create(config, 64).value();
   fill(*ref, 2);
-  for (int32_t b = 0; b < 64; ++b)
+  for (int32_t b = 0; b < 64; ++b) {
     if (std::find(to.begin(), to.end(), b) == to.end()) EXPECT_TRUE(same_block(*ref, b, *dst, b)) << b;
+  }
 }
 
 TEST(KvTransfer, MismatchesAreRefusedAndThePoolIsUntouched) {
