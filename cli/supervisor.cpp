@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -30,9 +31,13 @@ void on_signal(int sig) {
   g_signals = g_signals + 1;
 }
 
-void say(const char* fmt, auto... args) {
+__attribute__((format(printf, 1, 2))) void say(const char* fmt, ...);
+void say(const char* fmt, ...) {
   std::printf("tandem: ");
-  std::printf(fmt, args...);
+  va_list args;
+  va_start(args, fmt);
+  std::vprintf(fmt, args);
+  va_end(args);
   std::printf("\n");
   std::fflush(stdout);
 }

@@ -502,7 +502,6 @@ void HttpSession::handle_data(const std::string& payload) {
 void HttpSession::fail(std::string why) {
   if (finished_) return;
   finished_ = true;
-  beast::error_code ignored;
   stream_->close();
   tracker_->finish(Outcome::kFailed, "error", std::move(why), prompt_tokens_);
 }

@@ -6,6 +6,23 @@
 #include <string>
 #include <vector>
 
+// The sanitizer this build runs under: GCC defines __SANITIZE_ADDRESS__ and
+// __SANITIZE_THREAD__, clang answers __has_feature.
+#if defined(__SANITIZE_ADDRESS__)
+#define TANDEM_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TANDEM_TEST_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define TANDEM_TEST_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TANDEM_TEST_TSAN 1
+#endif
+#endif
+
 namespace tandem::test {
 
 // A fresh folder under the system temp dir, removed when the process exits.

@@ -234,7 +234,7 @@ TEST(Bench, PercentilesMatchAScriptedServer) {
   // Every summary figure (mean, p50, p90, p99, max of TTFT, ITL, TPOT, E2E) within 1 ms of
   // the mock's own send times (Release; 2 ms under ASan). A run in which either thread was preempted (a shared 2-core
   // machine) shows it as one late sample of several ms: the run is repeated, at most 3 times.
-#ifdef __SANITIZE_ADDRESS__
+#ifdef TANDEM_TEST_ASAN
   const double tol = 2.0;  // ASan build: parsing HTTP on both sides costs ~0.5-1 ms more per request
 #else
   const double tol = 1.0;

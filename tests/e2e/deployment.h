@@ -27,7 +27,7 @@ namespace tandem::test {
 // The heartbeat period of the tests that stop or kill workers: short, so that a death is
 // seen fast. Longer under ThreadSanitizer: its 5-15x slowdown, on a 2-core host running two
 // deployments, can keep a busy worker off the CPU for more than 3 short periods.
-#if defined(__SANITIZE_THREAD__)
+#ifdef TANDEM_TEST_TSAN
 inline constexpr int kQuickHeartbeatMs = 500;
 #else
 inline constexpr int kQuickHeartbeatMs = 200;

@@ -112,7 +112,8 @@ class AttentionShapes : public ::testing::TestWithParam<std::tuple<uint32_t, uin
 
 TEST_P(AttentionShapes, VariantsAgreeBitwiseWithReference) {
   std::mt19937 rng(11);
-  const auto [hd, bt, n_q] = GetParam();
+  // (std::get, not a structured binding: clang 14 cannot capture those in the lambdas below)
+  const uint32_t hd = std::get<0>(GetParam()), bt = std::get<1>(GetParam()), n_q = std::get<2>(GetParam());
   const uint32_t n_blocks = 12;
   const size_t block_stride = size_t{2} * hd * bt;  // K then V of one head
   auto pool = random_vec(block_stride * n_blocks, rng, 0.5f);
@@ -155,7 +156,9 @@ class QuantAttentionShapes
 
 TEST_P(QuantAttentionShapes, VariantsAgreeBitwiseWithReference) {
   std::mt19937 rng(13);
-  const auto [hd, bt, n_q, bits, group] = GetParam();
+  const auto& param = GetParam();  // (see above: no structured binding)
+  const uint32_t hd = std::get<0>(param), bt = std::get<1>(param), n_q = std::get<2>(param), bits = std::get<3>(param),
+                 group = std::get<4>(param);
   ModelConfig c;
   c.dim = hd;
   c.n_heads = 1;
