@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -192,31 +194,42 @@ TEST(KvQuantModel, LogitsStayCloseToF32Kv) {
   EXPECT_GT(q8, 0.0);  // quantization happened
 }
 
-// Greedy continuations of 32 prompts x 64 steps, all 32 sequences in every step. With
+using Prompts = std::vector<std::vector<int32_t>>;
+
+// 32 prompts of 12 random tokens (prompt s from seed + s).
+Prompts random_prompts(const Engine& e, uint32_t seed = 1000) {
+  Prompts p;
+  for (uint32_t s = 0; s < 32; ++s) p.push_back(random_tokens(12, e.config().vocab_size, seed + s));
+  return p;
+}
+
+// Greedy continuations of the prompts x 64 steps, all sequences in every step. With
 // `forced`, each step is fed forced[s][i] instead of its own pick (teacher forcing: the
 // argmax of every position under the same history).
-std::vector<std::vector<int32_t>> greedy(Engine& e, const KvFormat& format,
-                                         const std::vector<std::vector<int32_t>>* forced = nullptr,
-                                         uint32_t prompt_seed = 1000) {
-  constexpr uint32_t kSeqs = 32, kPrompt = 12, kSteps = 64, kBlocks = (kPrompt + kSteps + 15) / 16;
-  auto pool = KvPool::create(e.config(), kSeqs * kBlocks, 16, format).value();
-  std::vector<std::vector<int32_t>> prompts, tables, out(kSeqs);
-  for (uint32_t s = 0; s < kSeqs; ++s) {
-    prompts.push_back(random_tokens(kPrompt, e.config().vocab_size, prompt_seed + s));
-    tables.emplace_back(kBlocks);
-    std::iota(tables.back().begin(), tables.back().end(), static_cast<int32_t>(s * kBlocks));
-  }
+std::vector<std::vector<int32_t>> greedy(Engine& e, const KvFormat& format, const Prompts& prompts,
+                                         const std::vector<std::vector<int32_t>>* forced = nullptr) {
+  constexpr uint32_t kSteps = 64;
+  const auto n = static_cast<uint32_t>(prompts.size());
+  size_t longest = 0;
+  for (const auto& p : prompts) longest = std::max(longest, p.size());
+  const auto blocks = static_cast<uint32_t>((longest + kSteps + 15) / 16);
+  auto pool = KvPool::create(e.config(), n * blocks, 16, format).value();
+  std::vector<std::vector<int32_t>> tables, out(n);
   std::vector<SeqStep> step;
-  for (uint32_t s = 0; s < kSeqs; ++s) step.push_back({prompts[s], 0, tables[s], 1});
-  std::vector<int32_t> last(kSeqs);
+  for (uint32_t s = 0; s < n; ++s) {
+    tables.emplace_back(blocks);
+    std::iota(tables.back().begin(), tables.back().end(), static_cast<int32_t>(s * blocks));
+    step.push_back({prompts[s], 0, tables[s], 1});
+  }
+  std::vector<int32_t> last(n);
   for (uint32_t i = 0; i < kSteps; ++i) {
     EXPECT_TRUE(e.forward(step, *pool).is_ok());
-    for (uint32_t s = 0; s < kSeqs; ++s) {
+    for (uint32_t s = 0; s < n; ++s) {
       const auto l = e.logits(s);
       last[s] = static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
       out[s].push_back(last[s]);
       if (forced) last[s] = (*forced)[s][i];
-      step[s] = {std::span<const int32_t>(&last[s], 1), kPrompt + i, tables[s], 1};
+      step[s] = {std::span<const int32_t>(&last[s], 1), static_cast<uint32_t>(prompts[s].size()) + i, tables[s], 1};
     }
   }
   return out;
@@ -229,17 +242,27 @@ double agreement(const std::vector<std::vector<int32_t>>& a, const std::vector<s
   return double(same) / total;
 }
 
+struct Agreement {
+  double free_run, forced;
+};
+
+// Both measures of `format` against F32 KV's greedy tokens `f32` for the same prompts.
+Agreement measure(Engine& e, const KvFormat& format, const Prompts& prompts, const std::vector<std::vector<int32_t>>& f32) {
+  return {agreement(f32, greedy(e, format, prompts)), agreement(f32, greedy(e, format, prompts, &f32))};
+}
+
 // Two measures: free-running (each run feeds its own picks, so one early difference changes
 // every later position of that sequence) and teacher-forced (both fed F32 KV's tokens: the
 // fraction of positions whose next-token pick is the same).
 TEST(KvQuantModel, GreedyTokensAgreeWithF32Kv) {
   auto e = load_tiny();
-  const auto f32 = greedy(*e, {});
+  const Prompts prompts = random_prompts(*e);
+  const auto f32 = greedy(*e, {}, prompts);
   double free_run[3], forced[3];
   const KvFormat formats[3] = {{8, 64, false}, {4, 64, false}, {4, 64, true}};
   for (int i = 0; i < 3; ++i) {
-    free_run[i] = agreement(f32, greedy(*e, formats[i]));
-    forced[i] = agreement(f32, greedy(*e, formats[i], &f32));
+    const Agreement a = measure(*e, formats[i], prompts, f32);
+    free_run[i] = a.free_run, forced[i] = a.forced;
     std::printf("%-14s greedy tokens equal to F32 KV's (32 prompts x 64 steps): free-running %.1f%%, "
                 "teacher-forced %.1f%%\n", formats[i].to_string().c_str(), 100 * free_run[i], 100 * forced[i]);
   }
@@ -263,9 +286,9 @@ TEST(KvQuantModel, GreedyAgreementOverEightPromptSets) {
   double sum = 0, lo = 1, hi = 0;
   for (uint32_t set = 0; set < 8; ++set) {
     const uint32_t seed = 1000 + 32 * set;
-    const auto f32 = greedy(*e, {}, nullptr, seed);
-    const double free_run = agreement(f32, greedy(*e, q8, nullptr, seed));
-    const double forced = agreement(f32, greedy(*e, q8, &f32, seed));
+    const Prompts prompts = random_prompts(*e, seed);
+    const auto f32 = greedy(*e, {}, prompts);
+    const auto [free_run, forced] = measure(*e, q8, prompts, f32);
     std::printf("q8/g64 prompt set %u: free-running %.1f%%, teacher-forced %.1f%%\n", set, 100 * free_run, 100 * forced);
     EXPECT_GE(forced, 0.95) << "set " << set;
     sum += free_run, lo = std::min(lo, free_run), hi = std::max(hi, free_run);
@@ -275,14 +298,94 @@ TEST(KvQuantModel, GreedyAgreementOverEightPromptSets) {
   RecordProperty("q8_free_running_mean", std::to_string(sum / 8));
 }
 
+// The tiny architecture trained on English text (scripts/train-tiny.py: Vim's help files,
+// held-out loss 1.26 nats per byte): its logits are peaked like a real model's, where the
+// random presets' are nearly flat and one near-tie flips a whole free-running sequence.
+std::unique_ptr<Engine> load_trained(GemmBackend gemm = GemmBackend::kPacked) {
+  return std::move(Engine::load(std::string(TANDEM_SOURCE_DIR) + "/tests/data/tiny-trained.gguf", {2, gemm}).value());
+}
+
+// Set `set` of 8 disjoint sets of 32 prompts: BOS, then 48 bytes (token = byte + 3) of text
+// the model was not trained on (tests/data/heldout.txt, the held-out tails of the corpus).
+Prompts text_prompts(uint32_t set) {
+  std::ifstream in(std::string(TANDEM_SOURCE_DIR) + "/tests/data/heldout.txt", std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  constexpr size_t kLen = 48;
+  EXPECT_GT(text.size(), 256 * kLen);
+  const size_t stride = (text.size() - kLen) / 256;
+  Prompts p;
+  for (uint32_t s = 0; s < 32; ++s) {
+    std::vector<int32_t> prompt = {1};
+    for (size_t i = 0; i < kLen; ++i) prompt.push_back(static_cast<uint8_t>(text[(set * 32 + s) * stride + i]) + 3);
+    p.push_back(std::move(prompt));
+  }
+  return p;
+}
+
+// The measure on a model with real (peaked) logits: 32 text prompts x 64 greedy
+// steps, 8-bit and 4-bit KV against F32 KV. Measured: q8 free-running 75.5%, teacher-forced
+// 99.2% (the worst of the 8 sets below). The 95% free-running target is not met: this
+// byte-level model has many near-ties between its top two logits (2.9% of held-out positions
+// within 0.05), and 8-bit KV moves logits by a median 0.05, flipping 0.5% of positions
+// (scripts/kv-quant-sim.py, the same quantization in float64 torch); one flip sends a
+// free-running sequence elsewhere for good.
+TEST(KvQuantModel, TrainedModelGreedyTokensAgreeWithF32Kv) {
+  auto e = load_trained();
+  const Prompts prompts = text_prompts(0);
+  const auto f32 = greedy(*e, {}, prompts);
+  double free_run[2], forced[2];
+  const KvFormat formats[2] = {{8, 64, false}, {4, 64, false}};
+  for (int i = 0; i < 2; ++i) {
+    const Agreement a = measure(*e, formats[i], prompts, f32);
+    free_run[i] = a.free_run, forced[i] = a.forced;
+    std::printf("trained tiny, %-7s greedy tokens equal to F32 KV's (32 text prompts x 64 steps): free-running %.1f%%, "
+                "teacher-forced %.1f%%\n", formats[i].to_string().c_str(), 100 * free_run[i], 100 * forced[i]);
+  }
+  RecordProperty("trained_q8_free_running", std::to_string(free_run[0]));
+  RecordProperty("trained_q8_teacher_forced", std::to_string(forced[0]));
+  EXPECT_GE(forced[0], 0.99);
+  EXPECT_GE(forced[1], 0.85);
+}
+
+// The same over 8 disjoint sets of 32 text prompts, with the floor of the free-running
+// measure: the same F32 model through OpenBLAS's GEMM, whose logits differ from the packed
+// kernels' only by summation order (~1e-6). A measurement (about 40 s), not a CI test:
+//   build/release/tests/kv_quant_test --gtest_also_run_disabled_tests --gtest_filter='*EightTextPromptSets*'
+TEST(KvQuantModel, DISABLED_TrainedModelOverEightTextPromptSets) {
+  auto e = load_trained();
+  auto blas = load_trained(GemmBackend::kOpenBlas);
+  const KvFormat formats[3] = {{8, 64, false}, {4, 64, false}, {4, 64, true}};
+  double sum[3] = {}, lo[3] = {1, 1, 1}, forced_lo[3] = {1, 1, 1}, blas_sum = 0, blas_lo = 1;
+  for (uint32_t set = 0; set < 8; ++set) {
+    const Prompts prompts = text_prompts(set);
+    const auto f32 = greedy(*e, {}, prompts);
+    const double floor = agreement(f32, greedy(*blas, {}, prompts));
+    blas_sum += floor, blas_lo = std::min(blas_lo, floor);
+    for (int i = 0; i < 3; ++i) {
+      const auto [free_run, forced] = measure(*e, formats[i], prompts, f32);
+      std::printf("set %u, %-14s free-running %.1f%%, teacher-forced %.1f%%\n", set, formats[i].to_string().c_str(),
+                  100 * free_run, 100 * forced);
+      sum[i] += free_run, lo[i] = std::min(lo[i], free_run), forced_lo[i] = std::min(forced_lo[i], forced);
+    }
+  }
+  for (int i = 0; i < 3; ++i)
+    std::printf("trained tiny, %-14s over 8 x 32 text prompts x 64 steps: free-running mean %.1f%% (worst set %.1f%%), "
+                "teacher-forced worst set %.1f%%\n", formats[i].to_string().c_str(), 100 * sum[i] / 8, 100 * lo[i],
+                100 * forced_lo[i]);
+  std::printf("trained tiny, F32 KV through OpenBLAS's GEMM instead of the packed kernels: free-running mean %.1f%% "
+              "(worst set %.1f%%)\n", 100 * blas_sum / 8, 100 * blas_lo);
+  EXPECT_GE(forced_lo[0], 0.99);
+}
+
 // The same measurement on the small preset (head_dim 64: groups of 64 as configured, 30
 // layers). A measurement, not a CI test (about a minute on 2 cores): run it with
 //   build/release/tests/kv_quant_test --gtest_also_run_disabled_tests --gtest_filter='*SmallPreset*'
 TEST(KvQuantModel, DISABLED_GreedyTokensAgreeWithF32KvOnTheSmallPreset) {
   auto e = std::move(Engine::load(test::model_file("small", 1), {2, GemmBackend::kPacked}).value());
-  const auto f32 = greedy(*e, {});
+  const Prompts prompts = random_prompts(*e);
+  const auto f32 = greedy(*e, {}, prompts);
   for (const KvFormat& f : {KvFormat{8, 64, false}, KvFormat{8, 64, true}, KvFormat{4, 64, false}}) {
-    const double free_run = agreement(f32, greedy(*e, f)), forced = agreement(f32, greedy(*e, f, &f32));
+    const auto [free_run, forced] = measure(*e, f, prompts, f32);
     std::printf("small, %-14s greedy tokens equal to F32 KV's (32 prompts x 64 steps): free-running %.1f%%, "
                 "teacher-forced %.1f%%\n", f.to_string().c_str(), 100 * free_run, 100 * forced);
     // Measured: q8 free-running 57.8%, teacher-forced 98.0%. This model's weights are random:
