@@ -58,7 +58,7 @@ std::string to_json(const StatusInfo& s) {
            ",\"kv_blocks_cached\":" + std::to_string(w.kv_blocks_cached) + ",\"kv_evictions\":" + std::to_string(w.kv_evictions) +
            ",\"running\":" + std::to_string(w.running) +
            ",\"steps\":" + std::to_string(w.steps) + ",\"tokens\":" + std::to_string(w.tokens) +
-           ",\"idle_share\":" + json_number(w.idle_share) + "}";
+           ",\"idle_share\":" + json_number(w.idle_share) + ",\"last_heard_ms\":" + std::to_string(w.last_heard_ms) + "}";
   }
   out += "]}\n";
   return out;
@@ -77,13 +77,14 @@ void print_table(const StatusInfo& s) {
               (unsigned long long)s.requests_finished_last_minute, s.draining ? "; DRAINING" : "");
   std::printf("prefix cache: %.1f%% of %llu prompt tokens served from cached blocks\n", 100.0 * s.prefix_hit_rate,
               (unsigned long long)s.prompt_tokens);
-  std::printf("%-7s %-8s %-8s %-6s %-22s %-10s %-8s %-10s %-12s %s\n", "worker", "role", "pid", "alive",
+  std::printf("%-7s %-8s %-8s %-12s %-22s %-10s %-8s %-10s %-12s %s\n", "worker", "role", "pid", "heard",
               "kv free/cached/total", "evictions", "running", "steps", "tokens", "idle");
   for (const WorkerInfo& w : s.workers) {
     const std::string kv = std::to_string(w.kv_blocks_free) + "/" + std::to_string(w.kv_blocks_cached) + "/" +
                            std::to_string(w.kv_blocks_total);
-    std::printf("%-7u %-8s %-8u %-6s %-22s %-10llu %-8u %-10llu %-12llu %.1f%%\n", w.id, w.role.c_str(), w.pid,
-                w.alive ? "yes" : "no", kv.c_str(), (unsigned long long)w.kv_evictions, w.running,
+    const std::string heard = std::to_string(w.last_heard_ms) + " ms ago";
+    std::printf("%-7u %-8s %-8u %-12s %-22s %-10llu %-8u %-10llu %-12llu %.1f%%\n", w.id, w.role.c_str(), w.pid,
+                heard.c_str(), kv.c_str(), (unsigned long long)w.kv_evictions, w.running,
                 (unsigned long long)w.steps, (unsigned long long)w.tokens, 100.0 * w.idle_share);
   }
   if (s.workers.empty()) std::printf("(no workers registered)\n");

@@ -173,6 +173,7 @@ StatusInfo from_wire(const v1::StatusReply& s) {
     wi.compute_us = w.compute_us();
     wi.kv_blocks_cached = w.kv_blocks_cached();
     wi.kv_evictions = w.kv_evictions();
+    wi.last_heard_ms = w.last_heard_ms();
     info.workers.push_back(std::move(wi));
   }
   info.queued = s.queued();

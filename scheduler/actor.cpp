@@ -449,6 +449,7 @@ class Actor final : public Sink {
     reply_.set_version(kVersion);
     v1::StatusReply* s = reply_.mutable_status();
     s->set_query_id(query_id);
+    const int64_t now = runtime::now_us();
     for (const Core::WorkerView& w : core_.workers()) {
       v1::WorkerStatus* ws = s->add_workers();
       ws->set_worker_id(w.id);
@@ -466,7 +467,11 @@ class Actor final : public Sink {
       ws->set_kv_evictions(w.evictions);
       ws->set_role(role_name(w.role));
       auto it = worker_identity_.find(w.id);
-      if (it != worker_identity_.end()) ws->set_pid(worker_by_identity_[it->second].pid);
+      if (it != worker_identity_.end()) {
+        const WorkerPeer& peer = worker_by_identity_[it->second];
+        ws->set_pid(peer.pid);
+        ws->set_last_heard_ms(static_cast<uint32_t>(std::clamp<int64_t>((now - peer.last_seen_us) / 1000, 0, UINT32_MAX)));
+      }
     }
     const CoreStats& cs = core_.stats();
     s->set_queued(core_.queued());

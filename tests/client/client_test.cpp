@@ -600,6 +600,7 @@ TEST(Client, StatusRoundTrip) {
     w->set_steps(98);
     w->set_tokens(1200);
     w->set_idle_share(0.125);
+    w->set_last_heard_ms(321);
     fake.send(got->identity, r);
   });
   auto info = client->status(5s);
@@ -628,6 +629,7 @@ TEST(Client, StatusRoundTrip) {
   EXPECT_EQ(w.running, 3u);
   EXPECT_EQ(w.steps, 98u);
   EXPECT_EQ(w.tokens, 1200u);
+  EXPECT_EQ(w.last_heard_ms, 321u);
   EXPECT_DOUBLE_EQ(w.idle_share, 0.125);
 
   // Unanswered: UNAVAILABLE within the timeout.
@@ -869,12 +871,13 @@ TEST(StatusCommand, Json) {
   w->set_worker_id(0);
   w->set_role("both");
   w->set_idle_share(0.5);
+  w->set_last_heard_ms(250);
   fake.send(got->identity, r);
   std::string out;
   EXPECT_EQ(finish(child, out), 0);
   EXPECT_NE(out.find("\"ready\":true,\"queued\":1,"), std::string::npos) << out;
   EXPECT_NE(out.find("\"role\":\"both\""), std::string::npos) << out;
-  EXPECT_NE(out.find("\"idle_share\":0.5}"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"idle_share\":0.5,\"last_heard_ms\":250}"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -56,6 +56,17 @@ TEST(Hardening, AStoppedWorkerIsDeclaredDeadFencedAndRegistersAgain) {
   ASSERT_GT(victim.running, 0u);
   ASSERT_EQ(test::signal_one(static_cast<pid_t>(victim.pid), SIGSTOP), 0);
   const auto stopped_at = std::chrono::steady_clock::now();
+  // One period later it is not dead yet (3 periods), but the status shows how long it has
+  // been silent: at least that period.
+  std::this_thread::sleep_for(std::chrono::milliseconds(test::kQuickHeartbeatMs));
+  bool listed = false;
+  const StatusInfo silent = client->status(5s).value();
+  for (const WorkerInfo& w : silent.workers) {
+    if (w.id != victim.id) continue;
+    listed = true;
+    EXPECT_GE(w.last_heard_ms, static_cast<uint32_t>(test::kQuickHeartbeatMs));
+  }
+  EXPECT_TRUE(listed) << "declared dead within one heartbeat period";
   const StatusInfo dead = wait_status(*client, [](const StatusInfo& s) { return s.workers.size() == 1; });
   const double detected_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped_at).count();
   EXPECT_EQ(dead.workers.size(), 1u);

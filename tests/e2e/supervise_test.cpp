@@ -267,7 +267,7 @@ TEST(Drain, TheDrainCommandStopsTheDeploymentWithExitZero) {
   ASSERT_EQ(test::wait_for(status, 30s), 0);
   const std::string json = test::slurp(dir + "/status.out");
   for (const char* field : {"\"draining\":false", "\"tokens_per_s_last_minute\":", "\"requests_finished_last_minute\":",
-                            "\"role\":\"both\"", "\"alive\":true", "\"kv_blocks_free\":", "\"queued\":0"})
+                            "\"role\":\"both\"", "\"alive\":true", "\"last_heard_ms\":", "\"kv_blocks_free\":", "\"queued\":0"})
     EXPECT_NE(json.find(field), std::string::npos) << field << " in " << json;
   const pid_t drain = test::spawn({TANDEM_TANDEM_BIN, "drain", "--endpoint", d.endpoint(), "--wait"}, dir + "/drain.out");
   EXPECT_EQ(test::wait_for(drain, 60s), 0) << test::slurp(dir + "/drain.out") << test::slurp(dir + "/drain.out.err");

@@ -129,6 +129,7 @@ struct WorkerInfo {
   uint64_t idle_us = 0, compute_us = 0;  // cumulative pipeline idle and compute time
   uint32_t kv_blocks_cached = 0;  // prefix cache; free + cached + in use = total
   uint64_t kv_evictions = 0;
+  uint32_t last_heard_ms = 0;  // since the scheduler last heard from it (dead past liveness x heartbeat)
 };
 
 struct StatusInfo {
