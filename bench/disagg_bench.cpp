@@ -90,7 +90,7 @@ void transfer_throughput(const model::ModelConfig& config, uint32_t positions, i
       header.set_version(1);
       header.set_positions(positions);
       runtime::Frames frames;
-      worker::pack_transfer(*src, table, header, frames);
+      worker::pack_transfer(*src, table, {}, header, frames);
       size_t received = 0;
       Status unpacked = Status::ok();
       const auto t0 = Clock::now();
@@ -101,7 +101,7 @@ void transfer_throughput(const model::ModelConfig& config, uint32_t positions, i
           v1::KvTransfer h;
           unpacked = runtime::parse_frame(in[0], h);
           if (unpacked) {
-            auto r = worker::unpack_transfer(*dst, h, dest, in);
+            auto r = worker::unpack_transfer(*dst, h, dest, {}, in);
             if (!r) unpacked = r.status();
           }
         }

@@ -171,37 +171,52 @@ void BM_GemmsOnly(benchmark::State& state) {
 // --- KV cache formats (--kv) ------------------------------------------------------------
 
 // Sizes of the KV formats on this model, and decode steps at batch 16 and 64 (context 512,
-// as BM_Decode) for F32, 8-bit and 4-bit KV (group 64), measured alternating round by
-// round (one step each per round) so the ratios see the same noise. Each step is followed by its weight GEMMs alone.
+// as BM_Decode) for F32, 8-bit and 4-bit KV (group 64; with the F32 open block, the
+// default, and without), measured alternating round by round (one step each per round) so
+// the ratios see the same noise. Each step is followed by its weight GEMMs alone.
 int run_kv_section(uint32_t threads, uint32_t rounds) {
   Engine& e = engine_for(threads);
   const ModelConfig& c = e.config();
-  const KvFormat formats[3] = {{0, 64, false}, {8, 64, false}, {4, 64, false}};
+  constexpr int kFormats = 5;
+  const KvFormat formats[kFormats] = {{0, 64}, {8, 64}, {8, 64, false, false}, {4, 64}, {4, 64, false, false}};
   const size_t gib = size_t{1} << 30;
   const size_t f32_block = KvPool::bytes_per_block(c, 16, formats[0]);
   std::printf("KV formats on %s (%u layers x %u KV heads x head_dim %u, blocks of 16 tokens)\n", g_model.c_str(),
               c.n_layers, c.n_kv_heads, c.head_dim());
-  std::printf("  %-8s %12s %12s %10s %28s\n", "format", "bytes/token", "bytes/block", "vs f32", "1024-token seqs in 1 GiB");
+  std::printf("  %-13s %12s %12s %10s %12s %28s\n", "format", "bytes/token", "bytes/block", "vs f32", "tail blocks",
+              "1024-token seqs in 1 GiB");
   for (const KvFormat& f : formats) {
     const size_t block = KvPool::bytes_per_block(c, 16, f);
-    std::printf("  %-8s %12zu %12zu %9.2fx %28u\n", f.to_string().c_str(), block / 16, block, double(f32_block) / block,
-                KvPool::blocks_for_bytes(c, gib, 16, f) / (1024 / 16));
+    const uint32_t tail = KvPool::tail_blocks_for(c, 16, f);
+    std::printf("  %-13s %12zu %12zu %9.2fx %12u %28u\n", f.to_string().c_str(), block / 16, block,
+                double(f32_block) / block, tail, KvPool::blocks_for_bytes(c, gib, 16, f) / (1024 / 16 + tail));
   }
 
   const uint32_t ctx = 512, per_seq = ctx / 16, max_batch = 64, steps_per_round = 1;
   const uint32_t batches[2] = {16, 64};
   std::vector<std::unique_ptr<KvPool>> pools;
-  for (const KvFormat& f : formats) pools.push_back(KvPool::create(c, max_batch * per_seq, 16, f).value());
   DecodeStep decode(max_batch, ctx);
-  const std::vector<SeqStep>& step = decode.step;
-  double step_s[2][3] = {}, gemm_s[2][3] = {};
+  // Per format: the same steps, with each sequence's tail after all the positions' blocks
+  // (held rows: the 15 positions of the open block before this one).
+  std::vector<std::vector<SeqStep>> steps(kFormats, decode.step);
+  std::vector<std::vector<std::vector<int32_t>>> tails(kFormats);
+  for (int fi = 0; fi < kFormats; ++fi) {
+    const uint32_t tail = KvPool::tail_blocks_for(c, 16, formats[fi]);
+    pools.push_back(KvPool::create(c, max_batch * (per_seq + tail), 16, formats[fi]).value());
+    for (uint32_t b = 0; b < max_batch && tail; ++b) {
+      tails[fi].emplace_back(tail);
+      std::iota(tails[fi].back().begin(), tails[fi].back().end(), static_cast<int32_t>(max_batch * per_seq + b * tail));
+    }
+    for (uint32_t b = 0; b < max_batch && tail; ++b) steps[fi][b].tail = tails[fi][b], steps[fi][b].tail_end = ctx - 1;
+  }
+  double step_s[2][kFormats] = {}, gemm_s[2][kFormats] = {};
   using clock = std::chrono::steady_clock;
   for (uint32_t r = 0; r <= rounds; ++r)  // round 0 warms up and is not counted
     for (int bi = 0; bi < 2; ++bi)
-      for (int fi = 0; fi < 3; ++fi)
+      for (int fi = 0; fi < kFormats; ++fi)
         for (uint32_t i = 0; i < steps_per_round; ++i) {
           const auto t0 = clock::now();
-          if (!e.forward(std::span(step).first(batches[bi]), *pools[fi]).is_ok()) return 1;
+          if (!e.forward(std::span(steps[fi]).first(batches[bi]), *pools[fi]).is_ok()) return 1;
           const auto t1 = clock::now();
           e.run_gemms_only(batches[bi], batches[bi]);
           const auto t2 = clock::now();
@@ -213,11 +228,11 @@ int run_kv_section(uint32_t threads, uint32_t rounds) {
   std::printf("decode, context %u, %u threads, kernels %s, %u rounds x %u steps per setting, alternating\n", ctx,
               threads, kernels::best().name, rounds, steps_per_round);
   for (int bi = 0; bi < 2; ++bi)
-    for (int fi = 0; fi < 3; ++fi) {
+    for (int fi = 0; fi < kFormats; ++fi) {
       const double tps = batches[bi] * n_steps / step_s[bi][fi];
       const double base = batches[bi] * n_steps / step_s[bi][0];
       const double rest_ms = (step_s[bi][fi] - gemm_s[bi][fi]) / n_steps * 1e3;
-      std::printf("  batch %2u %-8s %8.1f tokens/s  %.2fx of f32   step / its GEMMs alone = %.2f   step - GEMMs = %.1f ms"
+      std::printf("  batch %2u %-13s %8.1f tokens/s  %.2fx of f32   step / its GEMMs alone = %.2f   step - GEMMs = %.1f ms"
                   " (KV read %.0f MB)\n", batches[bi], formats[fi].to_string().c_str(), tps, tps / base,
                   step_s[bi][fi] / gemm_s[bi][fi], rest_ms,
                   double(batches[bi]) * ctx * KvPool::bytes_per_block(c, 16, formats[fi]) / 16 / 1e6);

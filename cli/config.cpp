@@ -121,6 +121,12 @@ Status parse_worker(const toml::table& t, const std::string& prefix, WorkerGroup
       if (*s != "packed" && *s != "openblas")
         return Status::invalid(key + ": must be packed or openblas, got '" + *s + "'" + where(v.source()));
       g.flags["gemm"] = *s;
+    } else if (name == "kv_open_block") {
+      auto s = get_string(v, key);
+      if (!s) return s.status();
+      if (*s != "f32" && *s != "quantized")
+        return Status::invalid(key + ": must be f32 or quantized, got '" + *s + "'" + where(v.source()));
+      g.flags["kv-open-block"] = *s;
     } else if (name == "kv_quant_skip_last_layer") {
       if (!v.is_boolean()) return Status::invalid(key + ": must be true or false" + where(v.source()));
       // A switch: forwarded bare when true (an empty value), not at all when false.

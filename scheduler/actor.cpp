@@ -36,10 +36,12 @@ std::optional<Role> role_of(v1::WorkerRole role) {
 }
 
 // What two workers must agree on for KV to move between them: block size, storage
-// format (bits, group, last layer) and so bytes per block.
+// format (bits, group, last layer, F32 open block) and so bytes per block.
 std::string kv_format(const v1::Register& reg) {
   std::string f = reg.kv_bits() ? "q" + std::to_string(reg.kv_bits()) + "/g" + std::to_string(reg.kv_group_size()) : "f32";
   if (reg.kv_bits() && reg.kv_skip_last_layer()) f += "+f32-last";
+  if (reg.kv_bits() && reg.kv_tail_blocks() == 0) f += "+q-open";
+  if (reg.kv_tail_blocks()) f += " (F32 open block: " + std::to_string(reg.kv_tail_blocks()) + " tail blocks)";
   return f + ", " + std::to_string(reg.block_tokens()) + " tokens and " + std::to_string(reg.block_bytes()) +
          " bytes per block";
 }
@@ -389,7 +391,8 @@ class Actor final : public Sink {
     const uint32_t id = next_worker_id_++;
     worker_by_identity_[identity] = WorkerPeer{id, *role, reg.pid(), now, kv_format(reg)};
     worker_identity_[id] = identity;
-    core_.add_worker(id, WorkerInfo{*role, reg.kv_blocks(), reg.block_tokens(), reg.kv_endpoint()}, now);
+    core_.add_worker(id, WorkerInfo{*role, reg.kv_blocks(), reg.block_tokens(), reg.kv_endpoint(), reg.kv_tail_blocks()},
+                     now);
     command_.Clear();
     command_.set_version(kVersion);
     v1::RegisterReply* r = command_.mutable_register_reply();

@@ -14,6 +14,7 @@ struct Core::Placement {
   uint64_t seq_id = 0;
   uint32_t worker_id = 0;
   std::vector<int32_t> blocks;
+  std::vector<int32_t> tail;  // the worker's tail_blocks for this sequence (F32 open block)
   size_t blocks_sent = 0;  // blocks the worker has been told about
   uint32_t inflight = 0;   // plans in flight that include this sequence
   bool appeared = false;   // named in a plan: the worker holds state for it
@@ -57,6 +58,7 @@ struct Core::Request {
 struct Core::Worker {
   uint32_t id = 0;
   uint32_t block_tokens = 16;
+  uint32_t tail_blocks = 0;  // per sequence (WorkerInfo::tail_blocks)
   Role role = Role::kBoth;
   std::string kv_endpoint;
   BlockPool pool;
@@ -153,6 +155,7 @@ void Core::add_worker(uint32_t worker_id, const WorkerInfo& info, int64_t now_us
   w->block_tokens = info.block_tokens;
   w->role = info.role;
   w->kv_endpoint = info.kv_endpoint;
+  w->tail_blocks = info.tail_blocks;
   w->stats.registered_us = now_us;
   decode_workers_ += info.role == Role::kDecode;
   workers_[worker_id] = std::move(w);
@@ -327,6 +330,7 @@ void Core::retire(Placement& p) {
   if (wit != workers_.end()) {
     Worker& w = *wit->second;
     w.pool.release(p.blocks);
+    w.pool.release(p.tail);
     if (p.appeared) w.to_release.push_back(p.seq_id);
     w.running.erase(std::find(w.running.begin(), w.running.end(), &p));
     w.stats.running = static_cast<uint32_t>(w.running.size());
@@ -414,7 +418,7 @@ bool Core::place(Request& r, int64_t now_us) {
     // Headroom for the running sequences to grow (a block for every fourth of them), so a
     // new placement does not at once force a preemption: no thrashing.
     const uint32_t headroom = static_cast<uint32_t>(w->running.size() + 3) / 4;
-    const uint32_t fresh = blocks_for(target + 1, w->block_tokens) - static_cast<uint32_t>(hit.size());
+    const uint32_t fresh = blocks_for(target + 1, w->block_tokens) - static_cast<uint32_t>(hit.size()) + w->tail_blocks;
     if (w->pool.available() < fresh + hit_cached + headroom) continue;
     if (decode && (hit.empty() || target - hit.size() * w->block_tokens > config_.prefill_chunk)) continue;
     candidates.push_back({w.get(), std::move(hit)});
@@ -450,8 +454,10 @@ bool Core::place(Request& r, int64_t now_us) {
   p->owner = &r;
   p->blocks = chosen.hit;
   best->pool.ref(p->blocks);
-  if (!best->pool.allocate(blocks_for(target, best->block_tokens) - static_cast<uint32_t>(chosen.hit.size()), p->blocks)) {
+  if (!best->pool.allocate(blocks_for(target, best->block_tokens) - static_cast<uint32_t>(chosen.hit.size()), p->blocks) ||
+      !best->pool.allocate(best->tail_blocks, p->tail)) {
     best->pool.release(p->blocks);
+    best->pool.release(p->tail);
     return false;
   }
   const uint32_t cached = static_cast<uint32_t>(chosen.hit.size()) * best->block_tokens;
@@ -551,6 +557,7 @@ bool Core::build_plan(Worker& w) {
       s->set_logprobs(r->spec.logprobs);
       // A cached prefix: the worker takes its tokens as the sequence's history.
       if (r->fed > 0) s->mutable_history()->Add(r->tokens.begin(), r->tokens.begin() + r->fed);
+      s->mutable_tail_blocks()->Add(p.tail.begin(), p.tail.end());
       p.appeared = true;
     }
     r->fed += chunk;
@@ -594,7 +601,7 @@ void Core::schedule(int64_t now_us) {
     const uint32_t need = static_cast<uint32_t>(r.prompt_len) + r.spec.max_tokens;
     bool fits = false;
     for (const auto& [id, w] : workers_)
-      fits |= w->role != Role::kPrefill && need <= w->pool.total() * w->block_tokens;
+      fits |= w->role != Role::kPrefill && blocks_for(need, w->block_tokens) + w->tail_blocks <= w->pool.total();
     if (fits) break;
     finish(r, v1::FINISH_REASON_ERROR, v1::ERROR_CODE_UNAVAILABLE,
            "no remaining worker has KV room for " + std::to_string(need) + " tokens", now_us);
@@ -751,7 +758,7 @@ bool Core::start_handoff(Request& r, int64_t now_us) {
   for (auto& [id, w] : workers_) {
     if (w->role != Role::kDecode || w->running.size() >= config_.max_running || w->short_of_blocks) continue;
     const uint32_t headroom = static_cast<uint32_t>(w->running.size() + 3) / 4;
-    if (w->pool.available() < blocks_for(positions + 1, w->block_tokens) + headroom) continue;
+    if (w->pool.available() < blocks_for(positions + 1, w->block_tokens) + w->tail_blocks + headroom) continue;
     const double load = double(w->pool.used()) / double(w->pool.total());
     if (!best || load < best_load || (load == best_load && w->running.size() < best->running.size())) {
       best = w.get();
@@ -760,7 +767,12 @@ bool Core::start_handoff(Request& r, int64_t now_us) {
   }
   if (!best) return false;
   auto dp = std::make_unique<Placement>();
-  if (!best->pool.allocate(blocks_for(positions, best->block_tokens), dp->blocks)) return false;
+  if (!best->pool.allocate(blocks_for(positions, best->block_tokens), dp->blocks) ||
+      !best->pool.allocate(best->tail_blocks, dp->tail)) {
+    best->pool.release(dp->blocks);
+    best->pool.release(dp->tail);
+    return false;
+  }
   dp->seq_id = next_seq_++;
   dp->worker_id = best->id;
   dp->owner = &r;
@@ -782,6 +794,7 @@ bool Core::start_handoff(Request& r, int64_t now_us) {
   e->set_transfer_id(r.transfer_id);
   e->set_seq_id(dp->seq_id);
   e->mutable_blocks()->Add(dp->blocks.begin(), dp->blocks.end());
+  e->mutable_tail_blocks()->Add(dp->tail.begin(), dp->tail.end());
   sink_.send_command(best->id, cmd);
   cmd.Clear();
   v1::KvSend* k = cmd.mutable_kv_send();

@@ -50,6 +50,9 @@ struct WorkerInfo {
   uint32_t kv_blocks = 0;
   uint32_t block_tokens = 16;
   std::string kv_endpoint;  // kDecode: where prefill workers push KV
+  // Blocks each sequence takes besides its positions' (the F32 copy of its open block,
+  // engine::KvPool::tail_blocks); allocated with the sequence, freed with it.
+  uint32_t tail_blocks = 0;
 };
 
 // What the core sends. The actor serializes and routes; tests record.

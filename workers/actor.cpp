@@ -31,6 +31,8 @@ namespace v1 = tandem::v1;
 // What the worker keeps per live sequence: the scheduler owns everything else.
 struct Sequence {
   std::vector<int32_t> blocks;
+  std::vector<int32_t> tail;  // F32 open block (engine::SeqStep::tail); empty: none
+  int64_t tail_end = -1;
   std::vector<int32_t> tokens;  // every token fed so far (the repetition penalty's history)
   int32_t last = -1;            // the token sampled last: fed when a plan says "continue"
   model::SamplingParams sampling;
@@ -102,6 +104,7 @@ class Actor {
     r->set_kv_bits(pool_->format().bits);
     r->set_kv_group_size(pool_->format().group_size);
     r->set_kv_skip_last_layer(pool_->format().skip_last_layer);
+    r->set_kv_tail_blocks(pool_->tail_blocks());
     r->set_threads(options_.threads);
     r->set_pid(static_cast<uint32_t>(getpid()));
     r->set_name(options_.name);
@@ -178,6 +181,7 @@ class Actor {
         Expected& x = expected_[e.transfer_id()];
         x.seq_id = e.seq_id();
         x.blocks.assign(e.blocks().begin(), e.blocks().end());
+        x.tail.assign(e.tail_blocks().begin(), e.tail_blocks().end());
         auto early = std::find_if(early_.begin(), early_.end(), [&](const auto& p) { return p.first == e.transfer_id(); });
         if (early != early_.end()) {
           runtime::Frames frames = std::move(early->second.frames);
@@ -231,6 +235,7 @@ class Actor {
       }
       // A prompt whose prefix is in shared cached blocks: its tokens come as history.
       if (fresh && sp.history_size() > 0) seq.tokens.assign(sp.history().begin(), sp.history().end());
+      if (fresh) seq.tail.assign(sp.tail_blocks().begin(), sp.tail_blocks().end());
       seq.blocks.insert(seq.blocks.end(), sp.new_blocks().begin(), sp.new_blocks().end());
       std::vector<int32_t>& feed = feeds_[i];
       feed.assign(sp.tokens().begin(), sp.tokens().end());
@@ -254,7 +259,7 @@ class Actor {
         seq.tokens.resize(sp.start_pos());
       }
       seq.tokens.insert(seq.tokens.end(), feed.begin(), feed.end());
-      steps_.push_back(engine::SeqStep{feed, sp.start_pos(), seq.blocks, sp.sample() ? 1u : 0u});
+      steps_.push_back(engine::SeqStep{feed, sp.start_pos(), seq.blocks, sp.sample() ? 1u : 0u, seq.tail, seq.tail_end});
       seq_of_.push_back(&seq);
     }
     if (ok && steps_.empty()) {  // a plan that only releases sequences: nothing to compute
@@ -265,6 +270,7 @@ class Actor {
       if (!st) {
         fail_step(plan.step_id(), st.message());
       } else {
+        for (size_t i = 0; i < steps_.size(); ++i) seq_of_[i]->tail_end = steps_[i].start_pos + steps_[i].tokens.size();
         v1::StepResult* res = out_.mutable_result();
         res->set_step_id(plan.step_id());
         res->set_epoch(epoch_);
@@ -343,7 +349,8 @@ class Actor {
     model::to_proto(seq.sampling, transfer_.mutable_sampling());
     transfer_.set_logprobs(seq.logprobs);
     runtime::Frames frames;
-    pack_transfer(*pool_, seq.blocks, transfer_, frames);
+    transfer_.set_tail_end(seq.tail_end);
+    pack_transfer(*pool_, seq.blocks, seq.tail, transfer_, frames);
     // Non-blocking: ZeroMQ's I/O thread drains it while the next steps compute.
     const size_t n_frames = frames.size();
     if (Status st = peer->second->send(frames); !st)
@@ -378,7 +385,7 @@ class Actor {
     ack->set_transfer_id(transfer_in_.transfer_id());
     ack->set_seq_id(expected.seq_id);
     ack->set_epoch(epoch_);
-    auto copied = unpack_transfer(*pool_, transfer_in_, expected.blocks, frames);
+    auto copied = unpack_transfer(*pool_, transfer_in_, expected.blocks, expected.tail, frames);
     if (!copied || static_cast<uint32_t>(transfer_in_.tokens_size()) != transfer_in_.positions()) {
       const std::string why = !copied ? copied.status().message() : "token count differs from positions";
       spdlog::error("worker: refused KV transfer {}: {}", transfer_in_.transfer_id(), why);
@@ -387,6 +394,8 @@ class Actor {
     } else {
       Sequence& seq = sequences_[expected.seq_id];
       seq.blocks = expected.blocks;
+      seq.tail = expected.tail;
+      seq.tail_end = transfer_in_.tail_end();
       seq.tokens.assign(transfer_in_.tokens().begin(), transfer_in_.tokens().end());
       seq.last = transfer_in_.last();
       seq.sampling = model::from_proto(transfer_in_.sampling());
@@ -415,7 +424,7 @@ class Actor {
   // Disaggregation.
   struct Expected {
     uint64_t seq_id = 0;
-    std::vector<int32_t> blocks;
+    std::vector<int32_t> blocks, tail;
   };
   struct Early {
     runtime::Frames frames;

@@ -17,9 +17,13 @@ void for_each_region(const engine::KvPool& pool, Fn fn) {
 }
 }  // namespace
 
-void pack_transfer(engine::KvPool& pool, std::span<const int32_t> blocks, v1::KvTransfer& header,
-                   runtime::Frames& out) {
-  const uint32_t n = transfer_blocks(header.positions(), pool.block_tokens());
+void pack_transfer(engine::KvPool& pool, std::span<const int32_t> positions_blocks, std::span<const int32_t> tail,
+                   v1::KvTransfer& header, runtime::Frames& out) {
+  std::vector<int32_t> blocks(positions_blocks.begin(),
+                              positions_blocks.begin() + transfer_blocks(header.positions(), pool.block_tokens()));
+  blocks.insert(blocks.end(), tail.begin(), tail.end());
+  header.set_tail_blocks(static_cast<uint32_t>(tail.size()));
+  const uint32_t n = static_cast<uint32_t>(blocks.size());
   header.clear_run_blocks();
   for (uint32_t i = 0; i < n;) {
     uint32_t j = i + 1;
@@ -41,16 +45,25 @@ void pack_transfer(engine::KvPool& pool, std::span<const int32_t> blocks, v1::Kv
   });
 }
 
-Result<uint64_t> unpack_transfer(engine::KvPool& pool, const v1::KvTransfer& header, std::span<const int32_t> dest,
-                                 const runtime::Frames& frames) {
-  const uint32_t n = transfer_blocks(header.positions(), pool.block_tokens());
-  if (dest.size() < n)
-    return Status::invalid("transfer of " + std::to_string(header.positions()) + " positions needs " + std::to_string(n) +
-                           " blocks, " + std::to_string(dest.size()) + " were reserved");
+Result<uint64_t> unpack_transfer(engine::KvPool& pool, const v1::KvTransfer& header, std::span<const int32_t> dest_blocks,
+                                 std::span<const int32_t> dest_tail, const runtime::Frames& frames) {
+  const uint32_t positions_blocks = transfer_blocks(header.positions(), pool.block_tokens());
+  if (dest_blocks.size() < positions_blocks)
+    return Status::invalid("transfer of " + std::to_string(header.positions()) + " positions needs " +
+                           std::to_string(positions_blocks) + " blocks, " + std::to_string(dest_blocks.size()) +
+                           " were reserved");
+  if (header.tail_blocks() != pool.tail_blocks() || dest_tail.size() != pool.tail_blocks())
+    return Status::invalid("KV format differs: the transfer carries a tail of " + std::to_string(header.tail_blocks()) +
+                           " blocks (F32 open block), this pool's tails take " + std::to_string(pool.tail_blocks()) +
+                           " and " + std::to_string(dest_tail.size()) + " were reserved");
+  std::vector<int32_t> dest(dest_blocks.begin(), dest_blocks.begin() + positions_blocks);
+  dest.insert(dest.end(), dest_tail.begin(), dest_tail.end());
+  const uint32_t n = static_cast<uint32_t>(dest.size());
   uint64_t covered = 0;
   for (uint32_t run : header.run_blocks()) covered += run;
   if (covered != n)
-    return Status::invalid("transfer runs cover " + std::to_string(covered) + " blocks, positions need " + std::to_string(n));
+    return Status::invalid("transfer runs cover " + std::to_string(covered) + " blocks, positions and tail need " +
+                           std::to_string(n));
   if (static_cast<uint32_t>(header.region_block_bytes_size()) != pool.n_layers())
     return Status::invalid("transfer has " + std::to_string(header.region_block_bytes_size()) + " layers, this pool " +
                            std::to_string(pool.n_layers()));
@@ -59,7 +72,7 @@ Result<uint64_t> unpack_transfer(engine::KvPool& pool, const v1::KvTransfer& hea
       return Status::invalid("KV format differs: layer " + std::to_string(l) + " blocks are " +
                              std::to_string(header.region_block_bytes(static_cast<int>(l))) + " bytes per region there, " +
                              std::to_string(pool.region_block_bytes(l)) + " here");
-  for (int32_t id : dest.first(n))
+  for (int32_t id : dest)
     if (id < 0 || static_cast<uint32_t>(id) >= pool.n_blocks())
       return Status::invalid("reserved block " + std::to_string(id) + " is outside the pool");
   const size_t expected = 1 + size_t{pool.n_layers()} * pool.n_kv_heads() * 2 * header.run_blocks_size();

@@ -4,8 +4,8 @@
 // into the blocks the scheduler reserved for it.
 //
 // Message: frame 0 is a v1::KvTransfer header; then, for each region (layer, KV head,
-// K|V) in that order, one frame per run of consecutive source block ids, holding the
-// region's bytes of those blocks as they lie in the pool.
+// K|V) in that order, one frame per run of consecutive source block ids (the positions'
+// blocks, then the tail's), holding the region's bytes of those blocks as they lie in the pool.
 #pragma once
 
 #include <cstdint>
@@ -27,13 +27,16 @@ inline uint32_t transfer_blocks(uint32_t positions, uint32_t block_tokens) {
 // header.positions()) to `out`: the header (its run_blocks and region_block_bytes filled
 // here) and the raw frames. The pool's memory must stay as it is until ZeroMQ has sent
 // them: the scheduler frees the source blocks only after the receiver acknowledged.
-void pack_transfer(engine::KvPool& pool, std::span<const int32_t> blocks, v1::KvTransfer& header,
-                   runtime::Frames& out);
+// With an F32 open block, the sequence's `tail` blocks travel after those (tail_blocks in the
+// header), so the receiver continues with the same F32 rows.
+void pack_transfer(engine::KvPool& pool, std::span<const int32_t> blocks, std::span<const int32_t> tail,
+                   v1::KvTransfer& header, runtime::Frames& out);
 
 // Writes the raw frames of a transfer (frames[1..]) into `dest` blocks of `pool`. Refuses,
 // changing nothing, when the header's KV format, the frame count or a frame's size does not
 // match, or `dest` is too short. Returns the bytes copied.
+// `dest_tail`: the receiving sequence's tail (its size must be the header's tail_blocks).
 Result<uint64_t> unpack_transfer(engine::KvPool& pool, const v1::KvTransfer& header, std::span<const int32_t> dest,
-                                 const runtime::Frames& frames);
+                                 std::span<const int32_t> dest_tail, const runtime::Frames& frames);
 
 }  // namespace tandem::worker

@@ -37,11 +37,11 @@ Output tandem(const std::string& args) {
 
 // The start of what `run --tokens 1,40,41,42 --max-tokens 12 --ignore-eos --json` must
 // print: the tokens generate() gives in-process with this KV format.
-std::string engine_json_start(const std::string& model, const engine::KvFormat& kv_format) {
+std::string engine_json_start(const std::string& model, const engine::KvFormat& kv_format, uint32_t max_tokens = 12) {
   auto e = engine::Engine::load(model).value();
   const std::vector<int32_t> prompt = {1, 40, 41, 42};
   engine::GenerateOptions opt;
-  opt.max_tokens = 12;
+  opt.max_tokens = max_tokens;
   opt.ignore_eos = true;
   opt.kv_format = kv_format;
   auto gen = engine::generate(*e, prompt, opt).value();
@@ -70,16 +70,24 @@ TEST(Cli, RunJsonEqualsTheEngine) {
   EXPECT_EQ(r.out.back(), '\n');
 }
 
-// --kv-bits reaches the engine: tandem run with 8-bit KV equals generate() with 8-bit KV.
+// --kv-bits reaches the engine: tandem run with 4-bit KV equals generate() with 4-bit KV.
+// 24 tokens: past position 16 the first block is no longer the open one (kept in F32 too).
 TEST(Cli, RunWithQuantizedKvEqualsTheEngine) {
   const std::string model = test::model_file("tiny", 1);
-  auto r = tandem("run --model " + model + " --tokens 1,40,41,42 --max-tokens 12 --ignore-eos --json --kv-bits 4 "
-                  "--kv-group-size 32 --kv-quant-skip-last-layer");
+  const std::string run = "run --model " + model + " --tokens 1,40,41,42 --max-tokens 24 --ignore-eos --json";
+  auto r = tandem(run + " --kv-bits 4 --kv-group-size 32 --kv-quant-skip-last-layer");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out.rfind(engine_json_start(model, {4, 32, true}), 0), 0u) << r.out;
+  EXPECT_EQ(r.out.rfind(engine_json_start(model, {4, 32, true}, 24), 0), 0u) << r.out;
   // and the logprobs differ from F32 KV's: the flag changed the cache
-  auto f32 = tandem("run --model " + model + " --tokens 1,40,41,42 --max-tokens 12 --ignore-eos --json");
+  auto f32 = tandem(run);
   EXPECT_NE(r.out, f32.out);
+  auto open_quantized = tandem(run + " --kv-bits 4 --kv-group-size 32 --kv-quant-skip-last-layer --kv-open-block quantized");
+  ASSERT_EQ(open_quantized.exit_code, 0) << open_quantized.err;
+  EXPECT_EQ(open_quantized.out.rfind(engine_json_start(model, {4, 32, true, false}, 24), 0), 0u) << open_quantized.out;
+  EXPECT_NE(open_quantized.out, r.out);
+  auto bad = tandem(run + " --kv-bits 8 --kv-open-block f16");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--kv-open-block must be f32 or quantized, got 'f16'"), std::string::npos) << bad.err;
 }
 
 TEST(Cli, RunTextPromptAndSampling) {

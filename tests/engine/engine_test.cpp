@@ -93,14 +93,16 @@ struct InvarianceRun {
 InvarianceRun run_alone(Engine& e, const std::vector<int32_t>& prompt, const std::vector<int32_t>& decode,
                         const KvFormat& format) {
   InvarianceRun out;
-  auto pool = KvPool::create(e.config(), 16, 16, format).value();
-  const auto blocks = iota_blocks(16);
-  SeqStep s{prompt, 0, blocks, 1};
+  const uint32_t tb = KvPool::tail_blocks_for(e.config(), 16, format);  // F32 open block: the tail's blocks
+  auto pool = KvPool::create(e.config(), 16 + tb, 16, format).value();
+  const auto blocks = iota_blocks(16), tail = iota_blocks(tb, 16);
+  SeqStep s{prompt, 0, blocks, 1, tail};
   EXPECT_TRUE(e.forward({&s, 1}, *pool).is_ok());
   out.logits.push_back(row(e, 0));
   uint32_t pos = static_cast<uint32_t>(prompt.size());
   for (const int32_t& t : decode) {
-    SeqStep d{std::span<const int32_t>(&t, 1), pos++, blocks, 1};
+    SeqStep d{std::span<const int32_t>(&t, 1), pos, blocks, 1, tail, pos};
+    ++pos;
     EXPECT_TRUE(e.forward({&d, 1}, *pool).is_ok());
     out.logits.push_back(row(e, 0));
   }
@@ -115,6 +117,9 @@ InvarianceRun run_batched(Engine& e, const std::vector<int32_t>& prompt, const s
   std::shuffle(all.begin(), all.end(), std::mt19937(seed));
   const std::vector<int32_t> mine(all.begin(), all.begin() + 16);
   const std::vector<int32_t> other1(all.begin() + 16, all.begin() + 32), other2(all.begin() + 32, all.begin() + 48);
+  const uint32_t tb = KvPool::tail_blocks_for(e.config(), 16, format);  // <= 5 each
+  const std::vector<int32_t> tail(all.begin() + 48, all.begin() + 48 + tb), tail1(all.begin() + 53, all.begin() + 53 + tb),
+      tail2(all.begin() + 58, all.begin() + 58 + tb);
   const auto o1 = random_tokens(200, e.config().vocab_size, seed + 1);
   const auto o2 = random_tokens(200, e.config().vocab_size, seed + 2);
   uint32_t pos = 0, p1 = 0, p2 = 0;
@@ -123,9 +128,9 @@ InvarianceRun run_batched(Engine& e, const std::vector<int32_t>& prompt, const s
     const uint32_t n = chunks[c];
     const bool last = pos + n == prompt.size();
     const uint32_t n1 = 1 + (c * 7) % 23, n2 = 1 + (c * 3) % 5;
-    SeqStep steps[3] = {{std::span(o1).subspan(p1, n1), p1, other1, 1},
-                        {std::span(prompt).subspan(pos, n), pos, mine, last ? 1u : 0u},
-                        {std::span(o2).subspan(p2, n2), p2, other2, n2}};
+    SeqStep steps[3] = {{std::span(o1).subspan(p1, n1), p1, other1, 1, tail1, p1},
+                        {std::span(prompt).subspan(pos, n), pos, mine, last ? 1u : 0u, tail, pos},
+                        {std::span(o2).subspan(p2, n2), p2, other2, n2, tail2, p2}};
     EXPECT_TRUE(e.forward(steps, *pool).is_ok());
     if (last) out.logits.push_back(row(e, 1));
     pos += n, p1 += n1, p2 += n2;
@@ -133,9 +138,9 @@ InvarianceRun run_batched(Engine& e, const std::vector<int32_t>& prompt, const s
   EXPECT_EQ(pos, prompt.size());
   for (size_t i = 0; i < decode.size(); ++i) {
     const uint32_t n1 = 2 + static_cast<uint32_t>(i) * 5;
-    SeqStep steps[3] = {{std::span(o2).subspan(p2, 1), p2, other2, 1},
-                        {std::span(o1).subspan(p1, n1), p1, other1, 2},
-                        {std::span(decode).subspan(i, 1), pos, mine, 1}};
+    SeqStep steps[3] = {{std::span(o2).subspan(p2, 1), p2, other2, 1, tail2, p2},
+                        {std::span(o1).subspan(p1, n1), p1, other1, 2, tail1, p1},
+                        {std::span(decode).subspan(i, 1), pos, mine, 1, tail, pos}};
     EXPECT_TRUE(e.forward(steps, *pool).is_ok());
     out.logits.push_back(row(e, 3));
     pos += 1, p1 += n1, p2 += 1;
@@ -172,7 +177,8 @@ TEST(BatchInvariance, PackedKernelsAreBitwiseIdentical) {
 // Quantized KV: the codes a token gets depend only on its own K/V, and the fused
 // dequantization is a fixed chain per output element.
 TEST(BatchInvariance, QuantizedKvIsBitwiseIdentical) {
-  for (const KvFormat format : {KvFormat{8, 64, false}, KvFormat{4, 32, false}, KvFormat{4, 64, true}})
+  for (const KvFormat format : {KvFormat{8, 64, false}, KvFormat{8, 64, false, false}, KvFormat{4, 32, false},
+                                KvFormat{4, 64, true}})
     for (uint32_t threads : {1u, 2u}) {
       const float worst = invariance_max_diff(GemmBackend::kPacked, threads, format);
       std::printf("%s, %u threads: largest logit difference alone vs batched: %g\n", format.to_string().c_str(), threads,
@@ -378,6 +384,70 @@ TEST(Engine, TrimmingASequenceEqualsNeverHavingExtendedIt) {
   SeqStep once{whole, 0, blocks, 3};
   ASSERT_TRUE(e->forward({&once, 1}, *fresh).is_ok());
   for (uint32_t i = 0; i < 3; ++i) EXPECT_EQ(max_abs_diff(got[i], row(*e, i)), 0.0f) << i;
+}
+
+}  // namespace
+}  // namespace tandem::engine
+
+namespace tandem::engine {
+namespace {
+
+// With an F32 open block, a rollback within the open block is exact too (the tail still
+// holds the rows before the new end); one into an earlier block reads that block's rows
+// back from the codes, so it is close to, not equal to, never having extended it.
+TEST(Engine, TrimmingWithAnF32OpenBlock) {
+  auto e = load(test::model_file("tiny", 4));
+  const KvFormat q8{8, 64};
+  const uint32_t tb = KvPool::tail_blocks_for(e->config(), 16, q8);
+  ASSERT_GT(tb, 0u);
+  const auto blocks = iota_blocks(4), tail = iota_blocks(tb, 4);
+  for (const uint32_t prompt_len : {20u, 30u}) {  // the draft stays in block 1 / crosses into block 2
+    const auto prompt = random_tokens(prompt_len, e->config().vocab_size, 21);
+    const auto rejected = random_tokens(5, e->config().vocab_size, 22);
+    const auto accepted = random_tokens(3, e->config().vocab_size, 23);
+    auto pool = KvPool::create(e->config(), 4 + tb, 16, q8).value();
+    SeqStep p{prompt, 0, blocks, 1, tail};
+    ASSERT_TRUE(e->forward({&p, 1}, *pool).is_ok());
+    SeqStep draft{rejected, prompt_len, blocks, 5, tail, prompt_len};
+    ASSERT_TRUE(e->forward({&draft, 1}, *pool).is_ok());
+    SeqStep retry{accepted, prompt_len, blocks, 3, tail, prompt_len + 5};
+    ASSERT_TRUE(e->forward({&retry, 1}, *pool).is_ok());
+    std::vector<std::vector<float>> got;
+    for (uint32_t i = 0; i < 3; ++i) got.push_back(row(*e, i));
+
+    auto fresh = KvPool::create(e->config(), 4 + tb, 16, q8).value();
+    std::vector<int32_t> whole = prompt;
+    whole.insert(whole.end(), accepted.begin(), accepted.end());
+    SeqStep once{whole, 0, blocks, 3, tail};
+    ASSERT_TRUE(e->forward({&once, 1}, *fresh).is_ok());
+    for (uint32_t i = 0; i < 3; ++i) {
+      const float diff = max_abs_diff(got[i], row(*e, i));
+      if (prompt_len == 20)
+        EXPECT_EQ(diff, 0.0f) << i;
+      else
+        EXPECT_LT(diff, 0.05f) << i;  // 8-bit codes for 14 keys instead of their F32 rows
+    }
+  }
+}
+
+TEST(Engine, TailsAreChecked) {
+  auto e = load(test::model_file("tiny", 4));
+  const auto tokens = random_tokens(4, e->config().vocab_size, 3);
+  const auto blocks = iota_blocks(2);
+  auto f32 = KvPool::create(e->config(), 8).value();
+  const std::vector<int32_t> tail{4, 5, 6};
+  SeqStep s{tokens, 0, blocks, 1, tail};
+  EXPECT_NE(e->forward({&s, 1}, *f32).message().find("keeps no F32 open block"), std::string::npos);
+  const KvFormat q8{8, 64};
+  auto q = KvPool::create(e->config(), 8, 16, q8).value();
+  ASSERT_EQ(q->tail_blocks(), 3u);
+  const std::vector<int32_t> short_tail{4, 5}, outside{4, 5, 8};
+  s.tail = short_tail;
+  EXPECT_NE(e->forward({&s, 1}, *q).message().find("tail of 2 blocks, the pool's tails take 3"), std::string::npos);
+  s.tail = outside;
+  EXPECT_NE(e->forward({&s, 1}, *q).message().find("tail block id 8 is outside the pool of 8"), std::string::npos);
+  s.tail = tail;
+  EXPECT_TRUE(e->forward({&s, 1}, *q).is_ok());
 }
 
 }  // namespace

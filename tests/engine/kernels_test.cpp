@@ -214,6 +214,25 @@ TEST_P(QuantAttentionShapes, VariantsAgreeBitwiseWithReference) {
     expect_near_double_attention(
         a, ref, [&](uint32_t j, uint32_t d) { return deq(0, j, d); }, [&](uint32_t j, uint32_t d) { return deq(1, j, d); });
     expect_variants_match_generic(a, ref);
+
+    // With an F32 open block: the keys of the last query's block come exact from open_k/open_v.
+    const uint32_t from = (n_keys - 1) / bt * bt;
+    std::vector<float> open_k(size_t{hd} * bt, 7.0f), open_v(size_t{bt} * hd, 7.0f);  // 7: unused slots
+    for (uint32_t j = from; j < n_keys; ++j)
+      for (uint32_t d = 0; d < hd; ++d) {
+        open_k[size_t{d} * bt + (j - from)] = k[size_t{j} * hd + d];
+        open_v[size_t{j - from} * hd + d] = v[size_t{j} * hd + d];
+      }
+    a.f32_from = from;
+    a.open_k = open_k.data();
+    a.open_v = open_v.data();
+    std::vector<float> open_ref(ref.size());
+    a.out = open_ref.data();
+    by_name("generic")->attention(a);
+    expect_near_double_attention(
+        a, open_ref, [&](uint32_t j, uint32_t d) { return j >= from ? double(k[size_t{j} * hd + d]) : deq(0, j, d); },
+        [&](uint32_t j, uint32_t d) { return j >= from ? double(v[size_t{j} * hd + d]) : deq(1, j, d); });
+    expect_variants_match_generic(a, open_ref);
   }
 }
 

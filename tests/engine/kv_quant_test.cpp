@@ -213,13 +213,16 @@ std::vector<std::vector<int32_t>> greedy(Engine& e, const KvFormat& format, cons
   size_t longest = 0;
   for (const auto& p : prompts) longest = std::max(longest, p.size());
   const auto blocks = static_cast<uint32_t>((longest + kSteps + 15) / 16);
-  auto pool = KvPool::create(e.config(), n * blocks, 16, format).value();
-  std::vector<std::vector<int32_t>> tables, out(n);
+  const uint32_t tail = KvPool::tail_blocks_for(e.config(), 16, format);  // F32 open block: its own blocks
+  auto pool = KvPool::create(e.config(), n * (blocks + tail), 16, format).value();
+  std::vector<std::vector<int32_t>> tables, tails, out(n);
   std::vector<SeqStep> step;
   for (uint32_t s = 0; s < n; ++s) {
     tables.emplace_back(blocks);
     std::iota(tables.back().begin(), tables.back().end(), static_cast<int32_t>(s * blocks));
-    step.push_back({prompts[s], 0, tables[s], 1});
+    tails.emplace_back(tail);
+    std::iota(tails.back().begin(), tails.back().end(), static_cast<int32_t>(n * blocks + s * tail));
+    step.push_back({prompts[s], 0, tables[s], 1, tails[s]});
   }
   std::vector<int32_t> last(n);
   for (uint32_t i = 0; i < kSteps; ++i) {
@@ -229,7 +232,8 @@ std::vector<std::vector<int32_t>> greedy(Engine& e, const KvFormat& format, cons
       last[s] = static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
       out[s].push_back(last[s]);
       if (forced) last[s] = (*forced)[s][i];
-      step[s] = {std::span<const int32_t>(&last[s], 1), static_cast<uint32_t>(prompts[s].size()) + i, tables[s], 1};
+      const uint32_t pos = static_cast<uint32_t>(prompts[s].size()) + i;
+      step[s] = {std::span<const int32_t>(&last[s], 1), pos, tables[s], 1, tails[s], pos};
     }
   }
   return out;
@@ -271,9 +275,10 @@ TEST(KvQuantModel, GreedyTokensAgreeWithF32Kv) {
   RecordProperty("q4_free_running", std::to_string(free_run[1]));
   RecordProperty("q4_teacher_forced", std::to_string(forced[1]));
   EXPECT_GE(forced[0], 0.95);
-  // Measured 94.6% on the tiny preset (head_dim 16: one group per head); this prompt set is
-  // the best of the eight in GreedyAgreementOverEightPromptSets (mean 88.9%).
-  EXPECT_GE(free_run[0], 0.90);
+  // Measured 98.9% on the tiny preset (head_dim 16: one group per head; F32 open block);
+  // this prompt set is the best of the eight in GreedyAgreementOverEightPromptSets (mean
+  // 93.2%, worst 86.0%: a random model's nearly flat logits flip on any perturbation).
+  EXPECT_GE(free_run[0], 0.95);
 }
 
 // How much the free-running figure above owes to which 32 prompts were drawn: the same
@@ -323,52 +328,66 @@ Prompts text_prompts(uint32_t set) {
 }
 
 // The measure on a model with real (peaked) logits: 32 text prompts x 64 greedy
-// steps, 8-bit and 4-bit KV against F32 KV. Measured: q8 free-running 75.5%, teacher-forced
-// 99.2% (the worst of the 8 sets below). The 95% free-running target is not met: this
-// byte-level model has many near-ties between its top two logits (2.9% of held-out positions
-// within 0.05), and 8-bit KV moves logits by a median 0.05, flipping 0.5% of positions
-// (scripts/kv-quant-sim.py, the same quantization in float64 torch); one flip sends a
-// free-running sequence elsewhere for good.
+// steps, 8-bit KV against F32 KV, on each of the 8 sets of 32 (256 prompts). With the F32
+// open block (the default), 8-bit keeps 95.0% of positions on set 0 and 95.3% on average
+// (worst set 90.9%); with the last layer in F32 as well, 97.2% (worst set 93.0%). Without
+// the open block it was 86.4% (75.5% on set 0): this byte-level model has many near-ties
+// between its top two logits (2.9% of held-out positions within 0.05), 8-bit codes move
+// logits by a median 0.05 (scripts/kv-quant-sim.py), and most of that comes from the keys
+// nearest the query, which the open block keeps exact. One flip sends a free-running
+// sequence elsewhere for good; teacher-forced (per step) agreement is >= 99.7% in every set.
 TEST(KvQuantModel, TrainedModelGreedyTokensAgreeWithF32Kv) {
   auto e = load_trained();
-  const Prompts prompts = text_prompts(0);
-  const auto f32 = greedy(*e, {}, prompts);
-  double free_run[2], forced[2];
-  const KvFormat formats[2] = {{8, 64, false}, {4, 64, false}};
-  for (int i = 0; i < 2; ++i) {
-    const Agreement a = measure(*e, formats[i], prompts, f32);
-    free_run[i] = a.free_run, forced[i] = a.forced;
-    std::printf("trained tiny, %-7s greedy tokens equal to F32 KV's (32 text prompts x 64 steps): free-running %.1f%%, "
-                "teacher-forced %.1f%%\n", formats[i].to_string().c_str(), 100 * free_run[i], 100 * forced[i]);
+  const KvFormat formats[3] = {{8, 64}, {8, 64, true}, {4, 64}};
+  double sum[3] = {}, forced_lo[3] = {1, 1, 1};
+  for (uint32_t set = 0; set < 8; ++set) {
+    const Prompts prompts = text_prompts(set);
+    const auto f32 = greedy(*e, {}, prompts);
+    for (int i = 0; i < 3; ++i) {
+      const Agreement a = measure(*e, formats[i], prompts, f32);
+      sum[i] += a.free_run, forced_lo[i] = std::min(forced_lo[i], a.forced);
+      if (set == 0) {
+        std::printf("trained tiny, %-15s set 0 (32 text prompts x 64 steps): free-running %.1f%%, teacher-forced %.1f%%\n",
+                    formats[i].to_string().c_str(), 100 * a.free_run, 100 * a.forced);
+      }
+    }
   }
-  RecordProperty("trained_q8_free_running", std::to_string(free_run[0]));
-  RecordProperty("trained_q8_teacher_forced", std::to_string(forced[0]));
-  EXPECT_GE(forced[0], 0.99);
-  EXPECT_GE(forced[1], 0.85);
+  for (int i = 0; i < 3; ++i)
+    std::printf("trained tiny, %-15s 8 sets: free-running mean %.1f%%, teacher-forced worst set %.1f%%\n",
+                formats[i].to_string().c_str(), 100 * sum[i] / 8, 100 * forced_lo[i]);
+  RecordProperty("trained_q8_free_running_mean", std::to_string(sum[0] / 8));
+  EXPECT_GE(sum[0] / 8, 0.95);
+  EXPECT_GE(sum[1] / 8, 0.95);
+  EXPECT_GE(forced_lo[0], 0.99);
+  EXPECT_GE(forced_lo[2], 0.95);
 }
 
 // The same over 8 disjoint sets of 32 text prompts, with the floor of the free-running
 // measure: the same F32 model through OpenBLAS's GEMM, whose logits differ from the packed
-// kernels' only by summation order (~1e-6). A measurement (about 40 s), not a CI test:
+// kernels' only by summation order (~1e-6), and both formats without the open block. A
+// measurement (a few seconds), not a CI test:
 //   build/release/tests/kv_quant_test --gtest_also_run_disabled_tests --gtest_filter='*EightTextPromptSets*'
 TEST(KvQuantModel, DISABLED_TrainedModelOverEightTextPromptSets) {
   auto e = load_trained();
   auto blas = load_trained(GemmBackend::kOpenBlas);
-  const KvFormat formats[4] = {{8, 64, false}, {8, 64, true}, {4, 64, false}, {4, 64, true}};
-  double sum[4] = {}, lo[4] = {1, 1, 1, 1}, forced_lo[4] = {1, 1, 1, 1}, blas_sum = 0, blas_lo = 1;
+  constexpr int kFormats = 6;
+  const KvFormat formats[kFormats] = {{8, 64, false, true},  {8, 64, true, true},  {8, 64, false, false},
+                                      {4, 64, false, true},  {4, 64, true, true},  {4, 64, false, false}};
+  double sum[kFormats] = {}, lo[kFormats], forced_lo[kFormats], blas_sum = 0, blas_lo = 1;
+  std::fill_n(lo, kFormats, 1.0), std::fill_n(forced_lo, kFormats, 1.0);
   for (uint32_t set = 0; set < 8; ++set) {
     const Prompts prompts = text_prompts(set);
     const auto f32 = greedy(*e, {}, prompts);
     const double floor = agreement(f32, greedy(*blas, {}, prompts));
     blas_sum += floor, blas_lo = std::min(blas_lo, floor);
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < kFormats; ++i) {
       const auto [free_run, forced] = measure(*e, formats[i], prompts, f32);
       std::printf("set %u, %-14s free-running %.1f%%, teacher-forced %.1f%%\n", set, formats[i].to_string().c_str(),
                   100 * free_run, 100 * forced);
       sum[i] += free_run, lo[i] = std::min(lo[i], free_run), forced_lo[i] = std::min(forced_lo[i], forced);
     }
   }
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < kFormats; ++i)
     std::printf("trained tiny, %-14s over 8 x 32 text prompts x 64 steps: free-running mean %.1f%% (worst set %.1f%%), "
                 "teacher-forced worst set %.1f%%\n", formats[i].to_string().c_str(), 100 * sum[i] / 8, 100 * lo[i],
                 100 * forced_lo[i]);

@@ -17,10 +17,11 @@ Result<Generation> generate(Engine& engine, std::span<const int32_t> prompt, con
   if (options.prefill_chunk == 0) return Status::invalid("prefill chunk must be at least 1 token");
 
   const uint32_t total = std::min<uint32_t>(c.context_length, static_cast<uint32_t>(prompt.size()) + options.max_tokens);
-  auto pool = KvPool::create(c, (total + 15) / 16, 16, options.kv_format);
+  const uint32_t n_blocks = (total + 15) / 16, n_tail = KvPool::tail_blocks_for(c, 16, options.kv_format);
+  auto pool = KvPool::create(c, n_blocks + n_tail, 16, options.kv_format);
   if (!pool) return pool.status();
-  std::vector<int32_t> blocks;
-  for (uint32_t b = 0; b < (*pool)->n_blocks(); ++b) blocks.push_back(static_cast<int32_t>(b));
+  std::vector<int32_t> blocks, tail;  // the tail: the F32 open block's own blocks, after the positions'
+  for (uint32_t b = 0; b < n_blocks + n_tail; ++b) (b < n_blocks ? blocks : tail).push_back(static_cast<int32_t>(b));
 
   Generation gen;
   Sampler sampler(c.vocab_size);
@@ -32,7 +33,7 @@ Result<Generation> generate(Engine& engine, std::span<const int32_t> prompt, con
   while (pos < prompt.size()) {
     const uint32_t n = std::min<uint32_t>(options.prefill_chunk, static_cast<uint32_t>(prompt.size()) - pos);
     const bool last = pos + n == prompt.size();
-    SeqStep s{prompt.subspan(pos, n), pos, blocks, last ? 1u : 0u};
+    SeqStep s{prompt.subspan(pos, n), pos, blocks, last ? 1u : 0u, tail, pos};
     TANDEM_RETURN_IF_ERROR(engine.forward({&s, 1}, **pool));
     pos += n;
   }
@@ -52,7 +53,8 @@ Result<Generation> generate(Engine& engine, std::span<const int32_t> prompt, con
       break;
     }
     if (i + 1 == options.max_tokens || seq.size() >= total) break;
-    SeqStep s{std::span<const int32_t>(&seq.back(), 1), static_cast<uint32_t>(seq.size() - 1), blocks, 1};
+    const uint32_t at = static_cast<uint32_t>(seq.size() - 1);
+    SeqStep s{std::span<const int32_t>(&seq.back(), 1), at, blocks, 1, tail, at};
     TANDEM_RETURN_IF_ERROR(engine.forward({&s, 1}, **pool));
   }
   gen.decode_seconds = std::chrono::duration<double>(now() - t1).count();

@@ -76,7 +76,14 @@ void attention_quant(const AttentionArgs& x) {
       for (uint32_t d = g * gs; d < (g + 1) * gs; ++d) qs[g] = qs[g] + q[d];
     }
     float mx = -INFINITY;
-    for (uint32_t j = 0; j < x.n_keys; ++j) {
+    const uint32_t coded = x.open_k ? x.f32_from : x.n_keys;
+    for (uint32_t j = coded; j < x.n_keys; ++j) {
+      float acc = 0.0f;
+      for (uint32_t d = 0; d < hd; ++d) acc = std::fma(q[d], x.open_k[d * bt + (j - coded)], acc);
+      s[j] = acc * x.scale;
+      mx = std::max(mx, s[j]);
+    }
+    for (uint32_t j = 0; j < coded; ++j) {
       const uint8_t* kb = x.k_bytes + x.blocks[j / bt] * x.block_bytes;
       const uint32_t slot = j % bt;
       const float* ksc = reinterpret_cast<const float*>(kb + code_bytes);
@@ -96,7 +103,7 @@ void attention_quant(const AttentionArgs& x) {
     float* out = x.out + h * hd;
     float pb[16] = {};
     for (uint32_t d = 0; d < hd; ++d) out[d] = 0.0f;
-    for (uint32_t j = 0; j < x.n_keys; ++j) {
+    for (uint32_t j = 0; j < coded; ++j) {
       const uint8_t* vb = x.v_bytes + x.blocks[j / bt] * x.block_bytes;
       const uint32_t slot = j % bt;
       const uint8_t* row = vb + size_t{slot} * hd * bits / 8;
@@ -109,6 +116,8 @@ void attention_quant(const AttentionArgs& x) {
           out[d] = std::fma(ps, static_cast<float>(code_at(row, d, bits)), out[d]);
       }
     }
+    for (uint32_t j = coded; j < x.n_keys; ++j)
+      for (uint32_t d = 0; d < hd; ++d) out[d] = std::fma(s[j], x.open_v[(j - coded) * hd + d], out[d]);
     for (uint32_t d = 0; d < hd; ++d) out[d] = (out[d] + pb[d / gs]) * inv;
   }
 }

@@ -95,20 +95,27 @@ struct Ops : V {
   // in one block), K read once for all heads. Lane l of group g is key j0 + 16 g + l.
   template <uint32_t NQ, uint32_t G>
   static void scores(const AttentionArgs& x, const float* q, uint32_t j0, float* s, uint32_t stride, T* mx) {
-    constexpr uint32_t L = 16 / W;
     const uint32_t hd = x.head_dim, bt = x.block_tokens;
-    const float* kb = x.k_base + x.blocks[j0 / bt] * x.block_stride + (j0 % bt);
-    T acc[NQ][G * L];
-#pragma GCC unroll 8
-    for (uint32_t h = 0; h < NQ; ++h)
-#pragma GCC unroll 8
-      for (uint32_t i = 0; i < G * L; ++i) acc[h][i] = V::zero();
     // The next block's keys live in another page the hardware prefetcher will not enter:
     // fetch them one line per d step, one block ahead.
     const uint32_t jn = j0 + 16 * G;
     const float* next = jn < x.n_keys ? x.k_base + x.blocks[jn / bt] * x.block_stride + (jn % bt) : nullptr;
     if (next)
       for (uint32_t d = 0; d < hd; ++d) _mm_prefetch(reinterpret_cast<const char*>(next + d * bt), _MM_HINT_T0);
+    scores_at<NQ, G>(x, q, x.k_base + x.blocks[j0 / bt] * x.block_stride + (j0 % bt), j0, s, stride, mx);
+  }
+
+  // The same for F32 keys at kb ([head_dim][block_tokens], lane l of group g at kb[16 g + l]).
+  template <uint32_t NQ, uint32_t G>
+  static void scores_at(const AttentionArgs& x, const float* q, const float* kb, uint32_t j0, float* s, uint32_t stride,
+                        T* mx) {
+    constexpr uint32_t L = 16 / W;
+    const uint32_t hd = x.head_dim, bt = x.block_tokens;
+    T acc[NQ][G * L];
+#pragma GCC unroll 8
+    for (uint32_t h = 0; h < NQ; ++h)
+#pragma GCC unroll 8
+      for (uint32_t i = 0; i < G * L; ++i) acc[h][i] = V::zero();
     for (uint32_t d = 0; d < hd; ++d) {
       T k[G * L];
 #pragma GCC unroll 8
@@ -162,17 +169,23 @@ struct Ops : V {
         const char* nv = reinterpret_cast<const char*>(x.v_base + x.blocks[j / bt + 1] * x.block_stride);
         for (uint32_t line = 0; line < bt * hd * sizeof(float); line += 64) _mm_prefetch(nv + line, _MM_HINT_T0);
       }
-      T vv[DV];
-#pragma GCC unroll 16
-      for (uint32_t v = 0; v < DV; ++v) vv[v] = V::loadu(vb + v * W);
-#pragma GCC unroll 8
-      for (uint32_t h = 0; h < NQ; ++h) {
-        const T pj = V::set1(p[h * stride + j]);
-#pragma GCC unroll 16
-        for (uint32_t v = 0; v < DV; ++v) o[h][v] = V::fma(pj, vv[v], o[h][v]);
-      }
+      add_value(o, vb, p, stride, j);
     }
     store_rows(o, out, hd);
+  }
+
+  // o[h][:] = fma(p[h][j], v[:], o[h][:]) for every head: one F32 value row, read once.
+  template <uint32_t NQ, uint32_t DV>
+  [[gnu::always_inline]] static void add_value(T (&o)[NQ][DV], const float* vb, const float* p, uint32_t stride, uint32_t j) {
+    T vv[DV];
+#pragma GCC unroll 16
+    for (uint32_t v = 0; v < DV; ++v) vv[v] = V::loadu(vb + v * W);
+#pragma GCC unroll 8
+    for (uint32_t h = 0; h < NQ; ++h) {
+      const T pj = V::set1(p[h * stride + j]);
+#pragma GCC unroll 16
+      for (uint32_t v = 0; v < DV; ++v) o[h][v] = V::fma(pj, vv[v], o[h][v]);
+    }
   }
 
   // Scores of NQ heads (stride apart in s) to probabilities in place; inv[h] = 1 / sum.
@@ -311,10 +324,11 @@ struct Ops : V {
     T o[NQ][DV];
     clear(o);
     float pbl[NQ][16] = {};  // local: the compiler need not assume it aliases p
-    for (uint32_t j = 0; j < x.n_keys; ++j) {
+    const uint32_t coded = x.open_k ? x.f32_from : x.n_keys;
+    for (uint32_t j = 0; j < coded; ++j) {
       const uint8_t* vb = x.v_bytes + x.blocks[j / bt] * x.block_bytes;
       const uint32_t slot = j % bt;
-      if (slot == 0 && j + bt < x.n_keys) {
+      if (slot == 0 && j + bt < coded) {
         const char* nb = reinterpret_cast<const char*>(x.v_bytes + x.blocks[j / bt + 1] * x.block_bytes);
         for (size_t line = 0; line < x.block_bytes; line += 64) _mm_prefetch(nb + line, _MM_HINT_T0);
       }
@@ -333,6 +347,7 @@ struct Ops : V {
         for (uint32_t v = 0; v < DV; ++v) o[h][v] = V::fma(V::set1(pj * vsc[group_of[v]]), c[v], o[h][v]);
       }
     }
+    for (uint32_t j = coded; j < x.n_keys; ++j) add_value(o, x.open_v + size_t{j - coded} * hd, p, stride, j);  // F32 open block
     store_rows(o, out, hd);
     for (uint32_t h = 0; h < NQ; ++h)
       for (uint32_t g = 0; g < ng; ++g) pb[h][g] = pbl[h][g];
@@ -352,7 +367,12 @@ struct Ops : V {
       }
     T mx[NQ];
     for (uint32_t h = 0; h < NQ; ++h) mx[h] = V::set1(-INFINITY);
-    for (uint32_t j0 = 0; j0 < stride; j0 += 16) scores_q<NQ, BITS>(x, q, qs, j0, s, stride, mx);
+    const uint32_t coded = x.open_k ? x.f32_from : x.n_keys;
+    for (uint32_t j0 = 0; j0 < stride; j0 += 16)
+      if (j0 < coded)
+        scores_q<NQ, BITS>(x, q, qs, j0, s, stride, mx);
+      else
+        scores_at<NQ, 1>(x, q, x.open_k + (j0 - coded), j0, s, stride, mx);
     float inv[NQ];
     softmax<NQ>(x, s, stride, mx, inv);
 

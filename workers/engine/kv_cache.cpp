@@ -33,7 +33,8 @@ Status KvFormat::validate(const ModelConfig& config) const {
 
 std::string KvFormat::to_string() const {
   if (bits == 0) return "f32";
-  return "q" + std::to_string(bits) + "/g" + std::to_string(group_size) + (skip_last_layer ? "+f32-last" : "");
+  return "q" + std::to_string(bits) + "/g" + std::to_string(group_size) + (skip_last_layer ? "+f32-last" : "") +
+         (f32_open_block ? "" : "+q-open");
 }
 
 QuantParams quantize_group(const float* x, uint32_t n, uint32_t bits, uint8_t* codes) {
@@ -78,6 +79,8 @@ Result<std::unique_ptr<KvPool>> KvPool::create(const ModelConfig& config, uint32
   pool->f32_region_block_ = engine::region_block_bytes(pool->head_dim_, block_tokens, 0, 1);
   pool->quant_region_block_ =
       format.bits ? engine::region_block_bytes(pool->head_dim_, block_tokens, format.bits, pool->group_size()) : 0;
+  pool->tail_blocks_ = tail_blocks_for(config, block_tokens, format);
+  if (pool->tail_blocks_) pool->tail_rows_ = static_cast<uint32_t>(pool->quant_region_block_ / (pool->head_dim_ * sizeof(float)));
   size_t offset = 0;
   for (uint32_t l = 0; l < config.n_layers; ++l) {
     pool->layer_offset_.push_back(offset);
@@ -120,6 +123,18 @@ size_t KvPool::bytes_per_block(const ModelConfig& config, uint32_t block_tokens,
     total += 2 * size_t{config.n_kv_heads} *
              engine::region_block_bytes(hd, block_tokens, format.layer_bits(l, config.n_layers), format.effective_group(hd));
   return total;
+}
+
+uint32_t KvPool::tail_blocks_for(const ModelConfig& config, uint32_t block_tokens, const KvFormat& format) {
+  bool quantized = false;
+  for (uint32_t l = 0; l < config.n_layers; ++l) quantized |= format.layer_bits(l, config.n_layers) != 0;
+  if (!quantized || !format.f32_open_block) return 0;
+  const uint32_t hd = config.head_dim();
+  // A quantized region block holds at least block_tokens / 2 rows (bits >= 4: codes alone
+  // take hd * block_tokens / 2 bytes), so a tail is at most a few blocks.
+  const size_t rows = engine::region_block_bytes(hd, block_tokens, format.bits, format.effective_group(hd)) /
+                      (size_t{hd} * sizeof(float));
+  return static_cast<uint32_t>((block_tokens + rows - 1) / rows);
 }
 
 uint32_t KvPool::blocks_for_bytes(const ModelConfig& config, size_t bytes, uint32_t block_tokens,
@@ -172,6 +187,36 @@ void KvPool::write(uint32_t layer, uint32_t kv_head, uint32_t block, uint32_t sl
     for (uint32_t i = 0; i < g_size; ++i) put_code(row, g * g_size + i, bits, codes[i]);
     vs[size_t{slot} * groups + g] = p.scale;
     vbias[size_t{slot} * groups + g] = p.bias;
+  }
+}
+
+void KvPool::read(uint32_t layer, uint32_t kv_head, uint32_t block, uint32_t slot, float* k, float* v) const {
+  const uint32_t hd = head_dim_, bt = block_tokens_, bits = layer_bits(layer);
+  const uint8_t* kb = block_data(layer, kv_head, 0, block);
+  const uint8_t* vb = block_data(layer, kv_head, 1, block);
+  if (bits == 0) {
+    const float* kd = reinterpret_cast<const float*>(kb);
+    for (uint32_t d = 0; d < hd; ++d) k[d] = kd[size_t{d} * bt + slot];
+    std::memcpy(v, reinterpret_cast<const float*>(vb) + size_t{slot} * hd, hd * sizeof(float));
+    return;
+  }
+  const uint32_t g_size = group_size(), groups = hd / g_size;
+  const size_t code_bytes = size_t{hd} * bt * bits / 8;
+  auto code = [bits](const uint8_t* row, uint32_t i) -> float {
+    return bits == 8 ? row[i] : static_cast<float>((row[i / 2] >> (4 * (i % 2))) & 0x0F);
+  };
+  const float* ks = reinterpret_cast<const float*>(kb + code_bytes);
+  const float* kbias = ks + size_t{groups} * bt;
+  for (uint32_t d = 0; d < hd; ++d) {
+    const uint32_t g = d / g_size;
+    k[d] = std::fma(ks[size_t{g} * bt + slot], code(kb + size_t{d} * bt * bits / 8, slot), kbias[size_t{g} * bt + slot]);
+  }
+  const uint8_t* row = vb + size_t{slot} * hd * bits / 8;
+  const float* vs = reinterpret_cast<const float*>(vb + code_bytes);
+  const float* vbias = vs + size_t{bt} * groups;
+  for (uint32_t d = 0; d < hd; ++d) {
+    const uint32_t g = d / g_size;
+    v[d] = std::fma(vs[size_t{slot} * groups + g], code(row, d), vbias[size_t{slot} * groups + g]);
   }
 }
 
