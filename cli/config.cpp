@@ -28,7 +28,7 @@ constexpr IntKey kSchedulerKeys[] = {
 constexpr IntKey kWorkerKeys[] = {
     {"kv_memory", "kv-memory", 1 << 20, int64_t{1} << 40}, {"kv_blocks", "kv-blocks", 1, 1 << 24},
     {"block_tokens", "block-tokens", 16, 4096},           {"kv_bits", "kv-bits", 0, 8},
-    {"kv_group_size", "kv-group-size", 1, 4096},
+    {"kv_group_size", "kv-group-size", 1, 4096},         {"kv_f32_window", "kv-f32-window", 0, 2},
 };
 
 std::string where(const toml::source_region& r) {
@@ -121,12 +121,6 @@ Status parse_worker(const toml::table& t, const std::string& prefix, WorkerGroup
       if (*s != "packed" && *s != "openblas")
         return Status::invalid(key + ": must be packed or openblas, got '" + *s + "'" + where(v.source()));
       g.flags["gemm"] = *s;
-    } else if (name == "kv_open_block") {
-      auto s = get_string(v, key);
-      if (!s) return s.status();
-      if (*s != "f32" && *s != "quantized")
-        return Status::invalid(key + ": must be f32 or quantized, got '" + *s + "'" + where(v.source()));
-      g.flags["kv-open-block"] = *s;
     } else if (name == "kv_quant_skip_last_layer") {
       if (!v.is_boolean()) return Status::invalid(key + ": must be true or false" + where(v.source()));
       // A switch: forwarded bare when true (an empty value), not at all when false.

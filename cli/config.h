@@ -20,7 +20,7 @@ struct WorkerGroup {
   uint32_t threads = 1;
   std::vector<int> cpus;  // empty: no pinning; else count x threads CPUs, worker k gets its threads' share
   // Worker flags forwarded as given (flag name without "--" -> value): kv-memory, kv-blocks,
-  // block-tokens, gemm, kv-bits, kv-group-size, kv-open-block, kv-quant-skip-last-layer.
+  // block-tokens, gemm, kv-bits, kv-group-size, kv-f32-window, kv-quant-skip-last-layer.
   std::map<std::string, std::string> flags;
 };
 

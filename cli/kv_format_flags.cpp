@@ -11,13 +11,11 @@ Result<engine::KvFormat> kv_format_from_flags(const Args& args) {
   f.bits = static_cast<uint32_t>(*bits);
   f.group_size = static_cast<uint32_t>(*group);
   f.skip_last_layer = args.has("kv-quant-skip-last-layer");
-  if (auto open = args.str("kv-open-block")) {
-    if (*open != "f32" && *open != "quantized")
-      return Status::invalid("--kv-open-block must be f32 or quantized, got '" + *open + "'");
-    f.f32_open_block = *open == "f32";
-  }
+  auto window = args.integer("kv-f32-window", f.f32_window, 0, 2);
+  if (!window) return window.status();
+  f.f32_window = static_cast<uint32_t>(*window);
   if (Status st = f.validate_values(); !st)
-    return Status::invalid("--kv-bits / --kv-group-size: " + st.message());
+    return Status::invalid("--kv-bits / --kv-group-size / --kv-f32-window: " + st.message());
   return f;
 }
 

@@ -37,7 +37,7 @@ int run_command(int argc, char** argv) {
   auto args = Args::parse(argc, argv,
                           {"model", "prompt", "tokens", "max-tokens", "temperature", "top-k", "top-p", "min-p",
                            "repetition-penalty", "seed", "threads", "gemm", "chunk", "kv-bits", "kv-group-size",
-                           "kv-open-block"},
+                           "kv-f32-window"},
                           {"ignore-eos", "json", "no-bos", "help", "kv-quant-skip-last-layer"});
   if (!args) return fail(args.status());
   if (args->has("help")) {

@@ -51,7 +51,7 @@ const std::set<std::string> kSchedulerFlags = {"max-batch-tokens", "prefill-chun
                                                "pipeline-depth", "heartbeat-ms", "client-timeout-ms", "prefix-cache",
                                                "handoff-timeout-ms", "client-send-queue", "worker-liveness"};
 const std::set<std::string> kWorkerFlags = {"threads", "kv-memory", "kv-blocks", "block-tokens", "gemm",
-                                            "kv-bits", "kv-group-size", "kv-open-block"};
+                                            "kv-bits", "kv-group-size", "kv-f32-window"};
 const std::set<std::string>& kWorkerSwitches = kKvFormatSwitches;
 
 Status scheduler_config(const Args& args, scheduler::ActorOptions& o) {
@@ -159,7 +159,7 @@ int worker_command(int argc, char** argv) {
               "       [--block-tokens N] [--gemm packed|openblas] [--name NAME] [--log-level L] [--log-file FILE]\n"
               "       [--curve-keys DIR] [--role both|prefill|decode] [--kv-endpoint E (decode: where prefill workers\n"
               "       push KV; default tcp://127.0.0.1:*)] [--kv-bits 0|8|4] [--kv-group-size 32|64|128]\n"
-              "       [--kv-quant-skip-last-layer] [--kv-open-block f32|quantized]");
+              "       [--kv-quant-skip-last-layer] [--kv-f32-window 0|1|2]");
     return 0;
   }
   if (Status st = set_log_level(*args); !st) return fail("worker", st);
@@ -185,7 +185,7 @@ int up_command(int argc, char** argv) {
               "       [--drain-timeout-ms MS] [--max-restarts N] [--restart-backoff-ms MS] [--ready-timeout-ms MS]\n"
               "       [--curve-keys DIR (CurveZMQ: DIR/server.key and server.pub, from tandem keys)]\n"
               "       [--oversubscribe (allow more worker threads than cores)]\n"
-              "       [worker flags: --kv-bits 0|8|4 --kv-group-size N --kv-quant-skip-last-layer --kv-open-block M ...]\n"
+              "       [worker flags: --kv-bits 0|8|4 --kv-group-size N --kv-quant-skip-last-layer --kv-f32-window N ...]\n"
               "       [scheduler flags: --max-batch-tokens --prefill-chunk --max-queue ...]\n"
               "Starts a scheduler and its workers as child processes and supervises them: a worker that exits is\n"
               "restarted with backoff (given up after --max-restarts crashes in a row). Prints the client endpoint\n"

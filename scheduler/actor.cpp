@@ -36,12 +36,11 @@ std::optional<Role> role_of(v1::WorkerRole role) {
 }
 
 // What two workers must agree on for KV to move between them: block size, storage
-// format (bits, group, last layer, F32 open block) and so bytes per block.
+// format (bits, group, last layer, F32 window) and so bytes per block.
 std::string kv_format(const v1::Register& reg) {
   std::string f = reg.kv_bits() ? "q" + std::to_string(reg.kv_bits()) + "/g" + std::to_string(reg.kv_group_size()) : "f32";
   if (reg.kv_bits() && reg.kv_skip_last_layer()) f += "+f32-last";
-  if (reg.kv_bits() && reg.kv_tail_blocks() == 0) f += "+q-open";
-  if (reg.kv_tail_blocks()) f += " (F32 open block: " + std::to_string(reg.kv_tail_blocks()) + " tail blocks)";
+  if (reg.kv_bits()) f += " with an F32 window of " + std::to_string(reg.kv_tail_blocks()) + " tail blocks";
   return f + ", " + std::to_string(reg.block_tokens()) + " tokens and " + std::to_string(reg.block_bytes()) +
          " bytes per block";
 }

@@ -71,23 +71,23 @@ TEST(Cli, RunJsonEqualsTheEngine) {
 }
 
 // --kv-bits reaches the engine: tandem run with 4-bit KV equals generate() with 4-bit KV.
-// 24 tokens: past position 16 the first block is no longer the open one (kept in F32 too).
+// 40 tokens: past position 32 the first block has left the F32 window (the last 2 blocks).
 TEST(Cli, RunWithQuantizedKvEqualsTheEngine) {
   const std::string model = test::model_file("tiny", 1);
-  const std::string run = "run --model " + model + " --tokens 1,40,41,42 --max-tokens 24 --ignore-eos --json";
+  const std::string run = "run --model " + model + " --tokens 1,40,41,42 --max-tokens 40 --ignore-eos --json";
   auto r = tandem(run + " --kv-bits 4 --kv-group-size 32 --kv-quant-skip-last-layer");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out.rfind(engine_json_start(model, {4, 32, true}, 24), 0), 0u) << r.out;
+  EXPECT_EQ(r.out.rfind(engine_json_start(model, {4, 32, true}, 40), 0), 0u) << r.out;
   // and the logprobs differ from F32 KV's: the flag changed the cache
   auto f32 = tandem(run);
   EXPECT_NE(r.out, f32.out);
-  auto open_quantized = tandem(run + " --kv-bits 4 --kv-group-size 32 --kv-quant-skip-last-layer --kv-open-block quantized");
-  ASSERT_EQ(open_quantized.exit_code, 0) << open_quantized.err;
-  EXPECT_EQ(open_quantized.out.rfind(engine_json_start(model, {4, 32, true, false}, 24), 0), 0u) << open_quantized.out;
-  EXPECT_NE(open_quantized.out, r.out);
-  auto bad = tandem(run + " --kv-bits 8 --kv-open-block f16");
+  auto no_window = tandem(run + " --kv-bits 4 --kv-group-size 32 --kv-quant-skip-last-layer --kv-f32-window 0");
+  ASSERT_EQ(no_window.exit_code, 0) << no_window.err;
+  EXPECT_EQ(no_window.out.rfind(engine_json_start(model, {4, 32, true, 0}, 40), 0), 0u) << no_window.out;
+  EXPECT_NE(no_window.out, r.out);
+  auto bad = tandem(run + " --kv-bits 8 --kv-f32-window 3");
   EXPECT_NE(bad.exit_code, 0);
-  EXPECT_NE(bad.err.find("--kv-open-block must be f32 or quantized, got 'f16'"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("kv-f32-window"), std::string::npos) << bad.err;
 }
 
 TEST(Cli, RunTextPromptAndSampling) {

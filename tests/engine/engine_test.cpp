@@ -112,14 +112,14 @@ InvarianceRun run_alone(Engine& e, const std::vector<int32_t>& prompt, const std
 InvarianceRun run_batched(Engine& e, const std::vector<int32_t>& prompt, const std::vector<int32_t>& decode,
                           const std::vector<uint32_t>& chunks, uint32_t seed, const KvFormat& format) {
   InvarianceRun out;
-  auto pool = KvPool::create(e.config(), 64, 16, format).value();
-  std::vector<int32_t> all = iota_blocks(64);
+  auto pool = KvPool::create(e.config(), 72, 16, format).value();
+  std::vector<int32_t> all = iota_blocks(72);
   std::shuffle(all.begin(), all.end(), std::mt19937(seed));
   const std::vector<int32_t> mine(all.begin(), all.begin() + 16);
   const std::vector<int32_t> other1(all.begin() + 16, all.begin() + 32), other2(all.begin() + 32, all.begin() + 48);
-  const uint32_t tb = KvPool::tail_blocks_for(e.config(), 16, format);  // <= 5 each
-  const std::vector<int32_t> tail(all.begin() + 48, all.begin() + 48 + tb), tail1(all.begin() + 53, all.begin() + 53 + tb),
-      tail2(all.begin() + 58, all.begin() + 58 + tb);
+  const uint32_t tb = KvPool::tail_blocks_for(e.config(), 16, format);  // <= 8 each
+  const std::vector<int32_t> tail(all.begin() + 48, all.begin() + 48 + tb), tail1(all.begin() + 56, all.begin() + 56 + tb),
+      tail2(all.begin() + 64, all.begin() + 64 + tb);
   const auto o1 = random_tokens(200, e.config().vocab_size, seed + 1);
   const auto o2 = random_tokens(200, e.config().vocab_size, seed + 2);
   uint32_t pos = 0, p1 = 0, p2 = 0;
@@ -177,8 +177,8 @@ TEST(BatchInvariance, PackedKernelsAreBitwiseIdentical) {
 // Quantized KV: the codes a token gets depend only on its own K/V, and the fused
 // dequantization is a fixed chain per output element.
 TEST(BatchInvariance, QuantizedKvIsBitwiseIdentical) {
-  for (const KvFormat format : {KvFormat{8, 64, false}, KvFormat{8, 64, false, false}, KvFormat{4, 32, false},
-                                KvFormat{4, 64, true}})
+  for (const KvFormat format : {KvFormat{8, 64}, KvFormat{8, 64, false, 1}, KvFormat{8, 64, false, 0},
+                                KvFormat{4, 32}, KvFormat{4, 64, true}})
     for (uint32_t threads : {1u, 2u}) {
       const float worst = invariance_max_diff(GemmBackend::kPacked, threads, format);
       std::printf("%s, %u threads: largest logit difference alone vs batched: %g\n", format.to_string().c_str(), threads,
@@ -392,10 +392,11 @@ TEST(Engine, TrimmingASequenceEqualsNeverHavingExtendedIt) {
 namespace tandem::engine {
 namespace {
 
-// With an F32 open block, a rollback within the open block is exact too (the tail still
-// holds the rows before the new end); one into an earlier block reads that block's rows
-// back from the codes, so it is close to, not equal to, never having extended it.
-TEST(Engine, TrimmingWithAnF32OpenBlock) {
+// With an F32 window, a rollback within the open block is exact too (the tail still holds
+// the window's rows before the new end); one into an earlier block reads the window rows
+// the tail no longer holds back from the codes: close to, not equal to, never having
+// extended the sequence.
+TEST(Engine, TrimmingWithAnF32Window) {
   auto e = load(test::model_file("tiny", 4));
   const KvFormat q8{8, 64};
   const uint32_t tb = KvPool::tail_blocks_for(e->config(), 16, q8);
@@ -425,7 +426,7 @@ TEST(Engine, TrimmingWithAnF32OpenBlock) {
       if (prompt_len == 20)
         EXPECT_EQ(diff, 0.0f) << i;
       else
-        EXPECT_LT(diff, 0.05f) << i;  // 8-bit codes for 14 keys instead of their F32 rows
+        EXPECT_LT(diff, 0.05f) << i;  // 8-bit codes for 16 keys instead of their F32 rows
     }
   }
 }
@@ -437,10 +438,11 @@ TEST(Engine, TailsAreChecked) {
   auto f32 = KvPool::create(e->config(), 8).value();
   const std::vector<int32_t> tail{4, 5, 6};
   SeqStep s{tokens, 0, blocks, 1, tail};
-  EXPECT_NE(e->forward({&s, 1}, *f32).message().find("keeps no F32 open block"), std::string::npos);
-  const KvFormat q8{8, 64};
+  EXPECT_NE(e->forward({&s, 1}, *f32).message().find("keeps no F32 window"), std::string::npos);
+  const KvFormat q8{8, 64, false, 1};
   auto q = KvPool::create(e->config(), 8, 16, q8).value();
-  ASSERT_EQ(q->tail_blocks(), 3u);
+  ASSERT_EQ(q->tail_blocks(), 3u);  // 16 rows of 16 floats, 6 in each 384-byte region block
+  EXPECT_EQ(KvPool::tail_blocks_for(e->config(), 16, KvFormat{8, 64}), 6u);  // the default window: 2 blocks
   const std::vector<int32_t> short_tail{4, 5}, outside{4, 5, 8};
   s.tail = short_tail;
   EXPECT_NE(e->forward({&s, 1}, *q).message().find("tail of 2 blocks, the pool's tails take 3"), std::string::npos);

@@ -215,17 +215,21 @@ TEST_P(QuantAttentionShapes, VariantsAgreeBitwiseWithReference) {
         a, ref, [&](uint32_t j, uint32_t d) { return deq(0, j, d); }, [&](uint32_t j, uint32_t d) { return deq(1, j, d); });
     expect_variants_match_generic(a, ref);
 
-    // With an F32 open block: the keys of the last query's block come exact from open_k/open_v.
-    const uint32_t from = (n_keys - 1) / bt * bt;
-    std::vector<float> open_k(size_t{hd} * bt, 7.0f), open_v(size_t{bt} * hd, 7.0f);  // 7: unused slots
+    // With an F32 window of two blocks: the keys of the query's block and the one before come
+    // exact from F32 copies, laid out block by block `stride` floats apart.
+    const uint32_t from = (n_keys - 1) / bt >= 1 ? ((n_keys - 1) / bt - 1) * bt : 0;
+    const size_t stride = size_t{3} * hd * bt;  // K, V, then a gap
+    std::vector<float> window(2 * stride, 7.0f);  // 7: unused slots
     for (uint32_t j = from; j < n_keys; ++j)
       for (uint32_t d = 0; d < hd; ++d) {
-        open_k[size_t{d} * bt + (j - from)] = k[size_t{j} * hd + d];
-        open_v[size_t{j - from} * hd + d] = v[size_t{j} * hd + d];
+        float* kb = window.data() + (j - from) / bt * stride;
+        kb[size_t{d} * bt + (j - from) % bt] = k[size_t{j} * hd + d];
+        kb[size_t{hd} * bt + size_t{(j - from) % bt} * hd + d] = v[size_t{j} * hd + d];
       }
     a.f32_from = from;
-    a.open_k = open_k.data();
-    a.open_v = open_v.data();
+    a.open_k = window.data();
+    a.open_v = window.data() + size_t{hd} * bt;
+    a.open_stride = stride;
     std::vector<float> open_ref(ref.size());
     a.out = open_ref.data();
     by_name("generic")->attention(a);

@@ -6,6 +6,7 @@
 
 #include <deque>
 #include <map>
+#include <set>
 #include <random>
 
 #include "runtime/model/gguf.h"
@@ -711,6 +712,44 @@ TEST(CorePrefixCache, ANextTurnContinuesOnTheDecodeWorkerThatHoldsItsHistory) {
   h.drain_split({2});
   EXPECT_EQ(h.rec.final_count["other"], 1);
   for (const auto& w : h.core->workers()) EXPECT_EQ(w.blocks_free + w.blocks_cached, w.blocks_total);
+}
+
+}  // namespace
+}  // namespace tandem::scheduler
+
+namespace tandem::scheduler {
+namespace {
+
+// A worker whose KV keeps an F32 window: every sequence also takes its tail blocks, named
+// to the worker in its first plan (or its KvExpect), and they come back with the sequence.
+TEST(CoreSplit, TailBlocksAreAllocatedSentAndFreedWithTheSequence) {
+  Harness h;
+  WorkerInfo prefill{Role::kPrefill, 64, 16, {}, 6}, decode{Role::kDecode, 64, 16, "ipc://kv", 6};
+  h.core->add_worker(1, prefill, h.now);
+  h.core->add_worker(2, decode, h.now);
+  h.core->submit("c", h.request("a", 40, 10), h.now);
+  h.core->tick(h.now);
+  ASSERT_FALSE(h.rec.plans[1].empty());
+  const v1::SeqPlan& first = h.rec.plans[1].front().seqs(0);
+  EXPECT_EQ(first.new_blocks_size(), 3);
+  ASSERT_EQ(first.tail_blocks_size(), 6);
+  std::set<int32_t> prefill_ids(first.new_blocks().begin(), first.new_blocks().end());
+  for (int32_t b : first.tail_blocks()) EXPECT_TRUE(prefill_ids.insert(b).second) << "tail block " << b << " is taken twice";
+  EXPECT_EQ(h.core->workers()[0].blocks_free, 64u - 3u - 6u);
+  while (h.answer(1)) {
+  }
+  ASSERT_EQ(h.rec.commands[2].size(), 1u);
+  const v1::KvExpect expect = h.rec.commands[2][0].kv_expect();
+  EXPECT_EQ(expect.blocks_size(), 3);
+  EXPECT_EQ(expect.tail_blocks_size(), 6);
+  EXPECT_EQ(h.core->workers()[1].blocks_free, 64u - 3u - 6u);
+  h.drain_split({2});
+  EXPECT_EQ(h.rec.final_count["a"], 1);
+  for (const auto& w : h.core->workers()) EXPECT_EQ(w.blocks_free + w.blocks_cached, w.blocks_total);
+  // Later plans do not repeat the tail.
+  for (const auto& plan : h.rec.history)
+    for (const auto& s : plan.seqs())
+      if (s.start_pos() > 0) EXPECT_EQ(s.tail_blocks_size(), 0);
 }
 
 }  // namespace

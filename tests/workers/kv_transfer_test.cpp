@@ -133,39 +133,39 @@ TEST(KvTransfer, MismatchesAreRefusedAndThePoolIsUntouched) {
   expect_refused(wrong_runs, dest, frames, "runs cover");
 }
 
-// 8-bit KV with an F32 open block: the sender's tail blocks follow its positions' blocks
-// and land in the receiver's tail; a receiver whose format keeps no tail refuses.
+// 8-bit KV with an F32 window: the sender's tail blocks follow its positions' blocks and
+// land in the receiver's tail; a receiver whose format keeps no window refuses.
 TEST(KvTransfer, TheTailTravelsWithTheBlocks) {
   const model::ModelConfig config = tiny_config();
   const engine::KvFormat q8{8, 64};
   auto src = engine::KvPool::create(config, 32, 16, q8).value();
   auto dst = engine::KvPool::create(config, 32, 16, q8).value();
-  ASSERT_EQ(src->tail_blocks(), 3u);
+  ASSERT_EQ(src->tail_blocks(), 6u);
   fill(*src, 5);
   fill(*dst, 6);
-  const std::vector<int32_t> from = {3, 4}, from_tail = {20, 21, 22};
-  const std::vector<int32_t> to = {10, 12}, to_tail = {0, 30, 31};
+  const std::vector<int32_t> from = {3, 4}, from_tail = {20, 21, 22, 23, 24, 25};
+  const std::vector<int32_t> to = {10, 12}, to_tail = {0, 30, 31, 5, 6, 7};
   v1::KvTransfer header;
   header.set_positions(16 + 7);
   header.set_tail_end(16 + 7);
   runtime::Frames frames;
   pack_transfer(*src, from, from_tail, header, frames);
-  EXPECT_EQ(header.tail_blocks(), 3u);
+  EXPECT_EQ(header.tail_blocks(), 6u);
   runtime::Frames got = round_trip(frames);
   v1::KvTransfer parsed;
   ASSERT_TRUE(runtime::parse_frame(got[0], parsed).is_ok());
   EXPECT_EQ(parsed.tail_end(), 23);
 
-  auto no_tail = engine::KvPool::create(config, 32, 16, engine::KvFormat{8, 64, false, false}).value();
+  auto no_tail = engine::KvPool::create(config, 32, 16, engine::KvFormat{8, 64, false, 0}).value();
   auto refused = unpack_transfer(*no_tail, parsed, to, {}, got);
   ASSERT_FALSE(refused);
-  EXPECT_NE(refused.status().message().find("tail of 3 blocks"), std::string::npos) << refused.status().message();
-  const std::vector<int32_t> short_tail = {0, 30};
+  EXPECT_NE(refused.status().message().find("tail of 6 blocks"), std::string::npos) << refused.status().message();
+  const std::vector<int32_t> short_tail = {0, 30, 31, 5, 6};
   EXPECT_FALSE(unpack_transfer(*dst, parsed, to, short_tail, got));
 
   auto copied = unpack_transfer(*dst, parsed, to, to_tail, got);
   ASSERT_TRUE(copied) << copied.status().to_string();
-  EXPECT_EQ(*copied, 5 * src->block_bytes());
+  EXPECT_EQ(*copied, 8 * src->block_bytes());
   for (size_t i = 0; i < from.size(); ++i) EXPECT_TRUE(same_block(*src, from[i], *dst, to[i])) << i;
   for (size_t i = 0; i < from_tail.size(); ++i) EXPECT_TRUE(same_block(*src, from_tail[i], *dst, to_tail[i])) << i;
 }

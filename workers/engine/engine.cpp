@@ -197,65 +197,65 @@ void Engine::reserve_scratch(uint32_t tokens, uint32_t logit_rows, uint32_t max_
   }
 }
 
-// Rows of one sequence's open blocks for layer l: positions of the step's first block
-// before start_pos from the tail (or, where it does not hold them, read back from the
-// codes), the step's own positions from qkv_ (after RoPE).
-void Engine::fill_open_blocks(std::span<const SeqStep> step, KvPool& pool, uint32_t l) {
+// The F32 window of layer l for every sequence with a tail: the blocks from its first
+// window block (window_first) through the one its step ends in. Positions before start_pos
+// come from the tail where it holds them (else read back from the codes: a new tail, or a
+// rollback past what it holds), the step's own positions from qkv_ (after RoPE).
+void Engine::fill_windows(std::span<const SeqStep> step, KvPool& pool, uint32_t l) {
   const ModelConfig& c = config_;
   const uint32_t hd = c.head_dim(), bt = pool.block_tokens(), n_kv = c.n_kv_heads, dim = c.dim, kvd = c.kv_dim();
-  const uint32_t qkv_w = dim + 2 * kvd;
+  const uint32_t qkv_w = dim + 2 * kvd, ring = pool.tail_tokens();
   const uint32_t items = static_cast<uint32_t>(step.size()) * n_kv;
   std::atomic<uint32_t> next{0};
   auto fill = [&](uint32_t) {
     float k[256], v[256];  // head_dim <= 256 (load)
     for (uint32_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < items;) {
       const uint32_t s = it / n_kv, h = it % n_kv;
-      if (seq_open_[s] < 0) continue;
+      if (seq_window_[s] < 0) continue;
       const SeqStep& q = step[s];
-      const uint32_t start = q.start_pos, fb = start / bt, have = tail_rows_held(q, bt);
-      float* kt = open_block(seq_open_[s], h, hd, bt);
-      float* vt = kt + size_t{hd} * bt;
-      auto put = [&](uint32_t slot, const float* kr, const float* vr) {
-        for (uint32_t d = 0; d < hd; ++d) kt[size_t{d} * bt + slot] = kr[d];
-        std::memcpy(vt + size_t{slot} * hd, vr, hd * sizeof(float));
+      const uint32_t start = q.start_pos, first = window_first(start, bt, pool.format().f32_window);
+      const int64_t held_from = tail_held_from(q, bt, pool.format().f32_window);
+      auto put = [&](uint32_t pos, const float* kr, const float* vr) {
+        float* kt = window_block(seq_window_[s] + pos / bt - first, h, hd, bt);
+        for (uint32_t d = 0; d < hd; ++d) kt[size_t{d} * bt + pos % bt] = kr[d];
+        std::memcpy(kt + size_t{hd} * bt + size_t{pos % bt} * hd, vr, hd * sizeof(float));
       };
-      for (uint32_t r = 0; r < start % bt; ++r)
-        if (r < have) {
-          put(r, pool.tail_row(l, h, 0, q.tail, r), pool.tail_row(l, h, 1, q.tail, r));
+      for (uint32_t pos = first * bt; pos < start; ++pos)
+        if (pos >= held_from) {
+          put(pos, pool.tail_row(l, h, 0, q.tail, pos % ring), pool.tail_row(l, h, 1, q.tail, pos % ring));
         } else {
-          pool.read(l, h, static_cast<uint32_t>(q.blocks[fb]), r, k, v);
-          put(r, k, v);
+          pool.read(l, h, static_cast<uint32_t>(q.blocks[pos / bt]), pos % bt, k, v);
+          put(pos, k, v);
         }
       for (uint32_t i = 0; i < q.tokens.size(); ++i) {
-        const uint32_t pos = start + i;
         const float* row = &qkv_[size_t{seq_row0_[s] + i} * qkv_w];
-        kt = open_block(seq_open_[s] + pos / bt - fb, h, hd, bt);
-        vt = kt + size_t{hd} * bt;
-        put(pos % bt, row + dim + h * hd, row + dim + kvd + h * hd);
+        put(start + i, row + dim + h * hd, row + dim + kvd + h * hd);
       }
     }
   };
   pool_->run(fill);
 }
 
-// After layer l's attention: each tail holds the F32 rows of the block its sequence now ends
-// in, [bt * (end / bt), end): the rows it did not hold yet are copied from the open blocks.
+// After layer l's attention: each tail holds the F32 rows of its sequence's window as of
+// the step's end, positions [window_first(end) * bt, end); the rows it did not hold yet
+// are copied from the window blocks (a row's place in the tail depends only on its position).
 void Engine::save_tails(std::span<const SeqStep> step, KvPool& pool, uint32_t l) {
   const uint32_t hd = config_.head_dim(), bt = pool.block_tokens(), n_kv = config_.n_kv_heads;
+  const uint32_t ring = pool.tail_tokens(), window = pool.format().f32_window;
   for (size_t s = 0; s < step.size(); ++s) {
-    if (seq_open_[s] < 0) continue;
+    if (seq_window_[s] < 0) continue;
     const SeqStep& q = step[s];
-    const uint32_t start = q.start_pos, fb = start / bt, end = start + static_cast<uint32_t>(q.tokens.size());
-    const uint32_t eb = end / bt;
-    const uint32_t from = eb == fb ? fb * bt + tail_rows_held(q, bt) : eb * bt;
-    if (from >= end) continue;  // the step ended on a block boundary: the new open block is empty
-    for (uint32_t h = 0; h < n_kv; ++h) {
-      const float* kt = open_block(seq_open_[s] + eb - fb, h, hd, bt);
-      const float* vt = kt + size_t{hd} * bt;
-      for (uint32_t pos = from; pos < end; ++pos) {
-        float* kr = pool.tail_row(l, h, 0, q.tail, pos % bt);
+    const uint32_t start = q.start_pos, first = window_first(start, bt, window);
+    const uint32_t end = start + static_cast<uint32_t>(q.tokens.size());
+    const int64_t held_from = tail_held_from(q, bt, window);
+    for (uint32_t pos = window_first(end, bt, window) * bt; pos < end; ++pos) {
+      if (pos < start && pos >= held_from) continue;  // already there
+      for (uint32_t h = 0; h < n_kv; ++h) {
+        const float* kt = window_block(seq_window_[s] + pos / bt - first, h, hd, bt);
+        float* kr = pool.tail_row(l, h, 0, q.tail, pos % ring);
         for (uint32_t d = 0; d < hd; ++d) kr[d] = kt[size_t{d} * bt + pos % bt];
-        std::memcpy(pool.tail_row(l, h, 1, q.tail, pos % bt), vt + size_t{pos % bt} * hd, hd * sizeof(float));
+        std::memcpy(pool.tail_row(l, h, 1, q.tail, pos % ring), kt + size_t{hd} * bt + size_t{pos % bt} * hd,
+                    hd * sizeof(float));
       }
     }
   }
@@ -269,7 +269,7 @@ Status Engine::forward(std::span<const SeqStep> step, KvPool& pool) {
     return Status::invalid("forward: the KV pool was made for another model shape");
   uint64_t total = 0, logit_rows = 0;
   uint32_t max_keys = 0;
-  uint64_t open_blocks = 0;
+  uint64_t window_blocks = 0;
   const uint32_t bt = pool.block_tokens();
   for (size_t s = 0; s < step.size(); ++s) {
     const SeqStep& q = step[s];
@@ -292,14 +292,14 @@ Status Engine::forward(std::span<const SeqStep> step, KvPool& pool) {
       if (t < 0 || static_cast<uint32_t>(t) >= c.vocab_size)
         return bad("token id " + std::to_string(t) + " is outside the vocabulary of " + std::to_string(c.vocab_size));
     if (!q.tail.empty()) {
-      if (pool.tail_blocks() == 0) return bad("has a tail, but this KV pool keeps no F32 open block");
+      if (pool.tail_blocks() == 0) return bad("has a tail, but this KV pool keeps no F32 window");
       if (q.tail.size() != pool.tail_blocks())
         return bad("tail of " + std::to_string(q.tail.size()) + " blocks, the pool's tails take " +
                    std::to_string(pool.tail_blocks()));
       for (int32_t b : q.tail)
         if (b < 0 || static_cast<uint32_t>(b) >= pool.n_blocks())
           return bad("tail block id " + std::to_string(b) + " is outside the pool of " + std::to_string(pool.n_blocks()));
-      open_blocks += (end - 1) / bt - q.start_pos / bt + 1;
+      window_blocks += (end - 1) / bt - window_first(q.start_pos, bt, pool.format().f32_window) + 1;
     }
     if (q.n_logits > q.tokens.size())
       return bad("asks logits for " + std::to_string(q.n_logits) + " of " + std::to_string(q.tokens.size()) +
@@ -316,19 +316,20 @@ Status Engine::forward(std::span<const SeqStep> step, KvPool& pool) {
 
   const uint32_t dim = c.dim, hd = c.head_dim(), kvd = c.kv_dim(), n_kv = c.n_kv_heads;
   const uint32_t group = c.n_heads / n_kv, qkv_w = dim + 2 * kvd, ffn = c.ffn_dim;
-  // Open blocks: where each sequence's are (sized once per step; the vectors only grow).
-  const size_t open_floats = size_t{c.n_kv_heads} * 2 * bt * c.head_dim();
-  if (open_.size() < open_blocks * open_floats) open_.resize(open_blocks * open_floats);
-  if (seq_open_.size() < step.size()) seq_open_.resize(step.size()), seq_row0_.resize(step.size());
+  // F32 windows: where each sequence's blocks are (sized once per step; the vectors only grow).
+  const size_t window_floats = size_t{c.n_kv_heads} * 2 * bt * c.head_dim();
+  if (window_.size() < window_blocks * window_floats) window_.resize(window_blocks * window_floats);
+  if (seq_window_.size() < step.size()) seq_window_.resize(step.size()), seq_row0_.resize(step.size());
   {
     uint32_t t = 0;
-    int64_t next_open = 0;
+    int64_t next_window = 0;
     for (size_t s = 0; s < step.size(); ++s) {
       seq_row0_[s] = t;
-      seq_open_[s] = -1;
+      seq_window_[s] = -1;
       if (!step[s].tail.empty()) {
-        seq_open_[s] = next_open;
-        next_open += (step[s].start_pos + step[s].tokens.size() - 1) / bt - step[s].start_pos / bt + 1;
+        seq_window_[s] = next_window;
+        next_window += (step[s].start_pos + step[s].tokens.size() - 1) / bt -
+                       window_first(step[s].start_pos, bt, pool.format().f32_window) + 1;
       }
       for (size_t i = 0; i < step[s].tokens.size(); ++i, ++t) {
         row_seq_[t] = static_cast<uint32_t>(s);
@@ -364,8 +365,8 @@ Status Engine::forward(std::span<const SeqStep> step, KvPool& pool) {
       for (uint32_t h = 0; h < n_kv; ++h) pool.write(l, h, blk, pos % bt, row + dim + h * hd, row + dim + kvd + h * hd);
     }
 
-    const bool open_layer = open_blocks > 0 && pool.layer_bits(l) != 0;
-    if (open_layer) fill_open_blocks(step, pool, l);
+    const bool window_layer = window_blocks > 0 && pool.layer_bits(l) != 0;
+    if (window_layer) fill_windows(step, pool, l);
 
     std::atomic<uint32_t> next{0};
     const uint32_t items = T * n_kv;
@@ -392,17 +393,20 @@ Status Engine::forward(std::span<const SeqStep> step, KvPool& pool) {
         a.n_keys = row_pos_[t] + 1;
         a.out = &attn_[size_t{t} * dim + size_t{h} * group * hd];
         a.open_k = a.open_v = nullptr;
-        if (open_layer && seq_open_[row_seq_[t]] >= 0) {
-          const SeqStep& q = step[row_seq_[t]];
-          a.f32_from = row_pos_[t] / bt * bt;
-          a.open_k = open_block(seq_open_[row_seq_[t]] + row_pos_[t] / bt - q.start_pos / bt, h, hd, bt);
+        if (window_layer && seq_window_[row_seq_[t]] >= 0) {
+          const uint32_t window = pool.format().f32_window;
+          const uint32_t from = window_first(row_pos_[t], bt, window);
+          a.f32_from = from * bt;
+          a.open_k = window_block(seq_window_[row_seq_[t]] + from - window_first(step[row_seq_[t]].start_pos, bt, window),
+                                  h, hd, bt);
           a.open_v = a.open_k + size_t{hd} * bt;
+          a.open_stride = window_floats;
         }
         attention(a);
       }
     };
     pool_->run(attend);
-    if (open_layer) save_tails(step, pool, l);
+    if (window_layer) save_tails(step, pool, l);
 
     matmul(L.wo, attn_.data(), dim, T, xn_.data());
     for (size_t i = 0; i < size_t{T} * dim; ++i) x_[i] = x_[i] + xn_[i];

@@ -36,13 +36,14 @@ struct SeqStep {
   // Logits are produced for the last `n_logits` tokens of this chunk (0: none, e.g. a
   // prompt chunk that is not the last; 1: next-token; more: speculative verification).
   uint32_t n_logits = 1;
-  // The sequence's tail (KvPool::tail_blocks ids) when the pool keeps an F32 open block;
+  // The sequence's tail (KvPool::tail_blocks ids) when the pool keeps an F32 window;
   // empty: attention reads every key from the codes. tail_end: the end position of the last
   // step that wrote this tail (-1: nothing written yet, e.g. a new sequence, or one whose
-  // first blocks came from the prefix cache). The tail holds the F32 K/V of positions
-  // [block_tokens * (tail_end / block_tokens), tail_end); rows of the open block it does
-  // not hold (a new tail, or a rollback into an earlier block) are read back from the
-  // codes. Set tail_end = start_pos + tokens.size() after each successful forward.
+  // first blocks came from the prefix cache). The tail holds the F32 K/V of the window as of
+  // tail_end: its last f32_window blocks, positions [block_tokens * (tail_end / block_tokens
+  // + 1 - f32_window), tail_end). Window positions it does not hold (a new tail, or a
+  // rollback past that) are read back from the codes. Set tail_end = start_pos +
+  // tokens.size() after each successful forward.
   std::span<const int32_t> tail = {};
   int64_t tail_end = -1;
 };
@@ -92,15 +93,21 @@ class Engine {
   Status load_weights(const GgufFile& file);
   void matmul(const Matrix& w, const float* a, size_t lda, uint32_t m, float* c);
   void reserve_scratch(uint32_t tokens, uint32_t logit_rows, uint32_t max_keys);
-  void fill_open_blocks(std::span<const SeqStep> step, KvPool& pool, uint32_t layer);
+  void fill_windows(std::span<const SeqStep> step, KvPool& pool, uint32_t layer);
   void save_tails(std::span<const SeqStep> step, KvPool& pool, uint32_t layer);
-  // Open block `index` of the step, KV head h: K [hd][bt], then V [bt][hd].
-  float* open_block(int64_t index, uint32_t h, uint32_t hd, uint32_t bt) {
-    return open_.data() + (static_cast<size_t>(index) * config_.n_kv_heads + h) * 2 * hd * bt;
+  // Window block `index` of the step, KV head h: K [hd][bt], then V [bt][hd].
+  float* window_block(int64_t index, uint32_t h, uint32_t hd, uint32_t bt) {
+    return window_.data() + (static_cast<size_t>(index) * config_.n_kv_heads + h) * 2 * hd * bt;
   }
-  // Rows of the sequence's first open block its tail holds (see SeqStep::tail_end).
-  static uint32_t tail_rows_held(const SeqStep& q, uint32_t bt) {
-    return q.tail_end >= q.start_pos && q.start_pos / bt == q.tail_end / bt ? q.start_pos % bt : 0;
+  // The first block of the F32 window of a query at `pos`.
+  static uint32_t window_first(uint32_t pos, uint32_t bt, uint32_t window) {
+    return pos / bt + 1 >= window ? pos / bt + 1 - window : 0;
+  }
+  // Positions [tail_held_from, start_pos) of the window are in the tail (SeqStep::tail_end:
+  // it holds [window_first(tail_end) * bt, tail_end)); INT64_MAX when it holds none.
+  static int64_t tail_held_from(const SeqStep& q, uint32_t bt, uint32_t window) {
+    if (q.tail_end < q.start_pos) return INT64_MAX;  // also -1: a new tail
+    return int64_t{window_first(static_cast<uint32_t>(q.tail_end), bt, window)} * bt;
   }
 
   EngineOptions options_;
@@ -121,11 +128,12 @@ class Engine {
   std::vector<float> x_, xn_, qkv_, attn_, ffn_, logit_in_, logits_;
   std::vector<float> attn_scratch_;  // per thread scores
   std::vector<uint32_t> row_seq_, row_pos_;
-  // F32 open blocks of the step (sequences with a tail, quantized layers): per sequence,
-  // the blocks its step touches, each [kv head]{K [head_dim][block_tokens], V
-  // [block_tokens][head_dim]}; seq_open_ is each sequence's first one (-1: no tail).
-  std::vector<float> open_;
-  std::vector<int64_t> seq_open_;
+  // F32 windows of the step (sequences with a tail, quantized layers): per sequence, the
+  // blocks from its first window block through its step's last, each [kv head]{K
+  // [head_dim][block_tokens], V [block_tokens][head_dim]}; seq_window_ is each sequence's
+  // first one (-1: no tail).
+  std::vector<float> window_;
+  std::vector<int64_t> seq_window_;
   std::vector<uint32_t> seq_row0_;  // first row of each sequence in the step
   uint32_t n_logit_rows_ = 0;
 };

@@ -79,7 +79,8 @@ void attention_quant(const AttentionArgs& x) {
     const uint32_t coded = x.open_k ? x.f32_from : x.n_keys;
     for (uint32_t j = coded; j < x.n_keys; ++j) {
       float acc = 0.0f;
-      for (uint32_t d = 0; d < hd; ++d) acc = std::fma(q[d], x.open_k[d * bt + (j - coded)], acc);
+      const float* kb = x.open_k + (j - coded) / bt * x.open_stride;
+      for (uint32_t d = 0; d < hd; ++d) acc = std::fma(q[d], kb[d * bt + (j - coded) % bt], acc);
       s[j] = acc * x.scale;
       mx = std::max(mx, s[j]);
     }
@@ -116,8 +117,10 @@ void attention_quant(const AttentionArgs& x) {
           out[d] = std::fma(ps, static_cast<float>(code_at(row, d, bits)), out[d]);
       }
     }
-    for (uint32_t j = coded; j < x.n_keys; ++j)
-      for (uint32_t d = 0; d < hd; ++d) out[d] = std::fma(s[j], x.open_v[(j - coded) * hd + d], out[d]);
+    for (uint32_t j = coded; j < x.n_keys; ++j) {
+      const float* vb = x.open_v + (j - coded) / bt * x.open_stride + (j - coded) % bt * hd;
+      for (uint32_t d = 0; d < hd; ++d) out[d] = std::fma(s[j], vb[d], out[d]);
+    }
     for (uint32_t d = 0; d < hd; ++d) out[d] = (out[d] + pb[d / gs]) * inv;
   }
 }

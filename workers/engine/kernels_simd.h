@@ -347,7 +347,8 @@ struct Ops : V {
         for (uint32_t v = 0; v < DV; ++v) o[h][v] = V::fma(V::set1(pj * vsc[group_of[v]]), c[v], o[h][v]);
       }
     }
-    for (uint32_t j = coded; j < x.n_keys; ++j) add_value(o, x.open_v + size_t{j - coded} * hd, p, stride, j);  // F32 open block
+    for (uint32_t j = coded; j < x.n_keys; ++j)  // the F32 window
+      add_value(o, x.open_v + (j - coded) / bt * x.open_stride + size_t{(j - coded) % bt} * hd, p, stride, j);
     store_rows(o, out, hd);
     for (uint32_t h = 0; h < NQ; ++h)
       for (uint32_t g = 0; g < ng; ++g) pb[h][g] = pbl[h][g];
@@ -372,7 +373,8 @@ struct Ops : V {
       if (j0 < coded)
         scores_q<NQ, BITS>(x, q, qs, j0, s, stride, mx);
       else
-        scores_at<NQ, 1>(x, q, x.open_k + (j0 - coded), j0, s, stride, mx);
+        scores_at<NQ, 1>(x, q, x.open_k + (j0 - coded) / x.block_tokens * x.open_stride + (j0 - coded) % x.block_tokens, j0, s,
+                         stride, mx);
     float inv[NQ];
     softmax<NQ>(x, s, stride, mx, inv);
 

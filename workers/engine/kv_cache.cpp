@@ -19,6 +19,8 @@ Status KvFormat::validate_values() const {
     return Status::invalid("KV bits must be 0 (f32), 8 or 4, got " + std::to_string(bits));
   if (group_size != 32 && group_size != 64 && group_size != 128)
     return Status::invalid("KV group size must be 32, 64 or 128, got " + std::to_string(group_size));
+  if (f32_window > 2)
+    return Status::invalid("KV F32 window must be 0, 1 or 2 blocks, got " + std::to_string(f32_window));
   return Status::ok();
 }
 
@@ -34,7 +36,7 @@ Status KvFormat::validate(const ModelConfig& config) const {
 std::string KvFormat::to_string() const {
   if (bits == 0) return "f32";
   return "q" + std::to_string(bits) + "/g" + std::to_string(group_size) + (skip_last_layer ? "+f32-last" : "") +
-         (f32_open_block ? "" : "+q-open");
+         (f32_window == 2 ? "" : "+w" + std::to_string(f32_window));
 }
 
 QuantParams quantize_group(const float* x, uint32_t n, uint32_t bits, uint8_t* codes) {
@@ -128,13 +130,13 @@ size_t KvPool::bytes_per_block(const ModelConfig& config, uint32_t block_tokens,
 uint32_t KvPool::tail_blocks_for(const ModelConfig& config, uint32_t block_tokens, const KvFormat& format) {
   bool quantized = false;
   for (uint32_t l = 0; l < config.n_layers; ++l) quantized |= format.layer_bits(l, config.n_layers) != 0;
-  if (!quantized || !format.f32_open_block) return 0;
+  if (!quantized || format.f32_window == 0) return 0;
   const uint32_t hd = config.head_dim();
   // A quantized region block holds at least block_tokens / 2 rows (bits >= 4: codes alone
   // take hd * block_tokens / 2 bytes), so a tail is at most a few blocks.
   const size_t rows = engine::region_block_bytes(hd, block_tokens, format.bits, format.effective_group(hd)) /
                       (size_t{hd} * sizeof(float));
-  return static_cast<uint32_t>((block_tokens + rows - 1) / rows);
+  return static_cast<uint32_t>((size_t{format.f32_window} * block_tokens + rows - 1) / rows);
 }
 
 uint32_t KvPool::blocks_for_bytes(const ModelConfig& config, size_t bytes, uint32_t block_tokens,

@@ -20,17 +20,19 @@ namespace tandem::engine {
 // bias, F32 scale and bias), rounded to nearest. A group never spans heads: on a model
 // whose head_dim is below the group size (the tiny test preset, head_dim 16) the group is
 // the whole head vector. skip_last_layer keeps the last layer in F32 (quality: mlx-vlm's
-// default). f32_open_block: a sequence also keeps the K and V of its open (last, not yet
-// full) block in F32, in a few pool blocks of its own (its tail, KvPool::tail_blocks), and
-// attention reads a query's own block from there: every row is still quantized once when
-// written, but the keys nearest a query, which carry most of its attention, are exact
-// (KIVI's full-precision residual, one block long). Quality: on the trained tiny model,
-// 8-bit free-running greedy agreement goes from 86% to 95% (bench/RESULTS.md).
+// default). f32_window (quantized formats): a sequence also keeps the K and V of its most
+// recent blocks in F32 — 1: its open (last, not yet full) block; 2: that and the one
+// before — in a few pool blocks of its own (its tail, KvPool::tail_blocks), and attention
+// reads the keys of a query's own block and the f32_window - 1 before it from there. Every
+// row is still quantized once when written, but the keys nearest a query, which carry most
+// of its attention, are exact (KIVI's full-precision residual, 16-31 tokens long). Quality:
+// on the trained tiny model, 8-bit free-running greedy agreement goes from 86% (window 0)
+// to 95% (1) and 98% (2) (bench/RESULTS.md); it costs f32_window F32 blocks per sequence.
 struct KvFormat {
   uint32_t bits = 0;
   uint32_t group_size = 64;
   bool skip_last_layer = false;
-  bool f32_open_block = true;
+  uint32_t f32_window = 2;  // 0, 1 or 2 blocks
 
   // Errors name the bad value: bits not 0/8/4, group not 32/64/128 ...
   Status validate_values() const;
@@ -42,7 +44,7 @@ struct KvFormat {
   uint32_t layer_bits(uint32_t layer, uint32_t n_layers) const {
     return skip_last_layer && layer + 1 == n_layers ? 0 : bits;
   }
-  std::string to_string() const;  // "f32", "q8/g64", "q4/g32+f32-last", "q8/g64+q-open" (no F32 open block)
+  std::string to_string() const;  // "f32", "q8/g64", "q4/g32+f32-last", "q8/g64+w1" (F32 window of 1 block)
   bool operator==(const KvFormat&) const = default;
 };
 
@@ -75,9 +77,9 @@ class KvPool {
                                                 uint32_t block_tokens = 16, const KvFormat& format = {});
   // Bytes one block takes across all layers, heads, K and V, in this format.
   static size_t bytes_per_block(const ModelConfig& config, uint32_t block_tokens = 16, const KvFormat& format = {});
-  // Pool blocks a sequence's tail takes (the F32 copy of its open block, kept in the
-  // quantized layers' regions: a row of head_dim floats per token); 0 when the format keeps
-  // no F32 open block or has no quantized layer.
+  // Pool blocks a sequence's tail takes (the F32 copy of its f32_window most recent blocks,
+  // kept in the quantized layers' regions: a row of head_dim floats per token); 0 when the
+  // format keeps no F32 window or has no quantized layer.
   static uint32_t tail_blocks_for(const ModelConfig& config, uint32_t block_tokens = 16, const KvFormat& format = {});
   // Number of blocks that fit in `bytes` for this model and format.
   static uint32_t blocks_for_bytes(const ModelConfig& config, size_t bytes, uint32_t block_tokens = 16,
@@ -95,9 +97,11 @@ class KvPool {
   uint32_t group_size() const { return format_.effective_group(head_dim_); }
   // Bytes one block takes across all layers, heads, K and V.
   size_t block_bytes() const { return block_bytes_; }
-  // Blocks one sequence's tail takes (see tail_blocks_for); 0: no F32 open block.
+  // Blocks one sequence's tail takes (see tail_blocks_for); 0: no F32 window.
   uint32_t tail_blocks() const { return tail_blocks_; }
-  // Row `row` (< block_tokens) of a tail in region (layer, kv_head, kv): head_dim floats.
+  // Tokens a tail holds: f32_window * block_tokens (position p at row p % tail_tokens()).
+  uint32_t tail_tokens() const { return tail_blocks_ ? format_.f32_window * block_tokens_ : 0; }
+  // Row `row` (< tail_tokens) of a tail in region (layer, kv_head, kv): head_dim floats.
   // Row r lives in tail block r / rows_per_block at slot r % rows_per_block of its region.
   float* tail_row(uint32_t layer, uint32_t kv_head, uint32_t kv, std::span<const int32_t> tail, uint32_t row) {
     return reinterpret_cast<float*>(block_data(layer, kv_head, kv, static_cast<uint32_t>(tail[row / tail_rows_])) +
