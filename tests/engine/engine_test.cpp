@@ -331,19 +331,22 @@ TEST(Engine, StepsAllocateNothingAfterWarmUp) {
   for (const auto& [backend, format] : {std::pair{GemmBackend::kPacked, KvFormat{}}, std::pair{GemmBackend::kOpenBlas, KvFormat{}},
                                         std::pair{GemmBackend::kPacked, KvFormat{4, 32, true}}}) {
     auto e = load(test::model_file("tiny", 1), backend);
-    auto pool = KvPool::create(e->config(), 16, 16, format).value();
-    const auto b1 = iota_blocks(8), b2 = iota_blocks(8, 8);
+    const uint32_t tb = KvPool::tail_blocks_for(e->config(), 16, format);  // the F32 window's tails (4-bit)
+    auto pool = KvPool::create(e->config(), 16 + 2 * tb, 16, format).value();
+    const auto b1 = iota_blocks(8), b2 = iota_blocks(8, 8), t1s = iota_blocks(tb, 16), t2s = iota_blocks(tb, 16 + tb);
     const auto p1 = random_tokens(40, e->config().vocab_size, 1), p2 = random_tokens(20, e->config().vocab_size, 2);
-    SeqStep prefill[2] = {{p1, 0, b1, 1}, {p2, 0, b2, 1}};
+    SeqStep prefill[2] = {{p1, 0, b1, 1, t1s}, {p2, 0, b2, 1, t2s}};
     ASSERT_TRUE(e->forward(prefill, *pool).is_ok());
     const int32_t t1 = 5, t2 = 6;
-    SeqStep decode[2] = {{std::span(&t1, 1), 40, b1, 1}, {std::span(&t2, 1), 20, b2, 1}};
+    SeqStep decode[2] = {{std::span(&t1, 1), 40, b1, 1, t1s, 40}, {std::span(&t2, 1), 20, b2, 1, t2s, 20}};
     ASSERT_TRUE(e->forward(decode, *pool).is_ok());  // warm-up of the decode shape
     g_allocations = 0;
     g_counting = true;
     for (uint32_t i = 0; i < 5; ++i) {
       decode[0].start_pos = 41 + i;
       decode[1].start_pos = 21 + i;
+      decode[0].tail_end = decode[0].start_pos;
+      decode[1].tail_end = decode[1].start_pos;
       Status st = e->forward(decode, *pool);
       if (!st.is_ok()) break;
     }
