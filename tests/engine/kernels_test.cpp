@@ -216,20 +216,13 @@ TEST_P(QuantAttentionShapes, VariantsAgreeBitwiseWithReference) {
     expect_variants_match_generic(a, ref);
 
     // With an F32 window of two blocks: the keys of the query's block and the one before come
-    // exact from F32 copies, laid out block by block `stride` floats apart.
+    // exact from their F32 rows, wherever those are (here: k and v themselves).
     const uint32_t from = (n_keys - 1) / bt >= 1 ? ((n_keys - 1) / bt - 1) * bt : 0;
-    const size_t stride = size_t{3} * hd * bt;  // K, V, then a gap
-    std::vector<float> window(2 * stride, 7.0f);  // 7: unused slots
-    for (uint32_t j = from; j < n_keys; ++j)
-      for (uint32_t d = 0; d < hd; ++d) {
-        float* kb = window.data() + (j - from) / bt * stride;
-        kb[size_t{d} * bt + (j - from) % bt] = k[size_t{j} * hd + d];
-        kb[size_t{hd} * bt + size_t{(j - from) % bt} * hd + d] = v[size_t{j} * hd + d];
-      }
+    std::vector<const float*> win_k, win_v;
+    for (uint32_t j = from; j < n_keys; ++j) win_k.push_back(&k[size_t{j} * hd]), win_v.push_back(&v[size_t{j} * hd]);
     a.f32_from = from;
-    a.open_k = window.data();
-    a.open_v = window.data() + size_t{hd} * bt;
-    a.open_stride = stride;
+    a.win_k = win_k.data();
+    a.win_v = win_v.data();
     std::vector<float> open_ref(ref.size());
     a.out = open_ref.data();
     by_name("generic")->attention(a);

@@ -197,65 +197,62 @@ void Engine::reserve_scratch(uint32_t tokens, uint32_t logit_rows, uint32_t max_
   }
 }
 
-// The F32 window of layer l for every sequence with a tail: the blocks from its first
-// window block (window_first) through the one its step ends in. Positions before start_pos
-// come from the tail where it holds them (else read back from the codes: a new tail, or a
-// rollback past what it holds), the step's own positions from qkv_ (after RoPE).
-void Engine::fill_windows(std::span<const SeqStep> step, KvPool& pool, uint32_t l) {
+// The F32 window of layer l for every sequence with a tail: row pointers for positions
+// [window_first(start_pos) * bt, end), K then V per KV head. Positions before start_pos
+// point into the tail where it holds them (else they are read back from the codes into
+// scratch: a new tail, or a rollback past what it holds); the step's own positions point
+// at their rows of qkv_ (after RoPE). Nothing is copied but those read-backs.
+void Engine::point_windows(std::span<const SeqStep> step, KvPool& pool, uint32_t l) {
   const ModelConfig& c = config_;
   const uint32_t hd = c.head_dim(), bt = pool.block_tokens(), n_kv = c.n_kv_heads, dim = c.dim, kvd = c.kv_dim();
-  const uint32_t qkv_w = dim + 2 * kvd, ring = pool.tail_tokens();
-  const uint32_t items = static_cast<uint32_t>(step.size()) * n_kv;
-  std::atomic<uint32_t> next{0};
-  auto fill = [&](uint32_t) {
-    float k[256], v[256];  // head_dim <= 256 (load)
-    for (uint32_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < items;) {
-      const uint32_t s = it / n_kv, h = it % n_kv;
-      if (seq_window_[s] < 0) continue;
-      const SeqStep& q = step[s];
-      const uint32_t start = q.start_pos, first = window_first(start, bt, pool.format().f32_window);
-      const int64_t held_from = tail_held_from(q, bt, pool.format().f32_window);
-      auto put = [&](uint32_t pos, const float* kr, const float* vr) {
-        float* kt = window_block(seq_window_[s] + pos / bt - first, h, hd, bt);
-        for (uint32_t d = 0; d < hd; ++d) kt[size_t{d} * bt + pos % bt] = kr[d];
-        std::memcpy(kt + size_t{hd} * bt + size_t{pos % bt} * hd, vr, hd * sizeof(float));
-      };
-      for (uint32_t pos = first * bt; pos < start; ++pos)
+  const uint32_t qkv_w = dim + 2 * kvd, ring = pool.tail_tokens(), window = pool.format().f32_window;
+  size_t back = 0;  // read-back rows used so far (K and V: 2 * hd floats each)
+  for (size_t s = 0; s < step.size(); ++s) {
+    if (seq_window_[s] < 0) continue;
+    const SeqStep& q = step[s];
+    const uint32_t start = q.start_pos, first = window_first(start, bt, window) * bt;
+    const uint32_t n = start + static_cast<uint32_t>(q.tokens.size()) - first;
+    const int64_t held_from = tail_held_from(q, bt, window);
+    for (uint32_t h = 0; h < n_kv; ++h) {
+      const float** kp = &window_rows_[static_cast<size_t>(seq_window_[s]) + size_t{h} * 2 * n];
+      const float** vp = kp + n;
+      for (uint32_t pos = first; pos < start; ++pos)
         if (pos >= held_from) {
-          put(pos, pool.tail_row(l, h, 0, q.tail, pos % ring), pool.tail_row(l, h, 1, q.tail, pos % ring));
+          kp[pos - first] = pool.tail_row(l, h, 0, q.tail, pos % ring);
+          vp[pos - first] = pool.tail_row(l, h, 1, q.tail, pos % ring);
         } else {
-          pool.read(l, h, static_cast<uint32_t>(q.blocks[pos / bt]), pos % bt, k, v);
-          put(pos, k, v);
+          float* k = &read_back_[back++ * 2 * hd];
+          pool.read(l, h, static_cast<uint32_t>(q.blocks[pos / bt]), pos % bt, k, k + hd);
+          kp[pos - first] = k;
+          vp[pos - first] = k + hd;
         }
       for (uint32_t i = 0; i < q.tokens.size(); ++i) {
         const float* row = &qkv_[size_t{seq_row0_[s] + i} * qkv_w];
-        put(start + i, row + dim + h * hd, row + dim + kvd + h * hd);
+        kp[start + i - first] = row + dim + h * hd;
+        vp[start + i - first] = row + dim + kvd + h * hd;
       }
     }
-  };
-  pool_->run(fill);
+  }
 }
 
 // After layer l's attention: each tail holds the F32 rows of its sequence's window as of
-// the step's end, positions [window_first(end) * bt, end); the rows it did not hold yet
-// are copied from the window blocks (a row's place in the tail depends only on its position).
+// the step's end, positions [window_first(end) * bt, end) (a row's place in the tail
+// depends only on its position); the rows it does not hold yet are copied in.
 void Engine::save_tails(std::span<const SeqStep> step, KvPool& pool, uint32_t l) {
   const uint32_t hd = config_.head_dim(), bt = pool.block_tokens(), n_kv = config_.n_kv_heads;
   const uint32_t ring = pool.tail_tokens(), window = pool.format().f32_window;
   for (size_t s = 0; s < step.size(); ++s) {
     if (seq_window_[s] < 0) continue;
     const SeqStep& q = step[s];
-    const uint32_t start = q.start_pos, first = window_first(start, bt, window);
-    const uint32_t end = start + static_cast<uint32_t>(q.tokens.size());
+    const uint32_t start = q.start_pos, first = window_first(start, bt, window) * bt;
+    const uint32_t end = start + static_cast<uint32_t>(q.tokens.size()), n = end - first;
     const int64_t held_from = tail_held_from(q, bt, window);
     for (uint32_t pos = window_first(end, bt, window) * bt; pos < end; ++pos) {
       if (pos < start && pos >= held_from) continue;  // already there
       for (uint32_t h = 0; h < n_kv; ++h) {
-        const float* kt = window_block(seq_window_[s] + pos / bt - first, h, hd, bt);
-        float* kr = pool.tail_row(l, h, 0, q.tail, pos % ring);
-        for (uint32_t d = 0; d < hd; ++d) kr[d] = kt[size_t{d} * bt + pos % bt];
-        std::memcpy(pool.tail_row(l, h, 1, q.tail, pos % ring), kt + size_t{hd} * bt + size_t{pos % bt} * hd,
-                    hd * sizeof(float));
+        const float* const* kp = &window_rows_[static_cast<size_t>(seq_window_[s]) + size_t{h} * 2 * n];
+        std::memcpy(pool.tail_row(l, h, 0, q.tail, pos % ring), kp[pos - first], hd * sizeof(float));
+        std::memcpy(pool.tail_row(l, h, 1, q.tail, pos % ring), kp[n + pos - first], hd * sizeof(float));
       }
     }
   }
@@ -269,7 +266,7 @@ Status Engine::forward(std::span<const SeqStep> step, KvPool& pool) {
     return Status::invalid("forward: the KV pool was made for another model shape");
   uint64_t total = 0, logit_rows = 0;
   uint32_t max_keys = 0;
-  uint64_t window_blocks = 0;
+  uint64_t window_rows = 0, read_back_rows = 0;  // F32 window: row pointers, rows it may read back
   const uint32_t bt = pool.block_tokens();
   for (size_t s = 0; s < step.size(); ++s) {
     const SeqStep& q = step[s];
@@ -299,7 +296,11 @@ Status Engine::forward(std::span<const SeqStep> step, KvPool& pool) {
       for (int32_t b : q.tail)
         if (b < 0 || static_cast<uint32_t>(b) >= pool.n_blocks())
           return bad("tail block id " + std::to_string(b) + " is outside the pool of " + std::to_string(pool.n_blocks()));
-      window_blocks += (end - 1) / bt - window_first(q.start_pos, bt, pool.format().f32_window) + 1;
+      // Bounds that depend only on the chunk's length (the window reaches back at most
+      // f32_window blocks), so a decode step allocates nothing whatever its position.
+      const uint64_t back = uint64_t{pool.format().f32_window} * bt;
+      window_rows += (back + q.tokens.size()) * 2 * c.n_kv_heads;
+      read_back_rows += back * c.n_kv_heads;
     }
     if (q.n_logits > q.tokens.size())
       return bad("asks logits for " + std::to_string(q.n_logits) + " of " + std::to_string(q.tokens.size()) +
@@ -316,20 +317,20 @@ Status Engine::forward(std::span<const SeqStep> step, KvPool& pool) {
 
   const uint32_t dim = c.dim, hd = c.head_dim(), kvd = c.kv_dim(), n_kv = c.n_kv_heads;
   const uint32_t group = c.n_heads / n_kv, qkv_w = dim + 2 * kvd, ffn = c.ffn_dim;
-  // F32 windows: where each sequence's blocks are (sized once per step; the vectors only grow).
-  const size_t window_floats = size_t{c.n_kv_heads} * 2 * bt * c.head_dim();
-  if (window_.size() < window_blocks * window_floats) window_.resize(window_blocks * window_floats);
+  // F32 windows: where each sequence's row pointers are (sized once per step; the vectors only grow).
+  if (window_rows_.size() < window_rows) window_rows_.resize(window_rows);
+  if (read_back_.size() < read_back_rows * 2 * c.head_dim()) read_back_.resize(read_back_rows * 2 * c.head_dim());
   if (seq_window_.size() < step.size()) seq_window_.resize(step.size()), seq_row0_.resize(step.size());
   {
     uint32_t t = 0;
-    int64_t next_window = 0;
+    int64_t next_window = 0;  // index into window_rows_
     for (size_t s = 0; s < step.size(); ++s) {
       seq_row0_[s] = t;
       seq_window_[s] = -1;
       if (!step[s].tail.empty()) {
         seq_window_[s] = next_window;
-        next_window += (step[s].start_pos + step[s].tokens.size() - 1) / bt -
-                       window_first(step[s].start_pos, bt, pool.format().f32_window) + 1;
+        next_window += (step[s].start_pos + step[s].tokens.size() -
+                        window_first(step[s].start_pos, bt, pool.format().f32_window) * bt) * 2 * c.n_kv_heads;
       }
       for (size_t i = 0; i < step[s].tokens.size(); ++i, ++t) {
         row_seq_[t] = static_cast<uint32_t>(s);
@@ -365,8 +366,8 @@ Status Engine::forward(std::span<const SeqStep> step, KvPool& pool) {
       for (uint32_t h = 0; h < n_kv; ++h) pool.write(l, h, blk, pos % bt, row + dim + h * hd, row + dim + kvd + h * hd);
     }
 
-    const bool window_layer = window_blocks > 0 && pool.layer_bits(l) != 0;
-    if (window_layer) fill_windows(step, pool, l);
+    const bool window_layer = window_rows > 0 && pool.layer_bits(l) != 0;
+    if (window_layer) point_windows(step, pool, l);
 
     std::atomic<uint32_t> next{0};
     const uint32_t items = T * n_kv;
@@ -392,15 +393,15 @@ Status Engine::forward(std::span<const SeqStep> step, KvPool& pool) {
         a.v_base = reinterpret_cast<const float*>(a.v_bytes);
         a.n_keys = row_pos_[t] + 1;
         a.out = &attn_[size_t{t} * dim + size_t{h} * group * hd];
-        a.open_k = a.open_v = nullptr;
+        a.win_k = a.win_v = nullptr;
         if (window_layer && seq_window_[row_seq_[t]] >= 0) {
+          const SeqStep& q = step[row_seq_[t]];
           const uint32_t window = pool.format().f32_window;
-          const uint32_t from = window_first(row_pos_[t], bt, window);
-          a.f32_from = from * bt;
-          a.open_k = window_block(seq_window_[row_seq_[t]] + from - window_first(step[row_seq_[t]].start_pos, bt, window),
-                                  h, hd, bt);
-          a.open_v = a.open_k + size_t{hd} * bt;
-          a.open_stride = window_floats;
+          const uint32_t first = window_first(q.start_pos, bt, window) * bt;
+          const uint32_t n = q.start_pos + static_cast<uint32_t>(q.tokens.size()) - first;
+          a.f32_from = window_first(row_pos_[t], bt, window) * bt;
+          a.win_k = &window_rows_[static_cast<size_t>(seq_window_[row_seq_[t]]) + size_t{h} * 2 * n + (a.f32_from - first)];
+          a.win_v = a.win_k + n;
         }
         attention(a);
       }

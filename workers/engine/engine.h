@@ -93,12 +93,8 @@ class Engine {
   Status load_weights(const GgufFile& file);
   void matmul(const Matrix& w, const float* a, size_t lda, uint32_t m, float* c);
   void reserve_scratch(uint32_t tokens, uint32_t logit_rows, uint32_t max_keys);
-  void fill_windows(std::span<const SeqStep> step, KvPool& pool, uint32_t layer);
+  void point_windows(std::span<const SeqStep> step, KvPool& pool, uint32_t layer);
   void save_tails(std::span<const SeqStep> step, KvPool& pool, uint32_t layer);
-  // Window block `index` of the step, KV head h: K [hd][bt], then V [bt][hd].
-  float* window_block(int64_t index, uint32_t h, uint32_t hd, uint32_t bt) {
-    return window_.data() + (static_cast<size_t>(index) * config_.n_kv_heads + h) * 2 * hd * bt;
-  }
   // The first block of the F32 window of a query at `pos`.
   static uint32_t window_first(uint32_t pos, uint32_t bt, uint32_t window) {
     return pos / bt + 1 >= window ? pos / bt + 1 - window : 0;
@@ -128,11 +124,12 @@ class Engine {
   std::vector<float> x_, xn_, qkv_, attn_, ffn_, logit_in_, logits_;
   std::vector<float> attn_scratch_;  // per thread scores
   std::vector<uint32_t> row_seq_, row_pos_;
-  // F32 windows of the step (sequences with a tail, quantized layers): per sequence, the
-  // blocks from its first window block through its step's last, each [kv head]{K
-  // [head_dim][block_tokens], V [block_tokens][head_dim]}; seq_window_ is each sequence's
-  // first one (-1: no tail).
-  std::vector<float> window_;
+  // F32 windows of the step (sequences with a tail, quantized layers): per sequence, row
+  // pointers for its positions [window_first(start) * bt, end), [kv head]{K rows, V rows};
+  // seq_window_ is where each sequence's start (-1: no tail). read_back_: rows the tails
+  // do not hold, dequantized (K then V, head_dim floats each).
+  std::vector<const float*> window_rows_;
+  std::vector<float> read_back_;
   std::vector<int64_t> seq_window_;
   std::vector<uint32_t> seq_row0_;  // first row of each sequence in the step
   uint32_t n_logit_rows_ = 0;

@@ -48,14 +48,12 @@ struct AttentionArgs {
   uint32_t block_tokens = 16;     // a multiple of 16
   uint32_t n_keys = 0;            // attend to positions [0, n_keys)
   // Quantized KV with an F32 window: keys at positions >= f32_from (a multiple of
-  // block_tokens, < n_keys) are read from F32 copies instead of the pool's codes, block by
-  // block: the block holding key f32_from + i * block_tokens has K at open_k + i *
-  // open_stride ([head_dim][block_tokens], transposed as an F32 pool block) and V at open_v +
-  // i * open_stride ([block_tokens][head_dim]). Null: every key is read from the codes.
+  // block_tokens, < n_keys) are read from F32 rows instead of the pool's codes: key j's K
+  // and V (head_dim floats each) at win_k[j - f32_from] and win_v[j - f32_from]. Null: every
+  // key is read from the codes.
   uint32_t f32_from = 0;
-  const float* open_k = nullptr;
-  const float* open_v = nullptr;
-  size_t open_stride = 0;
+  const float* const* win_k = nullptr;
+  const float* const* win_v = nullptr;
   float scale = 1.0f;
   float* scores = nullptr;        // scratch, n_q * round_up(n_keys, 16) floats
   float* out = nullptr;           // [n_q][head_dim]
@@ -76,8 +74,10 @@ struct Kernels {
   //         t = fma(kscale_jg, a, t); t = fma(kbias_jg, qs_g, t)
   //   out[d] = (o[d] + b_g) * (1 / sum), o[d] = fma chain over j of (p_j * vscale_jg) * c_j[d],
   //         b_g = fma chain over j of p_j * vbias_jg  (g the group of d)
-  // With an F32 window, keys j >= f32_from are scored as F32 keys, and their values
-  // continue o's chain after the coded ones: o[d] = fma(p_j, v_j[d], o[d]).
+  // With an F32 window, keys j >= f32_from are F32 rows scored in 16 lanes: lane l = fma
+  // chain over d = l, l + 16, ... of q[d]*k_j[d], s_j = scale * (lanes tree-reduced as the
+  // softmax sums are); their values continue o's chain after the coded ones:
+  // o[d] = fma(p_j, v_j[d], o[d]).
   void (*attention)(const AttentionArgs& args);
   // out[i] = (g * sigmoid(g)) * up[i] with g = gate[i]; sigmoid via exp_approx(-|g|).
   void (*silu_mul)(const float* gate, const float* up, float* out, size_t n);

@@ -76,12 +76,12 @@ void attention_quant(const AttentionArgs& x) {
       for (uint32_t d = g * gs; d < (g + 1) * gs; ++d) qs[g] = qs[g] + q[d];
     }
     float mx = -INFINITY;
-    const uint32_t coded = x.open_k ? x.f32_from : x.n_keys;
+    const uint32_t coded = x.win_k ? x.f32_from : x.n_keys;
     for (uint32_t j = coded; j < x.n_keys; ++j) {
-      float acc = 0.0f;
-      const float* kb = x.open_k + (j - coded) / bt * x.open_stride;
-      for (uint32_t d = 0; d < hd; ++d) acc = std::fma(q[d], kb[d * bt + (j - coded) % bt], acc);
-      s[j] = acc * x.scale;
+      const float* kr = x.win_k[j - coded];
+      float lanes[16] = {};
+      for (uint32_t d = 0; d < hd; ++d) lanes[d % 16] = std::fma(q[d], kr[d], lanes[d % 16]);
+      s[j] = reduce16(lanes) * x.scale;
       mx = std::max(mx, s[j]);
     }
     for (uint32_t j = 0; j < coded; ++j) {
@@ -117,10 +117,8 @@ void attention_quant(const AttentionArgs& x) {
           out[d] = std::fma(ps, static_cast<float>(code_at(row, d, bits)), out[d]);
       }
     }
-    for (uint32_t j = coded; j < x.n_keys; ++j) {
-      const float* vb = x.open_v + (j - coded) / bt * x.open_stride + (j - coded) % bt * hd;
-      for (uint32_t d = 0; d < hd; ++d) out[d] = std::fma(s[j], vb[d], out[d]);
-    }
+    for (uint32_t j = coded; j < x.n_keys; ++j)
+      for (uint32_t d = 0; d < hd; ++d) out[d] = std::fma(s[j], x.win_v[j - coded][d], out[d]);
     for (uint32_t d = 0; d < hd; ++d) out[d] = (out[d] + pb[d / gs]) * inv;
   }
 }

@@ -312,6 +312,30 @@ struct Ops : V {
       }
   }
 
+  // An F32 key row of the window: per head, 16 lanes (lane l: fma chain over d = l, l + 16,
+  // ...), tree-reduced as the softmax sums are (kernels.h).
+  template <uint32_t NQ>
+  static void scores_row(const AttentionArgs& x, const float* q, const float* k, uint32_t j, float* s, uint32_t stride,
+                         T* mx) {
+    constexpr uint32_t L = 16 / W;
+    const uint32_t hd = x.head_dim;
+    T acc[NQ][L];
+    for (uint32_t h = 0; h < NQ; ++h)
+      for (uint32_t i = 0; i < L; ++i) acc[h][i] = V::zero();
+    for (uint32_t d0 = 0; d0 < hd; d0 += 16)
+      for (uint32_t i = 0; i < L; ++i) {
+        const T kv = V::loadu(k + d0 + i * W);
+        for (uint32_t h = 0; h < NQ; ++h) acc[h][i] = V::fma(V::loadu(q + h * hd + d0 + i * W), kv, acc[h][i]);
+      }
+    for (uint32_t h = 0; h < NQ; ++h) {
+      alignas(64) float lanes[16];
+      for (uint32_t i = 0; i < L; ++i) V::storeu(lanes + i * W, acc[h][i]);
+      const float sj = reduce16(lanes) * x.scale;
+      s[h * stride + j] = sj;
+      mx[h] = V::max(mx[h], V::set1(sj));
+    }
+  }
+
   // Quantized V: o[h][d] = fma chain over j of (p_j * vscale_jg) * c_j[d]; pb[h][g] = fma
   // chain over j of p_j * vbias_jg. DV vectors span the head dimension.
   template <uint32_t NQ, uint32_t DV, uint32_t BITS>
@@ -324,7 +348,7 @@ struct Ops : V {
     T o[NQ][DV];
     clear(o);
     float pbl[NQ][16] = {};  // local: the compiler need not assume it aliases p
-    const uint32_t coded = x.open_k ? x.f32_from : x.n_keys;
+    const uint32_t coded = x.win_k ? x.f32_from : x.n_keys;
     for (uint32_t j = 0; j < coded; ++j) {
       const uint8_t* vb = x.v_bytes + x.blocks[j / bt] * x.block_bytes;
       const uint32_t slot = j % bt;
@@ -347,8 +371,7 @@ struct Ops : V {
         for (uint32_t v = 0; v < DV; ++v) o[h][v] = V::fma(V::set1(pj * vsc[group_of[v]]), c[v], o[h][v]);
       }
     }
-    for (uint32_t j = coded; j < x.n_keys; ++j)  // the F32 window
-      add_value(o, x.open_v + (j - coded) / bt * x.open_stride + size_t{(j - coded) % bt} * hd, p, stride, j);
+    for (uint32_t j = coded; j < x.n_keys; ++j) add_value(o, x.win_v[j - coded], p, stride, j);  // the F32 window
     store_rows(o, out, hd);
     for (uint32_t h = 0; h < NQ; ++h)
       for (uint32_t g = 0; g < ng; ++g) pb[h][g] = pbl[h][g];
@@ -368,13 +391,9 @@ struct Ops : V {
       }
     T mx[NQ];
     for (uint32_t h = 0; h < NQ; ++h) mx[h] = V::set1(-INFINITY);
-    const uint32_t coded = x.open_k ? x.f32_from : x.n_keys;
-    for (uint32_t j0 = 0; j0 < stride; j0 += 16)
-      if (j0 < coded)
-        scores_q<NQ, BITS>(x, q, qs, j0, s, stride, mx);
-      else
-        scores_at<NQ, 1>(x, q, x.open_k + (j0 - coded) / x.block_tokens * x.open_stride + (j0 - coded) % x.block_tokens, j0, s,
-                         stride, mx);
+    const uint32_t coded = x.win_k ? x.f32_from : x.n_keys;
+    for (uint32_t j0 = 0; j0 < coded; j0 += 16) scores_q<NQ, BITS>(x, q, qs, j0, s, stride, mx);
+    for (uint32_t j = coded; j < x.n_keys; ++j) scores_row<NQ>(x, q, x.win_k[j - coded], j, s, stride, mx);
     float inv[NQ];
     softmax<NQ>(x, s, stride, mx, inv);
 
