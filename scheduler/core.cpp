@@ -14,7 +14,7 @@ struct Core::Placement {
   uint64_t seq_id = 0;
   uint32_t worker_id = 0;
   std::vector<int32_t> blocks;
-  std::vector<int32_t> tail;  // the worker's tail_blocks for this sequence (F32 open block)
+  std::vector<int32_t> tail;  // the worker's tail_blocks for this sequence (F32 window)
   size_t blocks_sent = 0;  // blocks the worker has been told about
   uint32_t inflight = 0;   // plans in flight that include this sequence
   bool appeared = false;   // named in a plan: the worker holds state for it

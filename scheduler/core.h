@@ -50,7 +50,7 @@ struct WorkerInfo {
   uint32_t kv_blocks = 0;
   uint32_t block_tokens = 16;
   std::string kv_endpoint;  // kDecode: where prefill workers push KV
-  // Blocks each sequence takes besides its positions' (the F32 copy of its open block,
+  // Blocks each sequence takes besides its positions' (the F32 rows of its most recent blocks,
   // engine::KvPool::tail_blocks); allocated with the sequence, freed with it.
   uint32_t tail_blocks = 0;
 };

@@ -31,8 +31,9 @@ namespace v1 = tandem::v1;
 // What the worker keeps per live sequence: the scheduler owns everything else.
 struct Sequence {
   std::vector<int32_t> blocks;
-  std::vector<int32_t> tail;  // F32 open block (engine::SeqStep::tail); empty: none
+  std::vector<int32_t> tail;  // F32 window (engine::SeqStep::tail); empty: none
   int64_t tail_end = -1;
+  uint64_t in_step = 0;         // the last plan's step id that named it (one SeqPlan per step)
   std::vector<int32_t> tokens;  // every token fed so far (the repetition penalty's history)
   int32_t last = -1;            // the token sampled last: fed when a plan says "continue"
   model::SamplingParams sampling;
@@ -229,6 +230,20 @@ class Actor {
       const v1::SeqPlan& sp = plan.seqs(i);
       auto [it, fresh] = sequences_.try_emplace(sp.seq_id());
       Sequence& seq = it->second;
+      if (seq.in_step == plan.step_id() && plan.step_id() != 0) {
+        fail_step(plan.step_id(), "sequence " + std::to_string(sp.seq_id()) + " appears twice in the plan");
+        ok = false;
+        break;
+      }
+      seq.in_step = plan.step_id();
+      if (fresh && static_cast<uint32_t>(sp.tail_blocks_size()) != pool_->tail_blocks()) {
+        fail_step(plan.step_id(), "sequence " + std::to_string(sp.seq_id()) + " comes with " +
+                                      std::to_string(sp.tail_blocks_size()) + " tail blocks; this worker's KV format (" +
+                                      pool_->format().to_string() + ") needs " + std::to_string(pool_->tail_blocks()));
+        sequences_.erase(it);
+        ok = false;
+        break;
+      }
       if (sp.has_sampling()) {
         seq.sampling = model::from_proto(sp.sampling());
         seq.logprobs = sp.logprobs();

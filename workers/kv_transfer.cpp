@@ -54,8 +54,11 @@ Result<uint64_t> unpack_transfer(engine::KvPool& pool, const v1::KvTransfer& hea
                            " were reserved");
   if (header.tail_blocks() != pool.tail_blocks() || dest_tail.size() != pool.tail_blocks())
     return Status::invalid("KV format differs: the transfer carries a tail of " + std::to_string(header.tail_blocks()) +
-                           " blocks (F32 open block), this pool's tails take " + std::to_string(pool.tail_blocks()) +
+                           " blocks (F32 window), this pool's tails take " + std::to_string(pool.tail_blocks()) +
                            " and " + std::to_string(dest_tail.size()) + " were reserved");
+  if (header.tail_end() < -1 || header.tail_end() > header.positions())
+    return Status::invalid("transfer's tail_end " + std::to_string(header.tail_end()) + " is outside [-1, " +
+                           std::to_string(header.positions()) + "]");
   std::vector<int32_t> dest(dest_blocks.begin(), dest_blocks.begin() + positions_blocks);
   dest.insert(dest.end(), dest_tail.begin(), dest_tail.end());
   const uint32_t n = static_cast<uint32_t>(dest.size());

@@ -27,8 +27,8 @@ inline uint32_t transfer_blocks(uint32_t positions, uint32_t block_tokens) {
 // header.positions()) to `out`: the header (its run_blocks and region_block_bytes filled
 // here) and the raw frames. The pool's memory must stay as it is until ZeroMQ has sent
 // them: the scheduler frees the source blocks only after the receiver acknowledged.
-// With an F32 open block, the sequence's `tail` blocks travel after those (tail_blocks in the
-// header), so the receiver continues with the same F32 rows.
+// With an F32 window (quantized KV), the sequence's `tail` blocks travel after those
+// (tail_blocks and tail_end in the header), so the receiver continues with the same F32 rows.
 void pack_transfer(engine::KvPool& pool, std::span<const int32_t> blocks, std::span<const int32_t> tail,
                    v1::KvTransfer& header, runtime::Frames& out);
 
@@ -36,7 +36,7 @@ void pack_transfer(engine::KvPool& pool, std::span<const int32_t> blocks, std::s
 // changing nothing, when the header's KV format, the frame count or a frame's size does not
 // match, or `dest` is too short. Returns the bytes copied.
 // `dest_tail`: the receiving sequence's tail (its size must be the header's tail_blocks).
-Result<uint64_t> unpack_transfer(engine::KvPool& pool, const v1::KvTransfer& header, std::span<const int32_t> dest,
+Result<uint64_t> unpack_transfer(engine::KvPool& pool, const v1::KvTransfer& header, std::span<const int32_t> dest_blocks,
                                  std::span<const int32_t> dest_tail, const runtime::Frames& frames);
 
 }  // namespace tandem::worker

@@ -162,6 +162,12 @@ TEST(KvTransfer, TheTailTravelsWithTheBlocks) {
   EXPECT_NE(refused.status().message().find("tail of 6 blocks"), std::string::npos) << refused.status().message();
   const std::vector<int32_t> short_tail = {0, 30, 31, 5, 6};
   EXPECT_FALSE(unpack_transfer(*dst, parsed, to, short_tail, got));
+  v1::KvTransfer past_end = parsed;  // a tail claiming rows past the positions sent
+  past_end.set_tail_end(24);
+  auto bad_end = unpack_transfer(*dst, past_end, to, to_tail, got);
+  ASSERT_FALSE(bad_end);
+  EXPECT_NE(bad_end.status().message().find("tail_end 24 is outside [-1, 23]"), std::string::npos)
+      << bad_end.status().message();
 
   auto copied = unpack_transfer(*dst, parsed, to, to_tail, got);
   ASSERT_TRUE(copied) << copied.status().to_string();

@@ -235,9 +235,9 @@ void Engine::point_windows(std::span<const SeqStep> step, KvPool& pool, uint32_t
   }
 }
 
-// After layer l's attention: each tail holds the F32 rows of its sequence's window as of
-// the step's end, positions [window_first(end) * bt, end) (a row's place in the tail
-// depends only on its position); the rows it does not hold yet are copied in.
+// After layer l's attention: each tail holds the F32 rows of the window of the step's last
+// position, [window_first(end - 1) * bt, end) (a row's place in the tail depends only on its
+// position); the rows it does not hold yet are copied in.
 void Engine::save_tails(std::span<const SeqStep> step, KvPool& pool, uint32_t l) {
   const uint32_t hd = config_.head_dim(), bt = pool.block_tokens(), n_kv = config_.n_kv_heads;
   const uint32_t ring = pool.tail_tokens(), window = pool.format().f32_window;
@@ -247,7 +247,7 @@ void Engine::save_tails(std::span<const SeqStep> step, KvPool& pool, uint32_t l)
     const uint32_t start = q.start_pos, first = window_first(start, bt, window) * bt;
     const uint32_t end = start + static_cast<uint32_t>(q.tokens.size()), n = end - first;
     const int64_t held_from = tail_held_from(q, bt, window);
-    for (uint32_t pos = window_first(end, bt, window) * bt; pos < end; ++pos) {
+    for (uint32_t pos = window_first(end - 1, bt, window) * bt; pos < end; ++pos) {
       if (pos < start && pos >= held_from) continue;  // already there
       for (uint32_t h = 0; h < n_kv; ++h) {
         const float* const* kp = &window_rows_[static_cast<size_t>(seq_window_[s]) + size_t{h} * 2 * n];
@@ -293,6 +293,8 @@ Status Engine::forward(std::span<const SeqStep> step, KvPool& pool) {
       if (q.tail.size() != pool.tail_blocks())
         return bad("tail of " + std::to_string(q.tail.size()) + " blocks, the pool's tails take " +
                    std::to_string(pool.tail_blocks()));
+      if (q.tail_end < -1 || q.tail_end > c.context_length)
+        return bad("tail_end " + std::to_string(q.tail_end) + " is outside [-1, " + std::to_string(c.context_length) + "]");
       for (int32_t b : q.tail)
         if (b < 0 || static_cast<uint32_t>(b) >= pool.n_blocks())
           return bad("tail block id " + std::to_string(b) + " is outside the pool of " + std::to_string(pool.n_blocks()));

@@ -40,10 +40,11 @@ struct SeqStep {
   // empty: attention reads every key from the codes. tail_end: the end position of the last
   // step that wrote this tail (-1: nothing written yet, e.g. a new sequence, or one whose
   // first blocks came from the prefix cache). The tail holds the F32 K/V of the window as of
-  // tail_end: its last f32_window blocks, positions [block_tokens * (tail_end / block_tokens
-  // + 1 - f32_window), tail_end). Window positions it does not hold (a new tail, or a
-  // rollback past that) are read back from the codes. Set tail_end = start_pos +
-  // tokens.size() after each successful forward.
+  // tail_end: the f32_window blocks up to the last position written, positions
+  // [block_tokens * ((tail_end - 1) / block_tokens + 1 - f32_window), tail_end). Window
+  // positions it does not hold (a new tail, or a rollback past that) are read back from the
+  // codes. Set tail_end = start_pos + tokens.size() after each successful forward; it must be
+  // -1 or within [0, context length].
   std::span<const int32_t> tail = {};
   int64_t tail_end = -1;
 };
@@ -100,10 +101,12 @@ class Engine {
     return pos / bt + 1 >= window ? pos / bt + 1 - window : 0;
   }
   // Positions [tail_held_from, start_pos) of the window are in the tail (SeqStep::tail_end:
-  // it holds [window_first(tail_end) * bt, tail_end)); INT64_MAX when it holds none.
+  // it holds the window of the last position written, [window_first(tail_end - 1) * bt,
+  // tail_end), which also covers the window of any position up to tail_end, so a rollback
+  // within the last written block is exact); INT64_MAX when it holds none.
   static int64_t tail_held_from(const SeqStep& q, uint32_t bt, uint32_t window) {
-    if (q.tail_end < q.start_pos) return INT64_MAX;  // also -1: a new tail
-    return int64_t{window_first(static_cast<uint32_t>(q.tail_end), bt, window)} * bt;
+    if (q.tail_end <= 0 || q.tail_end < q.start_pos) return INT64_MAX;  // also -1: a new tail
+    return int64_t{window_first(static_cast<uint32_t>(q.tail_end - 1), bt, window)} * bt;
   }
 
   EngineOptions options_;
