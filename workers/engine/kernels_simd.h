@@ -95,27 +95,20 @@ struct Ops : V {
   // in one block), K read once for all heads. Lane l of group g is key j0 + 16 g + l.
   template <uint32_t NQ, uint32_t G>
   static void scores(const AttentionArgs& x, const float* q, uint32_t j0, float* s, uint32_t stride, T* mx) {
+    constexpr uint32_t L = 16 / W;
     const uint32_t hd = x.head_dim, bt = x.block_tokens;
+    const float* kb = x.k_base + x.blocks[j0 / bt] * x.block_stride + (j0 % bt);
+    T acc[NQ][G * L];
+#pragma GCC unroll 8
+    for (uint32_t h = 0; h < NQ; ++h)
+#pragma GCC unroll 8
+      for (uint32_t i = 0; i < G * L; ++i) acc[h][i] = V::zero();
     // The next block's keys live in another page the hardware prefetcher will not enter:
     // fetch them one line per d step, one block ahead.
     const uint32_t jn = j0 + 16 * G;
     const float* next = jn < x.n_keys ? x.k_base + x.blocks[jn / bt] * x.block_stride + (jn % bt) : nullptr;
     if (next)
       for (uint32_t d = 0; d < hd; ++d) _mm_prefetch(reinterpret_cast<const char*>(next + d * bt), _MM_HINT_T0);
-    scores_at<NQ, G>(x, q, x.k_base + x.blocks[j0 / bt] * x.block_stride + (j0 % bt), j0, s, stride, mx);
-  }
-
-  // The same for F32 keys at kb ([head_dim][block_tokens], lane l of group g at kb[16 g + l]).
-  template <uint32_t NQ, uint32_t G>
-  static void scores_at(const AttentionArgs& x, const float* q, const float* kb, uint32_t j0, float* s, uint32_t stride,
-                        T* mx) {
-    constexpr uint32_t L = 16 / W;
-    const uint32_t hd = x.head_dim, bt = x.block_tokens;
-    T acc[NQ][G * L];
-#pragma GCC unroll 8
-    for (uint32_t h = 0; h < NQ; ++h)
-#pragma GCC unroll 8
-      for (uint32_t i = 0; i < G * L; ++i) acc[h][i] = V::zero();
     for (uint32_t d = 0; d < hd; ++d) {
       T k[G * L];
 #pragma GCC unroll 8

@@ -10,6 +10,8 @@
 #include <limits>
 #include <string>
 
+#include "workers/engine/kernels_scalar.h"
+
 namespace tandem::engine {
 
 void KvPool::Unmap::operator()(uint8_t* p) const { munmap(p, bytes); }
@@ -204,9 +206,7 @@ void KvPool::read(uint32_t layer, uint32_t kv_head, uint32_t block, uint32_t slo
   }
   const uint32_t g_size = group_size(), groups = hd / g_size;
   const size_t code_bytes = size_t{hd} * bt * bits / 8;
-  auto code = [bits](const uint8_t* row, uint32_t i) -> float {
-    return bits == 8 ? row[i] : static_cast<float>((row[i / 2] >> (4 * (i % 2))) & 0x0F);
-  };
+  auto code = [bits](const uint8_t* row, uint32_t i) { return static_cast<float>(kernels::code_at(row, i, bits)); };
   const float* ks = reinterpret_cast<const float*>(kb + code_bytes);
   const float* kbias = ks + size_t{groups} * bt;
   for (uint32_t d = 0; d < hd; ++d) {
