@@ -208,14 +208,14 @@ void Engine::point_windows(std::span<const SeqStep> step, KvPool& pool, uint32_t
   const uint32_t qkv_w = dim + 2 * kvd, ring = pool.tail_tokens(), window = pool.format().f32_window;
   size_t back = 0;  // read-back rows used so far (K and V: 2 * hd floats each)
   for (size_t s = 0; s < step.size(); ++s) {
-    if (seq_window_[s] < 0) continue;
+    const SeqWindow& w = seq_window_[s];
+    if (w.at < 0) continue;
     const SeqStep& q = step[s];
-    const uint32_t start = q.start_pos, first = window_first(start, bt, window) * bt;
-    const uint32_t n = start + static_cast<uint32_t>(q.tokens.size()) - first;
+    const uint32_t start = q.start_pos, first = w.first;
     const int64_t held_from = tail_held_from(q, bt, window);
     for (uint32_t h = 0; h < n_kv; ++h) {
-      const float** kp = &window_rows_[static_cast<size_t>(seq_window_[s]) + size_t{h} * 2 * n];
-      const float** vp = kp + n;
+      const float** kp = w.rows(window_rows_, h);
+      const float** vp = kp + w.n;
       for (uint32_t pos = first; pos < start; ++pos)
         if (pos >= held_from) {
           kp[pos - first] = pool.tail_row(l, h, 0, q.tail, pos % ring);
@@ -242,17 +242,17 @@ void Engine::save_tails(std::span<const SeqStep> step, KvPool& pool, uint32_t l)
   const uint32_t hd = config_.head_dim(), bt = pool.block_tokens(), n_kv = config_.n_kv_heads;
   const uint32_t ring = pool.tail_tokens(), window = pool.format().f32_window;
   for (size_t s = 0; s < step.size(); ++s) {
-    if (seq_window_[s] < 0) continue;
+    const SeqWindow& w = seq_window_[s];
+    if (w.at < 0) continue;
     const SeqStep& q = step[s];
-    const uint32_t start = q.start_pos, first = window_first(start, bt, window) * bt;
-    const uint32_t end = start + static_cast<uint32_t>(q.tokens.size()), n = end - first;
+    const uint32_t start = q.start_pos, end = w.first + w.n;
     const int64_t held_from = tail_held_from(q, bt, window);
     for (uint32_t pos = window_first(end - 1, bt, window) * bt; pos < end; ++pos) {
       if (pos < start && pos >= held_from) continue;  // already there
       for (uint32_t h = 0; h < n_kv; ++h) {
-        const float* const* kp = &window_rows_[static_cast<size_t>(seq_window_[s]) + size_t{h} * 2 * n];
-        std::memcpy(pool.tail_row(l, h, 0, q.tail, pos % ring), kp[pos - first], hd * sizeof(float));
-        std::memcpy(pool.tail_row(l, h, 1, q.tail, pos % ring), kp[n + pos - first], hd * sizeof(float));
+        const float* const* kp = w.rows(window_rows_, h);
+        std::memcpy(pool.tail_row(l, h, 0, q.tail, pos % ring), kp[pos - w.first], hd * sizeof(float));
+        std::memcpy(pool.tail_row(l, h, 1, q.tail, pos % ring), kp[w.n + pos - w.first], hd * sizeof(float));
       }
     }
   }
@@ -328,11 +328,13 @@ Status Engine::forward(std::span<const SeqStep> step, KvPool& pool) {
     int64_t next_window = 0;  // index into window_rows_
     for (size_t s = 0; s < step.size(); ++s) {
       seq_row0_[s] = t;
-      seq_window_[s] = -1;
+      seq_window_[s] = SeqWindow{};
       if (!step[s].tail.empty()) {
-        seq_window_[s] = next_window;
-        next_window += (step[s].start_pos + step[s].tokens.size() -
-                        window_first(step[s].start_pos, bt, pool.format().f32_window) * bt) * 2 * c.n_kv_heads;
+        SeqWindow& w = seq_window_[s];
+        w.at = next_window;
+        w.first = window_first(step[s].start_pos, bt, pool.format().f32_window) * bt;
+        w.n = step[s].start_pos + static_cast<uint32_t>(step[s].tokens.size()) - w.first;
+        next_window += int64_t{w.n} * 2 * c.n_kv_heads;
       }
       for (size_t i = 0; i < step[s].tokens.size(); ++i, ++t) {
         row_seq_[t] = static_cast<uint32_t>(s);
@@ -396,14 +398,10 @@ Status Engine::forward(std::span<const SeqStep> step, KvPool& pool) {
         a.n_keys = row_pos_[t] + 1;
         a.out = &attn_[size_t{t} * dim + size_t{h} * group * hd];
         a.win_k = a.win_v = nullptr;
-        if (window_layer && seq_window_[row_seq_[t]] >= 0) {
-          const SeqStep& q = step[row_seq_[t]];
-          const uint32_t window = pool.format().f32_window;
-          const uint32_t first = window_first(q.start_pos, bt, window) * bt;
-          const uint32_t n = q.start_pos + static_cast<uint32_t>(q.tokens.size()) - first;
-          a.f32_from = window_first(row_pos_[t], bt, window) * bt;
-          a.win_k = &window_rows_[static_cast<size_t>(seq_window_[row_seq_[t]]) + size_t{h} * 2 * n + (a.f32_from - first)];
-          a.win_v = a.win_k + n;
+        if (const SeqWindow& w = seq_window_[row_seq_[t]]; window_layer && w.at >= 0) {
+          a.f32_from = window_first(row_pos_[t], bt, pool.format().f32_window) * bt;
+          a.win_k = w.rows(window_rows_, h) + (a.f32_from - w.first);
+          a.win_v = a.win_k + w.n;
         }
         attention(a);
       }

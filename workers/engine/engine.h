@@ -129,11 +129,17 @@ class Engine {
   std::vector<uint32_t> row_seq_, row_pos_;
   // F32 windows of the step (sequences with a tail, quantized layers): per sequence, row
   // pointers for its positions [window_first(start) * bt, end), [kv head]{K rows, V rows};
-  // seq_window_ is where each sequence's start (-1: no tail). read_back_: rows the tails
-  // do not hold, dequantized (K then V, head_dim floats each).
+  // seq_window_ says where each sequence's are. read_back_: rows the tails do not hold,
+  // dequantized (K then V, head_dim floats each).
+  struct SeqWindow {
+    int64_t at = -1;     // index of its first pointer in window_rows_ (-1: no tail)
+    uint32_t first = 0;  // its first window position, window_first(start_pos) * bt
+    uint32_t n = 0;      // positions [first, end): pointers per KV head for K, then as many for V
+    const float** rows(std::vector<const float*>& all, uint32_t h) const { return &all[static_cast<size_t>(at) + size_t{h} * 2 * n]; }
+  };
   std::vector<const float*> window_rows_;
   std::vector<float> read_back_;
-  std::vector<int64_t> seq_window_;
+  std::vector<SeqWindow> seq_window_;
   std::vector<uint32_t> seq_row0_;  // first row of each sequence in the step
   uint32_t n_logit_rows_ = 0;
 };
