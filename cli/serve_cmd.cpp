@@ -51,7 +51,7 @@ const std::set<std::string> kSchedulerFlags = {"max-batch-tokens", "prefill-chun
                                                "pipeline-depth", "heartbeat-ms", "client-timeout-ms", "prefix-cache",
                                                "handoff-timeout-ms", "client-send-queue", "worker-liveness"};
 const std::set<std::string> kWorkerFlags = {"threads", "kv-memory", "kv-blocks", "block-tokens", "gemm",
-                                            "kv-bits", "kv-group-size", "kv-f32-window"};
+                                            "kv-bits", "kv-group-size", "kv-f32-window", "test-step-delay-ms"};
 const std::set<std::string>& kWorkerSwitches = kKvFormatSwitches;
 
 Status scheduler_config(const Args& args, scheduler::ActorOptions& o) {
@@ -84,12 +84,14 @@ Status worker_config(const Args& args, worker::WorkerOptions& o) {
   auto blocks = args.integer("kv-blocks", 0, 0, 1 << 24);
   auto memory = args.integer("kv-memory", static_cast<int64_t>(o.kv_memory), 1 << 20, int64_t{1} << 40);
   auto block_tokens = args.integer("block-tokens", o.block_tokens, 16, 4096);
-  for (const Status* st : {&threads.status(), &blocks.status(), &memory.status(), &block_tokens.status()})
+  auto delay = args.integer("test-step-delay-ms", o.test_step_delay_ms, 0, 10000);
+  for (const Status* st : {&threads.status(), &blocks.status(), &memory.status(), &block_tokens.status(), &delay.status()})
     if (!st->is_ok()) return *st;
   o.threads = static_cast<uint32_t>(*threads);
   o.kv_blocks = static_cast<uint32_t>(*blocks);
   o.kv_memory = static_cast<uint64_t>(*memory);
   o.block_tokens = static_cast<uint32_t>(*block_tokens);
+  o.test_step_delay_ms = static_cast<uint32_t>(*delay);
   if (auto role = args.str("role")) {
     auto r = worker::parse_role(*role);
     if (!r) return r.status();
@@ -159,7 +161,8 @@ int worker_command(int argc, char** argv) {
               "       [--block-tokens N] [--gemm packed|openblas] [--name NAME] [--log-level L] [--log-file FILE]\n"
               "       [--curve-keys DIR] [--role both|prefill|decode] [--kv-endpoint E (decode: where prefill workers\n"
               "       push KV; default tcp://127.0.0.1:*)] [--kv-bits 0|8|4] [--kv-group-size 32|64|128]\n"
-              "       [--kv-quant-skip-last-layer] [--kv-f32-window 0|1|2]");
+              "       [--kv-quant-skip-last-layer] [--kv-f32-window 0|1|2]\n"
+              "       [--test-step-delay-ms MS (tests only: sleep before each step, as a slower machine)]");
     return 0;
   }
   if (Status st = set_log_level(*args); !st) return fail("worker", st);

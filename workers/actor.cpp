@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <csignal>
+#include <chrono>
 #include <deque>
+#include <thread>
 #include <unordered_map>
 
 #include "runtime/event_loop.h"
@@ -215,6 +217,7 @@ class Actor {
   }
 
   void execute(const v1::StepPlan& plan) {
+    if (options_.test_step_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options_.test_step_delay_ms));
     const int64_t start = runtime::now_us();
     const int64_t idle = start - idle_since_;
     out_.Clear();

@@ -33,6 +33,10 @@ struct WorkerOptions {
   // Role decode: where prefill workers push KV. tcp://127.0.0.1:* picks a free port.
   std::string kv_endpoint = "tcp://127.0.0.1:*";
   std::string curve_keys_dir;  // the scheduler's CurveZMQ public key (DIR/server.pub); empty: none
+  // Test seam (`--test-step-delay-ms`): sleep this long before executing each step plan, as a
+  // slower machine would. Lets end-to-end tests make races (a cancel against a request's last
+  // token) come out one way by construction, whatever the speed of the machine. 0 in service.
+  uint32_t test_step_delay_ms = 0;
 };
 
 // Runs until the scheduler says shutdown, or SIGINT/SIGTERM. Errors: the model file, the KV

@@ -63,6 +63,7 @@ class MockServer {
     for (auto& t : connections_) t.join();
   }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  unsigned short port() const { return port_; }
   int connections() const { return accepted_.load(); }
   // What the mock really did, per streamed request in arrival order: the request's arrival
   // and each token's write, in ms since the arrival. The scripted sleeps can run late on a
@@ -218,6 +219,31 @@ std::pair<double, std::string> worst_deviation(const Summary& s, const std::vect
   return worst;
 }
 
+// Measures, while it lives, how late this machine wakes a thread that sleeps 1 ms: the
+// scheduling noise of this run (a CPU hog beside the test, a sanitizer's slowdown). A token
+// timestamp is late by as much when the reader thread waits for a CPU.
+class LatenessProbe {
+ public:
+  LatenessProbe() : thread_([this] {
+      while (!stop_) {
+        const auto before = std::chrono::steady_clock::now();
+        std::this_thread::sleep_for(1ms);
+        const double late = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - before).count() - 1.0;
+        if (late > worst_) worst_ = late;
+      }
+    }) {}
+  ~LatenessProbe() {
+    stop_ = true;
+    thread_.join();
+  }
+  double worst_ms() const { return worst_; }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::atomic<double> worst_{0.0};
+  std::thread thread_;
+};
+
 TEST(Bench, PercentilesMatchAScriptedServer) {
   // Ten requests, one at a time: TTFT 20..65 ms, ITL 20..29 ms, 4 tokens each.
   std::vector<std::string> prompts;
@@ -241,10 +267,15 @@ TEST(Bench, PercentilesMatchAScriptedServer) {
 #endif
   std::optional<Summary> s;
   std::pair<double, std::string> worst;
+  double allowed = tol;
   for (int attempt = 1; attempt <= 3; ++attempt) {
     MockServer server;
     auto target = openai(server);
+    LatenessProbe probe;
     auto run_s = run(*target, *workload, lo);
+    // An interval is off by the lateness of both its ends: the tolerance grows by twice the
+    // scheduling noise measured during this very run.
+    allowed = tol + 2 * probe.worst_ms();
     ASSERT_TRUE(run_s) << run_s.status().to_string();
     s = std::move(run_s.value());
     EXPECT_EQ(server.connections(), 1) << "keep-alive: one connection for all";
@@ -253,11 +284,11 @@ TEST(Bench, PercentilesMatchAScriptedServer) {
     sent.erase(sent.begin());  // the warm-up request
     for (const auto& w : sent) ASSERT_EQ(w.size(), 4u);
     worst = worst_deviation(*s, sent);
-    std::printf("attempt %d: largest difference from the mock's send times %.3f ms (%s)\n", attempt, worst.first,
-                worst.second.c_str());
-    if (worst.first <= tol) break;
+    std::printf("attempt %d: largest difference from the mock's send times %.3f ms (%s), allowed %.3f ms\n", attempt,
+                worst.first, worst.second.c_str(), allowed);
+    if (worst.first <= allowed) break;
   }
-  EXPECT_LE(worst.first, tol) << "ms, " << worst.second << ", in each of 3 runs";
+  EXPECT_LE(worst.first, allowed) << "ms, " << worst.second << ", in each of 3 runs";
   EXPECT_EQ(s->completed, 10u);
   EXPECT_EQ(s->failed, 0u);
   EXPECT_EQ(s->output_tokens, 40u);
@@ -358,7 +389,42 @@ TEST(Bench, UnreachableServerFailsEveryRequestQuickly) {
   EXPECT_EQ(s->errors[0].first.rfind("connect:", 0), 0u) << s->errors[0].first;
 }
 
-TEST(Bench, BookkeepingSustainsTwoThousandTokensPerSecond) {
+// Streamed tokens/s of a reader that does nothing with the chunks but count them: `clients`
+// threads, each sending `requests` requests for `tokens` tokens over one keep-alive connection.
+double raw_reader_tokens_per_s(const MockServer& server, int clients, int requests, int tokens) {
+  std::atomic<uint64_t> counted{0};
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int c = 0; c < clients; ++c)
+    threads.emplace_back([&] {
+      asio::io_context io;
+      tcp::socket s(io);
+      boost::system::error_code ec;
+      s.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), server.port()), ec);
+      if (ec) return;
+      beast::flat_buffer buf;
+      for (int r = 0; r < requests; ++r) {
+        http::request<http::string_body> req{http::verb::post, "/v1/completions", 11};
+        req.set(http::field::host, "127.0.0.1");
+        req.body() = "{\"prompt\":\"0,0\",\"max_tokens\":" + std::to_string(tokens) + "}";
+        req.prepare_payload();
+        http::write(s, req, ec);
+        http::response<http::string_body> res;
+        http::read(s, buf, res, ec);
+        if (ec) return;
+        uint64_t n = 0;
+        for (size_t at = res.body().find("\"text\":\"t\""); at != std::string::npos; at = res.body().find("\"text\":\"t\"", at + 1)) ++n;
+        counted += n;
+      }
+    });
+  for (auto& t : threads) t.join();
+  return static_cast<double>(counted) / std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The harness's per-token bookkeeping (SSE parsing, timestamps, statistics) must not be what
+// limits a measurement. Judged against a baseline of this run: a reader that only counts the
+// same mock's chunks, so a slow or loaded machine slows both sides alike.
+TEST(Bench, BookkeepingKeepsUpWithARawReader) {
   MockServer server;
   WorkloadOptions wo;
   wo.dataset = write_dataset({"0,0"}, 500);
@@ -369,13 +435,17 @@ TEST(Bench, BookkeepingSustainsTwoThousandTokensPerSecond) {
   lo.concurrency = 4;
   lo.num_requests = 40;
   auto target = openai(server);
+  const double raw_before = raw_reader_tokens_per_s(server, 4, 10, 500);
   auto s = run(*target, *workload, lo);
+  const double raw_after = raw_reader_tokens_per_s(server, 4, 10, 500);
   ASSERT_TRUE(s);
   EXPECT_EQ(s->completed, 40u);
   EXPECT_EQ(s->output_tokens, 20000u);
-  std::printf("bench bookkeeping: %.0f streamed tokens/s against the fast mock (%.3f s)\n", s->output_tokens_per_s,
-              s->duration_s);
-  EXPECT_GE(s->output_tokens_per_s, 2000.0);
+  const double raw = std::min(raw_before, raw_after);
+  std::printf("bench bookkeeping: %.0f streamed tokens/s against the fast mock (%.3f s); a raw reader %.0f (%.2fx)\n",
+              s->output_tokens_per_s, s->duration_s, raw, s->output_tokens_per_s / raw);
+  ASSERT_GT(raw, 0.0) << "the raw reader read nothing";
+  EXPECT_GE(s->output_tokens_per_s, 0.1 * raw) << "the harness is over 10x slower than a reader that only counts";
 }
 
 TEST(Bench, LoadShapesAndWorkloadsAreValidated) {

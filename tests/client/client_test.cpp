@@ -430,14 +430,15 @@ TEST(Client, SilentSchedulerEndsTheStreamAfterTheDeadline) {
   auto stream = client->generate(req);
   auto got = fake.recv();
   ASSERT_TRUE(got && got->msg.has_submit());
-  auto events = drain(*stream);
+  // The fake sends nothing and liveness probing is off: only the client's deadline timer can end
+  // the stream. So no upper bound on when (a loaded machine may be late); only not before.
+  auto events = drain(*stream, 60s);
   const auto elapsed = Clock::now() - start;
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].fin.reason, FinishReason::kError);
   EXPECT_EQ(events[0].fin.code, Code::kUnavailable);
   EXPECT_EQ(events[0].fin.error_code, "UNAVAILABLE");
-  EXPECT_GE(elapsed, 300ms);
-  EXPECT_LT(elapsed, 3s);
+  EXPECT_GE(elapsed, 300ms) << "deadline 200 ms + grace 100 ms";
   // The client tells the scheduler to drop it, and a late final event changes nothing.
   auto cancel = fake.recv(1s);
   ASSERT_TRUE(cancel && cancel->msg.has_cancel());

@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <string>
 
 #include "tests/e2e/deployment.h"
 
@@ -45,18 +47,41 @@ TEST(BenchE2E, FiftyRequestsCompleteWithTheJsonSchema) {
   EXPECT_EQ(records, 50u);
 }
 
+// Every request is cancelled after its 2nd token. The worker sleeps 50 ms before each step
+// (--test-step-delay-ms), so a 64-token request needs over 3 s of steps while its cancel needs one
+// socket round trip: the cancel wins by construction, on a fast machine or a loaded one.
 TEST(BenchE2E, CancellationsAgainstTandemAreCounted) {
-  Deployment d({"--workers", "1", "--threads", "1"});
+  constexpr int kRequests = 10, kCancelAfter = 2, kPipelineDepth = 2;
+  Deployment d({"--workers", "1", "--threads", "1", "--test-step-delay-ms", "50", "--pipeline-depth",
+                std::to_string(kPipelineDepth)});
   ASSERT_TRUE(d.ok());
   const std::string json_path = d.dir() + "/bench.json", out = d.dir() + "/bench.out";
-  const pid_t pid = spawn({TANDEM_TANDEM_BIN, "bench", "--endpoint", d.endpoint(), "--num-requests", "10",
-                           "--rate", "50", "--concurrency", "4", "--input-len", "8:16", "--output-len", "64",
-                           "--ignore-eos", "--cancel-fraction", "1", "--cancel-after", "2", "--out", json_path},
+  const pid_t pid = spawn({TANDEM_TANDEM_BIN, "bench", "--endpoint", d.endpoint(), "--num-requests",
+                           std::to_string(kRequests), "--rate", "50", "--concurrency", "4", "--input-len", "8:16",
+                           "--output-len", "64", "--ignore-eos", "--cancel-fraction", "1", "--cancel-after",
+                           std::to_string(kCancelAfter), "--out", json_path},
                           out);
   ASSERT_EQ(wait_for(pid, 120s), 0) << slurp(out) << slurp(out + ".err");
   const std::string json = slurp(json_path);
-  EXPECT_NE(json.find("\"requests\":{\"completed\":0,\"failed\":0,\"cancelled\":10"), std::string::npos)
+  EXPECT_NE(json.find("\"requests\":{\"completed\":0,\"failed\":0,\"cancelled\":" + std::to_string(kRequests)),
+            std::string::npos)
       << json.substr(0, 800);
+  // One record per request: its outcome, the reason of the final event it got, its tokens.
+  int records = 0, cancelled_finals = 0;
+  for (size_t at = json.find("{\"index\":"); at != std::string::npos; at = json.find("{\"index\":", at + 1)) {
+    const std::string record = json.substr(at, json.find('}', at) - at);
+    ++records;
+    EXPECT_NE(record.find("\"outcome\":\"cancelled\""), std::string::npos) << record;
+    if (record.find("\"finish_reason\":\"cancelled\"") != std::string::npos) ++cancelled_finals;
+    const size_t tokens_at = record.find("\"output_tokens\":");
+    ASSERT_NE(tokens_at, std::string::npos) << record;
+    const int tokens = std::stoi(record.substr(tokens_at + std::strlen("\"output_tokens\":")));
+    // The tokens it had when it cancelled, plus at most the steps already in flight.
+    EXPECT_GE(tokens, kCancelAfter) << record;
+    EXPECT_LE(tokens, kCancelAfter + kPipelineDepth) << record;
+  }
+  EXPECT_EQ(records, kRequests);
+  EXPECT_EQ(cancelled_finals, kRequests) << "the harness's cancelled count must equal the cancelled final events";
 }
 
 }  // namespace

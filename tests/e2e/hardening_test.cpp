@@ -407,7 +407,12 @@ TEST(Hardening, AClientSilentForSixtySecondsLeavesTheSchedulerBoundedAndOthersSt
               percentile(during, 0.99), during.size(), worst, outcomes["finished"], outcomes["cancelled or refused"]);
   EXPECT_EQ(reader_errors, 0) << first_error;
   EXPECT_GT(during.size(), 100u);
-  EXPECT_LT(worst, 2000.0) << "ms: a reading client's stream never stalls behind a silent one";
+  // The bound comes from this run: 2 s, or 10x the worst gap the reader saw alone if this
+  // machine (sanitizers, a CPU hog beside the test) is that slow.
+  const double alone_worst = before.empty() ? 0.0 : *std::max_element(before.begin(), before.end());
+  const double bound = std::max(2000.0, 10 * alone_worst);
+  EXPECT_LT(worst, bound) << "ms: a reading client's stream never stalls behind a silent one (alone: worst "
+                          << alone_worst << " ms)";
 }
 
 // The inodes of every TCP socket in LISTEN state on this host (IPv4 and IPv6).

@@ -72,12 +72,16 @@ TEST(Serve, CancelAtEveryStageLeavesOthersExactAndBlocksFree) {
   EXPECT_EQ(test::in_use(st.workers.at(0)), 0u);
 }
 
+// The worker sleeps 20 ms before each step: the 480-token request cannot finish by itself
+// in under 9.6 s, so a request that ends with fewer tokens was cancelled (client timeout 1 s).
 TEST(Serve, AClientKilledWithSigkillHasItsRequestsCancelled) {
-  Deployment d({"--workers", "1", "--threads", "1", "--client-timeout-ms", "1000", "--heartbeat-ms", "200"});
+  constexpr uint64_t kMaxTokens = 480;
+  Deployment d({"--workers", "1", "--threads", "1", "--client-timeout-ms", "1000", "--heartbeat-ms", "200",
+                "--test-step-delay-ms", "20"});
   ASSERT_TRUE(d.ok());
   const std::string dir = test::temp_dir();
   const pid_t gen = spawn({TANDEM_TANDEM_BIN, "generate", "--endpoint", d.endpoint(), "--tokens", "1,5,6,7",
-                           "--max-tokens", "480", "--ignore-eos"},
+                           "--max-tokens", std::to_string(kMaxTokens), "--ignore-eos"},
                           dir + "/gen.out");
   auto client = d.client();
   const auto until_running = std::chrono::steady_clock::now() + 20s;
@@ -88,12 +92,12 @@ TEST(Serve, AClientKilledWithSigkillHasItsRequestsCancelled) {
   waitpid(gen, nullptr, 0);
   const auto killed = std::chrono::steady_clock::now();
   StatusInfo st;
-  do {
+  do {  // bounded wait, not a speed assertion: the token count below tells a cancel from a finish
     st = client->status(5s).value();
     std::this_thread::sleep_for(50ms);
-  } while (st.running > 0 && std::chrono::steady_clock::now() < killed + 10s);
+  } while (st.running > 0 && std::chrono::steady_clock::now() < killed + 60s);
   EXPECT_EQ(st.running, 0u);
-  EXPECT_LT(std::chrono::steady_clock::now() - killed, 4s) << "client timeout 1 s + liveness period";
+  EXPECT_LT(st.tokens_generated, kMaxTokens) << "the request ran to its end instead of being cancelled";
   EXPECT_EQ(test::in_use(st.workers.at(0)), 0u);
 }
 
