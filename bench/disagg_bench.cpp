@@ -28,7 +28,7 @@
 #include "runtime/wire.h"
 #include "tandem/client.h"
 #include "workers/engine/kv_cache.h"
-#include "workers/engine/make_model.h"
+#include "model/make_model.h"
 #include "workers/kv_transfer.h"
 
 using namespace tandem;
@@ -246,7 +246,7 @@ int main(int argc, char** argv) {
   }
   std::filesystem::create_directories("models");
   if (!std::filesystem::exists(model)) {
-    if (Status st = engine::make_model(*engine::preset_config("small"), 1, model); !st) {
+    if (Status st = model::make_model(*model::preset_config("small"), 1, model); !st) {
       std::fprintf(stderr, "%s\n", st.to_string().c_str());
       return 1;
     }

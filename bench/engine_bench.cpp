@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "workers/engine/engine.h"
-#include "workers/engine/make_model.h"
+#include "model/make_model.h"
 
 using namespace tandem;
 using namespace tandem::engine;
@@ -290,8 +290,8 @@ int main(int argc, char** argv) {
     if (std::filesystem::exists(path)) return true;
     std::filesystem::create_directories("models");
     std::fprintf(stderr, "engine-bench: writing the small preset to %s\n", path.c_str());
-    auto config = preset_config("small");
-    if (Status st = make_model(*config, 1, path, type); !st) {
+    auto config = model::preset_config("small");
+    if (Status st = model::make_model(*config, 1, path, type); !st) {
       std::fprintf(stderr, "engine-bench: %s\n", st.to_string().c_str());
       return false;
     }

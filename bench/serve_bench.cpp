@@ -30,7 +30,7 @@
 #include "tandem/client.h"
 #include "workers/engine/engine.h"
 #include "workers/engine/generate.h"
-#include "workers/engine/make_model.h"
+#include "model/make_model.h"
 #include "workers/engine/sampler.h"
 
 
@@ -155,8 +155,8 @@ int main(int argc, char** argv) {
   std::filesystem::create_directories("models");
   for (auto [path, preset] : {std::pair{model, "small"}, std::pair{tiny, "tiny"}})
     if (!std::filesystem::exists(path)) {
-      auto cfg = engine::preset_config(preset);
-      if (Status st = engine::make_model(*cfg, 1, path); !st) {
+      auto cfg = model::preset_config(preset);
+      if (Status st = model::make_model(*cfg, 1, path); !st) {
         std::fprintf(stderr, "%s\n", st.to_string().c_str());
         return 1;
       }

@@ -3,7 +3,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
-#include "workers/engine/make_model.h"
+#include "model/make_model.h"
 
 namespace tandem::cli {
 
@@ -24,13 +24,13 @@ int make_model_command(int argc, char** argv) {
   if (!out) return fail(Status::invalid("--out FILE is required"));
   auto seed = args->integer("seed", 1, 0, INT64_MAX);
   if (!seed) return fail(seed.status());
-  auto config = engine::preset_config(args->str("preset").value_or("tiny"));
+  auto config = model::preset_config(args->str("preset").value_or("tiny"));
   if (!config) return fail(config.status());
   const std::string dtype = args->str("dtype").value_or("f32");
   if (dtype != "f32" && dtype != "f16") return fail(Status::invalid("--dtype must be f32 or f16, got '" + dtype + "'"));
   config->tied_embeddings = args->has("tied");
-  const auto type = dtype == "f16" ? engine::TensorType::kF16 : engine::TensorType::kF32;
-  if (Status st = engine::make_model(*config, static_cast<uint64_t>(*seed), *out, type); !st) return fail(st);
+  const auto type = dtype == "f16" ? model::TensorType::kF16 : model::TensorType::kF32;
+  if (Status st = model::make_model(*config, static_cast<uint64_t>(*seed), *out, type); !st) return fail(st);
   std::fprintf(stderr, "tandem make-model: wrote %s (%s, seed %lld)\n", out->c_str(), config->name.c_str(),
                static_cast<long long>(*seed));
   return 0;

@@ -22,7 +22,7 @@
 #include <google/protobuf/stubs/logging.h>
 
 #include "runtime/event_loop.h"
-#include "workers/engine/make_model.h"
+#include "model/make_model.h"
 
 namespace tandem::fuzz {
 
@@ -103,7 +103,7 @@ inline const std::string& tiny_model() {
     const std::string dir = std::filesystem::temp_directory_path() / ("tandem-fuzz-" + std::to_string(getpid()));
     std::filesystem::create_directories(dir);
     const std::string p = dir + "/tiny.gguf";
-    if (!engine::make_model(*engine::preset_config("tiny"), 1, p)) std::abort();
+    if (!model::make_model(*model::preset_config("tiny"), 1, p)) std::abort();
     return p;
   }();
   return path;

@@ -6,8 +6,8 @@
 #include <cstdlib>
 
 #include "fuzz/fuzz_input.h"
-#include "runtime/model/gguf.h"
-#include "runtime/model/model_config.h"
+#include "model/gguf.h"
+#include "model/model_config.h"
 #include "scheduler/actor.h"
 #include "tandem/v1/client.pb.h"
 #include "tandem/v1/worker.pb.h"

@@ -11,7 +11,7 @@
 #include <unordered_map>
 
 #include "runtime/event_loop.h"
-#include "runtime/model/gguf.h"
+#include "model/gguf.h"
 #include "runtime/wire.h"
 
 namespace tandem::scheduler {

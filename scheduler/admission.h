@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "tandem/v1/client.pb.h"
-#include "runtime/model/sampling_params.h"
-#include "runtime/model/tokenizer.h"
+#include "model/sampling_params.h"
+#include "model/tokenizer.h"
 #include "runtime/status.h"
 
 namespace tandem::scheduler {

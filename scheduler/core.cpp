@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cassert>
 
-#include "runtime/model/sampling_proto.h"
+#include "runtime/sampling_proto.h"
 
 namespace tandem::scheduler {
 

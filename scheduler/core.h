@@ -13,8 +13,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/model/model_config.h"
-#include "runtime/model/tokenizer.h"
+#include "model/model_config.h"
+#include "model/tokenizer.h"
 #include "scheduler/admission.h"
 #include "scheduler/block_pool.h"
 #include "scheduler/stops.h"

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/model/tokenizer.h"
+#include "model/tokenizer.h"
 #include "runtime/status.h"
 
 namespace tandem::scheduler {

@@ -6,7 +6,7 @@
 #include <random>
 #include <stdexcept>
 
-#include "workers/engine/make_model.h"
+#include "model/make_model.h"
 
 namespace tandem::test {
 
@@ -44,11 +44,11 @@ std::string model_file(const std::string& preset, unsigned seed, bool f16, bool 
   static std::map<std::string, std::string> made;
   const std::string key = preset + "-" + std::to_string(seed) + (f16 ? "-f16" : "") + (tied ? "-tied" : "");
   if (auto it = made.find(key); it != made.end()) return it->second;
-  auto config = engine::preset_config(preset);
+  auto config = model::preset_config(preset);
   if (!config) throw std::runtime_error(config.status().to_string());
   config->tied_embeddings = tied;
   std::string path = (root().path / (key + ".gguf")).string();
-  Status st = engine::make_model(*config, seed, path, f16 ? engine::TensorType::kF16 : engine::TensorType::kF32);
+  Status st = model::make_model(*config, seed, path, f16 ? model::TensorType::kF16 : model::TensorType::kF32);
   if (!st) throw std::runtime_error(st.to_string());
   made[key] = path;
   return path;

@@ -11,7 +11,7 @@
 #include <unordered_map>
 
 #include "runtime/event_loop.h"
-#include "runtime/model/sampling_proto.h"
+#include "runtime/sampling_proto.h"
 #include "runtime/wire.h"
 #include "tandem/v1/worker.pb.h"
 #include "workers/engine/sampler.h"

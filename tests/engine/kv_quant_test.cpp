@@ -15,7 +15,7 @@
 
 #include "tests/test_util.h"
 #include "workers/engine/engine.h"
-#include "workers/engine/make_model.h"
+#include "model/make_model.h"
 
 namespace tandem::engine {
 namespace {
@@ -66,7 +66,7 @@ TEST(KvQuant, RoundTripErrorIsAtMostHalfAStepPerGroup) {
 }
 
 TEST(KvQuant, FormatValidationNamesTheBadValue) {
-  ModelConfig small = preset_config("small").value();  // head_dim 64
+  ModelConfig small = model::preset_config("small").value();  // head_dim 64
   auto msg = [&](KvFormat f) {
     const Status st = f.validate(small);
     return st.is_ok() ? std::string("ok") : st.message();
@@ -88,7 +88,7 @@ TEST(KvQuant, FormatValidationNamesTheBadValue) {
 }
 
 TEST(KvQuant, BlocksPerGigabyteOnTheSmallPreset) {
-  const ModelConfig small = preset_config("small").value();
+  const ModelConfig small = model::preset_config("small").value();
   const size_t gib = size_t{1} << 30;
   const uint32_t f32 = KvPool::blocks_for_bytes(small, gib, 16, {0, 64, false});
   const uint32_t q8 = KvPool::blocks_for_bytes(small, gib, 16, {8, 64, false});
@@ -107,7 +107,7 @@ TEST(KvQuant, BlocksPerGigabyteOnTheSmallPreset) {
 }
 
 TEST(KvQuant, PoolRegionsMatchTheFormat) {
-  const ModelConfig tiny = preset_config("tiny").value();  // 2 layers, 2 KV heads, head_dim 16
+  const ModelConfig tiny = model::preset_config("tiny").value();  // 2 layers, 2 KV heads, head_dim 16
   auto pool = KvPool::create(tiny, 4, 16, {8, 64, true}).value();
   EXPECT_EQ(pool->group_size(), 16u);  // a group never spans heads
   EXPECT_EQ(pool->layer_bits(0), 8u);

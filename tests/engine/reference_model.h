@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/model/gguf.h"
-#include "runtime/model/model_config.h"
+#include "model/gguf.h"
+#include "model/model_config.h"
 
 namespace tandem::test {
 

@@ -9,7 +9,7 @@
 #include <set>
 #include <random>
 
-#include "runtime/model/gguf.h"
+#include "model/gguf.h"
 #include "tests/test_util.h"
 
 namespace tandem::scheduler {

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/model/gguf.h"
-#include "runtime/model/tokenizer.h"
+#include "model/gguf.h"
+#include "model/tokenizer.h"
 #include "tests/test_util.h"
 
 namespace tandem::scheduler {

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <random>
 
-#include "runtime/model/gguf.h"
+#include "model/gguf.h"
 #include "runtime/wire.h"
 #include "tests/test_util.h"
 

@@ -2,10 +2,10 @@
 // scheduler reads the same GGUF metadata and vocabulary.
 #pragma once
 
-#include "runtime/model/gguf.h"
-#include "runtime/model/half.h"
-#include "runtime/model/model_config.h"
-#include "runtime/model/tokenizer.h"
+#include "model/gguf.h"
+#include "model/half.h"
+#include "model/model_config.h"
+#include "model/tokenizer.h"
 
 namespace tandem::engine {
 using model::float_to_half;

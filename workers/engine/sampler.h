@@ -5,7 +5,7 @@
 #include <span>
 #include <vector>
 
-#include "runtime/model/sampling_params.h"
+#include "model/sampling_params.h"
 #include "runtime/status.h"
 
 namespace tandem::engine {

@@ -1,4 +1,4 @@
-#include "runtime/model/gguf.h"
+#include "model/gguf.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "runtime/status.h"
-#include "runtime/model/gguf.h"
+#include "model/gguf.h"
 
 namespace tandem::model {
 

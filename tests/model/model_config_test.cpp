@@ -1,4 +1,4 @@
-#include "runtime/model/model_config.h"
+#include "model/model_config.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <variant>
 
 #include "tests/test_util.h"
-#include "runtime/model/gguf.h"
+#include "model/gguf.h"
 
 namespace tandem::model {
 namespace {

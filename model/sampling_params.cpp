@@ -1,4 +1,4 @@
-#include "runtime/model/sampling_params.h"
+#include "model/sampling_params.h"
 
 #include <charconv>
 #include <cmath>

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "runtime/status.h"
-#include "runtime/model/gguf.h"
+#include "model/gguf.h"
 
 namespace tandem::model {
 

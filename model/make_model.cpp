@@ -1,6 +1,6 @@
-#include "workers/engine/make_model.h"
+#include "model/make_model.h"
 
-#include "workers/engine/model_file.h"
+#include "model/half.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include <vector>
 
 
-namespace tandem::engine {
+namespace tandem::model {
 
 namespace {
 
@@ -263,4 +263,4 @@ Status make_model(const ModelConfig& config, uint64_t seed, const std::string& p
   return w.write(path);
 }
 
-}  // namespace tandem::engine
+}  // namespace tandem::model

@@ -2,7 +2,7 @@
 // that moves them: the scheduler's plans, the worker's plans and KV handoffs.
 #pragma once
 
-#include "runtime/model/sampling_params.h"
+#include "model/sampling_params.h"
 #include "tandem/v1/common.pb.h"
 
 namespace tandem::model {

@@ -1,4 +1,4 @@
-#include "runtime/model/tokenizer.h"
+#include "model/tokenizer.h"
 
 #include <cstdio>
 #include <string_view>

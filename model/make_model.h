@@ -5,9 +5,10 @@
 #include <string>
 
 #include "runtime/status.h"
-#include "workers/engine/model_file.h"
+#include "model/gguf.h"
+#include "model/model_config.h"
 
-namespace tandem::engine {
+namespace tandem::model {
 
 // "tiny": vocab 512, dim 64, 2 layers, 4 heads, 2 KV heads, FFN 192, context 512.
 // "small": SmolLM2-135M's shape, untied: vocab 49152, dim 576, 30 layers, 9 heads,
@@ -26,4 +27,4 @@ Result<ModelConfig> preset_config(const std::string& preset);
 Status make_model(const ModelConfig& config, uint64_t seed, const std::string& path,
                   TensorType weights = TensorType::kF32);
 
-}  // namespace tandem::engine
+}  // namespace tandem::model

@@ -1,4 +1,4 @@
-#include "runtime/model/tokenizer.h"
+#include "model/tokenizer.h"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <random>
 
 #include "tests/test_util.h"
-#include "runtime/model/gguf.h"
+#include "model/gguf.h"
 
 namespace tandem::model {
 namespace {

@@ -1,4 +1,4 @@
-#include "workers/engine/make_model.h"
+#include "model/make_model.h"
 
 #include <gtest/gtest.h>
 
@@ -8,11 +8,10 @@
 #include <iterator>
 
 #include "tests/test_util.h"
-#include "runtime/model/gguf.h"
-#include "runtime/model/tokenizer.h"
+#include "model/gguf.h"
+#include "model/tokenizer.h"
 
-namespace tandem::engine {
-using model::GgufValueType;
+namespace tandem::model {
 namespace {
 
 std::vector<char> read_bytes(const std::string& path) {
@@ -258,4 +257,4 @@ TEST(MakeModelTest, TiedEmbeddingsOmitOutputWeight) {
 }
 
 }  // namespace
-}  // namespace tandem::engine
+}  // namespace tandem::model
