@@ -258,15 +258,13 @@ void Engine::save_tails(std::span<const SeqStep> step, KvPool& pool, uint32_t l)
   }
 }
 
-Status Engine::forward(std::span<const SeqStep> step, KvPool& pool) {
+Result<Engine::StepShape> Engine::check_step(std::span<const SeqStep> step, const KvPool& pool) const {
   const ModelConfig& c = config_;
   if (step.empty()) return Status::invalid("forward: empty step");
   if (pool.block_tokens() % 16 != 0) return Status::invalid("forward: KV block size must be a multiple of 16");
   if (pool.n_layers() != c.n_layers || pool.n_kv_heads() != c.n_kv_heads || pool.head_dim() != c.head_dim())
     return Status::invalid("forward: the KV pool was made for another model shape");
-  uint64_t total = 0, logit_rows = 0;
-  uint32_t max_keys = 0;
-  uint64_t window_rows = 0, read_back_rows = 0;  // F32 window: row pointers, rows it may read back
+  StepShape shape;
   const uint32_t bt = pool.block_tokens();
   for (size_t s = 0; s < step.size(); ++s) {
     const SeqStep& q = step[s];
@@ -301,125 +299,151 @@ Status Engine::forward(std::span<const SeqStep> step, KvPool& pool) {
       // Bounds that depend only on the chunk's length (the window reaches back at most
       // f32_window blocks), so a decode step allocates nothing whatever its position.
       const uint64_t back = uint64_t{pool.format().f32_window} * bt;
-      window_rows += (back + q.tokens.size()) * 2 * c.n_kv_heads;
-      read_back_rows += back * c.n_kv_heads;
+      shape.window_rows += (back + q.tokens.size()) * 2 * c.n_kv_heads;
+      shape.read_back_rows += back * c.n_kv_heads;
     }
     if (q.n_logits > q.tokens.size())
       return bad("asks logits for " + std::to_string(q.n_logits) + " of " + std::to_string(q.tokens.size()) +
                  " tokens");
-    total += q.tokens.size();
-    logit_rows += q.n_logits;
-    max_keys = std::max<uint32_t>(max_keys, static_cast<uint32_t>(end));
+    shape.tokens += q.tokens.size();
+    shape.logit_rows += q.n_logits;
+    shape.max_keys = std::max<uint32_t>(shape.max_keys, static_cast<uint32_t>(end));
   }
-  if (total > (1u << 20)) return Status::invalid("forward: step of " + std::to_string(total) + " tokens is too large");
+  if (shape.tokens > (1u << 20))
+    return Status::invalid("forward: step of " + std::to_string(shape.tokens) + " tokens is too large");
+  return shape;
+}
 
-  const uint32_t T = static_cast<uint32_t>(total), R = static_cast<uint32_t>(logit_rows);
-  reserve_scratch(T, R, max_keys);
-  n_logit_rows_ = R;
-
-  const uint32_t dim = c.dim, hd = c.head_dim(), kvd = c.kv_dim(), n_kv = c.n_kv_heads;
-  const uint32_t group = c.n_heads / n_kv, qkv_w = dim + 2 * kvd, ffn = c.ffn_dim;
+void Engine::lay_out_step(std::span<const SeqStep> step, const KvPool& pool, const StepShape& shape) {
+  const ModelConfig& c = config_;
+  const uint32_t bt = pool.block_tokens(), dim = c.dim;
+  reserve_scratch(static_cast<uint32_t>(shape.tokens), static_cast<uint32_t>(shape.logit_rows), shape.max_keys);
+  n_logit_rows_ = static_cast<uint32_t>(shape.logit_rows);
   // F32 windows: where each sequence's row pointers are (sized once per step; the vectors only grow).
-  if (window_rows_.size() < window_rows) window_rows_.resize(window_rows);
-  if (read_back_.size() < read_back_rows * 2 * c.head_dim()) read_back_.resize(read_back_rows * 2 * c.head_dim());
+  if (window_rows_.size() < shape.window_rows) window_rows_.resize(shape.window_rows);
+  if (read_back_.size() < shape.read_back_rows * 2 * c.head_dim()) read_back_.resize(shape.read_back_rows * 2 * c.head_dim());
   if (seq_window_.size() < step.size()) seq_window_.resize(step.size()), seq_row0_.resize(step.size());
-  {
-    uint32_t t = 0;
-    int64_t next_window = 0;  // index into window_rows_
-    for (size_t s = 0; s < step.size(); ++s) {
-      seq_row0_[s] = t;
-      seq_window_[s] = SeqWindow{};
-      if (!step[s].tail.empty()) {
-        SeqWindow& w = seq_window_[s];
-        w.at = next_window;
-        w.first = window_first(step[s].start_pos, bt, pool.format().f32_window) * bt;
-        w.n = step[s].start_pos + static_cast<uint32_t>(step[s].tokens.size()) - w.first;
-        next_window += int64_t{w.n} * 2 * c.n_kv_heads;
-      }
-      for (size_t i = 0; i < step[s].tokens.size(); ++i, ++t) {
-        row_seq_[t] = static_cast<uint32_t>(s);
-        row_pos_[t] = step[s].start_pos + static_cast<uint32_t>(i);
-        std::memcpy(&x_[size_t{t} * dim], &embeddings_[size_t(step[s].tokens[i]) * dim], dim * sizeof(float));
-      }
+  uint32_t t = 0;
+  int64_t next_window = 0;  // index into window_rows_
+  for (size_t s = 0; s < step.size(); ++s) {
+    seq_row0_[s] = t;
+    seq_window_[s] = SeqWindow{};
+    if (!step[s].tail.empty()) {
+      SeqWindow& w = seq_window_[s];
+      w.at = next_window;
+      w.first = window_first(step[s].start_pos, bt, pool.format().f32_window) * bt;
+      w.n = step[s].start_pos + static_cast<uint32_t>(step[s].tokens.size()) - w.first;
+      next_window += int64_t{w.n} * 2 * c.n_kv_heads;
+    }
+    for (size_t i = 0; i < step[s].tokens.size(); ++i, ++t) {
+      row_seq_[t] = static_cast<uint32_t>(s);
+      row_pos_[t] = step[s].start_pos + static_cast<uint32_t>(i);
+      std::memcpy(&x_[size_t{t} * dim], &embeddings_[size_t(step[s].tokens[i]) * dim], dim * sizeof(float));
     }
   }
+}
 
+// RoPE on q and k (pairs of adjacent elements, the GGUF llama convention), then K/V of every
+// new token into the cache before any attention reads it.
+void Engine::rope_and_store(std::span<const SeqStep> step, KvPool& pool, uint32_t l, uint32_t T) {
+  const ModelConfig& c = config_;
+  const uint32_t dim = c.dim, hd = c.head_dim(), kvd = c.kv_dim(), n_kv = c.n_kv_heads, qkv_w = dim + 2 * kvd;
+  const uint32_t bt = pool.block_tokens();
+  for (uint32_t t = 0; t < T; ++t) {
+    float* row = &qkv_[size_t{t} * qkv_w];
+    const float* cs = &rope_[size_t{row_pos_[t]} * hd];
+    for (uint32_t h = 0; h < c.n_heads + n_kv; ++h) {
+      float* v = row + h * hd;
+      for (uint32_t i = 0; i < hd; i += 2) {
+        const float x0 = v[i], x1 = v[i + 1], co = cs[i], si = cs[i + 1];
+        v[i] = x0 * co - x1 * si;
+        v[i + 1] = x0 * si + x1 * co;
+      }
+    }
+    const SeqStep& q = step[row_seq_[t]];
+    const uint32_t pos = row_pos_[t];
+    const uint32_t blk = static_cast<uint32_t>(q.blocks[pos / bt]);
+    for (uint32_t h = 0; h < n_kv; ++h) pool.write(l, h, blk, pos % bt, row + dim + h * hd, row + dim + kvd + h * hd);
+  }
+}
+
+// Attention of every (token, KV head) pair of layer l over the cache, on the thread pool;
+// a quantized layer with F32 windows reads each query's nearest keys from the window rows.
+void Engine::attend(std::span<const SeqStep> step, const KvPool& pool, uint32_t l, uint32_t T, bool window_layer,
+                    uint32_t max_keys) {
+  const ModelConfig& c = config_;
+  const uint32_t dim = c.dim, hd = c.head_dim(), n_kv = c.n_kv_heads, group = c.n_heads / n_kv;
+  const uint32_t qkv_w = dim + 2 * c.kv_dim(), bt = pool.block_tokens();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const size_t scratch_per_thread = size_t{group} * ((max_keys + 15) / 16 * 16);
+  std::atomic<uint32_t> next{0};
+  const uint32_t items = T * n_kv;
+  const auto attention = kernels_->attention;
+  auto work = [&](uint32_t thread) {
+    kernels::AttentionArgs a;
+    a.n_q = group;
+    a.head_dim = hd;
+    a.block_tokens = bt;
+    a.kv_bits = pool.layer_bits(l);
+    a.group_size = pool.group_size();
+    a.block_bytes = pool.region_block_bytes(l);
+    a.block_stride = a.block_bytes / sizeof(float);
+    a.scale = scale;
+    a.scores = attn_scratch_.data() + thread * scratch_per_thread;
+    for (uint32_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < items;) {
+      const uint32_t t = it / n_kv, h = it % n_kv;
+      a.q = &qkv_[size_t{t} * qkv_w + size_t{h} * group * hd];
+      a.blocks = step[row_seq_[t]].blocks.data();
+      a.k_bytes = pool.block_data(l, h, 0, 0);
+      a.v_bytes = pool.block_data(l, h, 1, 0);
+      a.k_base = reinterpret_cast<const float*>(a.k_bytes);
+      a.v_base = reinterpret_cast<const float*>(a.v_bytes);
+      a.n_keys = row_pos_[t] + 1;
+      a.out = &attn_[size_t{t} * dim + size_t{h} * group * hd];
+      a.win_k = a.win_v = nullptr;
+      if (const SeqWindow& w = seq_window_[row_seq_[t]]; window_layer && w.at >= 0) {
+        a.f32_from = window_first(row_pos_[t], bt, pool.format().f32_window) * bt;
+        a.win_k = w.rows(window_rows_, h) + (a.f32_from - w.first);
+        a.win_v = a.win_k + w.n;
+      }
+      attention(a);
+    }
+  };
+  pool_->run(work);
+}
+
+// x += down(silu(gate(norm(x))) * up(norm(x))) for the step's T rows.
+void Engine::feed_forward(const Layer& L, uint32_t T) {
+  const ModelConfig& c = config_;
+  const uint32_t dim = c.dim, ffn = c.ffn_dim;
+  for (uint32_t t = 0; t < T; ++t) rms_norm(&x_[size_t{t} * dim], L.ffn_norm.data(), &xn_[size_t{t} * dim], dim, c.rms_eps);
+  matmul(L.gate_up, xn_.data(), dim, T, ffn_.data());
+  for (uint32_t t = 0; t < T; ++t) {
+    float* g = &ffn_[size_t{t} * 2 * ffn];
+    kernels_->silu_mul(g, g + ffn, g, ffn);  // in place: out[i] depends on g[i], u[i] only
+  }
+  matmul(L.down, ffn_.data(), 2 * ffn, T, xn_.data());
+  for (size_t i = 0; i < size_t{T} * dim; ++i) x_[i] = x_[i] + xn_[i];
+}
+
+Status Engine::forward(std::span<const SeqStep> step, KvPool& pool) {
+  auto shape = check_step(step, pool);
+  if (!shape) return shape.status();
+  lay_out_step(step, pool, *shape);
+  const ModelConfig& c = config_;
+  const uint32_t T = static_cast<uint32_t>(shape->tokens), dim = c.dim;
   for (uint32_t l = 0; l < c.n_layers; ++l) {
     const Layer& L = *layers_[l];
     for (uint32_t t = 0; t < T; ++t) rms_norm(&x_[size_t{t} * dim], L.attn_norm.data(), &xn_[size_t{t} * dim], dim, c.rms_eps);
     matmul(L.qkv, xn_.data(), dim, T, qkv_.data());
-
-    // RoPE on q and k (pairs of adjacent elements, the GGUF llama convention), then K/V
-    // of every new token into the cache before any attention reads it.
-    for (uint32_t t = 0; t < T; ++t) {
-      float* row = &qkv_[size_t{t} * qkv_w];
-      const float* cs = &rope_[size_t{row_pos_[t]} * hd];
-      for (uint32_t h = 0; h < c.n_heads + n_kv; ++h) {
-        float* v = row + h * hd;
-        for (uint32_t i = 0; i < hd; i += 2) {
-          const float x0 = v[i], x1 = v[i + 1], co = cs[i], si = cs[i + 1];
-          v[i] = x0 * co - x1 * si;
-          v[i + 1] = x0 * si + x1 * co;
-        }
-      }
-      const SeqStep& q = step[row_seq_[t]];
-      const uint32_t pos = row_pos_[t];
-      const uint32_t blk = static_cast<uint32_t>(q.blocks[pos / bt]);
-      for (uint32_t h = 0; h < n_kv; ++h) pool.write(l, h, blk, pos % bt, row + dim + h * hd, row + dim + kvd + h * hd);
-    }
-
-    const bool window_layer = window_rows > 0 && pool.layer_bits(l) != 0;
+    rope_and_store(step, pool, l, T);
+    const bool window_layer = shape->window_rows > 0 && pool.layer_bits(l) != 0;
     if (window_layer) point_windows(step, pool, l);
-
-    std::atomic<uint32_t> next{0};
-    const uint32_t items = T * n_kv;
-    const auto attention = kernels_->attention;
-    auto attend = [&](uint32_t thread) {
-      kernels::AttentionArgs a;
-      a.n_q = group;
-      a.head_dim = hd;
-      a.block_tokens = bt;
-      a.kv_bits = pool.layer_bits(l);
-      a.group_size = pool.group_size();
-      a.block_bytes = pool.region_block_bytes(l);
-      a.block_stride = a.block_bytes / sizeof(float);
-      a.scale = scale;
-      a.scores = attn_scratch_.data() + thread * scratch_per_thread;
-      for (uint32_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < items;) {
-        const uint32_t t = it / n_kv, h = it % n_kv;
-        a.q = &qkv_[size_t{t} * qkv_w + size_t{h} * group * hd];
-        a.blocks = step[row_seq_[t]].blocks.data();
-        a.k_bytes = pool.block_data(l, h, 0, 0);
-        a.v_bytes = pool.block_data(l, h, 1, 0);
-        a.k_base = reinterpret_cast<const float*>(a.k_bytes);
-        a.v_base = reinterpret_cast<const float*>(a.v_bytes);
-        a.n_keys = row_pos_[t] + 1;
-        a.out = &attn_[size_t{t} * dim + size_t{h} * group * hd];
-        a.win_k = a.win_v = nullptr;
-        if (const SeqWindow& w = seq_window_[row_seq_[t]]; window_layer && w.at >= 0) {
-          a.f32_from = window_first(row_pos_[t], bt, pool.format().f32_window) * bt;
-          a.win_k = w.rows(window_rows_, h) + (a.f32_from - w.first);
-          a.win_v = a.win_k + w.n;
-        }
-        attention(a);
-      }
-    };
-    pool_->run(attend);
+    attend(step, pool, l, T, window_layer, shape->max_keys);
     if (window_layer) save_tails(step, pool, l);
-
     matmul(L.wo, attn_.data(), dim, T, xn_.data());
     for (size_t i = 0; i < size_t{T} * dim; ++i) x_[i] = x_[i] + xn_[i];
-
-    for (uint32_t t = 0; t < T; ++t) rms_norm(&x_[size_t{t} * dim], L.ffn_norm.data(), &xn_[size_t{t} * dim], dim, c.rms_eps);
-    matmul(L.gate_up, xn_.data(), dim, T, ffn_.data());
-    for (uint32_t t = 0; t < T; ++t) {
-      float* g = &ffn_[size_t{t} * 2 * ffn];
-      kernels_->silu_mul(g, g + ffn, g, ffn);  // in place: out[i] depends on g[i], u[i] only
-    }
-    matmul(L.down, ffn_.data(), 2 * ffn, T, xn_.data());
-    for (size_t i = 0; i < size_t{T} * dim; ++i) x_[i] = x_[i] + xn_[i];
+    feed_forward(L, T);
     if (between_layers_) between_layers_();
   }
 
@@ -430,7 +454,7 @@ Status Engine::forward(std::span<const SeqStep> step, KvPool& pool) {
       rms_norm(&x_[size_t(t + i) * dim], output_norm_.data(), &logit_in_[size_t{r} * dim], dim, c.rms_eps);
     t += n;
   }
-  if (R > 0) matmul(*output_, logit_in_.data(), dim, R, logits_.data());
+  if (n_logit_rows_ > 0) matmul(*output_, logit_in_.data(), dim, n_logit_rows_, logits_.data());
   return Status::ok();
 }
 

@@ -94,6 +94,20 @@ class Engine {
   Status load_weights(const GgufFile& file);
   void matmul(const Matrix& w, const float* a, size_t lda, uint32_t m, float* c);
   void reserve_scratch(uint32_t tokens, uint32_t logit_rows, uint32_t max_keys);
+  // What a step needs, from its checks: rows, logit rows, the longest sequence, F32 window rows.
+  struct StepShape {
+    uint64_t tokens = 0, logit_rows = 0;
+    uint32_t max_keys = 0;
+    uint64_t window_rows = 0, read_back_rows = 0;  // F32 window: row pointers, rows it may read back
+  };
+  // The stages of forward(): every check before anything is written; scratch, embeddings and
+  // window geometry; then per layer RoPE + KV store, attention, the feed-forward block.
+  Result<StepShape> check_step(std::span<const SeqStep> step, const KvPool& pool) const;
+  void lay_out_step(std::span<const SeqStep> step, const KvPool& pool, const StepShape& shape);
+  void rope_and_store(std::span<const SeqStep> step, KvPool& pool, uint32_t layer, uint32_t tokens);
+  void attend(std::span<const SeqStep> step, const KvPool& pool, uint32_t layer, uint32_t tokens, bool window_layer,
+              uint32_t max_keys);
+  void feed_forward(const Layer& layer, uint32_t tokens);
   void point_windows(std::span<const SeqStep> step, KvPool& pool, uint32_t layer);
   void save_tails(std::span<const SeqStep> step, KvPool& pool, uint32_t layer);
   // The first block of the F32 window of a query at `pos`.

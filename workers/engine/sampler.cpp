@@ -231,6 +231,220 @@ Sampler::Sampler(uint32_t vocab_size)
       seen_(vocab_size, 0),
       top_(static_cast<size_t>(kMaxTopLogprobs)) {}
 
+namespace {
+
+// The raw logprob of `token`, from the caller's logits: NaN as -inf, the +inf limit when any
+// logit is +inf, then minus the log-softmax normalizer.
+float raw_logprob(std::span<const float> logits, uint32_t token, bool inf_mode, double log_norm) {
+  float x = logits[token];
+  if (std::isnan(x)) x = -kInf;
+  if (inf_mode) x = x == kInf ? 0.0f : -kInf;
+  return x == -kInf ? -kInf : static_cast<float>(static_cast<double>(x) - log_norm);
+}
+
+// The best `n_top` values of v[0, n) into top[], by sorted insertion into a tiny array.
+// Scanning in id order means an equal value never displaces an earlier (lower id) entry.
+// Returns how many were found.
+int32_t collect_top(const float* v, uint32_t n, int32_t n_top, TokenLogprob* top) {
+  int32_t n_found = 0;
+  if (n_top <= 0) return 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const float x = v[i];
+    if (n_found == n_top && !(x > top[n_found - 1].logprob)) continue;
+    int32_t j = n_found < n_top ? n_found++ : n_top - 1;
+    while (j > 0 && x > top[j - 1].logprob) {
+      top[j] = top[j - 1];
+      --j;
+    }
+    top[j] = {static_cast<int32_t>(i), x};
+  }
+  return n_found;
+}
+
+// The repetition penalty on v[0, n), once per distinct in-range token of `history`. `seen`
+// holds n flags, all 0 before and after. Returns whether any logit changed.
+bool penalize(float* v, uint32_t n, std::span<const int32_t> history, float penalty, uint8_t* seen) {
+  bool changed = false;
+  for (int32_t t : history) {
+    if (t < 0 || static_cast<uint32_t>(t) >= n || seen[t]) continue;
+    seen[t] = 1;
+    const float x = v[t];
+    if (x == -kInf) continue;
+    float y = x > 0.0f ? x / penalty : x * penalty;
+    if (std::isinf(y)) y = std::copysign(kFloatMax, y);  // a finite logit stays finite
+    changed |= y != x;
+    v[t] = y;
+  }
+  for (int32_t t : history) {
+    if (t >= 0 && static_cast<uint32_t>(t) < n) seen[t] = 0;
+  }
+  return changed;
+}
+
+// The candidates of one draw (stage 4 of the pipeline). Weights are relative to the max,
+// which gets exactly 1, and replace the logits in v. A token is "kept" (survives min-p) when
+// its weight >= cutoff; with min-p off, cutoff is the smallest positive float, which drops
+// only weights that underflowed to 0 (they could never be drawn). min-p keeps a prefix of
+// the descending order, so filtering it up front (while top-p still measures against the
+// full mass `total`) equals applying it after top-p.
+//
+// Sorting cost control: only the tokens with weight > band_lo are sorted up front. The rest
+// (at most count * band_lo of mass: under 5% of the total, or under half of 1 - top_p, so
+// top-p never needs it) is sorted in bands of weight (band_lo / 64, band_lo], one band at a
+// time and only when a walk reaches it. Each band's weights are all below the previous
+// band's, so the bands concatenate into the exact descending order.
+// Descending weight, ties by lower id.
+struct ByValue {
+  const float* v;
+  bool operator()(int32_t a, int32_t b) const { return v[a] > v[b] || (v[a] == v[b] && a < b); }
+};
+
+class Candidates {
+ public:
+  Candidates(float* v, int32_t* ord, uint32_t n, float max_v, const SamplingParams& params)
+      : v_(v), ord_(ord), n_(n), max_v_(max_v), inv_t_(1.0 / static_cast<double>(params.temperature)),
+        cutoff_(params.min_p > 0.0f ? params.min_p : std::numeric_limits<float>::denorm_min()),
+        top_p_(params.top_p) {}
+
+  // top-k on the penalized logits, ties by lower id (dividing by the temperature keeps the
+  // order). One scan with a buffer of up to 2k ids: when it fills, nth_element keeps the best
+  // k and their k-th value becomes the bar (a later equal value has a higher id, so it loses
+  // the tie). -inf logits are skipped: they would get weight 0 anyway.
+  void take_top_k(uint32_t want) {
+    whole_vocab_ = false;
+    const uint32_t cap = want <= n_ / 2 ? 2 * want : n_;
+    uint32_t c = 0;
+    float bar = -kInf;
+    for (uint32_t i = 0; i < n_; ++i) {
+      if (!(v_[i] > bar)) continue;
+      ord_[c++] = static_cast<int32_t>(i);
+      if (c == cap) {
+        std::nth_element(ord_, ord_ + (want - 1), ord_ + c, ByValue{v_});
+        bar = v_[ord_[want - 1]];
+        c = want;
+      }
+    }
+    if (c > want) std::nth_element(ord_, ord_ + (want - 1), ord_ + c, ByValue{v_});
+    const uint32_t k = std::min(c, want);
+    for (uint32_t j = 0; j < k; ++j) {
+      const int32_t i = ord_[j];
+      const float w = weight1(v_[i], max_v_, inv_t_);
+      v_[i] = w;
+      total_ += w;
+      kept_total_ += w >= cutoff_ ? w : 0.0f;
+    }
+    const float cutoff = cutoff_;
+    n_keep_ = static_cast<uint32_t>(
+        std::partition(ord_, ord_ + k, [v = v_, cutoff](int32_t i) { return v[i] >= cutoff; }) - ord_);
+    pick_threshold(k);
+    sorted_end_ = static_cast<uint32_t>(
+        std::partition(ord_, ord_ + n_keep_, [v = v_, t = band_lo_](int32_t i) { return v[i] > t; }) - ord_);
+    tail_pending_ = sorted_end_ < n_keep_;  // already in ord[sorted_end, n_keep), unsorted
+    sort_head();
+  }
+
+  // The whole vocabulary: weights computed in place (vectorized); only the head is collected
+  // into ord. Returns the sum of all weights.
+  double take_all() {
+    whole_vocab_ = true;
+    total_ = weights_in_place(v_, n_, max_v_, inv_t_, cutoff_, &kept_total_);
+    pick_threshold(n_);
+    const float head_min = std::max(band_lo_, cutoff_);  // head: w > thr and w >= cutoff
+    uint32_t h = 0;
+    for (uint32_t i = 0; i < n_; ++i) {
+      ord_[h] = static_cast<int32_t>(i);
+      h += v_[i] > band_lo_ && v_[i] >= head_min;
+    }
+    sorted_end_ = h;
+    n_keep_ = h;                           // grows as bands are materialized
+    tail_pending_ = cutoff_ <= band_lo_;  // otherwise no kept token lies at or below thr
+    sort_head();
+    return total_;
+  }
+
+  // top-p: the smallest prefix whose cumulative weight >= top_p * total (the max token,
+  // weight 1, is always kept, so the prefix is never empty).
+  void keep_nucleus() {
+    if (top_p_ >= 1.0) return;
+    const double target = top_p_ * total_;
+    double cum = 0.0;
+    uint32_t len = 0;
+    for (uint32_t j = 0;; ++j) {
+      if (j == sorted_end_ && (extend(), j == sorted_end_)) break;
+      cum += v_[ord_[j]];
+      len = j + 1;
+      if (cum >= target) break;
+    }
+    tail_pending_ = false;  // the nucleus is ord[0, len), all sorted
+    n_keep_ = len;
+    sorted_end_ = len;
+    kept_total_ = cum;
+  }
+
+  // Walks the kept tokens in descending weight until cum >= u * kept_total.
+  uint32_t draw(double u) {
+    const double target = u * kept_total_;
+    double cum = 0.0;
+    for (uint32_t j = 0;; ++j) {
+      if (j == sorted_end_ && (extend(), j == sorted_end_)) break;
+      cum += v_[ord_[j]];
+      if (cum >= target) return static_cast<uint32_t>(ord_[j]);
+    }
+    // Rounding left cum just below the target: the last kept token (all are sorted now).
+    return static_cast<uint32_t>(ord_[sorted_end_ - 1]);
+  }
+
+ private:
+  void sort_head() { std::sort(ord_, ord_ + sorted_end_, ByValue{v_}); }
+  void pick_threshold(uint32_t count) {
+    const double thr = top_p_ < 1.0 ? (1.0 - top_p_) * total_ / (2.0 * count) : 0.05 * total_ / count;
+    band_lo_ = static_cast<float>(thr);
+  }
+  float next_band_lo() const { return band_lo_ < 1e-12f ? 0.0f : band_lo_ * (1.0f / 64.0f); }
+
+  // Appends the next band, sorted, to ord[0, sorted_end) (a no-op once all is sorted).
+  void extend() {
+    if (!tail_pending_) return;
+    const float hi = band_lo_;
+    const float lo = next_band_lo();
+    uint32_t end;
+    if (whole_vocab_) {
+      end = sorted_end_;
+      for (uint32_t i = 0; i < n_; ++i) {
+        const float w = v_[i];
+        if (w >= cutoff_ && w <= hi && w > lo) ord_[end++] = static_cast<int32_t>(i);
+      }
+      n_keep_ = end;
+      tail_pending_ = lo > 0.0f && cutoff_ <= lo;
+    } else {
+      // The not yet sorted kept tokens are ord[sorted_end, n_keep).
+      end = static_cast<uint32_t>(
+          std::partition(ord_ + sorted_end_, ord_ + n_keep_, [v = v_, lo](int32_t i) { return v[i] > lo; }) - ord_);
+      tail_pending_ = end < n_keep_;
+    }
+    std::sort(ord_ + sorted_end_, ord_ + end, ByValue{v_});
+    sorted_end_ = end;
+    band_lo_ = lo;
+  }
+
+  float* const v_;
+  int32_t* const ord_;
+  const uint32_t n_;
+  const float max_v_;
+  const double inv_t_;
+  const float cutoff_;
+  const double top_p_;
+  bool whole_vocab_ = true;
+  double total_ = 0.0;       // mass of all candidates (the top-k survivors)
+  double kept_total_ = 0.0;  // mass of the kept ones
+  uint32_t n_keep_ = 0;      // kept tokens, once known (see tail_pending_)
+  uint32_t sorted_end_ = 0;  // ord[0, sorted_end) is the exact descending prefix
+  bool tail_pending_ = false;
+  float band_lo_ = 0.0f;     // every kept token with weight > band_lo is in ord[0, sorted_end)
+};
+
+}  // namespace
+
 Sample Sampler::sample(std::span<const float> logits, const SamplingParams& params,
                        uint64_t position, std::span<const int32_t> history) {
   assert(logits.size() == vocab_ && "logits must have vocab_size entries");
@@ -265,203 +479,37 @@ Sample Sampler::sample(std::span<const float> logits, const SamplingParams& para
   // reused below instead of making a second pass; otherwise it is computed here, before
   // probs_ is modified.
   const bool penalty_active = params.repetition_penalty != 1.0f && !history.empty();
-  const bool reuse_norm = params.temperature == 1.0f && !penalty_active &&
-                          !(params.top_k > 0 && static_cast<uint32_t>(params.top_k) < n);
+  const bool top_k_active = params.top_k > 0 && static_cast<uint32_t>(params.top_k) < n;
+  const bool reuse_norm = params.temperature == 1.0f && !penalty_active && !top_k_active;
   double log_norm = 0.0;
   if (!reuse_norm) log_norm = static_cast<double>(max_v) + std::log(sum_exp(v, n, max_v));
-  // Raw logprob of a token, from the caller's logits (probs_ gets overwritten).
-  auto raw_logprob = [&](uint32_t token) -> float {
-    float x = logits[token];
-    if (std::isnan(x)) x = -kInf;
-    if (inf_mode) x = x == kInf ? 0.0f : -kInf;
-    return x == -kInf ? -kInf : static_cast<float>(static_cast<double>(x) - log_norm);
-  };
 
-  // --- Top raw logprobs, by sorted insertion into a tiny array. Scanning in id order
-  // means an equal value never displaces an earlier (lower id) entry. ---------------
-  int32_t n_found = 0;
-  if (n_top > 0) {
-    for (uint32_t i = 0; i < n; ++i) {
-      const float x = v[i];
-      if (n_found == n_top && !(x > top_[n_found - 1].logprob)) continue;
-      int32_t j = n_found < n_top ? n_found++ : n_top - 1;
-      while (j > 0 && x > top_[j - 1].logprob) {
-        top_[j] = top_[j - 1];
-        --j;
-      }
-      top_[j] = {static_cast<int32_t>(i), x};
-    }
-  }
+  const int32_t n_found = collect_top(v, n, n_top, top_.data());
   out.top = std::span<const TokenLogprob>(top_.data(), static_cast<size_t>(n_found));
 
-  // Needs log_norm, which is final by the time anything calls it.
-  auto finish = [&](uint32_t token) -> Sample {
-    for (int32_t j = 0; j < n_found; ++j) top_[j].logprob = raw_logprob(top_[j].token);
-    out.token = static_cast<int32_t>(token);
-    out.logprob = raw_logprob(token);
-    return out;
-  };
-
   // --- 2. Repetition penalty, once per distinct in-range token. -----------------------
-  const float penalty = params.repetition_penalty;
-  if (penalty_active) {
-    bool changed = false;
-    for (int32_t t : history) {
-      if (t < 0 || static_cast<uint32_t>(t) >= n || seen_[t]) continue;
-      seen_[t] = 1;
-      const float x = v[t];
-      if (x == -kInf) continue;
-      float y = x > 0.0f ? x / penalty : x * penalty;
-      if (std::isinf(y)) y = std::copysign(kFloatMax, y);  // a finite logit stays finite
-      changed |= y != x;
-      v[t] = y;
-    }
-    for (int32_t t : history) {
-      if (t >= 0 && static_cast<uint32_t>(t) < n) seen_[t] = 0;
-    }
-    if (changed) max_v = sanitize_and_max(v, v, n, &arg);  // (already sanitized)
-  }
+  if (penalty_active && penalize(v, n, history, params.repetition_penalty, seen_.data()))
+    max_v = sanitize_and_max(v, v, n, &arg);  // (already sanitized)
 
-  // --- 3. Greedy: the lowest id holding the max. --------------------------------------
-  if (!(params.temperature > 0.0f)) return finish(arg);
-
-  // --- 4. Filters and the draw. -------------------------------------------------------
-  // Weights are relative to the max, which gets exactly 1. A token is "kept" (survives
-  // min-p) when its weight >= cutoff; with min-p off, cutoff is the smallest positive
-  // float, which drops only weights that underflowed to 0 (they could never be drawn).
-  // min-p keeps a prefix of the descending order, so filtering it up front (while top-p
-  // still measures against the full mass `total`) equals applying it after top-p.
-  const double inv_t = 1.0 / static_cast<double>(params.temperature);
-  const float cutoff =
-      params.min_p > 0.0f ? params.min_p : std::numeric_limits<float>::denorm_min();
-  const double top_p = params.top_p;
-  int32_t* const ord = order_.data();
-  auto by_value = [v](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); };
-
-  double total = 0.0;      // mass of all candidates (the top-k survivors)
-  double kept_total = 0.0; // mass of the kept ones
-  uint32_t n_keep = 0;     // kept tokens, once known (see tail_pending)
-  uint32_t sorted_end = 0; // ord[0, sorted_end) is the exact descending prefix
-  bool tail_pending = false;
-  float band_lo = 0.0f;    // every kept token with weight > band_lo is in ord[0, sorted_end)
-  // Sorting cost control: only the tokens with weight > thr are sorted up front. The
-  // rest (at most count * thr of mass: under 5% of the total, or under half of 1 - top_p,
-  // so top-p never needs it) is sorted in bands of weight (band_lo / 64, band_lo], one
-  // band at a time and only when a walk reaches it. Each band's weights are all below
-  // the previous band's, so the bands concatenate into the exact descending order.
-  auto pick_threshold = [&](uint32_t count) {
-    const double thr = top_p < 1.0 ? (1.0 - top_p) * total / (2.0 * count) : 0.05 * total / count;
-    band_lo = static_cast<float>(thr);
-  };
-  auto next_band_lo = [&]() { return band_lo < 1e-12f ? 0.0f : band_lo * (1.0f / 64.0f); };
-
-  if (params.top_k > 0 && static_cast<uint32_t>(params.top_k) < n) {
-    // top-k on the penalized logits, ties by lower id (dividing by the temperature keeps
-    // the order). One scan with a buffer of up to 2k ids: when it fills, nth_element keeps the best
-    // k and their k-th value becomes the bar (a later equal value has a higher id, so it
-    // loses the tie). -inf logits are skipped: they would get weight 0 anyway.
-    const uint32_t want = static_cast<uint32_t>(params.top_k);
-    const uint32_t cap = want <= n / 2 ? 2 * want : n;
-    uint32_t c = 0;
-    float bar = -kInf;
-    for (uint32_t i = 0; i < n; ++i) {
-      if (!(v[i] > bar)) continue;
-      ord[c++] = static_cast<int32_t>(i);
-      if (c == cap) {
-        std::nth_element(ord, ord + (want - 1), ord + c, by_value);
-        bar = v[ord[want - 1]];
-        c = want;
-      }
-    }
-    if (c > want) std::nth_element(ord, ord + (want - 1), ord + c, by_value);
-    const uint32_t k = std::min(c, want);
-    for (uint32_t j = 0; j < k; ++j) {
-      const int32_t i = ord[j];
-      const float w = weight1(v[i], max_v, inv_t);
-      v[i] = w;
-      total += w;
-      kept_total += w >= cutoff ? w : 0.0f;
-    }
-    n_keep = static_cast<uint32_t>(
-        std::partition(ord, ord + k, [v, cutoff](int32_t i) { return v[i] >= cutoff; }) - ord);
-    pick_threshold(k);
-    sorted_end = static_cast<uint32_t>(
-        std::partition(ord, ord + n_keep, [v, t = band_lo](int32_t i) { return v[i] > t; }) - ord);
-    tail_pending = sorted_end < n_keep;  // already in ord[sorted_end, n_keep), unsorted
-  } else {
-    // The whole vocabulary: weights computed in place (vectorized); only the head is
-    // collected into ord.
-    total = weights_in_place(v, n, max_v, inv_t, cutoff, &kept_total);
-    if (reuse_norm) log_norm = static_cast<double>(max_v) + std::log(total);
-    pick_threshold(n);
-    const float head_min = std::max(band_lo, cutoff);  // head: w > thr and w >= cutoff
-    uint32_t h = 0;
-    for (uint32_t i = 0; i < n; ++i) {
-      ord[h] = static_cast<int32_t>(i);
-      h += v[i] > band_lo && v[i] >= head_min;
-    }
-    sorted_end = h;
-    n_keep = h;  // grows as bands are materialized
-    tail_pending = cutoff <= band_lo;  // otherwise no kept token lies at or below thr
-  }
-  std::sort(ord, ord + sorted_end, by_value);
-
-  // Appends the next band, sorted, to ord[0, sorted_end) (a no-op once all is sorted).
-  const bool whole_vocab = !(params.top_k > 0 && static_cast<uint32_t>(params.top_k) < n);
-  auto extend = [&]() {
-    if (!tail_pending) return;
-    const float hi = band_lo;
-    const float lo = next_band_lo();
-    uint32_t end;
-    if (whole_vocab) {
-      end = sorted_end;
-      for (uint32_t i = 0; i < n; ++i) {
-        const float w = v[i];
-        if (w >= cutoff && w <= hi && w > lo) ord[end++] = static_cast<int32_t>(i);
-      }
-      n_keep = end;
-      tail_pending = lo > 0.0f && cutoff <= lo;
+  // --- 3. Greedy: the lowest id holding the max. 4. Otherwise filters and the draw. ---
+  uint32_t token = arg;
+  if (params.temperature > 0.0f) {
+    Candidates candidates(v, order_.data(), n, max_v, params);
+    if (top_k_active) {
+      candidates.take_top_k(static_cast<uint32_t>(params.top_k));
     } else {
-      // The not yet sorted kept tokens are ord[sorted_end, n_keep).
-      end = static_cast<uint32_t>(
-          std::partition(ord + sorted_end, ord + n_keep, [v, lo](int32_t i) { return v[i] > lo; }) -
-          ord);
-      tail_pending = end < n_keep;
+      const double total = candidates.take_all();
+      if (reuse_norm) log_norm = static_cast<double>(max_v) + std::log(total);
     }
-    std::sort(ord + sorted_end, ord + end, by_value);
-    sorted_end = end;
-    band_lo = lo;
-  };
-
-  // top-p: the smallest prefix whose cumulative weight >= top_p * total (the max token,
-  // weight 1, is always kept, so the prefix is never empty).
-  if (top_p < 1.0) {
-    const double target = top_p * total;
-    double cum = 0.0;
-    uint32_t len = 0;
-    for (uint32_t j = 0;; ++j) {
-      if (j == sorted_end && (extend(), j == sorted_end)) break;
-      cum += v[ord[j]];
-      len = j + 1;
-      if (cum >= target) break;
-    }
-    tail_pending = false;  // the nucleus is ord[0, len), all sorted
-    n_keep = len;
-    sorted_end = len;
-    kept_total = cum;
+    candidates.keep_nucleus();
+    token = candidates.draw(uniform_draw(params.seed, position));
   }
 
-  // Draw: walk the kept tokens in descending weight until cum >= u * kept_total.
-  const double target = uniform_draw(params.seed, position) * kept_total;
-  double cum = 0.0;
-  uint32_t j = 0;
-  for (;; ++j) {
-    if (j == sorted_end && (extend(), j == sorted_end)) break;
-    cum += v[ord[j]];
-    if (cum >= target) return finish(static_cast<uint32_t>(ord[j]));
-  }
-  // Rounding left cum just below the target: the last kept token (all are sorted now).
-  return finish(static_cast<uint32_t>(ord[sorted_end - 1]));
+  // log_norm is final here.
+  for (int32_t j = 0; j < n_found; ++j) top_[j].logprob = raw_logprob(logits, top_[j].token, inf_mode, log_norm);
+  out.token = static_cast<int32_t>(token);
+  out.logprob = raw_logprob(logits, token, inf_mode, log_norm);
+  return out;
 }
 
 }  // namespace tandem::engine
