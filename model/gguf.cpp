@@ -263,8 +263,12 @@ struct Parsed {
   std::map<std::string, size_t> tensor_index;
 };
 
-Status parse(const std::byte* base, uint64_t size, const std::string& path, Parsed& out) {
-  Cursor c(base, size, path);
+// A KV takes at least 8 (key length) + 4 (type) + 1 bytes; a tensor info at least
+// 8 (name length) + 4 (n_dims) + 4 (type) + 8 (offset).
+constexpr uint64_t kMinKv = 13, kMinTensor = 24;
+
+// Magic, version and the two counts, each checked against what the file can hold.
+Status parse_header(Cursor& c, const std::byte* base, uint64_t size, Parsed& out, uint64_t& n_tensors, uint64_t& n_kv) {
   if (size < 4) return c.truncated("magic", 0);
   uint32_t magic = 0;
   TANDEM_RETURN_IF_ERROR(c.read(magic, "magic"));
@@ -281,19 +285,19 @@ Status parse(const std::byte* base, uint64_t size, const std::string& path, Pars
     return c.fail("unsupported GGUF version " + std::to_string(out.version) + hint +
                   " (tandem reads versions 2 and 3)");
   }
-  uint64_t n_tensors = 0, n_kv = 0;
   TANDEM_RETURN_IF_ERROR(c.read(n_tensors, "tensor_count"));
   TANDEM_RETURN_IF_ERROR(c.read(n_kv, "metadata_kv_count"));
-  // A KV takes at least 8 (key length) + 4 (type) + 1 bytes; a tensor info at least
-  // 8 (name length) + 4 (n_dims) + 4 (type) + 8 (offset).
-  constexpr uint64_t kMinKv = 13, kMinTensor = 24;
   if (n_kv > c.remaining() / kMinKv || n_tensors > c.remaining() / kMinTensor ||
       n_kv * kMinKv > c.remaining() - n_tensors * kMinTensor) {
     return c.fail("tensor_count " + std::to_string(n_tensors) + " and metadata_kv_count " +
                   std::to_string(n_kv) + " are too large for a file of " + std::to_string(size) +
                   " bytes");
   }
+  return Status::ok();
+}
 
+// The n_kv metadata pairs (no duplicate keys), then general.alignment if present.
+Status parse_metadata(Cursor& c, uint64_t n_kv, Parsed& out) {
   for (uint64_t i = 0; i < n_kv; ++i) {
     std::string key;
     uint64_t at = c.pos();
@@ -305,7 +309,6 @@ Status parse(const std::byte* base, uint64_t size, const std::string& path, Pars
     TANDEM_RETURN_IF_ERROR(read_value(c, key, v));
     out.metadata.emplace(std::move(key), std::move(v));
   }
-
   if (auto it = out.metadata.find("general.alignment"); it != out.metadata.end()) {
     const uint64_t* a = std::get_if<uint64_t>(&it->second.value);
     if (it->second.type != GgufValueType::kU32) {
@@ -318,63 +321,64 @@ Status parse(const std::byte* base, uint64_t size, const std::string& path, Pars
     }
     out.alignment = *a;
   }
+  return Status::ok();
+}
 
-  if (n_tensors > c.remaining() / kMinTensor) {
-    return c.fail("tensor_count " + std::to_string(n_tensors) + " is too large for the " +
-                  std::to_string(c.remaining()) + " bytes left after the metadata");
+// One tensor info: name (unique), dims (product fits int64), a known type whose block
+// divides dims[0], an aligned offset. Its byte size follows from dims and type.
+Status parse_tensor_info(Cursor& c, Parsed& out) {
+  GgufTensor t;
+  uint64_t at = c.pos();
+  TANDEM_RETURN_IF_ERROR(c.read_string(t.name, "tensor name"));
+  const std::string name = printable(t.name);
+  if (out.tensor_index.count(t.name)) {
+    return c.fail("duplicate tensor name " + name + " at byte offset " + std::to_string(at));
   }
-  out.tensors.reserve(static_cast<size_t>(std::min<uint64_t>(n_tensors, 1u << 16)));
-  for (uint64_t i = 0; i < n_tensors; ++i) {
-    GgufTensor t;
-    uint64_t at = c.pos();
-    TANDEM_RETURN_IF_ERROR(c.read_string(t.name, "tensor name"));
-    const std::string name = printable(t.name);
-    if (out.tensor_index.count(t.name)) {
-      return c.fail("duplicate tensor name " + name + " at byte offset " + std::to_string(at));
-    }
-    uint32_t n_dims = 0;
-    at = c.pos();
-    TANDEM_RETURN_IF_ERROR(c.read(n_dims, "tensor n_dims"));
-    if (n_dims > kMaxDims) {  // 0 is a scalar, as in ggml
-      return c.fail("tensor " + name + " has n_dims " + std::to_string(n_dims) +
-                    " at byte offset " + std::to_string(at) + " (at most 4 allowed)");
-    }
-    t.dims.resize(n_dims);
-    uint64_t elems = 1;
-    bool overflow = false;
-    for (uint32_t d = 0; d < n_dims; ++d) {
-      TANDEM_RETURN_IF_ERROR(c.read(t.dims[d], "tensor dims"));
-      if (t.dims[d] > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) overflow = true;
-      else if (t.dims[d] != 0 && elems > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / t.dims[d]) overflow = true;
-      else elems *= t.dims[d];
-    }
-    if (overflow) return c.fail("tensor " + name + ": the product of its dims overflows");
-    at = c.pos();
-    TANDEM_RETURN_IF_ERROR(c.read(t.type, "tensor type"));
-    TypeInfo info = type_info(t.type);
-    if (info.block_elems == 0) {
-      return c.fail("tensor " + name + " has unknown ggml type " + std::to_string(t.type) +
-                    " at byte offset " + std::to_string(at));
-    }
-    const uint64_t row = n_dims ? t.dims[0] : 1;
-    if (row % info.block_elems != 0) {
-      return c.fail("tensor " + name + ": dims[0] = " + std::to_string(row) +
-                    " is not a multiple of the block size " + std::to_string(info.block_elems) +
-                    " of " + info.name);
-    }
-    // elems <= 2^63 and block_bytes / block_elems <= 8: no overflow.
-    t.nbytes = elems / info.block_elems * info.block_bytes;
-    TANDEM_RETURN_IF_ERROR(c.read(t.offset, "tensor offset"));
-    if (t.offset % out.alignment != 0) {
-      return c.fail("tensor " + name + " offset " + std::to_string(t.offset) +
-                    " is not a multiple of the alignment " + std::to_string(out.alignment));
-    }
-    out.tensor_index.emplace(t.name, out.tensors.size());
-    out.tensors.push_back(std::move(t));
+  uint32_t n_dims = 0;
+  at = c.pos();
+  TANDEM_RETURN_IF_ERROR(c.read(n_dims, "tensor n_dims"));
+  if (n_dims > kMaxDims) {  // 0 is a scalar, as in ggml
+    return c.fail("tensor " + name + " has n_dims " + std::to_string(n_dims) +
+                  " at byte offset " + std::to_string(at) + " (at most 4 allowed)");
   }
+  t.dims.resize(n_dims);
+  uint64_t elems = 1;
+  bool overflow = false;
+  for (uint32_t d = 0; d < n_dims; ++d) {
+    TANDEM_RETURN_IF_ERROR(c.read(t.dims[d], "tensor dims"));
+    if (t.dims[d] > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) overflow = true;
+    else if (t.dims[d] != 0 && elems > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / t.dims[d]) overflow = true;
+    else elems *= t.dims[d];
+  }
+  if (overflow) return c.fail("tensor " + name + ": the product of its dims overflows");
+  at = c.pos();
+  TANDEM_RETURN_IF_ERROR(c.read(t.type, "tensor type"));
+  TypeInfo info = type_info(t.type);
+  if (info.block_elems == 0) {
+    return c.fail("tensor " + name + " has unknown ggml type " + std::to_string(t.type) +
+                  " at byte offset " + std::to_string(at));
+  }
+  const uint64_t row = n_dims ? t.dims[0] : 1;
+  if (row % info.block_elems != 0) {
+    return c.fail("tensor " + name + ": dims[0] = " + std::to_string(row) +
+                  " is not a multiple of the block size " + std::to_string(info.block_elems) +
+                  " of " + info.name);
+  }
+  // elems <= 2^63 and block_bytes / block_elems <= 8: no overflow.
+  t.nbytes = elems / info.block_elems * info.block_bytes;
+  TANDEM_RETURN_IF_ERROR(c.read(t.offset, "tensor offset"));
+  if (t.offset % out.alignment != 0) {
+    return c.fail("tensor " + name + " offset " + std::to_string(t.offset) +
+                  " is not a multiple of the alignment " + std::to_string(out.alignment));
+  }
+  out.tensor_index.emplace(t.name, out.tensors.size());
+  out.tensors.push_back(std::move(t));
+  return Status::ok();
+}
 
-  // The data section starts at the next multiple of the alignment (it may lie past the
-  // end of a file whose tensors are all empty).
+// The data section starts at the next multiple of the alignment (it may lie past the end of
+// a file whose tensors are all empty); every tensor's bytes must lie inside the file.
+Status place_tensors(Cursor& c, const std::byte* base, uint64_t size, Parsed& out) {
   const uint64_t data_start = (c.pos() + out.alignment - 1) / out.alignment * out.alignment;
   for (GgufTensor& t : out.tensors) {
     const uint64_t begin = data_start + t.offset;  // offset < 2^64 - size checked below
@@ -390,6 +394,20 @@ Status parse(const std::byte* base, uint64_t size, const std::string& path, Pars
     t.data = base + begin;
   }
   return Status::ok();
+}
+
+Status parse(const std::byte* base, uint64_t size, const std::string& path, Parsed& out) {
+  Cursor c(base, size, path);
+  uint64_t n_tensors = 0, n_kv = 0;
+  TANDEM_RETURN_IF_ERROR(parse_header(c, base, size, out, n_tensors, n_kv));
+  TANDEM_RETURN_IF_ERROR(parse_metadata(c, n_kv, out));
+  if (n_tensors > c.remaining() / kMinTensor) {
+    return c.fail("tensor_count " + std::to_string(n_tensors) + " is too large for the " +
+                  std::to_string(c.remaining()) + " bytes left after the metadata");
+  }
+  out.tensors.reserve(static_cast<size_t>(std::min<uint64_t>(n_tensors, 1u << 16)));
+  for (uint64_t i = 0; i < n_tensors; ++i) TANDEM_RETURN_IF_ERROR(parse_tensor_info(c, out));
+  return place_tensors(c, base, size, out);
 }
 
 std::string errno_text() { return std::strerror(errno); }

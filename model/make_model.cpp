@@ -158,14 +158,12 @@ Result<ModelConfig> preset_config(const std::string& preset) {
   return c;
 }
 
-Status make_model(const ModelConfig& config, uint64_t seed, const std::string& path, TensorType weights) {
-  TANDEM_RETURN_IF_ERROR(check_config(config));
-  const ModelConfig& c = config;
-  GgufWriter w;
+namespace {
 
+// The hyper-parameters, as llama.cpp's convert script writes them for a Llama.
+void add_hyper_parameters(GgufWriter& w, const ModelConfig& c, bool f16) {
   w.add_string("general.architecture", "llama");
   w.add_string("general.name", c.name.empty() ? "tandem" : c.name);
-  const bool f16 = weights == TensorType::kF16;
   w.add_u32("general.file_type", f16 ? 1 : 0);  // LLAMA_FTYPE_ALL_F32 / LLAMA_FTYPE_MOSTLY_F16
   w.add_u32("general.alignment", 32);
   w.add_u32("llama.context_length", c.context_length);
@@ -179,7 +177,10 @@ Status make_model(const ModelConfig& config, uint64_t seed, const std::string& p
   w.add_u32("llama.rope.dimension_count", c.head_dim());
   w.add_u32("llama.vocab_size", c.vocab_size);
 
-  // Byte-level vocabulary: <unk>, <s>, </s>, the 256 byte tokens, then unused fillers.
+}
+
+// Byte-level vocabulary: <unk>, <s>, </s>, the 256 byte tokens, then unused fillers.
+void add_vocabulary(GgufWriter& w, const ModelConfig& c) {
   std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
   std::vector<int32_t> types = {2, 3, 3};
   tokens.reserve(c.vocab_size);
@@ -205,9 +206,12 @@ Status make_model(const ModelConfig& config, uint64_t seed, const std::string& p
   w.add_bool("tokenizer.ggml.add_bos_token", true);
   w.add_bool("tokenizer.ggml.add_eos_token", false);
 
-  // Tensors in llama.cpp's order. Each tensor is cut into chunks of kChunk values and
-  // each chunk draws from its own stream (seed, tensor index, chunk index): the bytes do
-  // not depend on how many threads draw them, and chunks are drawn in parallel.
+}
+
+// Tensors in llama.cpp's order. Each tensor is cut into chunks of kChunk values and each
+// chunk draws from its own stream (seed, tensor index, chunk index): the bytes do not depend
+// on how many threads draw them, and chunks are drawn in parallel.
+void add_tensors(GgufWriter& w, const ModelConfig& c, uint64_t seed, bool f16) {
   constexpr uint64_t kChunk = uint64_t{1} << 16;
   const unsigned n_threads = std::clamp(std::thread::hardware_concurrency(), 1u, 8u);
   uint64_t tensor_index = 0;
@@ -258,8 +262,17 @@ Status make_model(const ModelConfig& config, uint64_t seed, const std::string& p
   }
   add_ones("output_norm.weight", dim);
   if (!c.tied_embeddings) add_random("output.weight", dim, vocab, s_dim);
-  buf = {};
-  halves = {};
+}
+
+}  // namespace
+
+Status make_model(const ModelConfig& config, uint64_t seed, const std::string& path, TensorType weights) {
+  TANDEM_RETURN_IF_ERROR(check_config(config));
+  const bool f16 = weights == TensorType::kF16;
+  GgufWriter w;
+  add_hyper_parameters(w, config, f16);
+  add_vocabulary(w, config);
+  add_tensors(w, config, seed, f16);
   return w.write(path);
 }
 

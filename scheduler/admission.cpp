@@ -34,20 +34,9 @@ model::SamplingParams sampling_from(const v1::SamplingParams& p) {
   return s;
 }
 
-}  // namespace
-
-Result<RequestSpec> admit(const v1::Submit& submit, const model::Tokenizer& tokenizer, const AdmissionLimits& limits) {
-  RequestSpec spec;
-
-  // request_id
-  if (submit.request_id().empty()) return Status::invalid("request_id: empty");
-  if (submit.request_id().size() > limits.max_request_id_bytes) {
-    return Status::invalid("request_id: " + str(submit.request_id().size()) + " bytes, at most " +
-                           str(limits.max_request_id_bytes));
-  }
-  spec.id = submit.request_id();
-
-  // prompt
+// The prompt, as text (tokenized here) or token ids, every id inside the vocabulary.
+Status admit_prompt(const v1::Submit& submit, const model::Tokenizer& tokenizer, const AdmissionLimits& limits,
+                    RequestSpec& spec) {
   switch (submit.prompt_case()) {
     case v1::Submit::kText: {
       const std::string& text = submit.text();
@@ -78,24 +67,11 @@ Result<RequestSpec> admit(const v1::Submit& submit, const model::Tokenizer& toke
     case v1::Submit::PROMPT_NOT_SET:
       return Status::invalid("prompt: missing (give text or tokens)");
   }
-  const uint64_t n_prompt = spec.prompt.size();
-  if (n_prompt >= limits.context_length) {
-    return Status::invalid("prompt of " + str(n_prompt) + " tokens does not fit the context length " +
-                           str(limits.context_length) + " (it must leave room for one generated token)");
-  }
+  return Status::ok();
+}
 
-  // max_tokens
-  if (submit.max_tokens() == 0) return Status::invalid("max_tokens must be >= 1");
-  if (n_prompt + submit.max_tokens() > limits.context_length) {
-    return Status::invalid("max_tokens " + str(submit.max_tokens()) + " with a prompt of " + str(n_prompt) +
-                           " tokens exceeds the context length " + str(limits.context_length));
-  }
-  spec.max_tokens = submit.max_tokens();
-
-  // sampling
-  if (submit.has_sampling()) spec.sampling = sampling_from(submit.sampling());
-  TANDEM_RETURN_IF_ERROR(model::validate(spec.sampling));
-
+// Stop token sequences and stop strings, each bounded in count and size.
+Status admit_stops(const v1::Submit& submit, const AdmissionLimits& limits, RequestSpec& spec) {
   // stop_token_sequences
   const auto& sequences = submit.stop_token_sequences();
   if (static_cast<size_t>(sequences.size()) > kMaxStopSequences) {
@@ -129,6 +105,43 @@ Result<RequestSpec> admit(const v1::Submit& submit, const model::Tokenizer& toke
     }
     spec.stop_strings.push_back(s);
   }
+
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<RequestSpec> admit(const v1::Submit& submit, const model::Tokenizer& tokenizer, const AdmissionLimits& limits) {
+  RequestSpec spec;
+
+  // request_id
+  if (submit.request_id().empty()) return Status::invalid("request_id: empty");
+  if (submit.request_id().size() > limits.max_request_id_bytes) {
+    return Status::invalid("request_id: " + str(submit.request_id().size()) + " bytes, at most " +
+                           str(limits.max_request_id_bytes));
+  }
+  spec.id = submit.request_id();
+
+  TANDEM_RETURN_IF_ERROR(admit_prompt(submit, tokenizer, limits, spec));
+  const uint64_t n_prompt = spec.prompt.size();
+  if (n_prompt >= limits.context_length) {
+    return Status::invalid("prompt of " + str(n_prompt) + " tokens does not fit the context length " +
+                           str(limits.context_length) + " (it must leave room for one generated token)");
+  }
+
+  // max_tokens
+  if (submit.max_tokens() == 0) return Status::invalid("max_tokens must be >= 1");
+  if (n_prompt + submit.max_tokens() > limits.context_length) {
+    return Status::invalid("max_tokens " + str(submit.max_tokens()) + " with a prompt of " + str(n_prompt) +
+                           " tokens exceeds the context length " + str(limits.context_length));
+  }
+  spec.max_tokens = submit.max_tokens();
+
+  // sampling
+  if (submit.has_sampling()) spec.sampling = sampling_from(submit.sampling());
+  TANDEM_RETURN_IF_ERROR(model::validate(spec.sampling));
+
+  TANDEM_RETURN_IF_ERROR(admit_stops(submit, limits, spec));
 
   spec.include_stop_string = submit.include_stop_string();
   spec.ignore_eos = submit.ignore_eos();

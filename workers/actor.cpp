@@ -216,27 +216,19 @@ class Actor {
     spdlog::error("worker: step {} failed: {}", step_id, message);
   }
 
-  void execute(const v1::StepPlan& plan) {
-    if (options_.test_step_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options_.test_step_delay_ms));
-    const int64_t start = runtime::now_us();
-    const int64_t idle = start - idle_since_;
-    out_.Clear();
-    out_.set_version(kVersion);
-    out_.set_worker_id(worker_id_);
-    for (uint64_t id : plan.release()) forget(id);
-
+  // Takes the plan's sequences into steps_: block tables, tails, the tokens each feeds (or its
+  // last sampled token). false: the plan is bad and the step failed (fail_step said why).
+  bool stage(const v1::StepPlan& plan) {
     steps_.clear();
     feeds_.resize(plan.seqs_size());
     seq_of_.clear();
-    bool ok = true;
-    for (int i = 0; i < plan.seqs_size() && ok; ++i) {
+    for (int i = 0; i < plan.seqs_size(); ++i) {
       const v1::SeqPlan& sp = plan.seqs(i);
       auto [it, fresh] = sequences_.try_emplace(sp.seq_id());
       Sequence& seq = it->second;
       if (seq.in_step == plan.step_id() && plan.step_id() != 0) {
         fail_step(plan.step_id(), "sequence " + std::to_string(sp.seq_id()) + " appears twice in the plan");
-        ok = false;
-        break;
+        return false;
       }
       seq.in_step = plan.step_id();
       if (fresh && static_cast<uint32_t>(sp.tail_blocks_size()) != pool_->tail_blocks()) {
@@ -244,8 +236,7 @@ class Actor {
                                       std::to_string(sp.tail_blocks_size()) + " tail blocks; this worker's KV format (" +
                                       pool_->format().to_string() + ") needs " + std::to_string(pool_->tail_blocks()));
         sequences_.erase(it);
-        ok = false;
-        break;
+        return false;
       }
       if (sp.has_sampling()) {
         seq.sampling = model::from_proto(sp.sampling());
@@ -260,8 +251,7 @@ class Actor {
       if (feed.empty()) {
         if (seq.last < 0) {
           fail_step(plan.step_id(), "sequence " + std::to_string(sp.seq_id()) + " has no sampled token to continue from");
-          ok = false;
-          break;
+          return false;
         }
         feed.push_back(seq.last);
       }
@@ -271,8 +261,7 @@ class Actor {
           fail_step(plan.step_id(), "sequence " + std::to_string(sp.seq_id()) + " plan starts at " +
                                         std::to_string(sp.start_pos()) + " but " + std::to_string(seq.tokens.size()) +
                                         " positions are cached");
-          ok = false;
-          break;
+          return false;
         }
         seq.tokens.resize(sp.start_pos());
       }
@@ -280,6 +269,41 @@ class Actor {
       steps_.push_back(engine::SeqStep{feed, sp.start_pos(), seq.blocks, sp.sample() ? 1u : 0u, seq.tail, seq.tail_end});
       seq_of_.push_back(&seq);
     }
+    return true;
+  }
+
+  // Samples a token for each sequence of the plan that asks for one, into `res`.
+  void sample_into(const v1::StepPlan& plan, v1::StepResult* res) {
+    uint32_t row = 0;
+    for (int i = 0; i < plan.seqs_size(); ++i) {
+      const v1::SeqPlan& sp = plan.seqs(i);
+      if (!sp.sample()) continue;
+      Sequence& seq = *seq_of_[i];
+      const size_t from = seq.tokens.size() > kPenaltyWindow ? seq.tokens.size() - kPenaltyWindow : 0;
+      const engine::Sample smp = sampler_.sample(engine_->logits(row++), seq.sampling, seq.tokens.size(),
+                                                 std::span<const int32_t>(seq.tokens).subspan(from));
+      seq.last = smp.token;
+      v1::SeqResult* r = res->add_seqs();
+      r->set_seq_id(sp.seq_id());
+      r->set_token(smp.token);
+      r->set_logprob(smp.logprob);
+      for (const engine::TokenLogprob& t : smp.top) {
+        r->add_top_ids(t.token);
+        r->add_top_logprobs(t.logprob);
+      }
+    }
+  }
+
+  void execute(const v1::StepPlan& plan) {
+    if (options_.test_step_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options_.test_step_delay_ms));
+    const int64_t start = runtime::now_us();
+    const int64_t idle = start - idle_since_;
+    out_.Clear();
+    out_.set_version(kVersion);
+    out_.set_worker_id(worker_id_);
+    for (uint64_t id : plan.release()) forget(id);
+
+    const bool ok = stage(plan);
     if (ok && steps_.empty()) {  // a plan that only releases sequences: nothing to compute
       out_.mutable_result()->set_step_id(plan.step_id());
       out_.mutable_result()->set_epoch(epoch_);
@@ -292,24 +316,7 @@ class Actor {
         v1::StepResult* res = out_.mutable_result();
         res->set_step_id(plan.step_id());
         res->set_epoch(epoch_);
-        uint32_t row = 0;
-        for (int i = 0; i < plan.seqs_size(); ++i) {
-          const v1::SeqPlan& sp = plan.seqs(i);
-          if (!sp.sample()) continue;
-          Sequence& seq = *seq_of_[i];
-          const size_t from = seq.tokens.size() > kPenaltyWindow ? seq.tokens.size() - kPenaltyWindow : 0;
-          const engine::Sample smp = sampler_.sample(engine_->logits(row++), seq.sampling, seq.tokens.size(),
-                                                     std::span<const int32_t>(seq.tokens).subspan(from));
-          seq.last = smp.token;
-          v1::SeqResult* r = res->add_seqs();
-          r->set_seq_id(sp.seq_id());
-          r->set_token(smp.token);
-          r->set_logprob(smp.logprob);
-          for (const engine::TokenLogprob& t : smp.top) {
-            r->add_top_ids(t.token);
-            r->add_top_logprobs(t.logprob);
-          }
-        }
+        sample_into(plan, res);
       }
     }
     // Unless the next plan is already here, let the scheduler and ZeroMQ have the cores.
