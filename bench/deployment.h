@@ -3,9 +3,7 @@
 // when destroyed.
 #pragma once
 
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-extern char** environ;
+#include "cli/spawn.h"
 
 namespace tandem::bench {
 
@@ -35,14 +33,7 @@ class Deployment {
                                      "--max-batch-tokens", "512", "--prefill-chunk", "256"};
     argv.insert(argv.end(), workers.begin(), workers.end());
     argv.insert(argv.end(), extra.begin(), extra.end());
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    std::vector<char*> cargv;
-    for (auto& a : argv) cargv.push_back(a.data());
-    cargv.push_back(nullptr);
-    posix_spawn(&pid_, tandem.c_str(), &fa, nullptr, cargv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
+    pid_ = cli::spawn({argv, {}, out, /*supervised=*/false});
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
     while (std::chrono::steady_clock::now() < deadline) {
       std::ifstream f(out);

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "bench/deployment.h"
+#include "cli/args.h"
 #include "runtime/wire.h"
 #include "tandem/client.h"
 #include "workers/engine/kv_cache.h"
@@ -218,32 +219,18 @@ Mixed mixed(const std::string& tandem, const std::string& model, std::vector<std
 int main(int argc, char** argv) {
   std::string model = "models/small-1.gguf";
   std::string tandem = (std::filesystem::path(argv[0]).parent_path() / "../cli/tandem").string();
+  auto args = cli::Args::parse(argc - 1, argv + 1, cli::kDisaggBench);
+  if (!args) return cli::fail("disagg-bench", args.status());
+  model = args->str("model").value_or(model);
+  tandem = args->str("tandem").value_or(tandem);
   uint32_t positions = 1024, reps = 5, steady = 8, n_long = 4, long_len = 1024, gap_ms = 3000;
-  bool skip_mixed = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    if (k == "--skip-mixed") {
-      skip_mixed = true;
-      continue;
-    }
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "%s needs a value\n", k.c_str());
-      return 2;
-    }
-    const std::string v = argv[++i];
-    if (k == "--model") model = v;
-    else if (k == "--tandem") tandem = v;
-    else if (k == "--positions") positions = static_cast<uint32_t>(std::stoul(v));
-    else if (k == "--reps") reps = static_cast<uint32_t>(std::stoul(v));
-    else if (k == "--steady") steady = static_cast<uint32_t>(std::stoul(v));
-    else if (k == "--long") n_long = static_cast<uint32_t>(std::stoul(v));
-    else if (k == "--long-len") long_len = static_cast<uint32_t>(std::stoul(v));
-    else if (k == "--gap-ms") gap_ms = static_cast<uint32_t>(std::stoul(v));
-    else {
-      std::fprintf(stderr, "unknown flag %s\n", k.c_str());
-      return 2;
-    }
+  for (auto [flag, out] : {std::pair{"positions", &positions}, {"reps", &reps}, {"steady", &steady}, {"long", &n_long},
+                           {"long-len", &long_len}, {"gap-ms", &gap_ms}}) {
+    auto v = args->integer(flag, *out);
+    if (!v) return cli::fail("disagg-bench", v.status());
+    *out = static_cast<uint32_t>(*v);
   }
+  const bool skip_mixed = args->has("skip-mixed");
   std::filesystem::create_directories("models");
   if (!std::filesystem::exists(model)) {
     if (Status st = model::make_model(*model::preset_config("small"), 1, model); !st) {

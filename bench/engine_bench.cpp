@@ -23,6 +23,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "cli/args.h"
 #include "workers/engine/engine.h"
 #include "model/make_model.h"
 
@@ -270,22 +271,15 @@ class Collector : public benchmark::ConsoleReporter {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<char*> rest;
-  bool kv_only = false;
-  uint32_t kv_threads = 2, kv_rounds = 40;
-  for (int i = 0; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--model") && i + 1 < argc) {
-      g_model = argv[++i];
-    } else if (!std::strcmp(argv[i], "--kv")) {
-      kv_only = true;
-    } else if (!std::strcmp(argv[i], "--kv-threads") && i + 1 < argc) {
-      kv_threads = static_cast<uint32_t>(std::atoi(argv[++i]));
-    } else if (!std::strcmp(argv[i], "--kv-rounds") && i + 1 < argc) {
-      kv_rounds = static_cast<uint32_t>(std::atoi(argv[++i]));
-    } else {
-      rest.push_back(argv[i]);
-    }
-  }
+  // Flags of the table's engine-bench rows; the rest (argv[0] first) go to Google Benchmark.
+  std::vector<char*> rest = {argv[0]};
+  auto args = cli::Args::parse(argc - 1, argv + 1, cli::kEngineBench, &rest);
+  if (!args) return cli::fail("engine-bench", args.status());
+  auto kv_threads = args->integer("kv-threads", 2), kv_rounds = args->integer("kv-rounds", 40);
+  if (!kv_threads) return cli::fail("engine-bench", kv_threads.status());
+  if (!kv_rounds) return cli::fail("engine-bench", kv_rounds.status());
+  const bool kv_only = args->has("kv");
+  g_model = args->str("model").value_or("");
   auto ensure = [](const std::string& path, TensorType type) {
     if (std::filesystem::exists(path)) return true;
     std::filesystem::create_directories("models");
@@ -299,7 +293,7 @@ int main(int argc, char** argv) {
   };
   if (g_model.empty()) g_model = "models/small-1.gguf";
   g_model_f16 = "models/small-1-f16.gguf";
-  if (kv_only) return ensure(g_model, TensorType::kF32) ? run_kv_section(kv_threads, kv_rounds) : 1;
+  if (kv_only) return ensure(g_model, TensorType::kF32) ? run_kv_section(static_cast<uint32_t>(*kv_threads), static_cast<uint32_t>(*kv_rounds)) : 1;
   if (!ensure(g_model, TensorType::kF32) || !ensure(g_model_f16, TensorType::kF16)) return 1;
   int rc = static_cast<int>(rest.size());
   rest.push_back(nullptr);

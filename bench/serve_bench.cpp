@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "bench/deployment.h"
+#include "cli/args.h"
 #include "tandem/client.h"
 #include "workers/engine/engine.h"
 #include "workers/engine/generate.h"
@@ -123,35 +124,27 @@ double engine_batch_decode(engine::Engine& e, uint32_t batch, uint32_t prompt, u
   return double(batch) * steps / seconds_since(t0);
 }
 
-std::vector<uint32_t> parse_list(const std::string& s) {
-  std::vector<uint32_t> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(static_cast<uint32_t>(std::stoul(item)));
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string model = "models/small-1.gguf", tiny = "models/tiny-1.gguf";
   std::string tandem = (std::filesystem::path(argv[0]).parent_path() / "../cli/tandem").string();
+  auto args = cli::Args::parse(argc - 1, argv + 1, cli::kServeBench);
+  if (!args) return cli::fail("serve-bench", args.status());
+  model = args->str("model").value_or(model);
+  tandem = args->str("tandem").value_or(tandem);
   std::vector<uint32_t> streams = {1, 4, 16, 32};
-  uint32_t prompt = 128, output = 128, threads = 2, tiny_streams = 64;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--model") model = v;
-    else if (k == "--tandem") tandem = v;
-    else if (k == "--streams") streams = parse_list(v);
-    else if (k == "--prompt") prompt = static_cast<uint32_t>(std::stoul(v));
-    else if (k == "--output") output = static_cast<uint32_t>(std::stoul(v));
-    else if (k == "--threads") threads = static_cast<uint32_t>(std::stoul(v));
-    else if (k == "--tiny-streams") tiny_streams = static_cast<uint32_t>(std::stoul(v));
-    else {
-      std::fprintf(stderr, "unknown flag %s\n", k.c_str());
-      return 2;
-    }
+  if (args->has("streams")) {
+    auto list = args->int_list("streams");
+    if (!list) return cli::fail("serve-bench", list.status());
+    streams.assign(list->begin(), list->end());
   }
+  auto prompt_flag = args->integer("prompt", 128), output_flag = args->integer("output", 128);
+  auto threads_flag = args->integer("threads", 2), tiny_flag = args->integer("tiny-streams", 64);
+  for (const Status* st : {&prompt_flag.status(), &output_flag.status(), &threads_flag.status(), &tiny_flag.status()})
+    if (!st->is_ok()) return cli::fail("serve-bench", *st);
+  const uint32_t prompt = static_cast<uint32_t>(*prompt_flag), output = static_cast<uint32_t>(*output_flag);
+  const uint32_t threads = static_cast<uint32_t>(*threads_flag), tiny_streams = static_cast<uint32_t>(*tiny_flag);
   std::filesystem::create_directories("models");
   for (auto [path, preset] : {std::pair{model, "small"}, std::pair{tiny, "tiny"}})
     if (!std::filesystem::exists(path)) {

@@ -17,43 +17,10 @@ namespace tandem::cli {
 
 namespace {
 
-constexpr const char* kHelp =
+constexpr const char* kUsage =
     "usage: tandem bench (--endpoint E | --openai-url URL --model NAME [--token-prompts]) [flags]\n"
-    "target:\n"
-    "  --endpoint E              a tandem scheduler's client endpoint (ipc://... or tcp://...)\n"
-    "  --openai-url URL          an OpenAI-compatible server, http://host:port (POST /v1/completions, SSE)\n"
-    "  --model NAME              the \"model\" field sent to it\n"
-    "  --token-prompts           send prompts as token-id arrays (vLLM, llama.cpp); else as text\n"
-    "load (at least one of --rate / --concurrency, one of --num-requests / --duration):\n"
-    "  --rate R                  open loop: R requests/s (Poisson arrivals)\n"
-    "  --burstiness B            gamma shape of the arrival gaps (default 1 = Poisson; < 1 burstier)\n"
-    "  --concurrency C           closed loop / cap: at most C requests in flight\n"
-    "  --num-requests N          measured requests\n"
-    "  --duration S              stop sending after S seconds\n"
-    "  --warmup N                requests run first and not counted (default 0)\n"
-    "  --seed S                  workload and arrival seed (default 0)\n"
-    "  --drain-timeout S         wait at most S s for requests in flight at the end (default 120)\n"
-    "workload:\n"
-    "  --input-len N|A:B         prompt tokens, fixed or uniform (default 128); synthetic prompts use\n"
-    "                            token ids in [3, 259), present in every byte-level vocabulary\n"
-    "  --output-len N|A:B        max tokens per request (default 128)\n"
-    "  --shared-prefix LEN       each prompt's first LEN tokens (of --input-len) are one of --prefix-groups G\n"
-    "                            shared prefixes\n"
-    "  --prefix-groups G         (default 1)\n"
-    "  --dataset FILE.jsonl      one request per line: \"prompt\" or \"prompt_tokens\", \"output_len\"\n"
-    "  --cancel-fraction F       share of requests cancelled after --cancel-after K tokens (default 1)\n"
-    "  --ignore-eos              generate exactly the output length\n"
-    "report:\n"
-    "  --slo-ttft-ms MS --slo-tpot-ms MS   goodput: completed requests within these per second\n"
-    "  --out FILE.json           summary and per-request records\n"
-    "  --sweep-concurrency c1,c2,...  or  --sweep-rate r1,r2,...   one run per point, one JSON\n"
-    "  --plot FILE.png           TTFT/ITL distributions and throughput (needs gnuplot on PATH)\n"
-    "exit status: 0 ok (even with failed requests), 1 the run could not be made, 2 usage\n";
-
-int fail(const Status& st) {
-  std::fprintf(stderr, "tandem bench: %s\n", st.to_string().c_str());
-  return st.code() == Code::kInvalidArgument ? 2 : 1;
-}
+    "load: at least one of --rate / --concurrency, one of --num-requests / --duration";
+constexpr const char* kNotes = "exit status: 0 ok (even with failed requests), 1 the run could not be made, 2 usage\n";
 
 Result<std::vector<double>> real_list(const std::string& flag, const std::string& text) {
   std::vector<double> out;
@@ -125,35 +92,30 @@ Status plot(const std::string& png, const std::vector<bench::Summary>& points, b
 }  // namespace
 
 int bench_command(int argc, char** argv) {
-  auto args = Args::parse(argc, argv,
-                          {"endpoint", "openai-url", "model", "rate", "burstiness", "concurrency", "num-requests",
-                           "duration", "warmup", "seed", "drain-timeout", "input-len", "output-len", "shared-prefix",
-                           "prefix-groups", "dataset", "cancel-fraction", "cancel-after", "slo-ttft-ms", "slo-tpot-ms",
-                           "out", "sweep-concurrency", "sweep-rate", "plot"},
-                          {"token-prompts", "ignore-eos", "help"});
-  if (!args) return fail(args.status());
+  auto args = Args::parse(argc, argv, kBench);
+  if (!args) return fail("bench", args.status());
   if (args->has("help")) {
-    std::fputs(kHelp, stdout);
+    std::fputs(help_text(kBench, kUsage, kNotes).c_str(), stdout);
     return 0;
   }
   if (args->has("endpoint") == args->has("openai-url"))
-    return fail(Status::invalid("give exactly one of --endpoint E or --openai-url URL"));
+    return fail("bench", Status::invalid("give exactly one of --endpoint E or --openai-url URL"));
   if (args->has("sweep-concurrency") && args->has("sweep-rate"))
-    return fail(Status::invalid("give at most one of --sweep-concurrency and --sweep-rate"));
+    return fail("bench", Status::invalid("give at most one of --sweep-concurrency and --sweep-rate"));
 
   bench::LoadOptions load;
   auto rate = args->real("rate", 0);
   auto burstiness = args->real("burstiness", 1.0);
-  auto concurrency = args->integer("concurrency", 0, 0, 1000000);
-  auto num_requests = args->integer("num-requests", 0, 0, INT64_MAX);
+  auto concurrency = args->integer("concurrency", 0);
+  auto num_requests = args->integer("num-requests", 0);
   auto duration = args->real("duration", 0);
-  auto warmup = args->integer("warmup", 0, 0, 1000000);
-  auto seed = args->integer("seed", 0, 0, INT64_MAX);
+  auto warmup = args->integer("warmup", 0);
+  auto seed = args->integer("seed", 0);
   auto drain = args->real("drain-timeout", 120);
-  auto shared_prefix = args->integer("shared-prefix", 0, 0, 1000000);
-  auto prefix_groups = args->integer("prefix-groups", 1, 1, 1000000);
+  auto shared_prefix = args->integer("shared-prefix", 0);
+  auto prefix_groups = args->integer("prefix-groups", 1);
   auto cancel_fraction = args->real("cancel-fraction", 0);
-  auto cancel_after = args->integer("cancel-after", 1, 1, 10000000);
+  auto cancel_after = args->integer("cancel-after", 1);
   auto slo_ttft = args->real("slo-ttft-ms", 0);
   auto slo_tpot = args->real("slo-tpot-ms", 0);
   auto input_len = bench::parse_length_range(args->str("input-len").value_or("128"));
@@ -163,9 +125,9 @@ int bench_command(int argc, char** argv) {
                            &shared_prefix.status(), &prefix_groups.status(), &cancel_fraction.status(),
                            &cancel_after.status(), &slo_ttft.status(), &slo_tpot.status(), &input_len.status(),
                            &output_len.status()})
-    if (!st->is_ok()) return fail(*st);
+    if (!st->is_ok()) return fail("bench", *st);
   if (*rate < 0 || *duration < 0 || *drain <= 0 || *slo_ttft < 0 || *slo_tpot < 0)
-    return fail(Status::invalid("--rate, --duration, --slo-* must be >= 0 and --drain-timeout > 0"));
+    return fail("bench", Status::invalid("--rate, --duration, --slo-* must be >= 0 and --drain-timeout > 0"));
   load.rate = *rate;
   load.burstiness = *burstiness;
   load.concurrency = static_cast<uint32_t>(*concurrency);
@@ -182,13 +144,13 @@ int bench_command(int argc, char** argv) {
   if (sweep_conc || sweep_rate) {
     const std::string flag = sweep_conc ? "sweep-concurrency" : "sweep-rate";
     auto list = real_list(flag, *args->str(flag));
-    if (!list) return fail(list.status());
+    if (!list) return fail("bench", list.status());
     sweep = std::move(list.value());
   }
   // Validate the load shape once, before connecting anywhere.
-  if (load.num_requests == 0 && load.duration_s <= 0) return fail(Status::invalid("give --num-requests N and/or --duration S"));
+  if (load.num_requests == 0 && load.duration_s <= 0) return fail("bench", Status::invalid("give --num-requests N and/or --duration S"));
   if (load.rate <= 0 && load.concurrency == 0 && sweep.empty())
-    return fail(Status::invalid("give --rate R and/or --concurrency C"));
+    return fail("bench", Status::invalid("give --rate R and/or --concurrency C"));
 
   const bool openai = args->has("openai-url");
   bench::WorkloadOptions wl;
@@ -203,7 +165,7 @@ int bench_command(int argc, char** argv) {
   wl.text_prompts = openai && !args->has("token-prompts");
   wl.seed = load.seed;
   auto workload = bench::Workload::create(wl);
-  if (!workload) return fail(workload.status());
+  if (!workload) return fail("bench", workload.status());
 
   Result<std::unique_ptr<bench::Target>> target = Status::invalid("no target");
   if (openai) {
@@ -215,7 +177,7 @@ int bench_command(int argc, char** argv) {
   } else {
     target = bench::make_tandem_target(*args->str("endpoint"));
   }
-  if (!target) return fail(target.status());
+  if (!target) return fail("bench", target.status());
 
   if (::isatty(STDERR_FILENO)) {
     load.progress = [](uint64_t done, uint64_t total, double tps) {
@@ -236,7 +198,7 @@ int bench_command(int argc, char** argv) {
     if (sweep_rate) point.rate = sweep[i];
     auto summary = bench::run(**target, *workload, point);
     if (load.progress) std::fputs("\n", stderr);
-    if (!summary) return fail(summary.status());
+    if (!summary) return fail("bench", summary.status());
     if (i) std::fputs("\n", stdout);
     const std::string table = bench::summary_table(*summary);
     std::fwrite(table.data(), 1, table.size(), stdout);
@@ -257,7 +219,7 @@ int bench_command(int argc, char** argv) {
     std::ofstream f(*out, std::ios::binary);
     f << json;
     f.close();
-    if (!f) return fail(Status::error(Code::kInternal, "cannot write --out " + *out));
+    if (!f) return fail("bench", Status::error(Code::kInternal, "cannot write --out " + *out));
   }
   if (auto png = args->str("plot")) {
     const Status st = plot(*png, points, !sweep.empty());

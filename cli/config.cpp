@@ -13,24 +13,6 @@ namespace tandem::cli {
 
 namespace {
 
-// Integer keys of [scheduler] and [[workers]] (forwarded as flags): TOML key, flag, range.
-struct IntKey {
-  const char* key;
-  const char* flag;
-  int64_t lo, hi;
-};
-constexpr IntKey kSchedulerKeys[] = {
-    {"max_batch_tokens", "max-batch-tokens", 1, 1 << 20}, {"prefill_chunk", "prefill-chunk", 1, 1 << 20},
-    {"max_queue", "max-queue", 1, 1 << 24},              {"max_running", "max-running", 1, 1 << 16},
-    {"pipeline_depth", "pipeline-depth", 1, 8},          {"heartbeat_ms", "heartbeat-ms", 10, 60000},
-    {"client_timeout_ms", "client-timeout-ms", 100, 3600000}, {"worker_liveness", "worker-liveness", 1, 100},
-};
-constexpr IntKey kWorkerKeys[] = {
-    {"kv_memory", "kv-memory", 1 << 20, int64_t{1} << 40}, {"kv_blocks", "kv-blocks", 1, 1 << 24},
-    {"block_tokens", "block-tokens", 16, 4096},           {"kv_bits", "kv-bits", 0, 8},
-    {"kv_group_size", "kv-group-size", 1, 4096},         {"kv_f32_window", "kv-f32-window", 0, 2},
-};
-
 std::string where(const toml::source_region& r) {
   return " (line " + std::to_string(r.begin.line) + ")";
 }
@@ -44,104 +26,111 @@ Result<int64_t> get_int(const toml::node& n, const std::string& key, int64_t lo,
   return *v;
 }
 
-Result<std::string> get_string(const toml::node& n, const std::string& key) {
-  if (!n.is_string()) return Status::invalid(key + ": must be a string" + where(n.source()));
-  return *n.value<std::string>();
-}
-
-Status get_u32(const toml::node& n, const std::string& key, int64_t lo, int64_t hi, uint32_t& out) {
-  auto v = get_int(n, key, lo, hi);
-  if (!v) return v.status();
-  out = static_cast<uint32_t>(*v);
-  return Status::ok();
-}
-
-const IntKey* find_key(std::span<const IntKey> keys, std::string_view key) {
-  for (const IntKey& k : keys)
-    if (key == k.key) return &k;
-  return nullptr;
-}
-
-Status parse_scheduler(const toml::table& t, DeployConfig& c) {
-  for (const auto& [k, v] : t) {
-    const std::string key = "scheduler." + std::string(k.str());
-    const IntKey* ik = find_key(kSchedulerKeys, k.str());
-    if (!ik) return Status::invalid(key + ": unknown key" + where(k.source()));
-    auto n = get_int(v, key, ik->lo, ik->hi);
-    if (!n) return n.status();
-    c.scheduler[ik->flag] = std::to_string(*n);
-  }
-  return Status::ok();
-}
-
-Status parse_supervisor(const toml::table& t, Supervision& s) {
-  const struct {
-    const char* key;
-    uint32_t* out;
-    int64_t lo, hi;
-  } keys[] = {
-      {"max_restarts", &s.max_restarts, 0, 1000},
-      {"restart_backoff_ms", &s.restart_backoff_ms, 0, 3600000},
-      {"restart_backoff_max_ms", &s.restart_backoff_max_ms, 0, 3600000},
-      {"healthy_after_ms", &s.healthy_after_ms, 0, 86400000},
-      {"drain_timeout_ms", &s.drain_timeout_ms, 0, 86400000},
-      {"stop_timeout_ms", &s.stop_timeout_ms, 100, 600000},
-      {"ready_timeout_ms", &s.ready_timeout_ms, 100, 3600000},
-  };
-  for (const auto& [k, v] : t) {
-    const std::string key = "supervisor." + std::string(k.str());
-    bool known = false;
-    for (const auto& d : keys) {
-      if (k.str() != d.key) continue;
-      known = true;
-      TANDEM_RETURN_IF_ERROR(get_u32(v, key, d.lo, d.hi, *d.out));
+// A file value as the text its flag would take: integers in the row's range, strings among
+// its choices, booleans for switches ("1" / ""). Errors name `key`.
+Result<std::string> value_text(const Flag& f, const toml::node& n, const std::string& key) {
+  switch (f.type) {
+    case FlagType::kInt: {
+      auto v = get_int(n, key, f.lo, f.hi);
+      if (!v) return v.status();
+      return std::to_string(*v);
     }
-    if (!known) return Status::invalid(key + ": unknown key" + where(k.source()));
-  }
-  return Status::ok();
-}
-
-Status parse_worker(const toml::table& t, const std::string& prefix, WorkerGroup& g) {
-  for (const auto& [k, v] : t) {
-    const std::string key = prefix + "." + std::string(k.str());
-    const std::string_view name = k.str();
-    if (name == "role") {
-      auto s = get_string(v, key);
-      if (!s) return s.status();
-      if (*s != "both" && *s != "prefill" && *s != "decode")
-        return Status::invalid(key + ": must be both, prefill or decode, got '" + *s + "'" + where(v.source()));
-      g.role = *s;
-    } else if (name == "count") {
-      TANDEM_RETURN_IF_ERROR(get_u32(v, key, 0, 256, g.count));
-    } else if (name == "threads") {
-      TANDEM_RETURN_IF_ERROR(get_u32(v, key, 1, 256, g.threads));
-    } else if (name == "gemm") {
-      auto s = get_string(v, key);
-      if (!s) return s.status();
-      if (*s != "packed" && *s != "openblas")
-        return Status::invalid(key + ": must be packed or openblas, got '" + *s + "'" + where(v.source()));
-      g.flags["gemm"] = *s;
-    } else if (name == "kv_quant_skip_last_layer") {
-      if (!v.is_boolean()) return Status::invalid(key + ": must be true or false" + where(v.source()));
-      // A switch: forwarded bare when true (an empty value), not at all when false.
-      if (*v.value<bool>()) g.flags["kv-quant-skip-last-layer"] = "";
-      else g.flags.erase("kv-quant-skip-last-layer");
-    } else if (name == "cpus") {
-      const toml::array* a = v.as_array();
-      if (!a) return Status::invalid(key + ": must be an array of CPU numbers" + where(v.source()));
-      g.cpus.clear();
+    case FlagType::kSwitch: {
+      if (!n.is_boolean()) return Status::invalid(key + ": must be true or false" + where(n.source()));
+      return std::string(*n.value<bool>() ? "1" : "");
+    }
+    case FlagType::kIntList: {
+      const toml::array* a = n.as_array();
+      if (!a) return Status::invalid(key + ": must be an array of integers" + where(n.source()));
+      std::string out;
       for (size_t i = 0; i < a->size(); ++i) {
-        auto cpu = get_int(*a->get(i), key + "[" + std::to_string(i) + "]", 0, 4095);
-        if (!cpu) return cpu.status();
-        g.cpus.push_back(static_cast<int>(*cpu));
+        auto v = get_int(*a->get(i), key + "[" + std::to_string(i) + "]", f.lo, f.hi);
+        if (!v) return v.status();
+        out += (i ? "," : "") + std::to_string(*v);
       }
-    } else if (const IntKey* ik = find_key(kWorkerKeys, name)) {
-      auto n = get_int(v, key, ik->lo, ik->hi);
-      if (!n) return n.status();
-      g.flags[ik->flag] = std::to_string(*n);
-    } else {
-      return Status::invalid(key + ": unknown key" + where(k.source()));
+      return out;
     }
+    default: {
+      if (!n.is_string()) return Status::invalid(key + ": must be a string" + where(n.source()));
+      std::string s = *n.value<std::string>();
+      if (f.type == FlagType::kChoice && !check_value(f, s))
+        return Status::invalid(key + ": must be " + choices_text(f.choices) + ", got '" + s + "'" + where(n.source()));
+      return s;
+    }
+  }
+}
+
+// The fields of DeployConfig that top-level keys and [supervisor] keys set, by flag name.
+std::string* top_field(DeployConfig& c, std::string_view name) {
+  return name == "model"             ? &c.model
+         : name == "endpoint"        ? &c.endpoint
+         : name == "worker-endpoint" ? &c.worker_endpoint
+         : name == "runtime-dir"     ? &c.runtime_dir
+         : name == "log-dir"         ? &c.log_dir
+         : name == "log-level"       ? &c.log_level
+         : name == "curve-keys"      ? &c.curve_keys
+                                     : nullptr;
+}
+
+uint32_t* supervision_field(Supervision& s, std::string_view name) {
+  return name == "max-restarts"             ? &s.max_restarts
+         : name == "restart-backoff-ms"     ? &s.restart_backoff_ms
+         : name == "restart-backoff-max-ms" ? &s.restart_backoff_max_ms
+         : name == "healthy-after-ms"       ? &s.healthy_after_ms
+         : name == "drain-timeout-ms"       ? &s.drain_timeout_ms
+         : name == "stop-timeout-ms"        ? &s.stop_timeout_ms
+         : name == "ready-timeout-ms"       ? &s.ready_timeout_ms
+                                            : nullptr;
+}
+
+// Sets the setting of row `f` to `value` (flag text) in `c` (top level, [scheduler],
+// [supervisor]) or in `g` ([[workers]]).
+Status set_setting(const Flag& f, const std::string& value, DeployConfig& c, WorkerGroup* g) {
+  const std::string name(f.name);
+  switch (f.section) {
+    case Section::kTop:
+      if (name == "oversubscribe") c.oversubscribe = !value.empty();
+      else if (std::string* field = top_field(c, name)) *field = value;
+      else return Status::error(Code::kInternal, "--" + name + ": no field for this top-level key");
+      return Status::ok();
+    case Section::kScheduler: c.scheduler[name] = value; return Status::ok();
+    case Section::kSupervisor:
+      if (uint32_t* field = supervision_field(c.supervision, name)) *field = static_cast<uint32_t>(std::stoul(value));
+      else return Status::error(Code::kInternal, "--" + name + ": no field for this [supervisor] key");
+      return Status::ok();
+    case Section::kWorkers:
+      if (f.toml_key == "count") g->count = static_cast<uint32_t>(std::stoul(value));
+      else if (f.toml_key == "threads") g->threads = static_cast<uint32_t>(std::stoul(value));
+      else if (f.toml_key == "role") g->role = value;
+      else if (f.toml_key == "cpus") {
+        g->cpus.clear();
+        for (size_t i = 0; i < value.size();) {
+          size_t j = value.find(',', i);
+          if (j == std::string::npos) j = value.size();
+          g->cpus.push_back(std::stoi(value.substr(i, j - i)));
+          i = j + 1;
+        }
+      } else if (f.type == FlagType::kSwitch) {
+        // Forwarded bare when on (an empty value), not at all when off.
+        if (value.empty()) g->flags.erase(name);
+        else g->flags[name] = "";
+      } else {
+        g->flags[name] = value;
+      }
+      return Status::ok();
+    case Section::kNone: break;
+  }
+  return Status::error(Code::kInternal, "--" + name + " is not a deployment setting");
+}
+
+Status parse_table(const toml::table& t, Section section, const std::string& prefix, DeployConfig& c, WorkerGroup* g) {
+  for (const auto& [k, v] : t) {
+    const std::string key = prefix + std::string(k.str());
+    const Flag* f = find_toml_key(section, k.str());
+    if (!f) return Status::invalid(key + ": unknown key" + where(k.source()));
+    auto text = value_text(*f, v, key);
+    if (!text) return text.status();
+    TANDEM_RETURN_IF_ERROR(set_setting(*f, *text, c, g));
   }
   return Status::ok();
 }
@@ -150,26 +139,11 @@ Status parse_top(const toml::table& root, DeployConfig& c) {
   bool workers_seen = false;
   for (const auto& [k, v] : root) {
     const std::string key(k.str());
-    std::string* str_field = key == "model"             ? &c.model
-                             : key == "endpoint"        ? &c.endpoint
-                             : key == "worker_endpoint" ? &c.worker_endpoint
-                             : key == "runtime_dir"     ? &c.runtime_dir
-                             : key == "log_dir"         ? &c.log_dir
-                             : key == "log_level"       ? &c.log_level
-                             : key == "curve_keys"      ? &c.curve_keys
-                                                        : nullptr;
-    if (str_field) {
-      auto s = get_string(v, key);
-      if (!s) return s.status();
-      *str_field = *s;
-    } else if (key == "oversubscribe") {
-      const auto b = v.value<bool>();
-      if (!b) return Status::invalid("oversubscribe: must be true or false" + where(v.source()));
-      c.oversubscribe = *b;
-    } else if (key == "scheduler" || key == "supervisor") {
+    if (key == "scheduler" || key == "supervisor") {
       const toml::table* t = v.as_table();
       if (!t) return Status::invalid(key + ": must be a table ([" + key + "])" + where(v.source()));
-      TANDEM_RETURN_IF_ERROR(key == "scheduler" ? parse_scheduler(*t, c) : parse_supervisor(*t, c.supervision));
+      TANDEM_RETURN_IF_ERROR(
+          parse_table(*t, key == "scheduler" ? Section::kScheduler : Section::kSupervisor, key + ".", c, nullptr));
     } else if (key == "workers") {
       const toml::array* a = v.as_array();
       if (!a || !a->is_array_of_tables())
@@ -178,9 +152,14 @@ Status parse_top(const toml::table& root, DeployConfig& c) {
       c.workers.clear();
       for (size_t i = 0; i < a->size(); ++i) {
         WorkerGroup g;
-        TANDEM_RETURN_IF_ERROR(parse_worker(*a->get(i)->as_table(), "workers[" + std::to_string(i) + "]", g));
+        TANDEM_RETURN_IF_ERROR(
+            parse_table(*a->get(i)->as_table(), Section::kWorkers, "workers[" + std::to_string(i) + "].", c, &g));
         c.workers.push_back(std::move(g));
       }
+    } else if (const Flag* f = find_toml_key(Section::kTop, key)) {
+      auto text = value_text(*f, v, key);
+      if (!text) return text.status();
+      TANDEM_RETURN_IF_ERROR(set_setting(*f, *text, c, nullptr));
     } else {
       return Status::invalid(key + ": unknown key" + where(k.source()));
     }
@@ -190,11 +169,6 @@ Status parse_top(const toml::table& root, DeployConfig& c) {
 }
 
 }  // namespace
-
-const std::set<std::string> kUpFlags = {"config",           "model",           "workers",          "prefill",
-                                        "decode",           "endpoint",        "worker-endpoint",  "runtime-dir",
-                                        "log-dir",          "log-level",       "ready-timeout-ms", "drain-timeout-ms",
-                                        "max-restarts",     "restart-backoff-ms", "curve-keys"};
 
 uint32_t DeployConfig::worker_count() const {
   uint32_t n = 0;
@@ -225,31 +199,13 @@ Result<DeployConfig> load_config(const std::string& path) {
   return c;
 }
 
-Status apply_flags(const Args& args, const std::set<std::string>& scheduler_flags,
-                   const std::set<std::string>& worker_flags, DeployConfig& c) {
-  for (auto [flag, field] : {std::pair{"model", &c.model}, {"endpoint", &c.endpoint},
-                             {"worker-endpoint", &c.worker_endpoint}, {"runtime-dir", &c.runtime_dir},
-                             {"log-dir", &c.log_dir}, {"log-level", &c.log_level},
-                             {"curve-keys", &c.curve_keys}})
-    if (auto v = args.str(flag)) *field = *v;
-  for (const std::string& f : scheduler_flags)
-    if (auto v = args.str(f)) c.scheduler[f] = *v;
-  Supervision& s = c.supervision;
-  for (auto [flag, field, lo, hi] : {std::tuple{"ready-timeout-ms", &s.ready_timeout_ms, 100, 3600000},
-                                     {"drain-timeout-ms", &s.drain_timeout_ms, 0, 86400000},
-                                     {"max-restarts", &s.max_restarts, 0, 1000},
-                                     {"restart-backoff-ms", &s.restart_backoff_ms, 0, 3600000}}) {
-    auto v = args.integer(flag, *field, lo, hi);
-    if (!v) return v.status();
-    *field = static_cast<uint32_t>(*v);
-  }
-  if (args.has("oversubscribe")) c.oversubscribe = true;
+Status apply_flags(const Args& args, DeployConfig& c) {
   if (args.has("workers") || args.has("prefill") || args.has("decode")) {
     const WorkerGroup like = c.workers.empty() ? WorkerGroup{} : c.workers.front();
     c.workers.clear();
     for (auto [flag, role] : {std::pair{"workers", "both"}, {"prefill", "prefill"}, {"decode", "decode"}}) {
       if (!args.has(flag)) continue;
-      auto n = args.integer(flag, 1, 0, 256);
+      auto n = args.integer(flag, 1);
       if (!n) return n.status();
       WorkerGroup g = like;
       g.role = role;
@@ -258,16 +214,20 @@ Status apply_flags(const Args& args, const std::set<std::string>& scheduler_flag
       c.workers.push_back(std::move(g));
     }
   }
-  for (WorkerGroup& g : c.workers) {
-    auto threads = args.integer("threads", g.threads, 1, 256);
-    if (!threads) return threads.status();
-    if (threads.value() != g.threads && !g.cpus.empty())
-      return Status::invalid("--threads " + std::to_string(*threads) + " does not fit the workers' cpus list of the config");
-    g.threads = static_cast<uint32_t>(*threads);
-    for (const std::string& f : worker_flags)
-      if (f != "threads")
-        if (auto v = args.str(f)) g.flags[f] = *v;
-    if (args.has("kv-quant-skip-last-layer")) g.flags["kv-quant-skip-last-layer"] = "";
+  for (const Flag& f : flag_table()) {
+    if (!(f.commands & kUp) || f.section == Section::kNone) continue;
+    auto value = args.str(std::string(f.name));
+    if (!value) continue;
+    TANDEM_RETURN_IF_ERROR(check_value(f, *value));
+    if (f.section != Section::kWorkers) {
+      TANDEM_RETURN_IF_ERROR(set_setting(f, *value, c, nullptr));
+      continue;
+    }
+    for (WorkerGroup& g : c.workers) {
+      if (f.name == "threads" && std::to_string(g.threads) != *value && !g.cpus.empty())
+        return Status::invalid("--threads " + *value + " does not fit the workers' cpus list of the config");
+      TANDEM_RETURN_IF_ERROR(set_setting(f, *value, c, &g));
+    }
   }
   return Status::ok();
 }

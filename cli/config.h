@@ -19,8 +19,8 @@ struct WorkerGroup {
   uint32_t count = 1;
   uint32_t threads = 1;
   std::vector<int> cpus;  // empty: no pinning; else count x threads CPUs, worker k gets its threads' share
-  // Worker flags forwarded as given (flag name without "--" -> value): kv-memory, kv-blocks,
-  // block-tokens, gemm, kv-bits, kv-group-size, kv-f32-window, kv-quant-skip-last-layer.
+  // The other [[workers]] settings, forwarded as flags (flag name without "--" -> value; an
+  // empty value is a switch that is on): kv-memory, kv-bits, ... (cli/flags.h).
   std::map<std::string, std::string> flags;
 };
 
@@ -42,7 +42,7 @@ struct DeployConfig {
   std::string log_dir;          // empty: children log to this process's stderr
   std::string log_level = "info";
   std::string curve_keys;       // CurveZMQ key folder (tandem keys --out DIR); empty: none
-  std::map<std::string, std::string> scheduler;  // scheduler flags (max-queue, ...) -> value
+  std::map<std::string, std::string> scheduler;  // [scheduler] settings: flag (max-queue, ...) -> value
   Supervision supervision;
   std::vector<WorkerGroup> workers = {WorkerGroup{}};
   // More worker threads than cores is refused unless this is set (tests and benchmarks on
@@ -52,9 +52,6 @@ struct DeployConfig {
   uint32_t worker_count() const;
 };
 
-// The flags of `tandem up` that are not scheduler or worker flags.
-extern const std::set<std::string> kUpFlags;
-
 // Parses a TOML file. Unknown keys, wrong types, out-of-range values, a bad endpoint,
 // CPUs this machine does not have: an error naming the key (e.g. "workers[1].threads").
 [[nodiscard]] Result<DeployConfig> load_config(const std::string& path);
@@ -62,8 +59,9 @@ extern const std::set<std::string> kUpFlags;
 // Applies `tandem up` flags on top of `config` (flags win). --workers N replaces the
 // worker tables by one of N workers of role both; --prefill P / --decode D by P prefill and
 // D decode workers; --threads and the worker flags apply to every worker table.
-[[nodiscard]] Status apply_flags(const Args& args, const std::set<std::string>& scheduler_flags,
-                                 const std::set<std::string>& worker_flags, DeployConfig& config);
+// Every setting is a row of the flag table (cli/flags.h) with its TOML key; a flag is
+// checked against its row as the file's value is.
+[[nodiscard]] Status apply_flags(const Args& args, DeployConfig& config);
 
 // Checks what only the whole deployment can tell: the model exists, the endpoints are
 // valid, the workers' threads fit this machine's cores, pinned CPUs exist.

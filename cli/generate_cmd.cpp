@@ -8,6 +8,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/curve_flag.h"
+#include "cli/sampling_flags.h"
 #include "runtime/json.h"
 #include "tandem/client.h"
 
@@ -19,30 +20,12 @@ using runtime::json_string;
 
 namespace {
 
-constexpr const char* kHelp =
-    "usage: tandem generate --endpoint E (--prompt TEXT | --tokens 1,2,3) [flags]\n"
-    "  --endpoint E           the scheduler's client endpoint (ipc://... or tcp://...)\n"
-    "  --max-tokens N         tokens to generate (default 16)\n"
-    "  --temperature T        0 = greedy (default 0)\n"
-    "  --top-k K --top-p P --min-p P --repetition-penalty R --seed S\n"
-    "  --stop STR             stop string (repeatable)\n"
-    "  --include-stop-string  keep the matched stop string in the text\n"
-    "  --ignore-eos           keep going past the end-of-sequence token\n"
-    "  --no-bos               do not prepend BOS to a text prompt\n"
-    "  --logprobs             report each token's logprob (--top-logprobs N: the N best too)\n"
-    "  --priority N           higher runs first among waiting requests\n"
-    "  --timeout-ms MS        deadline for the whole request (default none)\n"
-    "  --json                 one JSON object per line per event\n"
-    "exit status: 0 stop/length, 1 error, 2 usage, 130 cancelled by Ctrl-C\n";
+constexpr const char* kUsage = "usage: tandem generate --endpoint E (--prompt TEXT | --tokens 1,2,3) [flags]";
+constexpr const char* kNotes = "exit status: 0 stop/length, 1 error, 2 usage, 130 cancelled by Ctrl-C\n";
 
 volatile sig_atomic_t g_interrupted = 0;
 
 void on_sigint(int) { g_interrupted = 1; }
-
-int fail(const Status& st) {
-  std::fprintf(stderr, "tandem generate: %s\n", st.to_string().c_str());
-  return st.code() == Code::kInvalidArgument ? 2 : 1;
-}
 
 std::string token_json(const TokenEvent& t, bool logprobs) {
   std::string out = "{\"type\":\"token\",\"id\":" + std::to_string(t.id) + ",\"text\":";
@@ -77,47 +60,38 @@ std::string final_json(const FinalEvent& f) {
 }  // namespace
 
 int generate_command(int argc, char** argv) {
-  auto args = Args::parse(argc, argv,
-                          {"endpoint", "prompt", "tokens", "max-tokens", "temperature", "top-k", "top-p", "min-p",
-                           "repetition-penalty", "seed", "stop", "top-logprobs", "priority", "timeout-ms", "curve-keys"},
-                          {"ignore-eos", "json", "no-bos", "logprobs", "include-stop-string", "help"});
-  if (!args) return fail(args.status());
+  auto args = Args::parse(argc, argv, kGenerate);
+  if (!args) return fail("generate", args.status());
   if (args->has("help")) {
-    std::fputs(kHelp, stdout);
+    std::fputs(help_text(kGenerate, kUsage, kNotes).c_str(), stdout);
     return 0;
   }
   auto endpoint = args->str("endpoint");
-  if (!endpoint) return fail(Status::invalid("--endpoint E is required"));
+  if (!endpoint) return fail("generate", Status::invalid("--endpoint E is required"));
   if (args->has("prompt") == args->has("tokens"))
-    return fail(Status::invalid("give exactly one of --prompt or --tokens"));
+    return fail("generate", Status::invalid("give exactly one of --prompt or --tokens"));
 
   GenerateRequest req;
-  auto max_tokens = args->integer("max-tokens", 16, 1, UINT32_MAX);
-  auto top_k = args->integer("top-k", 0, 0, INT32_MAX);
-  auto seed = args->integer("seed", 0, 0, INT64_MAX);
-  auto top_logprobs = args->integer("top-logprobs", 0, 0, 1024);
-  auto priority = args->integer("priority", 0, INT32_MIN, INT32_MAX);
-  auto timeout_ms = args->integer("timeout-ms", 0, 0, UINT32_MAX);
-  auto temperature = args->real("temperature", 0.0);
-  auto top_p = args->real("top-p", 1.0);
-  auto min_p = args->real("min-p", 0.0);
-  auto penalty = args->real("repetition-penalty", 1.0);
+  auto max_tokens = args->integer("max-tokens", 16);
+  auto sampling = sampling_from_flags(*args);
+  auto top_logprobs = args->integer("top-logprobs", 0);
+  auto priority = args->integer("priority", 0);
+  auto timeout_ms = args->integer("timeout-ms", 0);
   auto tokens = args->int_list("tokens");
-  for (const Status* st : {&max_tokens.status(), &top_k.status(), &seed.status(), &top_logprobs.status(),
-                           &priority.status(), &timeout_ms.status(), &temperature.status(), &top_p.status(),
-                           &min_p.status(), &penalty.status(), &tokens.status()})
-    if (!st->is_ok()) return fail(*st);
-  if (args->has("tokens") && tokens->empty()) return fail(Status::invalid("--tokens: no token ids"));
+  for (const Status* st : {&max_tokens.status(), &sampling.status(), &top_logprobs.status(), &priority.status(),
+                           &timeout_ms.status(), &tokens.status()})
+    if (!st->is_ok()) return fail("generate", *st);
+  if (args->has("tokens") && tokens->empty()) return fail("generate", Status::invalid("--tokens: no token ids"));
   req.prompt_text = args->str("prompt").value_or("");
   req.prompt_tokens = std::move(tokens.value());
   req.no_bos = args->has("no-bos");
   req.max_tokens = static_cast<uint32_t>(*max_tokens);
-  req.temperature = static_cast<float>(*temperature);
-  req.top_k = static_cast<int32_t>(*top_k);
-  req.top_p = static_cast<float>(*top_p);
-  req.min_p = static_cast<float>(*min_p);
-  req.repetition_penalty = static_cast<float>(*penalty);
-  req.seed = static_cast<uint64_t>(*seed);
+  req.temperature = sampling->temperature;
+  req.top_k = sampling->top_k;
+  req.top_p = sampling->top_p;
+  req.min_p = sampling->min_p;
+  req.repetition_penalty = sampling->repetition_penalty;
+  req.seed = sampling->seed;
   req.top_logprobs = static_cast<int32_t>(*top_logprobs);
   req.logprobs = args->has("logprobs") || *top_logprobs > 0;
   req.stop_strings = args->all("stop");
@@ -129,9 +103,9 @@ int generate_command(int argc, char** argv) {
 
   ClientOptions options;
   options.endpoint = *endpoint;
-  if (Status st = apply_curve_flag(*args, options); !st) return fail(st);
+  if (Status st = apply_curve_flag(*args, options); !st) return fail("generate", st);
   auto client = Client::connect(options);
-  if (!client) return fail(client.status());
+  if (!client) return fail("generate", client.status());
 
   // The first Ctrl-C cancels (the final event still prints); a second one kills as usual.
   struct sigaction sa {};

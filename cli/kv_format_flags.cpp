@@ -4,19 +4,25 @@ namespace tandem::cli {
 
 Result<engine::KvFormat> kv_format_from_flags(const Args& args) {
   engine::KvFormat f;
-  auto bits = args.integer("kv-bits", f.bits, 0, 8);
+  auto bits = args.integer("kv-bits", f.bits);
   if (!bits) return bits.status();
-  auto group = args.integer("kv-group-size", f.group_size, 1, 1 << 16);
+  auto group = args.integer("kv-group-size", f.group_size);
   if (!group) return group.status();
   f.bits = static_cast<uint32_t>(*bits);
   f.group_size = static_cast<uint32_t>(*group);
   f.skip_last_layer = args.has("kv-quant-skip-last-layer");
-  auto window = args.integer("kv-f32-window", f.f32_window, 0, 2);
+  auto window = args.integer("kv-f32-window", f.f32_window);
   if (!window) return window.status();
   f.f32_window = static_cast<uint32_t>(*window);
   if (Status st = f.validate_values(); !st)
     return Status::invalid("--kv-bits / --kv-group-size / --kv-f32-window: " + st.message());
   return f;
+}
+
+Result<engine::GemmBackend> gemm_from_flags(const Args& args) {
+  auto gemm = args.choice("gemm", "packed");
+  if (!gemm) return gemm.status();
+  return *gemm == "openblas" ? engine::GemmBackend::kOpenBlas : engine::GemmBackend::kPacked;
 }
 
 }  // namespace tandem::cli

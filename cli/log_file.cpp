@@ -5,7 +5,10 @@
 
 namespace tandem::cli {
 
-Status log_to_file(const Args& args, const std::string& process) {
+Status set_up_logging(const Args& args, const std::string& process) {
+  auto level = args.choice("log-level", "info");
+  if (!level) return level.status();
+  spdlog::set_level(spdlog::level::from_str(*level));
   auto path = args.str("log-file");
   if (!path) return Status::ok();
   constexpr size_t kMaxBytes = size_t{16} << 20, kFiles = 3;

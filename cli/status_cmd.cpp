@@ -17,18 +17,6 @@ using runtime::json_string;
 
 namespace {
 
-constexpr const char* kHelp =
-    "usage: tandem status --endpoint E [--json] [--timeout-ms MS] [--curve-keys DIR]\n"
-    "  --endpoint E      the scheduler's client endpoint\n"
-    "  --timeout-ms MS   how long to wait for the reply (default 2000)\n"
-    "  --json            one JSON object instead of a table\n"
-    "  --curve-keys DIR  the scheduler's CurveZMQ public key (DIR/server.pub)\n";
-
-int fail(const Status& st) {
-  std::fprintf(stderr, "tandem status: %s\n", st.to_string().c_str());
-  return st.code() == Code::kInvalidArgument ? 2 : 1;
-}
-
 std::string to_json(const StatusInfo& s) {
   std::string out = "{\"ready\":";
   out += s.ready ? "true" : "false";
@@ -109,24 +97,24 @@ void print_table(const StatusInfo& s) {
 }  // namespace
 
 int status_command(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, {"endpoint", "timeout-ms", "curve-keys"}, {"json", "help"});
-  if (!args) return fail(args.status());
+  auto args = Args::parse(argc, argv, kStatus);
+  if (!args) return fail("status", args.status());
   if (args->has("help")) {
-    std::fputs(kHelp, stdout);
+    std::fputs(help_text(kStatus, "usage: tandem status --endpoint E [flags]").c_str(), stdout);
     return 0;
   }
   auto endpoint = args->str("endpoint");
-  if (!endpoint) return fail(Status::invalid("--endpoint E is required"));
-  auto timeout_ms = args->integer("timeout-ms", 2000, 1, 3'600'000);
-  if (!timeout_ms) return fail(timeout_ms.status());
+  if (!endpoint) return fail("status", Status::invalid("--endpoint E is required"));
+  auto timeout_ms = args->integer("timeout-ms", 2000);
+  if (!timeout_ms) return fail("status", timeout_ms.status());
 
   ClientOptions options;
   options.endpoint = *endpoint;
-  if (Status st = apply_curve_flag(*args, options); !st) return fail(st);
+  if (Status st = apply_curve_flag(*args, options); !st) return fail("status", st);
   auto client = Client::connect(options);
-  if (!client) return fail(client.status());
+  if (!client) return fail("status", client.status());
   auto info = (*client)->status(std::chrono::milliseconds(*timeout_ms));
-  if (!info) return fail(info.status());
+  if (!info) return fail("status", info.status());
   if (args->has("json")) {
     std::fputs(to_json(*info).c_str(), stdout);
   } else {

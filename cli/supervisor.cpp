@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <thread>
 
+#include "cli/flags.h"
+#include "cli/spawn.h"
 #include "runtime/security.h"
 #include "tandem/client.h"
 
@@ -47,26 +49,7 @@ std::string describe(int status) {
   return "status " + std::to_string(WEXITSTATUS(status));
 }
 
-// fork + exec, with the child in its own process group (a terminal's Ctrl-C reaches only
-// the supervisor, which decides), killed if the supervisor dies, and pinned when asked.
-pid_t start(const ChildSpec& spec) {
-  std::vector<char*> argv;
-  for (const std::string& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  for (int cpu : spec.cpus) CPU_SET(cpu, &set);
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid != 0) return pid;
-  // Child: async-signal-safe calls only until exec.
-  setpgid(0, 0);
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != parent) _exit(127);
-  if (!spec.cpus.empty() && sched_setaffinity(0, sizeof(set), &set) != 0) _exit(126);
-  execv(argv[0], argv.data());
-  _exit(127);
-}
+pid_t start(const ChildSpec& spec) { return spawn({spec.argv, spec.cpus, "", /*supervised=*/true}); }
 
 struct Child {
   ChildSpec spec;
@@ -98,7 +81,11 @@ std::vector<ChildSpec> plan_children(const DeployConfig& c, const Endpoints& ep,
                             ep.worker, "--drain-timeout-ms", std::to_string(c.supervision.drain_timeout_ms)},
               {}};
   log_flags(s.argv, s.name);
-  for (const auto& [flag, value] : c.scheduler) s.argv.insert(s.argv.end(), {"--" + flag, value});
+  // The settings, in the flag table's order: [scheduler] rows, then [[workers]] rows.
+  for (const Flag& f : flag_table())
+    if (f.section == Section::kScheduler)
+      if (auto it = c.scheduler.find(std::string(f.name)); it != c.scheduler.end())
+        s.argv.insert(s.argv.end(), {"--" + it->first, it->second});
   out.push_back(std::move(s));
   uint32_t index = 0;
   for (const WorkerGroup& g : c.workers) {
@@ -113,9 +100,12 @@ std::vector<ChildSpec> plan_children(const DeployConfig& c, const Endpoints& ep,
       if (g.role == "decode" && !g.flags.count("kv-endpoint"))
         w.argv.insert(w.argv.end(), {"--kv-endpoint", "ipc://" + ep.runtime_dir + "/kv-" + w.name + ".sock"});
       log_flags(w.argv, w.name);
-      for (const auto& [flag, value] : g.flags) {
-        w.argv.push_back("--" + flag);
-        if (!value.empty()) w.argv.push_back(value);  // empty: a switch
+      for (const Flag& f : flag_table()) {
+        if (f.section != Section::kWorkers) continue;
+        auto it = g.flags.find(std::string(f.name));
+        if (it == g.flags.end()) continue;
+        w.argv.push_back("--" + it->first);
+        if (f.type != FlagType::kSwitch) w.argv.push_back(it->second);
       }
       if (!g.cpus.empty()) w.cpus.assign(g.cpus.begin() + k * g.threads, g.cpus.begin() + (k + 1) * g.threads);
       out.push_back(std::move(w));

@@ -1,0 +1,59 @@
+#include "cli/worker_cmd.h"
+
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "cli/kv_format_flags.h"
+#include "cli/log_file.h"
+
+namespace tandem::cli {
+
+Status worker_options_from(const Args& args, worker::WorkerOptions& o) {
+  auto threads = args.integer("threads", o.threads);
+  auto blocks = args.integer("kv-blocks", o.kv_blocks);
+  auto memory = args.integer("kv-memory", static_cast<int64_t>(o.kv_memory));
+  auto block_tokens = args.integer("block-tokens", o.block_tokens);
+  auto delay = args.integer("test-step-delay-ms", o.test_step_delay_ms);
+  for (const Status* st : {&threads.status(), &blocks.status(), &memory.status(), &block_tokens.status(), &delay.status()})
+    if (!st->is_ok()) return *st;
+  o.threads = static_cast<uint32_t>(*threads);
+  o.kv_blocks = static_cast<uint32_t>(*blocks);
+  o.kv_memory = static_cast<uint64_t>(*memory);
+  o.block_tokens = static_cast<uint32_t>(*block_tokens);
+  o.test_step_delay_ms = static_cast<uint32_t>(*delay);
+  if (auto role = args.str("role")) {
+    auto r = worker::parse_role(*role);
+    if (!r) return r.status();
+    o.role = *r;
+  }
+  if (auto ep = args.str("kv-endpoint")) o.kv_endpoint = *ep;
+  auto kv_format = kv_format_from_flags(args);
+  if (!kv_format) return kv_format.status();
+  o.kv_format = *kv_format;
+  auto gemm = gemm_from_flags(args);
+  if (!gemm) return gemm.status();
+  o.gemm = *gemm;
+  return Status::ok();
+}
+
+int worker_command(int argc, char** argv) {
+  auto args = Args::parse(argc, argv, kWorker);
+  if (!args) return fail("worker", args.status());
+  if (args->has("help")) {
+    std::fputs(help_text(kWorker, "usage: tandem worker --model FILE --scheduler E [flags]").c_str(), stdout);
+    return 0;
+  }
+  if (Status st = set_up_logging(*args, "worker"); !st) return fail("worker", st);
+  worker::WorkerOptions o;
+  auto model = args->str("model"), sched = args->str("scheduler");
+  if (!model || !sched) return fail("worker", Status::invalid("--model and --scheduler are required"));
+  o.model_path = *model;
+  o.scheduler_endpoint = *sched;
+  o.name = args->str("name").value_or("");
+  o.curve_keys_dir = args->str("curve-keys").value_or("");
+  if (Status st = worker_options_from(*args, o); !st) return fail("worker", st);
+  if (Status st = worker::run_worker(o); !st) return fail("worker", st);
+  return 0;
+}
+
+}  // namespace tandem::cli
