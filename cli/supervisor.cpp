@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
+#include <optional>
 #include <thread>
 
 #include "cli/flags.h"
@@ -114,20 +116,52 @@ std::vector<ChildSpec> plan_children(const DeployConfig& c, const Endpoints& ep,
   return out;
 }
 
-int supervise(const DeployConfig& config, const Endpoints& ep, std::vector<ChildSpec> specs) {
-  const Supervision& sv = config.supervision;
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+namespace {
 
-  std::vector<Child> children;
-  for (ChildSpec& s : specs) {
-    children.emplace_back();
-    children.back().spec = std::move(s);
+// The running deployment: its children and where the drain stands. One loop step reads
+// signals, reaps exits, restarts crashed workers and follows readiness.
+class Supervisor {
+ public:
+  Supervisor(const DeployConfig& config, const Endpoints& ep, std::vector<ChildSpec> specs)
+      : config_(config), sv_(config.supervision), ep_(ep) {
+    for (ChildSpec& s : specs) {
+      children_.emplace_back();
+      children_.back().spec = std::move(s);
+    }
   }
-  Child& sched = children.front();
-  auto launch = [&](Child& c) {
+
+  int run() {
+    say("endpoint %s", ep_.client.c_str());
+    for (Child& c : children_)
+      if (!launch(c)) return stop_all(1);
+    ClientOptions co;
+    co.endpoint = ep_.client;
+    if (!config_.curve_keys.empty())
+      co.curve_server_key = runtime::load_curve_keys(config_.curve_keys, false)->server_public;
+    auto client = Client::connect(co);
+    if (!client) {
+      say("cannot query the scheduler: %s", client.status().to_string().c_str());
+      return stop_all(1);
+    }
+    client_ = std::move(client.value());
+    ready_deadline_ = Clock::now() + milliseconds(sv_.ready_timeout_ms);
+    for (;;) {
+      if (auto code = on_signals()) return *code;
+      if (auto code = reap()) return *code;
+      restart_due();
+      if (ready_ && !drain_deadline_) note_reregistered();
+      if (!ready_ && !drain_deadline_) {
+        if (auto code = check_ready()) return *code;
+      } else {
+        std::this_thread::sleep_for(milliseconds(50));
+      }
+    }
+  }
+
+ private:
+  Child& scheduler() { return children_.front(); }
+
+  bool launch(Child& c) {
     c.pid = start(c.spec);
     c.started = Clock::now();
     if (c.pid < 0) {
@@ -137,20 +171,20 @@ int supervise(const DeployConfig& config, const Endpoints& ep, std::vector<Child
     say("started %s (pid %d%s%s)", c.spec.name.c_str(), c.pid, c.spec.cpus.empty() ? "" : ", cpus ",
         cpus_text(c.spec.cpus).c_str());
     return true;
-  };
+  }
 
   // Every exit path stops what still runs: SIGQUIT for the scheduler (stop without
   // draining) and SIGTERM for the workers, then SIGKILL after stop_timeout_ms.
-  auto stop_all = [&](int code) {
-    for (Child& c : children)
-      if (c.pid > 0) kill(c.pid, &c == &sched ? SIGQUIT : SIGTERM);
-    const auto deadline = Clock::now() + milliseconds(sv.stop_timeout_ms);
-    for (Child& c : children) {
+  int stop_all(int code) {
+    for (Child& c : children_)
+      if (c.pid > 0) kill(c.pid, &c == &scheduler() ? SIGQUIT : SIGTERM);
+    const auto deadline = Clock::now() + milliseconds(sv_.stop_timeout_ms);
+    for (Child& c : children_) {
       if (c.pid <= 0) continue;
       int status = 0;
       while (waitpid(c.pid, &status, WNOHANG) == 0) {
         if (Clock::now() > deadline) {
-          say("%s (pid %d) did not stop within %u ms: killing it", c.spec.name.c_str(), c.pid, sv.stop_timeout_ms);
+          say("%s (pid %d) did not stop within %u ms: killing it", c.spec.name.c_str(), c.pid, sv_.stop_timeout_ms);
           kill(c.pid, SIGKILL);
           waitpid(c.pid, &status, 0);
           break;
@@ -160,57 +194,44 @@ int supervise(const DeployConfig& config, const Endpoints& ep, std::vector<Child
       c.pid = -1;
     }
     std::error_code ec;
-    if (!ep.runtime_dir.empty()) std::filesystem::remove_all(ep.runtime_dir, ec);
+    if (!ep_.runtime_dir.empty()) std::filesystem::remove_all(ep_.runtime_dir, ec);
     say("stopped (exit %d)", code);
     return code;
-  };
-
-  say("endpoint %s", ep.client.c_str());
-  for (Child& c : children)
-    if (!launch(c)) return stop_all(1);
-
-  ClientOptions co;
-  co.endpoint = ep.client;
-  if (!config.curve_keys.empty()) co.curve_server_key = runtime::load_curve_keys(config.curve_keys, false)->server_public;
-  auto client = Client::connect(co);
-  if (!client) {
-    say("cannot query the scheduler: %s", client.status().to_string().c_str());
-    return stop_all(1);
   }
-  const size_t want = config.worker_count();
-  const auto ready_deadline = Clock::now() + milliseconds(sv.ready_timeout_ms);
-  bool ready = false;
-  int handled_signals = 0;
-  std::optional<Clock::time_point> drain_deadline;
 
-  for (;;) {
-    // Signals: the first drains, a second stops at once.
-    if (g_signals > handled_signals) {
-      handled_signals = g_signals;
-      if (handled_signals == 1) {
+  // The first signal drains, a second stops at once; a drain past its time stops too.
+  std::optional<int> on_signals() {
+    if (g_signals > handled_signals_) {
+      handled_signals_ = g_signals;
+      if (handled_signals_ == 1) {
         say("%s: draining (no new requests; running ones get %u ms, then are cancelled)",
-            g_last_signal == SIGINT ? "SIGINT" : "SIGTERM", sv.drain_timeout_ms);
-        kill(sched.pid, SIGTERM);
-        drain_deadline = Clock::now() + milliseconds(sv.drain_timeout_ms + sv.stop_timeout_ms);
+            g_last_signal == SIGINT ? "SIGINT" : "SIGTERM", sv_.drain_timeout_ms);
+        kill(scheduler().pid, SIGTERM);
+        drain_deadline_ = Clock::now() + milliseconds(sv_.drain_timeout_ms + sv_.stop_timeout_ms);
       } else {
         say("second signal: stopping at once");
         return stop_all(0);
       }
     }
-    if (drain_deadline && Clock::now() > *drain_deadline) {
+    if (drain_deadline_ && Clock::now() > *drain_deadline_) {
       say("the scheduler did not finish draining in time: stopping");
       return stop_all(1);
     }
+    return std::nullopt;
+  }
 
-    // Exits.
+  // Exits: the scheduler's ends the deployment; a worker's is a clean stop, a restart with
+  // backoff, or (a crash loop) given up. Workers all stopped or given up, at least one given
+  // up, is a failure; workers that stopped cleanly (the scheduler told them to) are not.
+  std::optional<int> reap() {
     int status = 0;
     for (pid_t pid; (pid = waitpid(-1, &status, WNOHANG)) > 0;) {
-      auto it = std::find_if(children.begin(), children.end(), [&](const Child& c) { return c.pid == pid; });
-      if (it == children.end()) continue;
+      auto it = std::find_if(children_.begin(), children_.end(), [&](const Child& c) { return c.pid == pid; });
+      if (it == children_.end()) continue;
       Child& c = *it;
       c.pid = -1;
       const double ran_s = std::chrono::duration<double>(Clock::now() - c.started).count();
-      if (&c == &sched) {
+      if (&c == &scheduler()) {
         if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
           say("the scheduler exited after draining; stopping the workers");
           return stop_all(0);
@@ -219,64 +240,93 @@ int supervise(const DeployConfig& config, const Endpoints& ep, std::vector<Child
             describe(status).c_str(), ran_s);
         return stop_all(1);
       }
-      if (drain_deadline || (WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-        say("%s (pid %d) stopped (%s)", c.spec.name.c_str(), pid, describe(status).c_str());
-        c.stopped = true;
-        continue;
-      }
-      c.crashes = ran_s * 1000 >= sv.healthy_after_ms ? 1 : c.crashes + 1;
-      if (c.crashes > sv.max_restarts) {
-        say("%s (pid %d) exited (%s) after %.1f s: %u crashes in a row, a crash loop: not restarting it",
-            c.spec.name.c_str(), pid, describe(status).c_str(), ran_s, c.crashes);
-        c.given_up = true;
-        continue;
-      }
-      const uint64_t backoff = std::min<uint64_t>(uint64_t{sv.restart_backoff_ms} << std::min(c.crashes - 1, 20u),
-                                                  sv.restart_backoff_max_ms);
-      c.restart_at = Clock::now() + milliseconds(backoff);
-      say("%s (pid %d) exited (%s) after %.1f s: restart %u of %u in %llu ms", c.spec.name.c_str(), pid,
-          describe(status).c_str(), ran_s, c.crashes, sv.max_restarts, static_cast<unsigned long long>(backoff));
+      worker_exited(c, pid, status, ran_s);
     }
-    // Workers that stopped cleanly (exit 0: the scheduler told them to) are not a failure;
-    // workers all stopped or given up, at least one given up, is.
-    if (!drain_deadline &&
-        std::all_of(children.begin() + 1, children.end(), [](const Child& c) { return c.given_up || c.stopped; }) &&
-        std::any_of(children.begin() + 1, children.end(), [](const Child& c) { return c.given_up; })) {
+    if (!drain_deadline_ &&
+        std::all_of(children_.begin() + 1, children_.end(), [](const Child& c) { return c.given_up || c.stopped; }) &&
+        std::any_of(children_.begin() + 1, children_.end(), [](const Child& c) { return c.given_up; })) {
       say("no worker left to run: stopping the deployment");
       return stop_all(1);
     }
+    return std::nullopt;
+  }
 
-    // Restarts.
-    for (Child& c : children) {
-      if (drain_deadline || c.pid >= 0 || c.given_up || c.stopped || &c == &sched || Clock::now() < c.restart_at) continue;
+  void worker_exited(Child& c, pid_t pid, int status, double ran_s) {
+    if (drain_deadline_ || (WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+      say("%s (pid %d) stopped (%s)", c.spec.name.c_str(), pid, describe(status).c_str());
+      c.stopped = true;
+      return;
+    }
+    c.crashes = ran_s * 1000 >= sv_.healthy_after_ms ? 1 : c.crashes + 1;
+    if (c.crashes > sv_.max_restarts) {
+      say("%s (pid %d) exited (%s) after %.1f s: %u crashes in a row, a crash loop: not restarting it",
+          c.spec.name.c_str(), pid, describe(status).c_str(), ran_s, c.crashes);
+      c.given_up = true;
+      return;
+    }
+    const uint64_t backoff = std::min<uint64_t>(uint64_t{sv_.restart_backoff_ms} << std::min(c.crashes - 1, 20u),
+                                                sv_.restart_backoff_max_ms);
+    c.restart_at = Clock::now() + milliseconds(backoff);
+    say("%s (pid %d) exited (%s) after %.1f s: restart %u of %u in %llu ms", c.spec.name.c_str(), pid,
+        describe(status).c_str(), ran_s, c.crashes, sv_.max_restarts, static_cast<unsigned long long>(backoff));
+  }
+
+  void restart_due() {
+    for (Child& c : children_) {
+      if (drain_deadline_ || c.pid >= 0 || c.given_up || c.stopped || &c == &scheduler() || Clock::now() < c.restart_at)
+        continue;
       c.registered = false;
       if (!launch(c)) c.given_up = true;
     }
-    // A restarted worker is back once the scheduler lists its pid.
-    if (ready && !drain_deadline &&
-        std::any_of(children.begin(), children.end(), [](const Child& c) { return c.pid > 0 && !c.registered; }))
-      if (auto st = (*client)->status(milliseconds(200)))
-        for (Child& c : children)
-          for (const WorkerInfo& w : st->workers)
-            if (c.pid > 0 && !c.registered && w.pid == static_cast<uint32_t>(c.pid)) {
-              c.registered = true;
-              say("%s (pid %d) registered again as worker %u", c.spec.name.c_str(), c.pid, w.id);
-            }
-
-    if (!ready && !drain_deadline) {
-      auto st = (*client)->status(milliseconds(200));
-      if (st && st->workers.size() >= want) {
-        ready = true;
-        say("ready: %zu workers, endpoint %s", st->workers.size(), ep.client.c_str());
-      } else if (Clock::now() > ready_deadline) {
-        say("not ready after %u ms (%zu of %zu workers registered): stopping", sv.ready_timeout_ms,
-            st ? st->workers.size() : size_t{0}, want);
-        return stop_all(1);
-      }
-    } else {
-      std::this_thread::sleep_for(milliseconds(50));
-    }
   }
+
+  // A restarted worker is back once the scheduler lists its pid.
+  void note_reregistered() {
+    if (std::none_of(children_.begin(), children_.end(), [](const Child& c) { return c.pid > 0 && !c.registered; }))
+      return;
+    auto st = client_->status(milliseconds(200));
+    if (!st) return;
+    for (Child& c : children_)
+      for (const WorkerInfo& w : st->workers)
+        if (c.pid > 0 && !c.registered && w.pid == static_cast<uint32_t>(c.pid)) {
+          c.registered = true;
+          say("%s (pid %d) registered again as worker %u", c.spec.name.c_str(), c.pid, w.id);
+        }
+  }
+
+  std::optional<int> check_ready() {
+    const size_t want = config_.worker_count();
+    auto st = client_->status(milliseconds(200));
+    if (st && st->workers.size() >= want) {
+      ready_ = true;
+      say("ready: %zu workers, endpoint %s", st->workers.size(), ep_.client.c_str());
+    } else if (Clock::now() > ready_deadline_) {
+      say("not ready after %u ms (%zu of %zu workers registered): stopping", sv_.ready_timeout_ms,
+          st ? st->workers.size() : size_t{0}, want);
+      return stop_all(1);
+    }
+    return std::nullopt;
+  }
+
+  const DeployConfig& config_;
+  const Supervision& sv_;
+  const Endpoints& ep_;
+  std::vector<Child> children_;  // the scheduler first
+  std::unique_ptr<Client> client_;
+  Clock::time_point ready_deadline_;
+  bool ready_ = false;
+  int handled_signals_ = 0;
+  std::optional<Clock::time_point> drain_deadline_;
+};
+
+}  // namespace
+
+int supervise(const DeployConfig& config, const Endpoints& ep, std::vector<ChildSpec> specs) {
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  return Supervisor(config, ep, std::move(specs)).run();
 }
 
 }  // namespace tandem::cli
