@@ -445,7 +445,16 @@ TEST(Bench, BookkeepingKeepsUpWithARawReader) {
   std::printf("bench bookkeeping: %.0f streamed tokens/s against the fast mock (%.3f s); a raw reader %.0f (%.2fx)\n",
               s->output_tokens_per_s, s->duration_s, raw, s->output_tokens_per_s / raw);
   ASSERT_GT(raw, 0.0) << "the raw reader read nothing";
-  EXPECT_GE(s->output_tokens_per_s, 0.1 * raw) << "the harness is over 10x slower than a reader that only counts";
+  // A sanitizer instruments every access of the harness's parsing and statistics, but little
+  // of the raw reader's time (spent in the kernel): measured 0.74x in Release, 0.05x under
+  // ASan beside a CPU hog.
+#if defined(TANDEM_TEST_ASAN) || defined(TANDEM_TEST_TSAN)
+  const double floor = 0.01;
+#else
+  const double floor = 0.1;
+#endif
+  EXPECT_GE(s->output_tokens_per_s, floor * raw) << "the harness is over " << 1 / floor
+                                                 << "x slower than a reader that only counts";
 }
 
 TEST(Bench, LoadShapesAndWorkloadsAreValidated) {
