@@ -57,34 +57,22 @@ std::string final_json(const FinalEvent& f) {
   return out;
 }
 
-}  // namespace
-
-int generate_command(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, kGenerate);
-  if (!args) return fail("generate", args.status());
-  if (args->has("help")) {
-    std::fputs(help_text(kGenerate, kUsage, kNotes).c_str(), stdout);
-    return 0;
-  }
-  auto endpoint = args->str("endpoint");
-  if (!endpoint) return fail("generate", Status::invalid("--endpoint E is required"));
-  if (args->has("prompt") == args->has("tokens"))
-    return fail("generate", Status::invalid("give exactly one of --prompt or --tokens"));
-
+// The request the flags describe (endpoint and prompt checked by the caller).
+Result<GenerateRequest> request_from_flags(const Args& args) {
   GenerateRequest req;
-  auto max_tokens = args->integer("max-tokens", 16);
-  auto sampling = sampling_from_flags(*args);
-  auto top_logprobs = args->integer("top-logprobs", 0);
-  auto priority = args->integer("priority", 0);
-  auto timeout_ms = args->integer("timeout-ms", 0);
-  auto tokens = args->int_list("tokens");
+  auto max_tokens = args.integer("max-tokens", 16);
+  auto sampling = sampling_from_flags(args);
+  auto top_logprobs = args.integer("top-logprobs", 0);
+  auto priority = args.integer("priority", 0);
+  auto timeout_ms = args.integer("timeout-ms", 0);
+  auto tokens = args.int_list("tokens");
   for (const Status* st : {&max_tokens.status(), &sampling.status(), &top_logprobs.status(), &priority.status(),
                            &timeout_ms.status(), &tokens.status()})
-    if (!st->is_ok()) return fail("generate", *st);
-  if (args->has("tokens") && tokens->empty()) return fail("generate", Status::invalid("--tokens: no token ids"));
-  req.prompt_text = args->str("prompt").value_or("");
+    if (!st->is_ok()) return *st;
+  if (args.has("tokens") && tokens->empty()) return Status::invalid("--tokens: no token ids");
+  req.prompt_text = args.str("prompt").value_or("");
   req.prompt_tokens = std::move(tokens.value());
-  req.no_bos = args->has("no-bos");
+  req.no_bos = args.has("no-bos");
   req.max_tokens = static_cast<uint32_t>(*max_tokens);
   req.temperature = sampling->temperature;
   req.top_k = sampling->top_k;
@@ -93,30 +81,26 @@ int generate_command(int argc, char** argv) {
   req.repetition_penalty = sampling->repetition_penalty;
   req.seed = sampling->seed;
   req.top_logprobs = static_cast<int32_t>(*top_logprobs);
-  req.logprobs = args->has("logprobs") || *top_logprobs > 0;
-  req.stop_strings = args->all("stop");
-  req.include_stop_string = args->has("include-stop-string");
-  req.ignore_eos = args->has("ignore-eos");
+  req.logprobs = args.has("logprobs") || *top_logprobs > 0;
+  req.stop_strings = args.all("stop");
+  req.include_stop_string = args.has("include-stop-string");
+  req.ignore_eos = args.has("ignore-eos");
   req.priority = static_cast<int32_t>(*priority);
   req.timeout = std::chrono::milliseconds(*timeout_ms);
-  const bool json = args->has("json");
+  return req;
+}
 
-  ClientOptions options;
-  options.endpoint = *endpoint;
-  if (Status st = apply_curve_flag(*args, options); !st) return fail("generate", st);
-  auto client = Client::connect(options);
-  if (!client) return fail("generate", client.status());
-
-  // The first Ctrl-C cancels (the final event still prints); a second one kills as usual.
+// Streams the request's tokens to stdout until its final event. The first Ctrl-C cancels
+// (the final event still comes); a second one kills as usual.
+FinalEvent stream_to_stdout(Client& client, GenerateRequest req, bool json) {
   struct sigaction sa {};
   sa.sa_handler = on_sigint;
   sa.sa_flags = SA_RESETHAND;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
-
-  auto stream = (*client)->generate(std::move(req));
+  const bool logprobs = req.logprobs;
+  auto stream = client.generate(std::move(req));
   bool cancel_sent = false;
-  FinalEvent fin;
   for (;;) {
     if (g_interrupted && !cancel_sent) {
       stream->cancel();
@@ -124,19 +108,19 @@ int generate_command(int argc, char** argv) {
     }
     std::optional<Event> ev = stream->next_for(std::chrono::milliseconds(50));
     if (!ev) continue;
-    if (!ev->final) {
-      if (json) {
-        const std::string line = token_json(ev->token, args->has("logprobs") || *top_logprobs > 0);
-        std::fwrite(line.data(), 1, line.size(), stdout);
-      } else {
-        std::fwrite(ev->token.text.data(), 1, ev->token.text.size(), stdout);
-      }
-      std::fflush(stdout);
-      continue;
+    if (ev->final) return std::move(ev->fin);
+    if (json) {
+      const std::string line = token_json(ev->token, logprobs);
+      std::fwrite(line.data(), 1, line.size(), stdout);
+    } else {
+      std::fwrite(ev->token.text.data(), 1, ev->token.text.size(), stdout);
     }
-    fin = std::move(ev->fin);
-    break;
+    std::fflush(stdout);
   }
+}
+
+// The final event on stdout (and a summary or the error on stderr); the exit status.
+int report_final(const FinalEvent& fin, bool json) {
   if (json) {
     const std::string line = final_json(fin);
     std::fwrite(line.data(), 1, line.size(), stdout);
@@ -161,6 +145,31 @@ int generate_command(int argc, char** argv) {
     case FinishReason::kError: return 1;
   }
   return 1;
+}
+
+}  // namespace
+
+int generate_command(int argc, char** argv) {
+  auto args = Args::parse(argc, argv, kGenerate);
+  if (!args) return fail("generate", args.status());
+  if (args->has("help")) {
+    std::fputs(help_text(kGenerate, kUsage, kNotes).c_str(), stdout);
+    return 0;
+  }
+  auto endpoint = args->str("endpoint");
+  if (!endpoint) return fail("generate", Status::invalid("--endpoint E is required"));
+  if (args->has("prompt") == args->has("tokens"))
+    return fail("generate", Status::invalid("give exactly one of --prompt or --tokens"));
+  auto req = request_from_flags(*args);
+  if (!req) return fail("generate", req.status());
+  const bool json = args->has("json");
+
+  ClientOptions options;
+  options.endpoint = *endpoint;
+  if (Status st = apply_curve_flag(*args, options); !st) return fail("generate", st);
+  auto client = Client::connect(options);
+  if (!client) return fail("generate", client.status());
+  return report_final(stream_to_stdout(**client, std::move(req.value()), json), json);
 }
 
 }  // namespace tandem::cli
