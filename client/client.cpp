@@ -24,6 +24,7 @@
 
 #include "client/harness.h"
 #include "runtime/event_loop.h"
+#include "runtime/sampling_proto.h"
 #include "runtime/security.h"
 #include "tandem/v1/client.pb.h"
 
@@ -777,14 +778,8 @@ v1::ClientMessage submit_message(const GenerateRequest& r) {
     s->set_text(r.prompt_text);
   }
   s->set_no_bos(r.no_bos);
-  v1::SamplingParams* p = s->mutable_sampling();
-  p->set_temperature(r.temperature);
-  p->set_top_k(r.top_k);
-  p->set_top_p(r.top_p);
-  p->set_min_p(r.min_p);
-  p->set_repetition_penalty(r.repetition_penalty);
-  p->set_seed(r.seed);
-  p->set_top_logprobs(r.top_logprobs);
+  model::to_proto({r.temperature, r.top_k, r.top_p, r.min_p, r.repetition_penalty, r.seed, r.top_logprobs},
+                  s->mutable_sampling());
   s->set_max_tokens(r.max_tokens);
   for (const auto& seq : r.stop_token_sequences)
     s->add_stop_token_sequences()->mutable_ids()->Add(seq.begin(), seq.end());
