@@ -18,7 +18,7 @@ namespace tandem::scheduler {
 
 namespace {
 
-constexpr uint32_t kVersion = v1::PROTOCOL_VERSION_CURRENT;
+constexpr uint32_t kVersion = runtime::kProtocolVersion;
 
 int64_t thread_cpu_us() {
   timespec ts;
@@ -231,7 +231,7 @@ class Actor final : public Sink {
       protocol_error(*clients_, identity, v1::ERROR_CODE_INVALID_ARGUMENT, st.message());
       return;
     }
-    if (client_msg_.version() != kVersion) {
+    if (!runtime::protocol_version_served(client_msg_.version())) {
       protocol_error(*clients_, identity, v1::ERROR_CODE_INVALID_ARGUMENT,
                      "protocol version " + std::to_string(client_msg_.version()) + " is not supported (this scheduler speaks " +
                          std::to_string(kVersion) + ")");
@@ -297,7 +297,7 @@ class Actor final : public Sink {
       spdlog::warn("scheduler: dropped a malformed worker message: {}", st.message());
       return;
     }
-    if (worker_msg_.version() != kVersion) {
+    if (!runtime::protocol_version_served(worker_msg_.version())) {
       refuse(identity, v1::REFUSAL_REASON_VERSION, "protocol version " + std::to_string(worker_msg_.version()) + " is not supported (this scheduler speaks " +
                            std::to_string(kVersion) + ")");
       return;

@@ -22,7 +22,7 @@ namespace tandem::worker {
 
 namespace {
 
-constexpr uint32_t kVersion = tandem::v1::PROTOCOL_VERSION_CURRENT;
+constexpr uint32_t kVersion = runtime::kProtocolVersion;
 constexpr uint32_t kPenaltyWindow = 64;  // tokens the repetition penalty looks back on, as tandem run
 // Transfers that arrive before the scheduler's KvExpect wait this long, this many at most
 // (the two come over different sockets; a transfer for an abandoned handoff never matches).
@@ -138,7 +138,7 @@ class Actor {
       spdlog::warn("worker: dropped a malformed message from the scheduler");
       return;
     }
-    if (in_.version() != kVersion) {
+    if (!runtime::protocol_version_served(in_.version())) {
       spdlog::error("worker: the scheduler speaks protocol version {}, we speak {}", in_.version(), kVersion);
       return;
     }
@@ -379,7 +379,8 @@ class Actor {
 
   // Decode side: a transfer from a prefill worker.
   void on_transfer(runtime::Frames& frames) {
-    if (frames.empty() || !runtime::parse_frame(frames[0], transfer_in_).is_ok() || transfer_in_.version() != kVersion) {
+    if (frames.empty() || !runtime::parse_frame(frames[0], transfer_in_).is_ok() ||
+        !runtime::protocol_version_served(transfer_in_.version())) {
       spdlog::warn("worker: dropped a malformed KV transfer ({} frames)", frames.size());
       return;
     }
