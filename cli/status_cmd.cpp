@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/curve_flag.h"
 #include "runtime/json.h"
+#include "runtime/role.h"
 #include "tandem/client.h"
 
 namespace tandem::cli {
@@ -93,9 +94,10 @@ void print_table(const StatusInfo& s) {
   if (s.workers.empty()) std::printf("(no workers registered)\n");
   // Per role, when the deployment splits prefill and decode.
   bool split = false;
-  for (const WorkerInfo& w : s.workers) split |= w.role != "both";
+  for (const WorkerInfo& w : s.workers) split |= w.role != runtime::role_name(runtime::Role::kBoth);
   if (!split) return;
-  for (const char* role : {"prefill", "decode", "both"}) {
+  for (runtime::Role r : {runtime::Role::kPrefill, runtime::Role::kDecode, runtime::Role::kBoth}) {
+    const char* role = runtime::role_name(r);
     uint32_t n = 0, running = 0, free = 0, total = 0;
     unsigned long long steps = 0, tokens = 0;
     for (const WorkerInfo& w : s.workers) {
