@@ -2,11 +2,13 @@
 // or as one JSON object.
 #include <cstdio>
 #include <string>
+#include <type_traits>
 
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/curve_flag.h"
 #include "runtime/json.h"
+#include "runtime/role.h"
 #include "tandem/client.h"
 
 namespace tandem::cli {
@@ -17,36 +19,38 @@ using runtime::json_string;
 
 namespace {
 
+// One member as JSON: integers in full (uint64 too: no quoting), doubles as json_number.
+template <class T>
+std::string json_value(const T& v) {
+  if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
+  else if constexpr (std::is_same_v<T, std::string>) return json_string(v);
+  else if constexpr (std::is_same_v<T, double>) return json_number(v);
+  else return std::to_string(v);
+}
+
+// The visited fields of `info` as "key":value pairs, comma-separated.
+template <class Info, class VisitFields>
+void append_fields(std::string& out, const Info& info, VisitFields visit_fields) {
+  bool first = true;
+  visit_fields(info, [&](const char* json, const char*, const auto& member) {
+    if (!json) return;
+    out += first ? "\"" : ",\"";
+    out += json;
+    out += "\":" + json_value(member);
+    first = false;
+  });
+}
+
+// One line: the status fields, then "workers" (an array of objects), fields in the order of
+// tandem::visit_status_fields / visit_worker_fields. Its bytes are a contract (the golden test).
 std::string to_json(const StatusInfo& s) {
-  std::string out = "{\"ready\":";
-  out += s.ready ? "true" : "false";
-  out += ",\"queued\":" + std::to_string(s.queued) + ",\"running\":" + std::to_string(s.running) +
-         ",\"requests_total\":" + std::to_string(s.requests_total) +
-         ",\"requests_finished\":" + std::to_string(s.requests_finished) +
-         ",\"tokens_generated\":" + std::to_string(s.tokens_generated) + ",\"steps\":" + std::to_string(s.steps) +
-         ",\"scheduler_cpu_ms_per_step\":" + json_number(s.scheduler_cpu_ms_per_step) +
-         ",\"max_step_decode\":" + std::to_string(s.max_step_decode) +
-         ",\"max_step_prefill_tokens\":" + std::to_string(s.max_step_prefill_tokens) +
-         ",\"decode_stalls\":" + std::to_string(s.decode_stalls) + ",\"preemptions\":" + std::to_string(s.preemptions) +
-         ",\"handoffs\":" + std::to_string(s.handoffs) + ",\"handoff_bytes\":" + std::to_string(s.handoff_bytes) +
-         ",\"handoff_failures\":" + std::to_string(s.handoff_failures) +
-         ",\"handoff_ms_mean\":" + json_number(s.handoff_ms_mean) + ",\"handoff_ms_p99\":" + json_number(s.handoff_ms_p99) +
-         ",\"prompt_tokens\":" + std::to_string(s.prompt_tokens) +
-         ",\"cached_prompt_tokens\":" + std::to_string(s.cached_prompt_tokens) +
-         ",\"prefix_hit_rate\":" + json_number(s.prefix_hit_rate) +
-         ",\"draining\":" + (s.draining ? "true" : "false") +
-         ",\"tokens_per_s_last_minute\":" + json_number(s.tokens_per_s_last_minute) +
-         ",\"requests_finished_last_minute\":" + std::to_string(s.requests_finished_last_minute) + ",\"workers\":[";
+  std::string out = "{";
+  append_fields(out, s, [](const auto& st, auto&& v) { visit_status_fields(st, v); });
+  out += ",\"workers\":[";
   for (size_t i = 0; i < s.workers.size(); ++i) {
-    const WorkerInfo& w = s.workers[i];
     out += i ? ",{" : "{";
-    out += "\"id\":" + std::to_string(w.id) + ",\"role\":" + json_string(w.role) + ",\"pid\":" + std::to_string(w.pid) +
-           ",\"alive\":" + (w.alive ? "true" : "false") + ",\"kv_blocks_total\":" + std::to_string(w.kv_blocks_total) +
-           ",\"kv_blocks_free\":" + std::to_string(w.kv_blocks_free) +
-           ",\"kv_blocks_cached\":" + std::to_string(w.kv_blocks_cached) + ",\"kv_evictions\":" + std::to_string(w.kv_evictions) +
-           ",\"running\":" + std::to_string(w.running) +
-           ",\"steps\":" + std::to_string(w.steps) + ",\"tokens\":" + std::to_string(w.tokens) +
-           ",\"idle_share\":" + json_number(w.idle_share) + ",\"last_heard_ms\":" + std::to_string(w.last_heard_ms) + "}";
+    append_fields(out, s.workers[i], [](const auto& w, auto&& v) { visit_worker_fields(w, v); });
+    out += "}";
   }
   out += "]}\n";
   return out;
@@ -78,9 +82,10 @@ void print_table(const StatusInfo& s) {
   if (s.workers.empty()) std::printf("(no workers registered)\n");
   // Per role, when the deployment splits prefill and decode.
   bool split = false;
-  for (const WorkerInfo& w : s.workers) split |= w.role != "both";
+  for (const WorkerInfo& w : s.workers) split |= w.role != runtime::role_name(runtime::Role::kBoth);
   if (!split) return;
-  for (const char* role : {"prefill", "decode", "both"}) {
+  for (runtime::Role r : {runtime::Role::kPrefill, runtime::Role::kDecode, runtime::Role::kBoth}) {
+    const char* role = runtime::role_name(r);
     uint32_t n = 0, running = 0, free = 0, total = 0;
     unsigned long long steps = 0, tokens = 0;
     for (const WorkerInfo& w : s.workers) {

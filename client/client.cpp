@@ -19,11 +19,13 @@
 #include <random>
 #include <set>
 #include <thread>
+#include <type_traits>
 #include <unordered_map>
 #include <zmq.hpp>
 
 #include "client/harness.h"
 #include "runtime/event_loop.h"
+#include "runtime/sampling_proto.h"
 #include "runtime/security.h"
 #include "tandem/v1/client.pb.h"
 
@@ -154,51 +156,31 @@ Event from_wire(const v1::FinalEvent& f) {
   return e;
 }
 
+// Copies every visited field of `info` from the field of `m` it names (protobuf reflection:
+// the field list is visit_*_fields' alone). A member type that is not the wire field's is a
+// bug in that list; the status tests read every field.
+template <class Info, class VisitFields>
+void copy_fields(const google::protobuf::Message& m, Info& info, VisitFields visit_fields) {
+  const google::protobuf::Descriptor* d = m.GetDescriptor();
+  const google::protobuf::Reflection* r = m.GetReflection();
+  visit_fields(info, [&](const char*, const char* wire, auto& member) {
+    const google::protobuf::FieldDescriptor* f = d->FindFieldByName(wire);
+    using T = std::remove_reference_t<decltype(member)>;
+    if constexpr (std::is_same_v<T, bool>) member = r->GetBool(m, f);
+    else if constexpr (std::is_same_v<T, uint32_t>) member = r->GetUInt32(m, f);
+    else if constexpr (std::is_same_v<T, uint64_t>) member = r->GetUInt64(m, f);
+    else if constexpr (std::is_same_v<T, double>) member = r->GetDouble(m, f);
+    else if constexpr (std::is_same_v<T, std::string>) member = r->GetString(m, f);
+    else static_assert(sizeof(T) == 0, "a status field of a type the wire does not carry");
+  });
+}
+
 StatusInfo from_wire(const v1::StatusReply& s) {
   StatusInfo info;
-  info.workers.reserve(s.workers_size());
-  for (const auto& w : s.workers()) {
-    WorkerInfo wi;
-    wi.id = w.worker_id();
-    wi.role = w.role();
-    wi.pid = w.pid();
-    wi.alive = w.alive();
-    wi.kv_blocks_total = w.kv_blocks_total();
-    wi.kv_blocks_free = w.kv_blocks_free();
-    wi.running = w.running();
-    wi.steps = w.steps();
-    wi.tokens = w.tokens();
-    wi.idle_share = w.idle_share();
-    wi.idle_us = w.idle_us();
-    wi.compute_us = w.compute_us();
-    wi.kv_blocks_cached = w.kv_blocks_cached();
-    wi.kv_evictions = w.kv_evictions();
-    wi.last_heard_ms = w.last_heard_ms();
-    info.workers.push_back(std::move(wi));
-  }
-  info.queued = s.queued();
-  info.running = s.running();
-  info.requests_total = s.requests_total();
-  info.requests_finished = s.requests_finished();
-  info.tokens_generated = s.tokens_generated();
-  info.steps = s.steps();
-  info.scheduler_cpu_ms_per_step = s.scheduler_cpu_ms_per_step();
-  info.ready = s.ready();
-  info.max_step_decode = s.max_step_decode();
-  info.max_step_prefill_tokens = s.max_step_prefill_tokens();
-  info.decode_stalls = s.decode_stalls();
-  info.preemptions = s.preemptions();
-  info.handoffs = s.handoffs();
-  info.handoff_bytes = s.handoff_bytes();
-  info.handoff_failures = s.handoff_failures();
-  info.handoff_ms_mean = s.handoff_ms_mean();
-  info.handoff_ms_p99 = s.handoff_ms_p99();
-  info.prompt_tokens = s.prompt_tokens();
-  info.cached_prompt_tokens = s.cached_prompt_tokens();
-  info.prefix_hit_rate = s.prefix_hit_rate();
-  info.draining = s.draining();
-  info.tokens_per_s_last_minute = s.tokens_per_s_last_minute();
-  info.requests_finished_last_minute = s.requests_finished_last_minute();
+  info.workers.resize(s.workers_size());
+  for (int i = 0; i < s.workers_size(); ++i)
+    copy_fields(s.workers(i), info.workers[i], [](auto& w, auto&& v) { visit_worker_fields(w, v); });
+  copy_fields(s, info, [](auto& st, auto&& v) { visit_status_fields(st, v); });
   return info;
 }
 
@@ -777,14 +759,8 @@ v1::ClientMessage submit_message(const GenerateRequest& r) {
     s->set_text(r.prompt_text);
   }
   s->set_no_bos(r.no_bos);
-  v1::SamplingParams* p = s->mutable_sampling();
-  p->set_temperature(r.temperature);
-  p->set_top_k(r.top_k);
-  p->set_top_p(r.top_p);
-  p->set_min_p(r.min_p);
-  p->set_repetition_penalty(r.repetition_penalty);
-  p->set_seed(r.seed);
-  p->set_top_logprobs(r.top_logprobs);
+  model::to_proto({r.temperature, r.top_k, r.top_p, r.min_p, r.repetition_penalty, r.seed, r.top_logprobs},
+                  s->mutable_sampling());
   s->set_max_tokens(r.max_tokens);
   for (const auto& seq : r.stop_token_sequences)
     s->add_stop_token_sequences()->mutable_ids()->Add(seq.begin(), seq.end());

@@ -19,7 +19,7 @@ worker::WorkerOptions options() {
   o.model_path = fuzz::tiny_model();
   o.scheduler_endpoint = "inproc://fuzz-scheduler";
   o.kv_endpoint = "inproc://fuzz-kv";
-  o.role = worker::WorkerRole::kDecode;
+  o.role = runtime::Role::kDecode;
   o.threads = 1;
   o.kv_blocks = 64;
   o.name = "fuzz";

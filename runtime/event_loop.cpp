@@ -237,13 +237,13 @@ void Socket::drain() {
   arm();
 }
 
-Status Socket::send(Frames& frames) { return send_frames(frames.data(), frames.size()); }
+SendResult Socket::send(Frames& frames) { return send_frames(frames.data(), frames.size()); }
 
-Status Socket::send_frames(zmq::message_t* frames, size_t n) {
-  if (closed_) return Status::error(Code::kUnavailable, "socket closed");
-  if (n == 0) return Status::invalid("send: no frames");
+SendResult Socket::send_frames(zmq::message_t* frames, size_t n) {
+  if (closed_) return {SendError::kClosed, "socket closed"};
+  if (n == 0) return {SendError::kNoFrames, "send: no frames"};
   void* sock = socket_.handle();
-  Status result;
+  SendResult result;
   for (size_t i = 0; i < n; ++i) {
     int flags = ZMQ_DONTWAIT | (i + 1 < n ? ZMQ_SNDMORE : 0);
     if (zmq_msg_send(frames[i].handle(), sock, flags) >= 0) continue;
@@ -255,13 +255,13 @@ Status Socket::send_frames(zmq::message_t* frames, size_t n) {
     // ZeroMQ decides at frame 0 (peer lookup, high-water mark); a later frame fails only
     // when the socket is being torn down.
     if (err == EAGAIN) {
-      result = Status::error(Code::kUnavailable, "send queue full");
+      result = {SendError::kQueueFull, "send queue full"};
     } else if (err == EHOSTUNREACH) {
-      result = Status::error(Code::kUnavailable, "peer gone");
+      result = {SendError::kPeerGone, "peer gone"};
     } else if (err == ETERM || err == ENOTSOCK) {
-      result = Status::error(Code::kUnavailable, "socket closed");
+      result = {SendError::kClosed, "socket closed"};
     } else {
-      result = Status::error(Code::kUnavailable, "send on " + endpoint_ + ": " + errno_text(err));
+      result = {SendError::kOther, "send on " + endpoint_ + ": " + errno_text(err)};
     }
     if (i > 0) spdlog::error("event loop: send on {} failed after {} of {} frames: {}", endpoint_, i, n, errno_text(err));
     break;
@@ -272,12 +272,12 @@ Status Socket::send_frames(zmq::message_t* frames, size_t n) {
   return result;
 }
 
-Status Socket::send_bytes(const std::string& bytes) {
+SendResult Socket::send_bytes(const std::string& bytes) {
   zmq::message_t frame(bytes.data(), bytes.size());
   return send_frames(&frame, 1);
 }
 
-Status Socket::send_to(const std::string& identity, const std::string& bytes) {
+SendResult Socket::send_to(const std::string& identity, const std::string& bytes) {
   zmq::message_t frames[2] = {zmq::message_t(identity.data(), identity.size()),
                               zmq::message_t(bytes.data(), bytes.size())};
   return send_frames(frames, 2);

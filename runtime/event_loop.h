@@ -37,6 +37,39 @@ struct SocketLimits {
 
 using Frames = std::vector<zmq::message_t>;
 
+// Why a send did not happen; callers decide on this, never on the message text.
+enum class SendError {
+  kNone,       // sent (queued on the socket)
+  kQueueFull,  // the peer's high-water mark is reached: it is not reading
+  kPeerGone,   // ROUTER: no connected peer has that identity
+  kClosed,     // the socket or its context is closing
+  kNoFrames,   // nothing to send (a caller's bug)
+  kOther,      // any other ZeroMQ error (named in the message)
+};
+
+// The outcome of Socket::send. On failure nothing is queued.
+class [[nodiscard]] SendResult {
+ public:
+  SendResult() = default;
+  SendResult(SendError error, std::string message) : error_(error), message_(std::move(message)) {}
+
+  bool is_ok() const { return error_ == SendError::kNone; }
+  explicit operator bool() const { return is_ok(); }
+  SendError error() const { return error_; }
+  // For logs: "send queue full", "peer gone", "socket closed", "send: no frames",
+  // "send on <endpoint>: <errno text>"; empty when sent.
+  const std::string& message() const { return message_; }
+  // kInvalidArgument for kNoFrames, kUnavailable for the other failures.
+  Code code() const {
+    return is_ok() ? Code::kOk : error_ == SendError::kNoFrames ? Code::kInvalidArgument : Code::kUnavailable;
+  }
+  Status status() const { return is_ok() ? Status::ok() : Status::error(code(), message_); }
+
+ private:
+  SendError error_ = SendError::kNone;
+  std::string message_;
+};
+
 class EventLoop;
 
 // A ZeroMQ socket watched by an EventLoop. ROUTER sockets get ZMQ_ROUTER_MANDATORY (a send
@@ -52,15 +85,15 @@ class Socket {
   Socket(const Socket&) = delete;
   Socket& operator=(const Socket&) = delete;
 
-  // Sends a multipart message without blocking. Errors (all kUnavailable unless noted):
-  // "peer gone" (ROUTER: unknown identity), "send queue full" (high-water mark reached),
-  // "socket closed", kInvalidArgument for no frames. On error nothing is queued and the
-  // frames are left as they were; on success they are moved from.
-  [[nodiscard]] Status send(Frames& frames);
+  // Sends a multipart message without blocking. Fails with kPeerGone (ROUTER: unknown
+  // identity), kQueueFull (high-water mark reached), kClosed, kNoFrames, or kOther. On
+  // failure nothing is queued and the frames are left as they were; on success they are
+  // moved from.
+  SendResult send(Frames& frames);
   // Convenience: one frame from bytes (copied), or [identity, bytes] for a ROUTER; no
   // allocation beyond the frames' own.
-  [[nodiscard]] Status send_bytes(const std::string& bytes);
-  [[nodiscard]] Status send_to(const std::string& identity, const std::string& bytes);
+  SendResult send_bytes(const std::string& bytes);
+  SendResult send_to(const std::string& identity, const std::string& bytes);
 
   // For socket options and monitors. Send through send(), not raw(): it also re-checks
   // for inbound messages whose ZMQ_FD edge ZeroMQ consumed during the send.
@@ -82,7 +115,7 @@ class Socket {
   Socket(EventLoop& loop, zmq::socket_type type, Handler handler);
   Status configure(zmq::socket_type type, const std::string& identity);
   Status watch();           // starts watching ZMQ_FD (after bind/connect)
-  Status send_frames(zmq::message_t* frames, size_t n);
+  SendResult send_frames(zmq::message_t* frames, size_t n);
   void arm();               // waits for ZMQ_FD readability
   void drain();             // reads pending messages (ZMQ_FD is edge-triggered: must drain)
   void schedule_drain();    // posts one drain (coalesced); needed after anything that

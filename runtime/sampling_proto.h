@@ -1,5 +1,11 @@
-// SamplingParams to and from their wire form (tandem.v1.SamplingParams), for every actor
-// that moves them: the scheduler's plans, the worker's plans and KV handoffs.
+// SamplingParams to and from their wire form (tandem.v1.SamplingParams): the one mapping, for
+// every actor that moves them (the client's Submit, the scheduler's admission and plans, the
+// worker's plans and KV handoffs).
+//
+// The proto3 rule: a field left 0 on the wire is indistinguishable from one never set, so 0
+// means "the default". For temperature, top_k, min_p, seed and top_logprobs the default is 0
+// anyway; for top_p and repetition_penalty it is 1 (off), values whose 0 validate() rejects,
+// so from_proto reads their 0 as 1. to_proto writes every field as it is.
 #pragma once
 
 #include "model/sampling_params.h"
@@ -18,7 +24,14 @@ inline void to_proto(const SamplingParams& p, v1::SamplingParams* out) {
 }
 
 inline SamplingParams from_proto(const v1::SamplingParams& s) {
-  return {s.temperature(), s.top_k(), s.top_p(), s.min_p(), s.repetition_penalty(), s.seed(), s.top_logprobs()};
+  const SamplingParams defaults;
+  return {s.temperature(),
+          s.top_k(),
+          s.top_p() == 0.0f ? defaults.top_p : s.top_p(),
+          s.min_p(),
+          s.repetition_penalty() == 0.0f ? defaults.repetition_penalty : s.repetition_penalty(),
+          s.seed(),
+          s.top_logprobs()};
 }
 
 }  // namespace tandem::model

@@ -8,8 +8,18 @@
 #include <zmq.hpp>
 
 #include "runtime/status.h"
+#include "tandem/v1/common.pb.h"
 
 namespace tandem::runtime {
+
+// The protocol version this build sends, and the oldest it still serves (docs/ARCHITECTURE.md,
+// "Wire compatibility"): additive changes keep the version, so a peer of an older version in
+// [kOldestProtocolVersion, kProtocolVersion] is served; only an incompatible change raises it.
+inline constexpr uint32_t kProtocolVersion = v1::PROTOCOL_VERSION_CURRENT;
+inline constexpr uint32_t kOldestProtocolVersion = 1;
+inline constexpr bool protocol_version_served(uint32_t version) {
+  return version >= kOldestProtocolVersion && version <= kProtocolVersion;
+}
 
 // The frame holding `message`'s wire bytes (no intermediate buffer). Messages are far
 // below protobuf's 2 GiB limit (receivers cap them at SocketLimits::max_message_bytes);

@@ -18,21 +18,12 @@ namespace tandem::scheduler {
 
 namespace {
 
-constexpr uint32_t kVersion = v1::PROTOCOL_VERSION_CURRENT;
+constexpr uint32_t kVersion = runtime::kProtocolVersion;
 
 int64_t thread_cpu_us() {
   timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return int64_t{ts.tv_sec} * 1000000 + ts.tv_nsec / 1000;
-}
-
-std::optional<Role> role_of(v1::WorkerRole role) {
-  switch (role) {
-    case v1::WORKER_ROLE_BOTH: return Role::kBoth;
-    case v1::WORKER_ROLE_PREFILL: return Role::kPrefill;
-    case v1::WORKER_ROLE_DECODE: return Role::kDecode;
-    default: return std::nullopt;
-  }
 }
 
 // What two workers must agree on for KV to move between them: block size, storage
@@ -149,7 +140,7 @@ class Actor final : public Sink {
       r.set_version(kVersion);
       if (auto st = stalled_.find(client); st != stalled_.end()) {
         keep_finals(r, st->second);  // cancelled already; only final events wait
-      } else if (Status s = try_send(*clients_, client, r); !s && s.message() == "send queue full") {
+      } else if (try_send(*clients_, client, r).error() == runtime::SendError::kQueueFull) {
         keep_finals(r, stalled_[client]);
         slow.push_back(client);
       }
@@ -198,10 +189,10 @@ class Actor final : public Sink {
   };
 
   void send(runtime::Socket& socket, const std::string& identity, const google::protobuf::MessageLite& m) {
-    if (Status st = try_send(socket, identity, m); !st) spdlog::warn("scheduler: send to a peer failed: {}", st.message());
+    if (runtime::SendResult st = try_send(socket, identity, m); !st) spdlog::warn("scheduler: send to a peer failed: {}", st.message());
   }
 
-  Status try_send(runtime::Socket& socket, const std::string& identity, const google::protobuf::MessageLite& m) {
+  runtime::SendResult try_send(runtime::Socket& socket, const std::string& identity, const google::protobuf::MessageLite& m) {
     runtime::Frames frames;
     frames.emplace_back(identity.data(), identity.size());
     frames.push_back(runtime::to_frame(m));
@@ -240,7 +231,7 @@ class Actor final : public Sink {
       protocol_error(*clients_, identity, v1::ERROR_CODE_INVALID_ARGUMENT, st.message());
       return;
     }
-    if (client_msg_.version() != kVersion) {
+    if (!runtime::protocol_version_served(client_msg_.version())) {
       protocol_error(*clients_, identity, v1::ERROR_CODE_INVALID_ARGUMENT,
                      "protocol version " + std::to_string(client_msg_.version()) + " is not supported (this scheduler speaks " +
                          std::to_string(kVersion) + ")");
@@ -266,12 +257,8 @@ class Actor final : public Sink {
           // past the queue bound refusals are dropped too (the request was never accepted), so
           // a client that submits without ever reading cannot grow the scheduler's memory.
           if (st->second.events().requests_size() >= static_cast<int>(options_.client_send_queue)) break;
-          v1::RequestEvents* ev = st->second.mutable_events()->add_requests();
-          ev->set_request_id(client_msg_.submit().request_id());
-          v1::FinalEvent* f = ev->mutable_final();
-          f->set_finish_reason(v1::FINISH_REASON_ERROR);
-          f->set_error_code(v1::ERROR_CODE_OVERLOADED);
-          f->set_error_message("this client is not reading its events: read them before submitting more");
+          set_refusal(*st->second.mutable_events()->add_requests(), client_msg_.submit().request_id(),
+                      v1::ERROR_CODE_OVERLOADED, "this client is not reading its events: read them before submitting more");
           break;
         }
         core_.submit(identity, client_msg_.submit(), now);
@@ -310,8 +297,8 @@ class Actor final : public Sink {
       spdlog::warn("scheduler: dropped a malformed worker message: {}", st.message());
       return;
     }
-    if (worker_msg_.version() != kVersion) {
-      refuse(identity, "protocol version " + std::to_string(worker_msg_.version()) + " is not supported (this scheduler speaks " +
+    if (!runtime::protocol_version_served(worker_msg_.version())) {
+      refuse(identity, v1::REFUSAL_REASON_VERSION, "protocol version " + std::to_string(worker_msg_.version()) + " is not supported (this scheduler speaks " +
                            std::to_string(kVersion) + ")");
       return;
     }
@@ -321,7 +308,7 @@ class Actor final : public Sink {
       auto it = worker_by_identity_.find(identity);
       if (it == worker_by_identity_.end()) {
         // Unknown (e.g. declared dead earlier): tell it to register again.
-        refuse(identity, "unknown worker: register first");
+        refuse(identity, v1::REFUSAL_REASON_UNKNOWN_WORKER, "unknown worker: register first");
         return;
       }
       WorkerPeer& peer = it->second;
@@ -338,13 +325,14 @@ class Actor final : public Sink {
     cpu_us_ += thread_cpu_us() - cpu0;
   }
 
-  void refuse(const std::string& identity, const std::string& message) {
+  void refuse(const std::string& identity, v1::RefusalReason reason, const std::string& message) {
     command_.Clear();
     command_.set_version(kVersion);
     v1::RegisterReply* r = command_.mutable_register_reply();
     r->set_accepted(false);
     r->set_error_code(v1::ERROR_CODE_INVALID_ARGUMENT);
     r->set_error_message(message);
+    r->set_reason(reason);
     send(*workers_, identity, command_);
   }
 
@@ -352,24 +340,24 @@ class Actor final : public Sink {
     if (reg.model_fingerprint() != fingerprint_) {
       spdlog::warn("scheduler: refused worker {} (pid {}): model fingerprint {} differs from ours {}", reg.name(), reg.pid(),
                    reg.model_fingerprint(), fingerprint_);
-      refuse(identity, "model fingerprint " + reg.model_fingerprint() + " differs from the scheduler's " + fingerprint_ +
+      refuse(identity, v1::REFUSAL_REASON_MODEL_FINGERPRINT, "model fingerprint " + reg.model_fingerprint() + " differs from the scheduler's " + fingerprint_ +
                            ": worker and scheduler must load the same model file");
       return;
     }
-    const std::optional<Role> role = role_of(reg.role());
+    const std::optional<Role> role = runtime::role_from_proto(reg.role());
     if (!role) {
-      refuse(identity, "worker role " + std::to_string(reg.role()) + " is not one of both, prefill, decode");
+      refuse(identity, v1::REFUSAL_REASON_ROLE, "worker role " + std::to_string(reg.role()) + " is not one of both, prefill, decode");
       return;
     }
     if (*role == Role::kDecode && reg.kv_endpoint().empty()) {
-      refuse(identity, "a decode worker must give the kv_endpoint prefill workers send KV to");
+      refuse(identity, v1::REFUSAL_REASON_KV_ENDPOINT, "a decode worker must give the kv_endpoint prefill workers send KV to");
       return;
     }
     // KV moves between prefill and decode workers as raw blocks: they must agree on the format.
     if (*role != Role::kBoth) {
       for (const auto& [other_identity, peer] : worker_by_identity_) {
         if (peer.role == Role::kBoth || other_identity == identity || peer.kv_format == kv_format(reg)) continue;
-        refuse(identity, "KV format " + kv_format(reg) + " differs from worker " + std::to_string(peer.id) + "'s " +
+        refuse(identity, v1::REFUSAL_REASON_KV_FORMAT, "KV format " + kv_format(reg) + " differs from worker " + std::to_string(peer.id) + "'s " +
                              peer.kv_format + ": prefill and decode workers must store KV alike");
         return;
       }
@@ -378,7 +366,7 @@ class Actor final : public Sink {
     // 16) it is a corrupt or hostile registration, not a worker (the fuzzer sent 2^32 - 1).
     if (reg.kv_blocks() == 0 || reg.kv_blocks() > (1u << 24) || reg.block_tokens() == 0 ||
         reg.block_tokens() % 16 != 0 || reg.block_tokens() > 4096) {
-      refuse(identity, "invalid KV pool: " + std::to_string(reg.kv_blocks()) + " blocks of " +
+      refuse(identity, v1::REFUSAL_REASON_KV_POOL, "invalid KV pool: " + std::to_string(reg.kv_blocks()) + " blocks of " +
                            std::to_string(reg.block_tokens()) + " tokens");
       return;
     }
@@ -532,12 +520,8 @@ class Actor final : public Sink {
 
   void refuse_while_draining(const std::string& identity, const std::string& request_id) {
     v1::RequestEvents ev;
-    ev.set_request_id(request_id);
-    v1::FinalEvent* f = ev.mutable_final();
-    f->set_finish_reason(v1::FINISH_REASON_ERROR);
-    f->set_error_code(v1::ERROR_CODE_UNAVAILABLE);
-    f->set_error_message("the scheduler is draining: it admits no new requests");
-    send_events(identity, ev);
+    send_events(identity, set_refusal(ev, request_id, v1::ERROR_CODE_UNAVAILABLE,
+                                      "the scheduler is draining: it admits no new requests"));
   }
 
   void stop_now() {

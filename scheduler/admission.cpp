@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "runtime/sampling_proto.h"
 #include "scheduler/stops.h"
 
 namespace tandem::scheduler {
@@ -20,18 +21,6 @@ Status check_ids(const google::protobuf::RepeatedField<int32_t>& ids, uint32_t v
     }
   }
   return Status::ok();
-}
-
-model::SamplingParams sampling_from(const v1::SamplingParams& p) {
-  model::SamplingParams s;
-  s.temperature = p.temperature();
-  s.top_k = p.top_k();
-  s.top_p = p.top_p() == 0.0f ? 1.0f : p.top_p();  // proto3: 0 is "unset"
-  s.min_p = p.min_p();
-  s.repetition_penalty = p.repetition_penalty() == 0.0f ? 1.0f : p.repetition_penalty();
-  s.seed = p.seed();
-  s.top_logprobs = p.top_logprobs();
-  return s;
 }
 
 // The prompt, as text (tokenized here) or token ids, every id inside the vocabulary.
@@ -138,7 +127,7 @@ Result<RequestSpec> admit(const v1::Submit& submit, const model::Tokenizer& toke
   spec.max_tokens = submit.max_tokens();
 
   // sampling
-  if (submit.has_sampling()) spec.sampling = sampling_from(submit.sampling());
+  if (submit.has_sampling()) spec.sampling = model::from_proto(submit.sampling());
   TANDEM_RETURN_IF_ERROR(model::validate(spec.sampling));
 
   TANDEM_RETURN_IF_ERROR(admit_stops(submit, limits, spec));

@@ -51,10 +51,9 @@ struct RequestSpec {
 //   stop_strings: more than kMaxStopStrings, an empty one, one longer than
 //   kMaxStopStringBytes.
 // Token ids (prompt and stop sequences) are checked against limits.vocab_size.
-// Sampling from proto3: a missing `sampling` is all defaults (greedy). Proto3 cannot tell
-// an unset float from 0, so top_p 0 and repetition_penalty 0 (values validate() would
-// reject anyway) mean "unset" and become 1 (off); every other field is copied as is
-// (temperature 0 = greedy, top_k 0 and min_p 0 = off).
+// Sampling: a missing `sampling` is all defaults (greedy); a present one is read by
+// model::from_proto (runtime/sampling_proto.h: top_p 0 and repetition_penalty 0 mean "unset",
+// 1; every other field as is).
 // Everything else is copied as is; note proto3's `stream` defaults to false.
 Result<RequestSpec> admit(const v1::Submit& submit, const model::Tokenizer& tokenizer, const AdmissionLimits& limits);
 

@@ -88,13 +88,20 @@ void erase_one(std::vector<T>& v, const T& x) {
 
 }  // namespace
 
-const char* role_name(Role role) {
-  switch (role) {
-    case Role::kBoth: return "both";
-    case Role::kPrefill: return "prefill";
-    case Role::kDecode: return "decode";
-  }
-  return "unknown";
+v1::FinalEvent& set_final(v1::RequestEvents& out, v1::FinishReason reason, v1::ErrorCode code,
+                          const std::string& message) {
+  v1::FinalEvent& f = *out.mutable_final();
+  f.set_finish_reason(reason);
+  f.set_error_code(code);
+  if (reason == v1::FINISH_REASON_ERROR || reason == v1::FINISH_REASON_CANCELLED) f.set_error_message(message);
+  return f;
+}
+
+v1::RequestEvents& set_refusal(v1::RequestEvents& out, const std::string& request_id, v1::ErrorCode code,
+                               const std::string& message) {
+  out.set_request_id(request_id);
+  set_final(out, v1::FINISH_REASON_ERROR, code, message);
+  return out;
 }
 
 Core::Core(SchedulerConfig config, model::ModelConfig model, const model::Tokenizer& tokenizer, Sink& sink)
@@ -204,12 +211,7 @@ void Core::remove_worker(uint32_t worker_id, int64_t now_us) {
 
 void Core::reject(const std::string& client, const std::string& request_id, v1::ErrorCode code, const std::string& message) {
   v1::RequestEvents ev;
-  ev.set_request_id(request_id);
-  v1::FinalEvent* f = ev.mutable_final();
-  f->set_finish_reason(v1::FINISH_REASON_ERROR);
-  f->set_error_code(code);
-  f->set_error_message(message);
-  sink_.send_events(client, ev);
+  sink_.send_events(client, set_refusal(ev, request_id, code, message));
 }
 
 void Core::submit(const std::string& client, const v1::Submit& submit, int64_t now_us) {
@@ -363,10 +365,7 @@ void Core::finish(Request& r, v1::FinishReason reason, v1::ErrorCode code, const
       events_.set_request_id(r.spec.id);
     }
   }
-  v1::FinalEvent* f = out->mutable_final();
-  f->set_finish_reason(reason);
-  f->set_error_code(code);
-  if (reason == v1::FINISH_REASON_ERROR || reason == v1::FINISH_REASON_CANCELLED) f->set_error_message(message);
+  v1::FinalEvent* f = &set_final(*out, reason, code, message);
   // Bytes still held back: an incomplete character, or text that might have begun a stop string.
   r.text.clear();
   r.emit.clear();

@@ -15,6 +15,7 @@
 
 #include "model/model_config.h"
 #include "model/tokenizer.h"
+#include "runtime/role.h"
 #include "scheduler/admission.h"
 #include "scheduler/block_pool.h"
 #include "scheduler/stops.h"
@@ -39,11 +40,8 @@ struct SchedulerConfig {
   BlockHash block_hash = xxh3_block_hash;  // tests force collisions through it
 };
 
-// What a worker does. kBoth prefills and decodes its own sequences; a kPrefill worker
-// hands each sequence to a kDecode worker once its prompt is done (its KV moves directly
-// between the two).
-enum class Role { kBoth, kPrefill, kDecode };
-const char* role_name(Role role);
+using runtime::Role;  // what a worker does (runtime/role.h)
+using runtime::role_name;
 
 struct WorkerInfo {
   Role role = Role::kBoth;
@@ -54,6 +52,14 @@ struct WorkerInfo {
   // engine::KvPool::tail_blocks); allocated with the sequence, freed with it.
   uint32_t tail_blocks = 0;
 };
+
+// The one place a final event is made: `out`'s final event with `reason`, `code` and, for
+// errors and cancellations, `message`. Usage, timings and held-back text are the caller's.
+v1::FinalEvent& set_final(v1::RequestEvents& out, v1::FinishReason reason, v1::ErrorCode code,
+                          const std::string& message);
+// The events of a request refused before it was admitted: its id and an error final event.
+v1::RequestEvents& set_refusal(v1::RequestEvents& out, const std::string& request_id, v1::ErrorCode code,
+                               const std::string& message);
 
 // What the core sends. The actor serializes and routes; tests record.
 class Sink {

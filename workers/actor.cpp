@@ -7,6 +7,7 @@
 #include <csignal>
 #include <chrono>
 #include <deque>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -21,7 +22,7 @@ namespace tandem::worker {
 
 namespace {
 
-constexpr uint32_t kVersion = tandem::v1::PROTOCOL_VERSION_CURRENT;
+constexpr uint32_t kVersion = runtime::kProtocolVersion;
 constexpr uint32_t kPenaltyWindow = 64;  // tokens the repetition penalty looks back on, as tandem run
 // Transfers that arrive before the scheduler's KvExpect wait this long, this many at most
 // (the two come over different sockets; a transfer for an abandoned handoff never matches).
@@ -58,7 +59,7 @@ class Actor {
       if (!keys) return keys.status();
       loop_.use_curve(*keys);
     }
-    if (options_.role == WorkerRole::kDecode) {
+    if (options_.role == runtime::Role::kDecode) {
       auto kv = loop_.bind(zmq::socket_type::pull, options_.kv_endpoint, [this](runtime::Frames& f) { on_transfer(f); });
       if (!kv) return kv.status();
       kv_in_ = std::move(kv.value());
@@ -89,16 +90,14 @@ class Actor {
   void send(const v1::WorkerMessage& m) {
     runtime::Frames frames;
     frames.push_back(runtime::to_frame(m));
-    if (Status st = socket_->send(frames); !st) spdlog::warn("worker: send to the scheduler failed: {}", st.message());
+    if (runtime::SendResult st = socket_->send(frames); !st) spdlog::warn("worker: send to the scheduler failed: {}", st.message());
   }
 
   void send_register() {
     out_.Clear();
     out_.set_version(kVersion);
     v1::Register* r = out_.mutable_register_();
-    r->set_role(options_.role == WorkerRole::kPrefill  ? v1::WORKER_ROLE_PREFILL
-                : options_.role == WorkerRole::kDecode ? v1::WORKER_ROLE_DECODE
-                                                       : v1::WORKER_ROLE_BOTH);
+    r->set_role(runtime::role_to_proto(options_.role));
     if (kv_in_) r->set_kv_endpoint(kv_in_->endpoint());
     r->set_model_fingerprint(fingerprint_);
     r->set_kv_blocks(pool_->n_blocks());
@@ -139,7 +138,7 @@ class Actor {
       spdlog::warn("worker: dropped a malformed message from the scheduler");
       return;
     }
-    if (in_.version() != kVersion) {
+    if (!runtime::protocol_version_served(in_.version())) {
       spdlog::error("worker: the scheduler speaks protocol version {}, we speak {}", in_.version(), kVersion);
       return;
     }
@@ -147,9 +146,9 @@ class Actor {
       case v1::SchedulerCommand::kRegisterReply: {
         const v1::RegisterReply& r = in_.register_reply();
         if (!r.accepted()) {
-          // A refused registration is final unless it was "register first" after we were
-          // declared dead: then our state is gone and we start over.
-          if (r.error_message().rfind("unknown worker", 0) == 0) {
+          // A refused registration is final unless the scheduler no longer knows us (we were
+          // declared dead): then our state is gone and we start over.
+          if (r.reason() == v1::REFUSAL_REASON_UNKNOWN_WORKER) {
             if (worker_id_ == 0) return;  // already registering again (one refusal per stale message)
             spdlog::warn("worker: the scheduler no longer knows us; registering again");
             forget_all();
@@ -378,7 +377,7 @@ class Actor {
     pack_transfer(*pool_, seq.blocks, seq.tail, transfer_, frames);
     // Non-blocking: ZeroMQ's I/O thread drains it while the next steps compute.
     const size_t n_frames = frames.size();
-    if (Status st = peer->second->send(frames); !st)
+    if (runtime::SendResult st = peer->second->send(frames); !st)
       spdlog::error("worker: KV send to {} failed: {}", cmd.dest_endpoint(), st.message());
     else
       spdlog::debug("worker: KV transfer {} ({} positions, {} frames) queued for {}", cmd.transfer_id(), cmd.positions(),
@@ -387,7 +386,8 @@ class Actor {
 
   // Decode side: a transfer from a prefill worker.
   void on_transfer(runtime::Frames& frames) {
-    if (frames.empty() || !runtime::parse_frame(frames[0], transfer_in_).is_ok() || transfer_in_.version() != kVersion) {
+    if (frames.empty() || !runtime::parse_frame(frames[0], transfer_in_).is_ok() ||
+        !runtime::protocol_version_served(transfer_in_.version())) {
       spdlog::warn("worker: dropped a malformed KV transfer ({} frames)", frames.size());
       return;
     }
@@ -469,10 +469,8 @@ class Actor {
 
 }  // namespace
 
-Result<WorkerRole> parse_role(const std::string& name) {
-  if (name == "both") return WorkerRole::kBoth;
-  if (name == "prefill") return WorkerRole::kPrefill;
-  if (name == "decode") return WorkerRole::kDecode;
+Result<runtime::Role> parse_role(const std::string& name) {
+  if (std::optional<runtime::Role> role = runtime::role_from_name(name)) return *role;
   return Status::invalid("--role: '" + name + "' is not one of both, prefill, decode");
 }
 

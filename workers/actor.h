@@ -8,15 +8,15 @@
 #include <string>
 
 #include "runtime/event_loop.h"
+#include "runtime/role.h"
 #include "runtime/status.h"
 #include "workers/engine/engine.h"
 
 namespace tandem::worker {
 
-// both: prefills and decodes its own sequences. prefill: runs prompts only and sends each
-// finished prompt's KV to a decode worker. decode: receives KV and decodes.
-enum class WorkerRole { kBoth, kPrefill, kDecode };
-Result<WorkerRole> parse_role(const std::string& name);
+// The role named "both", "prefill" or "decode" (runtime/role.h); kInvalidArgument naming
+// `--role` otherwise.
+Result<runtime::Role> parse_role(const std::string& name);
 
 struct WorkerOptions {
   std::string model_path;
@@ -29,7 +29,7 @@ struct WorkerOptions {
   uint32_t block_tokens = 16;
   engine::KvFormat kv_format;      // F32 by default; blocks_for_bytes uses its real bytes
   uint32_t heartbeat_ms = 1000;
-  WorkerRole role = WorkerRole::kBoth;
+  runtime::Role role = runtime::Role::kBoth;
   // Role decode: where prefill workers push KV. tcp://127.0.0.1:* picks a free port.
   std::string kv_endpoint = "tcp://127.0.0.1:*";
   std::string curve_keys_dir;  // the scheduler's CurveZMQ public key (DIR/server.pub); empty: none

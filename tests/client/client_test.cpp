@@ -881,5 +881,76 @@ TEST(StatusCommand, Json) {
   EXPECT_NE(out.find("\"idle_share\":0.5,\"last_heard_ms\":250}"), std::string::npos) << out;
 }
 
+// Golden: `tandem status --json` byte for byte, every field set (uint64 values past 2^53 and
+// fractions that %.7g rounds) and a worker whose fields are all zero (zeros are printed).
+// Field names, order, nesting and number formats are a contract with scripts that read it.
+TEST(StatusCommand, JsonGolden) {
+  FakeScheduler fake;
+  Child child = spawn({"status", "--endpoint", fake.endpoint(), "--json"});
+  ASSERT_GT(child.pid, 0) << "cannot start " << TANDEM_TANDEM_BIN;
+  auto got = fake.recv(10s);
+  ASSERT_TRUE(got && got->msg.has_status());
+  v1::SchedulerReply r;
+  v1::StatusReply* s = r.mutable_status();
+  s->set_queued(2);
+  s->set_running(3);
+  s->set_requests_total(18446744073709551615ull);
+  s->set_requests_finished(9007199254740993ull);
+  s->set_tokens_generated(1234);
+  s->set_steps(99);
+  s->set_scheduler_cpu_ms_per_step(0.123456789);
+  s->set_ready(true);
+  s->set_max_step_decode(8);
+  s->set_max_step_prefill_tokens(512);
+  s->set_decode_stalls(4);
+  s->set_preemptions(5);
+  s->set_handoffs(6);
+  s->set_handoff_bytes(7340032);
+  s->set_handoff_ms_mean(1.5);
+  s->set_handoff_ms_p99(12345678.9);
+  s->set_handoff_failures(1);
+  s->set_prompt_tokens(1000);
+  s->set_cached_prompt_tokens(250);
+  s->set_prefix_hit_rate(0.25);
+  s->set_draining(true);
+  s->set_tokens_per_s_last_minute(1e-9);
+  s->set_requests_finished_last_minute(17);
+  s->set_query_id(got->msg.status().query_id());
+  v1::WorkerStatus* w = s->add_workers();
+  w->set_worker_id(7);
+  w->set_role("prefill");
+  w->set_pid(4242);
+  w->set_alive(true);
+  w->set_kv_blocks_total(100);
+  w->set_kv_blocks_free(40);
+  w->set_running(3);
+  w->set_steps(98);
+  w->set_tokens(4294967296ull);
+  w->set_idle_share(1.0 / 3.0);
+  w->set_idle_us(11);
+  w->set_compute_us(22);
+  w->set_kv_blocks_cached(9);
+  w->set_kv_evictions(10);
+  w->set_last_heard_ms(321);
+  s->add_workers();  // every field zero
+  fake.send(got->identity, r);
+  std::string out;
+  EXPECT_EQ(finish(child, out), 0);
+  EXPECT_EQ(out,
+            "{\"ready\":true,\"queued\":2,\"running\":3,\"requests_total\":18446744073709551615,"
+            "\"requests_finished\":9007199254740993,\"tokens_generated\":1234,\"steps\":99,"
+            "\"scheduler_cpu_ms_per_step\":0.1234568,\"max_step_decode\":8,\"max_step_prefill_tokens\":512,"
+            "\"decode_stalls\":4,\"preemptions\":5,\"handoffs\":6,\"handoff_bytes\":7340032,\"handoff_failures\":1,"
+            "\"handoff_ms_mean\":1.5,\"handoff_ms_p99\":1.234568e+07,\"prompt_tokens\":1000,"
+            "\"cached_prompt_tokens\":250,\"prefix_hit_rate\":0.25,\"draining\":true,"
+            "\"tokens_per_s_last_minute\":1e-09,\"requests_finished_last_minute\":17,\"workers\":["
+            "{\"id\":7,\"role\":\"prefill\",\"pid\":4242,\"alive\":true,\"kv_blocks_total\":100,\"kv_blocks_free\":40,"
+            "\"kv_blocks_cached\":9,\"kv_evictions\":10,\"running\":3,\"steps\":98,\"tokens\":4294967296,"
+            "\"idle_share\":0.3333333,\"last_heard_ms\":321},"
+            "{\"id\":0,\"role\":\"\",\"pid\":0,\"alive\":false,\"kv_blocks_total\":0,\"kv_blocks_free\":0,"
+            "\"kv_blocks_cached\":0,\"kv_evictions\":0,\"running\":0,\"steps\":0,\"tokens\":0,"
+            "\"idle_share\":0,\"last_heard_ms\":0}]}\n");
+}
+
 }  // namespace
 }  // namespace tandem

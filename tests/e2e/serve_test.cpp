@@ -10,6 +10,7 @@
 #include "runtime/wire.h"
 #include "tandem/client.h"
 #include "tandem/v1/client.pb.h"
+#include "tandem/v1/worker.pb.h"
 #include "tests/e2e/streams.h"
 #include "workers/engine/engine.h"
 #include "workers/engine/generate.h"
@@ -269,6 +270,38 @@ TEST(Serve, AWorkerWithAnotherModelIsRefusedWithAClearError) {
   // The deployment is unaffected.
   auto client = d.client();
   EXPECT_EQ(client->status(5s).value().workers.size(), 1u);
+}
+
+// Refusals carry a typed reason, which is what a worker decides on (never the message text):
+// a message from a worker the scheduler does not know asks it to register again; a
+// registration with another model is final.
+TEST(Serve, WorkerRefusalsCarryTheirReason) {
+  Deployment d({"--workers", "1", "--threads", "1"});
+  ASSERT_TRUE(d.ok());
+  zmq::context_t ctx;
+  zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::linger, 0);
+  dealer.set(zmq::sockopt::rcvtimeo, 10000);
+  dealer.connect(d.worker_endpoint());
+  auto refusal = [&](const v1::WorkerMessage& m) {
+    EXPECT_TRUE(dealer.send(runtime::to_frame(m), zmq::send_flags::none));
+    zmq::message_t frame;
+    v1::SchedulerCommand c;
+    EXPECT_TRUE(dealer.recv(frame));
+    EXPECT_TRUE(runtime::parse_frame(frame, c).is_ok());
+    EXPECT_TRUE(c.has_register_reply()) << c.DebugString();
+    EXPECT_FALSE(c.register_reply().accepted());
+    return c.register_reply().reason();
+  };
+  v1::WorkerMessage beat;
+  beat.set_version(v1::PROTOCOL_VERSION_CURRENT);
+  beat.mutable_heartbeat();
+  EXPECT_EQ(refusal(beat), v1::REFUSAL_REASON_UNKNOWN_WORKER);
+  v1::WorkerMessage reg;
+  reg.set_version(v1::PROTOCOL_VERSION_CURRENT);
+  reg.mutable_register_()->set_role(v1::WORKER_ROLE_BOTH);
+  reg.mutable_register_()->set_model_fingerprint("another model");
+  EXPECT_EQ(refusal(reg), v1::REFUSAL_REASON_MODEL_FINGERPRINT);
 }
 
 }  // namespace

@@ -198,10 +198,12 @@ TEST(EventLoop, HandlerMayDestroyItsSocket) {
 TEST(EventLoop, RouterSendToUnknownPeerFails) {
   EventLoop loop;
   auto router = must(loop.bind(socket_type::router, ipc("r.sock"), [](Frames&) {}));
-  Status st = router->send_to("nobody", "x");
+  SendResult st = router->send_to("nobody", "x");
+  EXPECT_EQ(st.error(), SendError::kPeerGone);
   EXPECT_EQ(st.code(), Code::kUnavailable);
   EXPECT_EQ(st.message(), "peer gone");
   Frames none;
+  EXPECT_EQ(router->send(none).error(), SendError::kNoFrames);
   EXPECT_EQ(router->send(none).code(), Code::kInvalidArgument);
 }
 
@@ -212,11 +214,12 @@ TEST(EventLoop, FullSendQueueIsReportedNotBlocking) {
   // Nobody listens: messages wait in the queue until the high-water mark.
   auto dealer = must(loop.connect(socket_type::dealer, ipc("nobody.sock"), [](Frames&) {}));
   int ok = 0;
-  Status last;
+  SendResult last;
   for (int i = 0; i < 1000 && last.is_ok(); ++i) {
     last = dealer->send_bytes("x");
     if (last.is_ok()) ++ok;
   }
+  EXPECT_EQ(last.error(), SendError::kQueueFull);
   EXPECT_EQ(last.code(), Code::kUnavailable);
   EXPECT_EQ(last.message(), "send queue full");
   EXPECT_GE(ok, 1);

@@ -152,6 +152,57 @@ struct StatusInfo {
   uint64_t requests_finished_last_minute = 0;
 };
 
+// Every field of WorkerInfo and StatusInfo, named once: visit(json, wire, member) for each, in
+// the order `tandem status --json` prints them. `json` is its key there (nullptr: not printed),
+// `wire` its field in tandem.v1.WorkerStatus / StatusReply. The library's mapping from the wire
+// and the CLI's JSON printer both walk these, so a new status field is added here, in the
+// struct and in the proto, and nowhere else. (StatusInfo::workers is not visited: it nests.)
+template <class Info, class Visit>  // Info: WorkerInfo or const WorkerInfo
+void visit_worker_fields(Info& w, Visit&& visit) {
+  visit("id", "worker_id", w.id);
+  visit("role", "role", w.role);
+  visit("pid", "pid", w.pid);
+  visit("alive", "alive", w.alive);
+  visit("kv_blocks_total", "kv_blocks_total", w.kv_blocks_total);
+  visit("kv_blocks_free", "kv_blocks_free", w.kv_blocks_free);
+  visit("kv_blocks_cached", "kv_blocks_cached", w.kv_blocks_cached);
+  visit("kv_evictions", "kv_evictions", w.kv_evictions);
+  visit("running", "running", w.running);
+  visit("steps", "steps", w.steps);
+  visit("tokens", "tokens", w.tokens);
+  visit("idle_share", "idle_share", w.idle_share);
+  visit("last_heard_ms", "last_heard_ms", w.last_heard_ms);
+  visit(nullptr, "idle_us", w.idle_us);
+  visit(nullptr, "compute_us", w.compute_us);
+}
+
+template <class Info, class Visit>  // Info: StatusInfo or const StatusInfo
+void visit_status_fields(Info& s, Visit&& visit) {
+  visit("ready", "ready", s.ready);
+  visit("queued", "queued", s.queued);
+  visit("running", "running", s.running);
+  visit("requests_total", "requests_total", s.requests_total);
+  visit("requests_finished", "requests_finished", s.requests_finished);
+  visit("tokens_generated", "tokens_generated", s.tokens_generated);
+  visit("steps", "steps", s.steps);
+  visit("scheduler_cpu_ms_per_step", "scheduler_cpu_ms_per_step", s.scheduler_cpu_ms_per_step);
+  visit("max_step_decode", "max_step_decode", s.max_step_decode);
+  visit("max_step_prefill_tokens", "max_step_prefill_tokens", s.max_step_prefill_tokens);
+  visit("decode_stalls", "decode_stalls", s.decode_stalls);
+  visit("preemptions", "preemptions", s.preemptions);
+  visit("handoffs", "handoffs", s.handoffs);
+  visit("handoff_bytes", "handoff_bytes", s.handoff_bytes);
+  visit("handoff_failures", "handoff_failures", s.handoff_failures);
+  visit("handoff_ms_mean", "handoff_ms_mean", s.handoff_ms_mean);
+  visit("handoff_ms_p99", "handoff_ms_p99", s.handoff_ms_p99);
+  visit("prompt_tokens", "prompt_tokens", s.prompt_tokens);
+  visit("cached_prompt_tokens", "cached_prompt_tokens", s.cached_prompt_tokens);
+  visit("prefix_hit_rate", "prefix_hit_rate", s.prefix_hit_rate);
+  visit("draining", "draining", s.draining);
+  visit("tokens_per_s_last_minute", "tokens_per_s_last_minute", s.tokens_per_s_last_minute);
+  visit("requests_finished_last_minute", "requests_finished_last_minute", s.requests_finished_last_minute);
+}
+
 // Durations past 100 years are taken as 100 years: milliseconds::max() means "never".
 struct ClientOptions {
   std::string endpoint;  // the scheduler's client endpoint, e.g. ipc:///run/tandem/client.sock
