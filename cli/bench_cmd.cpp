@@ -69,6 +69,52 @@ Result<std::vector<double>> real_list(const std::string& flag, const std::string
   return out;
 }
 
+void print_progress(uint64_t done, uint64_t total, double tokens_per_s) {
+  if (total > 0)
+    std::fprintf(stderr, "\r[%llu/%llu] %.1f tok/s   ", static_cast<unsigned long long>(done),
+                 static_cast<unsigned long long>(total), tokens_per_s);
+  else
+    std::fprintf(stderr, "\r[%llu done] %.1f tok/s   ", static_cast<unsigned long long>(done), tokens_per_s);
+  std::fflush(stderr);
+}
+
+Status write_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  f << text;
+  f.close();
+  if (!f) return Status::error(Code::kInternal, "cannot write --out " + path);
+  return Status::ok();
+}
+
+Result<std::unique_ptr<bench::Target>> make_target(const Args& args) {
+  if (!args.has("openai-url")) return bench::make_tandem_target(*args.str("endpoint"));
+  bench::OpenAIOptions o;
+  o.url = *args.str("openai-url");
+  o.model = args.str("model").value_or("");
+  o.token_prompts = args.has("token-prompts");
+  return bench::make_openai_target(o);
+}
+
+// One run per sweep point (or the one run), each summary printed as a table when it ends.
+Status run_points(bench::Target& target, const bench::Workload& workload, const bench::LoadOptions& load,
+                  const std::vector<double>& sweep, bool sweep_conc, std::vector<bench::Summary>& points) {
+  const size_t n_points = sweep.empty() ? 1 : sweep.size();
+  for (size_t i = 0; i < n_points; ++i) {
+    bench::LoadOptions point = load;
+    if (!sweep.empty() && sweep_conc) point.concurrency = static_cast<uint32_t>(sweep[i]);
+    if (!sweep.empty() && !sweep_conc) point.rate = sweep[i];
+    auto summary = bench::run(target, workload, point);
+    if (load.progress) std::fputs("\n", stderr);
+    if (!summary) return summary.status();
+    if (i) std::fputs("\n", stdout);
+    const std::string table = bench::summary_table(*summary);
+    std::fwrite(table.data(), 1, table.size(), stdout);
+    std::fflush(stdout);
+    points.push_back(std::move(summary.value()));
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 int bench_command(int argc, char** argv) {
@@ -137,7 +183,6 @@ int bench_command(int argc, char** argv) {
   if (load.rate <= 0 && load.concurrency == 0 && sweep.empty())
     return fail(Status::invalid("give --rate R and/or --concurrency C"));
 
-  const bool openai = args->has("openai-url");
   bench::WorkloadOptions wl;
   wl.input_len = *input_len;
   wl.output_len = *output_len;
@@ -147,57 +192,22 @@ int bench_command(int argc, char** argv) {
   wl.cancel_fraction = *cancel_fraction;
   wl.cancel_after = static_cast<uint32_t>(*cancel_after);
   wl.ignore_eos = args->has("ignore-eos");
-  wl.text_prompts = openai && !args->has("token-prompts");
+  wl.text_prompts = args->has("openai-url") && !args->has("token-prompts");
   wl.seed = load.seed;
   auto workload = bench::Workload::create(wl);
   if (!workload) return fail(workload.status());
 
-  Result<std::unique_ptr<bench::Target>> target = Status::invalid("no target");
-  if (openai) {
-    bench::OpenAIOptions o;
-    o.url = *args->str("openai-url");
-    o.model = args->str("model").value_or("");
-    o.token_prompts = args->has("token-prompts");
-    target = bench::make_openai_target(o);
-  } else {
-    target = bench::make_tandem_target(*args->str("endpoint"));
-  }
+  auto target = make_target(*args);
   if (!target) return fail(target.status());
 
-  if (::isatty(STDERR_FILENO)) {
-    load.progress = [](uint64_t done, uint64_t total, double tps) {
-      if (total > 0)
-        std::fprintf(stderr, "\r[%llu/%llu] %.1f tok/s   ", static_cast<unsigned long long>(done),
-                     static_cast<unsigned long long>(total), tps);
-      else
-        std::fprintf(stderr, "\r[%llu done] %.1f tok/s   ", static_cast<unsigned long long>(done), tps);
-      std::fflush(stderr);
-    };
-  }
+  if (::isatty(STDERR_FILENO)) load.progress = print_progress;
 
   std::vector<bench::Summary> points;
-  const size_t n_points = sweep.empty() ? 1 : sweep.size();
-  for (size_t i = 0; i < n_points; ++i) {
-    bench::LoadOptions point = load;
-    if (sweep_conc) point.concurrency = static_cast<uint32_t>(sweep[i]);
-    if (sweep_rate) point.rate = sweep[i];
-    auto summary = bench::run(**target, *workload, point);
-    if (load.progress) std::fputs("\n", stderr);
-    if (!summary) return fail(summary.status());
-    if (i) std::fputs("\n", stdout);
-    const std::string table = bench::summary_table(*summary);
-    std::fwrite(table.data(), 1, table.size(), stdout);
-    std::fflush(stdout);
-    points.push_back(std::move(summary.value()));
-  }
-
+  if (Status st = run_points(**target, *workload, load, sweep, sweep_conc, points); !st) return fail(st);
   if (auto out = args->str("out")) {
     const std::string json =
-        (sweep.empty() ? bench::summary_json(points[0], true) : bench::sweep_json(sweep_conc ? "concurrency" : "rate", points)) + '\n';
-    std::ofstream f(*out, std::ios::binary);
-    f << json;
-    f.close();
-    if (!f) return fail(Status::error(Code::kInternal, "cannot write --out " + *out));
+        sweep.empty() ? bench::summary_json(points[0], true) : bench::sweep_json(sweep_conc ? "concurrency" : "rate", points);
+    if (Status st = write_file(*out, json + '\n'); !st) return fail(st);
   }
   if (auto png = args->str("plot")) {
     const Status st = bench::plot(*png, points, !sweep.empty());

@@ -48,7 +48,6 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   bool reused_;
   bool retried_ = false;
   bool finished_ = false;
-  bool saw_done_ = false;
   http::request<http::string_body> req_;
   beast::flat_buffer buffer_;
   std::optional<http::response_parser<http::buffer_body>> parser_;
@@ -140,13 +139,7 @@ HttpSession::HttpSession(OpenAITarget& target, std::shared_ptr<RequestTracker> t
   req_.prepare_payload();
 }
 
-void HttpSession::run() {
-  if (reused_) {
-    write();
-  } else {
-    connect();
-  }
-}
+void HttpSession::run() { reused_ ? write() : connect(); }
 
 void HttpSession::connect() {
   auto self = shared_from_this();
@@ -256,10 +249,7 @@ void HttpSession::consume(const char* data, size_t n) {
 }
 
 void HttpSession::handle_data(const std::string& payload) {
-  if (payload == "[DONE]") {
-    saw_done_ = true;
-    return;
-  }
+  if (payload == "[DONE]") return;  // the end of the stream comes with the end of the body
   if (payload.compare(0, 9, "{\"error\":") == 0) {
     std::string msg;
     auto field = json_field(payload, "message");
