@@ -36,56 +36,49 @@ Result<std::vector<double>> real_list(const std::string& flag, const std::string
   return out;
 }
 
-bool on_path(const char* tool) {
-  const char* path = std::getenv("PATH");
-  if (!path) return false;
-  std::stringstream ss(path);
-  std::string dir;
-  while (std::getline(ss, dir, ':'))
-    if (!dir.empty() && ::access((dir + "/" + tool).c_str(), X_OK) == 0) return true;
-  return false;
+void print_progress(uint64_t done, uint64_t total, double tokens_per_s) {
+  if (total > 0)
+    std::fprintf(stderr, "\r[%llu/%llu] %.1f tok/s   ", static_cast<unsigned long long>(done),
+                 static_cast<unsigned long long>(total), tokens_per_s);
+  else
+    std::fprintf(stderr, "\r[%llu done] %.1f tok/s   ", static_cast<unsigned long long>(done), tokens_per_s);
+  std::fflush(stderr);
 }
 
-// Writes the plot's data files next to the PNG and runs gnuplot on them.
-Status plot(const std::string& png, const std::vector<bench::Summary>& points, bool sweep) {
-  if (!on_path("gnuplot"))
-    return Status::error(Code::kUnavailable, "--plot needs gnuplot on PATH (Debian: apt-get install gnuplot-nox)");
-  const std::string base = png + ".data";
-  std::ofstream ttft(base + ".ttft"), itl(base + ".itl"), tput(base + ".tput"), curve(base + ".curve");
-  const bench::Summary& s = points.back();
-  double end_s = 0;
-  for (const auto& r : s.records) {
-    if (r.outcome != bench::Outcome::kCompleted) continue;
-    ttft << r.ttft_ms << "\n";
-    for (double v : r.itl_ms) itl << v << "\n";
-    for (double t : r.token_s) end_s = std::max(end_s, t);
+Status write_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  f << text;
+  f.close();
+  if (!f) return Status::error(Code::kInternal, "cannot write --out " + path);
+  return Status::ok();
+}
+
+Result<std::unique_ptr<bench::Target>> make_target(const Args& args) {
+  if (!args.has("openai-url")) return bench::make_tandem_target(*args.str("endpoint"));
+  bench::OpenAIOptions o;
+  o.url = *args.str("openai-url");
+  o.model = args.str("model").value_or("");
+  o.token_prompts = args.has("token-prompts");
+  return bench::make_openai_target(o);
+}
+
+// One run per sweep point (or the one run), each summary printed as a table when it ends.
+Status run_points(bench::Target& target, const bench::Workload& workload, const bench::LoadOptions& load,
+                  const std::vector<double>& sweep, bool sweep_conc, std::vector<bench::Summary>& points) {
+  const size_t n_points = sweep.empty() ? 1 : sweep.size();
+  for (size_t i = 0; i < n_points; ++i) {
+    bench::LoadOptions point = load;
+    if (!sweep.empty() && sweep_conc) point.concurrency = static_cast<uint32_t>(sweep[i]);
+    if (!sweep.empty() && !sweep_conc) point.rate = sweep[i];
+    auto summary = bench::run(target, workload, point);
+    if (load.progress) std::fputs("\n", stderr);
+    if (!summary) return summary.status();
+    if (i) std::fputs("\n", stdout);
+    const std::string table = bench::summary_table(*summary);
+    std::fwrite(table.data(), 1, table.size(), stdout);
+    std::fflush(stdout);
+    points.push_back(std::move(summary.value()));
   }
-  std::vector<uint64_t> per_second(static_cast<size_t>(end_s) + 1, 0);
-  for (const auto& r : s.records)
-    for (double t : r.token_s) ++per_second[static_cast<size_t>(t)];
-  for (size_t i = 0; i < per_second.size(); ++i) tput << i << " " << per_second[i] << "\n";
-  for (const auto& p : points)
-    curve << p.output_tokens_per_s << " " << p.itl_ms.p50 << " " << p.itl_ms.p99 << " " << p.ttft_ms.p50 << " "
-          << p.ttft_ms.p99 << "\n";
-  ttft.close(), itl.close(), tput.close(), curve.close();
-  std::ofstream gp(base + ".gp");
-  gp << "set terminal pngcairo size 1200,900\nset output '" << png << "'\nset multiplot layout 2,2\n"
-     << "set style fill solid 0.5\nbw_t=1\n"
-     << "set title 'TTFT (ms), completed requests'\nstats '" << base << ".ttft' nooutput\n"
-     << "bin(x,w)=w*floor(x/w)\nw1=(STATS_max-STATS_min)/40.0+1e-9\n"
-     << "plot '" << base << ".ttft' using (bin($1,w1)):(1.0) smooth freq with boxes notitle\n"
-     << "set title 'ITL (ms)'\nstats '" << base << ".itl' nooutput\nw2=(STATS_max-STATS_min)/40.0+1e-9\n"
-     << "plot '" << base << ".itl' using (bin($1,w2)):(1.0) smooth freq with boxes notitle\n"
-     << "set title 'output tokens/s over time (last run)'\nset xlabel 's'\n"
-     << "plot '" << base << ".tput' using 1:2 with lines notitle\n";
-  if (sweep)
-    gp << "set title 'latency vs throughput (sweep)'\nset xlabel 'output tok/s'\nset ylabel 'ms'\n"
-       << "plot '" << base << ".curve' using 1:2 w lp t 'ITL p50', '' using 1:3 w lp t 'ITL p99', "
-       << "'' using 1:4 w lp t 'TTFT p50', '' using 1:5 w lp t 'TTFT p99'\n";
-  gp << "unset multiplot\n";
-  gp.close();
-  const std::string cmd = "gnuplot '" + base + ".gp' 2>&1";
-  if (std::system(cmd.c_str()) != 0) return Status::error(Code::kInternal, "gnuplot failed on " + base + ".gp");
   return Status::ok();
 }
 
@@ -152,7 +145,6 @@ int bench_command(int argc, char** argv) {
   if (load.rate <= 0 && load.concurrency == 0 && sweep.empty())
     return fail("bench", Status::invalid("give --rate R and/or --concurrency C"));
 
-  const bool openai = args->has("openai-url");
   bench::WorkloadOptions wl;
   wl.input_len = *input_len;
   wl.output_len = *output_len;
@@ -162,67 +154,25 @@ int bench_command(int argc, char** argv) {
   wl.cancel_fraction = *cancel_fraction;
   wl.cancel_after = static_cast<uint32_t>(*cancel_after);
   wl.ignore_eos = args->has("ignore-eos");
-  wl.text_prompts = openai && !args->has("token-prompts");
+  wl.text_prompts = args->has("openai-url") && !args->has("token-prompts");
   wl.seed = load.seed;
   auto workload = bench::Workload::create(wl);
   if (!workload) return fail("bench", workload.status());
 
-  Result<std::unique_ptr<bench::Target>> target = Status::invalid("no target");
-  if (openai) {
-    bench::OpenAIOptions o;
-    o.url = *args->str("openai-url");
-    o.model = args->str("model").value_or("");
-    o.token_prompts = args->has("token-prompts");
-    target = bench::make_openai_target(o);
-  } else {
-    target = bench::make_tandem_target(*args->str("endpoint"));
-  }
+  auto target = make_target(*args);
   if (!target) return fail("bench", target.status());
 
-  if (::isatty(STDERR_FILENO)) {
-    load.progress = [](uint64_t done, uint64_t total, double tps) {
-      if (total > 0)
-        std::fprintf(stderr, "\r[%llu/%llu] %.1f tok/s   ", static_cast<unsigned long long>(done),
-                     static_cast<unsigned long long>(total), tps);
-      else
-        std::fprintf(stderr, "\r[%llu done] %.1f tok/s   ", static_cast<unsigned long long>(done), tps);
-      std::fflush(stderr);
-    };
-  }
+  if (::isatty(STDERR_FILENO)) load.progress = print_progress;
 
   std::vector<bench::Summary> points;
-  const size_t n_points = sweep.empty() ? 1 : sweep.size();
-  for (size_t i = 0; i < n_points; ++i) {
-    bench::LoadOptions point = load;
-    if (sweep_conc) point.concurrency = static_cast<uint32_t>(sweep[i]);
-    if (sweep_rate) point.rate = sweep[i];
-    auto summary = bench::run(**target, *workload, point);
-    if (load.progress) std::fputs("\n", stderr);
-    if (!summary) return fail("bench", summary.status());
-    if (i) std::fputs("\n", stdout);
-    const std::string table = bench::summary_table(*summary);
-    std::fwrite(table.data(), 1, table.size(), stdout);
-    std::fflush(stdout);
-    points.push_back(std::move(summary.value()));
-  }
-
+  if (Status st = run_points(**target, *workload, load, sweep, sweep_conc, points); !st) return fail("bench", st);
   if (auto out = args->str("out")) {
-    std::string json;
-    if (sweep.empty()) {
-      json = bench::summary_json(points[0], true);
-    } else {
-      json = std::string("{\"sweep\":\"") + (sweep_conc ? "concurrency" : "rate") + "\",\"points\":[";
-      for (size_t i = 0; i < points.size(); ++i) json += (i ? "," : "") + bench::summary_json(points[i], true);
-      json += "]}";
-    }
-    json += '\n';
-    std::ofstream f(*out, std::ios::binary);
-    f << json;
-    f.close();
-    if (!f) return fail("bench", Status::error(Code::kInternal, "cannot write --out " + *out));
+    const std::string json =
+        sweep.empty() ? bench::summary_json(points[0], true) : bench::sweep_json(sweep_conc ? "concurrency" : "rate", points);
+    if (Status st = write_file(*out, json + '\n'); !st) return fail("bench", st);
   }
   if (auto png = args->str("plot")) {
-    const Status st = plot(*png, points, !sweep.empty());
+    const Status st = bench::plot(*png, points, !sweep.empty());
     if (!st.is_ok()) std::fprintf(stderr, "tandem bench: no plot: %s\n", st.to_string().c_str());
   }
   return 0;

@@ -2,8 +2,9 @@
 # header of `folder` that includes "other/..." fails the configure step unless `other` is the
 # folder itself or one listed. Folders map to the libraries that own them, so this is the
 # include side of each target's link line (docs/ARCHITECTURE.md, "Libraries").
-# Generated proto headers ("tandem/v1/...") count as folder `proto`; the client library's public
-# headers ("tandem/...") as folder `client`; runtime/{status,utf8,json}.h (target tandem_base) as `base`.
+# Generated proto headers ("tandem/v1/...") count as folder `proto`; "tandem/bench.h" as `harness`;
+# the client library's other public headers ("tandem/...") as folder `client`; tandem/status.h and
+# runtime/{status,utf8,json}.h (target tandem_base) as `base`.
 function(tandem_layering folder)
   set(allowed ${folder} ${ARGN})
   file(GLOB_RECURSE files RELATIVE ${PROJECT_SOURCE_DIR}
@@ -13,10 +14,12 @@ function(tandem_layering folder)
     foreach(line ${lines})
       string(REGEX MATCH "^#include \"([^\"]+)\"" _ "${line}")
       set(path ${CMAKE_MATCH_1})
-      if(path MATCHES "^runtime/(status|utf8|json)\\.h$")
+      if(path MATCHES "^(runtime/(status|utf8|json)|tandem/status)\\.h$")
         set(dep base)
       elseif(path MATCHES "^tandem/v1/")
         set(dep proto)
+      elseif(path STREQUAL "tandem/bench.h")
+        set(dep harness)
       elseif(path MATCHES "^tandem/")
         set(dep client)
       elseif(path MATCHES "^([a-z_]+)/")

@@ -1,10 +1,15 @@
 // The public header stands alone: a service that includes only <tandem/client.h> sees no
-// ZeroMQ or protobuf type (nor needs their include paths). Compiling this file is the check.
+// ZeroMQ or protobuf type (nor needs their include paths), and nothing of tandem outside
+// client/include: this file is compiled with that folder alone on the include path
+// (tests/CMakeLists.txt). Compiling it is the check.
 #include <tandem/client.h>
 
 #if defined(ZMQ_VERSION_MAJOR) || defined(CPPZMQ_VERSION_MAJOR) || defined(GOOGLE_PROTOBUF_VERSION) || \
     defined(PROTOBUF_VERSION)
 #error "tandem/client.h must not include ZeroMQ or protobuf headers"
+#endif
+#if __has_include("runtime/status.h") || __has_include("tandem/v1/client.pb.h")
+#error "client_header_test must see client/include alone"
 #endif
 
 #include <gtest/gtest.h>
@@ -21,6 +26,8 @@ TEST(ClientHeader, UsableWithoutTheWire) {
   auto client = tandem::Client::connect(opt);
   EXPECT_FALSE(client.is_ok());
   EXPECT_EQ(client.status().code(), tandem::Code::kInvalidArgument);
+  EXPECT_STREQ(tandem::code_name(client.status().code()), "INVALID_ARGUMENT");
+  EXPECT_EQ(client.status().to_string().rfind("INVALID_ARGUMENT: ", 0), 0u);
   tandem::Event e;
   e.final = true;
   e.fin.reason = tandem::FinishReason::kCancelled;

@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/status.h"
+#include "tandem/status.h"
 
 namespace tandem {
 

@@ -1,4 +1,4 @@
-// tandem bench, the library: a load generator that drives a Target (tandem through the
+// tandem bench, the library (tandem_harness, harness/): a load generator that drives a Target (tandem through the
 // client library, or any OpenAI-compatible /v1/completions server over HTTP/1.1 + SSE)
 // with a synthetic or recorded workload and measures every request's stream.
 //
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/status.h"
+#include "tandem/status.h"
 
 namespace tandem::bench {
 
@@ -199,5 +199,11 @@ Result<Summary> run(Target& target, const Workload& workload, const LoadOptions&
 std::string summary_json(const Summary& summary, bool with_records);
 // A readable table.
 std::string summary_table(const Summary& summary);
+// {"sweep":kind,"points":[summary_json(point, true),...]}; kind: "concurrency" or "rate".
+std::string sweep_json(const std::string& kind, const std::vector<Summary>& points);
+// Writes `png`: TTFT and ITL histograms and output tokens/s over time of the last point and, for
+// a sweep, latency against throughput over the points; its data files go next to it (png.data.*).
+// Runs gnuplot; UNAVAILABLE when it is not on PATH, INTERNAL when it fails.
+Status plot(const std::string& png, const std::vector<Summary>& points, bool sweep);
 
 }  // namespace tandem::bench

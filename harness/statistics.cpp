@@ -1,0 +1,127 @@
+// Statistics, computed after the run from the trackers' timestamps: per-request records,
+// distributions (percentiles as numpy computes them by default), totals and rates.
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "tandem/bench.h"
+
+namespace tandem::bench {
+
+namespace {
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+double percentile(const std::vector<double>& sorted, double q) {
+  if (sorted.empty()) return 0;
+  const double pos = q * static_cast<double>(sorted.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(lo + 1, sorted.size() - 1);
+  return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - static_cast<double>(lo));
+}
+
+// One request's record; a tracker not finished (no final event within the drain timeout) is
+// failed, and only its request is read: the target may still write to the rest.
+RequestRecord record_of(const RequestTracker& t, Clock::time_point t0) {
+  RequestRecord r;
+  r.index = t.request().index;
+  r.start_s = std::chrono::duration<double>(t.sent() - t0).count();
+  if (!t.finished()) {
+    r.input_tokens = t.request().input_tokens;
+    r.finish_reason = "error";
+    r.error = "no final event within the drain timeout";
+    r.outcome = Outcome::kFailed;
+    return r;
+  }
+  const auto& times = t.token_times();
+  r.input_tokens = t.input_tokens();
+  r.cached_tokens = t.cached_tokens();
+  r.output_tokens = static_cast<uint32_t>(times.size());
+  r.finish_reason = t.finish_reason();
+  r.error = t.error();
+  r.outcome = t.outcome();
+  r.e2e_ms = ms_between(t.sent(), t.finished_at());
+  if (!times.empty()) r.ttft_ms = ms_between(t.sent(), times.front());
+  r.itl_ms.reserve(times.size());
+  r.token_s.reserve(times.size());
+  for (size_t i = 0; i < times.size(); ++i) {
+    if (i > 0) r.itl_ms.push_back(ms_between(times[i - 1], times[i]));
+    r.token_s.push_back(std::chrono::duration<double>(times[i] - t0).count());
+  }
+  if (times.size() > 1) r.tpot_ms = ms_between(times.front(), times.back()) / static_cast<double>(times.size() - 1);
+  return r;
+}
+
+}  // namespace
+
+Distribution distribution(std::vector<double> values) {
+  Distribution d;
+  if (values.empty()) return d;
+  std::sort(values.begin(), values.end());
+  d.count = values.size();
+  double sum = 0;
+  for (double v : values) sum += v;
+  d.mean = sum / static_cast<double>(values.size());
+  d.p50 = percentile(values, 0.50);
+  d.p90 = percentile(values, 0.90);
+  d.p99 = percentile(values, 0.99);
+  d.max = values.back();
+  return d;
+}
+
+Summary summarize(const std::vector<std::shared_ptr<RequestTracker>>& trackers, Clock::time_point t0,
+                  const LoadOptions& load) {
+  Summary s;
+  s.rate = load.rate;
+  s.burstiness = load.burstiness;
+  s.concurrency = load.concurrency;
+  const bool slo = load.slo_ttft_ms > 0 || load.slo_tpot_ms > 0;
+  std::vector<double> ttft, itl, tpot, e2e;
+  std::map<std::string, uint64_t> errors;
+  Clock::time_point last = t0;
+  uint64_t good = 0;
+  for (const auto& t : trackers) {
+    RequestRecord r = record_of(*t, t0);
+    if (t->finished()) last = std::max(last, t->finished_at());
+    // A failed request's prompt may never have been processed; its streamed tokens were.
+    if (r.outcome != Outcome::kFailed) s.input_tokens += r.input_tokens, s.cached_input_tokens += r.cached_tokens;
+    s.output_tokens += r.output_tokens;
+    switch (r.outcome) {
+      case Outcome::kCompleted: {
+        ++s.completed;
+        if (r.output_tokens > 0) ttft.push_back(r.ttft_ms);
+        itl.insert(itl.end(), r.itl_ms.begin(), r.itl_ms.end());
+        if (r.output_tokens > 1) tpot.push_back(r.tpot_ms);
+        e2e.push_back(r.e2e_ms);
+        const bool ttft_ok = load.slo_ttft_ms <= 0 || (r.output_tokens > 0 && r.ttft_ms <= load.slo_ttft_ms);
+        const bool tpot_ok = load.slo_tpot_ms <= 0 || r.tpot_ms <= load.slo_tpot_ms;
+        if (ttft_ok && tpot_ok) ++good;
+        break;
+      }
+      case Outcome::kCancelled: ++s.cancelled; break;
+      case Outcome::kFailed:
+        ++s.failed;
+        ++errors[r.error.empty() ? "unknown" : r.error];
+        break;
+    }
+    s.records.push_back(std::move(r));
+  }
+  s.duration_s = std::chrono::duration<double>(last - t0).count();
+  if (s.duration_s > 0) {
+    s.requests_per_s = static_cast<double>(s.completed) / s.duration_s;
+    s.input_tokens_per_s = static_cast<double>(s.input_tokens) / s.duration_s;
+    s.output_tokens_per_s = static_cast<double>(s.output_tokens) / s.duration_s;
+  }
+  if (slo) s.goodput_requests_per_s = s.duration_s > 0 ? static_cast<double>(good) / s.duration_s : 0.0;
+  for (auto& [reason, n] : errors) s.errors.emplace_back(reason, n);
+  std::stable_sort(s.errors.begin(), s.errors.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  s.ttft_ms = distribution(std::move(ttft));
+  s.itl_ms = distribution(std::move(itl));
+  s.tpot_ms = distribution(std::move(tpot));
+  s.e2e_ms = distribution(std::move(e2e));
+  return s;
+}
+
+}  // namespace tandem::bench
