@@ -121,8 +121,10 @@ TEST(Disagg, CancelMidTransferFreesBothSides) {
 TEST(Disagg, ADecodeWorkerKilledUnderThirtyTwoStreamsFailsOver) {
   // Heartbeats every kQuickHeartbeatMs, dead after 3 missed.
   // No restarts: this is about failover to the survivor (tandem up would restart the victim).
+  // The workers sleep 10 ms before each step: 300 tokens take over 3 s, so the victim still
+  // runs streams when it is killed, however fast the machine.
   Deployment d({"--prefill", "1", "--decode", "2", "--threads", "1", "--heartbeat-ms", test::kQuickHeartbeat, "--kv-memory", "67108864",
-                "--oversubscribe", "--max-restarts", "0"});
+                "--oversubscribe", "--max-restarts", "0", "--test-step-delay-ms", "10"});
   ASSERT_TRUE(d.ok());
   auto client = d.client();
   const StatusInfo before = client->status(5s).value();
@@ -166,9 +168,11 @@ TEST(Disagg, ADecodeWorkerKilledUnderThirtyTwoStreamsFailsOver) {
   }
 }
 
+// The workers sleep 20 ms before each step: 400 tokens take over 8 s, so every stream is still
+// running when the decode worker dies, however fast the machine.
 TEST(Disagg, TheLastDecodeWorkerKilledEndsStreamsWithErrorsNotHangs) {
   Deployment d({"--prefill", "1", "--decode", "1", "--threads", "1", "--heartbeat-ms", test::kQuickHeartbeat, "--kv-memory", "67108864",
-                "--max-restarts", "0"});
+                "--max-restarts", "0", "--test-step-delay-ms", "20"});
   ASSERT_TRUE(d.ok());
   auto client = d.client();
   std::vector<std::shared_ptr<Stream>> streams;

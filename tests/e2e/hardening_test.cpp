@@ -385,9 +385,10 @@ TEST(Hardening, AClientSilentForSixtySecondsLeavesTheSchedulerBoundedAndOthersSt
   // Bounded: what a silent client can make the scheduler hold is its queue of small messages.
   std::printf("scheduler RSS: %lu KiB before the silence, max %lu, %lu after 30 s, %lu after 60 s\n", rss_before,
               rss_max, rss_at_30, rss_end);
-#ifdef TANDEM_TEST_ASAN
+#if defined(TANDEM_TEST_ASAN) || defined(TANDEM_TEST_TSAN)
   // ASan's allocator holds freed memory in quarantine (256 MiB by default) and its shadow
-  // grows with it: here RSS can only bound gross growth. LeakSanitizer checks leaks.
+  // grows with it; TSan's allocator and shadow grow too (9.5 MiB over 30 s beside a CPU hog):
+  // here RSS can only bound gross growth. LeakSanitizer checks leaks.
   EXPECT_LT(rss_max - rss_before, 320u * 1024) << "KiB";
 #else
   EXPECT_LT(rss_max - rss_before, 64u * 1024) << "KiB";

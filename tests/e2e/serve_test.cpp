@@ -217,9 +217,11 @@ TEST(Serve, ALongPromptNeverStallsRunningStreams) {
   EXPECT_EQ(st.decode_stalls, 0u);
 }
 
+// The workers sleep 10 ms before each step: 300 tokens take over 3 s, so the victim still runs
+// streams when it is killed, however fast the machine.
 TEST(Serve, StreamsOfAKilledWorkerContinueExactlyOnTheOther) {
   Deployment d({"--workers", "2", "--threads", "1", "--heartbeat-ms", test::kQuickHeartbeat, "--kv-memory", "67108864",
-                "--max-restarts", "0"});  // no restart: the survivor alone serves
+                "--max-restarts", "0", "--test-step-delay-ms", "10"});  // no restart: the survivor alone serves
   ASSERT_TRUE(d.ok());
   auto client = d.client();
   auto [streams, want] =
