@@ -25,12 +25,26 @@ class Deployment {
   Deployment(const std::string& tandem, const std::string& model, uint32_t threads, std::vector<std::string> workers,
              std::vector<std::string> extra = {}) {
     static int n = 0;
-    dir_ = std::filesystem::temp_directory_path() / ("tandem-bench-" + std::to_string(getpid()) + "-" + std::to_string(n++));
+    dir_ = std::filesystem::temp_directory_path() /
+           ("tandem-bench-" + std::to_string(getpid()) + "-" + std::to_string(n++));
     std::filesystem::create_directories(dir_);
     const std::string out = dir_ + "/up.out";
-    std::vector<std::string> argv = {tandem, "up", "--model", model, "--threads", std::to_string(threads), "--kv-memory",
-                                     std::to_string(2ull << 30), "--runtime-dir", dir_ + "/run", "--log-level", "warn",
-                                     "--max-batch-tokens", "512", "--prefill-chunk", "256"};
+    std::vector<std::string> argv = {tandem,
+                                     "up",
+                                     "--model",
+                                     model,
+                                     "--threads",
+                                     std::to_string(threads),
+                                     "--kv-memory",
+                                     std::to_string(2ull << 30),
+                                     "--runtime-dir",
+                                     dir_ + "/run",
+                                     "--log-level",
+                                     "warn",
+                                     "--max-batch-tokens",
+                                     "512",
+                                     "--prefill-chunk",
+                                     "256"};
     argv.insert(argv.end(), workers.begin(), workers.end());
     argv.insert(argv.end(), extra.begin(), extra.end());
     pid_ = cli::spawn({argv, {}, out, /*supervised=*/false});

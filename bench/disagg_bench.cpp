@@ -70,7 +70,8 @@ void transfer_throughput(const model::ModelConfig& config, uint32_t positions, i
   for (uint32_t b = 0; b < blocks; ++b)  // touch every byte once so page faults are not measured
     for (uint32_t l = 0; l < src->n_layers(); ++l)
       for (uint32_t h = 0; h < src->n_kv_heads(); ++h)
-        for (uint32_t kv = 0; kv < 2; ++kv) std::memset(src->block_data(l, h, kv, b), 1 + (b % 7), src->region_block_bytes(l));
+        for (uint32_t kv = 0; kv < 2; ++kv)
+          std::memset(src->block_data(l, h, kv, b), 1 + (b % 7), src->region_block_bytes(l));
   std::vector<int32_t> table(blocks);
   std::iota(table.begin(), table.end(), 0);
   std::vector<int32_t> dest(table.rbegin(), table.rend());  // scattered on purpose: one copy per block
@@ -117,8 +118,8 @@ void transfer_throughput(const model::ModelConfig& config, uint32_t positions, i
   std::filesystem::remove_all(dir);
   const double z = percentile(zmq_gbs, 0.5), t = percentile(tandem_gbs, 0.5);
   std::printf("KV transfer of %u positions (%.1f MB, %u blocks, %zu frames per message), median of %d:\n", positions,
-              double(src->block_bytes()) * blocks / 1e6, blocks,
-              1 + size_t{config.n_layers} * config.n_kv_heads * 2, reps);
+              double(src->block_bytes()) * blocks / 1e6, blocks, 1 + size_t{config.n_layers} * config.n_kv_heads * 2,
+              reps);
   std::printf("  ZeroMQ ipc:// alone:          %.2f GB/s\n", z);
   std::printf("  tandem handoff (pack+unpack): %.2f GB/s\n", t);
   std::printf("ratio: handoff / ZeroMQ ipc = %.2f\n", t / z);
@@ -224,8 +225,12 @@ int main(int argc, char** argv) {
   model = args->str("model").value_or(model);
   tandem = args->str("tandem").value_or(tandem);
   uint32_t positions = 1024, reps = 5, steady = 8, n_long = 4, long_len = 1024, gap_ms = 3000;
-  for (auto [flag, out] : {std::pair{"positions", &positions}, {"reps", &reps}, {"steady", &steady}, {"long", &n_long},
-                           {"long-len", &long_len}, {"gap-ms", &gap_ms}}) {
+  for (auto [flag, out] : {std::pair{"positions", &positions},
+                           {"reps", &reps},
+                           {"steady", &steady},
+                           {"long", &n_long},
+                           {"long-len", &long_len},
+                           {"gap-ms", &gap_ms}}) {
     auto v = args->integer(flag, *out);
     if (!v) return cli::fail("disagg-bench", v.status());
     *out = static_cast<uint32_t>(*v);
@@ -247,17 +252,21 @@ int main(int argc, char** argv) {
   transfer_throughput(config, positions, static_cast<int>(reps));
   if (skip_mixed) return 0;
 
-  std::printf("\nmixed workload: %u steady streams decoding; %u prompts of %u tokens arriving %u ms apart; 1 thread per worker\n",
-              steady, n_long, long_len, gap_ms);
-  std::printf("%-26s %12s %12s %12s %12s %8s\n", "deployment", "ITL p50 ms", "ITL p99 ms", "TTFT p50 ms", "TTFT p99 ms", "ITLs");
+  std::printf(
+      "\nmixed workload: %u steady streams decoding; %u prompts of %u tokens arriving %u ms apart; 1 thread per "
+      "worker\n",
+      steady, n_long, long_len, gap_ms);
+  std::printf("%-26s %12s %12s %12s %12s %8s\n", "deployment", "ITL p50 ms", "ITL p99 ms", "TTFT p50 ms", "TTFT p99 ms",
+              "ITLs");
   double p99[2] = {0, 0};
   int row = 0;
-  for (auto [name, flags] : {std::pair{"--workers 2", std::vector<std::string>{"--workers", "2"}},
-                             std::pair{"--prefill 1 --decode 1", std::vector<std::string>{"--prefill", "1", "--decode", "1"}}}) {
+  for (auto [name, flags] :
+       {std::pair{"--workers 2", std::vector<std::string>{"--workers", "2"}},
+        std::pair{"--prefill 1 --decode 1", std::vector<std::string>{"--prefill", "1", "--decode", "1"}}}) {
     Mixed m = mixed(tandem, model, flags, steady, n_long, long_len, gap_ms, config.vocab_size);
     p99[row++] = percentile(m.itl_ms, 0.99);
-    std::printf("%-26s %12.1f %12.1f %12.0f %12.0f %8zu%s\n", name, percentile(m.itl_ms, 0.5), percentile(m.itl_ms, 0.99),
-                percentile(m.ttft_ms, 0.5), percentile(m.ttft_ms, 0.99), m.itl_ms.size(),
+    std::printf("%-26s %12.1f %12.1f %12.0f %12.0f %8zu%s\n", name, percentile(m.itl_ms, 0.5),
+                percentile(m.itl_ms, 0.99), percentile(m.ttft_ms, 0.5), percentile(m.ttft_ms, 0.99), m.itl_ms.size(),
                 m.ok ? "" : "  (a request failed or the deployment did not start!)");
   }
   std::printf("ratio: steady-stream ITL p99, split / both = %.2f\n", p99[0] > 0 ? p99[1] / p99[0] : 0.0);

@@ -109,7 +109,8 @@ void BM_Prefill(benchmark::State& state) {
     sgemm_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   }
   state.counters["tokens/s"] = benchmark::Counter(chunk, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["GFLOP/s"] = benchmark::Counter(e.gemm_flops(chunk, 1) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(e.gemm_flops(chunk, 1) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["sgemm_GFLOP/s"] = 2.0 * m * n * k * sgemm_calls / sgemm_s / 1e9;
 }
 
@@ -166,7 +167,8 @@ void BM_GemmsOnly(benchmark::State& state) {
   const uint32_t logit_rows = static_cast<uint32_t>(state.range(2));
   Engine& e = engine_for(threads, state.range(3) ? GemmBackend::kOpenBlas : GemmBackend::kPacked);
   for (auto _ : state) e.run_gemms_only(rows, logit_rows);
-  state.counters["GFLOP/s"] = benchmark::Counter(e.gemm_flops(rows, logit_rows) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(e.gemm_flops(rows, logit_rows) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 // --- KV cache formats (--kv) ------------------------------------------------------------
@@ -233,10 +235,11 @@ int run_kv_section(uint32_t threads, uint32_t rounds) {
       const double tps = batches[bi] * n_steps / step_s[bi][fi];
       const double base = batches[bi] * n_steps / step_s[bi][0];
       const double rest_ms = (step_s[bi][fi] - gemm_s[bi][fi]) / n_steps * 1e3;
-      std::printf("  batch %2u %-13s %8.1f tokens/s  %.2fx of f32   step / its GEMMs alone = %.2f   step - GEMMs = %.1f ms"
-                  " (KV read %.0f MB)\n", batches[bi], formats[fi].to_string().c_str(), tps, tps / base,
-                  step_s[bi][fi] / gemm_s[bi][fi], rest_ms,
-                  double(batches[bi]) * ctx * KvPool::bytes_per_block(c, 16, formats[fi]) / 16 / 1e6);
+      std::printf(
+          "  batch %2u %-13s %8.1f tokens/s  %.2fx of f32   step / its GEMMs alone = %.2f   step - GEMMs = %.1f ms"
+          " (KV read %.0f MB)\n",
+          batches[bi], formats[fi].to_string().c_str(), tps, tps / base, step_s[bi][fi] / gemm_s[bi][fi], rest_ms,
+          double(batches[bi]) * ctx * KvPool::bytes_per_block(c, 16, formats[fi]) / 16 / 1e6);
     }
   return 0;
 }
@@ -258,7 +261,8 @@ class Collector : public benchmark::ConsoleReporter {
   }
   double seconds(const std::string& name) const {
     auto it = find(name);
-    return it == runs.end() || it->second.iterations == 0 ? 0 : it->second.real_accumulated_time / it->second.iterations;
+    return it == runs.end() || it->second.iterations == 0 ? 0
+                                                          : it->second.real_accumulated_time / it->second.iterations;
   }
   double counter(const std::string& name, const std::string& c) const {
     auto it = find(name);
@@ -293,28 +297,52 @@ int main(int argc, char** argv) {
   };
   if (g_model.empty()) g_model = "models/small-1.gguf";
   g_model_f16 = "models/small-1-f16.gguf";
-  if (kv_only) return ensure(g_model, TensorType::kF32) ? run_kv_section(static_cast<uint32_t>(*kv_threads), static_cast<uint32_t>(*kv_rounds)) : 1;
+  if (kv_only)
+    return ensure(g_model, TensorType::kF32)
+               ? run_kv_section(static_cast<uint32_t>(*kv_threads), static_cast<uint32_t>(*kv_rounds))
+               : 1;
   if (!ensure(g_model, TensorType::kF32) || !ensure(g_model_f16, TensorType::kF16)) return 1;
   int rc = static_cast<int>(rest.size());
   rest.push_back(nullptr);
 
   const std::vector<int64_t> thread_counts = {1, 2};
-  benchmark::RegisterBenchmark("load_small", BM_Load)->Arg(0)->Arg(1)->ArgName("f16")->UseRealTime()
-      ->Unit(benchmark::kMillisecond)->Iterations(3);
+  benchmark::RegisterBenchmark("load_small", BM_Load)
+      ->Arg(0)
+      ->Arg(1)
+      ->ArgName("f16")
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond)
+      ->Iterations(3);
   for (int64_t t : thread_counts) {
-    benchmark::RegisterBenchmark("read_bandwidth", BM_ReadBandwidth)->Arg(t)->ArgName("threads")->UseRealTime()->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark("read_bandwidth", BM_ReadBandwidth)
+        ->Arg(t)
+        ->ArgName("threads")
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
   }
   for (int64_t gemm : {0, 1}) {
     for (int64_t t : thread_counts) {
       if (gemm == 1 && t == 1) continue;  // the OpenBLAS backend is shown at 2 threads only
       for (int64_t chunk : {128, 512})
-        benchmark::RegisterBenchmark("prefill", BM_Prefill)->Args({t, chunk, gemm})->ArgNames({"threads", "chunk", "openblas"})
-            ->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
-      benchmark::RegisterBenchmark("gemms_only", BM_GemmsOnly)->Args({t, 512, 1, gemm})->ArgNames({"threads", "rows", "logit_rows", "openblas"})
-          ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+        benchmark::RegisterBenchmark("prefill", BM_Prefill)
+            ->Args({t, chunk, gemm})
+            ->ArgNames({"threads", "chunk", "openblas"})
+            ->UseManualTime()
+            ->Unit(benchmark::kMillisecond)
+            ->MinTime(2.0);
+      benchmark::RegisterBenchmark("gemms_only", BM_GemmsOnly)
+          ->Args({t, 512, 1, gemm})
+          ->ArgNames({"threads", "rows", "logit_rows", "openblas"})
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond)
+          ->MinTime(1.0);
       for (int64_t batch : {1, 4, 16, 64})
-        benchmark::RegisterBenchmark("decode", BM_Decode)->Args({t, batch, gemm})->ArgNames({"threads", "batch", "openblas"})
-            ->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
+        benchmark::RegisterBenchmark("decode", BM_Decode)
+            ->Args({t, batch, gemm})
+            ->ArgNames({"threads", "batch", "openblas"})
+            ->UseManualTime()
+            ->Unit(benchmark::kMillisecond)
+            ->MinTime(2.0);
     }
   }
   benchmark::Initialize(&rc, rest.data());
@@ -333,8 +361,8 @@ int main(int argc, char** argv) {
       }
     std::fclose(f);
   }
-  std::printf("\nratios (%s; %s, %u cores; kernels %s)\n", g_model.c_str(), cpu.c_str(), std::thread::hardware_concurrency(),
-              kernels::best().name);
+  std::printf("\nratios (%s; %s, %u cores; kernels %s)\n", g_model.c_str(), cpu.c_str(),
+              std::thread::hardware_concurrency(), kernels::best().name);
   auto name = [](const char* base, std::initializer_list<std::pair<const char*, int64_t>> args) {
     std::string s = base;
     for (auto& [k, v] : args) s += "/" + std::string(k) + ":" + std::to_string(v);
@@ -345,10 +373,13 @@ int main(int argc, char** argv) {
       if (gemm == 1 && t == 1) continue;
       const char* backend = gemm ? "openblas" : "packed";
       const double bw = collector.counter(name("read_bandwidth", {{"threads", t}}), "GB/s");
-      const double w_rate = collector.counter(name("decode", {{"threads", t}, {"batch", 1}, {"openblas", gemm}}), "weight_GB/s");
+      const double w_rate =
+          collector.counter(name("decode", {{"threads", t}, {"batch", 1}, {"openblas", gemm}}), "weight_GB/s");
       if (bw > 0 && w_rate > 0)
-        std::printf("  [%s, %lld threads] batch-1 decode: weight bytes/step / step time = %.2f GB/s over read bandwidth %.2f GB/s = %.2f (target >= 0.85)\n",
-                    backend, (long long)t, w_rate, bw, w_rate / bw);
+        std::printf(
+            "  [%s, %lld threads] batch-1 decode: weight bytes/step / step time = %.2f GB/s over read bandwidth %.2f "
+            "GB/s = %.2f (target >= 0.85)\n",
+            backend, (long long)t, w_rate, bw, w_rate / bw);
       for (int64_t b : {16, 64}) {
         const std::string run = name("decode", {{"threads", t}, {"batch", b}, {"openblas", gemm}});
         const double step = collector.seconds(run), gemms = collector.counter(run, "gemms_ms") / 1e3;
@@ -357,15 +388,18 @@ int main(int argc, char** argv) {
         const double kv_bytes = double(b) * 512 * double(g_kv_bytes_per_token);
         const double floor_ratio = bw > 0 && gemms > 0 ? (gemms + kv_bytes / (bw * 1e9)) / gemms : 0;
         if (step > 0 && gemms > 0)
-          std::printf("  [%s, %lld threads] batch-%lld decode: step %.1f ms / GEMMs alone %.1f ms = %.2f (target <= 1.25; "
-                      "KV reads %.0f MB/step put the floor at %.2f)\n", backend, (long long)t, (long long)b, step * 1e3,
-                      gemms * 1e3, collector.counter(run, "step/gemms"), kv_bytes / 1e6, floor_ratio);
+          std::printf(
+              "  [%s, %lld threads] batch-%lld decode: step %.1f ms / GEMMs alone %.1f ms = %.2f (target <= 1.25; "
+              "KV reads %.0f MB/step put the floor at %.2f)\n",
+              backend, (long long)t, (long long)b, step * 1e3, gemms * 1e3, collector.counter(run, "step/gemms"),
+              kv_bytes / 1e6, floor_ratio);
       }
       const std::string pf_run = name("prefill", {{"threads", t}, {"chunk", 512}, {"openblas", gemm}});
       const double pf = collector.counter(pf_run, "GFLOP/s"), sgemm = collector.counter(pf_run, "sgemm_GFLOP/s");
       if (pf > 0 && sgemm > 0)
-        std::printf("  [%s, %lld threads] prefill 512: %.1f GFLOP/s over sgemm M=512 %.1f GFLOP/s = %.2f (target >= 0.6)\n", backend,
-                    (long long)t, pf, sgemm, pf / sgemm);
+        std::printf(
+            "  [%s, %lld threads] prefill 512: %.1f GFLOP/s over sgemm M=512 %.1f GFLOP/s = %.2f (target >= 0.6)\n",
+            backend, (long long)t, pf, sgemm, pf / sgemm);
     }
   }
   benchmark::Shutdown();

@@ -34,7 +34,6 @@
 #include "model/make_model.h"
 #include "workers/engine/sampler.h"
 
-
 using namespace tandem;
 using tandem::bench::Deployment;
 using Clock = std::chrono::steady_clock;
@@ -165,7 +164,7 @@ int main(int argc, char** argv) {
     opt.max_tokens = output;
     opt.ignore_eos = true;
     (void)engine::generate(*e, prompt_of(prompt, 999, vocab), opt);  // warm-up
-    for (int rep = 0; rep < 2; ++rep) {  // best of two, as for the served stream below
+    for (int rep = 0; rep < 2; ++rep) {                              // best of two, as for the served stream below
       const auto t0 = Clock::now();
       auto g = engine::generate(*e, prompt_of(prompt, rep, vocab), opt).value();
       alone_tps = std::max(alone_tps, g.tokens.size() / seconds_since(t0));
@@ -199,7 +198,8 @@ int main(int argc, char** argv) {
     std::printf("ratio: 1 served stream / engine alone = %.3f (target >= 0.97)\n", results[0].tokens_per_s / alone_tps);
   for (size_t i = 0; i < streams.size(); ++i)
     if (streams[i] == 16 && !results.empty())
-      std::printf("ratio: 16 streams / 1 stream aggregate = %.2f (target >= 5)\n", results[i].tokens_per_s / results[0].tokens_per_s);
+      std::printf("ratio: 16 streams / 1 stream aggregate = %.2f (target >= 5)\n",
+                  results[i].tokens_per_s / results[0].tokens_per_s);
 
   // 3. The cost of the actors: tiny preset, many streams.
   {
@@ -209,10 +209,11 @@ int main(int argc, char** argv) {
     auto client = Client::connect({d.endpoint()}).value();
     (void)serve(*client, tiny_streams, 16, 8, e->config().vocab_size, 7000);  // warm-up
     Served s = serve(*client, tiny_streams, 16, 200, e->config().vocab_size, 9000);
-    std::printf("tiny, %u streams: served %.0f tokens/s, engine alone at batch %u %.0f tokens/s: ratio %.2f (target >= 0.5); "
-                "idle share %.2f%%, scheduler CPU %.3f ms/step\n",
-                tiny_streams, s.tokens_per_s, tiny_streams, engine_tps, s.tokens_per_s / engine_tps, 100 * s.idle_share,
-                s.cpu_ms_per_step);
+    std::printf(
+        "tiny, %u streams: served %.0f tokens/s, engine alone at batch %u %.0f tokens/s: ratio %.2f (target >= 0.5); "
+        "idle share %.2f%%, scheduler CPU %.3f ms/step\n",
+        tiny_streams, s.tokens_per_s, tiny_streams, engine_tps, s.tokens_per_s / engine_tps, 100 * s.idle_share,
+        s.cpu_ms_per_step);
   }
   return 0;
 }

@@ -15,7 +15,8 @@ Result<int64_t> parse_int(const Flag& f, const std::string& s) {
   const std::string flag = "--" + std::string(f.name);
   if (s.empty() || *end != '\0' || errno != 0) return Status::invalid(flag + ": '" + s + "' is not an integer");
   if (v < f.lo || v > f.hi)
-    return Status::invalid(flag + ": " + s + " is outside [" + std::to_string(f.lo) + ", " + std::to_string(f.hi) + "]");
+    return Status::invalid(flag + ": " + s + " is outside [" + std::to_string(f.lo) + ", " + std::to_string(f.hi) +
+                           "]");
   return static_cast<int64_t>(v);
 }
 
@@ -31,8 +32,9 @@ Result<std::vector<int32_t>> parse_int_list(const Flag& f, const std::string& s)
     const long long v = std::strtoll(item.c_str(), &end, 10);
     if (item.empty() || *end != '\0' || errno != 0 || v < f.lo || v > f.hi)
       return Status::invalid("--" + std::string(f.name) + ": '" + item + "' is not " +
-                             (f.name == "tokens" ? std::string("a token id")
-                                                 : "an integer in [" + std::to_string(f.lo) + ", " + std::to_string(f.hi) + "]"));
+                             (f.name == "tokens"
+                                  ? std::string("a token id")
+                                  : "an integer in [" + std::to_string(f.lo) + ", " + std::to_string(f.hi) + "]"));
     out.push_back(static_cast<int32_t>(v));
     i = j + 1;
   }
@@ -50,7 +52,8 @@ Status check_value(const Flag& f, const std::string& value) {
       errno = 0;
       char* end = nullptr;
       std::strtod(value.c_str(), &end);
-      if (value.empty() || *end != '\0' || errno != 0) return Status::invalid(flag + ": '" + value + "' is not a number");
+      if (value.empty() || *end != '\0' || errno != 0)
+        return Status::invalid(flag + ": '" + value + "' is not a number");
       return Status::ok();
     }
     case FlagType::kChoice: {

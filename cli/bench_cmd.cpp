@@ -113,11 +113,11 @@ int bench_command(int argc, char** argv) {
   auto slo_tpot = args->real("slo-tpot-ms", 0);
   auto input_len = bench::parse_length_range(args->str("input-len").value_or("128"));
   auto output_len = bench::parse_length_range(args->str("output-len").value_or("128"));
-  for (const Status* st : {&rate.status(), &burstiness.status(), &concurrency.status(), &num_requests.status(),
-                           &duration.status(), &warmup.status(), &seed.status(), &drain.status(),
-                           &shared_prefix.status(), &prefix_groups.status(), &cancel_fraction.status(),
-                           &cancel_after.status(), &slo_ttft.status(), &slo_tpot.status(), &input_len.status(),
-                           &output_len.status()})
+  for (const Status* st :
+       {&rate.status(), &burstiness.status(), &concurrency.status(), &num_requests.status(), &duration.status(),
+        &warmup.status(), &seed.status(), &drain.status(), &shared_prefix.status(), &prefix_groups.status(),
+        &cancel_fraction.status(), &cancel_after.status(), &slo_ttft.status(), &slo_tpot.status(), &input_len.status(),
+        &output_len.status()})
     if (!st->is_ok()) return fail("bench", *st);
   if (*rate < 0 || *duration < 0 || *drain <= 0 || *slo_ttft < 0 || *slo_tpot < 0)
     return fail("bench", Status::invalid("--rate, --duration, --slo-* must be >= 0 and --drain-timeout > 0"));
@@ -141,7 +141,8 @@ int bench_command(int argc, char** argv) {
     sweep = std::move(list.value());
   }
   // Validate the load shape once, before connecting anywhere.
-  if (load.num_requests == 0 && load.duration_s <= 0) return fail("bench", Status::invalid("give --num-requests N and/or --duration S"));
+  if (load.num_requests == 0 && load.duration_s <= 0)
+    return fail("bench", Status::invalid("give --num-requests N and/or --duration S"));
   if (load.rate <= 0 && load.concurrency == 0 && sweep.empty())
     return fail("bench", Status::invalid("give --rate R and/or --concurrency C"));
 
@@ -167,8 +168,8 @@ int bench_command(int argc, char** argv) {
   std::vector<bench::Summary> points;
   if (Status st = run_points(**target, *workload, load, sweep, sweep_conc, points); !st) return fail("bench", st);
   if (auto out = args->str("out")) {
-    const std::string json =
-        sweep.empty() ? bench::summary_json(points[0], true) : bench::sweep_json(sweep_conc ? "concurrency" : "rate", points);
+    const std::string json = sweep.empty() ? bench::summary_json(points[0], true)
+                                           : bench::sweep_json(sweep_conc ? "concurrency" : "rate", points);
     if (Status st = write_file(*out, json + '\n'); !st) return fail("bench", st);
   }
   if (auto png = args->str("plot")) {

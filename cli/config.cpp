@@ -13,9 +13,7 @@ namespace tandem::cli {
 
 namespace {
 
-std::string where(const toml::source_region& r) {
-  return " (line " + std::to_string(r.begin.line) + ")";
-}
+std::string where(const toml::source_region& r) { return " (line " + std::to_string(r.begin.line) + ")"; }
 
 Result<int64_t> get_int(const toml::node& n, const std::string& key, int64_t lo, int64_t hi) {
   auto v = n.value<int64_t>();
@@ -89,19 +87,27 @@ Status set_setting(const Flag& f, const std::string& value, DeployConfig& c, Wor
   const std::string name(f.name);
   switch (f.section) {
     case Section::kTop:
-      if (name == "oversubscribe") c.oversubscribe = !value.empty();
-      else if (std::string* field = top_field(c, name)) *field = value;
-      else return Status::error(Code::kInternal, "--" + name + ": no field for this top-level key");
+      if (name == "oversubscribe")
+        c.oversubscribe = !value.empty();
+      else if (std::string* field = top_field(c, name))
+        *field = value;
+      else
+        return Status::error(Code::kInternal, "--" + name + ": no field for this top-level key");
       return Status::ok();
     case Section::kScheduler: c.scheduler[name] = value; return Status::ok();
     case Section::kSupervisor:
-      if (uint32_t* field = supervision_field(c.supervision, name)) *field = static_cast<uint32_t>(std::stoul(value));
-      else return Status::error(Code::kInternal, "--" + name + ": no field for this [supervisor] key");
+      if (uint32_t* field = supervision_field(c.supervision, name))
+        *field = static_cast<uint32_t>(std::stoul(value));
+      else
+        return Status::error(Code::kInternal, "--" + name + ": no field for this [supervisor] key");
       return Status::ok();
     case Section::kWorkers:
-      if (f.toml_key == "count") g->count = static_cast<uint32_t>(std::stoul(value));
-      else if (f.toml_key == "threads") g->threads = static_cast<uint32_t>(std::stoul(value));
-      else if (f.toml_key == "role") g->role = value;
+      if (f.toml_key == "count")
+        g->count = static_cast<uint32_t>(std::stoul(value));
+      else if (f.toml_key == "threads")
+        g->threads = static_cast<uint32_t>(std::stoul(value));
+      else if (f.toml_key == "role")
+        g->role = value;
       else if (f.toml_key == "cpus") {
         g->cpus.clear();
         for (size_t i = 0; i < value.size();) {
@@ -112,8 +118,10 @@ Status set_setting(const Flag& f, const std::string& value, DeployConfig& c, Wor
         }
       } else if (f.type == FlagType::kSwitch) {
         // Forwarded bare when on (an empty value), not at all when off.
-        if (value.empty()) g->flags.erase(name);
-        else g->flags[name] = "";
+        if (value.empty())
+          g->flags.erase(name);
+        else
+          g->flags[name] = "";
       } else {
         g->flags[name] = value;
       }
@@ -195,7 +203,8 @@ Result<DeployConfig> load_config(const std::string& path) {
   // Relative paths in the file are relative to the file's folder.
   const std::filesystem::path base = std::filesystem::path(path).parent_path();
   for (std::string* p : {&c.model, &c.log_dir, &c.runtime_dir, &c.curve_keys})
-    if (!p->empty() && std::filesystem::path(*p).is_relative() && !base.empty()) *p = (base / *p).lexically_normal().string();
+    if (!p->empty() && std::filesystem::path(*p).is_relative() && !base.empty())
+      *p = (base / *p).lexically_normal().string();
   return c;
 }
 
@@ -237,11 +246,11 @@ Result<std::string> normalize_endpoint(const std::string& e, const std::string& 
     if (e.size() == 6) return Status::invalid(key + ": '" + e + "' has no path");
     return e;
   }
-  if (e.rfind("tcp://", 0) != 0)
-    return Status::invalid(key + ": '" + e + "' must start with ipc:// or tcp://");
+  if (e.rfind("tcp://", 0) != 0) return Status::invalid(key + ": '" + e + "' must start with ipc:// or tcp://");
   const std::string rest = e.substr(6);
   const size_t colon = rest.rfind(':');
-  if (colon == std::string::npos) return Status::invalid(key + ": '" + e + "' needs host:port (e.g. tcp://127.0.0.1:5555)");
+  if (colon == std::string::npos)
+    return Status::invalid(key + ": '" + e + "' needs host:port (e.g. tcp://127.0.0.1:5555)");
   const std::string host = rest.substr(0, colon), port = rest.substr(colon + 1);
   if (port != "*") {
     char* end = nullptr;
@@ -254,7 +263,8 @@ Result<std::string> normalize_endpoint(const std::string& e, const std::string& 
 }
 
 Status check_deployment(const DeployConfig& c) {
-  if (c.model.empty()) return Status::invalid("model: required (the GGUF file to serve; --model or `model =` in the config)");
+  if (c.model.empty())
+    return Status::invalid("model: required (the GGUF file to serve; --model or `model =` in the config)");
   if (!std::filesystem::is_regular_file(c.model)) return Status::invalid("model: " + c.model + " does not exist");
   for (auto [key, value] : {std::pair{"endpoint", &c.endpoint}, {"worker_endpoint", &c.worker_endpoint}})
     if (!value->empty())
@@ -275,7 +285,8 @@ Status check_deployment(const DeployConfig& c) {
     if (g.cpus.empty()) continue;
     if (g.cpus.size() != size_t{g.count} * g.threads)
       return Status::invalid(key + ".cpus: needs count x threads = " + std::to_string(g.count * g.threads) +
-                             " CPUs (each worker is pinned to its threads' share), got " + std::to_string(g.cpus.size()));
+                             " CPUs (each worker is pinned to its threads' share), got " +
+                             std::to_string(g.cpus.size()));
     cpu_set_t allowed;
     CPU_ZERO(&allowed);
     if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) CPU_SET(0, &allowed);
@@ -289,9 +300,11 @@ Status check_deployment(const DeployConfig& c) {
                            " threads in all (count x threads), more than the " + std::to_string(cores) +
                            " cores this process may use (--oversubscribe or oversubscribe = true allows it)");
   uint32_t prefill = 0, decode = 0;
-  for (const WorkerGroup& g : c.workers) (g.role == "prefill" ? prefill : g.role == "decode" ? decode : threads) += g.count;
+  for (const WorkerGroup& g : c.workers)
+    (g.role == "prefill" ? prefill : g.role == "decode" ? decode : threads) += g.count;
   if ((prefill == 0) != (decode == 0))
-    return Status::invalid(std::string("workers: ") + (prefill ? "prefill workers need a decode worker" : "decode workers need a prefill worker") +
+    return Status::invalid(std::string("workers: ") +
+                           (prefill ? "prefill workers need a decode worker" : "decode workers need a prefill worker") +
                            " (a prefill worker hands every sequence to a decode worker)");
   return Status::ok();
 }

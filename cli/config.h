@@ -41,7 +41,7 @@ struct DeployConfig {
   std::string runtime_dir;      // empty: $XDG_RUNTIME_DIR (or /tmp)/tandem-<uid>-<pid>, mode 0700
   std::string log_dir;          // empty: children log to this process's stderr
   std::string log_level = "info";
-  std::string curve_keys;       // CurveZMQ key folder (tandem keys --out DIR); empty: none
+  std::string curve_keys;                        // CurveZMQ key folder (tandem keys --out DIR); empty: none
   std::map<std::string, std::string> scheduler;  // [scheduler] settings: flag (max-queue, ...) -> value
   Supervision supervision;
   std::vector<WorkerGroup> workers = {WorkerGroup{}};

@@ -31,13 +31,13 @@ enum Command : uint32_t {
 };
 
 enum class FlagType {
-  kInt,     // an integer in [lo, hi]
-  kReal,    // a number; its range is checked where it is used (engine::validate, ...)
-  kText,    // any string: a path, an endpoint, a list another parser reads
-  kChoice,  // one of `choices` ("a|b|c")
-  kSwitch,  // no value: present or not
-  kIntList, // comma-separated integers, each in [lo, hi]
-  kRepeat,  // a string that may be given several times (--stop)
+  kInt,      // an integer in [lo, hi]
+  kReal,     // a number; its range is checked where it is used (engine::validate, ...)
+  kText,     // any string: a path, an endpoint, a list another parser reads
+  kChoice,   // one of `choices` ("a|b|c")
+  kSwitch,   // no value: present or not
+  kIntList,  // comma-separated integers, each in [lo, hi]
+  kRepeat,   // a string that may be given several times (--stop)
 };
 
 // Where a setting lives in a deployment file. kNone: command line only.
@@ -46,8 +46,8 @@ enum class Section { kNone, kTop, kScheduler, kSupervisor, kWorkers };
 struct Flag {
   std::string_view name;  // without "--"; empty for a TOML-only key
   FlagType type;
-  uint32_t commands;      // Command bits
-  std::string_view help;  // one line (continued lines start with "\n")
+  uint32_t commands;               // Command bits
+  std::string_view help;           // one line (continued lines start with "\n")
   std::string_view value = "";     // the placeholder --help shows: N, MS, FILE ...
   int64_t lo = 0, hi = 0;          // kInt, kIntList: the accepted range, both ends included
   std::string_view choices = "";   // kChoice: "packed|openblas"

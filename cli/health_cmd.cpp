@@ -18,7 +18,6 @@ namespace tandem::cli {
 
 namespace {
 
-
 Result<StatusInfo> query(const Args& args, const std::string& endpoint, std::chrono::milliseconds timeout) {
   ClientOptions o;
   o.endpoint = endpoint;
@@ -55,8 +54,8 @@ Result<v1::StatusReply> send_drain(const Args& args, const std::string& endpoint
   zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
   zmq::message_t reply;
   if (zmq::poll(&item, 1, timeout) <= 0 || !s.recv(reply, zmq::recv_flags::dontwait))
-    return Status::error(Code::kUnavailable, "no answer from " + endpoint + " within " +
-                                                 std::to_string(timeout.count()) + " ms");
+    return Status::error(Code::kUnavailable,
+                         "no answer from " + endpoint + " within " + std::to_string(timeout.count()) + " ms");
   v1::SchedulerReply r;
   if (Status st = runtime::parse_frame(reply, r); !st) return st;
   if (!r.has_status()) return Status::error(Code::kInternal, "unexpected reply to drain from " + endpoint);
@@ -70,8 +69,10 @@ int probe_command(int argc, char** argv) {
   if (!args) return fail("probe", args.status());
   if (args->has("help")) {
     std::fputs(help_text(kProbe, "usage: tandem probe --endpoint E [flags]",
-              "Exit 0 when the scheduler answers within the timeout (liveness), 1 otherwise. With --ready,\n"
-              "exit 0 only when it also has a worker of every needed role and is not draining (readiness).").c_str(), stdout);
+                         "Exit 0 when the scheduler answers within the timeout (liveness), 1 otherwise. With --ready,\n"
+                         "exit 0 only when it also has a worker of every needed role and is not draining (readiness).")
+                   .c_str(),
+               stdout);
     return 0;
   }
   auto endpoint = args->str("endpoint");
@@ -102,11 +103,14 @@ int drain_command(int argc, char** argv) {
   auto args = Args::parse(argc, argv, kDrain);
   if (!args) return fail("drain", args.status());
   if (args->has("help")) {
-    std::fputs(help_text(kDrain, "usage: tandem drain --endpoint E [flags]",
-              "Tells the scheduler to drain: new requests get UNAVAILABLE, running ones finish within the drain\n"
-              "timeout (default: the scheduler's --drain-timeout-ms), the rest are cancelled, then it exits.\n"
-              "--wait returns only once the scheduler has stopped answering (exit 1 if it still answers after\n"
-              "the drain timeout plus 30 s).").c_str(), stdout);
+    std::fputs(
+        help_text(kDrain, "usage: tandem drain --endpoint E [flags]",
+                  "Tells the scheduler to drain: new requests get UNAVAILABLE, running ones finish within the drain\n"
+                  "timeout (default: the scheduler's --drain-timeout-ms), the rest are cancelled, then it exits.\n"
+                  "--wait returns only once the scheduler has stopped answering (exit 1 if it still answers after\n"
+                  "the drain timeout plus 30 s).")
+            .c_str(),
+        stdout);
     return 0;
   }
   auto endpoint = args->str("endpoint");
@@ -129,17 +133,21 @@ int drain_command(int argc, char** argv) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
-  return fail("drain", Status::error(Code::kUnavailable, "the scheduler still answers after " + std::to_string(limit_ms) + " ms"));
+  return fail("drain", Status::error(Code::kUnavailable,
+                                     "the scheduler still answers after " + std::to_string(limit_ms) + " ms"));
 }
 
 int keys_command(int argc, char** argv) {
   auto args = Args::parse(argc, argv, kKeys);
   if (!args) return fail("keys", args.status());
   if (args->has("help") || !args->has("out")) {
-    std::fputs(help_text(kKeys, "usage: tandem keys --out DIR",
-              "Writes a CurveZMQ key pair for a scheduler: DIR/server.key (secret, 0600: the scheduler's host\n"
-              "only) and DIR/server.pub (what workers and clients need to connect). Run tandem up / scheduler /\n"
-              "worker / status / generate with --curve-keys DIR.").c_str(), stdout);
+    std::fputs(
+        help_text(kKeys, "usage: tandem keys --out DIR",
+                  "Writes a CurveZMQ key pair for a scheduler: DIR/server.key (secret, 0600: the scheduler's host\n"
+                  "only) and DIR/server.pub (what workers and clients need to connect). Run tandem up / scheduler /\n"
+                  "worker / status / generate with --curve-keys DIR.")
+            .c_str(),
+        stdout);
     return args->has("help") ? 0 : 2;
   }
   if (Status st = runtime::write_curve_keys(*args->str("out")); !st) return fail("keys", st);

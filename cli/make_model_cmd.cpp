@@ -11,7 +11,8 @@ int make_model_command(int argc, char** argv) {
   auto args = Args::parse(argc, argv, kMakeModel);
   if (!args) return fail("make-model", args.status());
   if (args->has("help")) {
-    std::fputs(help_text(kMakeModel, "usage: tandem make-model --preset tiny|small [flags] --out FILE").c_str(), stdout);
+    std::fputs(help_text(kMakeModel, "usage: tandem make-model --preset tiny|small [flags] --out FILE").c_str(),
+               stdout);
     return 0;
   }
   auto out = args->str("out");
@@ -25,7 +26,8 @@ int make_model_command(int argc, char** argv) {
   const std::string dtype = *dtype_flag;
   config->tied_embeddings = args->has("tied");
   const auto type = dtype == "f16" ? model::TensorType::kF16 : model::TensorType::kF32;
-  if (Status st = model::make_model(*config, static_cast<uint64_t>(*seed), *out, type); !st) return fail("make-model", st);
+  if (Status st = model::make_model(*config, static_cast<uint64_t>(*seed), *out, type); !st)
+    return fail("make-model", st);
   std::fprintf(stderr, "tandem make-model: wrote %s (%s, seed %lld)\n", out->c_str(), config->name.c_str(),
                static_cast<long long>(*seed));
   return 0;

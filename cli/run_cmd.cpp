@@ -15,7 +15,6 @@ namespace tandem::cli {
 
 namespace {
 
-
 constexpr const char* kUsage = "usage: tandem run --model FILE (--prompt TEXT | --tokens 1,2,3) [flags]";
 
 }  // namespace
@@ -29,7 +28,8 @@ int run_command(int argc, char** argv) {
   }
   auto model = args->str("model");
   if (!model) return fail("run", Status::invalid("--model FILE is required"));
-  if (args->has("prompt") == args->has("tokens")) return fail("run", Status::invalid("give exactly one of --prompt or --tokens"));
+  if (args->has("prompt") == args->has("tokens"))
+    return fail("run", Status::invalid("give exactly one of --prompt or --tokens"));
 
   engine::GenerateOptions opt;
   engine::EngineOptions eopt;
@@ -102,7 +102,8 @@ int run_command(int argc, char** argv) {
     std::fputs("\n", stdout);
   }
   const double decode_tps = gen->tokens.size() > 1 ? (gen->tokens.size() - 1) / gen->decode_seconds : 0.0;
-  std::fprintf(stderr, "tandem run: %zu prompt tokens in %.3f s (%.1f tokens/s), %zu generated, decode %.1f tokens/s, %s\n",
+  std::fprintf(stderr,
+               "tandem run: %zu prompt tokens in %.3f s (%.1f tokens/s), %zu generated, decode %.1f tokens/s, %s\n",
                prompt.size(), gen->prefill_seconds, prompt.size() / gen->prefill_seconds, gen->tokens.size(),
                decode_tps, gen->stopped_by_eos ? "stopped at EOS" : "reached max tokens");
   return 0;

@@ -28,8 +28,8 @@ inline Result<SamplingFlags> sampling_from_flags(const Args& args) {
   auto min_p = args.real("min-p", s.min_p);
   auto penalty = args.real("repetition-penalty", s.repetition_penalty);
   auto seed = args.integer("seed", 0);
-  for (const Status* st : {&temperature.status(), &top_k.status(), &top_p.status(), &min_p.status(), &penalty.status(),
-                           &seed.status()})
+  for (const Status* st :
+       {&temperature.status(), &top_k.status(), &top_p.status(), &min_p.status(), &penalty.status(), &seed.status()})
     if (!st->is_ok()) return *st;
   s.temperature = static_cast<float>(*temperature);
   s.top_k = static_cast<int32_t>(*top_k);

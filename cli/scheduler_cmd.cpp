@@ -35,14 +35,17 @@ int scheduler_command(int argc, char** argv) {
   auto args = Args::parse(argc, argv, kScheduler);
   if (!args) return fail("scheduler", args.status());
   if (args->has("help")) {
-    std::fputs(help_text(kScheduler, "usage: tandem scheduler --model FILE --client-endpoint E --worker-endpoint E [flags]").c_str(),
-               stdout);
+    std::fputs(
+        help_text(kScheduler, "usage: tandem scheduler --model FILE --client-endpoint E --worker-endpoint E [flags]")
+            .c_str(),
+        stdout);
     return 0;
   }
   if (Status st = set_up_logging(*args, "scheduler"); !st) return fail("scheduler", st);
   scheduler::ActorOptions o;
   auto model = args->str("model"), ce = args->str("client-endpoint"), we = args->str("worker-endpoint");
-  if (!model || !ce || !we) return fail("scheduler", Status::invalid("--model, --client-endpoint and --worker-endpoint are required"));
+  if (!model || !ce || !we)
+    return fail("scheduler", Status::invalid("--model, --client-endpoint and --worker-endpoint are required"));
   o.model_path = *model;
   o.client_endpoint = *ce;
   o.worker_endpoint = *we;

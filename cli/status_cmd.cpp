@@ -22,10 +22,14 @@ namespace {
 // One member as JSON: integers in full (uint64 too: no quoting), doubles as json_number.
 template <class T>
 std::string json_value(const T& v) {
-  if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
-  else if constexpr (std::is_same_v<T, std::string>) return json_string(v);
-  else if constexpr (std::is_same_v<T, double>) return json_number(v);
-  else return std::to_string(v);
+  if constexpr (std::is_same_v<T, bool>)
+    return v ? "true" : "false";
+  else if constexpr (std::is_same_v<T, std::string>)
+    return json_string(v);
+  else if constexpr (std::is_same_v<T, double>)
+    return json_number(v);
+  else
+    return std::to_string(v);
 }
 
 // The visited fields of `info` as "key":value pairs, comma-separated.
@@ -57,14 +61,14 @@ std::string to_json(const StatusInfo& s) {
 }
 
 void print_table(const StatusInfo& s) {
-  std::printf("scheduler: %s, %u queued, %u running, %llu requests (%llu finished), %llu tokens, %llu steps, "
-              "%.3f ms cpu/step, largest step %llu decode + %llu prefill tokens, %llu decode stalls, "
-              "%llu preemptions\n",
-              s.ready ? "ready" : "NOT READY", s.queued, s.running, (unsigned long long)s.requests_total,
-              (unsigned long long)s.requests_finished, (unsigned long long)s.tokens_generated,
-              (unsigned long long)s.steps, s.scheduler_cpu_ms_per_step, (unsigned long long)s.max_step_decode,
-              (unsigned long long)s.max_step_prefill_tokens, (unsigned long long)s.decode_stalls,
-              (unsigned long long)s.preemptions);
+  std::printf(
+      "scheduler: %s, %u queued, %u running, %llu requests (%llu finished), %llu tokens, %llu steps, "
+      "%.3f ms cpu/step, largest step %llu decode + %llu prefill tokens, %llu decode stalls, "
+      "%llu preemptions\n",
+      s.ready ? "ready" : "NOT READY", s.queued, s.running, (unsigned long long)s.requests_total,
+      (unsigned long long)s.requests_finished, (unsigned long long)s.tokens_generated, (unsigned long long)s.steps,
+      s.scheduler_cpu_ms_per_step, (unsigned long long)s.max_step_decode, (unsigned long long)s.max_step_prefill_tokens,
+      (unsigned long long)s.decode_stalls, (unsigned long long)s.preemptions);
   std::printf("last minute: %.1f tokens/s, %llu requests finished%s\n", s.tokens_per_s_last_minute,
               (unsigned long long)s.requests_finished_last_minute, s.draining ? "; DRAINING" : "");
   std::printf("prefix cache: %.1f%% of %llu prompt tokens served from cached blocks\n", 100.0 * s.prefix_hit_rate,
@@ -76,8 +80,8 @@ void print_table(const StatusInfo& s) {
                            std::to_string(w.kv_blocks_total);
     const std::string heard = std::to_string(w.last_heard_ms) + " ms ago";
     std::printf("%-7u %-8s %-8u %-12s %-22s %-10llu %-8u %-10llu %-12llu %.1f%%\n", w.id, w.role.c_str(), w.pid,
-                heard.c_str(), kv.c_str(), (unsigned long long)w.kv_evictions, w.running,
-                (unsigned long long)w.steps, (unsigned long long)w.tokens, 100.0 * w.idle_share);
+                heard.c_str(), kv.c_str(), (unsigned long long)w.kv_evictions, w.running, (unsigned long long)w.steps,
+                (unsigned long long)w.tokens, 100.0 * w.idle_share);
   }
   if (s.workers.empty()) std::printf("(no workers registered)\n");
   // Per role, when the deployment splits prefill and decode.
@@ -90,9 +94,12 @@ void print_table(const StatusInfo& s) {
     unsigned long long steps = 0, tokens = 0;
     for (const WorkerInfo& w : s.workers) {
       if (w.role != role) continue;
-      ++n, running += w.running, free += w.kv_blocks_free, total += w.kv_blocks_total, steps += w.steps, tokens += w.tokens;
+      ++n, running += w.running, free += w.kv_blocks_free, total += w.kv_blocks_total, steps += w.steps,
+          tokens += w.tokens;
     }
-    if (n) std::printf("role %-7s %u workers, %u running, kv %u/%u free, %llu steps, %llu tokens\n", role, n, running, free, total, steps, tokens);
+    if (n)
+      std::printf("role %-7s %u workers, %u running, kv %u/%u free, %llu steps, %llu tokens\n", role, n, running, free,
+                  total, steps, tokens);
   }
   std::printf("handoffs: %llu done (%llu failed over), %.1f MiB moved, transfer mean %.2f ms, p99 %.2f ms\n",
               (unsigned long long)s.handoffs, (unsigned long long)s.handoff_failures, s.handoff_bytes / 1048576.0,

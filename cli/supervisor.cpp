@@ -47,7 +47,8 @@ void say(const char* fmt, ...) {
 }
 
 std::string describe(int status) {
-  if (WIFSIGNALED(status)) return "signal " + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
+  if (WIFSIGNALED(status))
+    return "signal " + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
   return "status " + std::to_string(WEXITSTATUS(status));
 }
 
@@ -60,7 +61,7 @@ struct Child {
   uint32_t crashes = 0;  // consecutive
   Clock::time_point restart_at;
   bool given_up = false;
-  bool stopped = false;  // exited cleanly on request: not restarted
+  bool stopped = false;    // exited cleanly on request: not restarted
   bool registered = true;  // false after a restart until the scheduler lists its pid
 };
 
@@ -79,8 +80,9 @@ std::vector<ChildSpec> plan_children(const DeployConfig& c, const Endpoints& ep,
     if (!c.curve_keys.empty()) argv.insert(argv.end(), {"--curve-keys", c.curve_keys});
   };
   std::vector<ChildSpec> out;
-  ChildSpec s{"scheduler", {exe, "scheduler", "--model", c.model, "--client-endpoint", ep.client, "--worker-endpoint",
-                            ep.worker, "--drain-timeout-ms", std::to_string(c.supervision.drain_timeout_ms)},
+  ChildSpec s{"scheduler",
+              {exe, "scheduler", "--model", c.model, "--client-endpoint", ep.client, "--worker-endpoint", ep.worker,
+               "--drain-timeout-ms", std::to_string(c.supervision.drain_timeout_ms)},
               {}};
   log_flags(s.argv, s.name);
   // The settings, in the flag table's order: [scheduler] rows, then [[workers]] rows.
@@ -92,8 +94,8 @@ std::vector<ChildSpec> plan_children(const DeployConfig& c, const Endpoints& ep,
   uint32_t index = 0;
   for (const WorkerGroup& g : c.workers) {
     for (uint32_t k = 0; k < g.count; ++k) {
-      ChildSpec w{"worker-" + std::to_string(index++), {exe, "worker", "--model", c.model, "--scheduler", ep.worker},
-                  {}};
+      ChildSpec w{
+          "worker-" + std::to_string(index++), {exe, "worker", "--model", c.model, "--scheduler", ep.worker}, {}};
       w.argv.insert(w.argv.end(), {"--name", w.name, "--threads", std::to_string(g.threads)});
       // Role `both` is every worker's default: the flag is passed only for the others.
       if (g.role != "both") w.argv.insert(w.argv.end(), {"--role", g.role});

@@ -20,7 +20,8 @@ namespace tandem::cli {
 
 namespace {
 
-constexpr const char* kUsage = "usage: tandem up [--config FILE] [--model FILE] [--workers N | --prefill P --decode D] [flags]";
+constexpr const char* kUsage =
+    "usage: tandem up [--config FILE] [--model FILE] [--workers N | --prefill P --decode D] [flags]";
 constexpr const char* kNotes =
     "Starts a scheduler and its workers as child processes and supervises them: a worker that exits is\n"
     "restarted with backoff (given up after --max-restarts crashes in a row). Prints the client endpoint\n"
@@ -71,7 +72,9 @@ int up_command(int argc, char** argv) {
   }
   if (Status st = apply_flags(*args, config); !st) return fail("up", st);
   if (Status st = check_deployment(config); !st) return fail("up", st);
-  if (Status st = check_children(plan_children(config, Endpoints{"ipc://client", "ipc://worker", "runtime"}, self_exe())); !st)
+  if (Status st =
+          check_children(plan_children(config, Endpoints{"ipc://client", "ipc://worker", "runtime"}, self_exe()));
+      !st)
     return fail("up", st);
 
   // Runtime folder for ipc:// endpoints: private to this user (0700).
@@ -79,13 +82,15 @@ int up_command(int argc, char** argv) {
   std::string dir = config.runtime_dir;
   if (dir.empty()) {
     const char* base = std::getenv("XDG_RUNTIME_DIR");
-    dir = std::string(base && *base ? base : "/tmp") + "/tandem-" + std::to_string(getuid()) + "-" + std::to_string(getpid());
+    dir = std::string(base && *base ? base : "/tmp") + "/tandem-" + std::to_string(getuid()) + "-" +
+          std::to_string(getpid());
   }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec || chmod(dir.c_str(), 0700) != 0) return fail("up", Status::invalid("cannot create runtime folder " + dir));
   ep.runtime_dir = dir;
-  ep.client = config.endpoint.empty() ? "ipc://" + dir + "/client.sock" : *normalize_endpoint(config.endpoint, "endpoint");
+  ep.client =
+      config.endpoint.empty() ? "ipc://" + dir + "/client.sock" : *normalize_endpoint(config.endpoint, "endpoint");
   ep.worker = config.worker_endpoint.empty() ? "ipc://" + dir + "/worker.sock"
                                              : *normalize_endpoint(config.worker_endpoint, "worker_endpoint");
   if (!config.log_dir.empty()) {

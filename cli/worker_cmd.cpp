@@ -14,7 +14,8 @@ Status worker_options_from(const Args& args, worker::WorkerOptions& o) {
   auto memory = args.integer("kv-memory", static_cast<int64_t>(o.kv_memory));
   auto block_tokens = args.integer("block-tokens", o.block_tokens);
   auto delay = args.integer("test-step-delay-ms", o.test_step_delay_ms);
-  for (const Status* st : {&threads.status(), &blocks.status(), &memory.status(), &block_tokens.status(), &delay.status()})
+  for (const Status* st :
+       {&threads.status(), &blocks.status(), &memory.status(), &block_tokens.status(), &delay.status()})
     if (!st->is_ok()) return *st;
   o.threads = static_cast<uint32_t>(*threads);
   o.kv_blocks = static_cast<uint32_t>(*blocks);

@@ -166,12 +166,18 @@ void copy_fields(const google::protobuf::Message& m, Info& info, VisitFields vis
   visit_fields(info, [&](const char*, const char* wire, auto& member) {
     const google::protobuf::FieldDescriptor* f = d->FindFieldByName(wire);
     using T = std::remove_reference_t<decltype(member)>;
-    if constexpr (std::is_same_v<T, bool>) member = r->GetBool(m, f);
-    else if constexpr (std::is_same_v<T, uint32_t>) member = r->GetUInt32(m, f);
-    else if constexpr (std::is_same_v<T, uint64_t>) member = r->GetUInt64(m, f);
-    else if constexpr (std::is_same_v<T, double>) member = r->GetDouble(m, f);
-    else if constexpr (std::is_same_v<T, std::string>) member = r->GetString(m, f);
-    else static_assert(sizeof(T) == 0, "a status field of a type the wire does not carry");
+    if constexpr (std::is_same_v<T, bool>)
+      member = r->GetBool(m, f);
+    else if constexpr (std::is_same_v<T, uint32_t>)
+      member = r->GetUInt32(m, f);
+    else if constexpr (std::is_same_v<T, uint64_t>)
+      member = r->GetUInt64(m, f);
+    else if constexpr (std::is_same_v<T, double>)
+      member = r->GetDouble(m, f);
+    else if constexpr (std::is_same_v<T, std::string>)
+      member = r->GetString(m, f);
+    else
+      static_assert(sizeof(T) == 0, "a status field of a type the wire does not carry");
   });
 }
 
@@ -512,9 +518,9 @@ class Core {
         // A scheduler that echoes no query id answers in order; a reply whose query already
         // timed out here matches no waiter and is dropped.
         const uint64_t id = reply.status().query_id();
-        auto it = id == 0 ? waiters_.begin()
-                          : std::find_if(waiters_.begin(), waiters_.end(),
-                                         [id](const Waiter& w) { return w.query_id == id; });
+        auto it = id == 0 ? waiters_.begin() : std::find_if(waiters_.begin(), waiters_.end(), [id](const Waiter& w) {
+          return w.query_id == id;
+        });
         if (it == waiters_.end()) return;
         Waiter w = std::move(*it);
         waiters_.erase(it);
@@ -570,8 +576,8 @@ class Core {
         continue;
       }
       if (it->reply) {
-        it->reply->set_value(Status::error(Code::kUnavailable, "no status reply from the scheduler at " +
-                                                                   options_.endpoint));
+        it->reply->set_value(
+            Status::error(Code::kUnavailable, "no status reply from the scheduler at " + options_.endpoint));
       } else {
         probe_outstanding_ = false;
       }
@@ -583,9 +589,9 @@ class Core {
       auto m = envelope();
       m.mutable_cancel()->set_request_id(id);
       (void)send(wire(m));
-      finish(id, final_error(Code::kUnavailable,
-                             "no final event from the scheduler at " + options_.endpoint + " within " +
-                                 ms_string(options_.deadline_grace) + " of the request's deadline"));
+      finish(id,
+             final_error(Code::kUnavailable, "no final event from the scheduler at " + options_.endpoint + " within " +
+                                                 ms_string(options_.deadline_grace) + " of the request's deadline"));
     }
     if (live_.empty()) return;
     if (options_.liveness_timeout.count() > 0) {
@@ -718,8 +724,8 @@ Result<std::unique_ptr<Core>> open_core(ClientOptions options) {
   if (options.request_timeout.count() <= 0) return Status::invalid("client: request timeout must be positive");
   if (options.deadline_grace.count() < 0 || options.liveness_timeout.count() < 0)
     return Status::invalid("client: deadline grace and liveness timeout must not be negative");
-  for (auto* d : {&options.heartbeat_interval, &options.request_timeout, &options.deadline_grace,
-                  &options.liveness_timeout})
+  for (auto* d :
+       {&options.heartbeat_interval, &options.request_timeout, &options.deadline_grace, &options.liveness_timeout})
     *d = client_detail::at_most_never(*d);
   try {
     zmq::context_t context(1);
@@ -790,8 +796,9 @@ static std::string submit(Core& core, GenerateRequest& request, std::shared_ptr<
   c.stream = stream;
   c.on_event = on_event;
   if (!refused && core.mailbox()->post(std::move(c))) return request.id;
-  Core::deliver(stream, on_event,
-                refused ? std::move(*refused) : client_detail::final_error(Code::kUnavailable, core.mailbox()->why_closed()));
+  Core::deliver(
+      stream, on_event,
+      refused ? std::move(*refused) : client_detail::final_error(Code::kUnavailable, core.mailbox()->why_closed()));
   return request.id;
 }
 
@@ -802,8 +809,7 @@ std::shared_ptr<Stream> Core::generate(GenerateRequest request, Clock::time_poin
   return stream;
 }
 
-std::string Core::generate(GenerateRequest request, std::function<void(const Event&)> on_event,
-                           Clock::time_point now) {
+std::string Core::generate(GenerateRequest request, std::function<void(const Event&)> on_event, Clock::time_point now) {
   return submit(*this, request, nullptr, std::move(on_event), now);
 }
 

@@ -35,8 +35,8 @@ class ClientHarness {
   std::string generate(GenerateRequest request, std::function<void(const Event&)> on_event);
   void cancel(const std::string& id);
   std::future<Result<StatusInfo>> status(std::chrono::milliseconds timeout);
-  void scheduler(const runtime::Frames& frames);  // one message, as the DEALER delivers it
-  void disconnected();                            // as the socket monitor reports it
+  void scheduler(const runtime::Frames& frames);    // one message, as the DEALER delivers it
+  void disconnected();                              // as the socket monitor reports it
   void advance(std::chrono::milliseconds elapsed);  // moves the clock on; timers fire
   // zmq_poll failed with `err` (not EINTR): the I/O thread's loop ends, and what is in flight
   // ends with UNAVAILABLE. Later calls take no pass (no thread is left to take one).

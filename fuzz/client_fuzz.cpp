@@ -159,17 +159,52 @@ void write_seeds(const std::string& dir) {
   *twice.mutable_events()->add_requests() = r1_length.events().requests(0);
 
   fuzz::SeedWriter w;
-  w.add_raw(1, 0, {}).add_raw(1, 1, {"r1", stream}).add(0, 0, {&r0_tokens}).add(0, 0, {&r1_token}).add(0, 0, {&r0_stop})
-      .add(0, 0, {&r0_tokens}).add(0, 0, {&r0_stop}).add(0, 0, {&twice}).write(dir, "tokens-then-finals");
-  w.add_raw(1, 0, {}).add(0, 0, {&r0_tokens}).add_raw(2, 0, {}).add(0, 0, {&r0_cancelled}).add(0, 0, {&r0_tokens})
-      .add_raw(1, 0, {}).add(0, 0, {&r0_stop}).write(dir, "cancel-then-reuse");
-  w.add_raw(1, 2, {"r2", deadline_100ms}).add_raw(4, 0, {ms_2000}).add(0, 0, {&r2_stop}).add_raw(1, 3, {"r3", stream})
-      .add_raw(4, 0, {ms_6000}).add(0, 0, {&status}).add_raw(4, 0, {ms_6000}).add_raw(4, 0, {ms_6000})
-      .add(0, 0, {&r3_length}).write(dir, "deadline-and-liveness");
-  w.add_raw(3, 0, {}).add(0, 0, {&status}).add_raw(1, 0, {}).add_raw(1, 1, {"r1", stream}).add_raw(3, 0, {})
-      .add(0, 0, {&error}).add(0, 0, {&r0_tokens}).add(0, 0, {&status}).write(dir, "status-and-error");
-  w.add_raw(1, 0, {}).add(0, 0, {&r0_tokens, &r0_stop}).add(0, 0, {}).add(0, 0, {&future_version}).add_raw(1, 0, {})
-      .add_raw(1, 0, {}).add_raw(5, 0, {}).add_raw(1, 0, {}).add(0, 0, {&r0_stop}).write(dir, "malformed-and-lost");
+  w.add_raw(1, 0, {})
+      .add_raw(1, 1, {"r1", stream})
+      .add(0, 0, {&r0_tokens})
+      .add(0, 0, {&r1_token})
+      .add(0, 0, {&r0_stop})
+      .add(0, 0, {&r0_tokens})
+      .add(0, 0, {&r0_stop})
+      .add(0, 0, {&twice})
+      .write(dir, "tokens-then-finals");
+  w.add_raw(1, 0, {})
+      .add(0, 0, {&r0_tokens})
+      .add_raw(2, 0, {})
+      .add(0, 0, {&r0_cancelled})
+      .add(0, 0, {&r0_tokens})
+      .add_raw(1, 0, {})
+      .add(0, 0, {&r0_stop})
+      .write(dir, "cancel-then-reuse");
+  w.add_raw(1, 2, {"r2", deadline_100ms})
+      .add_raw(4, 0, {ms_2000})
+      .add(0, 0, {&r2_stop})
+      .add_raw(1, 3, {"r3", stream})
+      .add_raw(4, 0, {ms_6000})
+      .add(0, 0, {&status})
+      .add_raw(4, 0, {ms_6000})
+      .add_raw(4, 0, {ms_6000})
+      .add(0, 0, {&r3_length})
+      .write(dir, "deadline-and-liveness");
+  w.add_raw(3, 0, {})
+      .add(0, 0, {&status})
+      .add_raw(1, 0, {})
+      .add_raw(1, 1, {"r1", stream})
+      .add_raw(3, 0, {})
+      .add(0, 0, {&error})
+      .add(0, 0, {&r0_tokens})
+      .add(0, 0, {&status})
+      .write(dir, "status-and-error");
+  w.add_raw(1, 0, {})
+      .add(0, 0, {&r0_tokens, &r0_stop})
+      .add(0, 0, {})
+      .add(0, 0, {&future_version})
+      .add_raw(1, 0, {})
+      .add_raw(1, 0, {})
+      .add_raw(5, 0, {})
+      .add_raw(1, 0, {})
+      .add(0, 0, {&r0_stop})
+      .write(dir, "malformed-and-lost");
 }
 
 }  // namespace

@@ -74,10 +74,19 @@ void write_seeds(const std::string& dir) {
   drain.mutable_drain();
   const v1::WorkerMessage both = reg(v1::WORKER_ROLE_BOTH, "");
   fuzz::SeedWriter w;
-  w.add(1, 0, {&both}).add(0, 1, {&submit}).add(0, 1, {&text}).add(2, 0, {}).add(1, 0, {&result}).add(2, 0, {})
-      .add(0, 1, {&cancel}).add(0, 2, {&status}).add(0, 2, {&heartbeat}).write(dir, "both-worker");
+  w.add(1, 0, {&both})
+      .add(0, 1, {&submit})
+      .add(0, 1, {&text})
+      .add(2, 0, {})
+      .add(1, 0, {&result})
+      .add(2, 0, {})
+      .add(0, 1, {&cancel})
+      .add(0, 2, {&status})
+      .add(0, 2, {&heartbeat})
+      .write(dir, "both-worker");
   // A split deployment and a handoff acknowledged.
-  const v1::WorkerMessage prefill = reg(v1::WORKER_ROLE_PREFILL, ""), decode = reg(v1::WORKER_ROLE_DECODE, "inproc://kv");
+  const v1::WorkerMessage prefill = reg(v1::WORKER_ROLE_PREFILL, ""),
+                          decode = reg(v1::WORKER_ROLE_DECODE, "inproc://kv");
   v1::WorkerMessage ack;
   ack.set_version(1);
   ack.set_worker_id(2);
@@ -86,8 +95,14 @@ void write_seeds(const std::string& dir) {
   k->set_seq_id(2);
   k->set_bytes(1000);
   k->set_epoch(2);
-  w.add(1, 0, {&prefill}).add(1, 1, {&decode}).add(0, 2, {&submit}).add(2, 0, {}).add(1, 0, {&result}).add(1, 1, {&ack})
-      .add(2, 0, {}).write(dir, "split-handoff");
+  w.add(1, 0, {&prefill})
+      .add(1, 1, {&decode})
+      .add(0, 2, {&submit})
+      .add(2, 0, {})
+      .add(1, 0, {&result})
+      .add(1, 1, {&ack})
+      .add(2, 0, {})
+      .write(dir, "split-handoff");
   w.add(1, 0, {&both}).add(0, 1, {&submit}).add(0, 3, {&drain}).add(0, 1, {&text}).add(2, 0, {}).write(dir, "drain");
 }
 

@@ -97,8 +97,16 @@ void write_seeds(const std::string& dir) {
   c->mutable_seqs(0)->set_sample(true);
   fuzz::SeedWriter w;
   w.add(0, 0, {&reply}).add(0, 0, {&prefill}).add(0, 0, {&decode}).add(0, 0, {&send}).write(dir, "plans-and-send");
-  w.add(0, 0, {&reply}).add(0, 0, {&expect}).add_raw(1, 0, transfer).add(0, 0, {&cont}).write(dir, "expect-then-transfer");
-  w.add(0, 0, {&reply}).add_raw(1, 0, transfer).add(0, 0, {&expect}).add(0, 0, {&cont}).write(dir, "transfer-then-expect");
+  w.add(0, 0, {&reply})
+      .add(0, 0, {&expect})
+      .add_raw(1, 0, transfer)
+      .add(0, 0, {&cont})
+      .write(dir, "expect-then-transfer");
+  w.add(0, 0, {&reply})
+      .add_raw(1, 0, transfer)
+      .add(0, 0, {&expect})
+      .add(0, 0, {&cont})
+      .write(dir, "transfer-then-expect");
 }
 
 std::unique_ptr<worker::WorkerHarness> g_worker;

@@ -86,8 +86,10 @@ bool JsonCursor::skip() {
   for (; i < s.size(); ++i) {
     const char c = s[i];
     if (in_str) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_str = false;
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_str = false;
     } else if (c == '"') {
       in_str = true;
     } else if (c == '{' || c == '[') {

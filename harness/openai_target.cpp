@@ -52,8 +52,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   beast::flat_buffer buffer_;
   std::optional<http::response_parser<http::buffer_body>> parser_;
   char body_buf_[16384];
-  std::string line_;          // the SSE line being assembled
-  std::string error_body_;    // body of a non-200 reply (bounded)
+  std::string line_;        // the SSE line being assembled
+  std::string error_body_;  // body of a non-200 reply (bounded)
   std::string finish_reason_ = "length";
   uint32_t prompt_tokens_ = 0;
 };
@@ -89,7 +89,9 @@ class OpenAITarget final : public Target {
       std::make_shared<HttpSession>(*this, std::move(tracker), std::move(stream), reused)->run();
     });
   }
-  std::string describe() const override { return "openai http://" + host_ + ":" + port_ + prefix_ + " " + options_.model; }
+  std::string describe() const override {
+    return "openai http://" + host_ + ":" + port_ + prefix_ + " " + options_.model;
+  }
 
   // Pool of idle keep-alive connections (I/O thread only).
   void release(std::unique_ptr<beast::tcp_stream> stream) {
@@ -190,8 +192,7 @@ void HttpSession::read_more() {
   parser_->get().body().size = sizeof body_buf_;
   stream_->expires_after(target_.options_.read_timeout);
   auto self = shared_from_this();
-  http::async_read_some(*stream_, buffer_, *parser_,
-                        [self](beast::error_code ec, size_t n) { self->on_read(ec, n); });
+  http::async_read_some(*stream_, buffer_, *parser_, [self](beast::error_code ec, size_t n) { self->on_read(ec, n); });
 }
 
 void HttpSession::on_read(beast::error_code ec, size_t) {
@@ -199,12 +200,11 @@ void HttpSession::on_read(beast::error_code ec, size_t) {
   if (ec == http::error::need_buffer) ec = {};
   if (ec) {
     // A kept-alive connection closed by the server before any byte of the reply: retry once.
-    if (reused_ && !retried_ && !parser_->is_header_done() && ec == http::error::end_of_stream)
-      return retry_fresh();
+    if (reused_ && !retried_ && !parser_->is_header_done() && ec == http::error::end_of_stream) return retry_fresh();
     if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == http::error::partial_message)
       return fail("connection closed mid-stream");
-    if (ec == beast::error::timeout) return fail("timeout: server silent for " +
-                                                 std::to_string(target_.options_.read_timeout.count()) + " ms");
+    if (ec == beast::error::timeout)
+      return fail("timeout: server silent for " + std::to_string(target_.options_.read_timeout.count()) + " ms");
     return fail("read: " + ec.message());
   }
   const size_t got = sizeof body_buf_ - parser_->get().body().size;

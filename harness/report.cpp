@@ -14,8 +14,9 @@ namespace {
 void append_distribution(std::string& out, const char* name, const Distribution& d) {
   out += '"';
   out += name;
-  out += "\":{\"count\":" + std::to_string(d.count) + ",\"mean\":" + json_number(d.mean) + ",\"p50\":" + json_number(d.p50) +
-         ",\"p90\":" + json_number(d.p90) + ",\"p99\":" + json_number(d.p99) + ",\"max\":" + json_number(d.max) + "}";
+  out += "\":{\"count\":" + std::to_string(d.count) + ",\"mean\":" + json_number(d.mean) +
+         ",\"p50\":" + json_number(d.p50) + ",\"p90\":" + json_number(d.p90) + ",\"p99\":" + json_number(d.p99) +
+         ",\"max\":" + json_number(d.max) + "}";
 }
 
 const char* outcome_name(Outcome o) {
@@ -42,8 +43,9 @@ std::string summary_json(const Summary& s, bool with_records) {
     out += ':' + std::to_string(s.errors[i].second);
   }
   out += "}}";
-  out += ",\"tokens\":{\"input\":" + std::to_string(s.input_tokens) + ",\"cached_input\":" +
-         std::to_string(s.cached_input_tokens) + ",\"output\":" + std::to_string(s.output_tokens) + "}";
+  out += ",\"tokens\":{\"input\":" + std::to_string(s.input_tokens) +
+         ",\"cached_input\":" + std::to_string(s.cached_input_tokens) +
+         ",\"output\":" + std::to_string(s.output_tokens) + "}";
   out += ",\"throughput\":{\"requests_per_s\":" + json_number(s.requests_per_s) +
          ",\"input_tokens_per_s\":" + json_number(s.input_tokens_per_s) +
          ",\"output_tokens_per_s\":" + json_number(s.output_tokens_per_s) + "}";
@@ -68,7 +70,8 @@ std::string summary_json(const Summary& s, bool with_records) {
       out += ",\"error\":";
       append_json_string(out, r.error);
       out += ",\"start_s\":" + json_number(r.start_s) + ",\"input_tokens\":" + std::to_string(r.input_tokens) +
-             ",\"cached_tokens\":" + std::to_string(r.cached_tokens) + ",\"output_tokens\":" + std::to_string(r.output_tokens) + ",\"ttft_ms\":" + json_number(r.ttft_ms) +
+             ",\"cached_tokens\":" + std::to_string(r.cached_tokens) +
+             ",\"output_tokens\":" + std::to_string(r.output_tokens) + ",\"ttft_ms\":" + json_number(r.ttft_ms) +
              ",\"tpot_ms\":" + json_number(r.tpot_ms) + ",\"e2e_ms\":" + json_number(r.e2e_ms) + ",\"itl_ms\":[";
       for (size_t k = 0; k < r.itl_ms.size(); ++k) {
         if (k) out += ',';
@@ -96,7 +99,8 @@ std::string summary_table(const Summary& s) {
   add("duration            %.3f s\n", s.duration_s);
   add("requests            %llu completed, %llu failed, %llu cancelled\n", static_cast<unsigned long long>(s.completed),
       static_cast<unsigned long long>(s.failed), static_cast<unsigned long long>(s.cancelled));
-  for (const auto& [reason, n] : s.errors) add("  error x%-6llu     %.180s\n", static_cast<unsigned long long>(n), reason.c_str());
+  for (const auto& [reason, n] : s.errors)
+    add("  error x%-6llu     %.180s\n", static_cast<unsigned long long>(n), reason.c_str());
   add("throughput          %.2f req/s, %.1f input tok/s, %.1f output tok/s\n", s.requests_per_s, s.input_tokens_per_s,
       s.output_tokens_per_s);
   if (s.cached_input_tokens)

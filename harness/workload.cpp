@@ -52,10 +52,10 @@ Result<DatasetLine> parse_dataset_line(const std::string& line) {
 
 constexpr int32_t kFirstTokenId = 3, kTokenIdEnd = 259;  // byte tokens exist in every byte-level vocabulary
 
-const char* const kWords[] = {"the", "of",   "and",  "to",   "in",    "is",   "you",  "that", "it",  "he",
-                              "was", "for",  "on",   "are",  "as",    "with", "his",  "they", "at",  "be",
-                              "this", "have", "from", "or",  "one",   "had",  "by",   "word", "but", "not",
-                              "what", "all",  "were", "we",  "when",  "your", "can",  "said", "there", "use"};
+const char* const kWords[] = {"the",  "of",   "and",  "to",  "in",   "is",   "you", "that", "it",    "he",
+                              "was",  "for",  "on",   "are", "as",   "with", "his", "they", "at",    "be",
+                              "this", "have", "from", "or",  "one",  "had",  "by",  "word", "but",   "not",
+                              "what", "all",  "were", "we",  "when", "your", "can", "said", "there", "use"};
 
 uint32_t pick(const LengthRange& r, std::mt19937_64& rng) {
   if (r.hi <= r.lo) return r.lo;
@@ -87,7 +87,8 @@ Result<Workload> Workload::create(WorkloadOptions options) {
   if (options.prefix_groups == 0) return Status::invalid("--prefix-groups must be >= 1");
   if (options.shared_prefix > 0 && options.dataset.empty() && options.input_len.lo <= options.shared_prefix)
     return Status::invalid("--input-len (" + std::to_string(options.input_len.lo) + ") must exceed --shared-prefix (" +
-                           std::to_string(options.shared_prefix) + "): a prompt is its shared prefix plus unique tokens");
+                           std::to_string(options.shared_prefix) +
+                           "): a prompt is its shared prefix plus unique tokens");
   if (options.output_len.lo == 0 && options.dataset.empty()) return Status::invalid("--output-len must be >= 1");
   Workload w;
   w.options_ = options;

@@ -78,10 +78,17 @@ const char* value_type_name(uint32_t t) {
 // Bytes a scalar value of type t occupies on disk; strings and arrays: their minimum.
 uint64_t min_value_size(uint32_t t) {
   switch (static_cast<GgufValueType>(t)) {
-    case GgufValueType::kU8: case GgufValueType::kI8: case GgufValueType::kBool: return 1;
-    case GgufValueType::kU16: case GgufValueType::kI16: return 2;
-    case GgufValueType::kU32: case GgufValueType::kI32: case GgufValueType::kF32: return 4;
-    case GgufValueType::kU64: case GgufValueType::kI64: case GgufValueType::kF64: return 8;
+    case GgufValueType::kU8:
+    case GgufValueType::kI8:
+    case GgufValueType::kBool: return 1;
+    case GgufValueType::kU16:
+    case GgufValueType::kI16: return 2;
+    case GgufValueType::kU32:
+    case GgufValueType::kI32:
+    case GgufValueType::kF32: return 4;
+    case GgufValueType::kU64:
+    case GgufValueType::kI64:
+    case GgufValueType::kF64: return 8;
     case GgufValueType::kString: return 8;
     case GgufValueType::kArray: return 12;
   }
@@ -91,8 +98,7 @@ uint64_t min_value_size(uint32_t t) {
 // Bounds-checked reader over the mapping. Every failure names the byte offset.
 class Cursor {
  public:
-  Cursor(const std::byte* base, uint64_t size, const std::string& path)
-      : base_(base), size_(size), path_(path) {}
+  Cursor(const std::byte* base, uint64_t size, const std::string& path) : base_(base), size_(size), path_(path) {}
 
   uint64_t pos() const { return pos_; }
   uint64_t remaining() const { return size_ - pos_; }
@@ -100,8 +106,8 @@ class Cursor {
 
   Status fail(const std::string& problem) const { return Status::model_file(path_ + ": " + problem); }
   Status truncated(const char* what, uint64_t at) const {
-    return fail(std::string("truncated: ") + what + " at byte offset " + std::to_string(at) +
-                " (file size " + std::to_string(size_) + ")");
+    return fail(std::string("truncated: ") + what + " at byte offset " + std::to_string(at) + " (file size " +
+                std::to_string(size_) + ")");
   }
 
   template <class T>
@@ -117,9 +123,8 @@ class Cursor {
     uint64_t len = 0;
     TANDEM_RETURN_IF_ERROR(read(len, what));
     if (len > remaining()) {
-      return fail(std::string(what) + " at byte offset " + std::to_string(at) + " has length " +
-                  std::to_string(len) + ", beyond the end of the file (size " +
-                  std::to_string(size_) + ")");
+      return fail(std::string(what) + " at byte offset " + std::to_string(at) + " has length " + std::to_string(len) +
+                  ", beyond the end of the file (size " + std::to_string(size_) + ")");
     }
     out.assign(reinterpret_cast<const char*>(base_ + pos_), len);
     pos_ += len;
@@ -186,8 +191,8 @@ Status read_value(Cursor& c, const std::string& key, GgufValue& v) {
   uint64_t at = c.pos();
   TANDEM_RETURN_IF_ERROR(c.read(type, "metadata value type"));
   if (min_value_size(type) == 0) {
-    return c.fail("key " + printable(key) + " has unknown value type " + std::to_string(type) +
-                  " at byte offset " + std::to_string(at));
+    return c.fail("key " + printable(key) + " has unknown value type " + std::to_string(type) + " at byte offset " +
+                  std::to_string(at));
   }
   v.type = static_cast<GgufValueType>(type);
   if (v.type != GgufValueType::kArray) return read_scalar(c, type, v, "metadata value");
@@ -200,8 +205,8 @@ Status read_value(Cursor& c, const std::string& key, GgufValue& v) {
   }
   uint64_t elem_size = min_value_size(elem);
   if (elem_size == 0) {
-    return c.fail("key " + printable(key) + " is an array of unknown element type " +
-                  std::to_string(elem) + " at byte offset " + std::to_string(at));
+    return c.fail("key " + printable(key) + " is an array of unknown element type " + std::to_string(elem) +
+                  " at byte offset " + std::to_string(at));
   }
   v.array_type = static_cast<GgufValueType>(elem);
   uint64_t count = 0;
@@ -209,9 +214,9 @@ Status read_value(Cursor& c, const std::string& key, GgufValue& v) {
   TANDEM_RETURN_IF_ERROR(c.read(count, "array length"));
   // Each element needs at least elem_size bytes: bound the count before reserving.
   if (count > c.remaining() / elem_size) {
-    return c.fail("key " + printable(key) + ": array of " + std::to_string(count) + " " +
-                  value_type_name(elem) + " elements at byte offset " + std::to_string(at) +
-                  " is larger than the rest of the file (size " + std::to_string(c.size()) + ")");
+    return c.fail("key " + printable(key) + ": array of " + std::to_string(count) + " " + value_type_name(elem) +
+                  " elements at byte offset " + std::to_string(at) + " is larger than the rest of the file (size " +
+                  std::to_string(c.size()) + ")");
   }
   // Reserve no more than the file could hold (strings are bigger in memory than on disk).
   const size_t reserve = static_cast<size_t>(std::min<uint64_t>(count, 1u << 20));
@@ -244,9 +249,12 @@ Status read_value(Cursor& c, const std::string& key, GgufValue& v) {
       out.reserve(reserve);
       for (uint64_t i = 0; i < count; ++i) {
         TANDEM_RETURN_IF_ERROR(read_scalar(c, elem, item, "array element"));
-        if (auto* u = std::get_if<uint64_t>(&item.value)) out.push_back(static_cast<int64_t>(*u));
-        else if (auto* s = std::get_if<int64_t>(&item.value)) out.push_back(*s);
-        else out.push_back(std::get<bool>(item.value) ? 1 : 0);
+        if (auto* u = std::get_if<uint64_t>(&item.value))
+          out.push_back(static_cast<int64_t>(*u));
+        else if (auto* s = std::get_if<int64_t>(&item.value))
+          out.push_back(*s);
+        else
+          out.push_back(std::get<bool>(item.value) ? 1 : 0);
       }
       v.value = std::move(out);
       break;
@@ -275,8 +283,7 @@ Status parse_header(Cursor& c, const std::byte* base, uint64_t size, Parsed& out
   if (magic != kMagic) {
     char buf[64];
     std::snprintf(buf, sizeof buf, "%02x %02x %02x %02x", static_cast<unsigned>(base[0]),
-                  static_cast<unsigned>(base[1]), static_cast<unsigned>(base[2]),
-                  static_cast<unsigned>(base[3]));
+                  static_cast<unsigned>(base[1]), static_cast<unsigned>(base[2]), static_cast<unsigned>(base[3]));
     return c.fail(std::string("not a GGUF file (magic ") + buf + ", expected 47 47 55 46 \"GGUF\")");
   }
   TANDEM_RETURN_IF_ERROR(c.read(out.version, "version"));
@@ -289,9 +296,8 @@ Status parse_header(Cursor& c, const std::byte* base, uint64_t size, Parsed& out
   TANDEM_RETURN_IF_ERROR(c.read(n_kv, "metadata_kv_count"));
   if (n_kv > c.remaining() / kMinKv || n_tensors > c.remaining() / kMinTensor ||
       n_kv * kMinKv > c.remaining() - n_tensors * kMinTensor) {
-    return c.fail("tensor_count " + std::to_string(n_tensors) + " and metadata_kv_count " +
-                  std::to_string(n_kv) + " are too large for a file of " + std::to_string(size) +
-                  " bytes");
+    return c.fail("tensor_count " + std::to_string(n_tensors) + " and metadata_kv_count " + std::to_string(n_kv) +
+                  " are too large for a file of " + std::to_string(size) + " bytes");
   }
   return Status::ok();
 }
@@ -316,8 +322,7 @@ Status parse_metadata(Cursor& c, uint64_t n_kv, Parsed& out) {
                     value_type_name(static_cast<uint32_t>(it->second.type)) + ", expected u32");
     }
     if (*a == 0 || !std::has_single_bit(*a) || *a > (1u << 30)) {
-      return c.fail("general.alignment " + std::to_string(*a) +
-                    " is not a power of two between 1 and 2^30");
+      return c.fail("general.alignment " + std::to_string(*a) + " is not a power of two between 1 and 2^30");
     }
     out.alignment = *a;
   }
@@ -338,38 +343,40 @@ Status parse_tensor_info(Cursor& c, Parsed& out) {
   at = c.pos();
   TANDEM_RETURN_IF_ERROR(c.read(n_dims, "tensor n_dims"));
   if (n_dims > kMaxDims) {  // 0 is a scalar, as in ggml
-    return c.fail("tensor " + name + " has n_dims " + std::to_string(n_dims) +
-                  " at byte offset " + std::to_string(at) + " (at most 4 allowed)");
+    return c.fail("tensor " + name + " has n_dims " + std::to_string(n_dims) + " at byte offset " + std::to_string(at) +
+                  " (at most 4 allowed)");
   }
   t.dims.resize(n_dims);
   uint64_t elems = 1;
   bool overflow = false;
   for (uint32_t d = 0; d < n_dims; ++d) {
     TANDEM_RETURN_IF_ERROR(c.read(t.dims[d], "tensor dims"));
-    if (t.dims[d] > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) overflow = true;
-    else if (t.dims[d] != 0 && elems > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / t.dims[d]) overflow = true;
-    else elems *= t.dims[d];
+    if (t.dims[d] > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      overflow = true;
+    else if (t.dims[d] != 0 && elems > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / t.dims[d])
+      overflow = true;
+    else
+      elems *= t.dims[d];
   }
   if (overflow) return c.fail("tensor " + name + ": the product of its dims overflows");
   at = c.pos();
   TANDEM_RETURN_IF_ERROR(c.read(t.type, "tensor type"));
   TypeInfo info = type_info(t.type);
   if (info.block_elems == 0) {
-    return c.fail("tensor " + name + " has unknown ggml type " + std::to_string(t.type) +
-                  " at byte offset " + std::to_string(at));
+    return c.fail("tensor " + name + " has unknown ggml type " + std::to_string(t.type) + " at byte offset " +
+                  std::to_string(at));
   }
   const uint64_t row = n_dims ? t.dims[0] : 1;
   if (row % info.block_elems != 0) {
-    return c.fail("tensor " + name + ": dims[0] = " + std::to_string(row) +
-                  " is not a multiple of the block size " + std::to_string(info.block_elems) +
-                  " of " + info.name);
+    return c.fail("tensor " + name + ": dims[0] = " + std::to_string(row) + " is not a multiple of the block size " +
+                  std::to_string(info.block_elems) + " of " + info.name);
   }
   // elems <= 2^63 and block_bytes / block_elems <= 8: no overflow.
   t.nbytes = elems / info.block_elems * info.block_bytes;
   TANDEM_RETURN_IF_ERROR(c.read(t.offset, "tensor offset"));
   if (t.offset % out.alignment != 0) {
-    return c.fail("tensor " + name + " offset " + std::to_string(t.offset) +
-                  " is not a multiple of the alignment " + std::to_string(out.alignment));
+    return c.fail("tensor " + name + " offset " + std::to_string(t.offset) + " is not a multiple of the alignment " +
+                  std::to_string(out.alignment));
   }
   out.tensor_index.emplace(t.name, out.tensors.size());
   out.tensors.push_back(std::move(t));
@@ -385,11 +392,9 @@ Status place_tensors(Cursor& c, const std::byte* base, uint64_t size, Parsed& ou
     const bool fits = t.offset <= size && begin <= size && t.nbytes <= size - begin;
     if (!fits) {
       std::string b = t.offset <= size ? std::to_string(begin) : "past " + std::to_string(size);
-      std::string e = t.offset <= size && t.nbytes <= UINT64_MAX - begin
-                          ? std::to_string(begin + t.nbytes)
-                          : "beyond";
-      return c.fail("tensor " + printable(t.name) + " data [" + b + ", " + e +
-                    ") is outside the file (size " + std::to_string(size) + ")");
+      std::string e = t.offset <= size && t.nbytes <= UINT64_MAX - begin ? std::to_string(begin + t.nbytes) : "beyond";
+      return c.fail("tensor " + printable(t.name) + " data [" + b + ", " + e + ") is outside the file (size " +
+                    std::to_string(size) + ")");
     }
     t.data = base + begin;
   }
@@ -613,8 +618,8 @@ void GgufWriter::add_i32_array(const std::string& key, const std::vector<int32_t
   set_kv(key, std::move(e.bytes));
 }
 
-void GgufWriter::add_tensor(const std::string& name, std::vector<uint64_t> dims, TensorType type,
-                            const void* data, size_t nbytes) {
+void GgufWriter::add_tensor(const std::string& name, std::vector<uint64_t> dims, TensorType type, const void* data,
+                            size_t nbytes) {
   auto defer = [&](std::string problem) {
     if (deferred_error_.empty()) deferred_error_ = "tensor " + name + ": " + std::move(problem);
   };
@@ -632,8 +637,7 @@ void GgufWriter::add_tensor(const std::string& name, std::vector<uint64_t> dims,
   }
   const uint64_t expected = elems * (type == TensorType::kF32 ? 4 : 2);
   if (expected != nbytes) {
-    return defer("has " + std::to_string(nbytes) + " bytes of data, its shape needs " +
-                 std::to_string(expected));
+    return defer("has " + std::to_string(nbytes) + " bytes of data, its shape needs " + std::to_string(expected));
   }
   Tensor t{name, std::move(dims), type, {}};
   const std::byte* bytes = static_cast<const std::byte*>(data);

@@ -18,8 +18,19 @@ namespace tandem::model {
 
 // GGUF metadata value types (gguf_type).
 enum class GgufValueType : uint32_t {
-  kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7,
-  kString = 8, kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
+  kU8 = 0,
+  kI8 = 1,
+  kU16 = 2,
+  kI16 = 3,
+  kU32 = 4,
+  kI32 = 5,
+  kF32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kU64 = 10,
+  kI64 = 11,
+  kF64 = 12,
 };
 
 // ggml tensor types tandem can load. Anything else is refused with an error naming it.
@@ -31,16 +42,16 @@ const char* ggml_type_name(uint32_t type);  // "F32", "F16", "Q4_0", ... or "typ
 struct GgufValue {
   GgufValueType type = GgufValueType::kU8;
   GgufValueType array_type = GgufValueType::kU8;  // element type when type == kArray
-  std::variant<uint64_t, int64_t, double, bool, std::string,
-               std::vector<int64_t>, std::vector<double>, std::vector<std::string>>
+  std::variant<uint64_t, int64_t, double, bool, std::string, std::vector<int64_t>, std::vector<double>,
+               std::vector<std::string>>
       value;
 };
 
 struct GgufTensor {
   std::string name;
-  std::vector<uint64_t> dims;  // ggml order: dims[0] is the contiguous (innermost) one
-  uint32_t type = 0;           // ggml type id; see TensorType
-  uint64_t offset = 0;         // from the start of the data section
+  std::vector<uint64_t> dims;       // ggml order: dims[0] is the contiguous (innermost) one
+  uint32_t type = 0;                // ggml type id; see TensorType
+  uint64_t offset = 0;              // from the start of the data section
   const std::byte* data = nullptr;  // points into the mapping
   uint64_t nbytes = 0;
   uint64_t elements() const;
@@ -99,8 +110,8 @@ class GgufWriter {
   void add_i32_array(const std::string& key, const std::vector<int32_t>& v);
   // dims in ggml order (dims[0] contiguous). Data is copied; type F32 or F16 (data is
   // then uint16 halves). A key added twice keeps its first position and its last value.
-  void add_tensor(const std::string& name, std::vector<uint64_t> dims, TensorType type,
-                  const void* data, size_t nbytes);
+  void add_tensor(const std::string& name, std::vector<uint64_t> dims, TensorType type, const void* data,
+                  size_t nbytes);
   // Writes to a temporary file beside `path` and renames it into place, so `path` is
   // either the complete new file or untouched. Errors: Code::kModelFile.
   Status write(const std::string& path) const;

@@ -40,7 +40,7 @@ inline uint16_t float_to_half(float f) {
   const uint32_t abs = x & 0x7fffffffu;
   if (abs >= 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0));
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to >= 65520: inf
-  if (abs < 0x38800000u) {  // below the smallest normal half: subnormal or zero
+  if (abs < 0x38800000u) {                                      // below the smallest normal half: subnormal or zero
     if (abs < 0x33000000u) return static_cast<uint16_t>(sign);  // < 2^-25 rounds to 0
     const uint32_t e = abs >> 23;
     const uint32_t mant = (abs & 0x7fffffu) | 0x800000u;

@@ -8,7 +8,6 @@
 #include <thread>
 #include <vector>
 
-
 namespace tandem::model {
 
 namespace {
@@ -106,8 +105,7 @@ class Rng {
 
 Status check_config(const ModelConfig& c) {
   auto bad = [](const std::string& m) { return Status::invalid("make-model: " + m); };
-  if (c.dim == 0 || c.n_layers == 0 || c.n_heads == 0 || c.n_kv_heads == 0 || c.ffn_dim == 0 ||
-      c.context_length == 0) {
+  if (c.dim == 0 || c.n_layers == 0 || c.n_heads == 0 || c.n_kv_heads == 0 || c.ffn_dim == 0 || c.context_length == 0) {
     return bad("dim, n_layers, n_heads, n_kv_heads, ffn_dim and context_length must be positive");
   }
   if (c.vocab_size < 259) {
@@ -118,8 +116,7 @@ Status check_config(const ModelConfig& c) {
     return bad("n_heads " + std::to_string(c.n_heads) + " does not divide dim " + std::to_string(c.dim));
   }
   if (c.n_heads % c.n_kv_heads != 0) {
-    return bad("n_kv_heads " + std::to_string(c.n_kv_heads) + " does not divide n_heads " +
-               std::to_string(c.n_heads));
+    return bad("n_kv_heads " + std::to_string(c.n_kv_heads) + " does not divide n_heads " + std::to_string(c.n_heads));
   }
   if (c.head_dim() % 2 != 0) return bad("head_dim " + std::to_string(c.head_dim()) + " is odd");
   if (!(c.rope_freq_base > 0) || !(c.rms_eps > 0)) return bad("rope_freq_base and rms_eps must be positive");
@@ -176,7 +173,6 @@ void add_hyper_parameters(GgufWriter& w, const ModelConfig& c, bool f16) {
   w.add_f32("llama.attention.layer_norm_rms_epsilon", c.rms_eps);
   w.add_u32("llama.rope.dimension_count", c.head_dim());
   w.add_u32("llama.vocab_size", c.vocab_size);
-
 }
 
 // Byte-level vocabulary: <unk>, <s>, </s>, the 256 byte tokens, then unused fillers.
@@ -205,7 +201,6 @@ void add_vocabulary(GgufWriter& w, const ModelConfig& c) {
   w.add_u32("tokenizer.ggml.unknown_token_id", 0);
   w.add_bool("tokenizer.ggml.add_bos_token", true);
   w.add_bool("tokenizer.ggml.add_eos_token", false);
-
 }
 
 // Tensors in llama.cpp's order. Each tensor is cut into chunks of kChunk values and each

@@ -21,9 +21,7 @@ class Checker {
  public:
   explicit Checker(const GgufFile& file) : file_(file) {}
 
-  Status fail(const std::string& problem) const {
-    return Status::model_file(file_.path() + ": " + problem);
-  }
+  Status fail(const std::string& problem) const { return Status::model_file(file_.path() + ": " + problem); }
 
   // A required (or, with fallback, optional) positive integer key no larger than max.
   Status read_uint(const std::string& key, uint64_t max, uint32_t& out,
@@ -68,8 +66,7 @@ class Checker {
   Status check_tensor(const std::string& name, const std::vector<uint64_t>& dims) const {
     const GgufTensor* t = file_.tensor(name);
     if (!t) return fail("missing tensor " + name);
-    if (t->type != static_cast<uint32_t>(TensorType::kF32) &&
-        t->type != static_cast<uint32_t>(TensorType::kF16)) {
+    if (t->type != static_cast<uint32_t>(TensorType::kF32) && t->type != static_cast<uint32_t>(TensorType::kF16)) {
       return fail("tensor " + name + " has unsupported type " + ggml_type_name(t->type) +
                   " (tandem loads F32 and F16)");
     }
@@ -78,8 +75,7 @@ class Checker {
     }
     const uintptr_t elem = t->type == static_cast<uint32_t>(TensorType::kF32) ? 4 : 2;
     if (reinterpret_cast<uintptr_t>(t->data) % elem != 0) {
-      return fail("tensor " + name + " data is not aligned to its " + std::to_string(elem) +
-                  "-byte elements");
+      return fail("tensor " + name + " data is not aligned to its " + std::to_string(elem) + "-byte elements");
     }
     return Status::ok();
   }
@@ -182,8 +178,13 @@ struct Fnv {
     for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
   }
   template <class T>
-  void pod(const T& v) { bytes(&v, sizeof v); }
-  void str(const std::string& s) { pod(s.size()); bytes(s.data(), s.size()); }
+  void pod(const T& v) {
+    bytes(&v, sizeof v);
+  }
+  void str(const std::string& s) {
+    pod(s.size());
+    bytes(s.data(), s.size());
+  }
 };
 }  // namespace
 

@@ -10,17 +10,17 @@
 namespace tandem::model {
 
 struct ModelConfig {
-  std::string name;           // general.name, or the file name
-  uint32_t vocab_size = 0;    // rows of token_embd.weight
-  uint32_t dim = 0;           // llama.embedding_length
-  uint32_t n_layers = 0;      // llama.block_count
-  uint32_t n_heads = 0;       // llama.attention.head_count
-  uint32_t n_kv_heads = 0;    // llama.attention.head_count_kv (defaults to n_heads)
-  uint32_t ffn_dim = 0;       // llama.feed_forward_length
-  uint32_t context_length = 0;  // llama.context_length
+  std::string name;                 // general.name, or the file name
+  uint32_t vocab_size = 0;          // rows of token_embd.weight
+  uint32_t dim = 0;                 // llama.embedding_length
+  uint32_t n_layers = 0;            // llama.block_count
+  uint32_t n_heads = 0;             // llama.attention.head_count
+  uint32_t n_kv_heads = 0;          // llama.attention.head_count_kv (defaults to n_heads)
+  uint32_t ffn_dim = 0;             // llama.feed_forward_length
+  uint32_t context_length = 0;      // llama.context_length
   float rope_freq_base = 10000.0f;  // llama.rope.freq_base
-  float rms_eps = 1e-5f;      // llama.attention.layer_norm_rms_epsilon
-  bool tied_embeddings = false;  // output.weight absent: the LM head is token_embd
+  float rms_eps = 1e-5f;            // llama.attention.layer_norm_rms_epsilon
+  bool tied_embeddings = false;     // output.weight absent: the LM head is token_embd
   uint32_t head_dim() const { return dim / n_heads; }
   uint32_t kv_dim() const { return n_kv_heads * head_dim(); }
 };

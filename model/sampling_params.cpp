@@ -28,8 +28,7 @@ Status validate(const SamplingParams& p) {
     return Status::invalid("min_p " + fmt(p.min_p) + " is outside [0, 1]");
   }
   if (!(std::isfinite(p.repetition_penalty) && p.repetition_penalty > 0.0f)) {
-    return Status::invalid("repetition_penalty " + fmt(p.repetition_penalty) +
-                           " must be finite and > 0");
+    return Status::invalid("repetition_penalty " + fmt(p.repetition_penalty) + " must be finite and > 0");
   }
   if (p.top_logprobs < 0 || p.top_logprobs > kMaxTopLogprobs) {
     return Status::invalid("top_logprobs " + std::to_string(p.top_logprobs) + " is outside [0, " +

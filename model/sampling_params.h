@@ -15,7 +15,7 @@ struct SamplingParams {
   float min_p = 0.0f;               // 0: off; in [0, 1]
   float repetition_penalty = 1.0f;  // 1: off; > 0 (llama.cpp/CTRL style on the recent tokens)
   uint64_t seed = 0;
-  int32_t top_logprobs = 0;         // how many top alternatives to report, 0..kMaxTopLogprobs
+  int32_t top_logprobs = 0;  // how many top alternatives to report, 0..kMaxTopLogprobs
 };
 inline constexpr int32_t kMaxTopLogprobs = 20;
 

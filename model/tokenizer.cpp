@@ -98,14 +98,15 @@ Result<Tokenizer> Tokenizer::from_gguf(const GgufFile& file) {
     const std::string& p = tok.pieces_[i];
     auto [it, fresh] = seen.emplace(p, static_cast<int32_t>(i));
     if (!fresh) {
-      return fail("duplicate token " + quoted(p) + " (ids " + std::to_string(it->second) + " and " +
-                  std::to_string(i) + ")");
+      return fail("duplicate token " + quoted(p) + " (ids " + std::to_string(it->second) + " and " + std::to_string(i) +
+                  ")");
     }
     const int32_t type = tok.types_[i];
     if (type == kNormal || type == kUserDefined) ++n_normal;
     if (type == kByte) {
       int b = parse_byte_piece(p);
-      if (b < 0) return fail("token " + std::to_string(i) + " has type byte but its piece " + quoted(p) + " is not <0xHH>");
+      if (b < 0)
+        return fail("token " + std::to_string(i) + " has type byte but its piece " + quoted(p) + " is not <0xHH>");
       tok.byte_of_token_[i] = static_cast<int16_t>(b);
       if (tok.byte_token_[b] < 0) tok.byte_token_[b] = static_cast<int32_t>(i);
     }
@@ -115,8 +116,9 @@ Result<Tokenizer> Tokenizer::from_gguf(const GgufFile& file) {
     const char* key;
     int32_t* id;
   };
-  for (Special s : {Special{"tokenizer.ggml.bos_token_id", &tok.bos_}, Special{"tokenizer.ggml.eos_token_id", &tok.eos_},
-                    Special{"tokenizer.ggml.unknown_token_id", &tok.unk_}}) {
+  for (Special s :
+       {Special{"tokenizer.ggml.bos_token_id", &tok.bos_}, Special{"tokenizer.ggml.eos_token_id", &tok.eos_},
+        Special{"tokenizer.ggml.unknown_token_id", &tok.unk_}}) {
     if (file.find(s.key)) {
       std::optional<uint64_t> id = file.get_uint(s.key);
       if (!id) return fail(std::string("key ") + s.key + " is not a non-negative integer");

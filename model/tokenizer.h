@@ -43,7 +43,7 @@ class Tokenizer {
  private:
   std::string kind_;
   std::vector<std::string> pieces_;
-  std::vector<int32_t> types_;  // GGUF token types: 1 normal, 2 unknown, 3 control, 4 user, 5 unused, 6 byte
+  std::vector<int32_t> types_;          // GGUF token types: 1 normal, 2 unknown, 3 control, 4 user, 5 unused, 6 byte
   std::vector<int16_t> byte_of_token_;  // -1 unless a byte token
   int32_t byte_token_[256] = {};
   int32_t bos_ = 1, eos_ = 2, unk_ = 0;

@@ -32,11 +32,8 @@ Status socket_error(const std::string& what, const std::string& endpoint, int er
     case EINVAL:
     case EPROTONOSUPPORT:
     case ENOCOMPATPROTO:
-    case ENAMETOOLONG:
-      code = Code::kInvalidArgument;
-      break;
-    default:
-      break;
+    case ENAMETOOLONG: code = Code::kInvalidArgument; break;
+    default: break;
   }
   std::string msg = what;
   msg += ' ';
@@ -263,7 +260,8 @@ SendResult Socket::send_frames(zmq::message_t* frames, size_t n) {
     } else {
       result = {SendError::kOther, "send on " + endpoint_ + ": " + errno_text(err)};
     }
-    if (i > 0) spdlog::error("event loop: send on {} failed after {} of {} frames: {}", endpoint_, i, n, errno_text(err));
+    if (i > 0)
+      spdlog::error("event loop: send on {} failed after {} of {} frames: {}", endpoint_, i, n, errno_text(err));
     break;
   }
   // Sending processes ZeroMQ's command mailbox, which can swallow ZMQ_FD's edge for an
@@ -300,8 +298,7 @@ struct EventLoop::SignalWatch {
   std::function<void(int)> fn;
 };
 
-EventLoop::EventLoop(SocketLimits limits)
-    : limits_(limits), zmq_(1), io_(1), work_(asio::make_work_guard(io_)) {}
+EventLoop::EventLoop(SocketLimits limits) : limits_(limits), zmq_(1), io_(1), work_(asio::make_work_guard(io_)) {}
 
 EventLoop::~EventLoop() {
   for (auto& watch : signals_) {
@@ -340,7 +337,8 @@ Result<std::unique_ptr<Socket>> EventLoop::open(zmq::socket_type type, const std
   if (curve_.enabled()) {
     CurveKeys keys = curve_;
     if (!bind) keys.server_secret.clear();
-    if (Status st = apply_curve(s, keys); !st) return Status::error(st.code(), std::string(verb) + " " + endpoint + ": " + st.message());
+    if (Status st = apply_curve(s, keys); !st)
+      return Status::error(st.code(), std::string(verb) + " " + endpoint + ": " + st.message());
   }
   if (bind) {
     TANDEM_RETURN_IF_ERROR(check_ipc_free(endpoint));

@@ -114,12 +114,12 @@ class Socket {
   };
   Socket(EventLoop& loop, zmq::socket_type type, Handler handler);
   Status configure(zmq::socket_type type, const std::string& identity);
-  Status watch();           // starts watching ZMQ_FD (after bind/connect)
+  Status watch();  // starts watching ZMQ_FD (after bind/connect)
   SendResult send_frames(zmq::message_t* frames, size_t n);
-  void arm();               // waits for ZMQ_FD readability
-  void drain();             // reads pending messages (ZMQ_FD is edge-triggered: must drain)
-  void schedule_drain();    // posts one drain (coalesced); needed after anything that
-                            // may have consumed ZMQ_FD's edge (send, a handler)
+  void arm();             // waits for ZMQ_FD readability
+  void drain();           // reads pending messages (ZMQ_FD is edge-triggered: must drain)
+  void schedule_drain();  // posts one drain (coalesced); needed after anything that
+                          // may have consumed ZMQ_FD's edge (send, a handler)
   void close_on_error(const char* what, int err);
 
   EventLoop& loop_;
@@ -150,8 +150,8 @@ class EventLoop {
   // silently take the path over); a stale socket file is replaced.
   Result<std::unique_ptr<Socket>> bind(zmq::socket_type type, const std::string& endpoint, Socket::Handler handler);
   // `identity`, when given, becomes ZMQ_ROUTING_ID: the frame 0 a ROUTER peer sees.
-  Result<std::unique_ptr<Socket>> connect(zmq::socket_type type, const std::string& endpoint,
-                                          Socket::Handler handler, const std::string& identity = {});
+  Result<std::unique_ptr<Socket>> connect(zmq::socket_type type, const std::string& endpoint, Socket::Handler handler,
+                                          const std::string& identity = {});
 
   // Runs fn after `delay` on the loop's thread; cancelled when the returned handle dies.
   class Timer;

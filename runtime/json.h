@@ -11,7 +11,6 @@
 
 namespace tandem::runtime {
 
-
 // Appends `s` as a JSON string literal.
 inline void append_json_string(std::string& out, std::string_view s) {
   out += '"';

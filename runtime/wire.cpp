@@ -10,8 +10,8 @@ namespace tandem::runtime {
 zmq::message_t to_frame(const google::protobuf::MessageLite& message) {
   const size_t size = message.ByteSizeLong();  // also caches sub-message sizes for the write
   if (size > size_t{INT_MAX}) {
-    spdlog::error("wire: {} of {} bytes exceeds protobuf's 2 GiB limit; sending an empty frame",
-                  message.GetTypeName(), size);
+    spdlog::error("wire: {} of {} bytes exceeds protobuf's 2 GiB limit; sending an empty frame", message.GetTypeName(),
+                  size);
     return zmq::message_t();
   }
   zmq::message_t frame(size);

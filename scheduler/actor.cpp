@@ -29,7 +29,8 @@ int64_t thread_cpu_us() {
 // What two workers must agree on for KV to move between them: block size, storage
 // format (bits, group, last layer, F32 window) and so bytes per block.
 std::string kv_format(const v1::Register& reg) {
-  std::string f = reg.kv_bits() ? "q" + std::to_string(reg.kv_bits()) + "/g" + std::to_string(reg.kv_group_size()) : "f32";
+  std::string f =
+      reg.kv_bits() ? "q" + std::to_string(reg.kv_bits()) + "/g" + std::to_string(reg.kv_group_size()) : "f32";
   if (reg.kv_bits() && reg.kv_skip_last_layer()) f += "+f32-last";
   if (reg.kv_bits()) f += " with an F32 window of " + std::to_string(reg.kv_tail_blocks()) + " tail blocks";
   return f + ", " + std::to_string(reg.block_tokens()) + " tokens and " + std::to_string(reg.block_bytes()) +
@@ -58,12 +59,12 @@ class Actor final : public Sink {
       if (!keys) return keys.status();
       loop_.use_curve(*keys);
     }
-    auto clients = loop_.bind(zmq::socket_type::router, options_.client_endpoint,
-                              [this](runtime::Frames& f) { on_client(f); });
+    auto clients =
+        loop_.bind(zmq::socket_type::router, options_.client_endpoint, [this](runtime::Frames& f) { on_client(f); });
     if (!clients) return clients.status();
     clients_ = std::move(clients.value());
-    auto workers = loop_.bind(zmq::socket_type::router, options_.worker_endpoint,
-                              [this](runtime::Frames& f) { on_worker(f); });
+    auto workers =
+        loop_.bind(zmq::socket_type::router, options_.worker_endpoint, [this](runtime::Frames& f) { on_worker(f); });
     if (!workers) return workers.status();
     workers_ = std::move(workers.value());
     liveness_ = loop_.every(std::chrono::milliseconds(options_.heartbeat_ms), [this] { check_liveness(); });
@@ -123,10 +124,11 @@ class Actor final : public Sink {
   void send_events(const std::string& client, const v1::RequestEvents& events) override {
     if (events.has_final() && spdlog::should_log(spdlog::level::debug)) {
       const v1::FinalEvent& f = events.final();
-      spdlog::debug("scheduler: request {} finished: {} {} prompt {} completion {} queue {:.1f} ms ttft {:.1f} ms total {:.1f} ms",
-                    events.request_id(), v1::FinishReason_Name(f.finish_reason()), f.error_message(),
-                    f.usage().prompt_tokens(), f.usage().completion_tokens(), f.timings().queue_ms(), f.timings().ttft_ms(),
-                    f.timings().total_ms());
+      spdlog::debug(
+          "scheduler: request {} finished: {} {} prompt {} completion {} queue {:.1f} ms ttft {:.1f} ms total {:.1f} "
+          "ms",
+          events.request_id(), v1::FinishReason_Name(f.finish_reason()), f.error_message(), f.usage().prompt_tokens(),
+          f.usage().completion_tokens(), f.timings().queue_ms(), f.timings().ttft_ms(), f.timings().total_ms());
     }
     auto [it, fresh] = outbox_.try_emplace(client);
     if (it->second.events().requests_size() == 0) dirty_.push_back(client);
@@ -153,9 +155,9 @@ class Actor final : public Sink {
     for (const std::string& client : slow) {
       spdlog::warn("scheduler: a client stopped reading ({} messages queued to it): cancelling its {} requests",
                    options_.client_send_queue, core_.live_requests(client));
-      core_.client_gone(client, runtime::now_us(),
-                        "the client stopped reading its events (" + std::to_string(options_.client_send_queue) +
-                            " messages queued)");
+      core_.client_gone(
+          client, runtime::now_us(),
+          "the client stopped reading its events (" + std::to_string(options_.client_send_queue) + " messages queued)");
     }
     for (const std::string& client : dirty_) {
       keep_finals(outbox_[client], stalled_[client]);
@@ -189,10 +191,12 @@ class Actor final : public Sink {
   };
 
   void send(runtime::Socket& socket, const std::string& identity, const google::protobuf::MessageLite& m) {
-    if (runtime::SendResult st = try_send(socket, identity, m); !st) spdlog::warn("scheduler: send to a peer failed: {}", st.message());
+    if (runtime::SendResult st = try_send(socket, identity, m); !st)
+      spdlog::warn("scheduler: send to a peer failed: {}", st.message());
   }
 
-  runtime::SendResult try_send(runtime::Socket& socket, const std::string& identity, const google::protobuf::MessageLite& m) {
+  runtime::SendResult try_send(runtime::Socket& socket, const std::string& identity,
+                               const google::protobuf::MessageLite& m) {
     runtime::Frames frames;
     frames.emplace_back(identity.data(), identity.size());
     frames.push_back(runtime::to_frame(m));
@@ -209,7 +213,8 @@ class Actor final : public Sink {
     }
   }
 
-  void protocol_error(runtime::Socket& socket, const std::string& identity, v1::ErrorCode code, const std::string& message) {
+  void protocol_error(runtime::Socket& socket, const std::string& identity, v1::ErrorCode code,
+                      const std::string& message) {
     reply_.Clear();
     reply_.set_version(kVersion);
     reply_.mutable_error()->set_code(code);
@@ -221,8 +226,9 @@ class Actor final : public Sink {
     const int64_t cpu0 = thread_cpu_us();
     const int64_t now = runtime::now_us();
     if (frames.size() != 2) {
-      if (!frames.empty()) protocol_error(*clients_, frames[0].to_string(), v1::ERROR_CODE_INVALID_ARGUMENT,
-                                          "expected one frame per message, got " + std::to_string(frames.size() - 1));
+      if (!frames.empty())
+        protocol_error(*clients_, frames[0].to_string(), v1::ERROR_CODE_INVALID_ARGUMENT,
+                       "expected one frame per message, got " + std::to_string(frames.size() - 1));
       return;
     }
     const std::string identity = frames[0].to_string();
@@ -233,8 +239,8 @@ class Actor final : public Sink {
     }
     if (!runtime::protocol_version_served(client_msg_.version())) {
       protocol_error(*clients_, identity, v1::ERROR_CODE_INVALID_ARGUMENT,
-                     "protocol version " + std::to_string(client_msg_.version()) + " is not supported (this scheduler speaks " +
-                         std::to_string(kVersion) + ")");
+                     "protocol version " + std::to_string(client_msg_.version()) +
+                         " is not supported (this scheduler speaks " + std::to_string(kVersion) + ")");
       return;
     }
     switch (client_msg_.body_case()) {
@@ -245,12 +251,13 @@ class Actor final : public Sink {
         }
         if (spdlog::should_log(spdlog::level::debug)) {
           const v1::Submit& s = client_msg_.submit();
-          spdlog::debug("scheduler: submit {}: {} prompt {}, max_tokens {}, temperature {}, top_k {}, top_p {}, seed {}, "
-                        "stops {}+{}, stream {}, priority {}, timeout {} ms",
-                        s.request_id(), s.has_text() ? "text" : "tokens",
-                        s.has_text() ? s.text().size() : static_cast<size_t>(s.tokens().ids_size()), s.max_tokens(),
-                        s.sampling().temperature(), s.sampling().top_k(), s.sampling().top_p(), s.sampling().seed(),
-                        s.stop_token_sequences_size(), s.stop_strings_size(), s.stream(), s.priority(), s.timeout_ms());
+          spdlog::debug(
+              "scheduler: submit {}: {} prompt {}, max_tokens {}, temperature {}, top_k {}, top_p {}, seed {}, "
+              "stops {}+{}, stream {}, priority {}, timeout {} ms",
+              s.request_id(), s.has_text() ? "text" : "tokens",
+              s.has_text() ? s.text().size() : static_cast<size_t>(s.tokens().ids_size()), s.max_tokens(),
+              s.sampling().temperature(), s.sampling().top_k(), s.sampling().top_p(), s.sampling().seed(),
+              s.stop_token_sequences_size(), s.stop_strings_size(), s.stream(), s.priority(), s.timeout_ms());
         }
         if (auto st = stalled_.find(identity); st != stalled_.end()) {
           // Its earlier events still wait: a new stream would lose tokens. Refused, in order;
@@ -258,19 +265,15 @@ class Actor final : public Sink {
           // a client that submits without ever reading cannot grow the scheduler's memory.
           if (st->second.events().requests_size() >= static_cast<int>(options_.client_send_queue)) break;
           set_refusal(*st->second.mutable_events()->add_requests(), client_msg_.submit().request_id(),
-                      v1::ERROR_CODE_OVERLOADED, "this client is not reading its events: read them before submitting more");
+                      v1::ERROR_CODE_OVERLOADED,
+                      "this client is not reading its events: read them before submitting more");
           break;
         }
         core_.submit(identity, client_msg_.submit(), now);
         break;
-      case v1::ClientMessage::kCancel:
-        core_.cancel(identity, client_msg_.cancel().request_id(), now);
-        break;
-      case v1::ClientMessage::kHeartbeat:
-        break;
-      case v1::ClientMessage::kStatus:
-        send_status(identity, client_msg_.status().query_id());
-        break;
+      case v1::ClientMessage::kCancel: core_.cancel(identity, client_msg_.cancel().request_id(), now); break;
+      case v1::ClientMessage::kHeartbeat: break;
+      case v1::ClientMessage::kStatus: send_status(identity, client_msg_.status().query_id()); break;
       case v1::ClientMessage::kDrain:
         if (drain_deadline_us_ == 0) {
           const uint32_t t = client_msg_.drain().timeout_ms();
@@ -279,9 +282,7 @@ class Actor final : public Sink {
         }
         send_status(identity, 0);
         break;
-      default:
-        protocol_error(*clients_, identity, v1::ERROR_CODE_INVALID_ARGUMENT, "empty client message");
-        return;
+      default: protocol_error(*clients_, identity, v1::ERROR_CODE_INVALID_ARGUMENT, "empty client message"); return;
     }
     core_.tick(now);
     flush();
@@ -298,8 +299,9 @@ class Actor final : public Sink {
       return;
     }
     if (!runtime::protocol_version_served(worker_msg_.version())) {
-      refuse(identity, v1::REFUSAL_REASON_VERSION, "protocol version " + std::to_string(worker_msg_.version()) + " is not supported (this scheduler speaks " +
-                           std::to_string(kVersion) + ")");
+      refuse(identity, v1::REFUSAL_REASON_VERSION,
+             "protocol version " + std::to_string(worker_msg_.version()) + " is not supported (this scheduler speaks " +
+                 std::to_string(kVersion) + ")");
       return;
     }
     if (worker_msg_.has_register_()) {
@@ -338,27 +340,31 @@ class Actor final : public Sink {
 
   void on_register(const std::string& identity, const v1::Register& reg, int64_t now) {
     if (reg.model_fingerprint() != fingerprint_) {
-      spdlog::warn("scheduler: refused worker {} (pid {}): model fingerprint {} differs from ours {}", reg.name(), reg.pid(),
-                   reg.model_fingerprint(), fingerprint_);
-      refuse(identity, v1::REFUSAL_REASON_MODEL_FINGERPRINT, "model fingerprint " + reg.model_fingerprint() + " differs from the scheduler's " + fingerprint_ +
-                           ": worker and scheduler must load the same model file");
+      spdlog::warn("scheduler: refused worker {} (pid {}): model fingerprint {} differs from ours {}", reg.name(),
+                   reg.pid(), reg.model_fingerprint(), fingerprint_);
+      refuse(identity, v1::REFUSAL_REASON_MODEL_FINGERPRINT,
+             "model fingerprint " + reg.model_fingerprint() + " differs from the scheduler's " + fingerprint_ +
+                 ": worker and scheduler must load the same model file");
       return;
     }
     const std::optional<Role> role = runtime::role_from_proto(reg.role());
     if (!role) {
-      refuse(identity, v1::REFUSAL_REASON_ROLE, "worker role " + std::to_string(reg.role()) + " is not one of both, prefill, decode");
+      refuse(identity, v1::REFUSAL_REASON_ROLE,
+             "worker role " + std::to_string(reg.role()) + " is not one of both, prefill, decode");
       return;
     }
     if (*role == Role::kDecode && reg.kv_endpoint().empty()) {
-      refuse(identity, v1::REFUSAL_REASON_KV_ENDPOINT, "a decode worker must give the kv_endpoint prefill workers send KV to");
+      refuse(identity, v1::REFUSAL_REASON_KV_ENDPOINT,
+             "a decode worker must give the kv_endpoint prefill workers send KV to");
       return;
     }
     // KV moves between prefill and decode workers as raw blocks: they must agree on the format.
     if (*role != Role::kBoth) {
       for (const auto& [other_identity, peer] : worker_by_identity_) {
         if (peer.role == Role::kBoth || other_identity == identity || peer.kv_format == kv_format(reg)) continue;
-        refuse(identity, v1::REFUSAL_REASON_KV_FORMAT, "KV format " + kv_format(reg) + " differs from worker " + std::to_string(peer.id) + "'s " +
-                             peer.kv_format + ": prefill and decode workers must store KV alike");
+        refuse(identity, v1::REFUSAL_REASON_KV_FORMAT,
+               "KV format " + kv_format(reg) + " differs from worker " + std::to_string(peer.id) + "'s " +
+                   peer.kv_format + ": prefill and decode workers must store KV alike");
         return;
       }
     }
@@ -366,8 +372,9 @@ class Actor final : public Sink {
     // 16) it is a corrupt or hostile registration, not a worker (the fuzzer sent 2^32 - 1).
     if (reg.kv_blocks() == 0 || reg.kv_blocks() > (1u << 24) || reg.block_tokens() == 0 ||
         reg.block_tokens() % 16 != 0 || reg.block_tokens() > 4096) {
-      refuse(identity, v1::REFUSAL_REASON_KV_POOL, "invalid KV pool: " + std::to_string(reg.kv_blocks()) + " blocks of " +
-                           std::to_string(reg.block_tokens()) + " tokens");
+      refuse(identity, v1::REFUSAL_REASON_KV_POOL,
+             "invalid KV pool: " + std::to_string(reg.kv_blocks()) + " blocks of " +
+                 std::to_string(reg.block_tokens()) + " tokens");
       return;
     }
     if (auto old = worker_by_identity_.find(identity); old != worker_by_identity_.end()) {
@@ -378,8 +385,8 @@ class Actor final : public Sink {
     const uint32_t id = next_worker_id_++;
     worker_by_identity_[identity] = WorkerPeer{id, *role, reg.pid(), now, kv_format(reg)};
     worker_identity_[id] = identity;
-    core_.add_worker(id, WorkerInfo{*role, reg.kv_blocks(), reg.block_tokens(), reg.kv_endpoint(), reg.kv_tail_blocks()},
-                     now);
+    core_.add_worker(
+        id, WorkerInfo{*role, reg.kv_blocks(), reg.block_tokens(), reg.kv_endpoint(), reg.kv_tail_blocks()}, now);
     command_.Clear();
     command_.set_version(kVersion);
     v1::RegisterReply* r = command_.mutable_register_reply();
@@ -460,7 +467,8 @@ class Actor final : public Sink {
       if (it != worker_identity_.end()) {
         const WorkerPeer& peer = worker_by_identity_[it->second];
         ws->set_pid(peer.pid);
-        ws->set_last_heard_ms(static_cast<uint32_t>(std::clamp<int64_t>((now - peer.last_seen_us) / 1000, 0, UINT32_MAX)));
+        ws->set_last_heard_ms(
+            static_cast<uint32_t>(std::clamp<int64_t>((now - peer.last_seen_us) / 1000, 0, UINT32_MAX)));
       }
     }
     const CoreStats& cs = core_.stats();
@@ -492,7 +500,8 @@ class Actor final : public Sink {
       s->set_handoff_ms_p99(ms[k]);
     }
     s->set_draining(drain_deadline_us_ > 0);
-    const MinuteSample& oldest = minute_samples_.empty() ? MinuteSample{cs.tokens, cs.finished} : minute_samples_.front();
+    const MinuteSample& oldest =
+        minute_samples_.empty() ? MinuteSample{cs.tokens, cs.finished} : minute_samples_.front();
     s->set_tokens_per_s_last_minute(double(cs.tokens - oldest.tokens) / 60.0);
     s->set_requests_finished_last_minute(cs.finished - oldest.finished);
     send(*clients_, identity, reply_);
@@ -501,13 +510,15 @@ class Actor final : public Sink {
   // Draining: no new admissions; what runs gets until the deadline, then is cancelled.
   void begin_drain(uint32_t timeout_ms) {
     drain_deadline_us_ = runtime::now_us() + int64_t{timeout_ms} * 1000 + 1;
-    spdlog::info("scheduler: draining: {} queued, {} running, {} ms to finish", core_.queued(), core_.running(), timeout_ms);
+    spdlog::info("scheduler: draining: {} queued, {} running, {} ms to finish", core_.queued(), core_.running(),
+                 timeout_ms);
   }
 
   void check_drain() {
     const int64_t now = runtime::now_us();
     if (!core_.idle() && now >= drain_deadline_us_) {
-      spdlog::warn("scheduler: drain timeout: cancelling {} queued and {} running requests", core_.queued(), core_.running());
+      spdlog::warn("scheduler: drain timeout: cancelling {} queued and {} running requests", core_.queued(),
+                   core_.running());
       core_.cancel_all("the scheduler is draining and its drain timeout passed", now);
       core_.tick(now);
       flush();
@@ -560,7 +571,7 @@ class Actor final : public Sink {
   std::unordered_map<std::string, WorkerPeer> worker_by_identity_;
   std::unordered_map<uint32_t, std::string> worker_identity_;
   std::unordered_map<std::string, int64_t> client_seen_;
-  std::unordered_map<std::string, v1::SchedulerReply> outbox_;  // per client, reused
+  std::unordered_map<std::string, v1::SchedulerReply> outbox_;   // per client, reused
   std::unordered_map<std::string, v1::SchedulerReply> stalled_;  // final events for clients not reading
   static constexpr int64_t kStalledRetryUs = 20'000;
   int64_t next_stalled_try_us_ = 0;

@@ -17,8 +17,8 @@ struct ActorOptions {
   std::string client_endpoint;  // e.g. ipc:///run/tandem/client.sock or tcp://127.0.0.1:5555
   std::string worker_endpoint;
   SchedulerConfig core;
-  uint32_t heartbeat_ms = 1000;     // liveness checks run at this period
-  uint32_t worker_liveness = 3;     // a worker silent for liveness x heartbeat is dead
+  uint32_t heartbeat_ms = 1000;       // liveness checks run at this period
+  uint32_t worker_liveness = 3;       // a worker silent for liveness x heartbeat is dead
   uint32_t client_timeout_ms = 5000;  // a client with live requests silent this long is gone
   // Messages queued to one client before it counts as not reading: its requests are then
   // cancelled (their final events wait, and are sent once it reads again).

@@ -53,8 +53,7 @@ Status admit_prompt(const v1::Submit& submit, const model::Tokenizer& tokenizer,
       spec.prompt.assign(ids.begin(), ids.end());
       break;
     }
-    case v1::Submit::PROMPT_NOT_SET:
-      return Status::invalid("prompt: missing (give text or tokens)");
+    case v1::Submit::PROMPT_NOT_SET: return Status::invalid("prompt: missing (give text or tokens)");
   }
   return Status::ok();
 }

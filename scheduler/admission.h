@@ -24,7 +24,7 @@ struct RequestSpec {
   std::string id;
   std::vector<int32_t> prompt;  // tokenized; BOS included when asked
   model::SamplingParams sampling;
-  uint32_t max_tokens = 0;      // >= 1, and prompt.size() + max_tokens <= context_length
+  uint32_t max_tokens = 0;  // >= 1, and prompt.size() + max_tokens <= context_length
   std::vector<std::vector<int32_t>> stop_token_sequences;
   std::vector<std::string> stop_strings;
   bool include_stop_string = false;

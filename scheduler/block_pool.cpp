@@ -45,16 +45,22 @@ uint32_t BlockPool::next_free(uint32_t from) const {
 void BlockPool::lru_push_back(int32_t id) {
   prev_[id] = lru_tail_;
   next_[id] = kNone;
-  if (lru_tail_ != kNone) next_[lru_tail_] = id;
-  else lru_head_ = id;
+  if (lru_tail_ != kNone)
+    next_[lru_tail_] = id;
+  else
+    lru_head_ = id;
   lru_tail_ = id;
 }
 
 void BlockPool::lru_remove(int32_t id) {
-  if (prev_[id] != kNone) next_[prev_[id]] = next_[id];
-  else lru_head_ = next_[id];
-  if (next_[id] != kNone) prev_[next_[id]] = prev_[id];
-  else lru_tail_ = prev_[id];
+  if (prev_[id] != kNone)
+    next_[prev_[id]] = next_[id];
+  else
+    lru_head_ = next_[id];
+  if (next_[id] != kNone)
+    prev_[next_[id]] = prev_[id];
+  else
+    lru_tail_ = prev_[id];
   prev_[id] = next_[id] = kNone;
 }
 

@@ -14,14 +14,14 @@ struct Core::Placement {
   uint64_t seq_id = 0;
   uint32_t worker_id = 0;
   std::vector<int32_t> blocks;
-  std::vector<int32_t> tail;  // the worker's tail_blocks for this sequence (F32 window)
-  size_t blocks_sent = 0;  // blocks the worker has been told about
-  uint32_t inflight = 0;   // plans in flight that include this sequence
-  bool appeared = false;   // named in a plan: the worker holds state for it
-  bool ready = true;       // false while its KV is on the way from a prefill worker
-  uint32_t published = 0;  // leading blocks offered to the prefix cache
-  bool publish_stopped = false;  // a block's key was taken by another copy: the chain ends
-  Request* owner = nullptr;  // null once the request finished or moved
+  std::vector<int32_t> tail;       // the worker's tail_blocks for this sequence (F32 window)
+  size_t blocks_sent = 0;          // blocks the worker has been told about
+  uint32_t inflight = 0;           // plans in flight that include this sequence
+  bool appeared = false;           // named in a plan: the worker holds state for it
+  bool ready = true;               // false while its KV is on the way from a prefill worker
+  uint32_t published = 0;          // leading blocks offered to the prefix cache
+  bool publish_stopped = false;    // a block's key was taken by another copy: the chain ends
+  Request* owner = nullptr;        // null once the request finished or moved
   Request* sending_for = nullptr;  // a handoff's source: pinned until the decode side has the KV
 };
 
@@ -42,7 +42,7 @@ struct Core::Request {
   bool awaiting_handoff = false;  // in handoffs_waiting_
   std::vector<uint64_t> keys;     // chained keys of the full blocks of `tokens` (prefix cache)
   uint32_t keys_block_tokens = 0;
-  uint32_t cached_prompt = 0;     // prompt tokens served from the cache at the first placement
+  uint32_t cached_prompt = 0;  // prompt tokens served from the cache at the first placement
   bool placed_once = false;
   bool queued = false;
   uint64_t order = 0;
@@ -209,7 +209,8 @@ void Core::remove_worker(uint32_t worker_id, int64_t now_us) {
   }
 }
 
-void Core::reject(const std::string& client, const std::string& request_id, v1::ErrorCode code, const std::string& message) {
+void Core::reject(const std::string& client, const std::string& request_id, v1::ErrorCode code,
+                  const std::string& message) {
   v1::RequestEvents ev;
   sink_.send_events(client, set_refusal(ev, request_id, code, message));
 }
@@ -286,8 +287,7 @@ void Core::client_gone(const std::string& client, int64_t now_us, const std::str
   std::vector<Request*> mine;
   for (auto& [k, r] : requests_)
     if (r->client == client) mine.push_back(r.get());
-  for (Request* r : mine)
-    finish(*r, v1::FINISH_REASON_CANCELLED, v1::ERROR_CODE_UNSPECIFIED, reason, now_us);
+  for (Request* r : mine) finish(*r, v1::FINISH_REASON_CANCELLED, v1::ERROR_CODE_UNSPECIFIED, reason, now_us);
 }
 
 void Core::cancel_all(const std::string& message, int64_t now_us) {
@@ -433,8 +433,7 @@ bool Core::place(Request& r, int64_t now_us) {
                     (run == least->w->running.size() && c.w->pool.available() > least->w->pool.available())))
       least = &c;
     if (!longest || c.hit.size() > longest->hit.size() ||
-        (c.hit.size() == longest->hit.size() &&
-         (longest->w->role == Role::kDecode) > decode) ||
+        (c.hit.size() == longest->hit.size() && (longest->w->role == Role::kDecode) > decode) ||
         (c.hit.size() == longest->hit.size() && (longest->w->role == Role::kDecode) == decode &&
          run < longest->w->running.size()))
       longest = &c;
@@ -453,7 +452,8 @@ bool Core::place(Request& r, int64_t now_us) {
   p->owner = &r;
   p->blocks = chosen.hit;
   best->pool.ref(p->blocks);
-  if (!best->pool.allocate(blocks_for(target, best->block_tokens) - static_cast<uint32_t>(chosen.hit.size()), p->blocks) ||
+  if (!best->pool.allocate(blocks_for(target, best->block_tokens) - static_cast<uint32_t>(chosen.hit.size()),
+                           p->blocks) ||
       !best->pool.allocate(best->tail_blocks, p->tail)) {
     best->pool.release(p->blocks);
     best->pool.release(p->tail);
@@ -621,7 +621,8 @@ void Core::tick(int64_t now_us) {
   // the client sees no duplicate and no gap.
   std::vector<Request*> stuck;
   for (auto& [k, r] : requests_)
-    if (r->source && now_us - r->transfer_start_us > int64_t{config_.handoff_timeout_ms} * 1000) stuck.push_back(r.get());
+    if (r->source && now_us - r->transfer_start_us > int64_t{config_.handoff_timeout_ms} * 1000)
+      stuck.push_back(r.get());
   for (Request* r : stuck) {
     ++stats_.handoff_failures;
     requeue(*r);

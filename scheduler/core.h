@@ -25,11 +25,11 @@
 namespace tandem::scheduler {
 
 struct SchedulerConfig {
-  uint32_t max_queue = 4096;        // waiting requests; past it a submit gets OVERLOADED
-  uint32_t max_batch_tokens = 512;  // tokens per step (decodes count one each)
-  uint32_t prefill_chunk = 256;     // prompt tokens of one sequence per step
-  uint32_t max_running = 256;       // sequences per worker
-  uint32_t pipeline_depth = 2;      // plans in flight per worker (2: the next plan waits at the worker)
+  uint32_t max_queue = 4096;           // waiting requests; past it a submit gets OVERLOADED
+  uint32_t max_batch_tokens = 512;     // tokens per step (decodes count one each)
+  uint32_t prefill_chunk = 256;        // prompt tokens of one sequence per step
+  uint32_t max_running = 256;          // sequences per worker
+  uint32_t pipeline_depth = 2;         // plans in flight per worker (2: the next plan waits at the worker)
   uint32_t handoff_timeout_ms = 5000;  // a KV handoff not acknowledged by then is recomputed elsewhere
   // Prefix caching: full prompt blocks stay cached after their sequence ends and later
   // prompts with the same prefix share them. A new request goes to the worker holding its
@@ -186,7 +186,7 @@ class Core {
   v1::RequestEvents events_;  // reused for every event message: no allocation per token
   v1::StepPlan plan_;
   std::vector<uint64_t> snapshot_;  // sequence ids of a worker's placements, for build_plan
-  std::deque<Request*> queue_;  // waiting for a worker, by priority then arrival
+  std::deque<Request*> queue_;      // waiting for a worker, by priority then arrival
 };
 
 }  // namespace tandem::scheduler

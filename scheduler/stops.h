@@ -98,8 +98,8 @@ class StopStringMatcher {
  private:
   std::vector<std::string> stops_;
   bool include_ = false, stopped_ = false;
-  std::string held_;             // the automaton's depth in bytes: a prefix of some stop string
-  StopTokenMatcher automaton_;   // over bytes 0..255
+  std::string held_;            // the automaton's depth in bytes: a prefix of some stop string
+  StopTokenMatcher automaton_;  // over bytes 0..255
 };
 
 }  // namespace tandem::scheduler

@@ -60,7 +60,8 @@ class Actor {
       loop_.use_curve(*keys);
     }
     if (options_.role == runtime::Role::kDecode) {
-      auto kv = loop_.bind(zmq::socket_type::pull, options_.kv_endpoint, [this](runtime::Frames& f) { on_transfer(f); });
+      auto kv =
+          loop_.bind(zmq::socket_type::pull, options_.kv_endpoint, [this](runtime::Frames& f) { on_transfer(f); });
       if (!kv) return kv.status();
       kv_in_ = std::move(kv.value());
       spdlog::info("worker: receiving KV on {}", kv_in_->endpoint());
@@ -90,7 +91,8 @@ class Actor {
   void send(const v1::WorkerMessage& m) {
     runtime::Frames frames;
     frames.push_back(runtime::to_frame(m));
-    if (runtime::SendResult st = socket_->send(frames); !st) spdlog::warn("worker: send to the scheduler failed: {}", st.message());
+    if (runtime::SendResult st = socket_->send(frames); !st)
+      spdlog::warn("worker: send to the scheduler failed: {}", st.message());
   }
 
   void send_register() {
@@ -184,7 +186,8 @@ class Actor {
         x.seq_id = e.seq_id();
         x.blocks.assign(e.blocks().begin(), e.blocks().end());
         x.tail.assign(e.tail_blocks().begin(), e.tail_blocks().end());
-        auto early = std::find_if(early_.begin(), early_.end(), [&](const auto& p) { return p.first == e.transfer_id(); });
+        auto early =
+            std::find_if(early_.begin(), early_.end(), [&](const auto& p) { return p.first == e.transfer_id(); });
         if (early != early_.end()) {
           runtime::Frames frames = std::move(early->second.frames);
           early_.erase(early);
@@ -200,8 +203,7 @@ class Actor {
         spdlog::info("worker: shutdown from the scheduler");
         loop_.stop();
         return;
-      default:
-        return;
+      default: return;
     }
   }
 
@@ -232,8 +234,9 @@ class Actor {
       seq.in_step = plan.step_id();
       if (fresh && static_cast<uint32_t>(sp.tail_blocks_size()) != pool_->tail_blocks()) {
         fail_step(plan.step_id(), "sequence " + std::to_string(sp.seq_id()) + " comes with " +
-                                      std::to_string(sp.tail_blocks_size()) + " tail blocks; this worker's KV format (" +
-                                      pool_->format().to_string() + ") needs " + std::to_string(pool_->tail_blocks()));
+                                      std::to_string(sp.tail_blocks_size()) +
+                                      " tail blocks; this worker's KV format (" + pool_->format().to_string() +
+                                      ") needs " + std::to_string(pool_->tail_blocks()));
         sequences_.erase(it);
         return false;
       }
@@ -249,7 +252,8 @@ class Actor {
       feed.assign(sp.tokens().begin(), sp.tokens().end());
       if (feed.empty()) {
         if (seq.last < 0) {
-          fail_step(plan.step_id(), "sequence " + std::to_string(sp.seq_id()) + " has no sampled token to continue from");
+          fail_step(plan.step_id(),
+                    "sequence " + std::to_string(sp.seq_id()) + " has no sampled token to continue from");
           return false;
         }
         feed.push_back(seq.last);
@@ -265,7 +269,8 @@ class Actor {
         seq.tokens.resize(sp.start_pos());
       }
       seq.tokens.insert(seq.tokens.end(), feed.begin(), feed.end());
-      steps_.push_back(engine::SeqStep{feed, sp.start_pos(), seq.blocks, sp.sample() ? 1u : 0u, seq.tail, seq.tail_end});
+      steps_.push_back(
+          engine::SeqStep{feed, sp.start_pos(), seq.blocks, sp.sample() ? 1u : 0u, seq.tail, seq.tail_end});
       seq_of_.push_back(&seq);
     }
     return true;
@@ -294,7 +299,8 @@ class Actor {
   }
 
   void execute(const v1::StepPlan& plan) {
-    if (options_.test_step_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(options_.test_step_delay_ms));
+    if (options_.test_step_delay_ms > 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(options_.test_step_delay_ms));
     const int64_t start = runtime::now_us();
     const int64_t idle = start - idle_since_;
     out_.Clear();
@@ -350,7 +356,8 @@ class Actor {
     const uint32_t need = transfer_blocks(cmd.positions(), pool_->block_tokens());
     if (it == sequences_.end() || cmd.positions() > it->second.tokens.size() || it->second.blocks.size() < need) {
       // The scheduler's handoff timeout recomputes the sequence elsewhere.
-      spdlog::error("worker: cannot send KV of sequence {} ({} positions): not held here", cmd.seq_id(), cmd.positions());
+      spdlog::error("worker: cannot send KV of sequence {} ({} positions): not held here", cmd.seq_id(),
+                    cmd.positions());
       return;
     }
     const Sequence& seq = it->second;
@@ -380,8 +387,8 @@ class Actor {
     if (runtime::SendResult st = peer->second->send(frames); !st)
       spdlog::error("worker: KV send to {} failed: {}", cmd.dest_endpoint(), st.message());
     else
-      spdlog::debug("worker: KV transfer {} ({} positions, {} frames) queued for {}", cmd.transfer_id(), cmd.positions(),
-                    n_frames, cmd.dest_endpoint());
+      spdlog::debug("worker: KV transfer {} ({} positions, {} frames) queued for {}", cmd.transfer_id(),
+                    cmd.positions(), n_frames, cmd.dest_endpoint());
   }
 
   // Decode side: a transfer from a prefill worker.
@@ -395,7 +402,8 @@ class Actor {
     if (x == expected_.end()) {
       // Not announced yet (the scheduler's KvExpect is on another socket) or abandoned.
       const int64_t now = runtime::now_us();
-      while (!early_.empty() && (early_.size() >= kEarlyTransfers || now - early_.front().second.arrived_us > kEarlyTransferUs))
+      while (!early_.empty() &&
+             (early_.size() >= kEarlyTransfers || now - early_.front().second.arrived_us > kEarlyTransferUs))
         early_.erase(early_.begin());
       early_.emplace_back(transfer_in_.transfer_id(), Early{std::move(frames), now});
       spdlog::debug("worker: KV transfer {} arrived before its announcement; held", transfer_in_.transfer_id());
@@ -439,7 +447,7 @@ class Actor {
   runtime::EventLoop loop_;
   std::unique_ptr<runtime::Socket> socket_;
   std::unique_ptr<runtime::EventLoop::Timer> heartbeat_;
-  v1::WorkerMessage beat_;   // heartbeats only (see send_heartbeat)
+  v1::WorkerMessage beat_;  // heartbeats only (see send_heartbeat)
   int64_t last_beat_us_ = 0;
   uint32_t worker_id_ = 0, unanswered_registers_ = 0;
   uint64_t epoch_ = 0;
@@ -489,13 +497,13 @@ Result<std::unique_ptr<Actor>> start_actor(const WorkerOptions& options) {
   uint32_t blocks = options.kv_blocks;
   TANDEM_RETURN_IF_ERROR(options.kv_format.validate((*eng)->config()));
   if (blocks == 0)
-    blocks = engine::KvPool::blocks_for_bytes((*eng)->config(), options.kv_memory, options.block_tokens,
-                                              options.kv_format);
+    blocks =
+        engine::KvPool::blocks_for_bytes((*eng)->config(), options.kv_memory, options.block_tokens, options.kv_format);
   auto pool = engine::KvPool::create((*eng)->config(), blocks, options.block_tokens, options.kv_format);
   if (!pool) return pool.status();
   spdlog::info("worker: {} loaded, {} KV blocks of {} tokens, {} bytes each, KV {} ({} MiB), {} threads",
-               options.model_path, blocks, options.block_tokens, (*pool)->block_bytes(),
-               options.kv_format.to_string(), (*pool)->block_bytes() * blocks >> 20, options.threads);
+               options.model_path, blocks, options.block_tokens, (*pool)->block_bytes(), options.kv_format.to_string(),
+               (*pool)->block_bytes() * blocks >> 20, options.threads);
   WorkerOptions opts = options;
   if (opts.name.empty()) opts.name = "worker-" + std::to_string(getpid());
   auto actor = std::make_unique<Actor>(opts, std::move(eng.value()), std::move(pool.value()), fingerprint);

@@ -24,10 +24,10 @@ struct WorkerOptions {
   std::string name;                // for logs; defaults to worker-<pid>
   uint32_t threads = 2;
   engine::GemmBackend gemm = engine::GemmBackend::kPacked;
-  uint32_t kv_blocks = 0;          // 0: from kv_memory
-  uint64_t kv_memory = 1ull << 30; // bytes of KV cache when kv_blocks is 0
+  uint32_t kv_blocks = 0;           // 0: from kv_memory
+  uint64_t kv_memory = 1ull << 30;  // bytes of KV cache when kv_blocks is 0
   uint32_t block_tokens = 16;
-  engine::KvFormat kv_format;      // F32 by default; blocks_for_bytes uses its real bytes
+  engine::KvFormat kv_format;  // F32 by default; blocks_for_bytes uses its real bytes
   uint32_t heartbeat_ms = 1000;
   runtime::Role role = runtime::Role::kBoth;
   // Role decode: where prefill workers push KV. tcp://127.0.0.1:* picks a free port.

@@ -45,8 +45,9 @@ void pack_transfer(engine::KvPool& pool, std::span<const int32_t> positions_bloc
   });
 }
 
-Result<uint64_t> unpack_transfer(engine::KvPool& pool, const v1::KvTransfer& header, std::span<const int32_t> dest_blocks,
-                                 std::span<const int32_t> dest_tail, const runtime::Frames& frames) {
+Result<uint64_t> unpack_transfer(engine::KvPool& pool, const v1::KvTransfer& header,
+                                 std::span<const int32_t> dest_blocks, std::span<const int32_t> dest_tail,
+                                 const runtime::Frames& frames) {
   const uint32_t positions_blocks = transfer_blocks(header.positions(), pool.block_tokens());
   if (dest_blocks.size() < positions_blocks)
     return Status::invalid("transfer of " + std::to_string(header.positions()) + " positions needs " +
@@ -73,14 +74,15 @@ Result<uint64_t> unpack_transfer(engine::KvPool& pool, const v1::KvTransfer& hea
   for (uint32_t l = 0; l < pool.n_layers(); ++l)
     if (header.region_block_bytes(static_cast<int>(l)) != pool.region_block_bytes(l))
       return Status::invalid("KV format differs: layer " + std::to_string(l) + " blocks are " +
-                             std::to_string(header.region_block_bytes(static_cast<int>(l))) + " bytes per region there, " +
-                             std::to_string(pool.region_block_bytes(l)) + " here");
+                             std::to_string(header.region_block_bytes(static_cast<int>(l))) +
+                             " bytes per region there, " + std::to_string(pool.region_block_bytes(l)) + " here");
   for (int32_t id : dest)
     if (id < 0 || static_cast<uint32_t>(id) >= pool.n_blocks())
       return Status::invalid("reserved block " + std::to_string(id) + " is outside the pool");
   const size_t expected = 1 + size_t{pool.n_layers()} * pool.n_kv_heads() * 2 * header.run_blocks_size();
   if (frames.size() != expected)
-    return Status::invalid("transfer has " + std::to_string(frames.size()) + " frames, expected " + std::to_string(expected));
+    return Status::invalid("transfer has " + std::to_string(frames.size()) + " frames, expected " +
+                           std::to_string(expected));
   // Check every frame before writing any: a refused transfer leaves the pool untouched.
   size_t f = 1;
   std::string bad;

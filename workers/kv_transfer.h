@@ -36,7 +36,8 @@ void pack_transfer(engine::KvPool& pool, std::span<const int32_t> blocks, std::s
 // changing nothing, when the header's KV format, the frame count or a frame's size does not
 // match, or `dest` is too short. Returns the bytes copied.
 // `dest_tail`: the receiving sequence's tail (its size must be the header's tail_blocks).
-Result<uint64_t> unpack_transfer(engine::KvPool& pool, const v1::KvTransfer& header, std::span<const int32_t> dest_blocks,
-                                 std::span<const int32_t> dest_tail, const runtime::Frames& frames);
+Result<uint64_t> unpack_transfer(engine::KvPool& pool, const v1::KvTransfer& header,
+                                 std::span<const int32_t> dest_blocks, std::span<const int32_t> dest_tail,
+                                 const runtime::Frames& frames);
 
 }  // namespace tandem::worker

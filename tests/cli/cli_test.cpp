@@ -92,8 +92,10 @@ TEST(Cli, RunWithQuantizedKvEqualsTheEngine) {
 
 TEST(Cli, RunTextPromptAndSampling) {
   const std::string model = test::model_file("tiny", 1);
-  auto a = tandem("run --model " + model + " --prompt 'héllo' --max-tokens 8 --temperature 0.8 --top-p 0.9 --seed 3 --json");
-  auto b = tandem("run --model " + model + " --prompt 'héllo' --max-tokens 8 --temperature 0.8 --top-p 0.9 --seed 3 --json");
+  auto a =
+      tandem("run --model " + model + " --prompt 'héllo' --max-tokens 8 --temperature 0.8 --top-p 0.9 --seed 3 --json");
+  auto b =
+      tandem("run --model " + model + " --prompt 'héllo' --max-tokens 8 --temperature 0.8 --top-p 0.9 --seed 3 --json");
   ASSERT_EQ(a.exit_code, 0) << a.err;
   EXPECT_EQ(a.out, b.out);  // same seed, same tokens
   auto text = tandem("run --model " + model + " --prompt 'héllo' --max-tokens 8");

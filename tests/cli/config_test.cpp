@@ -25,7 +25,8 @@ Outcome up_with(const std::string& toml, std::vector<std::string> flags = {}) {
     std::ofstream f(dir + "/deploy.toml");
     f << toml;
   }
-  std::vector<std::string> argv = {TANDEM_TANDEM_BIN, "up", "--config", dir + "/deploy.toml", "--runtime-dir", dir + "/run"};
+  std::vector<std::string> argv = {TANDEM_TANDEM_BIN, "up",        "--config", dir + "/deploy.toml",
+                                   "--runtime-dir",   dir + "/run"};
   argv.insert(argv.end(), flags.begin(), flags.end());
   const pid_t pid = test::spawn(argv, dir + "/up.out");
   Outcome o{test::wait_for(pid, 30s), test::slurp(dir + "/up.out"), test::slurp(dir + "/up.out.err")};
@@ -47,7 +48,8 @@ TEST(Config, UnknownKeysAreNamed) {
 }
 
 TEST(Config, BadEndpointsAreNamed) {
-  expect_error(up_with(model_line() + "endpoint = \"http://localhost:80\"\n"), "endpoint: 'http://localhost:80' must start with ipc:// or tcp://");
+  expect_error(up_with(model_line() + "endpoint = \"http://localhost:80\"\n"),
+               "endpoint: 'http://localhost:80' must start with ipc:// or tcp://");
   expect_error(up_with(model_line() + "worker_endpoint = \"tcp://127.0.0.1:99999\"\n"), "worker_endpoint");
   expect_error(up_with(model_line() + "endpoint = \"tcp://localhost\"\n"), "needs host:port");
 }
@@ -64,15 +66,19 @@ TEST(Config, MoreThreadsThanCoresIsRefused) {
                "more than the " + std::to_string(cores) + " cores");
   // Flags override the file: with --workers 1 the thread count fits (and the next check,
   // the model, is what fails).
-  const Outcome o = up_with("model = \"no-such.gguf\"\n[[workers]]\ncount = " + std::to_string(cores + 1) + "\n", {"--workers", "1"});
+  const Outcome o =
+      up_with("model = \"no-such.gguf\"\n[[workers]]\ncount = " + std::to_string(cores + 1) + "\n", {"--workers", "1"});
   expect_error(o, "no-such.gguf does not exist");
-  expect_error(up_with(model_line() + "[[workers]]\ncount = 1\nthreads = 1\ncpus = [0, 0]\n"), "workers[0].cpus: needs count x threads = 1");
+  expect_error(up_with(model_line() + "[[workers]]\ncount = 1\nthreads = 1\ncpus = [0, 0]\n"),
+               "workers[0].cpus: needs count x threads = 1");
 }
 
 TEST(Config, WrongTypesRangesAndSyntaxAreNamed) {
   expect_error(up_with(model_line() + "[[workers]]\nthreads = \"two\"\n"), "workers[0].threads: must be an integer");
-  expect_error(up_with(model_line() + "[scheduler]\npipeline_depth = 99\n"), "scheduler.pipeline_depth: must be in [1, 8], got 99");
-  expect_error(up_with(model_line() + "[[workers]]\nrole = \"chef\"\n"), "workers[0].role: must be both, prefill or decode");
+  expect_error(up_with(model_line() + "[scheduler]\npipeline_depth = 99\n"),
+               "scheduler.pipeline_depth: must be in [1, 8], got 99");
+  expect_error(up_with(model_line() + "[[workers]]\nrole = \"chef\"\n"),
+               "workers[0].role: must be both, prefill or decode");
   expect_error(up_with(model_line() + "[[workers]]\ncpus = [9999]\n"), "workers[0].cpus");
   expect_error(up_with(model_line() + "log_level = \"loud\"\n"), "log_level: must be");
   expect_error(up_with(model_line() + "[scheduler\n"), "not valid TOML");

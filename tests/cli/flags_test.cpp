@@ -54,7 +54,8 @@ TEST(Flags, EachNameOncePerCommand) {
   for (uint32_t bit = 1; bit & kAllCommands; bit <<= 1) {
     std::set<std::string_view> seen;
     for (const Flag& f : cli::flag_table())
-      if (f.commands & bit) EXPECT_TRUE(seen.insert(f.name).second) << "--" << f.name << " twice for command bit " << bit;
+      if (f.commands & bit)
+        EXPECT_TRUE(seen.insert(f.name).second) << "--" << f.name << " twice for command bit " << bit;
   }
 }
 
@@ -89,7 +90,8 @@ TEST(Flags, EveryTomlKeyHasAFlagAndEveryForwardedFlagAKey) {
 }
 
 TEST(Flags, SamplingFlagsOfRunAndGenerateAreOneDefinition) {
-  for (const char* name : {"temperature", "top-k", "top-p", "min-p", "repetition-penalty", "seed", "tokens", "prompt"}) {
+  for (const char* name :
+       {"temperature", "top-k", "top-p", "min-p", "repetition-penalty", "seed", "tokens", "prompt"}) {
     const Flag* run = cli::find_flag(name, cli::kRun);
     ASSERT_NE(run, nullptr) << name;
     EXPECT_EQ(run, cli::find_flag(name, cli::kGenerate)) << name;
@@ -114,7 +116,8 @@ TEST(Flags, DefaultsShownAreTheActorsDefaults) {
     if (f.type != FlagType::kInt || f.fallback.empty() || f.fallback.find(' ') != std::string::npos) continue;
     if (f.commands & cli::kScheduler) {
       scheduler::ActorOptions given, plain;
-      ASSERT_TRUE(cli::scheduler_options_from(parse({"--" + std::string(f.name), std::string(f.fallback)}, cli::kScheduler).value(), given));
+      ASSERT_TRUE(cli::scheduler_options_from(
+          parse({"--" + std::string(f.name), std::string(f.fallback)}, cli::kScheduler).value(), given));
       EXPECT_EQ(given.core.max_batch_tokens, plain.core.max_batch_tokens) << f.name;
       EXPECT_EQ(given.core.prefill_chunk, plain.core.prefill_chunk) << f.name;
       EXPECT_EQ(given.core.max_queue, plain.core.max_queue) << f.name;
@@ -129,7 +132,8 @@ TEST(Flags, DefaultsShownAreTheActorsDefaults) {
     }
     if ((f.commands & cli::kWorker) && f.name != "threads") {  // threads: 2 alone, 1 under tandem up
       worker::WorkerOptions given, plain;
-      ASSERT_TRUE(cli::worker_options_from(parse({"--" + std::string(f.name), std::string(f.fallback)}, cli::kWorker).value(), given));
+      ASSERT_TRUE(cli::worker_options_from(
+          parse({"--" + std::string(f.name), std::string(f.fallback)}, cli::kWorker).value(), given));
       EXPECT_EQ(given.kv_blocks, plain.kv_blocks) << f.name;
       EXPECT_EQ(given.kv_memory, plain.kv_memory) << f.name;
       EXPECT_EQ(given.block_tokens, plain.block_tokens) << f.name;
@@ -141,7 +145,8 @@ TEST(Flags, DefaultsShownAreTheActorsDefaults) {
   }
   scheduler::ActorOptions s;
   EXPECT_EQ(cli::find_flag("prefix-cache", cli::kScheduler)->fallback, s.core.prefix_cache ? "on" : "off");
-  EXPECT_EQ(cli::find_flag("threads", cli::kWorker)->fallback.substr(0, 1), std::to_string(worker::WorkerOptions{}.threads));
+  EXPECT_EQ(cli::find_flag("threads", cli::kWorker)->fallback.substr(0, 1),
+            std::to_string(worker::WorkerOptions{}.threads));
   EXPECT_EQ(cli::find_flag("threads", cli::kUp)->fallback.back(), '0' + cli::WorkerGroup{}.threads);
 }
 
@@ -168,7 +173,8 @@ TEST(Flags, FlagAndFileReachTheChildrenAlike) {
     {
       std::ofstream file(path);
       file << "model = \"/models/m.gguf\"\n";
-      file << (f.section == Section::kWorkers ? "[[workers]]\n" : "[" + std::string(cli::section_name(f.section)) + "]\n");
+      file << (f.section == Section::kWorkers ? "[[workers]]\n"
+                                              : "[" + std::string(cli::section_name(f.section)) + "]\n");
       file << f.toml_key << " = " << toml_literal(f, value) << "\n";
     }
     auto from_file = cli::load_config(path);

@@ -802,8 +802,8 @@ int finish(Child& c, std::string& out, std::chrono::milliseconds limit = 10s) {
 
 TEST(GenerateCommand, JsonLinesAndExitCode) {
   FakeScheduler fake;
-  Child child = spawn({"generate", "--endpoint", fake.endpoint(), "--prompt", "hi", "--max-tokens", "4", "--stop",
-                       "A", "--stop", "B", "--logprobs", "--json"});
+  Child child = spawn({"generate", "--endpoint", fake.endpoint(), "--prompt", "hi", "--max-tokens", "4", "--stop", "A",
+                       "--stop", "B", "--logprobs", "--json"});
   ASSERT_GT(child.pid, 0) << "cannot start " << TANDEM_TANDEM_BIN;
   auto got = fake.recv(10s);
   ASSERT_TRUE(got && got->msg.has_submit());

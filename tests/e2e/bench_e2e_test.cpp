@@ -22,10 +22,10 @@ TEST(BenchE2E, FiftyRequestsCompleteWithTheJsonSchema) {
   Deployment d({"--workers", "1", "--threads", "1"});
   ASSERT_TRUE(d.ok());
   const std::string json_path = d.dir() + "/bench.json", out = d.dir() + "/bench.out";
-  const pid_t pid = spawn({TANDEM_TANDEM_BIN, "bench", "--endpoint", d.endpoint(), "--num-requests", "50",
-                           "--concurrency", "8", "--input-len", "16", "--output-len", "8", "--ignore-eos", "--out",
-                           json_path},
-                          out);
+  const pid_t pid =
+      spawn({TANDEM_TANDEM_BIN, "bench", "--endpoint", d.endpoint(), "--num-requests", "50", "--concurrency", "8",
+             "--input-len", "16", "--output-len", "8", "--ignore-eos", "--out", json_path},
+            out);
   ASSERT_EQ(wait_for(pid, 120s), 0) << slurp(out) << slurp(out + ".err");
   const std::string table = slurp(out);
   std::printf("%s", table.c_str());
@@ -56,10 +56,27 @@ TEST(BenchE2E, CancellationsAgainstTandemAreCounted) {
                 std::to_string(kPipelineDepth)});
   ASSERT_TRUE(d.ok());
   const std::string json_path = d.dir() + "/bench.json", out = d.dir() + "/bench.out";
-  const pid_t pid = spawn({TANDEM_TANDEM_BIN, "bench", "--endpoint", d.endpoint(), "--num-requests",
-                           std::to_string(kRequests), "--rate", "50", "--concurrency", "4", "--input-len", "8:16",
-                           "--output-len", "64", "--ignore-eos", "--cancel-fraction", "1", "--cancel-after",
-                           std::to_string(kCancelAfter), "--out", json_path},
+  const pid_t pid = spawn({TANDEM_TANDEM_BIN,
+                           "bench",
+                           "--endpoint",
+                           d.endpoint(),
+                           "--num-requests",
+                           std::to_string(kRequests),
+                           "--rate",
+                           "50",
+                           "--concurrency",
+                           "4",
+                           "--input-len",
+                           "8:16",
+                           "--output-len",
+                           "64",
+                           "--ignore-eos",
+                           "--cancel-fraction",
+                           "1",
+                           "--cancel-after",
+                           std::to_string(kCancelAfter),
+                           "--out",
+                           json_path},
                           out);
   ASSERT_EQ(wait_for(pid, 120s), 0) << slurp(out) << slurp(out + ".err");
   const std::string json = slurp(json_path);

@@ -39,16 +39,18 @@ std::unique_ptr<Client> connect(const std::string& endpoint, const std::string& 
 
 TEST(Curve, AClientWithoutTheServerKeyIsRefusedAndOneWithItIsServed) {
   const std::string keys = test::temp_dir() + "/keys";
-  ASSERT_EQ(test::wait_for(test::spawn({TANDEM_TANDEM_BIN, "keys", "--out", keys}, test::temp_dir() + "/keys.out"), 30s), 0);
+  ASSERT_EQ(
+      test::wait_for(test::spawn({TANDEM_TANDEM_BIN, "keys", "--out", keys}, test::temp_dir() + "/keys.out"), 30s), 0);
   std::string pub;
   std::ifstream(keys + "/server.pub") >> pub;
   ASSERT_EQ(pub.size(), 40u);
 
   const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(free_port());
-  test::Deployment d({"--workers", "1", "--threads", "1", "--endpoint", "tcp://:" + endpoint.substr(endpoint.rfind(':') + 1),
-                      "--curve-keys", keys});
+  test::Deployment d({"--workers", "1", "--threads", "1", "--endpoint",
+                      "tcp://:" + endpoint.substr(endpoint.rfind(':') + 1), "--curve-keys", keys});
   ASSERT_TRUE(d.ok());
-  ASSERT_NE(d.output().find("endpoint " + endpoint), std::string::npos) << "tcp://:PORT binds 127.0.0.1: " << d.output();
+  ASSERT_NE(d.output().find("endpoint " + endpoint), std::string::npos)
+      << "tcp://:PORT binds 127.0.0.1: " << d.output();
 
   auto with_key = connect(endpoint, pub);
   GenerateRequest r;
@@ -75,8 +77,8 @@ TEST(Curve, AClientWithoutTheServerKeyIsRefusedAndOneWithItIsServed) {
 
   // A worker without the key cannot register.
   const std::string dir = test::temp_dir();
-  const pid_t w = test::spawn({std::string(TANDEM_TANDEM_BIN), "worker", "--model", test::model_file("tiny", 1), "--scheduler",
-                               d.worker_endpoint(), "--threads", "1"},
+  const pid_t w = test::spawn({std::string(TANDEM_TANDEM_BIN), "worker", "--model", test::model_file("tiny", 1),
+                               "--scheduler", d.worker_endpoint(), "--threads", "1"},
                               dir + "/w.out");
   std::this_thread::sleep_for(3s);  // long enough to load and try to register several times
   EXPECT_EQ(with_key->status(5s).value().workers.size(), 1u);

@@ -92,8 +92,8 @@ class Deployment {
  public:
   explicit Deployment(std::vector<std::string> flags, const std::string& model = model_file("tiny", 1)) {
     dir_ = temp_dir();
-    std::vector<std::string> argv = {TANDEM_TANDEM_BIN, "up", "--model", model, "--runtime-dir", dir_ + "/run",
-                                     "--log-level", "warn"};
+    std::vector<std::string> argv = {TANDEM_TANDEM_BIN, "up",          "--model",     model,
+                                     "--runtime-dir",   dir_ + "/run", "--log-level", "warn"};
     argv.insert(argv.end(), flags.begin(), flags.end());
     out_ = dir_ + "/up.out";
     pid_ = spawn(argv, out_);

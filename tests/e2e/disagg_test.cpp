@@ -69,9 +69,11 @@ TEST_P(SixtyFourStreams, EqualTheEngineAlone) {
 INSTANTIATE_TEST_SUITE_P(Deployments, SixtyFourStreams,
                          ::testing::Values(std::vector<std::string>{"--workers", "2"},
                                            std::vector<std::string>{"--prefill", "1", "--decode", "1"},
-                                           std::vector<std::string>{"--prefill", "1", "--decode", "2", "--oversubscribe"}),
+                                           std::vector<std::string>{"--prefill", "1", "--decode", "2",
+                                                                    "--oversubscribe"}),
                          [](const auto& info) {
-                           return info.param[0] == "--workers" ? std::string("Both2") : "Prefill1Decode" + info.param[3];
+                           return info.param[0] == "--workers" ? std::string("Both2")
+                                                               : "Prefill1Decode" + info.param[3];
                          });
 
 TEST(Disagg, CancelMidTransferFreesBothSides) {
@@ -123,13 +125,13 @@ TEST(Disagg, ADecodeWorkerKilledUnderThirtyTwoStreamsFailsOver) {
   // No restarts: this is about failover to the survivor (tandem up would restart the victim).
   // The workers sleep 10 ms before each step: 300 tokens take over 3 s, so the victim still
   // runs streams when it is killed, however fast the machine.
-  Deployment d({"--prefill", "1", "--decode", "2", "--threads", "1", "--heartbeat-ms", test::kQuickHeartbeat, "--kv-memory", "67108864",
-                "--oversubscribe", "--max-restarts", "0", "--test-step-delay-ms", "10"});
+  Deployment d({"--prefill", "1", "--decode", "2", "--threads", "1", "--heartbeat-ms", test::kQuickHeartbeat,
+                "--kv-memory", "67108864", "--oversubscribe", "--max-restarts", "0", "--test-step-delay-ms", "10"});
   ASSERT_TRUE(d.ok());
   auto client = d.client();
   const StatusInfo before = client->status(5s).value();
-  auto [streams, want] =
-      test::start_greedy(*client, 32, [](uint32_t i) { return test::greedy_request(prompt_of(5 + i * 5, 200 + i), 300); });
+  auto [streams, want] = test::start_greedy(
+      *client, 32, [](uint32_t i) { return test::greedy_request(prompt_of(5 + i * 5, 200 + i), 300); });
   std::vector<Collected> got(32);
   for (uint32_t i = 0; i < 32; ++i) {  // two tokens each: the second comes from a decode worker
     for (int k = 0; k < 2; ++k) {
@@ -149,8 +151,8 @@ TEST(Disagg, ADecodeWorkerKilledUnderThirtyTwoStreamsFailsOver) {
     ASSERT_EQ(rest.finals, 1) << "stream " << i << " hung";
     got[i].tokens.insert(got[i].tokens.end(), rest.tokens.begin(), rest.tokens.end());
     if (rest.fin.reason == FinishReason::kError) {
-      ADD_FAILURE() << "stream " << i << " ended with an error although a decode worker survived: "
-                    << rest.fin.error_message;
+      ADD_FAILURE() << "stream " << i
+                    << " ended with an error although a decode worker survived: " << rest.fin.error_message;
       continue;
     }
     EXPECT_EQ(got[i].tokens, want[i]) << "stream " << i;
@@ -171,8 +173,8 @@ TEST(Disagg, ADecodeWorkerKilledUnderThirtyTwoStreamsFailsOver) {
 // The workers sleep 20 ms before each step: 400 tokens take over 8 s, so every stream is still
 // running when the decode worker dies, however fast the machine.
 TEST(Disagg, TheLastDecodeWorkerKilledEndsStreamsWithErrorsNotHangs) {
-  Deployment d({"--prefill", "1", "--decode", "1", "--threads", "1", "--heartbeat-ms", test::kQuickHeartbeat, "--kv-memory", "67108864",
-                "--max-restarts", "0", "--test-step-delay-ms", "20"});
+  Deployment d({"--prefill", "1", "--decode", "1", "--threads", "1", "--heartbeat-ms", test::kQuickHeartbeat,
+                "--kv-memory", "67108864", "--max-restarts", "0", "--test-step-delay-ms", "20"});
   ASSERT_TRUE(d.ok());
   auto client = d.client();
   std::vector<std::shared_ptr<Stream>> streams;

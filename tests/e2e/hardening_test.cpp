@@ -41,11 +41,12 @@ StatusInfo wait_status(Client& client, const std::function<bool(const StatusInfo
 
 TEST(Hardening, AStoppedWorkerIsDeclaredDeadFencedAndRegistersAgain) {
   // Heartbeats every kQuickHeartbeatMs (200 ms; 500 under TSan); dead after 3 missed.
-  Deployment d({"--workers", "2", "--threads", "1", "--heartbeat-ms", test::kQuickHeartbeat, "--kv-memory", "67108864"});
+  Deployment d(
+      {"--workers", "2", "--threads", "1", "--heartbeat-ms", test::kQuickHeartbeat, "--kv-memory", "67108864"});
   ASSERT_TRUE(d.ok());
   auto client = d.client();
-  auto [streams, want] =
-      test::start_greedy(*client, 64, [](uint32_t i) { return test::greedy_request(prompt_of(4 + i % 60, 400 + i), 400); });
+  auto [streams, want] = test::start_greedy(
+      *client, 64, [](uint32_t i) { return test::greedy_request(prompt_of(4 + i % 60, 400 + i), 400); });
   std::vector<Collected> got(64);
   for (uint32_t i = 0; i < 64; ++i) {
     auto ev = streams[i]->next_for(30s);
@@ -93,7 +94,8 @@ TEST(Hardening, AStoppedWorkerIsDeclaredDeadFencedAndRegistersAgain) {
   }
   EXPECT_TRUE(resumed) << "same process, new registration";
   // And it serves again.
-  auto again = test::start_greedy(*client, 8, [](uint32_t i) { return test::greedy_request(prompt_of(30, 900 + i), 20); });
+  auto again =
+      test::start_greedy(*client, 8, [](uint32_t i) { return test::greedy_request(prompt_of(30, 900 + i), 20); });
   for (uint32_t i = 0; i < 8; ++i) EXPECT_EQ(collect(*again.streams[i]).tokens, again.want[i]);
 }
 
@@ -172,11 +174,10 @@ TEST(Hardening, CancellingFiveOfFiftyLeavesTheOtherFortyFiveExact) {
   Deployment d({"--workers", "2", "--threads", "1", "--kv-memory", "67108864"});
   ASSERT_TRUE(d.ok());
   auto client = d.client();
-  auto [streams, want] =
-      test::start_greedy(*client, 50, [](uint32_t i) {
-        // The five to cancel would run long: their cancel always lands mid-stream.
-        return test::greedy_request(prompt_of(20 + i, 700 + i), i % 10 == 0 ? 400 : 64);
-      });
+  auto [streams, want] = test::start_greedy(*client, 50, [](uint32_t i) {
+    // The five to cancel would run long: their cancel always lands mid-stream.
+    return test::greedy_request(prompt_of(20 + i, 700 + i), i % 10 == 0 ? 400 : 64);
+  });
   for (uint32_t i = 0; i < 50; i += 10) {  // 0, 10, 20, 30, 40: after their first token
     auto ev = streams[i]->next_for(30s);
     ASSERT_TRUE(ev && !ev->final);
@@ -374,7 +375,8 @@ TEST(Hardening, AClientSilentForSixtySecondsLeavesTheSchedulerBoundedAndOthersSt
   for (const auto& [id, f] : finals) {
     ASSERT_EQ(f.size(), 1u) << id;
     const std::string& why = f[0].error_message();
-    const bool reading = why.find("stopped reading") != std::string::npos || why.find("not reading") != std::string::npos;
+    const bool reading =
+        why.find("stopped reading") != std::string::npos || why.find("not reading") != std::string::npos;
     ++outcomes[f[0].finish_reason() == v1::FINISH_REASON_LENGTH ? "finished" : reading ? "cancelled or refused" : why];
   }
   EXPECT_EQ(outcomes.size(), outcomes.count("finished") + outcomes.count("cancelled or refused"))
@@ -402,10 +404,11 @@ TEST(Hardening, AClientSilentForSixtySecondsLeavesTheSchedulerBoundedAndOthersSt
     (t < silent_from ? before : during).push_back(ms);
     if (t >= silent_from && t <= silent_to) worst = std::max(worst, ms);
   }
-  std::printf("reading client ITL: alone p50 %.2f p99 %.2f ms (%zu gaps); beside the silent client p50 %.2f "
-              "p99 %.2f ms (%zu gaps), worst %.1f ms. Silent client's requests: %d finished, %d cancelled or refused\n",
-              percentile(before, 0.5), percentile(before, 0.99), before.size(), percentile(during, 0.5),
-              percentile(during, 0.99), during.size(), worst, outcomes["finished"], outcomes["cancelled or refused"]);
+  std::printf(
+      "reading client ITL: alone p50 %.2f p99 %.2f ms (%zu gaps); beside the silent client p50 %.2f "
+      "p99 %.2f ms (%zu gaps), worst %.1f ms. Silent client's requests: %d finished, %d cancelled or refused\n",
+      percentile(before, 0.5), percentile(before, 0.99), before.size(), percentile(during, 0.5),
+      percentile(during, 0.99), during.size(), worst, outcomes["finished"], outcomes["cancelled or refused"]);
   EXPECT_EQ(reader_errors, 0) << first_error;
   EXPECT_GT(during.size(), 100u);
   // The bound comes from this run: 2 s, or 10x the worst gap the reader saw alone if this
@@ -437,10 +440,12 @@ std::set<std::string> tcp_listen_inodes() {
 // stop) longer than the liveness window, the workers' heartbeats wait unread in its socket.
 // That time is not theirs: no worker is declared dead and every stream goes on exactly.
 TEST(Hardening, AHeldUpSchedulerDeclaresNoWorkerDead) {
-  Deployment d({"--workers", "2", "--threads", "1", "--heartbeat-ms", test::kQuickHeartbeat, "--kv-memory", "67108864"});
+  Deployment d(
+      {"--workers", "2", "--threads", "1", "--heartbeat-ms", test::kQuickHeartbeat, "--kv-memory", "67108864"});
   ASSERT_TRUE(d.ok());
   auto client = d.client();
-  auto run = test::start_greedy(*client, 8, [](uint32_t i) { return test::greedy_request(prompt_of(12, 700 + i), 300); });
+  auto run =
+      test::start_greedy(*client, 8, [](uint32_t i) { return test::greedy_request(prompt_of(12, 700 + i), 300); });
   std::vector<Collected> got(8);
   for (uint32_t i = 0; i < 8; ++i) {
     auto ev = run.streams[i]->next_for(30s);
@@ -501,21 +506,22 @@ TEST(Hardening, TheDefaultDeploymentListensOnNothingButIpcInAPrivateFolder) {
 // `tandem probe --ready`'s exit status against this deployment.
 int probe_ready(const std::string& endpoint) {
   const std::string dir = test::temp_dir();
-  const pid_t p = test::spawn({TANDEM_TANDEM_BIN, "probe", "--endpoint", endpoint, "--ready", "--quiet",
-                               "--timeout-ms", "1000"},
-                              dir + "/probe.out");
+  const pid_t p =
+      test::spawn({TANDEM_TANDEM_BIN, "probe", "--endpoint", endpoint, "--ready", "--quiet", "--timeout-ms", "1000"},
+                  dir + "/probe.out");
   return test::wait_for(p, 10s);
 }
 
 TEST(Hardening, ReadinessFollowsTheDecodeWorkerThroughASegfaultAndItsRestart) {
   // Heartbeats every 200 ms (dead after 0.6 s); restarts after 1.5 s, so there is a window
   // with no decode worker. (Not run under TSan: see scripts/test.sh.)
-  Deployment d({"--prefill", "1", "--decode", "1", "--threads", "1", "--heartbeat-ms", "200",
-                "--restart-backoff-ms", "1500", "--kv-memory", "67108864"});
+  Deployment d({"--prefill", "1", "--decode", "1", "--threads", "1", "--heartbeat-ms", "200", "--restart-backoff-ms",
+                "1500", "--kv-memory", "67108864"});
   ASSERT_TRUE(d.ok());
   auto client = d.client();
   EXPECT_EQ(probe_ready(d.endpoint()), 0);
-  auto run = test::start_greedy(*client, 8, [](uint32_t i) { return test::greedy_request(prompt_of(20, 950 + i), 400); });
+  auto run =
+      test::start_greedy(*client, 8, [](uint32_t i) { return test::greedy_request(prompt_of(20, 950 + i), 400); });
   for (auto& s : run.streams) ASSERT_TRUE(s->next_for(30s).has_value());
   pid_t decode = 0;
   const StatusInfo before = client->status(5s).value();  // (a range-for over a temporary's member would dangle)
@@ -534,7 +540,8 @@ TEST(Hardening, ReadinessFollowsTheDecodeWorkerThroughASegfaultAndItsRestart) {
   const StatusInfo up = wait_status(*client, [](const StatusInfo& s) { return s.ready; });
   EXPECT_TRUE(up.ready) << "the restarted decode worker registered again";
   EXPECT_EQ(probe_ready(d.endpoint()), 0);
-  auto again = test::start_greedy(*client, 4, [](uint32_t i) { return test::greedy_request(prompt_of(30, 990 + i), 12); });
+  auto again =
+      test::start_greedy(*client, 4, [](uint32_t i) { return test::greedy_request(prompt_of(30, 990 + i), 12); });
   for (uint32_t i = 0; i < 4; ++i) EXPECT_EQ(collect(*again.streams[i]).tokens, again.want[i]);
 }
 

@@ -33,8 +33,8 @@ class Hosts {
     remove_stale();
     if (sh("ip netns add " + ns("s")) != 0) return;
     created_ = {"s"};
-    ok_ = sh("ip netns add " + ns("a")) == 0 && (created_.push_back("a"), true) &&
-          sh("ip netns add " + ns("b")) == 0 && (created_.push_back("b"), true) && link("a", "1") && link("b", "2") &&
+    ok_ = sh("ip netns add " + ns("a")) == 0 && (created_.push_back("a"), true) && sh("ip netns add " + ns("b")) == 0 &&
+          (created_.push_back("b"), true) && link("a", "1") && link("b", "2") &&
           sh("ip -n " + ns("s") + " link set lo up") == 0;
   }
   ~Hosts() {
@@ -51,7 +51,8 @@ class Hosts {
       const std::string name = e.path().filename().string();
       int pid = 0;
       char role = 0;
-      if (std::sscanf(name.c_str(), "tandem-%d-%c", &pid, &role) == 2 && pid > 0 && test::signal_one(pid, 0) != 0 && errno == ESRCH)
+      if (std::sscanf(name.c_str(), "tandem-%d-%c", &pid, &role) == 2 && pid > 0 && test::signal_one(pid, 0) != 0 &&
+          errno == ESRCH)
         sh("ip netns del " + name);
     }
   }
@@ -82,15 +83,15 @@ TEST(ManyHosts, SixtyFourStreamsAcrossThreeNetworkNamespacesWithCurve) {
     return argv;
   };
   std::vector<pid_t> procs;
-  procs.push_back(test::spawn(in("s", {TANDEM_TANDEM_BIN, "scheduler", "--model", model, "--client-endpoint",
-                                       "tcp://127.0.0.1:5555", "--worker-endpoint", "tcp://*:5556", "--curve-keys", keys,
-                                       "--log-level", "warn"}),
-                              dir + "/scheduler.out"));
+  procs.push_back(test::spawn(
+      in("s", {TANDEM_TANDEM_BIN, "scheduler", "--model", model, "--client-endpoint", "tcp://127.0.0.1:5555",
+               "--worker-endpoint", "tcp://*:5556", "--curve-keys", keys, "--log-level", "warn"}),
+      dir + "/scheduler.out"));
   for (auto [n, addr] : {std::pair{"a", "10.77.1.1"}, {"b", "10.77.2.1"}})
-    procs.push_back(test::spawn(in(n, {TANDEM_TANDEM_BIN, "worker", "--model", model, "--scheduler",
-                                       std::string("tcp://") + addr + ":5556", "--threads", "1", "--kv-memory",
-                                       "67108864", "--curve-keys", keys, "--log-level", "warn"}),
-                                dir + "/worker-" + n + ".out"));
+    procs.push_back(test::spawn(
+        in(n, {TANDEM_TANDEM_BIN, "worker", "--model", model, "--scheduler", std::string("tcp://") + addr + ":5556",
+               "--threads", "1", "--kv-memory", "67108864", "--curve-keys", keys, "--log-level", "warn"}),
+        dir + "/worker-" + n + ".out"));
 
   // The client runs in the scheduler's namespace: a thread that joined it (threads and the
   // ZeroMQ I/O threads it starts inherit the namespace).
@@ -110,14 +111,16 @@ TEST(ManyHosts, SixtyFourStreamsAcrossThreeNetworkNamespacesWithCurve) {
       workers = st ? st->workers.size() : 0;
       if (workers < 2) std::this_thread::sleep_for(100ms);
     }
-    ASSERT_EQ(workers, 2u) << "the workers in the other namespaces did not register: " << test::slurp(dir + "/worker-a.out.err");
+    ASSERT_EQ(workers, 2u) << "the workers in the other namespaces did not register: "
+                           << test::slurp(dir + "/worker-a.out.err");
 
     auto engine = engine::Engine::load(model, {1, engine::GemmBackend::kPacked}).value();
     std::vector<std::shared_ptr<Stream>> streams;
     std::vector<std::vector<int32_t>> want;
     for (uint32_t i = 0; i < 64; ++i) {
       GenerateRequest r;
-      for (uint32_t k = 0; k < 1 + (i * 13) % 150; ++k) r.prompt_tokens.push_back(3 + static_cast<int32_t>((k * 31 + i * 17) % 500));
+      for (uint32_t k = 0; k < 1 + (i * 13) % 150; ++k)
+        r.prompt_tokens.push_back(3 + static_cast<int32_t>((k * 31 + i * 17) % 500));
       r.max_tokens = 8 + i % 24;
       r.ignore_eos = true;
       engine::GenerateOptions opt;

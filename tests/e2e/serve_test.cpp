@@ -22,8 +22,8 @@ using namespace std::chrono_literals;
 using test::slurp;
 using test::spawn;
 
-using test::Collected;
 using test::collect;
+using test::Collected;
 using test::prompt_of;
 using Deployment = test::ClientDeployment;
 
@@ -135,14 +135,21 @@ TEST(Serve, EveryBadFieldGetsItsErrorAndTheServiceKeepsServing) {
     std::string needle;
   };
   std::vector<Case> cases = {
-      {[](GenerateRequest& r) { r.prompt_tokens = {}; r.prompt_text = ""; }, "prompt"},
+      {[](GenerateRequest& r) {
+         r.prompt_tokens = {};
+         r.prompt_text = "";
+       },
+       "prompt"},
       {[](GenerateRequest& r) { r.prompt_tokens = prompt_of(600, 1); }, "context length"},
       {[](GenerateRequest& r) { r.max_tokens = 0; }, "max_tokens"},
       {[](GenerateRequest& r) { r.max_tokens = 100000; }, "max_tokens"},
       {[](GenerateRequest& r) { r.temperature = -1; }, "temperature"},
       {[](GenerateRequest& r) { r.top_p = 1.5f; }, "top_p"},
       {[](GenerateRequest& r) { r.top_k = -2; }, "top_k"},
-      {[](GenerateRequest& r) { r.prompt_tokens = {1, 99999}; }, "outside the vocabulary"},
+      {[](GenerateRequest& r) {
+         r.prompt_tokens = {1, 99999};
+       },
+       "outside the vocabulary"},
       {[](GenerateRequest& r) { r.stop_strings.assign(17, "x"); }, "stop_strings"},
       {[](GenerateRequest& r) { r.stop_token_sequences.assign(17, {5}); }, "stop"},
   };
@@ -224,8 +231,8 @@ TEST(Serve, StreamsOfAKilledWorkerContinueExactlyOnTheOther) {
                 "--max-restarts", "0", "--test-step-delay-ms", "10"});  // no restart: the survivor alone serves
   ASSERT_TRUE(d.ok());
   auto client = d.client();
-  auto [streams, want] =
-      test::start_greedy(*client, 16, [](uint32_t i) { return test::greedy_request(prompt_of(5 + i * 7, 100 + i), 300); });
+  auto [streams, want] = test::start_greedy(
+      *client, 16, [](uint32_t i) { return test::greedy_request(prompt_of(5 + i * 7, 100 + i), 300); });
   std::vector<Collected> got(16);
   for (uint32_t i = 0; i < 16; ++i) {  // everyone has started streaming
     Event ev;
@@ -257,10 +264,12 @@ TEST(Serve, AWorkerWithAnotherModelIsRefusedWithAClearError) {
   ASSERT_TRUE(d.ok());
   const std::string bin = std::string(TANDEM_TANDEM_BIN) + "-worker";  // build/cli/tandem-worker
   const std::string dir = test::temp_dir();
-  const pid_t w = spawn({bin, "--model", test::model_file("tiny", 2), "--scheduler", d.worker_endpoint(), "--threads", "1"},
-                        dir + "/w.out");
+  const pid_t w =
+      spawn({bin, "--model", test::model_file("tiny", 2), "--scheduler", d.worker_endpoint(), "--threads", "1"},
+            dir + "/w.out");
   int status = 0;
-  for (int i = 0; i < 3000 && waitpid(w, &status, WNOHANG) == 0; ++i) std::this_thread::sleep_for(20ms);  // 60 s: sanitizers
+  for (int i = 0; i < 3000 && waitpid(w, &status, WNOHANG) == 0; ++i)
+    std::this_thread::sleep_for(20ms);  // 60 s: sanitizers
   if (waitpid(w, &status, WNOHANG) == 0) {
     test::signal_one(w, SIGKILL);
     waitpid(w, &status, 0);

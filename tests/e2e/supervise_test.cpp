@@ -94,7 +94,8 @@ TEST(Supervise, AKilledWorkerIsRestartedRegistersAndServes) {
         auto st = client->status(1s);
         if (!st || st->workers.size() != 2) return false;
         for (const WorkerInfo& w : st->workers)
-          if (w.pid != static_cast<uint32_t>(victim) && w.pid != before.workers[1].pid) fresh = static_cast<pid_t>(w.pid);
+          if (w.pid != static_cast<uint32_t>(victim) && w.pid != before.workers[1].pid)
+            fresh = static_cast<pid_t>(w.pid);
         return fresh != 0;
       },
       60s))
@@ -187,7 +188,13 @@ TEST(Drain, SigtermUnderSixteenStreams) {
   ASSERT_TRUE(streams[0]->next(first[0]));  // streaming has begun
   ASSERT_EQ(test::signal_one(d.pid(), SIGTERM), 0);
   // Draining (or, on a fast machine, already drained and gone): a new submit is refused.
-  ASSERT_TRUE(eventually([&] { auto st = client->status(1s); return !st || st->draining; }, 10s)) << d.output();
+  ASSERT_TRUE(eventually(
+      [&] {
+        auto st = client->status(1s);
+        return !st || st->draining;
+      },
+      10s))
+      << d.output();
   auto refused = client->generate(request(99, 4));
   FinalEvent rf;
   ASSERT_EQ(finish(*refused, rf), 1);
@@ -263,13 +270,16 @@ TEST(Drain, TheDrainCommandStopsTheDeploymentWithExitZero) {
   };
   EXPECT_EQ(probe({}), 0);
   EXPECT_EQ(probe({"--ready"}), 0);
-  const pid_t status = test::spawn({TANDEM_TANDEM_BIN, "status", "--endpoint", d.endpoint(), "--json"}, dir + "/status.out");
+  const pid_t status =
+      test::spawn({TANDEM_TANDEM_BIN, "status", "--endpoint", d.endpoint(), "--json"}, dir + "/status.out");
   ASSERT_EQ(test::wait_for(status, 30s), 0);
   const std::string json = test::slurp(dir + "/status.out");
-  for (const char* field : {"\"draining\":false", "\"tokens_per_s_last_minute\":", "\"requests_finished_last_minute\":",
-                            "\"role\":\"both\"", "\"alive\":true", "\"last_heard_ms\":", "\"kv_blocks_free\":", "\"queued\":0"})
+  for (const char* field : {"\"draining\":false",
+                            "\"tokens_per_s_last_minute\":", "\"requests_finished_last_minute\":", "\"role\":\"both\"",
+                            "\"alive\":true", "\"last_heard_ms\":", "\"kv_blocks_free\":", "\"queued\":0"})
     EXPECT_NE(json.find(field), std::string::npos) << field << " in " << json;
-  const pid_t drain = test::spawn({TANDEM_TANDEM_BIN, "drain", "--endpoint", d.endpoint(), "--wait"}, dir + "/drain.out");
+  const pid_t drain =
+      test::spawn({TANDEM_TANDEM_BIN, "drain", "--endpoint", d.endpoint(), "--wait"}, dir + "/drain.out");
   EXPECT_EQ(test::wait_for(drain, 60s), 0) << test::slurp(dir + "/drain.out") << test::slurp(dir + "/drain.out.err");
   EXPECT_EQ(d.wait_exit(30s), 0) << d.output();
   EXPECT_EQ(probe({}), 1) << "nothing answers after the drain";

@@ -80,7 +80,8 @@ INSTANTIATE_TEST_SUITE_P(Files, EngineVsReference,
                                             ::testing::Bool(), ::testing::Bool()),
                          [](const auto& info) {
                            return std::string(std::get<0>(info.param) == GemmBackend::kPacked ? "packed" : "openblas") +
-                                  (std::get<1>(info.param) ? "_f16" : "_f32") + (std::get<2>(info.param) ? "_tied" : "_untied");
+                                  (std::get<1>(info.param) ? "_f16" : "_f32") +
+                                  (std::get<2>(info.param) ? "_tied" : "_untied");
                          });
 
 // The logits of sequence A's last prompt token and of three decode steps, computed
@@ -118,8 +119,8 @@ InvarianceRun run_batched(Engine& e, const std::vector<int32_t>& prompt, const s
   const std::vector<int32_t> mine(all.begin(), all.begin() + 16);
   const std::vector<int32_t> other1(all.begin() + 16, all.begin() + 32), other2(all.begin() + 32, all.begin() + 48);
   const uint32_t tb = KvPool::tail_blocks_for(e.config(), 16, format);  // <= 8 each
-  const std::vector<int32_t> tail(all.begin() + 48, all.begin() + 48 + tb), tail1(all.begin() + 56, all.begin() + 56 + tb),
-      tail2(all.begin() + 64, all.begin() + 64 + tb);
+  const std::vector<int32_t> tail(all.begin() + 48, all.begin() + 48 + tb),
+      tail1(all.begin() + 56, all.begin() + 56 + tb), tail2(all.begin() + 64, all.begin() + 64 + tb);
   const auto o1 = random_tokens(200, e.config().vocab_size, seed + 1);
   const auto o2 = random_tokens(200, e.config().vocab_size, seed + 2);
   uint32_t pos = 0, p1 = 0, p2 = 0;
@@ -155,13 +156,15 @@ float invariance_max_diff(GemmBackend backend, uint32_t threads, const KvFormat&
   const auto alone = run_alone(*e, prompt, decode, format);
   float worst = 0;
   uint32_t seed = 100;
-  for (const auto& chunks : std::vector<std::vector<uint32_t>>{{61}, {1, 60}, {16, 16, 16, 13}, {7, 13, 17, 24}, {60, 1}}) {
+  for (const auto& chunks :
+       std::vector<std::vector<uint32_t>>{{61}, {1, 60}, {16, 16, 16, 13}, {7, 13, 17, 24}, {60, 1}}) {
     const auto batched = run_batched(*e, prompt, decode, chunks, seed++, format);
     if (batched.logits.size() != alone.logits.size()) {
       ADD_FAILURE() << "missing logits";
       return INFINITY;
     }
-    for (size_t i = 0; i < alone.logits.size(); ++i) worst = std::max(worst, max_abs_diff(alone.logits[i], batched.logits[i]));
+    for (size_t i = 0; i < alone.logits.size(); ++i)
+      worst = std::max(worst, max_abs_diff(alone.logits[i], batched.logits[i]));
   }
   return worst;
 }
@@ -177,12 +180,12 @@ TEST(BatchInvariance, PackedKernelsAreBitwiseIdentical) {
 // Quantized KV: the codes a token gets depend only on its own K/V, and the fused
 // dequantization is a fixed chain per output element.
 TEST(BatchInvariance, QuantizedKvIsBitwiseIdentical) {
-  for (const KvFormat format : {KvFormat{8, 64}, KvFormat{8, 64, false, 1}, KvFormat{8, 64, false, 0},
-                                KvFormat{4, 32}, KvFormat{4, 64, true}})
+  for (const KvFormat format :
+       {KvFormat{8, 64}, KvFormat{8, 64, false, 1}, KvFormat{8, 64, false, 0}, KvFormat{4, 32}, KvFormat{4, 64, true}})
     for (uint32_t threads : {1u, 2u}) {
       const float worst = invariance_max_diff(GemmBackend::kPacked, threads, format);
-      std::printf("%s, %u threads: largest logit difference alone vs batched: %g\n", format.to_string().c_str(), threads,
-                  worst);
+      std::printf("%s, %u threads: largest logit difference alone vs batched: %g\n", format.to_string().c_str(),
+                  threads, worst);
       EXPECT_EQ(worst, 0.0f) << format.to_string();
     }
 }
@@ -328,8 +331,9 @@ namespace tandem::engine {
 namespace {
 
 TEST(Engine, StepsAllocateNothingAfterWarmUp) {
-  for (const auto& [backend, format] : {std::pair{GemmBackend::kPacked, KvFormat{}}, std::pair{GemmBackend::kOpenBlas, KvFormat{}},
-                                        std::pair{GemmBackend::kPacked, KvFormat{4, 32, true}}}) {
+  for (const auto& [backend, format] :
+       {std::pair{GemmBackend::kPacked, KvFormat{}}, std::pair{GemmBackend::kOpenBlas, KvFormat{}},
+        std::pair{GemmBackend::kPacked, KvFormat{4, 32, true}}}) {
     auto e = load(test::model_file("tiny", 1), backend);
     const uint32_t tb = KvPool::tail_blocks_for(e->config(), 16, format);  // the F32 window's tails (4-bit)
     auto pool = KvPool::create(e->config(), 16 + 2 * tb, 16, format).value();

@@ -68,7 +68,8 @@ TEST(Kernels, GemmVariantsAgreeBitwiseForEveryRowCount) {
           const uint32_t half = view.panels() / 2;
           kern->gemm(a.data(), k, m, view, 0, half, c.data(), n);
           kern->gemm(a.data(), k, m, view, half, view.panels(), c.data(), n);
-          ASSERT_TRUE(bitwise_equal(c.data(), ref.data(), c.size())) << kern->name << " m=" << m << " n=" << n << " k=" << k;
+          ASSERT_TRUE(bitwise_equal(c.data(), ref.data(), c.size()))
+              << kern->name << " m=" << m << " n=" << n << " k=" << k;
         }
       }
     }
@@ -139,7 +140,9 @@ TEST_P(AttentionShapes, VariantsAgreeBitwiseWithReference) {
     // Against a straightforward double-precision softmax attention.
     expect_near_double_attention(
         a, ref, [&](uint32_t j, uint32_t d) { return double(pool[blocks[j / bt] * block_stride + d * bt + j % bt]); },
-        [&](uint32_t j, uint32_t d) { return double(pool[blocks[j / bt] * block_stride + size_t{hd} * bt + (j % bt) * hd + d]); });
+        [&](uint32_t j, uint32_t d) {
+          return double(pool[blocks[j / bt] * block_stride + size_t{hd} * bt + (j % bt) * hd + d]);
+        });
     expect_variants_match_generic(a, ref);
   }
 }
@@ -212,7 +215,8 @@ TEST_P(QuantAttentionShapes, VariantsAgreeBitwiseWithReference) {
     a.out = ref.data();
     by_name("generic")->attention(a);
     expect_near_double_attention(
-        a, ref, [&](uint32_t j, uint32_t d) { return deq(0, j, d); }, [&](uint32_t j, uint32_t d) { return deq(1, j, d); });
+        a, ref, [&](uint32_t j, uint32_t d) { return deq(0, j, d); },
+        [&](uint32_t j, uint32_t d) { return deq(1, j, d); });
     expect_variants_match_generic(a, ref);
 
     // With an F32 window of two blocks: the keys of the query's block and the one before come

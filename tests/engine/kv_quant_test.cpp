@@ -183,8 +183,10 @@ TEST(KvQuantModel, LogitsStayCloseToF32Kv) {
   const double q4 = relative_logit_error(*e, {4, 64, false});
   const double q8_skip = relative_logit_error(*e, {8, 64, true});
   const double q4_skip = relative_logit_error(*e, {4, 64, true});
-  std::printf("max relative logit error vs F32 KV (tiny, 120 positions): q8 %.3g, q4 %.3g, q8+f32-last %.3g, "
-              "q4+f32-last %.3g\n", q8, q4, q8_skip, q4_skip);
+  std::printf(
+      "max relative logit error vs F32 KV (tiny, 120 positions): q8 %.3g, q4 %.3g, q8+f32-last %.3g, "
+      "q4+f32-last %.3g\n",
+      q8, q4, q8_skip, q4_skip);
   RecordProperty("q8_relative_error", std::to_string(q8));
   RecordProperty("q4_relative_error", std::to_string(q4));
   EXPECT_LE(q8, 1e-2);
@@ -251,7 +253,8 @@ struct Agreement {
 };
 
 // Both measures of `format` against F32 KV's greedy tokens `f32` for the same prompts.
-Agreement measure(Engine& e, const KvFormat& format, const Prompts& prompts, const std::vector<std::vector<int32_t>>& f32) {
+Agreement measure(Engine& e, const KvFormat& format, const Prompts& prompts,
+                  const std::vector<std::vector<int32_t>>& f32) {
   return {agreement(f32, greedy(e, format, prompts)), agreement(f32, greedy(e, format, prompts, &f32))};
 }
 
@@ -267,8 +270,10 @@ TEST(KvQuantModel, GreedyTokensAgreeWithF32Kv) {
   for (int i = 0; i < 3; ++i) {
     const Agreement a = measure(*e, formats[i], prompts, f32);
     free_run[i] = a.free_run, forced[i] = a.forced;
-    std::printf("%-14s greedy tokens equal to F32 KV's (32 prompts x 64 steps): free-running %.1f%%, "
-                "teacher-forced %.1f%%\n", formats[i].to_string().c_str(), 100 * free_run[i], 100 * forced[i]);
+    std::printf(
+        "%-14s greedy tokens equal to F32 KV's (32 prompts x 64 steps): free-running %.1f%%, "
+        "teacher-forced %.1f%%\n",
+        formats[i].to_string().c_str(), 100 * free_run[i], 100 * forced[i]);
   }
   RecordProperty("q8_free_running", std::to_string(free_run[0]));
   RecordProperty("q8_teacher_forced", std::to_string(forced[0]));
@@ -295,12 +300,13 @@ TEST(KvQuantModel, GreedyAgreementOverEightPromptSets) {
     const Prompts prompts = random_prompts(*e, seed);
     const auto f32 = greedy(*e, {}, prompts);
     const auto [free_run, forced] = measure(*e, q8, prompts, f32);
-    std::printf("q8/g64 prompt set %u: free-running %.1f%%, teacher-forced %.1f%%\n", set, 100 * free_run, 100 * forced);
+    std::printf("q8/g64 prompt set %u: free-running %.1f%%, teacher-forced %.1f%%\n", set, 100 * free_run,
+                100 * forced);
     EXPECT_GE(forced, 0.95) << "set " << set;
     sum += free_run, lo = std::min(lo, free_run), hi = std::max(hi, free_run);
   }
-  std::printf("q8/g64 free-running over 8 x 32 prompts x 64 steps: mean %.1f%%, min %.1f%%, max %.1f%%\n", 100 * sum / 8,
-              100 * lo, 100 * hi);
+  std::printf("q8/g64 free-running over 8 x 32 prompts x 64 steps: mean %.1f%%, min %.1f%%, max %.1f%%\n",
+              100 * sum / 8, 100 * lo, 100 * hi);
   RecordProperty("q8_free_running_mean", std::to_string(sum / 8));
   EXPECT_GE(sum / 8, 0.95);
 }
@@ -349,8 +355,9 @@ TEST(KvQuantModel, TrainedModelGreedyTokensAgreeWithF32Kv) {
       const Agreement a = measure(*e, formats[i], prompts, f32);
       sum[i] += a.free_run, forced_lo[i] = std::min(forced_lo[i], a.forced);
       if (set == 0) {
-        std::printf("trained tiny, %-15s set 0 (32 text prompts x 64 steps): free-running %.1f%%, teacher-forced %.1f%%\n",
-                    formats[i].to_string().c_str(), 100 * a.free_run, 100 * a.forced);
+        std::printf(
+            "trained tiny, %-15s set 0 (32 text prompts x 64 steps): free-running %.1f%%, teacher-forced %.1f%%\n",
+            formats[i].to_string().c_str(), 100 * a.free_run, 100 * a.forced);
       }
     }
   }
@@ -391,11 +398,14 @@ TEST(KvQuantModel, DISABLED_TrainedModelOverEightTextPromptSets) {
     }
   }
   for (int i = 0; i < kFormats; ++i)
-    std::printf("trained tiny, %-14s over 8 x 32 text prompts x 64 steps: free-running mean %.1f%% (worst set %.1f%%), "
-                "teacher-forced worst set %.1f%%\n", formats[i].to_string().c_str(), 100 * sum[i] / 8, 100 * lo[i],
-                100 * forced_lo[i]);
-  std::printf("trained tiny, F32 KV through OpenBLAS's GEMM instead of the packed kernels: free-running mean %.1f%% "
-              "(worst set %.1f%%)\n", 100 * blas_sum / 8, 100 * blas_lo);
+    std::printf(
+        "trained tiny, %-14s over 8 x 32 text prompts x 64 steps: free-running mean %.1f%% (worst set %.1f%%), "
+        "teacher-forced worst set %.1f%%\n",
+        formats[i].to_string().c_str(), 100 * sum[i] / 8, 100 * lo[i], 100 * forced_lo[i]);
+  std::printf(
+      "trained tiny, F32 KV through OpenBLAS's GEMM instead of the packed kernels: free-running mean %.1f%% "
+      "(worst set %.1f%%)\n",
+      100 * blas_sum / 8, 100 * blas_lo);
   EXPECT_GE(forced_lo[0], 0.99);
 }
 
@@ -408,8 +418,10 @@ TEST(KvQuantModel, DISABLED_GreedyTokensAgreeWithF32KvOnTheSmallPreset) {
   const auto f32 = greedy(*e, {}, prompts);
   for (const KvFormat& f : {KvFormat{8, 64, false}, KvFormat{8, 64, true}, KvFormat{4, 64, false}}) {
     const auto [free_run, forced] = measure(*e, f, prompts, f32);
-    std::printf("small, %-14s greedy tokens equal to F32 KV's (32 prompts x 64 steps): free-running %.1f%%, "
-                "teacher-forced %.1f%%\n", f.to_string().c_str(), 100 * free_run, 100 * forced);
+    std::printf(
+        "small, %-14s greedy tokens equal to F32 KV's (32 prompts x 64 steps): free-running %.1f%%, "
+        "teacher-forced %.1f%%\n",
+        f.to_string().c_str(), 100 * free_run, 100 * forced);
     // Measured: q8 free-running 94.3%, teacher-forced 99.6% (F32 window of 2 blocks; without
     // it 57.8% / 98.0%). This model's weights are random: its logits over 49,152 tokens are
     // nearly flat, so one flipped argmax sends a free-running sequence elsewhere;

@@ -34,9 +34,7 @@ void* operator new(std::size_t size) {
 }
 void* operator new[](std::size_t size) { return operator new(size); }
 void* operator new(std::size_t size, const std::nothrow_t&) noexcept { return counted_malloc(size); }
-void* operator new[](std::size_t size, const std::nothrow_t&) noexcept {
-  return counted_malloc(size);
-}
+void* operator new[](std::size_t size, const std::nothrow_t&) noexcept { return counted_malloc(size); }
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
@@ -545,8 +543,7 @@ struct Ref {
   double total = 0;
 };
 
-Ref reference(const std::vector<float>& logits, const SamplingParams& p,
-              const std::vector<int32_t>& history) {
+Ref reference(const std::vector<float>& logits, const SamplingParams& p, const std::vector<int32_t>& history) {
   std::vector<float> l = logits;
   std::set<int32_t> hs(history.begin(), history.end());
   for (int32_t t : hs) {
@@ -582,8 +579,8 @@ Ref reference(const std::vector<float>& logits, const SamplingParams& p,
 
 // Returns how many draws picked a token below the sampler's up-front head (weight
 // <= 5% of the mean weight), i.e. from a lazily sorted band.
-int check_against_reference(const std::vector<float>& l, const SamplingParams& p,
-                            const std::vector<int32_t>& history, int positions) {
+int check_against_reference(const std::vector<float>& l, const SamplingParams& p, const std::vector<int32_t>& history,
+                            int positions) {
   Sampler s(static_cast<uint32_t>(l.size()));
   const Ref ref = reference(l, p, history);
   std::map<int32_t, size_t> rank;

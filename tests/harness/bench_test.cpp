@@ -93,8 +93,9 @@ class MockServer {
     char head[32];
     std::snprintf(head, sizeof head, "%zx\r\n", data.size());
     boost::system::error_code ec;
-    asio::write(s, std::vector<asio::const_buffer>{asio::buffer(head, std::strlen(head)), asio::buffer(data),
-                                                     asio::buffer("\r\n", 2)},
+    asio::write(s,
+                std::vector<asio::const_buffer>{asio::buffer(head, std::strlen(head)), asio::buffer(data),
+                                                asio::buffer("\r\n", 2)},
                 ec);
     return !ec;
   }
@@ -117,7 +118,8 @@ class MockServer {
         if (ec) return;
         continue;
       }
-      const std::string head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+      const std::string head =
+          "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
       asio::write(s, asio::buffer(head), ec);
       if (ec) return;
       int ttft = 0, itl = 0;
@@ -139,14 +141,16 @@ class MockServer {
         if (!write_chunk(s, ev)) return;
         writes.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
         if (i + 1 == max_tokens && closing &&
-            !write_chunk(s, "data: {\"id\":\"x\",\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":\"length\"}]}\n\n"))
+            !write_chunk(
+                s, "data: {\"id\":\"x\",\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":\"length\"}]}\n\n"))
           return;
       }
       {
         std::lock_guard<std::mutex> lock(mu_);
         sent_.push_back(std::move(writes));
       }
-      if (!write_chunk(s, "data: {\"id\":\"x\",\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":1}}\n\n"))
+      if (!write_chunk(
+              s, "data: {\"id\":\"x\",\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":1}}\n\n"))
         return;
       if (!write_chunk(s, "data: [DONE]\n\n") || !write_chunk(s, "")) return;
     }
@@ -206,8 +210,10 @@ std::pair<double, std::string> worst_deviation(const Summary& s, const std::vect
   auto check = [&](const Distribution& got, const std::vector<double>& want, const char* name) {
     const Distribution w = distribution(want);
     EXPECT_EQ(got.count, w.count) << name;
-    const std::pair<const char*, double> d[] = {{"mean", got.mean - w.mean}, {"p50", got.p50 - w.p50},
-                                                {"p90", got.p90 - w.p90},    {"p99", got.p99 - w.p99},
+    const std::pair<const char*, double> d[] = {{"mean", got.mean - w.mean},
+                                                {"p50", got.p50 - w.p50},
+                                                {"p90", got.p90 - w.p90},
+                                                {"p99", got.p99 - w.p99},
                                                 {"max", got.max - w.max}};
     for (auto [stat, diff] : d)
       if (std::abs(diff) > worst.first) worst = {std::abs(diff), std::string(name) + "." + stat};
@@ -224,14 +230,16 @@ std::pair<double, std::string> worst_deviation(const Summary& s, const std::vect
 // timestamp is late by as much when the reader thread waits for a CPU.
 class LatenessProbe {
  public:
-  LatenessProbe() : thread_([this] {
-      while (!stop_) {
-        const auto before = std::chrono::steady_clock::now();
-        std::this_thread::sleep_for(1ms);
-        const double late = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - before).count() - 1.0;
-        if (late > worst_) worst_ = late;
-      }
-    }) {}
+  LatenessProbe()
+      : thread_([this] {
+          while (!stop_) {
+            const auto before = std::chrono::steady_clock::now();
+            std::this_thread::sleep_for(1ms);
+            const double late =
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - before).count() - 1.0;
+            if (late > worst_) worst_ = late;
+          }
+        }) {}
   ~LatenessProbe() {
     stop_ = true;
     thread_.join();
@@ -316,7 +324,8 @@ TEST(Bench, HttpErrorsDroppedConnectionsAndCancellationsAreCounted) {
   EXPECT_EQ(s->completed, 4u);
   EXPECT_EQ(s->failed, 8u);
   EXPECT_EQ(s->cancelled, 0u);
-  for (const auto& [reason, n] : s->errors) std::printf("error x%llu: %s\n", static_cast<unsigned long long>(n), reason.c_str());
+  for (const auto& [reason, n] : s->errors)
+    std::printf("error x%llu: %s\n", static_cast<unsigned long long>(n), reason.c_str());
   ASSERT_EQ(s->errors.size(), 2u);
   for (const auto& [reason, n] : s->errors) {
     EXPECT_EQ(n, 4u) << reason;
@@ -413,7 +422,9 @@ double raw_reader_tokens_per_s(const MockServer& server, int clients, int reques
         http::read(s, buf, res, ec);
         if (ec) return;
         uint64_t n = 0;
-        for (size_t at = res.body().find("\"text\":\"t\""); at != std::string::npos; at = res.body().find("\"text\":\"t\"", at + 1)) ++n;
+        for (size_t at = res.body().find("\"text\":\"t\""); at != std::string::npos;
+             at = res.body().find("\"text\":\"t\"", at + 1))
+          ++n;
         counted += n;
       }
     });
@@ -453,8 +464,8 @@ TEST(Bench, BookkeepingKeepsUpWithARawReader) {
 #else
   const double floor = 0.1;
 #endif
-  EXPECT_GE(s->output_tokens_per_s, floor * raw) << "the harness is over " << 1 / floor
-                                                 << "x slower than a reader that only counts";
+  EXPECT_GE(s->output_tokens_per_s, floor * raw)
+      << "the harness is over " << 1 / floor << "x slower than a reader that only counts";
 }
 
 TEST(Bench, LoadShapesAndWorkloadsAreValidated) {

@@ -115,8 +115,7 @@ TEST_F(GgufTest, RoundTripsEveryMetadataKindAndTensors) {
   ASSERT_NE(sa, nullptr);
   EXPECT_EQ(sa->type, GgufValueType::kArray);
   EXPECT_EQ(sa->array_type, GgufValueType::kString);
-  EXPECT_EQ(std::get<std::vector<std::string>>(sa->value),
-            (std::vector<std::string>{"x", "", "\xe2\x96\x81hi"}));
+  EXPECT_EQ(std::get<std::vector<std::string>>(sa->value), (std::vector<std::string>{"x", "", "\xe2\x96\x81hi"}));
   EXPECT_EQ(g.find("fa")->array_type, GgufValueType::kF32);
   EXPECT_EQ(std::get<std::vector<double>>(g.find("fa")->value), (std::vector<double>{1.5, -2.0}));
   EXPECT_EQ(g.find("ia")->array_type, GgufValueType::kI32);
@@ -152,8 +151,8 @@ TEST_F(GgufTest, RoundTripsEveryMetadataKindAndTensors) {
   // Metadata in insertion order.
   std::string all(bytes.begin(), bytes.end());
   size_t last = 0;
-  for (const char* key : {"general.architecture", "s.empty", "s.bytes", "u32", "i32", "f32", "yes", "no", "sa",
-                          "fa", "ia", "empty"}) {
+  for (const char* key :
+       {"general.architecture", "s.empty", "s.bytes", "u32", "i32", "f32", "yes", "no", "sa", "fa", "ia", "empty"}) {
     size_t at = all.find(std::string(key), last);
     ASSERT_NE(at, std::string::npos) << key;
     last = at;
@@ -245,8 +244,8 @@ TEST_F(GgufTest, QuantizedTensorsOpenWithTheirByteSizes) {
     uint64_t n;
     uint64_t nbytes;
   };
-  for (Case c : {Case{2, 64, 36}, Case{3, 32, 20}, Case{6, 32, 22}, Case{7, 32, 24}, Case{8, 96, 102},
-                 Case{30, 5, 10}, Case{12, 256, 144}}) {
+  for (Case c : {Case{2, 64, 36}, Case{3, 32, 20}, Case{6, 32, 22}, Case{7, 32, 24}, Case{8, 96, 102}, Case{30, 5, 10},
+                 Case{12, 256, 144}}) {
     Bytes b;
     b.header(1, 0).str("q").put<uint32_t>(1).put<uint64_t>(c.n).put<uint32_t>(c.type).put<uint64_t>(0).pad();
     b.b.resize(b.b.size() + c.nbytes);
@@ -361,8 +360,7 @@ TEST_F(GgufTest, BadAlignment) {
   Bytes o;  // offset 16 with alignment 32
   o.header(1, 0).str("t").put<uint32_t>(1).put<uint64_t>(4).put<uint32_t>(0).put<uint64_t>(16).pad();
   o.b.resize(o.b.size() + 64);
-  EXPECT_NE(open_error(path, o.b).find("tensor t offset 16 is not a multiple of the alignment 32"),
-            std::string::npos);
+  EXPECT_NE(open_error(path, o.b).find("tensor t offset 16 is not a multiple of the alignment 32"), std::string::npos);
 }
 
 TEST_F(GgufTest, BadTensorInfos) {

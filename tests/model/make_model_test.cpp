@@ -164,8 +164,8 @@ TEST(MakeModelTest, TensorsInLlamaCppOrder) {
   ASSERT_TRUE(f);
   std::vector<std::string> want = {"token_embd.weight"};
   for (uint32_t i = 0; i < 2; ++i) {
-    for (const char* w : {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate",
-                          "ffn_up", "ffn_down"}) {
+    for (const char* w :
+         {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"}) {
       want.push_back(layer_tensor(i, w));
     }
   }
@@ -219,10 +219,10 @@ TEST(MakeModelTest, WeightStatistics) {
     const char* name;
     double std;
   };
-  for (Want w : {Want{"token_embd.weight", 1.0}, Want{"blk.0.attn_q.weight", 1 / 16.0},
-                 Want{"blk.0.attn_k.weight", 1 / 16.0}, Want{"blk.0.ffn_gate.weight", 1 / 16.0},
-                 Want{"blk.0.ffn_up.weight", 1 / 16.0}, Want{"blk.0.ffn_down.weight", 1 / 32.0},
-                 Want{"output.weight", 1 / 16.0}}) {
+  for (Want w :
+       {Want{"token_embd.weight", 1.0}, Want{"blk.0.attn_q.weight", 1 / 16.0}, Want{"blk.0.attn_k.weight", 1 / 16.0},
+        Want{"blk.0.ffn_gate.weight", 1 / 16.0}, Want{"blk.0.ffn_up.weight", 1 / 16.0},
+        Want{"blk.0.ffn_down.weight", 1 / 32.0}, Want{"output.weight", 1 / 16.0}}) {
     const GgufTensor* t = (*f)->tensor(w.name);
     ASSERT_NE(t, nullptr) << w.name;
     Moments m = moments(floats(*t));

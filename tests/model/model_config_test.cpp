@@ -119,10 +119,10 @@ std::string error_of(const Spec& spec) {
   return cfg.status().message();
 }
 
-#define EXPECT_ERROR(spec, text)                                                         \
-  do {                                                                                   \
-    std::string _err = error_of(spec);                                                   \
-    EXPECT_NE(_err.find(text), std::string::npos) << "error: '" << _err << "'";          \
+#define EXPECT_ERROR(spec, text)                                                \
+  do {                                                                          \
+    std::string _err = error_of(spec);                                          \
+    EXPECT_NE(_err.find(text), std::string::npos) << "error: '" << _err << "'"; \
   } while (0)
 
 TEST(ModelConfigTest, ReadsTheSpec) {
@@ -293,13 +293,14 @@ TEST(ModelConfigTest, UnsupportedTensorType) {
   ASSERT_EQ(type, 1u);
   type = 8;
   std::memcpy(bytes.data() + type_at, &type, 4);
-  std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   std::unique_ptr<GgufFile> file;
   auto cfg = load(path, file);
   ASSERT_FALSE(cfg);
-  EXPECT_NE(cfg.status().message().find(
-                "tensor blk.0.ffn_up.weight has unsupported type Q8_0 (tandem loads F32 and F16)"),
-            std::string::npos)
+  EXPECT_NE(
+      cfg.status().message().find("tensor blk.0.ffn_up.weight has unsupported type Q8_0 (tandem loads F32 and F16)"),
+      std::string::npos)
       << cfg.status().message();
 }
 

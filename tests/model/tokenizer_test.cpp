@@ -152,8 +152,7 @@ TEST(TokenizerTest, OtherTokenizerModelsAreRefused) {
   EXPECT_FALSE(tok->can_encode());
   auto ids = tok->encode("hi", false);
   ASSERT_FALSE(ids);
-  EXPECT_NE(ids.status().message().find("text prompts need the 'gpt2' tokenizer (0 normal tokens)"),
-            std::string::npos);
+  EXPECT_NE(ids.status().message().find("text prompts need the 'gpt2' tokenizer (0 normal tokens)"), std::string::npos);
 }
 
 TEST(TokenizerTest, MissingByteTokenOrTypesMeanNoEncoding) {
@@ -187,7 +186,8 @@ TEST(TokenizerTest, LowercaseByteTokensAndCustomSpecialIds) {
   auto tok = load(v.write([](GgufWriter& w) {
     w.add_u32("tokenizer.ggml.bos_token_id", 2);
     w.add_u32("tokenizer.ggml.eos_token_id", 259);
-  }), file);
+  }),
+                  file);
   ASSERT_TRUE(tok) << tok.status().to_string();
   EXPECT_TRUE(tok->can_encode());
   EXPECT_EQ(tok->bos_id(), 2);
@@ -208,18 +208,21 @@ TEST(TokenizerTest, MismatchedArrays) {
   EXPECT_NE(load_error(v.write()).find("tokenizer.ggml.token_type has 258 entries, tokenizer.ggml.tokens has 259"),
             std::string::npos);
   Vocab s;
-  EXPECT_NE(load_error(s.write([](GgufWriter& w) { w.add_f32_array("tokenizer.ggml.scores", {0.0f}); }))
-                .find("tokenizer.ggml.scores has 1 entries, tokenizer.ggml.tokens has 259"),
+  EXPECT_NE(load_error(s.write([](GgufWriter& w) {
+              w.add_f32_array("tokenizer.ggml.scores", {0.0f});
+            })).find("tokenizer.ggml.scores has 1 entries, tokenizer.ggml.tokens has 259"),
             std::string::npos);
 }
 
 TEST(TokenizerTest, SpecialIdsOutOfRange) {
   Vocab v;
-  EXPECT_NE(load_error(v.write([](GgufWriter& w) { w.add_u32("tokenizer.ggml.eos_token_id", 259); }))
-                .find("tokenizer.ggml.eos_token_id 259 is out of range (vocabulary of 259 tokens)"),
+  EXPECT_NE(load_error(v.write([](GgufWriter& w) {
+              w.add_u32("tokenizer.ggml.eos_token_id", 259);
+            })).find("tokenizer.ggml.eos_token_id 259 is out of range (vocabulary of 259 tokens)"),
             std::string::npos);
-  EXPECT_NE(load_error(v.write([](GgufWriter& w) { w.add_i32("tokenizer.ggml.bos_token_id", -1); }))
-                .find("key tokenizer.ggml.bos_token_id is not a non-negative integer"),
+  EXPECT_NE(load_error(v.write([](GgufWriter& w) {
+              w.add_i32("tokenizer.ggml.bos_token_id", -1);
+            })).find("key tokenizer.ggml.bos_token_id is not a non-negative integer"),
             std::string::npos);
 }
 

@@ -79,7 +79,8 @@ TEST(EventLoop, MultipartFramesArriveTogether) {
     for (auto& m : f) got.push_back(text(m));
     loop.stop();
   }));
-  auto dealer = must(loop.connect(socket_type::dealer, endpoint, [](Frames&) {}, "d"));
+  auto dealer = must(loop.connect(
+      socket_type::dealer, endpoint, [](Frames&) {}, "d"));
   Frames out;
   out.emplace_back(std::string_view("header"));
   out.emplace_back(std::string(100000, 'k'));  // a bulk frame after a header, as KV blocks travel
@@ -253,7 +254,8 @@ TEST(EventLoop, OversizedMessageDropsOnlyThatPeer) {
     disconnected = true;
     EXPECT_TRUE(small->send_bytes("ping").is_ok());
   }));
-  auto big = must(loop.connect(socket_type::dealer, endpoint, [](Frames&) {}, "big"));
+  auto big = must(loop.connect(
+      socket_type::dealer, endpoint, [](Frames&) {}, "big"));
   small = must(loop.connect(
       socket_type::dealer, endpoint,
       [&](Frames& f) {
@@ -441,10 +443,11 @@ TEST(EventLoop, PingPongRoundTripAcrossThreads) {
 
   ASSERT_EQ(rtt.size(), size_t{kRounds});
   std::sort(rtt.begin(), rtt.end());
-  std::printf("[ ping-pong ] DEALER<->ROUTER over ipc://, two loops on two threads, %d rounds: median %lld us, "
-              "p90 %lld us, p99 %lld us, min %lld us\n",
-              kRounds, static_cast<long long>(rtt[rtt.size() / 2]), static_cast<long long>(rtt[rtt.size() * 9 / 10]),
-              static_cast<long long>(rtt[rtt.size() * 99 / 100]), static_cast<long long>(rtt.front()));
+  std::printf(
+      "[ ping-pong ] DEALER<->ROUTER over ipc://, two loops on two threads, %d rounds: median %lld us, "
+      "p90 %lld us, p99 %lld us, min %lld us\n",
+      kRounds, static_cast<long long>(rtt[rtt.size() / 2]), static_cast<long long>(rtt[rtt.size() * 9 / 10]),
+      static_cast<long long>(rtt[rtt.size() * 99 / 100]), static_cast<long long>(rtt.front()));
 }
 
 }  // namespace

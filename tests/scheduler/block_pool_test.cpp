@@ -58,7 +58,7 @@ TEST(BlockPool, PrefersTheBlockAfterTheTablesLast) {
   ASSERT_TRUE(pool.allocate(1, a));  // {0}
   ASSERT_TRUE(pool.allocate(2, b));  // {1, 2}
   EXPECT_EQ(b, (Table{1, 2}));
-  pool.release(a);                   // 0 free, but 3 follows b
+  pool.release(a);  // 0 free, but 3 follows b
   ASSERT_TRUE(pool.allocate(1, b));
   EXPECT_EQ(b, (Table{1, 2, 3}));
   // The block after b's last (4) is free: the lowest free (0) is not taken.
@@ -348,7 +348,8 @@ TEST(PrefixCache, ManyPrefixesInASmallPoolNeverLeakOrShareWrongly) {
         std::vector<int32_t> tokens;
         const uint32_t len = 1 + rng() % 5, family = rng() % 8;
         for (uint32_t b = 0; b < len; ++b)
-          for (uint32_t i = 0; i < kBt; ++i) tokens.push_back(static_cast<int32_t>(family * 100 + (b < 2 ? 0 : rng() % 3) * 10 + i));
+          for (uint32_t i = 0; i < kBt; ++i)
+            tokens.push_back(static_cast<int32_t>(family * 100 + (b < 2 ? 0 : rng() % 3) * 10 + i));
         std::vector<uint64_t> keys;
         chain_keys(tokens, kBt, hash, keys);
         Table hit;

@@ -16,7 +16,7 @@ namespace tandem::scheduler {
 namespace {
 
 struct Recorder : Sink {
-  std::map<uint32_t, std::deque<v1::StepPlan>> plans;  // per worker, not yet answered
+  std::map<uint32_t, std::deque<v1::StepPlan>> plans;         // per worker, not yet answered
   std::map<std::string, std::vector<v1::TokenEvent>> tokens;  // by request id
   std::map<std::string, v1::FinalEvent> finals;
   std::map<std::string, int> final_count;
@@ -308,7 +308,8 @@ TEST(Core, NoLeakAfterAnyMixOfFinishCancelPreemptAndWorkerLoss) {
     for (int op = 0; op < 400; ++op) {
       const int what = rng() % 10;
       if (what < 3) {
-        h.core->submit("c" + std::to_string(rng() % 3), h.request("r" + std::to_string(submitted++), 1 + rng() % 90, 1 + rng() % 60), h.now);
+        h.core->submit("c" + std::to_string(rng() % 3),
+                       h.request("r" + std::to_string(submitted++), 1 + rng() % 90, 1 + rng() % 60), h.now);
       } else if (what < 4 && submitted) {
         h.core->cancel("c" + std::to_string(rng() % 3), "r" + std::to_string(rng() % submitted), h.now);
       } else if (what == 4 && round % 4 == 0 && op == 200) {
@@ -323,10 +324,10 @@ TEST(Core, NoLeakAfterAnyMixOfFinishCancelPreemptAndWorkerLoss) {
     h.drain();
     for (int i = 0; i < submitted; ++i) EXPECT_EQ(h.rec.final_count["r" + std::to_string(i)], 1) << "r" << i;
     EXPECT_TRUE(h.core->idle()) << "round " << round;
-    for (const auto& w : h.core->workers()) EXPECT_EQ(w.blocks_free + w.blocks_cached, w.blocks_total) << "round " << round;
+    for (const auto& w : h.core->workers())
+      EXPECT_EQ(w.blocks_free + w.blocks_cached, w.blocks_total) << "round " << round;
   }
 }
-
 
 // ---- Disaggregation: prefill workers hand sequences to decode workers.
 
@@ -546,7 +547,8 @@ TEST(CoreSplit, NoLeakAfterAnyMixOfHandoffsCancelsTimeoutsAndWorkerLoss) {
     for (int op = 0; op < 400; ++op) {
       const int what = rng() % 12;
       if (what < 3) {
-        h.core->submit("c" + std::to_string(rng() % 3), h.request("r" + std::to_string(submitted++), 1 + rng() % 90, 1 + rng() % 60), h.now);
+        h.core->submit("c" + std::to_string(rng() % 3),
+                       h.request("r" + std::to_string(submitted++), 1 + rng() % 90, 1 + rng() % 60), h.now);
       } else if (what < 4 && submitted) {
         h.core->cancel("c" + std::to_string(rng() % 3), "r" + std::to_string(rng() % submitted), h.now);
       } else if (what == 4 && op == 200) {
@@ -571,7 +573,8 @@ TEST(CoreSplit, NoLeakAfterAnyMixOfHandoffsCancelsTimeoutsAndWorkerLoss) {
     }
     for (int i = 0; i < submitted; ++i) EXPECT_EQ(h.rec.final_count["r" + std::to_string(i)], 1) << "r" << i;
     EXPECT_TRUE(h.core->idle()) << "round " << round;
-    for (const auto& w : h.core->workers()) EXPECT_EQ(w.blocks_free + w.blocks_cached, w.blocks_total) << "round " << round;
+    for (const auto& w : h.core->workers())
+      EXPECT_EQ(w.blocks_free + w.blocks_cached, w.blocks_total) << "round " << round;
   }
 }
 
@@ -651,7 +654,8 @@ TEST(CorePrefixCache, RequestsGoWhereTheirPrefixIsUnlessThatWorkerIsBusy) {
   // The worker with the prefix takes each request while it runs at most `slack` (2) more
   // sequences than the other: b0, b1, b2 (0, 1, 2 beyond), then b3 goes to the other
   // (3 > 0 + 2), then b4 home again (3 <= 1 + 2).
-  for (int i = 0; i < 5; ++i) h.core->submit("c", with_prompt("b" + std::to_string(i), prefixed(64, 4, 10 + i), 50), h.now);
+  for (int i = 0; i < 5; ++i)
+    h.core->submit("c", with_prompt("b" + std::to_string(i), prefixed(64, 4, 10 + i), 50), h.now);
   h.core->tick(h.now);
   uint32_t on_home = 0, elsewhere = 0;
   for (const auto& w : h.core->workers()) (w.id == home ? on_home : elsewhere) = w.running;
@@ -734,7 +738,8 @@ TEST(CoreSplit, TailBlocksAreAllocatedSentAndFreedWithTheSequence) {
   EXPECT_EQ(first.new_blocks_size(), 3);
   ASSERT_EQ(first.tail_blocks_size(), 6);
   std::set<int32_t> prefill_ids(first.new_blocks().begin(), first.new_blocks().end());
-  for (int32_t b : first.tail_blocks()) EXPECT_TRUE(prefill_ids.insert(b).second) << "tail block " << b << " is taken twice";
+  for (int32_t b : first.tail_blocks())
+    EXPECT_TRUE(prefill_ids.insert(b).second) << "tail block " << b << " is taken twice";
   EXPECT_EQ(h.core->workers()[0].blocks_free, 64u - 3u - 6u);
   while (h.answer(1)) {
   }

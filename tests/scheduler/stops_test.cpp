@@ -165,8 +165,8 @@ TEST_F(DetokenizerTest, AsciiPassesThrough) {
 
 TEST_F(DetokenizerTest, MultiByteCharactersWaitUntilComplete) {
   Detokenizer d(*tok_);
-  EXPECT_EQ(pieces(d, "a\xc3\xa9"), (Pieces{"a", "", "\xc3\xa9"}));             // é
-  EXPECT_EQ(pieces(d, "\xe2\x82\xac"), (Pieces{"", "", "\xe2\x82\xac"}));       // €
+  EXPECT_EQ(pieces(d, "a\xc3\xa9"), (Pieces{"a", "", "\xc3\xa9"}));                    // é
+  EXPECT_EQ(pieces(d, "\xe2\x82\xac"), (Pieces{"", "", "\xe2\x82\xac"}));              // €
   EXPECT_EQ(pieces(d, "\xf0\x9f\x98\x80"), (Pieces{"", "", "", "\xf0\x9f\x98\x80"}));  // 😀
 }
 
@@ -183,10 +183,18 @@ TEST_F(DetokenizerTest, ControlTokensAddNothing) {
 
 TEST_F(DetokenizerTest, InvalidBytesAreReleasedNotHeld) {
   Detokenizer d(*tok_);
-  EXPECT_EQ(pieces(d, "\xff"), (Pieces{"\xff"}));          // never valid
-  EXPECT_EQ(pieces(d, "\xa9"), (Pieces{"\xa9"}));          // a stray continuation byte
-  EXPECT_EQ(pieces(d, "\xc3" "A"), (Pieces{"", "\xc3" "A"}));  // broken 2-byte character
-  EXPECT_EQ(pieces(d, "\xe2\x82" "x"), (Pieces{"", "", "\xe2\x82x"}));
+  EXPECT_EQ(pieces(d, "\xff"), (Pieces{"\xff"}));  // never valid
+  EXPECT_EQ(pieces(d, "\xa9"), (Pieces{"\xa9"}));  // a stray continuation byte
+  EXPECT_EQ(pieces(d,
+                   "\xc3"
+                   "A"),
+            (Pieces{"",
+                    "\xc3"
+                    "A"}));  // broken 2-byte character
+  EXPECT_EQ(pieces(d,
+                   "\xe2\x82"
+                   "x"),
+            (Pieces{"", "", "\xe2\x82x"}));
   EXPECT_EQ(pieces(d, "\xed\xa0"), (Pieces{"", "\xed\xa0"}));  // surrogate: ED then A0
   EXPECT_EQ(pieces(d, "\xc0\xaf"), (Pieces{"\xc0", "\xaf"}));  // overlong lead
   EXPECT_EQ(pieces(d, "\xf4\x90"), (Pieces{"", "\xf4\x90"}));  // above U+10FFFF
@@ -234,8 +242,8 @@ std::vector<bool> inside_characters(const std::string& s) {
 
 TEST_F(DetokenizerTest, RandomBytesRoundTripWithoutSplittingCharacters) {
   std::mt19937 rng(11);
-  const std::vector<std::string> chars = {"a", " ", "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80", "\xed\x9f\xbf",
-                                          "\xf4\x8f\xbf\xbf"};
+  const std::vector<std::string> chars = {
+      "a", " ", "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80", "\xed\x9f\xbf", "\xf4\x8f\xbf\xbf"};
   for (int round = 0; round < 300; ++round) {
     // Valid characters mixed with random bytes (often invalid), and truncated characters.
     std::string bytes;
@@ -425,9 +433,9 @@ TEST(StopStringMatcher, BuildErrors) {
   r = StopStringMatcher::build({std::string(kMaxStopStringBytes + 1, 'z')}, false);
   ASSERT_FALSE(r.is_ok());
   EXPECT_EQ(r.status().message(), "stop_strings[0]: 257 bytes, at most 256");
-  EXPECT_TRUE(StopStringMatcher::build(std::vector<std::string>(kMaxStopStrings, std::string(kMaxStopStringBytes, 'z')),
-                                       false)
-                  .is_ok());
+  EXPECT_TRUE(
+      StopStringMatcher::build(std::vector<std::string>(kMaxStopStrings, std::string(kMaxStopStringBytes, 'z')), false)
+          .is_ok());
 }
 
 }  // namespace

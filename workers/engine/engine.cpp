@@ -292,10 +292,12 @@ Result<Engine::StepShape> Engine::check_step(std::span<const SeqStep> step, cons
         return bad("tail of " + std::to_string(q.tail.size()) + " blocks, the pool's tails take " +
                    std::to_string(pool.tail_blocks()));
       if (q.tail_end < -1 || q.tail_end > c.context_length)
-        return bad("tail_end " + std::to_string(q.tail_end) + " is outside [-1, " + std::to_string(c.context_length) + "]");
+        return bad("tail_end " + std::to_string(q.tail_end) + " is outside [-1, " + std::to_string(c.context_length) +
+                   "]");
       for (int32_t b : q.tail)
         if (b < 0 || static_cast<uint32_t>(b) >= pool.n_blocks())
-          return bad("tail block id " + std::to_string(b) + " is outside the pool of " + std::to_string(pool.n_blocks()));
+          return bad("tail block id " + std::to_string(b) + " is outside the pool of " +
+                     std::to_string(pool.n_blocks()));
       // Bounds that depend only on the chunk's length (the window reaches back at most
       // f32_window blocks), so a decode step allocates nothing whatever its position.
       const uint64_t back = uint64_t{pool.format().f32_window} * bt;
@@ -321,7 +323,8 @@ void Engine::lay_out_step(std::span<const SeqStep> step, const KvPool& pool, con
   n_logit_rows_ = static_cast<uint32_t>(shape.logit_rows);
   // F32 windows: where each sequence's row pointers are (sized once per step; the vectors only grow).
   if (window_rows_.size() < shape.window_rows) window_rows_.resize(shape.window_rows);
-  if (read_back_.size() < shape.read_back_rows * 2 * c.head_dim()) read_back_.resize(shape.read_back_rows * 2 * c.head_dim());
+  if (read_back_.size() < shape.read_back_rows * 2 * c.head_dim())
+    read_back_.resize(shape.read_back_rows * 2 * c.head_dim());
   if (seq_window_.size() < step.size()) seq_window_.resize(step.size()), seq_row0_.resize(step.size());
   uint32_t t = 0;
   int64_t next_window = 0;  // index into window_rows_
@@ -416,7 +419,8 @@ void Engine::attend(std::span<const SeqStep> step, const KvPool& pool, uint32_t 
 void Engine::feed_forward(const Layer& L, uint32_t T) {
   const ModelConfig& c = config_;
   const uint32_t dim = c.dim, ffn = c.ffn_dim;
-  for (uint32_t t = 0; t < T; ++t) rms_norm(&x_[size_t{t} * dim], L.ffn_norm.data(), &xn_[size_t{t} * dim], dim, c.rms_eps);
+  for (uint32_t t = 0; t < T; ++t)
+    rms_norm(&x_[size_t{t} * dim], L.ffn_norm.data(), &xn_[size_t{t} * dim], dim, c.rms_eps);
   matmul(L.gate_up, xn_.data(), dim, T, ffn_.data());
   for (uint32_t t = 0; t < T; ++t) {
     float* g = &ffn_[size_t{t} * 2 * ffn];
@@ -434,7 +438,8 @@ Status Engine::forward(std::span<const SeqStep> step, KvPool& pool) {
   const uint32_t T = static_cast<uint32_t>(shape->tokens), dim = c.dim;
   for (uint32_t l = 0; l < c.n_layers; ++l) {
     const Layer& L = *layers_[l];
-    for (uint32_t t = 0; t < T; ++t) rms_norm(&x_[size_t{t} * dim], L.attn_norm.data(), &xn_[size_t{t} * dim], dim, c.rms_eps);
+    for (uint32_t t = 0; t < T; ++t)
+      rms_norm(&x_[size_t{t} * dim], L.attn_norm.data(), &xn_[size_t{t} * dim], dim, c.rms_eps);
     matmul(L.qkv, xn_.data(), dim, T, qkv_.data());
     rope_and_store(step, pool, l, T);
     const bool window_layer = shape->window_rows > 0 && pool.layer_bits(l) != 0;

@@ -130,9 +130,9 @@ class Engine {
   const kernels::Kernels* kernels_ = nullptr;
   std::vector<std::unique_ptr<Layer>> layers_;
   std::unique_ptr<Matrix> output_;
-  std::vector<float> embeddings_;    // [vocab][dim]
+  std::vector<float> embeddings_;  // [vocab][dim]
   std::vector<float> output_norm_;
-  std::vector<float> rope_;          // [context][head_dim]: cos, sin of each pair
+  std::vector<float> rope_;  // [context][head_dim]: cos, sin of each pair
   std::function<void()> between_layers_;
   size_t weight_bytes_ = 0;
 
@@ -149,7 +149,9 @@ class Engine {
     int64_t at = -1;     // index of its first pointer in window_rows_ (-1: no tail)
     uint32_t first = 0;  // its first window position, window_first(start_pos) * bt
     uint32_t n = 0;      // positions [first, end): pointers per KV head for K, then as many for V
-    const float** rows(std::vector<const float*>& all, uint32_t h) const { return &all[static_cast<size_t>(at) + size_t{h} * 2 * n]; }
+    const float** rows(std::vector<const float*>& all, uint32_t h) const {
+      return &all[static_cast<size_t>(at) + size_t{h} * 2 * n];
+    }
   };
   std::vector<const float*> window_rows_;
   std::vector<float> read_back_;

@@ -16,7 +16,8 @@ Result<Generation> generate(Engine& engine, std::span<const int32_t> prompt, con
   TANDEM_RETURN_IF_ERROR(validate(options.sampling));
   if (options.prefill_chunk == 0) return Status::invalid("prefill chunk must be at least 1 token");
 
-  const uint32_t total = std::min<uint32_t>(c.context_length, static_cast<uint32_t>(prompt.size()) + options.max_tokens);
+  const uint32_t total =
+      std::min<uint32_t>(c.context_length, static_cast<uint32_t>(prompt.size()) + options.max_tokens);
   const uint32_t n_blocks = (total + 15) / 16, n_tail = KvPool::tail_blocks_for(c, 16, options.kv_format);
   auto pool = KvPool::create(c, n_blocks + n_tail, 16, options.kv_format);
   if (!pool) return pool.status();
@@ -42,8 +43,8 @@ Result<Generation> generate(Engine& engine, std::span<const int32_t> prompt, con
   const int32_t eos = engine.tokenizer().eos_id();
   for (uint32_t i = 0; i < options.max_tokens && seq.size() < total + 1; ++i) {
     const size_t from = seq.size() > options.penalty_window ? seq.size() - options.penalty_window : 0;
-    const Sample smp = sampler.sample(engine.logits(0), options.sampling, seq.size(),
-                                      std::span<const int32_t>(seq).subspan(from));
+    const Sample smp =
+        sampler.sample(engine.logits(0), options.sampling, seq.size(), std::span<const int32_t>(seq).subspan(from));
     gen.tokens.push_back(smp.token);
     gen.logprobs.push_back(smp.logprob);
     if (on_token) on_token(smp.token, smp.logprob);

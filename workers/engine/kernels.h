@@ -32,21 +32,21 @@ struct PackedView {
 
 // Keys are laid out per block transposed, [head_dim][block_tokens], values [block_tokens][head_dim].
 struct AttentionArgs {
-  const float* q = nullptr;       // [n_q][head_dim]: the query heads sharing this KV head
+  const float* q = nullptr;  // [n_q][head_dim]: the query heads sharing this KV head
   uint32_t n_q = 1;
   uint32_t head_dim = 0;
   const int32_t* blocks = nullptr;  // the sequence's block table
-  const float* k_base = nullptr;  // K of block 0 for this layer and KV head (F32 KV)
-  const float* v_base = nullptr;  // V of block 0 for this layer and KV head (F32 KV)
-  size_t block_stride = 0;        // floats between consecutive pool blocks (F32 KV)
+  const float* k_base = nullptr;    // K of block 0 for this layer and KV head (F32 KV)
+  const float* v_base = nullptr;    // V of block 0 for this layer and KV head (F32 KV)
+  size_t block_stride = 0;          // floats between consecutive pool blocks (F32 KV)
   // Quantized KV (layout in kv_cache.h): kv_bits 8 or 4, k_base/v_base/block_stride unused.
   uint32_t kv_bits = 0;
-  uint32_t group_size = 0;          // divides head_dim, a multiple of 16
+  uint32_t group_size = 0;           // divides head_dim, a multiple of 16
   const uint8_t* k_bytes = nullptr;  // K region, block 0
   const uint8_t* v_bytes = nullptr;  // V region, block 0
   size_t block_bytes = 0;            // bytes between consecutive pool blocks
-  uint32_t block_tokens = 16;     // a multiple of 16
-  uint32_t n_keys = 0;            // attend to positions [0, n_keys)
+  uint32_t block_tokens = 16;        // a multiple of 16
+  uint32_t n_keys = 0;               // attend to positions [0, n_keys)
   // Quantized KV with an F32 window: keys at positions >= f32_from (a multiple of
   // block_tokens, < n_keys) are read from F32 rows instead of the pool's codes: key j's K
   // and V (head_dim floats each) at win_k[j - f32_from] and win_v[j - f32_from]. Null: every
@@ -55,16 +55,16 @@ struct AttentionArgs {
   const float* const* win_k = nullptr;
   const float* const* win_v = nullptr;
   float scale = 1.0f;
-  float* scores = nullptr;        // scratch, n_q * round_up(n_keys, 16) floats
-  float* out = nullptr;           // [n_q][head_dim]
+  float* scores = nullptr;  // scratch, n_q * round_up(n_keys, 16) floats
+  float* out = nullptr;     // [n_q][head_dim]
 };
 
 struct Kernels {
   const char* name;
   // C[m][n] for n in panels [p0, p1) of W and m < M:
   //   c = 0; for k in 0..K-1: c = fma(A[m][k], W[n][k], c)
-  void (*gemm)(const float* a, size_t lda, uint32_t m, const PackedView& w, uint32_t p0,
-               uint32_t p1, float* c, size_t ldc);
+  void (*gemm)(const float* a, size_t lda, uint32_t m, const PackedView& w, uint32_t p0, uint32_t p1, float* c,
+               size_t ldc);
   // Per query head h: s_j = scale * (fma chain over d of q[d]*k_j[d]); softmax over j with
   // exp_approx(s_j - max) and 16-lane partial sums (lane j % 16, tree-reduced); then
   // out[d] = (fma chain over j of p_j * v_j[d]) * (1 / sum).

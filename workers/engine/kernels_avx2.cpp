@@ -28,9 +28,12 @@ struct V256 {
     return _mm256_castsi256_ps(e);
   }
   static T neg_abs(T x) { return _mm256_or_ps(x, _mm256_set1_ps(-0.0f)); }
-  static T select_ge0(T g, T a, T b) { return _mm256_blendv_ps(b, a, _mm256_cmp_ps(g, _mm256_setzero_ps(), _CMP_GE_OQ)); }
+  static T select_ge0(T g, T a, T b) {
+    return _mm256_blendv_ps(b, a, _mm256_cmp_ps(g, _mm256_setzero_ps(), _CMP_GE_OQ));
+  }
   static T masked_keep(T v, T fill, uint32_t valid, uint32_t offset) {
-    const __m256i idx = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(static_cast<int>(offset)));
+    const __m256i idx =
+        _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(static_cast<int>(offset)));
     const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(valid)), idx));
     return _mm256_blendv_ps(fill, v, keep);
   }

@@ -24,7 +24,9 @@ struct V512 {
     const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
     return _mm512_castsi512_ps(e);
   }
-  static T neg_abs(T x) { return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN))); }
+  static T neg_abs(T x) {
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN)));
+  }
   static T select_ge0(T g, T a, T b) {
     const __mmask16 m = _mm512_cmp_ps_mask(g, _mm512_setzero_ps(), _CMP_GE_OQ);
     return _mm512_mask_blend_ps(m, b, a);

@@ -9,8 +9,7 @@
 namespace tandem::engine::kernels {
 namespace {
 
-void gemm(const float* a, size_t lda, uint32_t m, const PackedView& w, uint32_t p0, uint32_t p1,
-          float* c, size_t ldc) {
+void gemm(const float* a, size_t lda, uint32_t m, const PackedView& w, uint32_t p0, uint32_t p1, float* c, size_t ldc) {
   const uint32_t k_dim = w.k;
   for (uint32_t p = p0; p < p1; ++p) {
     const float* panel = w.data + static_cast<size_t>(p) * k_dim * kPanel;

@@ -12,8 +12,7 @@ inline constexpr float kExpMin = -87.0f;
 inline constexpr float kLog2e = 1.44269504088896341f;
 inline constexpr float kLn2Hi = 0.693359375f;
 inline constexpr float kLn2Lo = -2.12194440e-4f;
-inline constexpr float kExpC[7] = {1.0f, 1.0f, 0.5f, 0.166666672f, 0.0416666679f,
-                                   0.00833333377f, 0.00138888892f};
+inline constexpr float kExpC[7] = {1.0f, 1.0f, 0.5f, 0.166666672f, 0.0416666679f, 0.00833333377f, 0.00138888892f};
 
 // exp(x) for x <= 0; see kernels.h.
 inline float exp_scalar(float x) {

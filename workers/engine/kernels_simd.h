@@ -31,8 +31,8 @@ struct Ops : V {
 
   // MR rows x one panel, full K: acc[r][v] is the fma chain of kernels_generic.cpp.
   template <uint32_t MR>
-  static void micro(const float* a, size_t lda, const float* panel, uint32_t k_dim, float* c,
-                    size_t ldc, uint32_t cols) {
+  static void micro(const float* a, size_t lda, const float* panel, uint32_t k_dim, float* c, size_t ldc,
+                    uint32_t cols) {
     T acc[MR][NV];
 #pragma GCC unroll 16
     for (uint32_t r = 0; r < MR; ++r)
@@ -65,8 +65,8 @@ struct Ops : V {
   }
 
   template <uint32_t MR>
-  static void rows(const float* a, size_t lda, uint32_t m, const float* panel, uint32_t k_dim,
-                   float* c, size_t ldc, uint32_t cols) {
+  static void rows(const float* a, size_t lda, uint32_t m, const float* panel, uint32_t k_dim, float* c, size_t ldc,
+                   uint32_t cols) {
     uint32_t r = 0;
     for (; r + MR <= m; r += MR) micro<MR>(a + r * lda, lda, panel, k_dim, c + r * ldc, ldc, cols);
     if constexpr (MR > 1) {
@@ -75,14 +75,14 @@ struct Ops : V {
   }
 
   template <uint32_t MR>
-  static void tail(const float* a, size_t lda, uint32_t m, const float* panel, uint32_t k_dim,
-                   float* c, size_t ldc, uint32_t cols) {
+  static void tail(const float* a, size_t lda, uint32_t m, const float* panel, uint32_t k_dim, float* c, size_t ldc,
+                   uint32_t cols) {
     if (m == MR) return micro<MR>(a, lda, panel, k_dim, c, ldc, cols);
     if constexpr (MR > 1) tail<MR - 1>(a, lda, m, panel, k_dim, c, ldc, cols);
   }
 
-  static void gemm(const float* a, size_t lda, uint32_t m, const PackedView& w, uint32_t p0,
-                   uint32_t p1, float* c, size_t ldc) {
+  static void gemm(const float* a, size_t lda, uint32_t m, const PackedView& w, uint32_t p0, uint32_t p1, float* c,
+                   size_t ldc) {
     for (uint32_t p = p0; p < p1; ++p) {
       const float* panel = w.data + static_cast<size_t>(p) * w.k * kPanel;
       const uint32_t n0 = p * kPanel;
@@ -169,7 +169,8 @@ struct Ops : V {
 
   // o[h][:] = fma(p[h][j], v[:], o[h][:]) for every head: one F32 value row, read once.
   template <uint32_t NQ, uint32_t DV>
-  [[gnu::always_inline]] static void add_value(T (&o)[NQ][DV], const float* vb, const float* p, uint32_t stride, uint32_t j) {
+  [[gnu::always_inline]] static void add_value(T (&o)[NQ][DV], const float* vb, const float* p, uint32_t stride,
+                                               uint32_t j) {
     T vv[DV];
 #pragma GCC unroll 16
     for (uint32_t v = 0; v < DV; ++v) vv[v] = V::loadu(vb + v * W);
@@ -233,7 +234,8 @@ struct Ops : V {
     }
     for (uint32_t h = 0; h < NQ; ++h) {
       const T invv = V::set1(inv[h]);
-      for (uint32_t v = 0; v < hd / W; ++v) V::storeu(out + h * hd + v * W, V::mul(V::loadu(out + h * hd + v * W), invv));
+      for (uint32_t v = 0; v < hd / W; ++v)
+        V::storeu(out + h * hd + v * W, V::mul(V::loadu(out + h * hd + v * W), invv));
     }
   }
 
@@ -359,7 +361,7 @@ struct Ops : V {
       for (uint32_t h = 0; h < NQ; ++h) {
         const float pj = p[h * stride + j];
         for (uint32_t g = 0; g < ng; ++g) pbl[h][g] = std::fma(pj, vbi[g], pbl[h][g]);
-        // o is indexed at compile time only, so it stays in registers.
+          // o is indexed at compile time only, so it stays in registers.
 #pragma GCC unroll 16
         for (uint32_t v = 0; v < DV; ++v) o[h][v] = V::fma(V::set1(pj * vsc[group_of[v]]), c[v], o[h][v]);
       }

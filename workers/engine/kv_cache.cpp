@@ -66,8 +66,8 @@ size_t region_block_bytes(uint32_t head_dim, uint32_t block_tokens, uint32_t bit
   return cells * bits / 8 + 2 * size_t{head_dim / group} * block_tokens * sizeof(float);
 }
 
-Result<std::unique_ptr<KvPool>> KvPool::create(const ModelConfig& config, uint32_t n_blocks,
-                                               uint32_t block_tokens, const KvFormat& format) {
+Result<std::unique_ptr<KvPool>> KvPool::create(const ModelConfig& config, uint32_t n_blocks, uint32_t block_tokens,
+                                               const KvFormat& format) {
   if (block_tokens == 0 || block_tokens % 16 != 0)
     return Status::invalid("KV block size " + std::to_string(block_tokens) +
                            " tokens is not a positive multiple of 16");
@@ -84,7 +84,8 @@ Result<std::unique_ptr<KvPool>> KvPool::create(const ModelConfig& config, uint32
   pool->quant_region_block_ =
       format.bits ? engine::region_block_bytes(pool->head_dim_, block_tokens, format.bits, pool->group_size()) : 0;
   pool->tail_blocks_ = tail_blocks_for(config, block_tokens, format);
-  if (pool->tail_blocks_) pool->tail_rows_ = static_cast<uint32_t>(pool->quant_region_block_ / (pool->head_dim_ * sizeof(float)));
+  if (pool->tail_blocks_)
+    pool->tail_rows_ = static_cast<uint32_t>(pool->quant_region_block_ / (pool->head_dim_ * sizeof(float)));
   size_t offset = 0;
   for (uint32_t l = 0; l < config.n_layers; ++l) {
     pool->layer_offset_.push_back(offset);
@@ -99,8 +100,8 @@ Result<std::unique_ptr<KvPool>> KvPool::create(const ModelConfig& config, uint32
   constexpr size_t kHuge = size_t{2} << 20;
   const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
   const auto cannot = [&](const char* what) {
-    return Status::error(Code::kUnavailable,
-                         "cannot " + std::string(what) + " " + std::to_string(bytes) + " bytes of KV cache: " + std::strerror(errno));
+    return Status::error(Code::kUnavailable, "cannot " + std::string(what) + " " + std::to_string(bytes) +
+                                                 " bytes of KV cache: " + std::strerror(errno));
   };
   void* raw = mmap(nullptr, rounded + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) return cannot("map");
@@ -124,8 +125,9 @@ size_t KvPool::bytes_per_block(const ModelConfig& config, uint32_t block_tokens,
   const uint32_t hd = config.head_dim();
   size_t total = 0;
   for (uint32_t l = 0; l < config.n_layers; ++l)
-    total += 2 * size_t{config.n_kv_heads} *
-             engine::region_block_bytes(hd, block_tokens, format.layer_bits(l, config.n_layers), format.effective_group(hd));
+    total +=
+        2 * size_t{config.n_kv_heads} *
+        engine::region_block_bytes(hd, block_tokens, format.layer_bits(l, config.n_layers), format.effective_group(hd));
   return total;
 }
 
@@ -211,7 +213,8 @@ void KvPool::read(uint32_t layer, uint32_t kv_head, uint32_t block, uint32_t slo
   const float* kbias = ks + size_t{groups} * bt;
   for (uint32_t d = 0; d < hd; ++d) {
     const uint32_t g = d / g_size;
-    k[d] = std::fma(ks[size_t{g} * bt + slot], code(kb + size_t{d} * bt * bits / 8, slot), kbias[size_t{g} * bt + slot]);
+    k[d] =
+        std::fma(ks[size_t{g} * bt + slot], code(kb + size_t{d} * bt * bits / 8, slot), kbias[size_t{g} * bt + slot]);
   }
   const uint8_t* row = vb + size_t{slot} * hd * bits / 8;
   const float* vs = reinterpret_cast<const float*>(vb + code_bytes);

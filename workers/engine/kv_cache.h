@@ -110,12 +110,15 @@ class KvPool {
 
   // Bytes one block takes inside one (layer, kv head, K|V) region (differs per layer with
   // skip_last_layer).
-  size_t region_block_bytes(uint32_t layer) const { return layer_bits(layer) ? quant_region_block_ : f32_region_block_; }
+  size_t region_block_bytes(uint32_t layer) const {
+    return layer_bits(layer) ? quant_region_block_ : f32_region_block_;
+  }
   // The bytes of block `block` in the region (layer, kv_head, kv) where kv is 0 for K, 1
   // for V. Copying every region's block_data bytes of a block into a pool of the same
   // format transfers that block's KV exactly.
   uint8_t* block_data(uint32_t layer, uint32_t kv_head, uint32_t kv, uint32_t block) {
-    return data_.get() + layer_offset_[layer] + ((size_t{kv_head} * 2 + kv) * n_blocks_ + block) * region_block_bytes(layer);
+    return data_.get() + layer_offset_[layer] +
+           ((size_t{kv_head} * 2 + kv) * n_blocks_ + block) * region_block_bytes(layer);
   }
   const uint8_t* block_data(uint32_t layer, uint32_t kv_head, uint32_t kv, uint32_t block) const {
     return const_cast<KvPool*>(this)->block_data(layer, kv_head, kv, block);
@@ -140,7 +143,7 @@ class KvPool {
   uint32_t n_blocks_ = 0, block_tokens_ = 16, n_layers_ = 0, n_kv_heads_ = 0, head_dim_ = 0;
   size_t f32_region_block_ = 0, quant_region_block_ = 0, block_bytes_ = 0;
   uint32_t tail_blocks_ = 0, tail_rows_ = 1;  // tail rows per block (quantized regions)
-  std::vector<size_t> layer_offset_;  // byte offset of each layer's regions
+  std::vector<size_t> layer_offset_;          // byte offset of each layer's regions
 };
 
 // Bytes of one block in one region for a head of `head_dim`, `block_tokens` tokens.

@@ -93,8 +93,8 @@ using D2 = double __attribute__((vector_size(16)));
   const F4 xc = below ? splat(kMin) : x;
 #endif
   const F4 n = (xc * 1.44269504088896341f + kRound) - kRound;  // in [-126, 0]
-  F4 r = xc - n * 0.693145751953125f;  // ln2 high part (exact product)
-  r = r - n * 1.428606765330187045e-06f;  // ln2 low part
+  F4 r = xc - n * 0.693145751953125f;                          // ln2 high part (exact product)
+  r = r - n * 1.428606765330187045e-06f;                       // ln2 low part
   F4 p = r * (1.0f / 5040.0f) + 1.0f / 720.0f;
   p = p * r + 1.0f / 120.0f;
   p = p * r + 1.0f / 24.0f;
@@ -111,19 +111,16 @@ using D2 = double __attribute__((vector_size(16)));
 // narrowing: the same values either way; the intrinsics just avoid shuffles via memory).
 #if defined(__SSE2__)
 [[gnu::always_inline]] inline D2 lo2(F4 x) { return reinterpret_cast<D2>(_mm_cvtps_pd(x)); }
-[[gnu::always_inline]] inline D2 hi2(F4 x) {
-  return reinterpret_cast<D2>(_mm_cvtps_pd(_mm_movehl_ps(x, x)));
-}
+[[gnu::always_inline]] inline D2 hi2(F4 x) { return reinterpret_cast<D2>(_mm_cvtps_pd(_mm_movehl_ps(x, x))); }
 [[gnu::always_inline]] inline F4 narrow(D2 a, D2 b) {
-  return reinterpret_cast<F4>(_mm_movelh_ps(_mm_cvtpd_ps(reinterpret_cast<__m128d>(a)),
-                                            _mm_cvtpd_ps(reinterpret_cast<__m128d>(b))));
+  return reinterpret_cast<F4>(
+      _mm_movelh_ps(_mm_cvtpd_ps(reinterpret_cast<__m128d>(a)), _mm_cvtpd_ps(reinterpret_cast<__m128d>(b))));
 }
 #else
 [[gnu::always_inline]] inline D2 lo2(F4 x) { return D2{x[0], x[1]}; }
 [[gnu::always_inline]] inline D2 hi2(F4 x) { return D2{x[2], x[3]}; }
 [[gnu::always_inline]] inline F4 narrow(D2 a, D2 b) {
-  return F4{static_cast<float>(a[0]), static_cast<float>(a[1]), static_cast<float>(b[0]),
-            static_cast<float>(b[1])};
+  return F4{static_cast<float>(a[0]), static_cast<float>(a[1]), static_cast<float>(b[0]), static_cast<float>(b[1])};
 }
 #endif
 
@@ -201,8 +198,7 @@ double sum_exp(const float* v, uint32_t n, float max) {
 
 // v[i] = exp((v[i] - max) * inv_t) in place; returns the sum of all weights and, in
 // *kept_sum, the sum of the weights >= cutoff.
-double weights_in_place(float* v, uint32_t n, float max, double inv_t, float cutoff,
-                        double* kept_sum) {
+double weights_in_place(float* v, uint32_t n, float max, double inv_t, float cutoff, double* kept_sum) {
   D2 a = {}, b = {}, ka = {}, kb = {};
   for_each4(v, v, n, [&](F4 x) {
     const F4 w = weight4(x, max, inv_t);
@@ -302,7 +298,11 @@ struct ByValue {
 class Candidates {
  public:
   Candidates(float* v, int32_t* ord, uint32_t n, float max_v, const SamplingParams& params)
-      : v_(v), ord_(ord), n_(n), max_v_(max_v), inv_t_(1.0 / static_cast<double>(params.temperature)),
+      : v_(v),
+        ord_(ord),
+        n_(n),
+        max_v_(max_v),
+        inv_t_(1.0 / static_cast<double>(params.temperature)),
         cutoff_(params.min_p > 0.0f ? params.min_p : std::numeric_limits<float>::denorm_min()),
         top_p_(params.top_p) {}
 
@@ -356,7 +356,7 @@ class Candidates {
       h += v_[i] > band_lo_ && v_[i] >= head_min;
     }
     sorted_end_ = h;
-    n_keep_ = h;                           // grows as bands are materialized
+    n_keep_ = h;                          // grows as bands are materialized
     tail_pending_ = cutoff_ <= band_lo_;  // otherwise no kept token lies at or below thr
     sort_head();
     return total_;
@@ -440,13 +440,13 @@ class Candidates {
   uint32_t n_keep_ = 0;      // kept tokens, once known (see tail_pending_)
   uint32_t sorted_end_ = 0;  // ord[0, sorted_end) is the exact descending prefix
   bool tail_pending_ = false;
-  float band_lo_ = 0.0f;     // every kept token with weight > band_lo is in ord[0, sorted_end)
+  float band_lo_ = 0.0f;  // every kept token with weight > band_lo is in ord[0, sorted_end)
 };
 
 }  // namespace
 
-Sample Sampler::sample(std::span<const float> logits, const SamplingParams& params,
-                       uint64_t position, std::span<const int32_t> history) {
+Sample Sampler::sample(std::span<const float> logits, const SamplingParams& params, uint64_t position,
+                       std::span<const int32_t> history) {
   assert(logits.size() == vocab_ && "logits must have vocab_size entries");
   const uint32_t n = static_cast<uint32_t>(std::min<size_t>(logits.size(), vocab_));
   const int32_t n_top = std::clamp(params.top_logprobs, 0, kMaxTopLogprobs);

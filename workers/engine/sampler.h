@@ -47,10 +47,10 @@ class Sampler {
 
  private:
   uint32_t vocab_;
-  std::vector<float> probs_;        // sanitized -> penalized logits -> sampling weights
-  std::vector<int32_t> order_;      // candidate ids (top-k buffer, then descending order)
-  std::vector<uint8_t> seen_;       // penalty dedup flags, all 0 between calls
-  std::vector<TokenLogprob> top_;   // kMaxTopLogprobs entries; Sample::top points here
+  std::vector<float> probs_;       // sanitized -> penalized logits -> sampling weights
+  std::vector<int32_t> order_;     // candidate ids (top-k buffer, then descending order)
+  std::vector<uint8_t> seen_;      // penalty dedup flags, all 0 between calls
+  std::vector<TokenLogprob> top_;  // kMaxTopLogprobs entries; Sample::top points here
 };
 
 // The uniform draw in [0, 1) for (seed, position): a counter-based hash (splitmix64).

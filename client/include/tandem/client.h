@@ -31,9 +31,9 @@ struct Mailbox;
 
 // One generation request; mirrors tandem.v1.Submit.
 struct GenerateRequest {
-  std::string id;                     // empty: the library makes one, unique in this process
-  std::string prompt_text;            // tokenized by the scheduler (BOS added unless no_bos)
-  std::vector<int32_t> prompt_tokens; // used as given when non-empty
+  std::string id;                      // empty: the library makes one, unique in this process
+  std::string prompt_text;             // tokenized by the scheduler (BOS added unless no_bos)
+  std::vector<int32_t> prompt_tokens;  // used as given when non-empty
   bool no_bos = false;
   // Sampling: the defaults turn every filter off (greedy decoding).
   float temperature = 0.0f;
@@ -49,9 +49,9 @@ struct GenerateRequest {
   bool include_stop_string = false;
   bool ignore_eos = false;
   bool logprobs = false;
-  int32_t priority = 0;                 // higher runs first among waiting requests
-  std::chrono::milliseconds timeout{0}; // deadline from arrival at the scheduler; 0 = none
-  bool stream = true;                   // false: every token arrives together with the final event
+  int32_t priority = 0;                  // higher runs first among waiting requests
+  std::chrono::milliseconds timeout{0};  // deadline from arrival at the scheduler; 0 = none
+  bool stream = true;                    // false: every token arrives together with the final event
 };
 
 struct TokenEvent {
@@ -68,8 +68,8 @@ const char* finish_reason_name(FinishReason reason);
 
 struct FinalEvent {
   FinishReason reason = FinishReason::kError;
-  Code code = Code::kOk;      // set when reason == kError
-  std::string error_code;     // code_name(code), e.g. "INVALID_ARGUMENT"; empty unless an error
+  Code code = Code::kOk;   // set when reason == kError
+  std::string error_code;  // code_name(code), e.g. "INVALID_ARGUMENT"; empty unless an error
   std::string error_message;
   uint32_t prompt_tokens = 0, completion_tokens = 0, cached_prompt_tokens = 0;
   double queue_ms = 0, ttft_ms = 0, total_ms = 0;
@@ -125,9 +125,9 @@ struct WorkerInfo {
   uint32_t kv_blocks_total = 0, kv_blocks_free = 0;
   uint32_t running = 0;
   uint64_t steps = 0, tokens = 0;
-  double idle_share = 0;  // pipeline bubbles: waiting for a plan already due / (that + compute)
+  double idle_share = 0;                 // pipeline bubbles: waiting for a plan already due / (that + compute)
   uint64_t idle_us = 0, compute_us = 0;  // cumulative pipeline idle and compute time
-  uint32_t kv_blocks_cached = 0;  // prefix cache; free + cached + in use = total
+  uint32_t kv_blocks_cached = 0;         // prefix cache; free + cached + in use = total
   uint64_t kv_evictions = 0;
   uint32_t last_heard_ms = 0;  // since the scheduler last heard from it (dead past liveness x heartbeat)
 };
@@ -137,7 +137,7 @@ struct StatusInfo {
   uint32_t queued = 0, running = 0;
   uint64_t requests_total = 0, requests_finished = 0, tokens_generated = 0, steps = 0;
   double scheduler_cpu_ms_per_step = 0;
-  bool ready = false;  // at least one worker of each needed role is registered
+  bool ready = false;                                         // at least one worker of each needed role is registered
   uint64_t max_step_decode = 0, max_step_prefill_tokens = 0;  // largest step seen
   uint64_t decode_stalls = 0;  // decoding sequences left out of a step (only when out of KV blocks)
   uint64_t preemptions = 0;

@@ -81,8 +81,8 @@ class [[nodiscard]] Result {
 }  // namespace tandem
 
 // Returns early from the enclosing function when `expr` yields a failed Status.
-#define TANDEM_RETURN_IF_ERROR(expr)          \
-  do {                                        \
-    ::tandem::Status _st = (expr);            \
-    if (!_st.is_ok()) return _st;             \
+#define TANDEM_RETURN_IF_ERROR(expr) \
+  do {                               \
+    ::tandem::Status _st = (expr);   \
+    if (!_st.is_ok()) return _st;    \
   } while (0)

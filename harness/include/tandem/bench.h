@@ -90,9 +90,9 @@ class Target {
 Result<std::unique_ptr<Target>> make_tandem_target(const std::string& endpoint);
 
 struct OpenAIOptions {
-  std::string url;    // http://host:port (an optional path prefix before /v1 is kept)
-  std::string model;  // the "model" field
-  bool token_prompts = false;  // send prompts as token-id arrays
+  std::string url;                                // http://host:port (an optional path prefix before /v1 is kept)
+  std::string model;                              // the "model" field
+  bool token_prompts = false;                     // send prompts as token-id arrays
   std::chrono::milliseconds read_timeout{60000};  // a stream silent this long fails
 };
 // HTTP/1.1 over Boost.Beast on its own I/O thread with a keep-alive connection pool; POST
@@ -116,7 +116,7 @@ struct WorkloadOptions {
   double cancel_fraction = 0;  // share of requests cancelled after cancel_after tokens
   uint32_t cancel_after = 1;
   bool ignore_eos = false;
-  bool text_prompts = false;   // synthetic prompts as words (a text-only OpenAI target)
+  bool text_prompts = false;  // synthetic prompts as words (a text-only OpenAI target)
   uint64_t seed = 0;
 };
 
@@ -138,14 +138,14 @@ class Workload {
 };
 
 struct LoadOptions {
-  double rate = 0;          // requests/s, open loop; 0 = no pacing (closed loop only)
-  double burstiness = 1.0;  // gamma shape of inter-arrival times; 1 = Poisson
-  uint32_t concurrency = 0; // cap on requests in flight; 0 = none
+  double rate = 0;            // requests/s, open loop; 0 = no pacing (closed loop only)
+  double burstiness = 1.0;    // gamma shape of inter-arrival times; 1 = Poisson
+  uint32_t concurrency = 0;   // cap on requests in flight; 0 = none
   uint64_t num_requests = 0;  // 0 = until duration
   double duration_s = 0;      // 0 = until num_requests
   uint32_t warmup = 0;        // requests run first and not counted
   uint64_t seed = 0;
-  double drain_timeout_s = 120;  // after sending stops, wait at most this for requests in flight
+  double drain_timeout_s = 120;             // after sending stops, wait at most this for requests in flight
   double slo_ttft_ms = 0, slo_tpot_ms = 0;  // goodput thresholds; 0 = not set
   // Called about every progress_interval on the runner's thread.
   std::function<void(uint64_t done, uint64_t total, double tokens_per_s)> progress;
@@ -182,7 +182,7 @@ struct Summary {
   uint64_t input_tokens = 0, output_tokens = 0;
   uint64_t cached_input_tokens = 0;  // of input_tokens, served from the server's prefix cache
   double requests_per_s = 0, input_tokens_per_s = 0, output_tokens_per_s = 0;
-  std::optional<double> goodput_requests_per_s;  // set when an SLO was given
+  std::optional<double> goodput_requests_per_s;   // set when an SLO was given
   Distribution ttft_ms, itl_ms, tpot_ms, e2e_ms;  // over completed requests
   std::vector<RequestRecord> records;
 };
