@@ -272,40 +272,22 @@ class Collector : public benchmark::ConsoleReporter {
   }
 };
 
-}  // namespace
+// Writes the small preset to `path` unless it exists.
+bool ensure_model(const std::string& path, TensorType type) {
+  if (std::filesystem::exists(path)) return true;
+  std::filesystem::create_directories("models");
+  std::fprintf(stderr, "engine-bench: writing the small preset to %s\n", path.c_str());
+  auto config = model::preset_config("small");
+  if (Status st = model::make_model(*config, 1, path, type); !st) {
+    std::fprintf(stderr, "engine-bench: %s\n", st.to_string().c_str());
+    return false;
+  }
+  return true;
+}
 
-int main(int argc, char** argv) {
-  // Flags of the table's engine-bench rows; the rest (argv[0] first) go to Google Benchmark.
-  std::vector<char*> rest = {argv[0]};
-  auto args = cli::Args::parse(argc - 1, argv + 1, cli::kEngineBench, &rest);
-  if (!args) return cli::fail("engine-bench", args.status());
-  auto kv_threads = args->integer("kv-threads", 2), kv_rounds = args->integer("kv-rounds", 40);
-  if (!kv_threads) return cli::fail("engine-bench", kv_threads.status());
-  if (!kv_rounds) return cli::fail("engine-bench", kv_rounds.status());
-  const bool kv_only = args->has("kv");
-  g_model = args->str("model").value_or("");
-  auto ensure = [](const std::string& path, TensorType type) {
-    if (std::filesystem::exists(path)) return true;
-    std::filesystem::create_directories("models");
-    std::fprintf(stderr, "engine-bench: writing the small preset to %s\n", path.c_str());
-    auto config = model::preset_config("small");
-    if (Status st = model::make_model(*config, 1, path, type); !st) {
-      std::fprintf(stderr, "engine-bench: %s\n", st.to_string().c_str());
-      return false;
-    }
-    return true;
-  };
-  if (g_model.empty()) g_model = "models/small-1.gguf";
-  g_model_f16 = "models/small-1-f16.gguf";
-  if (kv_only)
-    return ensure(g_model, TensorType::kF32)
-               ? run_kv_section(static_cast<uint32_t>(*kv_threads), static_cast<uint32_t>(*kv_rounds))
-               : 1;
-  if (!ensure(g_model, TensorType::kF32) || !ensure(g_model_f16, TensorType::kF16)) return 1;
-  int rc = static_cast<int>(rest.size());
-  rest.push_back(nullptr);
+const std::vector<int64_t> kThreadCounts = {1, 2};
 
-  const std::vector<int64_t> thread_counts = {1, 2};
+void register_benchmarks() {
   benchmark::RegisterBenchmark("load_small", BM_Load)
       ->Arg(0)
       ->Arg(1)
@@ -313,7 +295,7 @@ int main(int argc, char** argv) {
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond)
       ->Iterations(3);
-  for (int64_t t : thread_counts) {
+  for (int64_t t : kThreadCounts) {
     benchmark::RegisterBenchmark("read_bandwidth", BM_ReadBandwidth)
         ->Arg(t)
         ->ArgName("threads")
@@ -321,7 +303,7 @@ int main(int argc, char** argv) {
         ->Unit(benchmark::kMillisecond);
   }
   for (int64_t gemm : {0, 1}) {
-    for (int64_t t : thread_counts) {
+    for (int64_t t : kThreadCounts) {
       if (gemm == 1 && t == 1) continue;  // the OpenBLAS backend is shown at 2 threads only
       for (int64_t chunk : {128, 512})
         benchmark::RegisterBenchmark("prefill", BM_Prefill)
@@ -345,11 +327,9 @@ int main(int argc, char** argv) {
             ->MinTime(2.0);
     }
   }
-  benchmark::Initialize(&rc, rest.data());
-  Collector collector(isatty(1) ? benchmark::ConsoleReporter::OO_ColorTabular : benchmark::ConsoleReporter::OO_Tabular);
-  benchmark::RunSpecifiedBenchmarks(&collector);
+}
 
-  // The ratios (see bench/RESULTS.md for the targets).
+std::string cpu_name() {
   std::string cpu = "unknown CPU";
   if (FILE* f = std::fopen("/proc/cpuinfo", "r")) {
     char line[512];
@@ -361,6 +341,12 @@ int main(int argc, char** argv) {
       }
     std::fclose(f);
   }
+  return cpu;
+}
+
+// The ratios (see bench/RESULTS.md for the targets).
+void print_ratios(const Collector& collector) {
+  const std::string cpu = cpu_name();
   std::printf("\nratios (%s; %s, %u cores; kernels %s)\n", g_model.c_str(), cpu.c_str(),
               std::thread::hardware_concurrency(), kernels::best().name);
   auto name = [](const char* base, std::initializer_list<std::pair<const char*, int64_t>> args) {
@@ -369,7 +355,7 @@ int main(int argc, char** argv) {
     return s;
   };
   for (int64_t gemm : {0, 1}) {
-    for (int64_t t : thread_counts) {
+    for (int64_t t : kThreadCounts) {
       if (gemm == 1 && t == 1) continue;
       const char* backend = gemm ? "openblas" : "packed";
       const double bw = collector.counter(name("read_bandwidth", {{"threads", t}}), "GB/s");
@@ -402,6 +388,36 @@ int main(int argc, char** argv) {
             backend, (long long)t, pf, sgemm, pf / sgemm);
     }
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Flags of the table's engine-bench rows; the rest (argv[0] first) go to Google Benchmark.
+  std::vector<char*> rest = {argv[0]};
+  auto args = cli::Args::parse(argc - 1, argv + 1, cli::kEngineBench, &rest);
+  if (!args) return cli::fail("engine-bench", args.status());
+  auto kv_threads = args->integer("kv-threads", 2), kv_rounds = args->integer("kv-rounds", 40);
+  if (!kv_threads) return cli::fail("engine-bench", kv_threads.status());
+  if (!kv_rounds) return cli::fail("engine-bench", kv_rounds.status());
+  const bool kv_only = args->has("kv");
+  g_model = args->str("model").value_or("");
+  if (g_model.empty()) g_model = "models/small-1.gguf";
+  g_model_f16 = "models/small-1-f16.gguf";
+  if (kv_only)
+    return ensure_model(g_model, TensorType::kF32)
+               ? run_kv_section(static_cast<uint32_t>(*kv_threads), static_cast<uint32_t>(*kv_rounds))
+               : 1;
+  if (!ensure_model(g_model, TensorType::kF32) || !ensure_model(g_model_f16, TensorType::kF16)) return 1;
+  int rc = static_cast<int>(rest.size());
+  rest.push_back(nullptr);
+
+  register_benchmarks();
+  benchmark::Initialize(&rc, rest.data());
+  Collector collector(isatty(1) ? benchmark::ConsoleReporter::OO_ColorTabular : benchmark::ConsoleReporter::OO_Tabular);
+  benchmark::RunSpecifiedBenchmarks(&collector);
+
+  print_ratios(collector);
   benchmark::Shutdown();
   return 0;
 }

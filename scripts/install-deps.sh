@@ -16,6 +16,7 @@ packages=(
   libbenchmark-dev                     # engine micro-benchmarks
   gnuplot-nox                          # tandem bench --plot (PNG charts of a run)
   clang libclang-rt-14-dev             # libFuzzer targets (fuzz/), run by scripts/test.sh
+  clang-format-14 clang-tidy-14        # scripts/lint.sh: formatting and function length, in CI
 )
 
 missing=()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds and runs every test: a Release build (every test), a ThreadSanitizer build (the
-# threaded units and the actor processes), then one clang build with ASan+UBSan that runs
-# the libFuzzer targets for a fixed time each and then every test. All stages always run;
+# threaded units and the actor processes), then one clang build with ASan+UBSan (and clang's
+# thread-safety analysis) whose compile commands serve the lint (scripts/lint.sh: formatting,
+# function length), and which runs the libFuzzer targets for a fixed time each and every test. All stages always run;
 # the exit status is non-zero if any failed. ctest's summary of the last build closes the
 # output.
 set -uo pipefail
@@ -66,6 +67,9 @@ export LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp  # each suppression says w
 # (A tree configured earlier with another compiler cannot be reconfigured with clang.)
 grep -qs "CMAKE_CXX_COMPILER:.*clang" build/asan/CMakeCache.txt || rm -rf build/asan
 if CC=clang CXX=clang++ build asan "${sanitize_flags[@]}" -DTANDEM_FUZZ=ON; then
+  # Formatting and function length (clang-format-14, clang-tidy-14), through this clang build's
+  # compile commands; its compiler also checked the thread-safety annotations.
+  bash scripts/lint.sh build/asan || status=1
   for t in scheduler_fuzz worker_fuzz client_fuzz; do
     found=$(mktemp -d)
     if build/asan/fuzz/$t -max_total_time=20 -timeout=10 -rss_limit_mb=4096 "$found" "fuzz/corpus/$t" >"build/$t.log" 2>&1; then
