@@ -2,7 +2,6 @@
 
 #include <spdlog/spdlog.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <csignal>
 #include <optional>
@@ -325,7 +324,7 @@ class Actor final : public Sink {
       }
     }
     // The block count sizes the scheduler's own tables: beyond 2^24 blocks (256 Mi tokens of
-    // 16) it is a corrupt or hostile registration, not a worker (the fuzzer sent 2^32 - 1).
+    // 16) it is a corrupt or hostile registration, not a worker.
     if (reg.kv_blocks() == 0 || reg.kv_blocks() > (1u << 24) || reg.block_tokens() == 0 ||
         reg.block_tokens() % 16 != 0 || reg.block_tokens() > 4096) {
       refuse(identity, v1::REFUSAL_REASON_KV_POOL,
@@ -478,10 +477,6 @@ class Actor final : public Sink {
   v1::SchedulerReply reply_;
   v1::SchedulerCommand command_;
 };
-
-}  // namespace
-
-namespace {
 
 // The actor for `options`, started (its sockets bound), not yet running.
 Result<std::unique_ptr<Actor>> start_actor(const ActorOptions& options) {
