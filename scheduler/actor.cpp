@@ -2,17 +2,16 @@
 
 #include <spdlog/spdlog.h>
 #include <time.h>
-#include <unistd.h>
 
-#include <algorithm>
 #include <csignal>
 #include <optional>
-#include <deque>
 #include <unordered_map>
 
-#include "runtime/event_loop.h"
 #include "model/gguf.h"
+#include "runtime/event_loop.h"
 #include "runtime/wire.h"
+#include "scheduler/client_outbox.h"
+#include "scheduler/status_reply.h"
 
 namespace tandem::scheduler {
 
@@ -44,9 +43,10 @@ class Actor final : public Sink {
         tokenizer_(std::move(tokenizer)),
         fingerprint_(std::move(fingerprint)),
         loop_(limits(options)),
-        core_(options.core, config, tokenizer_, *this) {}
+        core_(options.core, config, tokenizer_, *this),
+        outbox_(options.client_send_queue, outbox_callbacks()) {}
 
-  // The send queue per peer is bounded: a client that stops reading is found out (flush()).
+  // The send queue per peer is bounded: a client that stops reading is found out (ClientOutbox).
   static runtime::SocketLimits limits(const ActorOptions& options) {
     runtime::SocketLimits l;
     l.send_hwm = static_cast<int>(options.client_send_queue);
@@ -73,7 +73,7 @@ class Actor final : public Sink {
       flush();
       if (drain_deadline_us_ > 0) check_drain();
     });
-    minute_ = loop_.every(std::chrono::seconds(1), [this] { sample_minute(); });
+    minute_ = loop_.every(std::chrono::seconds(1), [this] { last_minute_.sample(core_.stats()); });
     loop_.on_signal({SIGINT, SIGTERM, SIGQUIT}, [this](int sig) {
       if (sig != SIGQUIT && drain_deadline_us_ == 0) {
         spdlog::info("scheduler: signal {}: draining", sig);
@@ -130,55 +130,12 @@ class Actor final : public Sink {
           events.request_id(), v1::FinishReason_Name(f.finish_reason()), f.error_message(), f.usage().prompt_tokens(),
           f.usage().completion_tokens(), f.timings().queue_ms(), f.timings().ttft_ms(), f.timings().total_ms());
     }
-    auto [it, fresh] = outbox_.try_emplace(client);
-    if (it->second.events().requests_size() == 0) dirty_.push_back(client);
-    *it->second.mutable_events()->add_requests() = events;
+    outbox_.add(client, events);
   }
 
   void flush() {
-    std::vector<std::string> slow;
-    for (const std::string& client : dirty_) {
-      v1::SchedulerReply& r = outbox_[client];
-      r.set_version(kVersion);
-      if (auto st = stalled_.find(client); st != stalled_.end()) {
-        keep_finals(r, st->second);  // cancelled already; only final events wait
-      } else if (try_send(*clients_, client, r).error() == runtime::SendError::kQueueFull) {
-        keep_finals(r, stalled_[client]);
-        slow.push_back(client);
-      }
-      r.Clear();
-    }
-    dirty_.clear();
-    // A client that stopped reading: its queue is at its bound. Its requests are cancelled
-    // (memory stays bounded, the workers' time goes to others); their final events are kept,
-    // a few bytes each, and sent once it reads again.
-    for (const std::string& client : slow) {
-      spdlog::warn("scheduler: a client stopped reading ({} messages queued to it): cancelling its {} requests",
-                   options_.client_send_queue, core_.live_requests(client));
-      core_.client_gone(
-          client, runtime::now_us(),
-          "the client stopped reading its events (" + std::to_string(options_.client_send_queue) + " messages queued)");
-    }
-    for (const std::string& client : dirty_) {
-      keep_finals(outbox_[client], stalled_[client]);
-      outbox_[client].Clear();
-    }
-    dirty_.clear();
-    // Clients that are gone leave nothing behind.
-    if (outbox_.size() > 4 * (client_seen_.size() + 16)) outbox_.clear();
-    // Clients that stopped reading get their final events once they read again. Each attempt
-    // serializes everything kept for them, so it is made at most every 20 ms, not per tick.
-    if (stalled_.empty()) return;
-    const int64_t now = runtime::now_us();
-    if (now < next_stalled_try_us_) return;
-    next_stalled_try_us_ = now + kStalledRetryUs;
-    for (auto it = stalled_.begin(); it != stalled_.end();) {
-      it->second.set_version(kVersion);
-      if (try_send(*clients_, it->first, it->second).is_ok() || !client_seen_.count(it->first))
-        it = stalled_.erase(it);
-      else
-        ++it;
-    }
+    outbox_.flush(runtime::now_us());
+    outbox_.trim(client_seen_.size());
   }
 
  private:
@@ -189,6 +146,23 @@ class Actor final : public Sink {
     int64_t last_seen_us;
     std::string kv_format;
   };
+
+  ClientOutbox::Callbacks outbox_callbacks() {
+    ClientOutbox::Callbacks c;
+    c.send = [this](const std::string& client, const v1::SchedulerReply& reply) {
+      return try_send(*clients_, client, reply);
+    };
+    // Its requests are cancelled: memory stays bounded, the workers' time goes to others.
+    c.stopped_reading = [this](const std::string& client) {
+      spdlog::warn("scheduler: a client stopped reading ({} messages queued to it): cancelling its {} requests",
+                   options_.client_send_queue, core_.live_requests(client));
+      core_.client_gone(
+          client, runtime::now_us(),
+          "the client stopped reading its events (" + std::to_string(options_.client_send_queue) + " messages queued)");
+    };
+    c.known = [this](const std::string& client) { return client_seen_.count(client) > 0; };
+    return c;
+  }
 
   void send(runtime::Socket& socket, const std::string& identity, const google::protobuf::MessageLite& m) {
     if (runtime::SendResult st = try_send(socket, identity, m); !st)
@@ -201,16 +175,6 @@ class Actor final : public Sink {
     frames.emplace_back(identity.data(), identity.size());
     frames.push_back(runtime::to_frame(m));
     return socket.send(frames);
-  }
-
-  // Moves the final events of `from` into `to` (token events are dropped).
-  static void keep_finals(const v1::SchedulerReply& from, v1::SchedulerReply& to) {
-    for (const v1::RequestEvents& ev : from.events().requests()) {
-      if (!ev.has_final()) continue;
-      v1::RequestEvents* kept = to.mutable_events()->add_requests();
-      kept->set_request_id(ev.request_id());
-      *kept->mutable_final() = ev.final();
-    }
   }
 
   void protocol_error(runtime::Socket& socket, const std::string& identity, v1::ErrorCode code,
@@ -259,16 +223,7 @@ class Actor final : public Sink {
               s.sampling().temperature(), s.sampling().top_k(), s.sampling().top_p(), s.sampling().seed(),
               s.stop_token_sequences_size(), s.stop_strings_size(), s.stream(), s.priority(), s.timeout_ms());
         }
-        if (auto st = stalled_.find(identity); st != stalled_.end()) {
-          // Its earlier events still wait: a new stream would lose tokens. Refused, in order;
-          // past the queue bound refusals are dropped too (the request was never accepted), so
-          // a client that submits without ever reading cannot grow the scheduler's memory.
-          if (st->second.events().requests_size() >= static_cast<int>(options_.client_send_queue)) break;
-          set_refusal(*st->second.mutable_events()->add_requests(), client_msg_.submit().request_id(),
-                      v1::ERROR_CODE_OVERLOADED,
-                      "this client is not reading its events: read them before submitting more");
-          break;
-        }
+        if (outbox_.refuse_submit_if_stalled(identity, client_msg_.submit().request_id())) break;
         core_.submit(identity, client_msg_.submit(), now);
         break;
       case v1::ClientMessage::kCancel: core_.cancel(identity, client_msg_.cancel().request_id(), now); break;
@@ -369,7 +324,7 @@ class Actor final : public Sink {
       }
     }
     // The block count sizes the scheduler's own tables: beyond 2^24 blocks (256 Mi tokens of
-    // 16) it is a corrupt or hostile registration, not a worker (the fuzzer sent 2^32 - 1).
+    // 16) it is a corrupt or hostile registration, not a worker.
     if (reg.kv_blocks() == 0 || reg.kv_blocks() > (1u << 24) || reg.block_tokens() == 0 ||
         reg.block_tokens() % 16 != 0 || reg.block_tokens() > 4096) {
       refuse(identity, v1::REFUSAL_REASON_KV_POOL,
@@ -444,66 +399,19 @@ class Actor final : public Sink {
   void send_status(const std::string& identity, uint64_t query_id) {
     reply_.Clear();
     reply_.set_version(kVersion);
-    v1::StatusReply* s = reply_.mutable_status();
-    s->set_query_id(query_id);
-    const int64_t now = runtime::now_us();
-    for (const Core::WorkerView& w : core_.workers()) {
-      v1::WorkerStatus* ws = s->add_workers();
-      ws->set_worker_id(w.id);
-      ws->set_alive(true);
-      ws->set_kv_blocks_total(w.blocks_total);
-      ws->set_kv_blocks_free(w.blocks_free);
-      ws->set_running(w.running);
-      ws->set_steps(w.stats->steps);
-      ws->set_tokens(w.stats->tokens);
-      const double busy = double(w.stats->idle_us + w.stats->compute_us);
-      ws->set_idle_share(busy > 0 ? double(w.stats->idle_us) / busy : 0.0);
-      ws->set_idle_us(w.stats->idle_us);
-      ws->set_compute_us(w.stats->compute_us);
-      ws->set_kv_blocks_cached(w.blocks_cached);
-      ws->set_kv_evictions(w.evictions);
-      ws->set_role(role_name(w.role));
-      auto it = worker_identity_.find(w.id);
-      if (it != worker_identity_.end()) {
-        const WorkerPeer& peer = worker_by_identity_[it->second];
-        ws->set_pid(peer.pid);
-        ws->set_last_heard_ms(
-            static_cast<uint32_t>(std::clamp<int64_t>((now - peer.last_seen_us) / 1000, 0, UINT32_MAX)));
-      }
-    }
-    const CoreStats& cs = core_.stats();
-    s->set_queued(core_.queued());
-    s->set_running(core_.running());
-    s->set_requests_total(cs.requests);
-    s->set_requests_finished(cs.finished);
-    s->set_tokens_generated(cs.tokens);
-    s->set_steps(cs.steps);
-    s->set_scheduler_cpu_ms_per_step(cs.steps ? cpu_us_ / 1e3 / double(cs.steps) : 0.0);
-    s->set_ready(core_.ready());
-    s->set_max_step_decode(cs.max_step_decode);
-    s->set_max_step_prefill_tokens(cs.max_step_prefill_tokens);
-    s->set_decode_stalls(cs.decode_stalls);
-    s->set_preemptions(cs.preemptions);
-    s->set_handoffs(cs.handoffs);
-    s->set_handoff_bytes(cs.handoff_bytes);
-    s->set_handoff_failures(cs.handoff_failures);
-    s->set_prompt_tokens(cs.prompt_tokens);
-    s->set_cached_prompt_tokens(cs.cached_prompt_tokens);
-    s->set_prefix_hit_rate(cs.prompt_tokens ? double(cs.cached_prompt_tokens) / double(cs.prompt_tokens) : 0.0);
-    if (!cs.handoff_ms.empty()) {
-      std::vector<double> ms = cs.handoff_ms;
-      double sum = 0;
-      for (double x : ms) sum += x;
-      const size_t k = std::min(ms.size() - 1, ms.size() * 99 / 100);
-      std::nth_element(ms.begin(), ms.begin() + static_cast<ptrdiff_t>(k), ms.end());
-      s->set_handoff_ms_mean(sum / double(ms.size()));
-      s->set_handoff_ms_p99(ms[k]);
-    }
-    s->set_draining(drain_deadline_us_ > 0);
-    const MinuteSample& oldest =
-        minute_samples_.empty() ? MinuteSample{cs.tokens, cs.finished} : minute_samples_.front();
-    s->set_tokens_per_s_last_minute(double(cs.tokens - oldest.tokens) / 60.0);
-    s->set_requests_finished_last_minute(cs.finished - oldest.finished);
+    ActorStatus actor;
+    actor.query_id = query_id;
+    actor.now_us = runtime::now_us();
+    actor.scheduler_cpu_us = cpu_us_;
+    actor.draining = drain_deadline_us_ > 0;
+    actor.minute_ago = last_minute_.oldest(core_.stats());
+    actor.peer = [this](uint32_t worker_id) -> std::optional<WorkerPeerInfo> {
+      auto it = worker_identity_.find(worker_id);
+      if (it == worker_identity_.end()) return std::nullopt;
+      const WorkerPeer& peer = worker_by_identity_[it->second];
+      return WorkerPeerInfo{peer.pid, peer.last_seen_us};
+    };
+    fill_status_reply(core_, actor, *reply_.mutable_status());
     send(*clients_, identity, reply_);
   }
 
@@ -541,13 +449,6 @@ class Actor final : public Sink {
     loop_.stop();
   }
 
-  // Once a second: totals, so status can report the last minute's throughput.
-  void sample_minute() {
-    const CoreStats& cs = core_.stats();
-    minute_samples_.push_back({cs.tokens, cs.finished});
-    if (minute_samples_.size() > 60) minute_samples_.pop_front();
-  }
-
   void shutdown_workers() {
     command_.Clear();
     command_.set_version(kVersion);
@@ -562,20 +463,13 @@ class Actor final : public Sink {
   Core core_;
   std::unique_ptr<runtime::Socket> clients_, workers_;
   std::unique_ptr<runtime::EventLoop::Timer> liveness_, deadlines_, minute_;
-  struct MinuteSample {
-    uint64_t tokens, finished;
-  };
-  std::deque<MinuteSample> minute_samples_;  // one per second, the last 60
-  int64_t drain_deadline_us_ = 0;            // > 0: draining
-  int64_t last_liveness_us_ = 0;             // when check_liveness last ran
+  ClientOutbox outbox_;
+  LastMinute last_minute_;
+  int64_t drain_deadline_us_ = 0;  // > 0: draining
+  int64_t last_liveness_us_ = 0;   // when check_liveness last ran
   std::unordered_map<std::string, WorkerPeer> worker_by_identity_;
   std::unordered_map<uint32_t, std::string> worker_identity_;
   std::unordered_map<std::string, int64_t> client_seen_;
-  std::unordered_map<std::string, v1::SchedulerReply> outbox_;   // per client, reused
-  std::unordered_map<std::string, v1::SchedulerReply> stalled_;  // final events for clients not reading
-  static constexpr int64_t kStalledRetryUs = 20'000;
-  int64_t next_stalled_try_us_ = 0;
-  std::vector<std::string> dirty_;
   uint32_t next_worker_id_ = 1;
   int64_t cpu_us_ = 0;
   v1::ClientMessage client_msg_;
@@ -583,10 +477,6 @@ class Actor final : public Sink {
   v1::SchedulerReply reply_;
   v1::SchedulerCommand command_;
 };
-
-}  // namespace
-
-namespace {
 
 // The actor for `options`, started (its sockets bound), not yet running.
 Result<std::unique_ptr<Actor>> start_actor(const ActorOptions& options) {

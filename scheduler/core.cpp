@@ -724,10 +724,6 @@ void Core::on_result(uint32_t worker_id, const v1::StepResult& result, int64_t n
   }
 }
 
-}  // namespace tandem::scheduler
-
-namespace tandem::scheduler {
-
 void Core::publish(Worker& w, Placement& p, Request& r) {
   if (!config_.prefix_cache || p.publish_stopped || !p.ready) return;
   // Tokens the worker will have computed once this plan runs (the token a pipelined decode

@@ -1,0 +1,84 @@
+// Backpressure toward clients: the events the scheduler owes each client, coalesced into one
+// message per client per turn of the loop, and what happens when a client stops reading.
+//
+// Contract:
+// - add() only queues; flush() sends one SchedulerReply per client that got events since the
+//   last flush(), in the order the events were added.
+// - A send that fails with kQueueFull (the client's socket queue is at its bound: it is not
+//   reading) makes the client stalled. The outbox then calls stopped_reading(client) once: the
+//   caller cancels the client's requests. Of what was being sent, and of what is added for a
+//   stalled client from then on (the cancellations' final events too), only final events are
+//   kept, a few bytes each; token events are dropped.
+// - Kept final events are retried at most every kRetryUs (each attempt serializes all of them),
+//   not once per flush. A successful retry makes the client an ordinary one again; a stalled
+//   client that known(client) no longer reports is forgotten with what was kept for it.
+// - A stalled client's new submits are refused (OVERLOADED) in order after what waits for it;
+//   past the queue bound they are dropped, so a client that submits without ever reading
+//   cannot grow the scheduler's memory.
+// - Other send failures (the peer is gone, the socket closes) drop the message.
+// No sockets and no clock: sending and the time are the caller's.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "tandem/v1/client.pb.h"
+#include "runtime/event_loop.h"
+
+namespace tandem::scheduler {
+
+class ClientOutbox {
+ public:
+  // At most every 20 ms: often enough that a client that reads again soon gets its final
+  // events promptly, rarely enough that serializing them is no load.
+  static constexpr int64_t kRetryUs = 20'000;
+
+  struct Callbacks {
+    // Sends `reply` to `client` now; on failure nothing is queued.
+    std::function<runtime::SendResult(const std::string& client, const v1::SchedulerReply& reply)> send;
+    // `client` stopped reading: cancel its requests (their final events may be add()ed).
+    std::function<void(const std::string& client)> stopped_reading;
+    // Whether `client` is still heard from (not declared gone).
+    std::function<bool(const std::string& client)> known;
+  };
+
+  // `queue_bound`: the messages a client's socket queues before a send reports kQueueFull.
+  ClientOutbox(uint32_t queue_bound, Callbacks callbacks);
+
+  // Queues `events` for `client`, sent at the next flush().
+  void add(const std::string& client, const v1::RequestEvents& events);
+
+  // Sends what was added since the last flush() and, at most every kRetryUs, what is kept for
+  // stalled clients. `now_us`: the time, for the retry period.
+  void flush(int64_t now_us);
+
+  // If `client` is stalled, refuses its submit `request_id` (see above) and returns true; the
+  // submit is then not to be admitted. False when the client reads: admit it.
+  bool refuse_submit_if_stalled(const std::string& client, const std::string& request_id);
+
+  bool stalled(const std::string& client) const { return stalled_.count(client) > 0; }
+  // The final events kept for a stalled client (0 when it is not stalled).
+  int kept_events(const std::string& client) const;
+
+  // Releases the per-client buffers once they outnumber the live clients well (4 x + 16):
+  // clients that are gone leave nothing behind. Call between flushes.
+  void trim(size_t live_clients);
+
+ private:
+  // Moves the final events of `from` into `to` (token events are dropped).
+  static void keep_finals(const v1::SchedulerReply& from, v1::SchedulerReply& to);
+  void retry_stalled(int64_t now_us);
+
+  uint32_t queue_bound_;
+  Callbacks callbacks_;
+  std::unordered_map<std::string, v1::SchedulerReply> pending_;  // per client, reused
+  std::vector<std::string> dirty_;                               // clients with pending events
+  std::unordered_map<std::string, v1::SchedulerReply> stalled_;  // kept final events
+  std::vector<std::string> newly_stalled_;
+  int64_t next_retry_us_ = 0;
+};
+
+}  // namespace tandem::scheduler

@@ -1,0 +1,178 @@
+#include "scheduler/client_outbox.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "runtime/wire.h"
+#include "scheduler/core.h"
+
+namespace tandem::scheduler {
+namespace {
+
+// A client socket scripted by the test: each send is recorded, and succeeds unless the
+// client's queue is marked full. stopped_reading() records the client and, as the actor's
+// Core does, adds the final events of its cancelled requests.
+class FakeClients {
+ public:
+  ClientOutbox outbox{/*queue_bound=*/3, callbacks()};
+  std::set<std::string> full, known{"a", "b"};
+  struct Sent {
+    std::string client;
+    v1::SchedulerReply reply;
+  };
+  std::vector<Sent> sent;
+  std::vector<std::string> stopped;
+  std::vector<std::string> cancel_on_stop;  // request ids whose final events a stop adds
+
+ private:
+  ClientOutbox::Callbacks callbacks() {
+    ClientOutbox::Callbacks c;
+    c.send = [this](const std::string& client, const v1::SchedulerReply& reply) {
+      if (full.count(client)) return runtime::SendResult(runtime::SendError::kQueueFull, "send queue full");
+      sent.push_back({client, reply});
+      return runtime::SendResult();
+    };
+    c.stopped_reading = [this](const std::string& client) {
+      stopped.push_back(client);
+      for (const std::string& id : cancel_on_stop) outbox.add(client, final_event(id));
+    };
+    c.known = [this](const std::string& client) { return known.count(client) > 0; };
+    return c;
+  }
+
+ public:
+  static v1::RequestEvents token_event(const std::string& id) {
+    v1::RequestEvents ev;
+    ev.set_request_id(id);
+    ev.add_tokens()->set_id(7);
+    return ev;
+  }
+  static v1::RequestEvents final_event(const std::string& id) {
+    v1::RequestEvents ev;
+    set_final(ev, v1::FINISH_REASON_CANCELLED, v1::ERROR_CODE_UNSPECIFIED, "cancelled");
+    ev.set_request_id(id);
+    return ev;
+  }
+};
+
+std::vector<std::string> ids(const v1::SchedulerReply& reply) {
+  std::vector<std::string> out;
+  for (const v1::RequestEvents& ev : reply.events().requests()) out.push_back(ev.request_id());
+  return out;
+}
+
+TEST(ClientOutbox, CoalescesOneMessagePerClientPerFlush) {
+  FakeClients f;
+  f.outbox.add("a", FakeClients::token_event("r1"));
+  f.outbox.add("b", FakeClients::token_event("r2"));
+  f.outbox.add("a", FakeClients::token_event("r3"));
+  EXPECT_TRUE(f.sent.empty());  // add() only queues
+  f.outbox.flush(0);
+  ASSERT_EQ(f.sent.size(), 2u);
+  EXPECT_EQ(f.sent[0].client, "a");
+  EXPECT_EQ(ids(f.sent[0].reply), (std::vector<std::string>{"r1", "r3"}));
+  EXPECT_EQ(f.sent[0].reply.version(), runtime::kProtocolVersion);
+  EXPECT_EQ(f.sent[1].client, "b");
+  f.outbox.flush(1);
+  EXPECT_EQ(f.sent.size(), 2u);  // nothing new: nothing sent
+  EXPECT_TRUE(f.stopped.empty());
+}
+
+TEST(ClientOutbox, AFullQueueStallsTheClientKeepsItsFinalsAndCancelsItsRequests) {
+  FakeClients f;
+  f.full.insert("a");
+  f.cancel_on_stop = {"r2"};
+  v1::RequestEvents done = FakeClients::final_event("r1");
+  done.add_tokens()->set_id(9);  // the tokens of a final event's message are dropped too
+  f.outbox.add("a", FakeClients::token_event("r0"));
+  f.outbox.add("a", done);
+  f.outbox.add("b", FakeClients::token_event("r5"));
+  f.outbox.flush(0);
+  EXPECT_EQ(f.stopped, (std::vector<std::string>{"a"}));
+  EXPECT_TRUE(f.outbox.stalled("a"));
+  EXPECT_FALSE(f.outbox.stalled("b"));
+  EXPECT_EQ(f.outbox.kept_events("a"), 2);  // r1's final and the cancelled r2's
+  ASSERT_EQ(f.sent.size(), 1u);             // b reads: it is not held up by a
+  EXPECT_EQ(f.sent[0].client, "b");
+
+  // While stalled, only final events are kept, and stopped_reading is not called again.
+  f.outbox.add("a", FakeClients::token_event("r3"));
+  f.outbox.add("a", FakeClients::final_event("r3"));
+  f.outbox.flush(1);
+  EXPECT_EQ(f.stopped.size(), 1u);
+  EXPECT_EQ(f.outbox.kept_events("a"), 3);
+}
+
+TEST(ClientOutbox, ARetryAtMostEvery20MsDeliversTheKeptFinals) {
+  FakeClients f;
+  f.full.insert("a");
+  f.outbox.add("a", FakeClients::final_event("r1"));
+  f.outbox.flush(1000);  // stalls a; its first retry falls in the same flush, and fails
+  ASSERT_TRUE(f.outbox.stalled("a"));
+  f.full.clear();  // a reads again
+  f.outbox.flush(1000 + ClientOutbox::kRetryUs - 1);
+  EXPECT_TRUE(f.sent.empty());  // too soon after the last attempt
+  EXPECT_TRUE(f.outbox.stalled("a"));
+  f.outbox.flush(1000 + ClientOutbox::kRetryUs);
+  ASSERT_EQ(f.sent.size(), 1u);
+  EXPECT_EQ(ids(f.sent[0].reply), (std::vector<std::string>{"r1"}));
+  EXPECT_TRUE(f.sent[0].reply.events().requests(0).has_final());
+  EXPECT_FALSE(f.outbox.stalled("a"));  // an ordinary client again
+  f.outbox.add("a", FakeClients::token_event("r2"));
+  f.outbox.flush(1000 + ClientOutbox::kRetryUs + 1);
+  ASSERT_EQ(f.sent.size(), 2u);
+  EXPECT_EQ(ids(f.sent[1].reply), (std::vector<std::string>{"r2"}));
+}
+
+TEST(ClientOutbox, AStalledClientsSubmitsAreRefusedInOrderThenDroppedPastTheBound) {
+  FakeClients f;
+  EXPECT_FALSE(f.outbox.refuse_submit_if_stalled("a", "s0"));  // reads: admit
+  f.full.insert("a");
+  f.outbox.add("a", FakeClients::final_event("r1"));
+  f.outbox.flush(0);
+  EXPECT_TRUE(f.outbox.refuse_submit_if_stalled("a", "s1"));
+  EXPECT_TRUE(f.outbox.refuse_submit_if_stalled("a", "s2"));
+  EXPECT_EQ(f.outbox.kept_events("a"), 3);                    // at the bound (3)
+  EXPECT_TRUE(f.outbox.refuse_submit_if_stalled("a", "s3"));  // refused, and dropped
+  EXPECT_EQ(f.outbox.kept_events("a"), 3);
+  f.full.clear();
+  f.outbox.flush(ClientOutbox::kRetryUs);
+  ASSERT_EQ(f.sent.size(), 1u);
+  EXPECT_EQ(ids(f.sent[0].reply), (std::vector<std::string>{"r1", "s1", "s2"}));
+  const v1::FinalEvent& refusal = f.sent[0].reply.events().requests(1).final();
+  EXPECT_EQ(refusal.error_code(), v1::ERROR_CODE_OVERLOADED);
+}
+
+TEST(ClientOutbox, AStalledClientNoLongerKnownIsForgotten) {
+  FakeClients f;
+  f.full.insert("a");
+  f.outbox.add("a", FakeClients::final_event("r1"));
+  f.outbox.flush(0);
+  ASSERT_TRUE(f.outbox.stalled("a"));
+  f.outbox.flush(ClientOutbox::kRetryUs);
+  EXPECT_TRUE(f.outbox.stalled("a"));  // known, still not reading: kept
+  f.known.erase("a");
+  f.outbox.flush(2 * ClientOutbox::kRetryUs);
+  EXPECT_FALSE(f.outbox.stalled("a"));
+  EXPECT_EQ(f.outbox.kept_events("a"), 0);
+  EXPECT_TRUE(f.sent.empty());
+}
+
+TEST(ClientOutbox, OtherSendFailuresDropTheMessageWithoutStalling) {
+  FakeClients f;
+  ClientOutbox gone(3, ClientOutbox::Callbacks{[](const std::string&, const v1::SchedulerReply&) {
+                                                 return runtime::SendResult(runtime::SendError::kPeerGone, "peer gone");
+                                               },
+                                               [&f](const std::string& client) { f.stopped.push_back(client); },
+                                               [](const std::string&) { return true; }});
+  gone.add("a", FakeClients::final_event("r1"));
+  gone.flush(0);
+  EXPECT_FALSE(gone.stalled("a"));
+  EXPECT_TRUE(f.stopped.empty());
+}
+
+}  // namespace
+}  // namespace tandem::scheduler
