@@ -80,6 +80,9 @@ class Socket {
   // identity). The handler may move frames out, send on any socket, and destroy this
   // socket; the frames stay valid until it returns.
   using Handler = std::function<void(Frames& frames)>;
+  // Called once if the socket stops receiving for good: `what` ("ZMQ_EVENTS", "recv") failed
+  // with errno `err`. It may destroy the socket.
+  using FailureHandler = std::function<void(const char* what, int err)>;
 
   ~Socket();
   Socket(const Socket&) = delete;
@@ -99,6 +102,7 @@ class Socket {
   // for inbound messages whose ZMQ_FD edge ZeroMQ consumed during the send.
   // True when a message is waiting to be read (ZMQ_EVENTS has POLLIN).
   bool has_pending();
+  void on_failure(FailureHandler handler) { shared_->on_failure = std::move(handler); }
   zmq::socket_t& raw() { return socket_; }
   // The endpoint as bound (wildcards resolved: "tcp://127.0.0.1:*" gives the real port)
   // or as connected.
@@ -110,6 +114,7 @@ class Socket {
   struct Shared {
     bool alive = true;
     Handler handler;
+    FailureHandler on_failure;
     Frames inbox;  // reused for every message: no allocation per message beyond zmq's
   };
   Socket(EventLoop& loop, zmq::socket_type type, Handler handler);
