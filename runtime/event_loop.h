@@ -98,11 +98,11 @@ class Socket {
   SendResult send_bytes(const std::string& bytes);
   SendResult send_to(const std::string& identity, const std::string& bytes);
 
+  void on_failure(FailureHandler handler) { shared_->on_failure = std::move(handler); }
   // For socket options and monitors. Send through send(), not raw(): it also re-checks
   // for inbound messages whose ZMQ_FD edge ZeroMQ consumed during the send.
   // True when a message is waiting to be read (ZMQ_EVENTS has POLLIN).
   bool has_pending();
-  void on_failure(FailureHandler handler) { shared_->on_failure = std::move(handler); }
   zmq::socket_t& raw() { return socket_; }
   // The endpoint as bound (wildcards resolved: "tcp://127.0.0.1:*" gives the real port)
   // or as connected.
