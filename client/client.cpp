@@ -1,32 +1,29 @@
-// libtandem-client. One I/O thread per Client owns the DEALER socket and every request's
-// routing state; public calls reach it only through the Mailbox (a command queue plus an
-// eventfd that wakes the thread's zmq_poll). The loop is plain zmq_poll over three items:
-// the DEALER, a socket monitor (connection lost), and the mailbox's eventfd.
+// libtandem-client. Each Client owns a runtime::EventLoop on a thread of its own. The loop
+// owns the DEALER (made by the EventLoop, with its limits, linger, CurveZMQ and heartbeats),
+// a monitor of it that reports a lost connection, every request's routing state and the
+// timers (heartbeats, deadlines, the liveness probe, status timeouts). Public calls reach the
+// loop only through the Gate, which posts work onto it until the client closes.
 #include "tandem/client.h"
 
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <cstring>
+#include <deque>
 #include <future>
+#include <map>
 #include <random>
-#include <set>
 #include <thread>
 #include <type_traits>
 #include <unordered_map>
-#include <zmq.hpp>
 
 #include "client/harness.h"
 #include "runtime/event_loop.h"
+#include "runtime/mutex.h"
 #include "runtime/sampling_proto.h"
-#include "runtime/security.h"
 #include "tandem/v1/client.pb.h"
 
 namespace tandem {
@@ -34,68 +31,10 @@ namespace tandem {
 namespace client_detail {
 
 using Clock = std::chrono::steady_clock;
-
-struct Command {
-  enum class Kind { kSubmit, kCancel, kStatus };
-  Kind kind = Kind::kSubmit;
-  std::string id;
-  std::string wire;  // a serialized ClientMessage (submit)
-  std::shared_ptr<Stream> stream;
-  std::function<void(const Event&)> on_event;
-  std::optional<Clock::time_point> deadline;
-  std::shared_ptr<std::promise<Result<StatusInfo>>> reply;  // kStatus
-};
-
-// The only state shared between callers and the I/O thread.
-struct Mailbox {
-  Mailbox() : wake_fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
-  ~Mailbox() {
-    if (wake_fd >= 0) ::close(wake_fd);
-  }
-  // False (and `c` untouched in effect) once the client is closing; why_closed() says why.
-  bool post(Command&& c) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      if (closed) return false;
-      commands.push_back(std::move(c));
-    }
-    wake();
-    return true;
-  }
-  // Posts fail from now on; the first reason given stays.
-  void close(const std::string& why) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      if (closed) return;
-      closed = true;
-      closed_why = why;
-    }
-    wake();
-  }
-  std::string why_closed() {
-    std::lock_guard<std::mutex> lock(mu);
-    return closed_why;
-  }
-  void wake() {
-    const uint64_t one = 1;
-    [[maybe_unused]] ssize_t n = ::write(wake_fd, &one, sizeof one);
-  }
-  std::mutex mu;
-  std::deque<Command> commands;  // guarded by mu
-  bool closed = false;           // guarded by mu
-  std::string closed_why;        // guarded by mu; the final error of whatever comes after
-  const int wake_fd;
-};
+using runtime::Mutex;
+using runtime::MutexLock;
 
 namespace {
-
-// Asks the I/O thread to cancel request `id`; false once the client is closing.
-bool post_cancel(Mailbox& mailbox, const std::string& id) {
-  Command c;
-  c.kind = Command::Kind::kCancel;
-  c.id = id;
-  return mailbox.post(std::move(c));
-}
 
 Event final_error(Code code, std::string message) {
   Event e;
@@ -215,546 +154,6 @@ std::chrono::milliseconds at_most_never(std::chrono::milliseconds d) { return st
 
 std::string ms_string(std::chrono::milliseconds d) { return std::to_string(d.count()) + " ms"; }
 
-}  // namespace
-
-// The I/O side of a Client. Everything below `mailbox_` is touched only by the I/O thread
-// (after start()).
-class Core {
- public:
-  Core(ClientOptions options, zmq::context_t context, zmq::socket_t dealer, zmq::socket_t monitor)
-      : options_(std::move(options)),
-        context_(std::move(context)),
-        dealer_(std::move(dealer)),
-        monitor_(std::move(monitor)),
-        mailbox_(std::make_shared<Mailbox>()) {
-    std::random_device rd;
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "c%08x%08x-", rd(), rd());
-    id_prefix_ = buf;
-    heartbeat_wire_ = [] {
-      auto m = envelope();
-      m.mutable_heartbeat();
-      return wire(m);
-    }();
-  }
-
-  ~Core() { stop(); }
-
-  bool wake_ok() const { return mailbox_->wake_fd >= 0; }
-
-  void start() {
-    // The I/O thread takes no signals: a CLI's SIGINT handler runs on its own threads.
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
-    thread_ = std::thread([this] { run(); });
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
-    io_thread_id_ = thread_.get_id();
-  }
-
-  void stop() {
-    close_mailbox();
-    if (thread_.joinable()) thread_.join();
-  }
-
-  // Posts fail from now on; the next pass over the mailbox handles what is queued as closing.
-  void close_mailbox() { mailbox_->close("client closed"); }
-
-  std::string next_id() { return id_prefix_ + std::to_string(counter_.fetch_add(1, std::memory_order_relaxed)); }
-
-  const ClientOptions& options() const { return options_; }
-  const std::shared_ptr<Mailbox>& mailbox() const { return mailbox_; }
-  bool on_io_thread() const { return std::this_thread::get_id() == io_thread_id_; }
-
-  // The public calls' work on the caller's thread, `now` being the time of the call: each
-  // posts a command for the I/O thread. (Defined below, after the wire helpers.)
-  std::shared_ptr<Stream> generate(GenerateRequest request, Clock::time_point now);
-  std::string generate(GenerateRequest request, std::function<void(const Event&)> on_event, Clock::time_point now);
-  // A future that holds UNAVAILABLE (why the mailbox closed) at once when it is closed.
-  std::future<Result<StatusInfo>> post_status(std::chrono::milliseconds timeout, Clock::time_point now);
-
-  // The I/O thread's steps, each at `now`; run() makes them in this order on every wake-up,
-  // and ClientHarness (client/harness.h) makes them directly.
-  //
-  // Handles every command posted so far; returns whether the client is closing.
-  bool handle_mailbox(Clock::time_point now) {
-    std::deque<Command> commands;
-    bool closing;
-    {
-      std::lock_guard<std::mutex> lock(mailbox_->mu);
-      commands.swap(mailbox_->commands);
-      closing = mailbox_->closed;
-    }
-    for (Command& c : commands) handle(c, closing, now);
-    return closing;
-  }
-
-  // One message from the scheduler, all its frames, as the DEALER delivers it. Each is one
-  // frame holding a SchedulerReply; anything else is dropped (and logged). Any message at
-  // all counts as a sign of life.
-  void on_message(const runtime::Frames& frames, Clock::time_point now) {
-    quiet_since_ = now;
-    if (frames.size() != 1) {
-      spdlog::warn("tandem client: dropped a message of {} frames from the scheduler", frames.size());
-      return;
-    }
-    v1::SchedulerReply reply;
-    if (!reply.ParseFromArray(frames[0].data(), static_cast<int>(frames[0].size()))) {
-      spdlog::warn("tandem client: dropped an unparsable message from the scheduler");
-      return;
-    }
-    on_reply(reply);
-  }
-
-  // zmq_poll failed for good; the loop ends after this and runs shutdown(). With nothing
-  // left to read the mailbox, it is closed first: what is in flight and every later call
-  // end at once, with this cause.
-  void on_poll_failed(int err) {
-    const std::string why = std::string("the client's I/O loop stopped: zmq_poll failed: ") + zmq_strerror(err);
-    spdlog::error("tandem client: {}", why);
-    mailbox_->close(why);
-  }
-
-  // The connection to the scheduler was lost.
-  void on_disconnected() {
-    // Messages to and from the requests in flight may be lost with the connection (and
-    // a restarted scheduler does not know them): end them now rather than at a deadline.
-    const std::string msg = "connection to the scheduler at " + options_.endpoint + " lost";
-    if (!live_.empty() || !waiters_.empty()) spdlog::warn("tandem client: {}", msg);
-    fail_all(Code::kUnavailable, msg);
-    fail_waiters(Code::kUnavailable, msg);
-  }
-
-  static void deliver(const std::shared_ptr<Stream>& stream, const std::function<void(const Event&)>& on_event,
-                      Event event) {
-    if (stream) {
-      stream->push(std::move(event));
-    } else if (on_event) {
-      try {
-        on_event(event);
-      } catch (const std::exception& e) {
-        spdlog::error("tandem client: an event callback threw: {}", e.what());
-      } catch (...) {
-        spdlog::error("tandem client: an event callback threw");
-      }
-    }
-  }
-
- private:
-  struct Live {
-    std::shared_ptr<Stream> stream;
-    std::function<void(const Event&)> on_event;
-    std::optional<Clock::time_point> deadline;
-  };
-  struct Waiter {
-    uint64_t query_id = 0;
-    Clock::time_point deadline;
-    std::shared_ptr<std::promise<Result<StatusInfo>>> reply;  // null: a liveness probe
-  };
-
-  void run() {
-    zmq_pollitem_t items[3] = {
-        {dealer_.handle(), 0, ZMQ_POLLIN, 0},
-        {monitor_.handle(), 0, ZMQ_POLLIN, 0},
-        {nullptr, mailbox_->wake_fd, ZMQ_POLLIN, 0},
-    };
-    for (;;) {
-      const long timeout = poll_timeout_ms(Clock::now());
-      const int rc = zmq_poll(items, 3, timeout);
-      if (rc < 0 && zmq_errno() != EINTR) {
-        on_poll_failed(zmq_errno());
-        break;
-      }
-      if (items[2].revents & ZMQ_POLLIN) {
-        uint64_t n;
-        [[maybe_unused]] ssize_t r = ::read(mailbox_->wake_fd, &n, sizeof n);
-      }
-      const bool closing = handle_mailbox(Clock::now());
-      if (items[0].revents & ZMQ_POLLIN) drain_dealer();
-      if (items[1].revents & ZMQ_POLLIN) drain_monitor();
-      on_timers(Clock::now());
-      if (closing) break;
-    }
-    shutdown();
-  }
-
-  long poll_timeout_ms(Clock::time_point now) const {
-    std::optional<Clock::time_point> due;
-    auto consider = [&](Clock::time_point t) {
-      if (!due || t < *due) due = t;
-    };
-    if (!live_.empty()) {
-      consider(next_heartbeat_);
-      if (!deadlines_.empty()) consider(deadlines_.begin()->first);
-      if (options_.liveness_timeout.count() > 0) {
-        if (!probe_outstanding_) consider(quiet_since_ + options_.liveness_timeout);
-        consider(quiet_since_ + 2 * options_.liveness_timeout);
-      }
-    }
-    for (const Waiter& w : waiters_) consider(w.deadline);
-    if (!due) return -1;
-    if (*due <= now) return 0;
-    const auto ms = std::chrono::ceil<std::chrono::milliseconds>(*due - now).count();
-    return static_cast<long>(std::min<int64_t>(ms, 60'000));
-  }
-
-  // Sends one frame without blocking; false when the queue to the scheduler is full.
-  bool send(const std::string& bytes) {
-    if (zmq_send(dealer_.handle(), bytes.data(), bytes.size(), ZMQ_DONTWAIT) >= 0) return true;
-    spdlog::warn("tandem client: send to {} failed: {}", options_.endpoint, zmq_strerror(zmq_errno()));
-    return false;
-  }
-
-  void handle(Command& c, bool closing, Clock::time_point now) {
-    switch (c.kind) {
-      case Command::Kind::kSubmit: {
-        if (closing) {
-          deliver(c.stream, c.on_event, final_error(Code::kUnavailable, mailbox_->why_closed()));
-          return;
-        }
-        if (live_.count(c.id)) {
-          deliver(c.stream, c.on_event,
-                  final_error(Code::kInvalidArgument, "request id '" + c.id + "' is already in flight"));
-          return;
-        }
-        if (!send(c.wire)) {
-          deliver(c.stream, c.on_event,
-                  final_error(Code::kUnavailable, "cannot send to the scheduler at " + options_.endpoint));
-          return;
-        }
-        if (live_.empty()) {
-          next_heartbeat_ = now + options_.heartbeat_interval;
-          quiet_since_ = now;
-        }
-        if (c.deadline) deadlines_.emplace(*c.deadline, c.id);
-        live_.emplace(c.id, Live{std::move(c.stream), std::move(c.on_event), c.deadline});
-        return;
-      }
-      case Command::Kind::kCancel: {
-        if (!live_.count(c.id)) return;
-        auto m = envelope();
-        m.mutable_cancel()->set_request_id(c.id);
-        (void)send(wire(m));
-        return;
-      }
-      case Command::Kind::kStatus: {
-        if (closing) {
-          c.reply->set_value(Status::error(Code::kUnavailable, mailbox_->why_closed()));
-          return;
-        }
-        if (!send(status_query(++last_query_id_))) {
-          c.reply->set_value(Status::error(Code::kUnavailable, "cannot send to the scheduler at " + options_.endpoint));
-          return;
-        }
-        waiters_.push_back(Waiter{last_query_id_, *c.deadline, std::move(c.reply)});
-        return;
-      }
-    }
-  }
-
-  void finish(const std::string& id, Event event) {
-    auto it = live_.find(id);
-    if (it == live_.end()) return;
-    Live live = std::move(it->second);
-    live_.erase(it);
-    if (live.deadline) deadlines_.erase({*live.deadline, id});
-    deliver(live.stream, live.on_event, std::move(event));
-  }
-
-  void fail_all(Code code, const std::string& message) {
-    std::vector<std::string> ids;
-    ids.reserve(live_.size());
-    for (const auto& [id, live] : live_) ids.push_back(id);
-    for (const std::string& id : ids) finish(id, final_error(code, message));
-  }
-
-  void fail_waiters(Code code, const std::string& message) {
-    for (Waiter& w : waiters_)
-      if (w.reply) w.reply->set_value(Status::error(code, message));
-    waiters_.clear();
-    probe_outstanding_ = false;
-  }
-
-  void drain_dealer() {
-    runtime::Frames frames;
-    while (recv_message(frames)) on_message(frames, Clock::now());
-  }
-
-  // The next message on the DEALER, all its frames, without blocking; false when none is
-  // queued. A message cut short (ZeroMQ delivers them whole) keeps its empty last frame, so
-  // it has two frames or more and is dropped as malformed.
-  bool recv_message(runtime::Frames& frames) {
-    frames.clear();
-    do {
-      if (zmq_msg_recv(frames.emplace_back().handle(), dealer_.handle(), ZMQ_DONTWAIT) < 0) {
-        if (frames.size() > 1) return true;
-        frames.clear();
-        return false;
-      }
-    } while (frames.back().more());
-    return true;
-  }
-
-  void on_reply(const v1::SchedulerReply& reply) {
-    if (reply.version() != v1::PROTOCOL_VERSION_CURRENT) {
-      const std::string msg = "the scheduler speaks protocol version " + std::to_string(reply.version()) +
-                              ", this client " + std::to_string(v1::PROTOCOL_VERSION_CURRENT);
-      spdlog::error("tandem client: {}", msg);
-      fail_all(Code::kUnavailable, msg);
-      fail_waiters(Code::kUnavailable, msg);
-      return;
-    }
-    switch (reply.body_case()) {
-      case v1::SchedulerReply::kEvents: {
-        for (const v1::RequestEvents& ev : reply.events().requests()) {
-          auto it = live_.find(ev.request_id());
-          if (it == live_.end()) continue;  // late events of a request that already ended here
-          for (const auto& t : ev.tokens()) deliver(it->second.stream, it->second.on_event, from_wire(t));
-          if (ev.has_final()) finish(ev.request_id(), from_wire(ev.final()));
-        }
-        return;
-      }
-      case v1::SchedulerReply::kStatus: {
-        // A scheduler that echoes no query id answers in order; a reply whose query already
-        // timed out here matches no waiter and is dropped.
-        const uint64_t id = reply.status().query_id();
-        auto it = id == 0 ? waiters_.begin() : std::find_if(waiters_.begin(), waiters_.end(), [id](const Waiter& w) {
-          return w.query_id == id;
-        });
-        if (it == waiters_.end()) return;
-        Waiter w = std::move(*it);
-        waiters_.erase(it);
-        if (w.reply) {
-          w.reply->set_value(from_wire(reply.status()));
-        } else {
-          probe_outstanding_ = false;
-        }
-        return;
-      }
-      case v1::SchedulerReply::kError: {
-        // Not tied to a request: this client and the scheduler disagree on the protocol, so
-        // nothing in flight can be trusted to finish.
-        const Code code = from_wire(reply.error().code());
-        const std::string msg = "scheduler: " + reply.error().message();
-        spdlog::error("tandem client: protocol error from {}: {}", options_.endpoint, msg);
-        fail_all(code, msg);
-        fail_waiters(code, msg);
-        return;
-      }
-      default: spdlog::warn("tandem client: a scheduler reply without a body"); return;
-    }
-  }
-
-  void drain_monitor() {
-    for (;;) {
-      zmq_msg_t msg;
-      zmq_msg_init(&msg);
-      if (zmq_msg_recv(&msg, monitor_.handle(), ZMQ_DONTWAIT) < 0) {
-        zmq_msg_close(&msg);
-        return;
-      }
-      uint16_t event = 0;
-      if (zmq_msg_size(&msg) >= sizeof event) std::memcpy(&event, zmq_msg_data(&msg), sizeof event);
-      bool more = zmq_msg_more(&msg);
-      zmq_msg_close(&msg);
-      while (more) {  // the endpoint frame
-        zmq_msg_init(&msg);
-        more = zmq_msg_recv(&msg, monitor_.handle(), ZMQ_DONTWAIT) >= 0 && zmq_msg_more(&msg);
-        zmq_msg_close(&msg);
-      }
-      if (event == ZMQ_EVENT_DISCONNECTED) on_disconnected();
-    }
-  }
-
- public:
-  // The last of the I/O thread's steps (see handle_mailbox), and what it does after its loop.
-  void on_timers(Clock::time_point now) {
-    // Waiters are queued in send order but may have different timeouts.
-    for (auto it = waiters_.begin(); it != waiters_.end();) {
-      if (it->deadline > now) {
-        ++it;
-        continue;
-      }
-      if (it->reply) {
-        it->reply->set_value(
-            Status::error(Code::kUnavailable, "no status reply from the scheduler at " + options_.endpoint));
-      } else {
-        probe_outstanding_ = false;
-      }
-      it = waiters_.erase(it);
-    }
-    while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
-      const std::string id = deadlines_.begin()->second;
-      deadlines_.erase(deadlines_.begin());
-      auto m = envelope();
-      m.mutable_cancel()->set_request_id(id);
-      (void)send(wire(m));
-      finish(id,
-             final_error(Code::kUnavailable, "no final event from the scheduler at " + options_.endpoint + " within " +
-                                                 ms_string(options_.deadline_grace) + " of the request's deadline"));
-    }
-    if (live_.empty()) return;
-    if (options_.liveness_timeout.count() > 0) {
-      if (now >= quiet_since_ + 2 * options_.liveness_timeout) {
-        fail_all(Code::kUnavailable, "the scheduler at " + options_.endpoint + " sent nothing for " +
-                                         ms_string(2 * options_.liveness_timeout) + " and did not answer a probe");
-        return;
-      }
-      if (now >= quiet_since_ + options_.liveness_timeout && !probe_outstanding_) {
-        (void)send(status_query(++last_query_id_));  // unsent, the probe simply goes unanswered
-        waiters_.push_back(Waiter{last_query_id_, now + options_.liveness_timeout, nullptr});
-        probe_outstanding_ = true;
-      }
-    }
-    if (now >= next_heartbeat_) {
-      (void)send(heartbeat_wire_);
-      next_heartbeat_ = now + options_.heartbeat_interval;
-    }
-  }
-
-  void shutdown() {
-    for (const auto& [id, live] : live_) {
-      auto m = envelope();
-      m.mutable_cancel()->set_request_id(id);
-      (void)send(wire(m));
-    }
-    const std::string why = mailbox_->why_closed();
-    fail_all(Code::kUnavailable, why);
-    fail_waiters(Code::kUnavailable, why);
-    // Commands posted between the last poll and `closed` being set.
-    std::deque<Command> rest;
-    {
-      std::lock_guard<std::mutex> lock(mailbox_->mu);
-      rest.swap(mailbox_->commands);
-    }
-    for (Command& c : rest) handle(c, /*closing=*/true, Clock::now());
-    monitor_.close();
-    dealer_.close();  // ZMQ_LINGER bounds how long the cancels above may wait to go out
-  }
-
- private:
-  const ClientOptions options_;
-  zmq::context_t context_;
-  zmq::socket_t dealer_;
-  zmq::socket_t monitor_;
-  const std::shared_ptr<Mailbox> mailbox_;
-  std::string id_prefix_;
-  std::atomic<uint64_t> counter_{0};
-  std::thread thread_;
-  std::thread::id io_thread_id_;
-
-  // I/O thread only.
-  std::string heartbeat_wire_;
-  std::unordered_map<std::string, Live> live_;
-  std::set<std::pair<Clock::time_point, std::string>> deadlines_;
-  std::deque<Waiter> waiters_;  // status queries in send order (the scheduler answers in order)
-  uint64_t last_query_id_ = 0;
-  bool probe_outstanding_ = false;
-  Clock::time_point next_heartbeat_{};
-  Clock::time_point quiet_since_{};  // last message from the scheduler, or when requests went in flight
-};
-
-}  // namespace client_detail
-
-using client_detail::Clock;
-using client_detail::Command;
-using client_detail::Core;
-
-const char* finish_reason_name(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kCancelled: return "cancelled";
-    case FinishReason::kError: return "error";
-  }
-  return "error";
-}
-
-// ---- Stream ----
-
-void Stream::push(Event event) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    events_.push_back(std::move(event));
-  }
-  cv_.notify_all();
-}
-
-bool Stream::next(Event& out) {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return !events_.empty() || final_taken_; });
-  if (events_.empty()) return false;
-  out = std::move(events_.front());
-  events_.pop_front();
-  if (out.final) final_taken_ = true;
-  return true;
-}
-
-std::optional<Event> Stream::next_for(std::chrono::milliseconds wait) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (!cv_.wait_for(lock, wait, [&] { return !events_.empty() || final_taken_; })) return std::nullopt;
-  if (events_.empty()) return std::nullopt;
-  Event out = std::move(events_.front());
-  events_.pop_front();
-  if (out.final) final_taken_ = true;
-  return out;
-}
-
-void Stream::cancel() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (final_taken_) return;
-  }
-  if (auto mailbox = mailbox_.lock()) (void)client_detail::post_cancel(*mailbox, id_);
-}
-
-bool Stream::finished() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return final_taken_;
-}
-
-// ---- Client ----
-
-namespace {
-
-// The Core for `options`: checked, its sockets made and connected, its I/O thread not started.
-Result<std::unique_ptr<Core>> open_core(ClientOptions options) {
-  if (options.endpoint.empty()) return Status::invalid("client: an endpoint is required");
-  if (options.heartbeat_interval.count() <= 0) return Status::invalid("client: heartbeat interval must be positive");
-  if (options.request_timeout.count() <= 0) return Status::invalid("client: request timeout must be positive");
-  if (options.deadline_grace.count() < 0 || options.liveness_timeout.count() < 0)
-    return Status::invalid("client: deadline grace and liveness timeout must not be negative");
-  for (auto* d :
-       {&options.heartbeat_interval, &options.request_timeout, &options.deadline_grace, &options.liveness_timeout})
-    *d = client_detail::at_most_never(*d);
-  try {
-    zmq::context_t context(1);
-    zmq::socket_t dealer(context, zmq::socket_type::dealer);
-    dealer.set(zmq::sockopt::linger, 200);  // bounded wait for the last cancels at close
-    dealer.set(zmq::sockopt::sndhwm, 100000);
-    dealer.set(zmq::sockopt::rcvhwm, 100000);
-    dealer.set(zmq::sockopt::maxmsgsize, int64_t{64} << 20);
-    dealer.set(zmq::sockopt::heartbeat_ivl, 1000);  // ZMTP pings find a dead TCP peer
-    dealer.set(zmq::sockopt::heartbeat_timeout, 5000);
-    if (!options.curve_server_key.empty())
-      if (Status st = runtime::apply_curve(dealer.handle(), {options.curve_server_key, {}}); !st)
-        return Status::invalid("client: curve_server_key: " + st.message());
-    const std::string monitor_endpoint = "inproc://tandem-client-monitor";
-    if (zmq_socket_monitor(dealer.handle(), monitor_endpoint.c_str(), ZMQ_EVENT_DISCONNECTED) != 0)
-      return Status::error(Code::kInternal, std::string("client: socket monitor: ") + zmq_strerror(zmq_errno()));
-    zmq::socket_t monitor(context, zmq::socket_type::pair);
-    monitor.set(zmq::sockopt::linger, 0);
-    monitor.connect(monitor_endpoint);
-    if (zmq_connect(dealer.handle(), options.endpoint.c_str()) != 0)
-      return Status::invalid("client: cannot connect to '" + options.endpoint + "': " + zmq_strerror(zmq_errno()));
-    auto core = std::make_unique<Core>(std::move(options), std::move(context), std::move(dealer), std::move(monitor));
-    if (!core->wake_ok()) return Status::error(Code::kInternal, "client: eventfd failed");
-    return core;
-  } catch (const zmq::error_t& e) {
-    return Status::error(Code::kInternal, std::string("client: ") + e.what());
-  }
-}
-
 v1::ClientMessage submit_message(const GenerateRequest& r) {
   auto m = client_detail::envelope();
   v1::Submit* s = m.mutable_submit();
@@ -780,85 +179,635 @@ v1::ClientMessage submit_message(const GenerateRequest& r) {
   return m;
 }
 
+// The delay from `now` until `due`, rounded up: a timer never fires before its due time.
+std::chrono::milliseconds until(Clock::time_point due, Clock::time_point now) {
+  return std::chrono::ceil<std::chrono::milliseconds>(std::max(due - now, Clock::duration::zero()));
+}
+
+std::string random_id_prefix() {
+  std::random_device rd;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "c%08x%08x-", rd(), rd());
+  return buf;
+}
+
 }  // namespace
 
-static std::string submit(Core& core, GenerateRequest& request, std::shared_ptr<Stream> stream,
-                          std::function<void(const Event&)> on_event, Clock::time_point now) {
-  if (request.id.empty()) request.id = core.next_id();
-  std::optional<Event> refused;
-  if (request.timeout.count() < 0 || request.timeout.count() > UINT32_MAX)
-    refused = client_detail::final_error(Code::kInvalidArgument, "timeout must be in [0, 2^32) ms");
-  Command c;
-  c.kind = Command::Kind::kSubmit;
-  c.id = request.id;
-  if (!refused) c.wire = client_detail::wire(submit_message(request));
-  if (request.timeout.count() > 0) c.deadline = now + request.timeout + core.options().deadline_grace;
-  c.stream = stream;
-  c.on_event = on_event;
-  if (!refused && core.mailbox()->post(std::move(c))) return request.id;
-  Core::deliver(
-      stream, on_event,
-      refused ? std::move(*refused) : client_detail::final_error(Code::kUnavailable, core.mailbox()->why_closed()));
-  return request.id;
+// What runs a Core: in a Client, its EventLoop on the loop's thread; in ClientHarness, the
+// harness's calls and a clock it moves.
+class Driver {
+ public:
+  virtual ~Driver() = default;
+  virtual Clock::time_point now() = 0;
+  // Queues fn to run on the loop after everything queued before it. Any thread.
+  virtual void post(std::function<void()> fn) = 0;
+  // Runs fn on the loop after `delay`, unless the returned handle has died by then.
+  virtual std::shared_ptr<void> after(std::chrono::milliseconds delay, std::function<void()> fn) = 0;
+};
+
+class LoopDriver final : public Driver {
+ public:
+  explicit LoopDriver(runtime::EventLoop& loop) : loop_(loop) {}
+  Clock::time_point now() override { return Clock::now(); }
+  void post(std::function<void()> fn) override { runtime::asio::post(loop_.io(), std::move(fn)); }
+  std::shared_ptr<void> after(std::chrono::milliseconds delay, std::function<void()> fn) override {
+    return loop_.after(delay, std::move(fn));
+  }
+
+ private:
+  runtime::EventLoop& loop_;
+};
+
+// A Stream's events: pushed on the loop's thread, taken on the user's.
+class EventQueue {
+ public:
+  void push(Event event) TANDEM_EXCLUDES(mu_) {
+    {
+      MutexLock lock(mu_);
+      events_.push_back(std::move(event));
+    }
+    cv_.notify_all();
+  }
+  // The next event, waiting for one until `until` (none: no limit). Nothing when none came
+  // in time or the final event has been taken.
+  std::optional<Event> take(std::optional<Clock::time_point> until) TANDEM_EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    while (events_.empty() && !final_taken_) {
+      if (!until) {
+        cv_.wait(mu_);
+      } else if (!cv_.wait_until(mu_, *until)) {
+        break;
+      }
+    }
+    if (events_.empty()) return std::nullopt;
+    std::optional<Event> out(std::move(events_.front()));
+    events_.pop_front();
+    if (out->final) final_taken_ = true;
+    return out;
+  }
+  bool final_taken() const TANDEM_EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    return final_taken_;
+  }
+
+ private:
+  mutable Mutex mu_;
+  runtime::CondVar cv_;
+  std::deque<Event> events_ TANDEM_GUARDED_BY(mu_);
+  bool final_taken_ TANDEM_GUARDED_BY(mu_) = false;
+};
+
+class Core;
+
+// The way in from user threads: work posted here runs on the loop, in order, until the
+// client closes; from then on it is refused, and why_closed() says why.
+class Gate {
+ public:
+  explicit Gate(Core& core) : core_(core) {}
+  // False (fn dropped) once closed.
+  bool post(std::function<void(Core&)> fn) TANDEM_EXCLUDES(mu_);
+  // False when closed already: the first reason stays.
+  bool close(const std::string& why) TANDEM_EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    if (why_closed_) return false;
+    why_closed_ = why;
+    return true;
+  }
+  std::string why_closed() const TANDEM_EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    return why_closed_.value_or("");
+  }
+
+ private:
+  Core& core_;  // used only while open: the Core closes the gate before it goes
+  mutable Mutex mu_;
+  std::optional<std::string> why_closed_ TANDEM_GUARDED_BY(mu_);
+};
+
+// The client's loop side. Its state is the loop thread's alone; user threads reach it
+// through the Gate (and read only the constants and the id counter).
+class Core {
+ public:
+  // `driver` null: the EventLoop's own (a Client). Nothing runs until start().
+  Core(ClientOptions options, std::unique_ptr<Driver> driver)
+      : options_(std::move(options)),
+        driver_(driver ? std::move(driver) : std::make_unique<LoopDriver>(loop_)),
+        gate_(std::make_shared<Gate>(*this)),
+        id_prefix_(random_id_prefix()),
+        heartbeat_wire_([] {
+          auto m = envelope();
+          m.mutable_heartbeat();
+          return wire(m);
+        }()) {}
+
+  ~Core() {
+    // Work the gate took runs before shutdown(); a loop that failed has closed it and stopped.
+    if (gate_->close("client closed")) runtime::asio::post(loop_.io(), [this] { shutdown("client closed"); });
+    if (thread_.joinable()) thread_.join();
+  }
+
+  // Makes the DEALER and its monitor, connected (ZeroMQ connects lazily: a scheduler not up
+  // yet is not an error).
+  Status open() {
+    if (!options_.curve_server_key.empty()) loop_.use_curve({options_.curve_server_key, {}});
+    auto dealer = loop_.connect(zmq::socket_type::dealer, options_.endpoint,
+                                [this](runtime::Frames& frames) { on_message(frames, driver_->now()); });
+    if (!dealer) return Status::invalid("client: " + dealer.status().message());
+    dealer_ = std::move(dealer).value();
+    const std::string monitor_endpoint = "inproc://tandem-client-monitor";
+    if (zmq_socket_monitor(dealer_->raw().handle(), monitor_endpoint.c_str(), ZMQ_EVENT_DISCONNECTED) != 0)
+      return Status::error(Code::kInternal, std::string("client: socket monitor: ") + zmq_strerror(zmq_errno()));
+    auto monitor = loop_.connect(zmq::socket_type::pair, monitor_endpoint, [this](runtime::Frames& frames) {
+      uint16_t event = 0;  // frame 0: the event (16 bits) and its value; frame 1: the endpoint
+      if (!frames.empty() && frames[0].size() >= sizeof event) std::memcpy(&event, frames[0].data(), sizeof event);
+      if (event == ZMQ_EVENT_DISCONNECTED) on_disconnected();
+    });
+    if (!monitor) return Status::error(Code::kInternal, "client: socket monitor: " + monitor.status().message());
+    monitor_ = std::move(monitor).value();
+    for (runtime::Socket* s : {dealer_.get(), monitor_.get()})
+      s->on_failure([this](const char* what, int err) { on_loop_failed(what, err); });
+    return Status::ok();
+  }
+
+  // Runs the loop on a thread of its own, which takes no signals (a CLI's SIGINT handler
+  // runs on its own threads).
+  void start() {
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    thread_ = std::thread([this] {
+      loop_.run();  // until shutdown() stops it
+      if (closing_) return;
+      shutdown("the client's I/O loop stopped");  // run() ended by itself: an exception escaped
+      loop_.run();                                // refuses the work the gate took before closing
+    });
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    loop_thread_id_ = thread_.get_id();
+  }
+
+  // ---- any thread ----
+
+  std::string next_id() { return id_prefix_ + std::to_string(counter_.fetch_add(1, std::memory_order_relaxed)); }
+  const ClientOptions& options() const { return options_; }
+  Gate& gate() { return *gate_; }
+  bool on_loop_thread() const { return std::this_thread::get_id() == loop_thread_id_; }
+
+  std::shared_ptr<Stream> generate(GenerateRequest request) {
+    if (request.id.empty()) request.id = next_id();
+    std::shared_ptr<Stream> stream(new Stream(request.id, gate_));
+    submit(request, Sink{stream, nullptr});
+    return stream;
+  }
+  std::string generate(GenerateRequest request, std::function<void(const Event&)> on_event) {
+    if (request.id.empty()) request.id = next_id();
+    submit(request, Sink{nullptr, std::move(on_event)});
+    return request.id;
+  }
+  // Asks the loop to cancel request `id`; false once the client is closing.
+  static bool post_cancel(Gate& gate, const std::string& id) {
+    return gate.post([id](Core& core) {
+      if (!core.closing_ && core.live_.count(id)) core.send_cancel(id);
+    });
+  }
+  // A future that holds UNAVAILABLE (why the client closed) at once when it is closed.
+  std::future<Result<StatusInfo>> post_status(std::chrono::milliseconds timeout) {
+    auto reply = std::make_shared<std::promise<Result<StatusInfo>>>();
+    auto future = reply->get_future();
+    const Clock::time_point due = driver_->now() + at_most_never(timeout);
+    if (!gate_->post([reply, due](Core& core) { core.on_status(reply, due); }))
+      reply->set_value(Status::error(Code::kUnavailable, gate_->why_closed()));
+    return future;
+  }
+
+  // ---- the loop's thread (ClientHarness calls these directly) ----
+
+  Driver& driver() { return *driver_; }
+
+  // One message from the scheduler, all its frames, as the DEALER delivers it. Each is one
+  // frame holding a SchedulerReply; anything else is dropped (and logged). Any message at
+  // all counts as a sign of life.
+  void on_message(const runtime::Frames& frames, Clock::time_point now) {
+    quiet_since_ = now;
+    if (frames.size() != 1) {
+      spdlog::warn("tandem client: dropped a message of {} frames from the scheduler", frames.size());
+      return;
+    }
+    v1::SchedulerReply reply;
+    if (!reply.ParseFromArray(frames[0].data(), static_cast<int>(frames[0].size()))) {
+      spdlog::warn("tandem client: dropped an unparsable message from the scheduler");
+      return;
+    }
+    on_reply(reply);
+  }
+
+  // The connection to the scheduler was lost.
+  void on_disconnected() {
+    // Messages to and from the requests in flight may be lost with the connection (and
+    // a restarted scheduler does not know them): end them now rather than at a deadline.
+    const std::string msg = "connection to the scheduler at " + options_.endpoint + " lost";
+    if (!live_.empty() || !waiters_.empty()) spdlog::warn("tandem client: {}", msg);
+    fail_all(Code::kUnavailable, msg);
+    fail_waiters(Code::kUnavailable, msg);
+  }
+
+  // The loop cannot go on (`what` failed with `err` on a socket): the client ends with this cause.
+  void on_loop_failed(const char* what, int err) {
+    const std::string why = std::string("the client's I/O loop stopped: ") + what + " failed: " + zmq_strerror(err);
+    spdlog::error("tandem client: {}", why);
+    shutdown(why);
+  }
+
+  // Ends the client: the gate closes (with `why` unless it was closed already), every request
+  // in flight is cancelled at the scheduler and ends with UNAVAILABLE and the reason it
+  // closed, as does every status query; the work the gate took before closing is refused
+  // when it runs, and then the loop stops.
+  void shutdown(const std::string& why) {
+    if (closing_) return;
+    closing_ = true;
+    gate_->close(why);
+    const std::string reason = gate_->why_closed();
+    for (const auto& [id, live] : live_) send_cancel(id);
+    fail_all(Code::kUnavailable, reason);
+    fail_waiters(Code::kUnavailable, reason);
+    monitor_.reset();
+    dealer_.reset();  // ZMQ_LINGER bounds how long the cancels above may wait to go out
+    runtime::asio::post(loop_.io(), [this] { loop_.stop(); });
+  }
+
+ private:
+  // Where a request's events go: its Stream, or its callback (on the loop's thread).
+  struct Sink {
+    std::shared_ptr<Stream> stream;
+    std::function<void(const Event&)> on_event;
+  };
+  struct Live {
+    Sink sink;
+    std::shared_ptr<void> deadline;  // the timer that ends it past its deadline and grace
+  };
+  struct Waiter {
+    uint64_t query_id = 0;
+    std::shared_ptr<std::promise<Result<StatusInfo>>> reply;  // null: a liveness probe
+    std::shared_ptr<void> timeout;
+  };
+
+  static void deliver(const Sink& sink, Event event) {
+    if (sink.stream) {
+      sink.stream->events_->push(std::move(event));
+    } else if (sink.on_event) {
+      try {
+        sink.on_event(event);
+      } catch (const std::exception& e) {
+        spdlog::error("tandem client: an event callback threw: {}", e.what());
+      } catch (...) {
+        spdlog::error("tandem client: an event callback threw");
+      }
+    }
+  }
+
+  // A refused request's final event is delivered at once, on the calling thread.
+  void submit(const GenerateRequest& r, Sink sink) {
+    if (r.timeout.count() < 0 || r.timeout.count() > UINT32_MAX)
+      return deliver(sink, final_error(Code::kInvalidArgument, "timeout must be in [0, 2^32) ms"));
+    std::optional<Clock::time_point> due;
+    if (r.timeout.count() > 0) due = driver_->now() + r.timeout + options_.deadline_grace;
+    if (!gate_->post([id = r.id, bytes = wire(submit_message(r)), due, sink](Core& core) {
+          core.on_submit(id, bytes, due, sink);
+        }))
+      deliver(sink, final_error(Code::kUnavailable, gate_->why_closed()));
+  }
+
+  void on_submit(const std::string& id, const std::string& bytes, std::optional<Clock::time_point> due,
+                 const Sink& sink) {
+    if (closing_) return deliver(sink, final_error(Code::kUnavailable, gate_->why_closed()));
+    if (live_.count(id))
+      return deliver(sink, final_error(Code::kInvalidArgument, "request id '" + id + "' is already in flight"));
+    if (!send(bytes))
+      return deliver(sink, final_error(Code::kUnavailable, "cannot send to the scheduler at " + options_.endpoint));
+    if (live_.empty()) {  // requests go in flight: heartbeats and liveness checks start
+      quiet_since_ = driver_->now();
+      beat_later();
+      arm_liveness();
+    }
+    Live& live = live_[id];
+    live.sink = sink;
+    if (due) live.deadline = driver_->after(until(*due, driver_->now()), [this, id] { on_deadline(id); });
+  }
+
+  void on_deadline(const std::string& id) {
+    send_cancel(id);
+    finish(id,
+           final_error(Code::kUnavailable, "no final event from the scheduler at " + options_.endpoint + " within " +
+                                               ms_string(options_.deadline_grace) + " of the request's deadline"));
+  }
+
+  void beat_later() {
+    heartbeat_ = driver_->after(options_.heartbeat_interval, [this] {
+      (void)send(heartbeat_wire_);
+      beat_later();
+    });
+  }
+
+  // Arms the liveness check for when it is next due: a probe after liveness_timeout of
+  // silence, failure after twice that. Off when the timeout is 0.
+  void arm_liveness() {
+    const std::chrono::milliseconds t = options_.liveness_timeout;
+    if (t.count() == 0) return;
+    const Clock::time_point due = quiet_since_ + (probe_outstanding_ ? 2 * t : t);
+    liveness_ = driver_->after(until(due, driver_->now()), [this] { check_liveness(); });
+  }
+
+  void check_liveness() {
+    const std::chrono::milliseconds t = options_.liveness_timeout;
+    const Clock::time_point now = driver_->now();
+    if (now >= quiet_since_ + 2 * t) {
+      fail_all(Code::kUnavailable, "the scheduler at " + options_.endpoint + " sent nothing for " + ms_string(2 * t) +
+                                       " and did not answer a probe");
+      return;
+    }
+    if (now >= quiet_since_ + t && !probe_outstanding_) {
+      (void)send(status_query(++last_query_id_));  // unsent, the probe simply goes unanswered
+      add_waiter(last_query_id_, now + t, nullptr);
+      probe_outstanding_ = true;
+    }
+    arm_liveness();
+  }
+
+  void on_status(std::shared_ptr<std::promise<Result<StatusInfo>>> reply, Clock::time_point due) {
+    if (closing_) return reply->set_value(Status::error(Code::kUnavailable, gate_->why_closed()));
+    if (!send(status_query(++last_query_id_)))
+      return reply->set_value(
+          Status::error(Code::kUnavailable, "cannot send to the scheduler at " + options_.endpoint));
+    add_waiter(last_query_id_, due, std::move(reply));
+  }
+
+  void add_waiter(uint64_t query_id, Clock::time_point due, std::shared_ptr<std::promise<Result<StatusInfo>>> reply) {
+    auto timeout = driver_->after(until(due, driver_->now()), [this, query_id] {
+      auto it = std::find_if(waiters_.begin(), waiters_.end(), [&](const Waiter& w) { return w.query_id == query_id; });
+      if (it != waiters_.end())
+        answer(it, Status::error(Code::kUnavailable, "no status reply from the scheduler at " + options_.endpoint));
+    });
+    waiters_.push_back(Waiter{query_id, std::move(reply), std::move(timeout)});
+  }
+
+  // Takes a waiter out and answers it; an answered probe re-arms the liveness check.
+  void answer(std::deque<Waiter>::iterator it, Result<StatusInfo> result) {
+    Waiter w = std::move(*it);
+    waiters_.erase(it);
+    if (w.reply) {
+      w.reply->set_value(std::move(result));
+    } else {
+      probe_outstanding_ = false;
+      if (liveness_) arm_liveness();
+    }
+  }
+
+  // Sends one frame without blocking; false when it cannot go (the queue to the scheduler is full).
+  bool send(const std::string& bytes) {
+    if (!dealer_) return false;
+    if (auto sent = dealer_->send_bytes(bytes); !sent) {
+      spdlog::warn("tandem client: send to {} failed: {}", options_.endpoint, sent.message());
+      return false;
+    }
+    return true;
+  }
+
+  void send_cancel(const std::string& id) {
+    auto m = envelope();
+    m.mutable_cancel()->set_request_id(id);
+    (void)send(wire(m));
+  }
+
+  void finish(const std::string& id, Event event) {
+    auto it = live_.find(id);
+    if (it == live_.end()) return;
+    Live live = std::move(it->second);  // its deadline timer dies with it
+    live_.erase(it);
+    if (live_.empty()) {
+      heartbeat_.reset();
+      liveness_.reset();
+    }
+    deliver(live.sink, std::move(event));
+  }
+
+  void fail_all(Code code, const std::string& message) {
+    std::vector<std::string> ids;
+    ids.reserve(live_.size());
+    for (const auto& [id, live] : live_) ids.push_back(id);
+    for (const std::string& id : ids) finish(id, final_error(code, message));
+  }
+
+  void fail_waiters(Code code, const std::string& message) {
+    std::deque<Waiter> waiters;
+    waiters.swap(waiters_);
+    for (Waiter& w : waiters)
+      if (w.reply) w.reply->set_value(Status::error(code, message));
+    probe_outstanding_ = false;
+  }
+
+  void on_reply(const v1::SchedulerReply& reply) {
+    if (reply.version() != v1::PROTOCOL_VERSION_CURRENT) {
+      const std::string msg = "the scheduler speaks protocol version " + std::to_string(reply.version()) +
+                              ", this client " + std::to_string(v1::PROTOCOL_VERSION_CURRENT);
+      spdlog::error("tandem client: {}", msg);
+      fail_all(Code::kUnavailable, msg);
+      fail_waiters(Code::kUnavailable, msg);
+      return;
+    }
+    switch (reply.body_case()) {
+      case v1::SchedulerReply::kEvents: {
+        for (const v1::RequestEvents& ev : reply.events().requests()) {
+          auto it = live_.find(ev.request_id());
+          if (it == live_.end()) continue;  // late events of a request that already ended here
+          for (const auto& t : ev.tokens()) deliver(it->second.sink, from_wire(t));
+          if (ev.has_final()) finish(ev.request_id(), from_wire(ev.final()));
+        }
+        return;
+      }
+      case v1::SchedulerReply::kStatus: {
+        // A scheduler that echoes no query id answers in order; a reply whose query already
+        // timed out here matches no waiter and is dropped.
+        const uint64_t id = reply.status().query_id();
+        auto it = id == 0 ? waiters_.begin() : std::find_if(waiters_.begin(), waiters_.end(), [id](const Waiter& w) {
+          return w.query_id == id;
+        });
+        if (it == waiters_.end()) return;
+        answer(it, from_wire(reply.status()));
+        return;
+      }
+      case v1::SchedulerReply::kError: {
+        // Not tied to a request: this client and the scheduler disagree on the protocol, so
+        // nothing in flight can be trusted to finish.
+        const Code code = from_wire(reply.error().code());
+        const std::string msg = "scheduler: " + reply.error().message();
+        spdlog::error("tandem client: protocol error from {}: {}", options_.endpoint, msg);
+        fail_all(code, msg);
+        fail_waiters(code, msg);
+        return;
+      }
+      default: spdlog::warn("tandem client: a scheduler reply without a body"); return;
+    }
+  }
+
+  const ClientOptions options_;
+  runtime::EventLoop loop_;  // before everything holding its sockets or timers
+  const std::unique_ptr<Driver> driver_;
+  const std::shared_ptr<Gate> gate_;
+  const std::string id_prefix_;
+  std::atomic<uint64_t> counter_{0};
+  std::thread thread_;
+  std::thread::id loop_thread_id_;
+
+  // The loop's thread only.
+  const std::string heartbeat_wire_;
+  std::unique_ptr<runtime::Socket> dealer_, monitor_;
+  std::unordered_map<std::string, Live> live_;
+  std::deque<Waiter> waiters_;  // status queries in send order (the scheduler answers in order)
+  uint64_t last_query_id_ = 0;
+  bool probe_outstanding_ = false;
+  bool closing_ = false;             // shutdown() has run
+  std::shared_ptr<void> heartbeat_;  // while requests are in flight
+  std::shared_ptr<void> liveness_;   // while requests are in flight and liveness_timeout > 0
+  Clock::time_point quiet_since_{};  // last message from the scheduler, or when requests went in flight
+};
+
+bool Gate::post(std::function<void(Core&)> fn) {
+  MutexLock lock(mu_);
+  if (why_closed_) return false;
+  core_.driver().post([fn = std::move(fn), &core = core_] { fn(core); });
+  return true;
 }
 
-std::shared_ptr<Stream> Core::generate(GenerateRequest request, Clock::time_point now) {
-  if (request.id.empty()) request.id = next_id();
-  std::shared_ptr<Stream> stream(new Stream(request.id, mailbox_));
-  submit(*this, request, stream, nullptr, now);
-  return stream;
+// ClientHarness's Driver: posted work runs at the harness's next step, timers as its clock moves.
+class StepDriver final : public Driver {
+ public:
+  Clock::time_point now() override { return now_; }
+  void post(std::function<void()> fn) override { posted_.push_back(std::move(fn)); }
+  std::shared_ptr<void> after(std::chrono::milliseconds delay, std::function<void()> fn) override {
+    auto timer = std::make_shared<std::function<void()>>(std::move(fn));
+    timers_.emplace(now_ + delay, timer);
+    return timer;
+  }
+
+  void run_posted() {
+    while (!posted_.empty()) {
+      std::function<void()> fn = std::move(posted_.front());
+      posted_.pop_front();
+      fn();
+    }
+  }
+  // Moves the clock on by `elapsed`, firing the timers due on the way, each at its due time.
+  void advance(std::chrono::milliseconds elapsed) {
+    const Clock::time_point to = now_ + elapsed;
+    while (!timers_.empty() && timers_.begin()->first <= to) {
+      auto [due, timer] = *timers_.begin();
+      timers_.erase(timers_.begin());
+      now_ = std::max(now_, due);
+      if (auto fn = timer.lock()) (*fn)();  // held: fn may drop its own handle
+    }
+    now_ = to;
+  }
+
+ private:
+  Clock::time_point now_ = Clock::now();
+  std::deque<std::function<void()>> posted_;
+  std::multimap<Clock::time_point, std::weak_ptr<std::function<void()>>> timers_;
+};
+
+}  // namespace client_detail
+
+using client_detail::Clock;
+using client_detail::Core;
+
+const char* finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kError: return "error";
+  }
+  return "error";
 }
 
-std::string Core::generate(GenerateRequest request, std::function<void(const Event&)> on_event, Clock::time_point now) {
-  return submit(*this, request, nullptr, std::move(on_event), now);
+// ---- Stream ----
+
+Stream::Stream(std::string id, std::weak_ptr<client_detail::Gate> gate)
+    : id_(std::move(id)), gate_(std::move(gate)), events_(std::make_shared<client_detail::EventQueue>()) {}
+
+bool Stream::next(Event& out) {
+  std::optional<Event> event = events_->take(std::nullopt);
+  if (!event) return false;
+  out = std::move(*event);
+  return true;
 }
 
-std::future<Result<StatusInfo>> Core::post_status(std::chrono::milliseconds timeout, Clock::time_point now) {
-  Command c;
-  c.kind = Command::Kind::kStatus;
-  c.deadline = now + client_detail::at_most_never(timeout);
-  c.reply = std::make_shared<std::promise<Result<StatusInfo>>>();
-  const auto reply = c.reply;
-  auto future = reply->get_future();
-  if (!mailbox_->post(std::move(c))) reply->set_value(Status::error(Code::kUnavailable, mailbox_->why_closed()));
-  return future;
+std::optional<Event> Stream::next_for(std::chrono::milliseconds wait) {
+  return events_->take(Clock::now() + client_detail::at_most_never(wait));
 }
+
+void Stream::cancel() {
+  if (events_->final_taken()) return;
+  if (auto gate = gate_.lock()) (void)Core::post_cancel(*gate, id_);
+}
+
+bool Stream::finished() const { return events_->final_taken(); }
+
+// ---- Client ----
+
+namespace {
+
+// The Core for `options`, checked, its sockets made and connected, nothing running yet.
+Result<std::unique_ptr<Core>> open_core(ClientOptions options, std::unique_ptr<client_detail::Driver> driver) {
+  if (options.endpoint.empty()) return Status::invalid("client: an endpoint is required");
+  if (options.heartbeat_interval.count() <= 0) return Status::invalid("client: heartbeat interval must be positive");
+  if (options.request_timeout.count() <= 0) return Status::invalid("client: request timeout must be positive");
+  if (options.deadline_grace.count() < 0 || options.liveness_timeout.count() < 0)
+    return Status::invalid("client: deadline grace and liveness timeout must not be negative");
+  for (auto* d :
+       {&options.heartbeat_interval, &options.request_timeout, &options.deadline_grace, &options.liveness_timeout})
+    *d = client_detail::at_most_never(*d);
+  try {
+    auto core = std::make_unique<Core>(std::move(options), std::move(driver));
+    TANDEM_RETURN_IF_ERROR(core->open());
+    return core;
+  } catch (const zmq::error_t& e) {
+    return Status::error(Code::kInternal, std::string("client: ") + e.what());
+  }
+}
+
+}  // namespace
 
 Client::Client(std::unique_ptr<Core> core) : core_(std::move(core)) {}
 
 Client::~Client() = default;
 
 Result<std::unique_ptr<Client>> Client::connect(ClientOptions options) {
-  auto core = open_core(std::move(options));
+  auto core = open_core(std::move(options), nullptr);
   if (!core) return core.status();
   (*core)->start();
   return std::unique_ptr<Client>(new Client(std::move(core.value())));
 }
 
-std::shared_ptr<Stream> Client::generate(GenerateRequest request) {
-  return core_->generate(std::move(request), Clock::now());
-}
+std::shared_ptr<Stream> Client::generate(GenerateRequest request) { return core_->generate(std::move(request)); }
 
 std::string Client::generate(GenerateRequest request, std::function<void(const Event&)> on_event) {
-  return core_->generate(std::move(request), std::move(on_event), Clock::now());
+  return core_->generate(std::move(request), std::move(on_event));
 }
 
 Status Client::cancel(const std::string& id) {
   if (id.empty()) return Status::invalid("cancel: empty request id");
-  if (!client_detail::post_cancel(*core_->mailbox(), id))
-    return Status::error(Code::kUnavailable, core_->mailbox()->why_closed());
+  if (!Core::post_cancel(core_->gate(), id)) return Status::error(Code::kUnavailable, core_->gate().why_closed());
   return Status::ok();
 }
 
 Result<StatusInfo> Client::status() { return status(core_->options().request_timeout); }
 
 Result<StatusInfo> Client::status(std::chrono::milliseconds timeout) {
-  if (core_->on_io_thread())
+  if (core_->on_loop_thread())
     return Status::error(Code::kInternal, "status() called from an event callback (the client's I/O thread)");
   if (timeout.count() <= 0) return Status::invalid("status: timeout must be positive");
   timeout = client_detail::at_most_never(timeout);
-  auto future = core_->post_status(timeout, Clock::now());
-  // The I/O thread answers by the deadline; the extra second only guards against a stuck loop.
+  auto future = core_->post_status(timeout);
+  // The loop answers by the deadline; the extra second only guards against a stuck loop.
   if (future.wait_for(timeout + std::chrono::seconds(1)) != std::future_status::ready)
     return Status::error(Code::kUnavailable, "status: no reply from the client's I/O thread");
   return future.get();
@@ -867,74 +816,65 @@ Result<StatusInfo> Client::status(std::chrono::milliseconds timeout) {
 // ---- ClientHarness ----
 
 struct ClientHarness::Impl {
+  client_detail::StepDriver* driver;  // owned by core
   std::unique_ptr<Core> core;
-  Clock::time_point now;
-  bool loop_ended = false;
-  // One pass of the I/O thread, as after a wake-up: the commands posted, then `step` (a
-  // message, a lost connection), then the timers.
+  // One pass of the loop as after a wake-up: the work posted, then `step` (a message, a lost
+  // connection), then the timers due.
   void pass(const std::function<void()>& step = nullptr) {
-    if (loop_ended) return;
-    (void)core->handle_mailbox(now);
+    driver->run_posted();
     if (step) step();
-    core->on_timers(now);
+    driver->advance(std::chrono::milliseconds{0});
   }
 };
 
 Result<std::unique_ptr<ClientHarness>> ClientHarness::create(ClientOptions options) {
-  auto core = open_core(std::move(options));
+  auto driver = std::make_unique<client_detail::StepDriver>();
+  client_detail::StepDriver* raw = driver.get();
+  auto core = open_core(std::move(options), std::move(driver));
   if (!core) return core.status();
   std::unique_ptr<ClientHarness> h(new ClientHarness());
-  h->impl_ = std::make_unique<Impl>(Impl{std::move(core.value()), Clock::now(), false});
+  h->impl_ = std::make_unique<Impl>(Impl{raw, std::move(core.value())});
   return h;
 }
 
-ClientHarness::~ClientHarness() {
-  if (impl_->loop_ended) return;
-  impl_->core->close_mailbox();
-  impl_->core->shutdown();
-}
+ClientHarness::~ClientHarness() { impl_->core->shutdown("client closed"); }
 
 std::shared_ptr<Stream> ClientHarness::generate(GenerateRequest request) {
-  auto stream = impl_->core->generate(std::move(request), impl_->now);
+  auto stream = impl_->core->generate(std::move(request));
   impl_->pass();
   return stream;
 }
 
 std::string ClientHarness::generate(GenerateRequest request, std::function<void(const Event&)> on_event) {
-  std::string id = impl_->core->generate(std::move(request), std::move(on_event), impl_->now);
+  std::string id = impl_->core->generate(std::move(request), std::move(on_event));
   impl_->pass();
   return id;
 }
 
 void ClientHarness::cancel(const std::string& id) {
-  (void)client_detail::post_cancel(*impl_->core->mailbox(), id);
+  (void)Core::post_cancel(impl_->core->gate(), id);
   impl_->pass();
 }
 
 std::future<Result<StatusInfo>> ClientHarness::status(std::chrono::milliseconds timeout) {
-  auto future = impl_->core->post_status(timeout, impl_->now);
+  auto future = impl_->core->post_status(timeout);
   impl_->pass();
   return future;
 }
 
 void ClientHarness::scheduler(const runtime::Frames& frames) {
-  impl_->pass([&] { impl_->core->on_message(frames, impl_->now); });
+  impl_->pass([&] { impl_->core->on_message(frames, impl_->driver->now()); });
 }
 
 void ClientHarness::disconnected() {
   impl_->pass([&] { impl_->core->on_disconnected(); });
 }
 
-void ClientHarness::poll_failed(int err) {
-  if (impl_->loop_ended) return;
-  impl_->core->on_poll_failed(err);
-  impl_->core->shutdown();
-  impl_->loop_ended = true;
-}
+void ClientHarness::poll_failed(int err) { impl_->core->on_loop_failed("zmq_poll", err); }
 
 void ClientHarness::advance(std::chrono::milliseconds elapsed) {
-  impl_->now += elapsed;
   impl_->pass();
+  impl_->driver->advance(elapsed);
 }
 
 }  // namespace tandem

@@ -1,9 +1,9 @@
-// A Client's I/O side without its thread: the steps its I/O thread takes on a command, on a
-// message from the scheduler, on a lost connection and on its timers, taken directly and on
-// a clock the caller moves. For the fuzz target (fuzz/client_fuzz.cpp): arbitrary bytes
-// through the same decode and dispatch code as the DEALER's messages. Not thread-safe;
-// events are delivered on the calling thread. Not part of the public API (it names ZeroMQ
-// types).
+// A Client's loop side without its thread: the work its public calls post, a message from
+// the scheduler, a lost connection and its timers, run directly and on a clock the caller
+// moves (the Core's Driver seam in client.cpp). For the fuzz target (fuzz/client_fuzz.cpp):
+// arbitrary bytes through the same decode and dispatch code as the DEALER's messages. Not
+// thread-safe; events are delivered on the calling thread. Not part of the public API (it
+// names ZeroMQ types).
 #pragma once
 
 #include <chrono>
@@ -29,8 +29,8 @@ class ClientHarness {
   ClientHarness& operator=(const ClientHarness&) = delete;
 
   // Each call is what happens in a Client, at the harness's clock: the public call of the
-  // same name, if any, then the I/O thread's pass on waking (the commands posted, the
-  // message or lost connection, the timers due). Events are delivered before it returns.
+  // same name, if any, then the loop's pass (the work posted, the message or lost
+  // connection, the timers due). Events are delivered before it returns.
   std::shared_ptr<Stream> generate(GenerateRequest request);
   std::string generate(GenerateRequest request, std::function<void(const Event&)> on_event);
   void cancel(const std::string& id);
@@ -38,8 +38,9 @@ class ClientHarness {
   void scheduler(const runtime::Frames& frames);    // one message, as the DEALER delivers it
   void disconnected();                              // as the socket monitor reports it
   void advance(std::chrono::milliseconds elapsed);  // moves the clock on; timers fire
-  // zmq_poll failed with `err` (not EINTR): the I/O thread's loop ends, and what is in flight
-  // ends with UNAVAILABLE. Later calls take no pass (no thread is left to take one).
+  // Polling the DEALER failed for good with `err` (in a Client: ZMQ_EVENTS or a receive, as
+  // the EventLoop reports it; named "zmq_poll" here): the client ends, what is in flight ends
+  // with UNAVAILABLE naming the cause, and so does every later call.
   void poll_failed(int err);
 
  private:

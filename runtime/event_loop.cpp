@@ -186,6 +186,8 @@ void Socket::close_on_error(const char* what, int err) {
     fd_.cancel(ec);
     fd_.release();
   }
+  std::shared_ptr<Shared> s = shared_;  // the handler may destroy this socket
+  if (s->on_failure) guarded("a socket failure handler", [&] { s->on_failure(what, err); });
 }
 
 void Socket::drain() {

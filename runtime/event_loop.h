@@ -80,6 +80,9 @@ class Socket {
   // identity). The handler may move frames out, send on any socket, and destroy this
   // socket; the frames stay valid until it returns.
   using Handler = std::function<void(Frames& frames)>;
+  // Called once if the socket stops receiving for good: `what` ("ZMQ_EVENTS", "recv") failed
+  // with errno `err`. It may destroy the socket.
+  using FailureHandler = std::function<void(const char* what, int err)>;
 
   ~Socket();
   Socket(const Socket&) = delete;
@@ -95,6 +98,7 @@ class Socket {
   SendResult send_bytes(const std::string& bytes);
   SendResult send_to(const std::string& identity, const std::string& bytes);
 
+  void on_failure(FailureHandler handler) { shared_->on_failure = std::move(handler); }
   // For socket options and monitors. Send through send(), not raw(): it also re-checks
   // for inbound messages whose ZMQ_FD edge ZeroMQ consumed during the send.
   // True when a message is waiting to be read (ZMQ_EVENTS has POLLIN).
@@ -110,6 +114,7 @@ class Socket {
   struct Shared {
     bool alive = true;
     Handler handler;
+    FailureHandler on_failure;
     Frames inbox;  // reused for every message: no allocation per message beyond zmq's
   };
   Socket(EventLoop& loop, zmq::socket_type type, Handler handler);

@@ -9,12 +9,9 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -26,7 +23,8 @@ namespace tandem {
 
 namespace client_detail {
 class Core;
-struct Mailbox;
+class EventQueue;
+class Gate;
 }  // namespace client_detail
 
 // One generation request; mirrors tandem.v1.Submit.
@@ -102,18 +100,12 @@ class Stream {
   Stream& operator=(const Stream&) = delete;
 
  private:
-  friend class Client;
   friend class client_detail::Core;
-  Stream(std::string id, std::weak_ptr<client_detail::Mailbox> mailbox)
-      : id_(std::move(id)), mailbox_(std::move(mailbox)) {}
-  void push(Event event);  // called on the client's I/O thread
+  Stream(std::string id, std::weak_ptr<client_detail::Gate> gate);
 
   const std::string id_;
-  const std::weak_ptr<client_detail::Mailbox> mailbox_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Event> events_;  // guarded by mu_
-  bool final_taken_ = false;  // guarded by mu_
+  const std::weak_ptr<client_detail::Gate> gate_;
+  const std::shared_ptr<client_detail::EventQueue> events_;  // filled on the client's I/O thread
 };
 
 // Mirrors tandem.v1.StatusReply.
