@@ -120,6 +120,7 @@ Status check_config(const ModelConfig& c) {
   }
   if (c.head_dim() % 2 != 0) return bad("head_dim " + std::to_string(c.head_dim()) + " is odd");
   if (!(c.rope_freq_base > 0) || !(c.rms_eps > 0)) return bad("rope_freq_base and rms_eps must be positive");
+  if (c.arch == nullptr) return bad("no architecture");
   return Status::ok();
 }
 
@@ -157,22 +158,17 @@ Result<ModelConfig> preset_config(const std::string& preset) {
 
 namespace {
 
-// The hyper-parameters, as llama.cpp's convert script writes them for a Llama.
+// The hyper-parameters, as llama.cpp's convert script writes them.
 void add_hyper_parameters(GgufWriter& w, const ModelConfig& c, bool f16) {
-  w.add_string("general.architecture", "llama");
+  const Architecture& a = *c.arch;
+  w.add_string("general.architecture", std::string(a.name));
   w.add_string("general.name", c.name.empty() ? "tandem" : c.name);
   w.add_u32("general.file_type", f16 ? 1 : 0);  // LLAMA_FTYPE_ALL_F32 / LLAMA_FTYPE_MOSTLY_F16
   w.add_u32("general.alignment", 32);
-  w.add_u32("llama.context_length", c.context_length);
-  w.add_u32("llama.embedding_length", c.dim);
-  w.add_u32("llama.block_count", c.n_layers);
-  w.add_u32("llama.feed_forward_length", c.ffn_dim);
-  w.add_u32("llama.attention.head_count", c.n_heads);
-  w.add_u32("llama.attention.head_count_kv", c.n_kv_heads);
-  w.add_f32("llama.rope.freq_base", c.rope_freq_base);
-  w.add_f32("llama.attention.layer_norm_rms_epsilon", c.rms_eps);
-  w.add_u32("llama.rope.dimension_count", c.head_dim());
-  w.add_u32("llama.vocab_size", c.vocab_size);
+  for (const UintParam& p : a.uints) w.add_u32(a.key(p.key), c.*p.field);
+  for (const FloatParam& p : a.floats) w.add_f32(a.key(p.key), c.*p.field);
+  w.add_u32(a.key("rope.dimension_count"), c.head_dim());
+  w.add_u32(a.key("vocab_size"), c.vocab_size);
 }
 
 // Byte-level vocabulary: <unk>, <s>, </s>, the 256 byte tokens, then unused fillers.
@@ -240,23 +236,21 @@ void add_tensors(GgufWriter& w, const ModelConfig& c, uint64_t seed, bool f16) {
     buf.assign(n, 1.0f);
     w.add_tensor(name, {n}, TensorType::kF32, buf.data(), buf.size() * sizeof(float));
   };
-  const uint64_t dim = c.dim, kv_dim = c.kv_dim(), ffn = c.ffn_dim, vocab = c.vocab_size;
-  const double s_dim = 1.0 / std::sqrt(static_cast<double>(dim));
-  const double s_ffn = 1.0 / std::sqrt(static_cast<double>(ffn));
-  add_random("token_embd.weight", dim, vocab, 1.0);
+  const uint64_t dim = c.dim, vocab = c.vocab_size;
+  auto std_dev = [](uint64_t fan_in) { return 1.0 / std::sqrt(static_cast<double>(fan_in)); };
+  add_random(std::string(kTokenEmbd), dim, vocab, 1.0);
   for (uint32_t i = 0; i < c.n_layers; ++i) {
-    add_ones(layer_tensor(i, "attn_norm"), dim);
-    add_random(layer_tensor(i, "attn_q"), dim, dim, s_dim);
-    add_random(layer_tensor(i, "attn_k"), dim, kv_dim, s_dim);
-    add_random(layer_tensor(i, "attn_v"), dim, kv_dim, s_dim);
-    add_random(layer_tensor(i, "attn_output"), dim, dim, s_dim);
-    add_ones(layer_tensor(i, "ffn_norm"), dim);
-    add_random(layer_tensor(i, "ffn_gate"), dim, ffn, s_dim);
-    add_random(layer_tensor(i, "ffn_up"), dim, ffn, s_dim);
-    add_random(layer_tensor(i, "ffn_down"), ffn, dim, s_ffn);
+    for (const TensorSpec& t : c.arch->layer_tensors) {
+      const uint64_t in = dim_size(t.in, c);
+      if (t.vector) {
+        add_ones(layer_tensor(i, t.role), in);
+      } else {
+        add_random(layer_tensor(i, t.role), in, dim_size(t.out, c), std_dev(in));
+      }
+    }
   }
-  add_ones("output_norm.weight", dim);
-  if (!c.tied_embeddings) add_random("output.weight", dim, vocab, s_dim);
+  add_ones(std::string(kOutputNorm), dim);
+  if (!c.tied_embeddings) add_random(std::string(kOutput), dim, vocab, std_dev(dim));
 }
 
 }  // namespace

@@ -12,11 +12,6 @@ namespace tandem::model {
 
 namespace {
 
-// Hyper-parameters above these are not a model tandem can run on a CPU: a bound that
-// catches garbage (and keeps later products like dim * vocab far from overflow).
-constexpr uint64_t kMaxSize = (uint64_t{1} << 20) - 1;
-constexpr uint64_t kMaxContext = uint64_t{1} << 24;
-
 class Checker {
  public:
   explicit Checker(const GgufFile& file) : file_(file) {}
@@ -84,42 +79,35 @@ class Checker {
   const GgufFile& file_;
 };
 
-}  // namespace
-
-std::string layer_tensor(uint32_t layer, const char* what) {
-  return "blk." + std::to_string(layer) + "." + what + ".weight";
-}
-
-Result<ModelConfig> read_model_config(const GgufFile& file) {
-  Checker c(file);
-  ModelConfig cfg;
-
-  const GgufValue* arch_value = file.find("general.architecture");
-  if (!arch_value) return c.fail("missing key general.architecture");
-  std::optional<std::string> arch = file.get_string("general.architecture");
-  if (!arch) return c.fail("key general.architecture is not a string");
-  if (*arch != "llama") return c.fail("unsupported architecture '" + *arch + "' (tandem runs 'llama')");
-
-  if (std::optional<std::string> name = file.get_string("general.name"); name && !name->empty()) {
-    cfg.name = *name;
+// general.architecture's row of the table, and general.name (or the file's name).
+Result<const Architecture*> read_identity(const GgufFile& file, const Checker& c, ModelConfig& cfg) {
+  if (!file.find("general.architecture")) return c.fail("missing key general.architecture");
+  std::optional<std::string> name = file.get_string("general.architecture");
+  if (!name) return c.fail("key general.architecture is not a string");
+  const Architecture* arch = find_architecture(*name);
+  if (!arch) return c.fail("unsupported architecture '" + *name + "' (tandem runs " + architecture_names() + ")");
+  if (std::optional<std::string> model = file.get_string("general.name"); model && !model->empty()) {
+    cfg.name = *model;
   } else {
     const std::string& p = file.path();
     size_t slash = p.find_last_of('/');
     cfg.name = slash == std::string::npos ? p : p.substr(slash + 1);
   }
+  return arch;
+}
 
-  TANDEM_RETURN_IF_ERROR(c.read_uint("llama.context_length", kMaxContext, cfg.context_length));
-  TANDEM_RETURN_IF_ERROR(c.read_uint("llama.embedding_length", kMaxSize, cfg.dim));
-  TANDEM_RETURN_IF_ERROR(c.read_uint("llama.block_count", kMaxSize, cfg.n_layers));
-  TANDEM_RETURN_IF_ERROR(c.read_uint("llama.feed_forward_length", kMaxSize, cfg.ffn_dim));
-  TANDEM_RETURN_IF_ERROR(c.read_uint("llama.attention.head_count", kMaxSize, cfg.n_heads));
-  TANDEM_RETURN_IF_ERROR(c.read_uint("llama.attention.head_count_kv", kMaxSize, cfg.n_kv_heads, cfg.n_heads));
-  TANDEM_RETURN_IF_ERROR(c.read_float("llama.rope.freq_base", 10000.0f, cfg.rope_freq_base));
-  TANDEM_RETURN_IF_ERROR(c.read_float("llama.attention.layer_norm_rms_epsilon", 1e-5f, cfg.rms_eps));
-  if (cfg.rms_eps >= 1.0f) {
-    return c.fail("llama.attention.layer_norm_rms_epsilon " + std::to_string(cfg.rms_eps) + " is not below 1");
+// The architecture's keys, then what they must satisfy together.
+Status read_hyper_parameters(const GgufFile& file, const Checker& c, ModelConfig& cfg) {
+  const Architecture& a = *cfg.arch;
+  for (const UintParam& p : a.uints) {
+    std::optional<uint32_t> fallback;
+    if (p.fallback) fallback = cfg.*p.fallback;
+    TANDEM_RETURN_IF_ERROR(c.read_uint(a.key(p.key), p.max, cfg.*p.field, fallback));
   }
-
+  for (const FloatParam& p : a.floats) TANDEM_RETURN_IF_ERROR(c.read_float(a.key(p.key), p.fallback, cfg.*p.field));
+  if (cfg.rms_eps >= 1.0f) {
+    return c.fail(a.key("attention.layer_norm_rms_epsilon") + " " + std::to_string(cfg.rms_eps) + " is not below 1");
+  }
   if (cfg.dim % cfg.n_heads != 0) {
     return c.fail("head_count " + std::to_string(cfg.n_heads) + " does not divide embedding_length " +
                   std::to_string(cfg.dim));
@@ -133,40 +121,55 @@ Result<ModelConfig> read_model_config(const GgufFile& file) {
     return c.fail("head_dim " + std::to_string(head_dim) + " (embedding_length " + std::to_string(cfg.dim) +
                   " / head_count " + std::to_string(cfg.n_heads) + ") is odd; rope needs pairs");
   }
-  if (file.find("llama.rope.dimension_count")) {
-    std::optional<uint64_t> rope_dims = file.get_uint("llama.rope.dimension_count");
-    if (!rope_dims) return c.fail("key llama.rope.dimension_count is not a non-negative integer");
+  const std::string rope_dims_key = a.key("rope.dimension_count");
+  if (file.find(rope_dims_key)) {
+    std::optional<uint64_t> rope_dims = file.get_uint(rope_dims_key);
+    if (!rope_dims) return c.fail("key " + rope_dims_key + " is not a non-negative integer");
     if (*rope_dims != head_dim) {
-      return c.fail("llama.rope.dimension_count " + std::to_string(*rope_dims) + " differs from head_dim " +
+      return c.fail(rope_dims_key + " " + std::to_string(*rope_dims) + " differs from head_dim " +
                     std::to_string(head_dim) + " (tandem applies rope to the whole head)");
     }
   }
+  return Status::ok();
+}
 
+// Every tensor the architecture names, in the shape the hyper-parameters imply.
+Status check_tensors(const GgufFile& file, const Checker& c, ModelConfig& cfg) {
   // The vocabulary size is the embedding's row count.
-  const GgufTensor* embd = file.tensor("token_embd.weight");
-  if (!embd) return c.fail("missing tensor token_embd.weight");
-  if (embd->dims.size() != 2 || embd->dims[0] != cfg.dim || embd->dims[1] == 0 || embd->dims[1] > kMaxSize) {
-    return c.fail("tensor token_embd.weight has shape " + Checker::shape(embd->dims) + ", expected [" +
-                  std::to_string(cfg.dim) + ", vocab_size] with vocab_size 1 to " + std::to_string(kMaxSize));
+  const std::string embd_name(kTokenEmbd);
+  const GgufTensor* embd = file.tensor(embd_name);
+  if (!embd) return c.fail("missing tensor " + embd_name);
+  if (embd->dims.size() != 2 || embd->dims[0] != cfg.dim || embd->dims[1] == 0 || embd->dims[1] > kMaxHyperParameter) {
+    return c.fail("tensor " + embd_name + " has shape " + Checker::shape(embd->dims) + ", expected [" +
+                  std::to_string(cfg.dim) + ", vocab_size] with vocab_size 1 to " + std::to_string(kMaxHyperParameter));
   }
   cfg.vocab_size = static_cast<uint32_t>(embd->dims[1]);
 
-  const uint64_t dim = cfg.dim, kv_dim = cfg.kv_dim(), ffn = cfg.ffn_dim, vocab = cfg.vocab_size;
-  TANDEM_RETURN_IF_ERROR(c.check_tensor("token_embd.weight", {dim, vocab}));
+  const uint64_t dim = cfg.dim, vocab = cfg.vocab_size;
+  TANDEM_RETURN_IF_ERROR(c.check_tensor(embd_name, {dim, vocab}));
   for (uint32_t i = 0; i < cfg.n_layers; ++i) {
-    TANDEM_RETURN_IF_ERROR(c.check_tensor(layer_tensor(i, "attn_norm"), {dim}));
-    TANDEM_RETURN_IF_ERROR(c.check_tensor(layer_tensor(i, "attn_q"), {dim, dim}));
-    TANDEM_RETURN_IF_ERROR(c.check_tensor(layer_tensor(i, "attn_k"), {dim, kv_dim}));
-    TANDEM_RETURN_IF_ERROR(c.check_tensor(layer_tensor(i, "attn_v"), {dim, kv_dim}));
-    TANDEM_RETURN_IF_ERROR(c.check_tensor(layer_tensor(i, "attn_output"), {dim, dim}));
-    TANDEM_RETURN_IF_ERROR(c.check_tensor(layer_tensor(i, "ffn_norm"), {dim}));
-    TANDEM_RETURN_IF_ERROR(c.check_tensor(layer_tensor(i, "ffn_gate"), {dim, ffn}));
-    TANDEM_RETURN_IF_ERROR(c.check_tensor(layer_tensor(i, "ffn_up"), {dim, ffn}));
-    TANDEM_RETURN_IF_ERROR(c.check_tensor(layer_tensor(i, "ffn_down"), {ffn, dim}));
+    for (const TensorSpec& t : cfg.arch->layer_tensors) {
+      std::vector<uint64_t> dims = {dim_size(t.in, cfg)};
+      if (!t.vector) dims.push_back(dim_size(t.out, cfg));
+      TANDEM_RETURN_IF_ERROR(c.check_tensor(layer_tensor(i, t.role), dims));
+    }
   }
-  TANDEM_RETURN_IF_ERROR(c.check_tensor("output_norm.weight", {dim}));
-  cfg.tied_embeddings = file.tensor("output.weight") == nullptr;
-  if (!cfg.tied_embeddings) TANDEM_RETURN_IF_ERROR(c.check_tensor("output.weight", {dim, vocab}));
+  TANDEM_RETURN_IF_ERROR(c.check_tensor(std::string(kOutputNorm), {dim}));
+  cfg.tied_embeddings = file.tensor(std::string(kOutput)) == nullptr;
+  if (!cfg.tied_embeddings) TANDEM_RETURN_IF_ERROR(c.check_tensor(std::string(kOutput), {dim, vocab}));
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<ModelConfig> read_model_config(const GgufFile& file) {
+  Checker c(file);
+  ModelConfig cfg;
+  auto arch = read_identity(file, c, cfg);
+  if (!arch) return arch.status();
+  cfg.arch = *arch;
+  TANDEM_RETURN_IF_ERROR(read_hyper_parameters(file, c, cfg));
+  TANDEM_RETURN_IF_ERROR(check_tensors(file, c, cfg));
   return cfg;
 }
 
@@ -190,6 +193,7 @@ struct Fnv {
 
 std::string model_fingerprint(const GgufFile& file, const ModelConfig& c) {
   Fnv f;
+  f.str(std::string(c.arch->name));
   for (uint32_t v : {c.vocab_size, c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.ffn_dim, c.context_length}) f.pod(v);
   f.pod(c.rope_freq_base);
   f.pod(c.rms_eps);

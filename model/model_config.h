@@ -1,32 +1,36 @@
-// The Llama architecture's hyper-parameters, read and checked from GGUF metadata.
+// A model's hyper-parameters, read and checked from GGUF metadata through the architecture
+// table (model/architecture.h).
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-#include "runtime/status.h"
+#include "model/architecture.h"
 #include "model/gguf.h"
+#include "runtime/status.h"
 
 namespace tandem::model {
 
+// The keys named below are the llama row's; another architecture reads `{its name}.…`.
 struct ModelConfig {
-  std::string name;                 // general.name, or the file name
-  uint32_t vocab_size = 0;          // rows of token_embd.weight
-  uint32_t dim = 0;                 // llama.embedding_length
-  uint32_t n_layers = 0;            // llama.block_count
-  uint32_t n_heads = 0;             // llama.attention.head_count
-  uint32_t n_kv_heads = 0;          // llama.attention.head_count_kv (defaults to n_heads)
-  uint32_t ffn_dim = 0;             // llama.feed_forward_length
-  uint32_t context_length = 0;      // llama.context_length
-  float rope_freq_base = 10000.0f;  // llama.rope.freq_base
-  float rms_eps = 1e-5f;            // llama.attention.layer_norm_rms_epsilon
-  bool tied_embeddings = false;     // output.weight absent: the LM head is token_embd
+  const Architecture* arch = default_architecture();  // general.architecture's row
+  std::string name;                                   // general.name, or the file name
+  uint32_t vocab_size = 0;                            // rows of token_embd.weight
+  uint32_t dim = 0;                                   // llama.embedding_length
+  uint32_t n_layers = 0;                              // llama.block_count
+  uint32_t n_heads = 0;                               // llama.attention.head_count
+  uint32_t n_kv_heads = 0;                            // llama.attention.head_count_kv (defaults to n_heads)
+  uint32_t ffn_dim = 0;                               // llama.feed_forward_length
+  uint32_t context_length = 0;                        // llama.context_length
+  float rope_freq_base = 10000.0f;                    // llama.rope.freq_base
+  float rms_eps = 1e-5f;                              // llama.attention.layer_norm_rms_epsilon
+  bool tied_embeddings = false;                       // output.weight absent: the LM head is token_embd
   uint32_t head_dim() const { return dim / n_heads; }
   uint32_t kv_dim() const { return n_kv_heads * head_dim(); }
 };
 
-// Reads general.architecture (must be "llama") and the llama.* keys; checks that
-// every tensor the architecture needs is present, of type F32 or F16, and of the
+// Reads general.architecture (a row of the architecture table) and that row's keys; checks
+// that every tensor the architecture needs is present, of type F32 or F16, and of the
 // shape the keys imply. Errors are Code::kModelFile and name the key or tensor:
 //   "unsupported architecture 'gpt2' (tandem runs 'llama')"
 //   "missing key llama.block_count"
@@ -35,11 +39,8 @@ struct ModelConfig {
 //   "head_count 5 does not divide embedding_length 64"
 Result<ModelConfig> read_model_config(const GgufFile& file);
 
-// Tensor names of the llama architecture in GGUF.
-std::string layer_tensor(uint32_t layer, const char* what);  // "blk.{layer}.{what}.weight"
-
-// A short hex digest of what makes two files the same model for serving: the llama.*
-// hyper-parameters, the vocabulary, and every tensor's name, shape, type and a sample of
+// A short hex digest of what makes two files the same model for serving: the architecture,
+// its hyper-parameters, the vocabulary, and every tensor's name, shape, type and a sample of
 // its bytes. The scheduler refuses a worker whose fingerprint differs from its own.
 std::string model_fingerprint(const GgufFile& file, const ModelConfig& config);
 

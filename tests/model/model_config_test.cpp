@@ -307,6 +307,41 @@ TEST(ModelConfigTest, UnsupportedTensorType) {
 TEST(ModelConfigTest, LayerTensorNames) {
   EXPECT_EQ(layer_tensor(3, "attn_k"), "blk.3.attn_k.weight");
   EXPECT_EQ(layer_tensor(0, "ffn_down"), "blk.0.ffn_down.weight");
+  EXPECT_EQ(layer_tensor(2, LayerTensor::kAttnOutput), "blk.2.attn_output.weight");
+  EXPECT_EQ(layer_tensor(0, LayerTensor::kFfnGate), "blk.0.ffn_gate.weight");
+}
+
+// The table's llama row is what the spec above writes: its keys under "llama.", its nine
+// block tensors in llama.cpp's order, adjacent-pair RoPE and plain RMSNorm.
+TEST(ArchitectureTable, LlamaRow) {
+  const Architecture* llama = find_architecture("llama");
+  ASSERT_NE(llama, nullptr);
+  EXPECT_EQ(llama, default_architecture());
+  EXPECT_EQ(find_architecture("gpt2"), nullptr);
+  EXPECT_EQ(architecture_names(), "'llama'");
+  EXPECT_EQ(llama->key("block_count"), "llama.block_count");
+  EXPECT_EQ(llama->rope, RopeType::kNormal);
+  EXPECT_EQ(llama->norm, NormVariant::kRms);
+  std::vector<std::string> names;
+  for (const TensorSpec& t : llama->layer_tensors) names.push_back(layer_tensor(0, t.role));
+  Spec spec;
+  std::vector<std::string> written;
+  for (const Spec::Tensor& t : spec.tensors)
+    if (t.name.starts_with("blk.0.")) written.push_back(t.name);
+  EXPECT_EQ(names, written);
+  ASSERT_NE(llama->find(LayerTensor::kFfnDown), nullptr);
+  EXPECT_EQ(llama->find(LayerTensor::kFfnDown)->in, Dim::kFfn);
+}
+
+// The config read from a file knows its row, and the fingerprint covers it.
+TEST(ArchitectureTable, ConfigCarriesItsRow) {
+  const std::string path = Spec().write();
+  std::unique_ptr<GgufFile> file;
+  auto cfg = load(path, file);
+  ASSERT_TRUE(cfg) << cfg.status().message();
+  EXPECT_EQ(cfg->arch, find_architecture("llama"));
+  EXPECT_EQ(dim_size(Dim::kKv, *cfg), 32u);
+  EXPECT_EQ(dim_size(Dim::kQ, *cfg), 64u);
 }
 
 }  // namespace

@@ -93,6 +93,9 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::string& path, const Engi
   if (!file) return file.status();
   auto config = read_model_config(**file);
   if (!config) return config.status();
+  if (config->arch->rope != model::RopeType::kNormal || config->arch->norm != model::NormVariant::kRms)
+    return Status::model_file(path + ": architecture '" + std::string(config->arch->name) +
+                              "' needs a RoPE or norm variant this engine does not compute");
   const uint32_t hd = config->head_dim();
   if (hd % 16 != 0 || hd > 256)
     return Status::model_file(path + ": head dimension " + std::to_string(hd) +
@@ -131,24 +134,25 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::string& path, const Engi
 
 Status Engine::load_weights(const GgufFile& file) {
   const bool packed = options_.gemm == GemmBackend::kPacked;
-  const auto* embd = file.tensor("token_embd.weight");
+  const auto* embd = file.tensor(std::string(model::kTokenEmbd));
   embeddings_ = read_vector(*embd);
-  output_norm_ = read_vector(*file.tensor("output_norm.weight"));
+  output_norm_ = read_vector(*file.tensor(std::string(model::kOutputNorm)));
   weight_bytes_ = output_norm_.size() * sizeof(float);
   for (uint32_t l = 0; l < config_.n_layers; ++l) {
-    auto t = [&](const char* what) { return file.tensor(layer_tensor(l, what)); };
+    using enum model::LayerTensor;
+    auto t = [&](model::LayerTensor role) { return file.tensor(layer_tensor(l, role)); };
     auto layer = std::make_unique<Layer>();
-    layer->attn_norm = read_vector(*t("attn_norm"));
-    layer->ffn_norm = read_vector(*t("ffn_norm"));
-    layer->qkv = Matrix::build({t("attn_q"), t("attn_k"), t("attn_v")}, packed);
-    layer->wo = Matrix::build({t("attn_output")}, packed);
-    layer->gate_up = Matrix::build({t("ffn_gate"), t("ffn_up")}, packed);
-    layer->down = Matrix::build({t("ffn_down")}, packed);
+    layer->attn_norm = read_vector(*t(kAttnNorm));
+    layer->ffn_norm = read_vector(*t(kFfnNorm));
+    layer->qkv = Matrix::build({t(kAttnQ), t(kAttnK), t(kAttnV)}, packed);
+    layer->wo = Matrix::build({t(kAttnOutput)}, packed);
+    layer->gate_up = Matrix::build({t(kFfnGate), t(kFfnUp)}, packed);
+    layer->down = Matrix::build({t(kFfnDown)}, packed);
     weight_bytes_ += layer->qkv.bytes() + layer->wo.bytes() + layer->gate_up.bytes() + layer->down.bytes() +
                      (layer->attn_norm.size() + layer->ffn_norm.size()) * sizeof(float);
     layers_.push_back(std::move(layer));
   }
-  const GgufTensor* out = file.tensor("output.weight");
+  const GgufTensor* out = file.tensor(std::string(model::kOutput));
   output_ = std::make_unique<Matrix>(Matrix::build({out ? out : embd}, packed));
   weight_bytes_ += output_->bytes();
   return Status::ok();

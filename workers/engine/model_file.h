@@ -1,4 +1,4 @@
-// The model-file types the engine uses. They live in runtime/model/ because the
+// The model-file types the engine uses. They live in the model/ library because the
 // scheduler reads the same GGUF metadata and vocabulary.
 #pragma once
 
