@@ -17,6 +17,7 @@ packages=(
   gnuplot-nox                          # tandem bench --plot (PNG charts of a run)
   clang libclang-rt-14-dev             # libFuzzer targets (fuzz/), run by scripts/test.sh
   clang-format-14 clang-tidy-14        # scripts/lint.sh: formatting and function length, in CI
+  python3-numpy                        # float64 references of the engine and the quantizers (tests/*.py)
 )
 
 missing=()
