@@ -17,6 +17,7 @@
 #include "tandem/v1/worker.pb.h"
 #include "workers/engine/sampler.h"
 #include "workers/kv_transfer.h"
+#include "workers/memory_budget.h"
 
 namespace tandem::worker {
 
@@ -484,6 +485,32 @@ Result<runtime::Role> parse_role(const std::string& name) {
 
 namespace {
 
+// The KV blocks `options` ask for: a count, a byte budget, or (kv_memory 0) what the host had
+// left before the engine loaded, less the weights of every worker on the host and a reserve.
+Result<uint32_t> kv_blocks_for(const WorkerOptions& options, const engine::Engine& engine,
+                               const std::optional<HostMemory>& host) {
+  if (options.kv_blocks != 0) return options.kv_blocks;
+  uint64_t bytes = options.kv_memory;
+  if (bytes == 0) {
+    // The engine's weights are private copies today: each worker on the host holds its own.
+    KvBudget budget{.usable = host->usable(),
+                    .weights = uint64_t{engine.weight_bytes_per_step()} * options.host_workers,
+                    .reserve = options.memory_reserve,
+                    .share = options.host_workers};
+    spdlog::info("worker: {}; {}", host->to_string(), budget.to_string());
+    bytes = budget.kv_bytes();
+  }
+  // The most blocks a registration may claim (--kv-blocks' range): a larger host gets a pool that large.
+  constexpr uint32_t kMaxBlocks = 1u << 24;
+  const uint32_t blocks = std::min(
+      kMaxBlocks, engine::KvPool::blocks_for_bytes(engine.config(), bytes, options.block_tokens, options.kv_format));
+  if (blocks == 0)
+    return Status::invalid("no memory left for the KV cache: " + human_bytes(bytes) + " holds no block of " +
+                           std::to_string(options.block_tokens) +
+                           " tokens (lower --memory-reserve or set --kv-memory)");
+  return blocks;
+}
+
 // The actor for `options` (model loaded, KV pool made), started (registering), not running.
 Result<std::unique_ptr<Actor>> start_actor(const WorkerOptions& options) {
   auto file = model::GgufFile::open(options.model_path);
@@ -492,18 +519,23 @@ Result<std::unique_ptr<Actor>> start_actor(const WorkerOptions& options) {
   if (!config) return config.status();
   const std::string fingerprint = model::model_fingerprint(**file, *config);
   file.value().reset();
+  std::optional<HostMemory> host;
+  if (options.kv_blocks == 0 && options.kv_memory == 0) {
+    auto measured = read_host_memory();
+    if (!measured) return measured.status();
+    host = *measured;
+  }
   auto eng = engine::Engine::load(options.model_path, {options.threads, options.gemm});
   if (!eng) return eng.status();
-  uint32_t blocks = options.kv_blocks;
   TANDEM_RETURN_IF_ERROR(options.kv_format.validate((*eng)->config()));
-  if (blocks == 0)
-    blocks =
-        engine::KvPool::blocks_for_bytes((*eng)->config(), options.kv_memory, options.block_tokens, options.kv_format);
-  auto pool = engine::KvPool::create((*eng)->config(), blocks, options.block_tokens, options.kv_format);
+  auto blocks = kv_blocks_for(options, **eng, host);
+  if (!blocks) return blocks.status();
+  auto pool = engine::KvPool::create((*eng)->config(), *blocks, options.block_tokens, options.kv_format);
   if (!pool) return pool.status();
-  spdlog::info("worker: {} loaded, {} KV blocks of {} tokens, {} bytes each, KV {} ({} MiB), {} threads",
-               options.model_path, blocks, options.block_tokens, (*pool)->block_bytes(), options.kv_format.to_string(),
-               (*pool)->block_bytes() * blocks >> 20, options.threads);
+  spdlog::info("worker: {} loaded, weights {}, {} KV blocks of {} tokens, {} bytes each, KV {} ({}), {} threads",
+               options.model_path, human_bytes((*eng)->weight_bytes_per_step()), *blocks, options.block_tokens,
+               (*pool)->block_bytes(), options.kv_format.to_string(),
+               human_bytes(uint64_t{(*pool)->block_bytes()} * *blocks), options.threads);
   WorkerOptions opts = options;
   if (opts.name.empty()) opts.name = "worker-" + std::to_string(getpid());
   auto actor = std::make_unique<Actor>(opts, std::move(eng.value()), std::move(pool.value()), fingerprint);

@@ -25,7 +25,11 @@ struct WorkerOptions {
   uint32_t threads = 2;
   engine::GemmBackend gemm = engine::GemmBackend::kPacked;
   uint32_t kv_blocks = 0;           // 0: from kv_memory
-  uint64_t kv_memory = 1ull << 30;  // bytes of KV cache when kv_blocks is 0
+  uint64_t kv_memory = 1ull << 30;  // bytes of KV cache when kv_blocks is 0; 0: from what the host has left
+  // With kv_memory 0 (workers/memory_budget.h): left for the process, the OS and the page cache,
+  // and how many workers on this host split the rest.
+  uint64_t memory_reserve = 1ull << 30;
+  uint32_t host_workers = 1;
   uint32_t block_tokens = 16;
   engine::KvFormat kv_format;  // F32 by default; blocks_for_bytes uses its real bytes
   uint32_t heartbeat_ms = 1000;
