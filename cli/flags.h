@@ -1,14 +1,18 @@
 // The flag table: every setting of every `tandem` command (and of the benches) defined once,
 // with its flag, its TOML key and section (`tandem up --config`), its type and range, its
-// default as --help shows it, its help line, and the commands that accept it. The argument
-// parser (cli/args.h), the TOML loader (cli/config.h), every command's --help and the argv
-// `tandem up` gives its children (cli/supervisor.h) all read it; nothing else lists flags.
+// default as --help shows it, its help line, and the commands that accept it. The rows are
+// data, cli/flags.toml, built into the binary and read once; the argument parser (cli/args.h),
+// the TOML loader (cli/config.h), every command's --help and the argv `tandem up` gives its
+// children (cli/supervisor.h) all read them here; nothing else lists flags.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "runtime/status.h"
 
 namespace tandem::cli {
 
@@ -44,25 +48,32 @@ enum class FlagType {
 enum class Section { kNone, kTop, kScheduler, kSupervisor, kWorkers };
 
 struct Flag {
-  std::string_view name;  // without "--"; empty for a TOML-only key
-  FlagType type;
-  uint32_t commands;               // Command bits
-  std::string_view help;           // one line (continued lines start with "\n")
-  std::string_view value = "";     // the placeholder --help shows: N, MS, FILE ...
-  int64_t lo = 0, hi = 0;          // kInt, kIntList: the accepted range, both ends included
-  std::string_view choices = "";   // kChoice: "packed|openblas"
-  std::string_view fallback = "";  // the default, as --help shows it; empty: none
+  std::string name;  // without "--"; empty for a TOML-only key
+  FlagType type = FlagType::kText;
+  uint32_t commands = 0;   // Command bits
+  std::string help;        // one line (continued lines start with "\n")
+  std::string value;       // the placeholder --help shows: N, MS, FILE ...
+  int64_t lo = 0, hi = 0;  // kInt, kIntList: the accepted range, both ends included
+  std::string choices;     // kChoice: "packed|openblas"
+  std::string fallback;    // the default, as --help shows it; empty: none
   Section section = Section::kNone;
-  std::string_view toml_key = "";  // with section != kNone
+  std::string toml_key;  // with section != kNone
   // A scheduler or worker flag that `tandem up` sets for each child itself (endpoints, the
   // child's name and log file) rather than forwarding a setting.
   bool set_by_up = false;
   bool test_only = false;  // a test seam, not a setting of a service (listed last in --help)
 };
 
-// Every row. A name appears once per command (two rows may share a name for different
-// commands when they mean different things, e.g. --seed of bench and of run).
+// Every row, in --help's order: cli/flags.toml as built in, read on the first call. A name
+// appears once per command (two rows may share a name for different commands when they mean
+// different things, e.g. --seed of bench and of run). A built-in table that does not parse is
+// a build defect: the process stops with the reason (tests/cli/flags_test.cpp checks it).
 std::span<const Flag> flag_table();
+
+// The rows of a flag table in the format of cli/flags.toml, checked: known keys of the right
+// types, the fields each type needs and no others, a name at most once per command and a key
+// at most once per section. Errors name the row's line and the key.
+Result<std::vector<Flag>> parse_flag_table(std::string_view text);
 
 // The row of `--name` for `command`; nullptr when the command does not take it.
 const Flag* find_flag(std::string_view name, Command command);

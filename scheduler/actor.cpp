@@ -36,6 +36,8 @@ std::string kv_format(const v1::Register& reg) {
          " bytes per block";
 }
 
+}  // namespace
+
 class Actor final : public Sink {
  public:
   Actor(const ActorOptions& options, model::ModelConfig config, model::Tokenizer tokenizer, std::string fingerprint)
@@ -478,6 +480,8 @@ class Actor final : public Sink {
   v1::SchedulerCommand command_;
 };
 
+namespace {
+
 // The actor for `options`, started (its sockets bound), not yet running.
 Result<std::unique_ptr<Actor>> start_actor(const ActorOptions& options) {
   auto file = model::GgufFile::open(options.model_path);
@@ -501,21 +505,14 @@ Status run_scheduler(const ActorOptions& options) {
   return Status::ok();
 }
 
-struct ActorHarness::Impl {
-  std::unique_ptr<Actor> actor;
-};
-
 Result<std::unique_ptr<ActorHarness>> ActorHarness::create(const ActorOptions& options) {
-  auto actor = start_actor(options);
-  if (!actor) return actor.status();
-  std::unique_ptr<ActorHarness> h(new ActorHarness());
-  h->impl_ = std::make_unique<Impl>(Impl{std::move(actor.value())});
-  return h;
+  return around<ActorHarness>(start_actor(options));
 }
 
+ActorHarness::ActorHarness(std::unique_ptr<Actor> actor) : Harness(std::move(actor)) {}
 ActorHarness::~ActorHarness() = default;
-void ActorHarness::client(runtime::Frames& frames) { impl_->actor->feed_client(frames); }
-void ActorHarness::worker(runtime::Frames& frames) { impl_->actor->feed_worker(frames); }
-void ActorHarness::tick() { impl_->actor->tick_now(); }
+void ActorHarness::client(runtime::Frames& frames) { actor().feed_client(frames); }
+void ActorHarness::worker(runtime::Frames& frames) { actor().feed_worker(frames); }
+void ActorHarness::tick() { actor().tick_now(); }
 
 }  // namespace tandem::scheduler

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "runtime/event_loop.h"
+#include "runtime/harness.h"
 #include "runtime/status.h"
 #include "scheduler/core.h"
 
@@ -33,10 +34,12 @@ struct ActorOptions {
 // SIGQUIT, stops at once. Errors: the model file, or an endpoint that cannot be bound.
 Status run_scheduler(const ActorOptions& options);
 
+class Actor;  // the event loop around the Core (actor.cpp)
+
 // The actor with its sockets bound but its loop not running: the handlers its sockets call
 // are fed frames directly. For the fuzz targets (fuzz/), which push arbitrary bytes through
 // the same decode paths as real peers; give it inproc:// endpoints.
-class ActorHarness {
+class ActorHarness : runtime::Harness<Actor> {
  public:
   static Result<std::unique_ptr<ActorHarness>> create(const ActorOptions& options);
   ~ActorHarness();
@@ -45,9 +48,8 @@ class ActorHarness {
   void tick();                           // deadlines, plans, and flushing events
 
  private:
-  ActorHarness() = default;
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  friend class runtime::Harness<Actor>;
+  explicit ActorHarness(std::unique_ptr<Actor> actor);
 };
 
 }  // namespace tandem::scheduler

@@ -10,7 +10,7 @@ packages=(
   libboost-dev                         # Asio event loops
   libopenblas-dev                      # BLAS (sgemm rate reference, optional GEMM backend)
   libspdlog-dev                        # logging
-  libtomlplusplus-dev                  # tandem up --config (TOML deployment files)
+  libtomlplusplus-dev                  # the flag table (cli/flags.toml) and tandem up --config
   libxxhash-dev                        # prefix cache block keys (XXH3, header-only use)
   libgtest-dev libgmock-dev            # unit and end-to-end tests
   libbenchmark-dev                     # engine micro-benchmarks

@@ -44,6 +44,8 @@ struct Sequence {
   bool logprobs = false;
 };
 
+}  // namespace
+
 class Actor {
  public:
   Actor(const WorkerOptions& options, std::unique_ptr<engine::Engine> engine, std::unique_ptr<engine::KvPool> pool,
@@ -476,8 +478,6 @@ class Actor {
   v1::WorkerMessage out_;
 };
 
-}  // namespace
-
 Result<runtime::Role> parse_role(const std::string& name) {
   if (std::optional<runtime::Role> role = runtime::role_from_name(name)) return *role;
   return Status::invalid("--role: '" + name + "' is not one of both, prefill, decode");
@@ -551,20 +551,13 @@ Status run_worker(const WorkerOptions& options) {
   return (*actor)->run();
 }
 
-struct WorkerHarness::Impl {
-  std::unique_ptr<Actor> actor;
-};
-
 Result<std::unique_ptr<WorkerHarness>> WorkerHarness::create(const WorkerOptions& options) {
-  auto actor = start_actor(options);
-  if (!actor) return actor.status();
-  std::unique_ptr<WorkerHarness> h(new WorkerHarness());
-  h->impl_ = std::make_unique<Impl>(Impl{std::move(actor.value())});
-  return h;
+  return around<WorkerHarness>(start_actor(options));
 }
 
+WorkerHarness::WorkerHarness(std::unique_ptr<Actor> actor) : Harness(std::move(actor)) {}
 WorkerHarness::~WorkerHarness() = default;
-void WorkerHarness::scheduler(runtime::Frames& frames) { impl_->actor->feed_scheduler(frames); }
-void WorkerHarness::transfer(runtime::Frames& frames) { impl_->actor->feed_transfer(frames); }
+void WorkerHarness::scheduler(runtime::Frames& frames) { actor().feed_scheduler(frames); }
+void WorkerHarness::transfer(runtime::Frames& frames) { actor().feed_transfer(frames); }
 
 }  // namespace tandem::worker

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "runtime/event_loop.h"
+#include "runtime/harness.h"
 #include "runtime/role.h"
 #include "runtime/status.h"
 #include "workers/engine/engine.h"
@@ -47,11 +48,13 @@ struct WorkerOptions {
 // pool, or a refused registration (the scheduler's reason).
 Status run_worker(const WorkerOptions& options);
 
+class Actor;  // loads, registers, runs step plans (actor.cpp)
+
 // The actor with its model and KV pool loaded and its sockets connected, but its loop not
 // running: the handlers its sockets call are fed frames directly. For the fuzz targets
 // (fuzz/): arbitrary bytes through the same decode paths as the scheduler's commands and
 // other workers' KV transfers. Give it inproc:// endpoints.
-class WorkerHarness {
+class WorkerHarness : runtime::Harness<Actor> {
  public:
   static Result<std::unique_ptr<WorkerHarness>> create(const WorkerOptions& options);
   ~WorkerHarness();
@@ -59,9 +62,8 @@ class WorkerHarness {
   void transfer(runtime::Frames& frames);   // as the KV PULL socket delivers a transfer
 
  private:
-  WorkerHarness() = default;
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  friend class runtime::Harness<Actor>;
+  explicit WorkerHarness(std::unique_ptr<Actor> actor);
 };
 
 }  // namespace tandem::worker

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <iterator>
 #include <set>
+#include <tuple>
 
 #include "cli/args.h"
 #include "cli/config.h"
@@ -48,6 +50,56 @@ std::string toml_literal(const Flag& f, const std::string& value) {
 // The children `tandem up` would start for `config`.
 std::vector<cli::ChildSpec> children_of(const cli::DeployConfig& config) {
   return cli::plan_children(config, {"ipc://c", "ipc://w", "run"}, "tandem");
+}
+
+// The rows are cli/flags.toml, built in: the file parses, every row checks out, and the
+// binary's table is the file's.
+TEST(FlagTable, TheBuiltInTableIsTheFileAndEveryRowIsWellFormed) {
+  std::ifstream in(TANDEM_SOURCE_DIR "/cli/flags.toml");
+  ASSERT_TRUE(in);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto rows = cli::parse_flag_table(text);
+  ASSERT_TRUE(rows) << rows.status().to_string();
+  ASSERT_EQ(rows->size(), cli::flag_table().size());
+  for (size_t i = 0; i < rows->size(); ++i) {
+    const Flag &a = (*rows)[i], &b = cli::flag_table()[i];
+    EXPECT_EQ(std::tie(a.name, a.type, a.commands, a.help, a.value, a.lo, a.hi, a.choices, a.fallback, a.section,
+                       a.toml_key, a.set_by_up, a.test_only),
+              std::tie(b.name, b.type, b.commands, b.help, b.value, b.lo, b.hi, b.choices, b.fallback, b.section,
+                       b.toml_key, b.set_by_up, b.test_only))
+        << "row " << i << " --" << a.name;
+  }
+}
+
+// A row the table's readers could misread is refused, naming its line and the key.
+TEST(FlagTable, AMalformedRowIsRefusedNamingItsLineAndKey) {
+  const std::string good = "[[flag]]\nname = \"a\"\ntype = \"switch\"\ncommands = [\"run\"]\nhelp = \"h\"\n";
+  ASSERT_TRUE(cli::parse_flag_table(good));
+  const std::pair<std::string, std::string> cases[] = {
+      {"name = \"b\"\ntype = \"int\"\ncommands = [\"run\"]\nhelp = \"h\"", "range: missing"},
+      {"name = \"b\"\ntype = \"int\"\ncommands = [\"run\"]\nhelp = \"h\"\nrange = [2, 1]", "range: must be"},
+      {"name = \"b\"\ntype = \"text\"\ncommands = [\"run\"]\nhelp = \"h\"\nrange = [0, 1]", "range: only"},
+      {"name = \"b\"\ntype = \"choice\"\ncommands = [\"run\"]\nhelp = \"h\"", "choices: missing"},
+      {"name = \"b\"\ntype = \"choice\"\ncommands = [\"run\"]\nhelp = \"h\"\nchoices = \"x||y\"", "choices: must"},
+      {"name = \"b\"\ntype = \"switch\"\ncommands = [\"run\"]\nhelp = \"h\"\nvalue = \"V\"", "value: a switch"},
+      {"name = \"b\"\ntype = \"integer\"\ncommands = [\"run\"]\nhelp = \"h\"", "type: 'integer' is not"},
+      {"name = \"b\"\ntype = \"text\"\ncommands = [\"runn\"]\nhelp = \"h\"", "commands: 'runn' is not"},
+      {"name = \"b\"\ntype = \"text\"\ncommands = [\"run\", \"run\"]\nhelp = \"h\"", "commands: names run twice"},
+      {"name = \"b\"\ntype = \"text\"\ncommands = [\"run\"]\nhelp = 3", "help: must be a string"},
+      {"name = \"b\"\ntype = \"text\"\ncommands = [\"run\"]\nhelp = \"h\"\nhlep = \"h\"", "hlep: not a key"},
+      {"name = \"b\"\ntype = \"text\"\ncommands = [\"run\"]\nhelp = \"h\"\nsection = \"top\"", "section and key"},
+      {"name = \"b\"\ntype = \"text\"\ncommands = [\"run\"]\nhelp = \"h\"\nset_by_up = 1", "set_by_up: must be"},
+      {"type = \"text\"\ncommands = [\"run\"]\nhelp = \"h\"", "name: missing"},
+      {"name = \"b\"\ntype = \"text\"\nhelp = \"h\"", "commands: missing"},
+      {"name = \"a\"\ntype = \"text\"\ncommands = [\"up\", \"run\"]\nhelp = \"h\"", "name: --a again"},
+  };
+  for (const auto& [row, error] : cases) {
+    const Status st = cli::parse_flag_table(good + "\n[[flag]]\n" + row + "\n").status();
+    EXPECT_NE(st.message().find(error), std::string::npos) << row << "\n gave: " << st.to_string();
+    EXPECT_NE(st.message().find("(line 7)"), std::string::npos) << st.to_string();  // the second row's [[flag]]
+  }
+  EXPECT_FALSE(cli::parse_flag_table(good + "[[flag]\n"));
+  EXPECT_FALSE(cli::parse_flag_table(good + "[other]\nx = 1\n"));
 }
 
 TEST(Flags, EachNameOncePerCommand) {

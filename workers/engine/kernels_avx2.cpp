@@ -4,29 +4,13 @@ namespace tandem::engine::kernels {
 namespace {
 
 struct V256 {
-  using T = __m256;
-  static constexpr uint32_t W = 8;
+  TANDEM_SIMD_LANE_OPS(256)
   static constexpr uint32_t kMaxRows = 3;  // 3 x 4 accumulators + 4 weights = 16 registers
-  static T zero() { return _mm256_setzero_ps(); }
-  static T set1(float x) { return _mm256_set1_ps(x); }
-  static T load(const float* p) { return _mm256_load_ps(p); }
-  static T loadu(const float* p) { return _mm256_loadu_ps(p); }
-  static void storeu(float* p, T v) { _mm256_storeu_ps(p, v); }
   static void u8_to_float(__m128i b, T* out) {
     out[0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
     out[1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8)));
   }
-  static T fma(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
-  static T mul(T a, T b) { return _mm256_mul_ps(a, b); }
-  static T add(T a, T b) { return _mm256_add_ps(a, b); }
-  static T sub(T a, T b) { return _mm256_sub_ps(a, b); }
-  static T div(T a, T b) { return _mm256_div_ps(a, b); }
-  static T max(T a, T b) { return _mm256_max_ps(a, b); }
   static T round(T x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
-  static T pow2(T n) {
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_castsi256_ps(e);
-  }
   static T neg_abs(T x) { return _mm256_or_ps(x, _mm256_set1_ps(-0.0f)); }
   static T select_ge0(T g, T a, T b) {
     return _mm256_blendv_ps(b, a, _mm256_cmp_ps(g, _mm256_setzero_ps(), _CMP_GE_OQ));

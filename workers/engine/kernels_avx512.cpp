@@ -4,26 +4,10 @@ namespace tandem::engine::kernels {
 namespace {
 
 struct V512 {
-  using T = __m512;
-  static constexpr uint32_t W = 16;
+  TANDEM_SIMD_LANE_OPS(512)
   static constexpr uint32_t kMaxRows = 12;  // 12 x 2 accumulators + 2 weights + 1 broadcast
-  static T zero() { return _mm512_setzero_ps(); }
-  static T set1(float x) { return _mm512_set1_ps(x); }
-  static T load(const float* p) { return _mm512_load_ps(p); }
-  static T loadu(const float* p) { return _mm512_loadu_ps(p); }
-  static void storeu(float* p, T v) { _mm512_storeu_ps(p, v); }
   static void u8_to_float(__m128i b, T* out) { out[0] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b)); }
-  static T fma(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }
-  static T mul(T a, T b) { return _mm512_mul_ps(a, b); }
-  static T add(T a, T b) { return _mm512_add_ps(a, b); }
-  static T sub(T a, T b) { return _mm512_sub_ps(a, b); }
-  static T div(T a, T b) { return _mm512_div_ps(a, b); }
-  static T max(T a, T b) { return _mm512_max_ps(a, b); }
   static T round(T x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
-  static T pow2(T n) {
-    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_castsi512_ps(e);
-  }
   static T neg_abs(T x) {
     return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN)));
   }

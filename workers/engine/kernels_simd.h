@@ -11,6 +11,29 @@
 #include "workers/engine/kernels.h"
 #include "workers/engine/kernels_scalar.h"
 
+// The members of a lane type (V256, V512) whose intrinsics differ between instruction sets
+// only by the vector width in their names (_mm256_add_ps, _mm512_add_ps): written once and
+// expanded in each kernels_*.cpp with BITS 256 or 512. What the widths do differently
+// (conversions, rounding, blends and masks, the horizontal max) each file writes itself.
+#define TANDEM_SIMD_LANE_OPS(BITS)                                                                              \
+  using T = __m##BITS;                                                                                          \
+  static constexpr uint32_t W = BITS / 32;                                                                      \
+  static T zero() { return _mm##BITS##_setzero_ps(); }                                                          \
+  static T set1(float x) { return _mm##BITS##_set1_ps(x); }                                                     \
+  static T load(const float* p) { return _mm##BITS##_load_ps(p); }                                              \
+  static T loadu(const float* p) { return _mm##BITS##_loadu_ps(p); }                                            \
+  static void storeu(float* p, T v) { _mm##BITS##_storeu_ps(p, v); }                                            \
+  static T fma(T a, T b, T c) { return _mm##BITS##_fmadd_ps(a, b, c); }                                         \
+  static T mul(T a, T b) { return _mm##BITS##_mul_ps(a, b); }                                                   \
+  static T add(T a, T b) { return _mm##BITS##_add_ps(a, b); }                                                   \
+  static T sub(T a, T b) { return _mm##BITS##_sub_ps(a, b); }                                                   \
+  static T div(T a, T b) { return _mm##BITS##_div_ps(a, b); }                                                   \
+  static T max(T a, T b) { return _mm##BITS##_max_ps(a, b); }                                                   \
+  static T pow2(T n) {                                                                                          \
+    const __m##BITS##i biased = _mm##BITS##_add_epi32(_mm##BITS##_cvtps_epi32(n), _mm##BITS##_set1_epi32(127)); \
+    return _mm##BITS##_castsi##BITS##_ps(_mm##BITS##_slli_epi32(biased, 23));                                   \
+  }
+
 namespace tandem::engine::kernels::simd {
 
 template <class V>
