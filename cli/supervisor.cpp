@@ -91,12 +91,15 @@ std::vector<ChildSpec> plan_children(const DeployConfig& c, const Endpoints& ep,
       if (auto it = c.scheduler.find(std::string(f.name)); it != c.scheduler.end())
         s.argv.insert(s.argv.end(), {"--" + it->first, it->second});
   out.push_back(std::move(s));
-  uint32_t index = 0;
+  uint32_t index = 0, host_workers = 0;
+  for (const WorkerGroup& g : c.workers) host_workers += g.count;
   for (const WorkerGroup& g : c.workers) {
     for (uint32_t k = 0; k < g.count; ++k) {
       ChildSpec w{
           "worker-" + std::to_string(index++), {exe, "worker", "--model", c.model, "--scheduler", ep.worker}, {}};
       w.argv.insert(w.argv.end(), {"--name", w.name, "--threads", std::to_string(g.threads)});
+      // All of them run on this host: with --kv-memory 0 they split its memory.
+      w.argv.insert(w.argv.end(), {"--host-workers", std::to_string(host_workers)});
       // Role `both` is every worker's default: the flag is passed only for the others.
       if (g.role != "both") w.argv.insert(w.argv.end(), {"--role", g.role});
       // A decode worker receives KV from prefill workers: on one host, a socket in the

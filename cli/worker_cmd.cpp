@@ -13,13 +13,17 @@ Status worker_options_from(const Args& args, worker::WorkerOptions& o) {
   auto blocks = args.integer("kv-blocks", o.kv_blocks);
   auto memory = args.integer("kv-memory", static_cast<int64_t>(o.kv_memory));
   auto block_tokens = args.integer("block-tokens", o.block_tokens);
+  auto reserve = args.integer("memory-reserve", static_cast<int64_t>(o.memory_reserve));
+  auto host_workers = args.integer("host-workers", o.host_workers);
   auto delay = args.integer("test-step-delay-ms", o.test_step_delay_ms);
-  for (const Status* st :
-       {&threads.status(), &blocks.status(), &memory.status(), &block_tokens.status(), &delay.status()})
+  for (const Status* st : {&threads.status(), &blocks.status(), &memory.status(), &reserve.status(),
+                           &host_workers.status(), &block_tokens.status(), &delay.status()})
     if (!st->is_ok()) return *st;
   o.threads = static_cast<uint32_t>(*threads);
   o.kv_blocks = static_cast<uint32_t>(*blocks);
   o.kv_memory = static_cast<uint64_t>(*memory);
+  o.memory_reserve = static_cast<uint64_t>(*reserve);
+  o.host_workers = static_cast<uint32_t>(*host_workers);
   o.block_tokens = static_cast<uint32_t>(*block_tokens);
   o.test_step_delay_ms = static_cast<uint32_t>(*delay);
   if (auto role = args.str("role")) {
