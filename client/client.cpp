@@ -95,14 +95,14 @@ Event from_wire(const v1::FinalEvent& f) {
   return e;
 }
 
-// Copies every visited field of `info` from the field of `m` it names (protobuf reflection:
-// the field list is visit_*_fields' alone). A member type that is not the wire field's is a
-// bug in that list; the status tests read every field.
-template <class Info, class VisitFields>
-void copy_fields(const google::protobuf::Message& m, Info& info, VisitFields visit_fields) {
+// Copies every field of `info` from the field of `m` it names (protobuf reflection: the field
+// list is kStatusFields' alone). A member type that is not the wire field's is a bug in that
+// list; the status tests read every field.
+template <class Info>
+void copy_fields(const google::protobuf::Message& m, Info& info) {
   const google::protobuf::Descriptor* d = m.GetDescriptor();
   const google::protobuf::Reflection* r = m.GetReflection();
-  visit_fields(info, [&](const char*, const char* wire, auto& member) {
+  visit_status_fields(info, [&](const char*, const char* wire, auto& member) {
     const google::protobuf::FieldDescriptor* f = d->FindFieldByName(wire);
     using T = std::remove_reference_t<decltype(member)>;
     if constexpr (std::is_same_v<T, bool>)
@@ -123,9 +123,8 @@ void copy_fields(const google::protobuf::Message& m, Info& info, VisitFields vis
 StatusInfo from_wire(const v1::StatusReply& s) {
   StatusInfo info;
   info.workers.resize(s.workers_size());
-  for (int i = 0; i < s.workers_size(); ++i)
-    copy_fields(s.workers(i), info.workers[i], [](auto& w, auto&& v) { visit_worker_fields(w, v); });
-  copy_fields(s, info, [](auto& st, auto&& v) { visit_status_fields(st, v); });
+  for (int i = 0; i < s.workers_size(); ++i) copy_fields(s.workers(i), info.workers[i]);
+  copy_fields(s, info);
   return info;
 }
 

@@ -14,6 +14,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -144,55 +146,72 @@ struct StatusInfo {
   uint64_t requests_finished_last_minute = 0;
 };
 
-// Every field of WorkerInfo and StatusInfo, named once: visit(json, wire, member) for each, in
-// the order `tandem status --json` prints them. `json` is its key there (nullptr: not printed),
-// `wire` its field in tandem.v1.WorkerStatus / StatusReply. The library's mapping from the wire
-// and the CLI's JSON printer both walk these, so a new status field is added here, in the
-// struct and in the proto, and nowhere else. (StatusInfo::workers is not visited: it nests.)
-template <class Info, class Visit>  // Info: WorkerInfo or const WorkerInfo
-void visit_worker_fields(Info& w, Visit&& visit) {
-  visit("id", "worker_id", w.id);
-  visit("role", "role", w.role);
-  visit("pid", "pid", w.pid);
-  visit("alive", "alive", w.alive);
-  visit("kv_blocks_total", "kv_blocks_total", w.kv_blocks_total);
-  visit("kv_blocks_free", "kv_blocks_free", w.kv_blocks_free);
-  visit("kv_blocks_cached", "kv_blocks_cached", w.kv_blocks_cached);
-  visit("kv_evictions", "kv_evictions", w.kv_evictions);
-  visit("running", "running", w.running);
-  visit("steps", "steps", w.steps);
-  visit("tokens", "tokens", w.tokens);
-  visit("idle_share", "idle_share", w.idle_share);
-  visit("last_heard_ms", "last_heard_ms", w.last_heard_ms);
-  visit(nullptr, "idle_us", w.idle_us);
-  visit(nullptr, "compute_us", w.compute_us);
-}
+// One field of StatusInfo or WorkerInfo (`Owner`): its name in tandem.v1.StatusReply /
+// WorkerStatus, its key in `tandem status --json` (the same unless given; nullptr: not
+// printed) and the member.
+template <class Info, class T>
+struct StatusField {
+  using Owner = Info;
+  constexpr StatusField(const char* name, T Info::*m) : StatusField(name, m, name) {}
+  constexpr StatusField(const char* name, T Info::*m, const char* key) : wire(name), json(key), member(m) {}
+  const char* wire;
+  const char* json;
+  T Info::*member;
+};
 
-template <class Info, class Visit>  // Info: StatusInfo or const StatusInfo
-void visit_status_fields(Info& s, Visit&& visit) {
-  visit("ready", "ready", s.ready);
-  visit("queued", "queued", s.queued);
-  visit("running", "running", s.running);
-  visit("requests_total", "requests_total", s.requests_total);
-  visit("requests_finished", "requests_finished", s.requests_finished);
-  visit("tokens_generated", "tokens_generated", s.tokens_generated);
-  visit("steps", "steps", s.steps);
-  visit("scheduler_cpu_ms_per_step", "scheduler_cpu_ms_per_step", s.scheduler_cpu_ms_per_step);
-  visit("max_step_decode", "max_step_decode", s.max_step_decode);
-  visit("max_step_prefill_tokens", "max_step_prefill_tokens", s.max_step_prefill_tokens);
-  visit("decode_stalls", "decode_stalls", s.decode_stalls);
-  visit("preemptions", "preemptions", s.preemptions);
-  visit("handoffs", "handoffs", s.handoffs);
-  visit("handoff_bytes", "handoff_bytes", s.handoff_bytes);
-  visit("handoff_failures", "handoff_failures", s.handoff_failures);
-  visit("handoff_ms_mean", "handoff_ms_mean", s.handoff_ms_mean);
-  visit("handoff_ms_p99", "handoff_ms_p99", s.handoff_ms_p99);
-  visit("prompt_tokens", "prompt_tokens", s.prompt_tokens);
-  visit("cached_prompt_tokens", "cached_prompt_tokens", s.cached_prompt_tokens);
-  visit("prefix_hit_rate", "prefix_hit_rate", s.prefix_hit_rate);
-  visit("draining", "draining", s.draining);
-  visit("tokens_per_s_last_minute", "tokens_per_s_last_minute", s.tokens_per_s_last_minute);
-  visit("requests_finished_last_minute", "requests_finished_last_minute", s.requests_finished_last_minute);
+// Every field of StatusInfo and WorkerInfo, named once, each struct's in the order `tandem
+// status --json` prints them. The library's mapping from the wire and the CLI's JSON printer
+// both walk this table (visit_status_fields), so a new status field is added here, in the
+// struct and in the proto, and nowhere else. (StatusInfo::workers is not listed: it nests.)
+inline constexpr std::tuple kStatusFields{
+    StatusField{"ready", &StatusInfo::ready},
+    StatusField{"queued", &StatusInfo::queued},
+    StatusField{"running", &StatusInfo::running},
+    StatusField{"requests_total", &StatusInfo::requests_total},
+    StatusField{"requests_finished", &StatusInfo::requests_finished},
+    StatusField{"tokens_generated", &StatusInfo::tokens_generated},
+    StatusField{"steps", &StatusInfo::steps},
+    StatusField{"scheduler_cpu_ms_per_step", &StatusInfo::scheduler_cpu_ms_per_step},
+    StatusField{"max_step_decode", &StatusInfo::max_step_decode},
+    StatusField{"max_step_prefill_tokens", &StatusInfo::max_step_prefill_tokens},
+    StatusField{"decode_stalls", &StatusInfo::decode_stalls},
+    StatusField{"preemptions", &StatusInfo::preemptions},
+    StatusField{"handoffs", &StatusInfo::handoffs},
+    StatusField{"handoff_bytes", &StatusInfo::handoff_bytes},
+    StatusField{"handoff_failures", &StatusInfo::handoff_failures},
+    StatusField{"handoff_ms_mean", &StatusInfo::handoff_ms_mean},
+    StatusField{"handoff_ms_p99", &StatusInfo::handoff_ms_p99},
+    StatusField{"prompt_tokens", &StatusInfo::prompt_tokens},
+    StatusField{"cached_prompt_tokens", &StatusInfo::cached_prompt_tokens},
+    StatusField{"prefix_hit_rate", &StatusInfo::prefix_hit_rate},
+    StatusField{"draining", &StatusInfo::draining},
+    StatusField{"tokens_per_s_last_minute", &StatusInfo::tokens_per_s_last_minute},
+    StatusField{"requests_finished_last_minute", &StatusInfo::requests_finished_last_minute},
+    StatusField{"worker_id", &WorkerInfo::id, "id"},
+    StatusField{"role", &WorkerInfo::role},
+    StatusField{"pid", &WorkerInfo::pid},
+    StatusField{"alive", &WorkerInfo::alive},
+    StatusField{"kv_blocks_total", &WorkerInfo::kv_blocks_total},
+    StatusField{"kv_blocks_free", &WorkerInfo::kv_blocks_free},
+    StatusField{"kv_blocks_cached", &WorkerInfo::kv_blocks_cached},
+    StatusField{"kv_evictions", &WorkerInfo::kv_evictions},
+    StatusField{"running", &WorkerInfo::running},
+    StatusField{"steps", &WorkerInfo::steps},
+    StatusField{"tokens", &WorkerInfo::tokens},
+    StatusField{"idle_share", &WorkerInfo::idle_share},
+    StatusField{"last_heard_ms", &WorkerInfo::last_heard_ms},
+    StatusField{"idle_us", &WorkerInfo::idle_us, nullptr},
+    StatusField{"compute_us", &WorkerInfo::compute_us, nullptr}};
+
+// Calls visit(json, wire, member) for each field of `info` (a StatusInfo or WorkerInfo, const
+// or not), in the table's order.
+template <class Info, class Visit>
+void visit_status_fields(Info& info, Visit&& visit) {
+  auto one = [&](const auto& field) {
+    if constexpr (std::is_same_v<typename std::decay_t<decltype(field)>::Owner, std::remove_const_t<Info>>)
+      visit(field.json, field.wire, info.*field.member);
+  };
+  std::apply([&](const auto&... field) { (one(field), ...); }, kStatusFields);
 }
 
 // Durations past 100 years are taken as 100 years: milliseconds::max() means "never".
