@@ -128,22 +128,17 @@ StatusInfo from_wire(const v1::StatusReply& s) {
   return info;
 }
 
-std::string wire(const v1::ClientMessage& m) {
-  std::string out;
-  m.SerializeToString(&out);
-  return out;
-}
-
-v1::ClientMessage envelope() {
+// A ClientMessage of this client's protocol version, its body set by `body`, serialized.
+template <class Body>
+std::string client_message(Body body) {
   v1::ClientMessage m;
   m.set_version(v1::PROTOCOL_VERSION_CURRENT);
-  return m;
+  body(m);
+  return m.SerializeAsString();
 }
 
 std::string status_query(uint64_t query_id) {
-  v1::ClientMessage m = envelope();
-  m.mutable_status()->set_query_id(query_id);
-  return wire(m);
+  return client_message([&](v1::ClientMessage& m) { m.mutable_status()->set_query_id(query_id); });
 }
 
 // Durations past this are taken as it: a century means "never", and twice it added to a
@@ -153,29 +148,29 @@ std::chrono::milliseconds at_most_never(std::chrono::milliseconds d) { return st
 
 std::string ms_string(std::chrono::milliseconds d) { return std::to_string(d.count()) + " ms"; }
 
-v1::ClientMessage submit_message(const GenerateRequest& r) {
-  auto m = client_detail::envelope();
-  v1::Submit* s = m.mutable_submit();
-  s->set_request_id(r.id);
-  if (!r.prompt_tokens.empty()) {
-    s->mutable_tokens()->mutable_ids()->Add(r.prompt_tokens.begin(), r.prompt_tokens.end());
-  } else {
-    s->set_text(r.prompt_text);
-  }
-  s->set_no_bos(r.no_bos);
-  model::to_proto({r.temperature, r.top_k, r.top_p, r.min_p, r.repetition_penalty, r.seed, r.top_logprobs},
-                  s->mutable_sampling());
-  s->set_max_tokens(r.max_tokens);
-  for (const auto& seq : r.stop_token_sequences)
-    s->add_stop_token_sequences()->mutable_ids()->Add(seq.begin(), seq.end());
-  for (const auto& str : r.stop_strings) s->add_stop_strings(str);
-  s->set_include_stop_string(r.include_stop_string);
-  s->set_ignore_eos(r.ignore_eos);
-  s->set_logprobs(r.logprobs);
-  s->set_stream(r.stream);
-  s->set_priority(r.priority);
-  s->set_timeout_ms(static_cast<uint32_t>(r.timeout.count()));
-  return m;
+std::string submit_message(const GenerateRequest& r) {
+  return client_message([&](v1::ClientMessage& m) {
+    v1::Submit* s = m.mutable_submit();
+    s->set_request_id(r.id);
+    if (!r.prompt_tokens.empty()) {
+      s->mutable_tokens()->mutable_ids()->Add(r.prompt_tokens.begin(), r.prompt_tokens.end());
+    } else {
+      s->set_text(r.prompt_text);
+    }
+    s->set_no_bos(r.no_bos);
+    model::to_proto({r.temperature, r.top_k, r.top_p, r.min_p, r.repetition_penalty, r.seed, r.top_logprobs},
+                    s->mutable_sampling());
+    s->set_max_tokens(r.max_tokens);
+    for (const auto& seq : r.stop_token_sequences)
+      s->add_stop_token_sequences()->mutable_ids()->Add(seq.begin(), seq.end());
+    for (const auto& str : r.stop_strings) s->add_stop_strings(str);
+    s->set_include_stop_string(r.include_stop_string);
+    s->set_ignore_eos(r.ignore_eos);
+    s->set_logprobs(r.logprobs);
+    s->set_stream(r.stream);
+    s->set_priority(r.priority);
+    s->set_timeout_ms(static_cast<uint32_t>(r.timeout.count()));
+  });
 }
 
 // The delay from `now` until `due`, rounded up: a timer never fires before its due time.
@@ -293,11 +288,7 @@ class Core {
         driver_(driver ? std::move(driver) : std::make_unique<LoopDriver>(loop_)),
         gate_(std::make_shared<Gate>(*this)),
         id_prefix_(random_id_prefix()),
-        heartbeat_wire_([] {
-          auto m = envelope();
-          m.mutable_heartbeat();
-          return wire(m);
-        }()) {}
+        heartbeat_wire_(client_message([](v1::ClientMessage& m) { m.mutable_heartbeat(); })) {}
 
   ~Core() {
     // Work the gate took runs before shutdown(); a loop that failed has closed it and stopped.
@@ -469,9 +460,8 @@ class Core {
       return deliver(sink, final_error(Code::kInvalidArgument, "timeout must be in [0, 2^32) ms"));
     std::optional<Clock::time_point> due;
     if (r.timeout.count() > 0) due = driver_->now() + r.timeout + options_.deadline_grace;
-    if (!gate_->post([id = r.id, bytes = wire(submit_message(r)), due, sink](Core& core) {
-          core.on_submit(id, bytes, due, sink);
-        }))
+    if (!gate_->post(
+            [id = r.id, bytes = submit_message(r), due, sink](Core& core) { core.on_submit(id, bytes, due, sink); }))
       deliver(sink, final_error(Code::kUnavailable, gate_->why_closed()));
   }
 
@@ -571,9 +561,7 @@ class Core {
   }
 
   void send_cancel(const std::string& id) {
-    auto m = envelope();
-    m.mutable_cancel()->set_request_id(id);
-    (void)send(wire(m));
+    (void)send(client_message([&](v1::ClientMessage& m) { m.mutable_cancel()->set_request_id(id); }));
   }
 
   void finish(const std::string& id, Event event) {
