@@ -397,7 +397,6 @@ class Core {
     const std::string msg = "connection to the scheduler at " + options_.endpoint + " lost";
     if (!live_.empty() || !waiters_.empty()) spdlog::warn("tandem client: {}", msg);
     fail_all(Code::kUnavailable, msg);
-    fail_waiters(Code::kUnavailable, msg);
   }
 
   // The loop cannot go on (`what` failed with `err` on a socket): the client ends with this cause.
@@ -418,7 +417,6 @@ class Core {
     const std::string reason = gate_->why_closed();
     for (const auto& [id, live] : live_) send_cancel(id);
     fail_all(Code::kUnavailable, reason);
-    fail_waiters(Code::kUnavailable, reason);
     monitor_.reset();
     dealer_.reset();  // ZMQ_LINGER bounds how long the cancels above may wait to go out
     runtime::asio::post(loop_.io(), [this] { loop_.stop(); });
@@ -508,11 +506,9 @@ class Core {
   void check_liveness() {
     const std::chrono::milliseconds t = options_.liveness_timeout;
     const Clock::time_point now = driver_->now();
-    if (now >= quiet_since_ + 2 * t) {
-      fail_all(Code::kUnavailable, "the scheduler at " + options_.endpoint + " sent nothing for " + ms_string(2 * t) +
-                                       " and did not answer a probe");
-      return;
-    }
+    if (now >= quiet_since_ + 2 * t)
+      return fail_requests(Code::kUnavailable, "the scheduler at " + options_.endpoint + " sent nothing for " +
+                                                   ms_string(2 * t) + " and did not answer a probe");
     if (now >= quiet_since_ + t && !probe_outstanding_) {
       (void)send(status_query(++last_query_id_));  // unsent, the probe simply goes unanswered
       add_waiter(last_query_id_, now + t, nullptr);
@@ -576,14 +572,17 @@ class Core {
     deliver(live.sink, std::move(event));
   }
 
-  void fail_all(Code code, const std::string& message) {
-    std::vector<std::string> ids;
-    ids.reserve(live_.size());
-    for (const auto& [id, live] : live_) ids.push_back(id);
-    for (const std::string& id : ids) finish(id, final_error(code, message));
+  // Ends every request in flight with this error.
+  void fail_requests(Code code, const std::string& message) {
+    while (!live_.empty()) {
+      const std::string id = live_.begin()->first;
+      finish(id, final_error(code, message));
+    }
   }
 
-  void fail_waiters(Code code, const std::string& message) {
+  // Ends every request in flight and every status query with this error.
+  void fail_all(Code code, const std::string& message) {
+    fail_requests(code, message);
     std::deque<Waiter> waiters;
     waiters.swap(waiters_);
     for (Waiter& w : waiters)
@@ -596,9 +595,7 @@ class Core {
       const std::string msg = "the scheduler speaks protocol version " + std::to_string(reply.version()) +
                               ", this client " + std::to_string(v1::PROTOCOL_VERSION_CURRENT);
       spdlog::error("tandem client: {}", msg);
-      fail_all(Code::kUnavailable, msg);
-      fail_waiters(Code::kUnavailable, msg);
-      return;
+      return fail_all(Code::kUnavailable, msg);
     }
     switch (reply.body_case()) {
       case v1::SchedulerReply::kEvents: {
@@ -627,9 +624,7 @@ class Core {
         const Code code = from_wire(reply.error().code());
         const std::string msg = "scheduler: " + reply.error().message();
         spdlog::error("tandem client: protocol error from {}: {}", options_.endpoint, msg);
-        fail_all(code, msg);
-        fail_waiters(code, msg);
-        return;
+        return fail_all(code, msg);
       }
       default: spdlog::warn("tandem client: a scheduler reply without a body"); return;
     }
