@@ -222,17 +222,12 @@ class EventQueue {
     }
     cv_.notify_all();
   }
-  // The next event, waiting for one until `until` (none: no limit). Nothing when none came
-  // in time or the final event has been taken.
-  std::optional<Event> take(std::optional<Clock::time_point> until) TANDEM_EXCLUDES(mu_) {
+  // The next event, waiting for one until `until`. Nothing when none came in time or the
+  // final event has been taken.
+  std::optional<Event> take(Clock::time_point until) TANDEM_EXCLUDES(mu_) {
     MutexLock lock(mu_);
-    while (events_.empty() && !final_taken_) {
-      if (!until) {
-        cv_.wait(mu_);
-      } else if (!cv_.wait_until(mu_, *until)) {
-        break;
-      }
-    }
+    bool in_time = true;
+    while (events_.empty() && !final_taken_ && in_time) in_time = cv_.wait_until(mu_, until);
     if (events_.empty()) return std::nullopt;
     std::optional<Event> out(std::move(events_.front()));
     events_.pop_front();
@@ -716,10 +711,9 @@ Stream::Stream(std::string id, std::weak_ptr<client_detail::Gate> gate)
     : id_(std::move(id)), gate_(std::move(gate)), events_(std::make_shared<client_detail::EventQueue>()) {}
 
 bool Stream::next(Event& out) {
-  std::optional<Event> event = events_->take(std::nullopt);
-  if (!event) return false;
-  out = std::move(*event);
-  return true;
+  std::optional<Event> event = next_for(std::chrono::milliseconds::max());  // 100 years: "never"
+  if (event) out = std::move(*event);
+  return event.has_value();
 }
 
 std::optional<Event> Stream::next_for(std::chrono::milliseconds wait) {
