@@ -76,14 +76,12 @@ Event from_wire(const v1::FinalEvent& f) {
     case v1::FINISH_REASON_CANCELLED: fin.reason = FinishReason::kCancelled; break;
     default: fin.reason = FinishReason::kError; break;
   }
+  fin.error_message = f.error_message();
   if (fin.reason == FinishReason::kError) {
     fin.code = from_wire(f.error_code());
     fin.error_code = code_name(fin.code);
-    fin.error_message = f.error_message();
     if (f.finish_reason() != v1::FINISH_REASON_ERROR && fin.error_message.empty())
       fin.error_message = "scheduler sent a final event without a finish reason";
-  } else {
-    fin.error_message = f.error_message();
   }
   fin.prompt_tokens = f.usage().prompt_tokens();
   fin.completion_tokens = f.usage().completion_tokens();
@@ -373,15 +371,11 @@ class Core {
   // all counts as a sign of life.
   void on_message(const runtime::Frames& frames, Clock::time_point now) {
     quiet_since_ = now;
-    if (frames.size() != 1) {
-      spdlog::warn("tandem client: dropped a message of {} frames from the scheduler", frames.size());
-      return;
-    }
+    if (frames.size() != 1)
+      return spdlog::warn("tandem client: dropped a message of {} frames from the scheduler", frames.size());
     v1::SchedulerReply reply;
-    if (!reply.ParseFromArray(frames[0].data(), static_cast<int>(frames[0].size()))) {
-      spdlog::warn("tandem client: dropped an unparsable message from the scheduler");
-      return;
-    }
+    if (!reply.ParseFromArray(frames[0].data(), static_cast<int>(frames[0].size())))
+      return spdlog::warn("tandem client: dropped an unparsable message from the scheduler");
     on_reply(reply);
   }
 
@@ -522,11 +516,15 @@ class Core {
 
   void add_waiter(uint64_t query_id, Clock::time_point due, std::shared_ptr<std::promise<Result<StatusInfo>>> reply) {
     auto timeout = driver_->after(until(due, driver_->now()), [this, query_id] {
-      auto it = std::find_if(waiters_.begin(), waiters_.end(), [&](const Waiter& w) { return w.query_id == query_id; });
+      auto it = find_waiter(query_id);
       if (it != waiters_.end())
         answer(it, Status::error(Code::kUnavailable, "no status reply from the scheduler at " + options_.endpoint));
     });
     waiters_.push_back(Waiter{query_id, std::move(reply), std::move(timeout)});
+  }
+
+  std::deque<Waiter>::iterator find_waiter(uint64_t query_id) {
+    return std::find_if(waiters_.begin(), waiters_.end(), [&](const Waiter& w) { return w.query_id == query_id; });
   }
 
   // Takes a waiter out and answers it; an answered probe re-arms the liveness check.
@@ -606,9 +604,7 @@ class Core {
         // A scheduler that echoes no query id answers in order; a reply whose query already
         // timed out here matches no waiter and is dropped.
         const uint64_t id = reply.status().query_id();
-        auto it = id == 0 ? waiters_.begin() : std::find_if(waiters_.begin(), waiters_.end(), [id](const Waiter& w) {
-          return w.query_id == id;
-        });
+        auto it = id == 0 ? waiters_.begin() : find_waiter(id);
         if (it == waiters_.end()) return;
         answer(it, from_wire(reply.status()));
         return;
@@ -705,8 +701,6 @@ const char* finish_reason_name(FinishReason reason) {
   return "error";
 }
 
-// ---- Stream ----
-
 Stream::Stream(std::string id, std::weak_ptr<client_detail::Gate> gate)
     : id_(std::move(id)), gate_(std::move(gate)), events_(std::make_shared<client_detail::EventQueue>()) {}
 
@@ -726,8 +720,6 @@ void Stream::cancel() {
 }
 
 bool Stream::finished() const { return events_->final_taken(); }
-
-// ---- Client ----
 
 namespace {
 
@@ -789,8 +781,6 @@ Result<StatusInfo> Client::status(std::chrono::milliseconds timeout) {
   return future.get();
 }
 
-// ---- ClientHarness ----
-
 struct ClientHarness::Impl {
   client_detail::StepDriver* driver;  // owned by core
   std::unique_ptr<Core> core;
@@ -800,6 +790,12 @@ struct ClientHarness::Impl {
     driver->run_posted();
     if (step) step();
     driver->advance(std::chrono::milliseconds{0});
+  }
+  // A public call's result, returned after the pass that follows it.
+  template <class T>
+  T passed(T result) {
+    pass();
+    return result;
   }
 };
 
@@ -816,15 +812,11 @@ Result<std::unique_ptr<ClientHarness>> ClientHarness::create(ClientOptions optio
 ClientHarness::~ClientHarness() { impl_->core->shutdown("client closed"); }
 
 std::shared_ptr<Stream> ClientHarness::generate(GenerateRequest request) {
-  auto stream = impl_->core->generate(std::move(request));
-  impl_->pass();
-  return stream;
+  return impl_->passed(impl_->core->generate(std::move(request)));
 }
 
 std::string ClientHarness::generate(GenerateRequest request, std::function<void(const Event&)> on_event) {
-  std::string id = impl_->core->generate(std::move(request), std::move(on_event));
-  impl_->pass();
-  return id;
+  return impl_->passed(impl_->core->generate(std::move(request), std::move(on_event)));
 }
 
 void ClientHarness::cancel(const std::string& id) {
@@ -833,9 +825,7 @@ void ClientHarness::cancel(const std::string& id) {
 }
 
 std::future<Result<StatusInfo>> ClientHarness::status(std::chrono::milliseconds timeout) {
-  auto future = impl_->core->post_status(timeout);
-  impl_->pass();
-  return future;
+  return impl_->passed(impl_->core->post_status(timeout));
 }
 
 void ClientHarness::scheduler(const runtime::Frames& frames) {
