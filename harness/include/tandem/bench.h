@@ -127,11 +127,12 @@ class Workload {
   BenchRequest make(uint64_t index) const;
 
  private:
-  struct Entry {
+  struct Entry {  // a dataset line
     std::string text;
     std::vector<int32_t> tokens;
-    uint32_t output_len = 0;
+    uint32_t output_len = 0;  // 0: not given
   };
+  static Result<Entry> parse_entry(const std::string& line);
   WorkloadOptions options_;
   std::vector<Entry> dataset_;
   std::vector<std::vector<int32_t>> prefixes_;
