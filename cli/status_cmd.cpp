@@ -46,7 +46,7 @@ void append_fields(std::string& out, const Info& info) {
 }
 
 // One line: the status fields, then "workers" (an array of objects), fields in the order of
-// tandem::kStatusFields. Its bytes are a contract (the golden test).
+// tandem::list_status_fields. Its bytes are a contract (the golden test).
 std::string to_json(const StatusInfo& s) {
   std::string out = "{";
   append_fields(out, s);

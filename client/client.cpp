@@ -93,9 +93,9 @@ Event from_wire(const v1::FinalEvent& f) {
   return e;
 }
 
-// Copies every field of `info` from the field of `m` it names (protobuf reflection: the field
-// list is kStatusFields' alone). A member type that is not the wire field's is a bug in that
-// list; the status tests read every field.
+// Copies every field of `info` from the field of `m` it names (protobuf reflection: the
+// field list is list_status_fields' alone). A member type that is not the wire field's is a
+// bug in that list; the status tests read every field.
 template <class Info>
 void copy_fields(const google::protobuf::Message& m, Info& info) {
   const google::protobuf::Descriptor* d = m.GetDescriptor();

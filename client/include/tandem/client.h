@@ -14,7 +14,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -146,72 +145,63 @@ struct StatusInfo {
   uint64_t requests_finished_last_minute = 0;
 };
 
-// One field of StatusInfo or WorkerInfo (`Owner`): its name in tandem.v1.StatusReply /
-// WorkerStatus, its key in `tandem status --json` (the same unless given; nullptr: not
-// printed) and the member.
-template <class Info, class T>
-struct StatusField {
-  using Owner = Info;
-  constexpr StatusField(const char* name, T Info::*m) : StatusField(name, m, name) {}
-  constexpr StatusField(const char* name, T Info::*m, const char* key) : wire(name), json(key), member(m) {}
-  const char* wire;
-  const char* json;
-  T Info::*member;
-};
-
 // Every field of StatusInfo and WorkerInfo, named once, each struct's in the order `tandem
-// status --json` prints them. The library's mapping from the wire and the CLI's JSON printer
-// both walk this table (visit_status_fields), so a new status field is added here, in the
-// struct and in the proto, and nowhere else. (StatusInfo::workers is not listed: it nests.)
-inline constexpr std::tuple kStatusFields{
-    StatusField{"ready", &StatusInfo::ready},
-    StatusField{"queued", &StatusInfo::queued},
-    StatusField{"running", &StatusInfo::running},
-    StatusField{"requests_total", &StatusInfo::requests_total},
-    StatusField{"requests_finished", &StatusInfo::requests_finished},
-    StatusField{"tokens_generated", &StatusInfo::tokens_generated},
-    StatusField{"steps", &StatusInfo::steps},
-    StatusField{"scheduler_cpu_ms_per_step", &StatusInfo::scheduler_cpu_ms_per_step},
-    StatusField{"max_step_decode", &StatusInfo::max_step_decode},
-    StatusField{"max_step_prefill_tokens", &StatusInfo::max_step_prefill_tokens},
-    StatusField{"decode_stalls", &StatusInfo::decode_stalls},
-    StatusField{"preemptions", &StatusInfo::preemptions},
-    StatusField{"handoffs", &StatusInfo::handoffs},
-    StatusField{"handoff_bytes", &StatusInfo::handoff_bytes},
-    StatusField{"handoff_failures", &StatusInfo::handoff_failures},
-    StatusField{"handoff_ms_mean", &StatusInfo::handoff_ms_mean},
-    StatusField{"handoff_ms_p99", &StatusInfo::handoff_ms_p99},
-    StatusField{"prompt_tokens", &StatusInfo::prompt_tokens},
-    StatusField{"cached_prompt_tokens", &StatusInfo::cached_prompt_tokens},
-    StatusField{"prefix_hit_rate", &StatusInfo::prefix_hit_rate},
-    StatusField{"draining", &StatusInfo::draining},
-    StatusField{"tokens_per_s_last_minute", &StatusInfo::tokens_per_s_last_minute},
-    StatusField{"requests_finished_last_minute", &StatusInfo::requests_finished_last_minute},
-    StatusField{"worker_id", &WorkerInfo::id, "id"},
-    StatusField{"role", &WorkerInfo::role},
-    StatusField{"pid", &WorkerInfo::pid},
-    StatusField{"alive", &WorkerInfo::alive},
-    StatusField{"kv_blocks_total", &WorkerInfo::kv_blocks_total},
-    StatusField{"kv_blocks_free", &WorkerInfo::kv_blocks_free},
-    StatusField{"kv_blocks_cached", &WorkerInfo::kv_blocks_cached},
-    StatusField{"kv_evictions", &WorkerInfo::kv_evictions},
-    StatusField{"running", &WorkerInfo::running},
-    StatusField{"steps", &WorkerInfo::steps},
-    StatusField{"tokens", &WorkerInfo::tokens},
-    StatusField{"idle_share", &WorkerInfo::idle_share},
-    StatusField{"last_heard_ms", &WorkerInfo::last_heard_ms},
-    StatusField{"idle_us", &WorkerInfo::idle_us, nullptr},
-    StatusField{"compute_us", &WorkerInfo::compute_us, nullptr}};
+// status --json` prints them: field(name, &Struct::member), `name` being the field's in
+// tandem.v1.StatusReply / WorkerStatus and its key in that JSON unless a third argument gives
+// the key (nullptr: not printed). The library's mapping from the wire and the CLI's JSON
+// printer both walk this list (visit_status_fields), so a new status field is added here, in
+// the struct and in the proto, and nowhere else. (StatusInfo::workers is not listed: it nests.)
+template <class Field>
+void list_status_fields(Field&& field) {
+  field("ready", &StatusInfo::ready);
+  field("queued", &StatusInfo::queued);
+  field("running", &StatusInfo::running);
+  field("requests_total", &StatusInfo::requests_total);
+  field("requests_finished", &StatusInfo::requests_finished);
+  field("tokens_generated", &StatusInfo::tokens_generated);
+  field("steps", &StatusInfo::steps);
+  field("scheduler_cpu_ms_per_step", &StatusInfo::scheduler_cpu_ms_per_step);
+  field("max_step_decode", &StatusInfo::max_step_decode);
+  field("max_step_prefill_tokens", &StatusInfo::max_step_prefill_tokens);
+  field("decode_stalls", &StatusInfo::decode_stalls);
+  field("preemptions", &StatusInfo::preemptions);
+  field("handoffs", &StatusInfo::handoffs);
+  field("handoff_bytes", &StatusInfo::handoff_bytes);
+  field("handoff_failures", &StatusInfo::handoff_failures);
+  field("handoff_ms_mean", &StatusInfo::handoff_ms_mean);
+  field("handoff_ms_p99", &StatusInfo::handoff_ms_p99);
+  field("prompt_tokens", &StatusInfo::prompt_tokens);
+  field("cached_prompt_tokens", &StatusInfo::cached_prompt_tokens);
+  field("prefix_hit_rate", &StatusInfo::prefix_hit_rate);
+  field("draining", &StatusInfo::draining);
+  field("tokens_per_s_last_minute", &StatusInfo::tokens_per_s_last_minute);
+  field("requests_finished_last_minute", &StatusInfo::requests_finished_last_minute);
+  field("worker_id", &WorkerInfo::id, "id");
+  field("role", &WorkerInfo::role);
+  field("pid", &WorkerInfo::pid);
+  field("alive", &WorkerInfo::alive);
+  field("kv_blocks_total", &WorkerInfo::kv_blocks_total);
+  field("kv_blocks_free", &WorkerInfo::kv_blocks_free);
+  field("kv_blocks_cached", &WorkerInfo::kv_blocks_cached);
+  field("kv_evictions", &WorkerInfo::kv_evictions);
+  field("running", &WorkerInfo::running);
+  field("steps", &WorkerInfo::steps);
+  field("tokens", &WorkerInfo::tokens);
+  field("idle_share", &WorkerInfo::idle_share);
+  field("last_heard_ms", &WorkerInfo::last_heard_ms);
+  field("idle_us", &WorkerInfo::idle_us, nullptr);
+  field("compute_us", &WorkerInfo::compute_us, nullptr);
+}
 
 // Calls visit(json, wire, member) for each field of `info` (a StatusInfo or WorkerInfo, const
-// or not), in the table's order.
+// or not), in the list's order.
 template <class Info, class Visit>
 void visit_status_fields(Info& info, Visit&& visit) {
-  auto one = [&](const auto& field) {
-    if constexpr (std::is_same_v<typename std::decay_t<decltype(field)>::Owner, std::remove_const_t<Info>>)
-      visit(field.json, field.wire, info.*field.member);
-  };
-  std::apply([&](const auto&... field) { (one(field), ...); }, kStatusFields);
+  list_status_fields([&](const char* wire, auto member, auto... key) {
+    const char* json = wire;
+    ((json = key), ...);  // the key given, if any
+    if constexpr (std::is_invocable_v<decltype(member), Info&>) visit(json, wire, info.*member);
+  });
 }
 
 // Durations past 100 years are taken as 100 years: milliseconds::max() means "never".
