@@ -277,15 +277,9 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
 
 void OpenAITarget::start(std::shared_ptr<RequestTracker> tracker) {
   asio::post(io_, [this, tracker = std::move(tracker)]() mutable {
-    std::unique_ptr<beast::tcp_stream> stream;
-    bool reused = false;
-    if (!idle_.empty()) {
-      stream = std::move(idle_.back());
-      idle_.pop_back();
-      reused = true;
-    } else {
-      stream = std::make_unique<beast::tcp_stream>(io_);
-    }
+    const bool reused = !idle_.empty();
+    auto stream = reused ? std::move(idle_.back()) : std::make_unique<beast::tcp_stream>(io_);
+    if (reused) idle_.pop_back();
     std::make_shared<HttpSession>(*this, std::move(tracker), std::move(stream), reused)->run();
   });
 }
