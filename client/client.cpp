@@ -379,7 +379,6 @@ class Core {
     on_reply(reply);
   }
 
-  // The connection to the scheduler was lost.
   void on_disconnected() {
     // Messages to and from the requests in flight may be lost with the connection (and
     // a restarted scheduler does not know them): end them now rather than at a deadline.
@@ -605,8 +604,7 @@ class Core {
         // timed out here matches no waiter and is dropped.
         const uint64_t id = reply.status().query_id();
         auto it = id == 0 ? waiters_.begin() : find_waiter(id);
-        if (it == waiters_.end()) return;
-        answer(it, from_wire(reply.status()));
+        if (it != waiters_.end()) answer(it, from_wire(reply.status()));
         return;
       }
       case v1::SchedulerReply::kError: {
@@ -650,7 +648,7 @@ bool Gate::post(std::function<void(Core&)> fn) {
   return true;
 }
 
-// ClientHarness's Driver: posted work runs at the harness's next step, timers as its clock moves.
+// ClientHarness's Driver: posted work runs at the harness's next pass, timers as its clock moves.
 class StepDriver final : public Driver {
  public:
   Clock::time_point now() override { return now_; }
@@ -661,12 +659,16 @@ class StepDriver final : public Driver {
     return timer;
   }
 
-  void run_posted() {
+  // One pass of the loop as after a wake-up: the work posted, then `step` (a message, a lost
+  // connection), then the timers due.
+  void pass(const std::function<void()>& step = nullptr) {
     while (!posted_.empty()) {
       std::function<void()> fn = std::move(posted_.front());
       posted_.pop_front();
       fn();
     }
+    if (step) step();
+    advance(std::chrono::milliseconds{0});
   }
   // Moves the clock on by `elapsed`, firing the timers due on the way, each at its due time.
   void advance(std::chrono::milliseconds elapsed) {
@@ -784,17 +786,10 @@ Result<StatusInfo> Client::status(std::chrono::milliseconds timeout) {
 struct ClientHarness::Impl {
   client_detail::StepDriver* driver;  // owned by core
   std::unique_ptr<Core> core;
-  // One pass of the loop as after a wake-up: the work posted, then `step` (a message, a lost
-  // connection), then the timers due.
-  void pass(const std::function<void()>& step = nullptr) {
-    driver->run_posted();
-    if (step) step();
-    driver->advance(std::chrono::milliseconds{0});
-  }
   // A public call's result, returned after the pass that follows it.
   template <class T>
   T passed(T result) {
-    pass();
+    driver->pass();
     return result;
   }
 };
@@ -821,7 +816,7 @@ std::string ClientHarness::generate(GenerateRequest request, std::function<void(
 
 void ClientHarness::cancel(const std::string& id) {
   (void)Core::post_cancel(impl_->core->gate(), id);
-  impl_->pass();
+  impl_->driver->pass();
 }
 
 std::future<Result<StatusInfo>> ClientHarness::status(std::chrono::milliseconds timeout) {
@@ -829,17 +824,17 @@ std::future<Result<StatusInfo>> ClientHarness::status(std::chrono::milliseconds 
 }
 
 void ClientHarness::scheduler(const runtime::Frames& frames) {
-  impl_->pass([&] { impl_->core->on_message(frames, impl_->driver->now()); });
+  impl_->driver->pass([&] { impl_->core->on_message(frames, impl_->driver->now()); });
 }
 
 void ClientHarness::disconnected() {
-  impl_->pass([&] { impl_->core->on_disconnected(); });
+  impl_->driver->pass([&] { impl_->core->on_disconnected(); });
 }
 
 void ClientHarness::poll_failed(int err) { impl_->core->on_loop_failed("zmq_poll", err); }
 
 void ClientHarness::advance(std::chrono::milliseconds elapsed) {
-  impl_->pass();
+  impl_->driver->pass();
   impl_->driver->advance(elapsed);
 }
 

@@ -52,16 +52,14 @@ class Runner {
 
   // Its own requests, at the same concurrency cap (or one at a time), not counted.
   void warmup() {
-    if (load_.warmup > 0) {
-      std::vector<std::shared_ptr<RequestTracker>> warm;
-      const uint64_t cap = load_.concurrency > 0 ? load_.concurrency : 1;
-      const auto deadline = Clock::now() + seconds(load_.drain_timeout_s);
-      for (uint32_t i = 0; i < load_.warmup; ++i) {
-        if (!wait_in_flight(cap - 1, deadline)) break;
-        launch(~0ULL - i, warm);
-      }
-      (void)wait_in_flight(0, deadline);
+    std::vector<std::shared_ptr<RequestTracker>> warm;
+    const uint64_t cap = load_.concurrency > 0 ? load_.concurrency : 1;
+    const auto deadline = Clock::now() + seconds(load_.drain_timeout_s);
+    for (uint32_t i = 0; i < load_.warmup; ++i) {
+      if (!wait_in_flight(cap - 1, deadline)) break;
+      launch(~0ULL - i, warm);
     }
+    (void)wait_in_flight(0, deadline);  // at once when there was no warmup
     std::lock_guard<std::mutex> lock(counters_->mu);
     counters_->finished = 0;
   }
