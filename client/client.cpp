@@ -338,12 +338,21 @@ class Core {
   std::shared_ptr<Stream> generate(GenerateRequest request) {
     if (request.id.empty()) request.id = next_id();
     std::shared_ptr<Stream> stream(new Stream(request.id, gate_));
-    submit(request, Sink{stream, nullptr});
+    submit(request, [events = stream->events_](Event event) { events->push(std::move(event)); });
     return stream;
   }
   std::string generate(GenerateRequest request, std::function<void(const Event&)> on_event) {
     if (request.id.empty()) request.id = next_id();
-    submit(request, Sink{nullptr, std::move(on_event)});
+    submit(request, [on_event = std::move(on_event)](Event event) {
+      if (!on_event) return;
+      try {
+        on_event(event);
+      } catch (const std::exception& e) {
+        spdlog::error("tandem client: an event callback threw: {}", e.what());
+      } catch (...) {
+        spdlog::error("tandem client: an event callback threw");
+      }
+    });
     return request.id;
   }
   // Asks the loop to cancel request `id`; false once the client is closing.
@@ -411,11 +420,8 @@ class Core {
   }
 
  private:
-  // Where a request's events go: its Stream, or its callback (on the loop's thread).
-  struct Sink {
-    std::shared_ptr<Stream> stream;
-    std::function<void(const Event&)> on_event;
-  };
+  // Where a request's events go: its Stream's queue, or its callback (on the loop's thread).
+  using Sink = std::function<void(Event)>;
   struct Live {
     Sink sink;
     std::shared_ptr<void> deadline;  // the timer that ends it past its deadline and grace
@@ -426,38 +432,24 @@ class Core {
     std::shared_ptr<void> timeout;
   };
 
-  static void deliver(const Sink& sink, Event event) {
-    if (sink.stream) {
-      sink.stream->events_->push(std::move(event));
-    } else if (sink.on_event) {
-      try {
-        sink.on_event(event);
-      } catch (const std::exception& e) {
-        spdlog::error("tandem client: an event callback threw: {}", e.what());
-      } catch (...) {
-        spdlog::error("tandem client: an event callback threw");
-      }
-    }
-  }
-
   // A refused request's final event is delivered at once, on the calling thread.
   void submit(const GenerateRequest& r, Sink sink) {
     if (r.timeout.count() < 0 || r.timeout.count() > UINT32_MAX)
-      return deliver(sink, final_error(Code::kInvalidArgument, "timeout must be in [0, 2^32) ms"));
+      return sink(final_error(Code::kInvalidArgument, "timeout must be in [0, 2^32) ms"));
     std::optional<Clock::time_point> due;
     if (r.timeout.count() > 0) due = driver_->now() + r.timeout + options_.deadline_grace;
     if (!gate_->post(
             [id = r.id, bytes = submit_message(r), due, sink](Core& core) { core.on_submit(id, bytes, due, sink); }))
-      deliver(sink, final_error(Code::kUnavailable, gate_->why_closed()));
+      sink(final_error(Code::kUnavailable, gate_->why_closed()));
   }
 
   void on_submit(const std::string& id, const std::string& bytes, std::optional<Clock::time_point> due,
                  const Sink& sink) {
-    if (closing_) return deliver(sink, final_error(Code::kUnavailable, gate_->why_closed()));
+    if (closing_) return sink(final_error(Code::kUnavailable, gate_->why_closed()));
     if (live_.count(id))
-      return deliver(sink, final_error(Code::kInvalidArgument, "request id '" + id + "' is already in flight"));
+      return sink(final_error(Code::kInvalidArgument, "request id '" + id + "' is already in flight"));
     if (!send(bytes))
-      return deliver(sink, final_error(Code::kUnavailable, "cannot send to the scheduler at " + options_.endpoint));
+      return sink(final_error(Code::kUnavailable, "cannot send to the scheduler at " + options_.endpoint));
     if (live_.empty()) {  // requests go in flight: heartbeats and liveness checks start
       quiet_since_ = driver_->now();
       beat_later();
@@ -561,7 +553,7 @@ class Core {
       heartbeat_.reset();
       liveness_.reset();
     }
-    deliver(live.sink, std::move(event));
+    live.sink(std::move(event));
   }
 
   // Ends every request in flight with this error.
@@ -594,7 +586,7 @@ class Core {
         for (const v1::RequestEvents& ev : reply.events().requests()) {
           auto it = live_.find(ev.request_id());
           if (it == live_.end()) continue;  // late events of a request that already ended here
-          for (const auto& t : ev.tokens()) deliver(it->second.sink, from_wire(t));
+          for (const auto& t : ev.tokens()) it->second.sink(from_wire(t));
           if (ev.has_final()) finish(ev.request_id(), from_wire(ev.final()));
         }
         return;
