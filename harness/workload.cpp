@@ -135,15 +135,13 @@ BenchRequest Workload::make(uint64_t index) const {
     }
     while (tokens.size() < len) tokens.push_back(id(rng));
     r.input_tokens = static_cast<uint32_t>(tokens.size());
-    // Text prompts: one common English word per token id (about one token each in BPE vocabularies).
-    r.prompt_text.reserve(tokens.size() * 5);
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      if (i) r.prompt_text += ' ';
-      r.prompt_text += kWords[static_cast<size_t>(tokens[i]) % (sizeof kWords / sizeof kWords[0])];
-    }
     if (!options_.text_prompts) {
       r.prompt_tokens = std::move(tokens);
-      r.prompt_text.clear();
+    } else {  // one common English word per token id (about one token each in BPE vocabularies)
+      for (size_t i = 0; i < tokens.size(); ++i) {
+        if (i) r.prompt_text += ' ';
+        r.prompt_text += kWords[static_cast<size_t>(tokens[i]) % (sizeof kWords / sizeof kWords[0])];
+      }
     }
   }
   if (options_.cancel_fraction > 0 && std::uniform_real_distribution<double>(0, 1)(rng) < options_.cancel_fraction)
