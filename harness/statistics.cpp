@@ -26,10 +26,11 @@ double percentile(const std::vector<double>& sorted, double q) {
 // One request's record; a tracker not finished (no final event within the drain timeout) is
 // failed, and only its request is read: the target may still write to the rest.
 RequestRecord record_of(const RequestTracker& t, Clock::time_point t0) {
-  RequestRecord r;
+  const bool finished = t.finished();  // once: the target may finish it meanwhile
+  RequestRecord r = finished ? t.record() : RequestRecord{};
   r.index = t.request().index;
   r.start_s = std::chrono::duration<double>(t.sent() - t0).count();
-  if (!t.finished()) {
+  if (!finished) {
     r.input_tokens = t.request().input_tokens;
     r.finish_reason = "error";
     r.error = "no final event within the drain timeout";
@@ -37,12 +38,7 @@ RequestRecord record_of(const RequestTracker& t, Clock::time_point t0) {
     return r;
   }
   const auto& times = t.token_times();
-  r.input_tokens = t.input_tokens();
-  r.cached_tokens = t.cached_tokens();
   r.output_tokens = static_cast<uint32_t>(times.size());
-  r.finish_reason = t.finish_reason();
-  r.error = t.error();
-  r.outcome = t.outcome();
   r.e2e_ms = ms_between(t.sent(), t.finished_at());
   if (!times.empty()) r.ttft_ms = ms_between(t.sent(), times.front());
   r.itl_ms.reserve(times.size());
