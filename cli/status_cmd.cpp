@@ -32,11 +32,11 @@ std::string json_value(const T& v) {
     return std::to_string(v);
 }
 
-// The visited fields of `info` as "key":value pairs, comma-separated.
-template <class Info, class VisitFields>
-void append_fields(std::string& out, const Info& info, VisitFields visit_fields) {
+// The printed fields of `info` as "key":value pairs, comma-separated.
+template <class Info>
+void append_fields(std::string& out, const Info& info) {
   bool first = true;
-  visit_fields(info, [&](const char* json, const char*, const auto& member) {
+  visit_status_fields(info, [&](const char* json, const char*, const auto& member) {
     if (!json) return;
     out += first ? "\"" : ",\"";
     out += json;
@@ -46,14 +46,14 @@ void append_fields(std::string& out, const Info& info, VisitFields visit_fields)
 }
 
 // One line: the status fields, then "workers" (an array of objects), fields in the order of
-// tandem::visit_status_fields / visit_worker_fields. Its bytes are a contract (the golden test).
+// tandem::list_status_fields. Its bytes are a contract (the golden test).
 std::string to_json(const StatusInfo& s) {
   std::string out = "{";
-  append_fields(out, s, [](const auto& st, auto&& v) { visit_status_fields(st, v); });
+  append_fields(out, s);
   out += ",\"workers\":[";
   for (size_t i = 0; i < s.workers.size(); ++i) {
     out += i ? ",{" : "{";
-    append_fields(out, s.workers[i], [](const auto& w, auto&& v) { visit_worker_fields(w, v); });
+    append_fields(out, s.workers[i]);
     out += "}";
   }
   out += "]}\n";

@@ -76,14 +76,12 @@ Event from_wire(const v1::FinalEvent& f) {
     case v1::FINISH_REASON_CANCELLED: fin.reason = FinishReason::kCancelled; break;
     default: fin.reason = FinishReason::kError; break;
   }
+  fin.error_message = f.error_message();
   if (fin.reason == FinishReason::kError) {
     fin.code = from_wire(f.error_code());
     fin.error_code = code_name(fin.code);
-    fin.error_message = f.error_message();
     if (f.finish_reason() != v1::FINISH_REASON_ERROR && fin.error_message.empty())
       fin.error_message = "scheduler sent a final event without a finish reason";
-  } else {
-    fin.error_message = f.error_message();
   }
   fin.prompt_tokens = f.usage().prompt_tokens();
   fin.completion_tokens = f.usage().completion_tokens();
@@ -95,14 +93,14 @@ Event from_wire(const v1::FinalEvent& f) {
   return e;
 }
 
-// Copies every visited field of `info` from the field of `m` it names (protobuf reflection:
-// the field list is visit_*_fields' alone). A member type that is not the wire field's is a
+// Copies every field of `info` from the field of `m` it names (protobuf reflection: the
+// field list is list_status_fields' alone). A member type that is not the wire field's is a
 // bug in that list; the status tests read every field.
-template <class Info, class VisitFields>
-void copy_fields(const google::protobuf::Message& m, Info& info, VisitFields visit_fields) {
+template <class Info>
+void copy_fields(const google::protobuf::Message& m, Info& info) {
   const google::protobuf::Descriptor* d = m.GetDescriptor();
   const google::protobuf::Reflection* r = m.GetReflection();
-  visit_fields(info, [&](const char*, const char* wire, auto& member) {
+  visit_status_fields(info, [&](const char*, const char* wire, auto& member) {
     const google::protobuf::FieldDescriptor* f = d->FindFieldByName(wire);
     using T = std::remove_reference_t<decltype(member)>;
     if constexpr (std::is_same_v<T, bool>)
@@ -123,28 +121,22 @@ void copy_fields(const google::protobuf::Message& m, Info& info, VisitFields vis
 StatusInfo from_wire(const v1::StatusReply& s) {
   StatusInfo info;
   info.workers.resize(s.workers_size());
-  for (int i = 0; i < s.workers_size(); ++i)
-    copy_fields(s.workers(i), info.workers[i], [](auto& w, auto&& v) { visit_worker_fields(w, v); });
-  copy_fields(s, info, [](auto& st, auto&& v) { visit_status_fields(st, v); });
+  for (int i = 0; i < s.workers_size(); ++i) copy_fields(s.workers(i), info.workers[i]);
+  copy_fields(s, info);
   return info;
 }
 
-std::string wire(const v1::ClientMessage& m) {
-  std::string out;
-  m.SerializeToString(&out);
-  return out;
-}
-
-v1::ClientMessage envelope() {
+// A ClientMessage of this client's protocol version, its body set by `body`, serialized.
+template <class Body>
+std::string client_message(Body body) {
   v1::ClientMessage m;
   m.set_version(v1::PROTOCOL_VERSION_CURRENT);
-  return m;
+  body(m);
+  return m.SerializeAsString();
 }
 
 std::string status_query(uint64_t query_id) {
-  v1::ClientMessage m = envelope();
-  m.mutable_status()->set_query_id(query_id);
-  return wire(m);
+  return client_message([&](v1::ClientMessage& m) { m.mutable_status()->set_query_id(query_id); });
 }
 
 // Durations past this are taken as it: a century means "never", and twice it added to a
@@ -154,29 +146,29 @@ std::chrono::milliseconds at_most_never(std::chrono::milliseconds d) { return st
 
 std::string ms_string(std::chrono::milliseconds d) { return std::to_string(d.count()) + " ms"; }
 
-v1::ClientMessage submit_message(const GenerateRequest& r) {
-  auto m = client_detail::envelope();
-  v1::Submit* s = m.mutable_submit();
-  s->set_request_id(r.id);
-  if (!r.prompt_tokens.empty()) {
-    s->mutable_tokens()->mutable_ids()->Add(r.prompt_tokens.begin(), r.prompt_tokens.end());
-  } else {
-    s->set_text(r.prompt_text);
-  }
-  s->set_no_bos(r.no_bos);
-  model::to_proto({r.temperature, r.top_k, r.top_p, r.min_p, r.repetition_penalty, r.seed, r.top_logprobs},
-                  s->mutable_sampling());
-  s->set_max_tokens(r.max_tokens);
-  for (const auto& seq : r.stop_token_sequences)
-    s->add_stop_token_sequences()->mutable_ids()->Add(seq.begin(), seq.end());
-  for (const auto& str : r.stop_strings) s->add_stop_strings(str);
-  s->set_include_stop_string(r.include_stop_string);
-  s->set_ignore_eos(r.ignore_eos);
-  s->set_logprobs(r.logprobs);
-  s->set_stream(r.stream);
-  s->set_priority(r.priority);
-  s->set_timeout_ms(static_cast<uint32_t>(r.timeout.count()));
-  return m;
+std::string submit_message(const GenerateRequest& r) {
+  return client_message([&](v1::ClientMessage& m) {
+    v1::Submit* s = m.mutable_submit();
+    s->set_request_id(r.id);
+    if (!r.prompt_tokens.empty()) {
+      s->mutable_tokens()->mutable_ids()->Add(r.prompt_tokens.begin(), r.prompt_tokens.end());
+    } else {
+      s->set_text(r.prompt_text);
+    }
+    s->set_no_bos(r.no_bos);
+    model::to_proto({r.temperature, r.top_k, r.top_p, r.min_p, r.repetition_penalty, r.seed, r.top_logprobs},
+                    s->mutable_sampling());
+    s->set_max_tokens(r.max_tokens);
+    for (const auto& seq : r.stop_token_sequences)
+      s->add_stop_token_sequences()->mutable_ids()->Add(seq.begin(), seq.end());
+    for (const auto& str : r.stop_strings) s->add_stop_strings(str);
+    s->set_include_stop_string(r.include_stop_string);
+    s->set_ignore_eos(r.ignore_eos);
+    s->set_logprobs(r.logprobs);
+    s->set_stream(r.stream);
+    s->set_priority(r.priority);
+    s->set_timeout_ms(static_cast<uint32_t>(r.timeout.count()));
+  });
 }
 
 // The delay from `now` until `due`, rounded up: a timer never fires before its due time.
@@ -228,17 +220,12 @@ class EventQueue {
     }
     cv_.notify_all();
   }
-  // The next event, waiting for one until `until` (none: no limit). Nothing when none came
-  // in time or the final event has been taken.
-  std::optional<Event> take(std::optional<Clock::time_point> until) TANDEM_EXCLUDES(mu_) {
+  // The next event, waiting for one until `until`. Nothing when none came in time or the
+  // final event has been taken.
+  std::optional<Event> take(Clock::time_point until) TANDEM_EXCLUDES(mu_) {
     MutexLock lock(mu_);
-    while (events_.empty() && !final_taken_) {
-      if (!until) {
-        cv_.wait(mu_);
-      } else if (!cv_.wait_until(mu_, *until)) {
-        break;
-      }
-    }
+    bool in_time = true;
+    while (events_.empty() && !final_taken_ && in_time) in_time = cv_.wait_until(mu_, until);
     if (events_.empty()) return std::nullopt;
     std::optional<Event> out(std::move(events_.front()));
     events_.pop_front();
@@ -294,11 +281,7 @@ class Core {
         driver_(driver ? std::move(driver) : std::make_unique<LoopDriver>(loop_)),
         gate_(std::make_shared<Gate>(*this)),
         id_prefix_(random_id_prefix()),
-        heartbeat_wire_([] {
-          auto m = envelope();
-          m.mutable_heartbeat();
-          return wire(m);
-        }()) {}
+        heartbeat_wire_(client_message([](v1::ClientMessage& m) { m.mutable_heartbeat(); })) {}
 
   ~Core() {
     // Work the gate took runs before shutdown(); a loop that failed has closed it and stopped.
@@ -355,12 +338,21 @@ class Core {
   std::shared_ptr<Stream> generate(GenerateRequest request) {
     if (request.id.empty()) request.id = next_id();
     std::shared_ptr<Stream> stream(new Stream(request.id, gate_));
-    submit(request, Sink{stream, nullptr});
+    submit(request, [events = stream->events_](Event event) { events->push(std::move(event)); });
     return stream;
   }
   std::string generate(GenerateRequest request, std::function<void(const Event&)> on_event) {
     if (request.id.empty()) request.id = next_id();
-    submit(request, Sink{nullptr, std::move(on_event)});
+    submit(request, [on_event = std::move(on_event)](Event event) {
+      if (!on_event) return;
+      try {
+        on_event(event);
+      } catch (const std::exception& e) {
+        spdlog::error("tandem client: an event callback threw: {}", e.what());
+      } catch (...) {
+        spdlog::error("tandem client: an event callback threw");
+      }
+    });
     return request.id;
   }
   // Asks the loop to cancel request `id`; false once the client is closing.
@@ -388,26 +380,20 @@ class Core {
   // all counts as a sign of life.
   void on_message(const runtime::Frames& frames, Clock::time_point now) {
     quiet_since_ = now;
-    if (frames.size() != 1) {
-      spdlog::warn("tandem client: dropped a message of {} frames from the scheduler", frames.size());
-      return;
-    }
+    if (frames.size() != 1)
+      return spdlog::warn("tandem client: dropped a message of {} frames from the scheduler", frames.size());
     v1::SchedulerReply reply;
-    if (!reply.ParseFromArray(frames[0].data(), static_cast<int>(frames[0].size()))) {
-      spdlog::warn("tandem client: dropped an unparsable message from the scheduler");
-      return;
-    }
+    if (!reply.ParseFromArray(frames[0].data(), static_cast<int>(frames[0].size())))
+      return spdlog::warn("tandem client: dropped an unparsable message from the scheduler");
     on_reply(reply);
   }
 
-  // The connection to the scheduler was lost.
   void on_disconnected() {
     // Messages to and from the requests in flight may be lost with the connection (and
     // a restarted scheduler does not know them): end them now rather than at a deadline.
     const std::string msg = "connection to the scheduler at " + options_.endpoint + " lost";
     if (!live_.empty() || !waiters_.empty()) spdlog::warn("tandem client: {}", msg);
     fail_all(Code::kUnavailable, msg);
-    fail_waiters(Code::kUnavailable, msg);
   }
 
   // The loop cannot go on (`what` failed with `err` on a socket): the client ends with this cause.
@@ -428,18 +414,14 @@ class Core {
     const std::string reason = gate_->why_closed();
     for (const auto& [id, live] : live_) send_cancel(id);
     fail_all(Code::kUnavailable, reason);
-    fail_waiters(Code::kUnavailable, reason);
     monitor_.reset();
     dealer_.reset();  // ZMQ_LINGER bounds how long the cancels above may wait to go out
     runtime::asio::post(loop_.io(), [this] { loop_.stop(); });
   }
 
  private:
-  // Where a request's events go: its Stream, or its callback (on the loop's thread).
-  struct Sink {
-    std::shared_ptr<Stream> stream;
-    std::function<void(const Event&)> on_event;
-  };
+  // Where a request's events go: its Stream's queue, or its callback (on the loop's thread).
+  using Sink = std::function<void(Event)>;
   struct Live {
     Sink sink;
     std::shared_ptr<void> deadline;  // the timer that ends it past its deadline and grace
@@ -450,39 +432,24 @@ class Core {
     std::shared_ptr<void> timeout;
   };
 
-  static void deliver(const Sink& sink, Event event) {
-    if (sink.stream) {
-      sink.stream->events_->push(std::move(event));
-    } else if (sink.on_event) {
-      try {
-        sink.on_event(event);
-      } catch (const std::exception& e) {
-        spdlog::error("tandem client: an event callback threw: {}", e.what());
-      } catch (...) {
-        spdlog::error("tandem client: an event callback threw");
-      }
-    }
-  }
-
   // A refused request's final event is delivered at once, on the calling thread.
   void submit(const GenerateRequest& r, Sink sink) {
     if (r.timeout.count() < 0 || r.timeout.count() > UINT32_MAX)
-      return deliver(sink, final_error(Code::kInvalidArgument, "timeout must be in [0, 2^32) ms"));
+      return sink(final_error(Code::kInvalidArgument, "timeout must be in [0, 2^32) ms"));
     std::optional<Clock::time_point> due;
     if (r.timeout.count() > 0) due = driver_->now() + r.timeout + options_.deadline_grace;
-    if (!gate_->post([id = r.id, bytes = wire(submit_message(r)), due, sink](Core& core) {
-          core.on_submit(id, bytes, due, sink);
-        }))
-      deliver(sink, final_error(Code::kUnavailable, gate_->why_closed()));
+    if (!gate_->post(
+            [id = r.id, bytes = submit_message(r), due, sink](Core& core) { core.on_submit(id, bytes, due, sink); }))
+      sink(final_error(Code::kUnavailable, gate_->why_closed()));
   }
 
   void on_submit(const std::string& id, const std::string& bytes, std::optional<Clock::time_point> due,
                  const Sink& sink) {
-    if (closing_) return deliver(sink, final_error(Code::kUnavailable, gate_->why_closed()));
+    if (closing_) return sink(final_error(Code::kUnavailable, gate_->why_closed()));
     if (live_.count(id))
-      return deliver(sink, final_error(Code::kInvalidArgument, "request id '" + id + "' is already in flight"));
+      return sink(final_error(Code::kInvalidArgument, "request id '" + id + "' is already in flight"));
     if (!send(bytes))
-      return deliver(sink, final_error(Code::kUnavailable, "cannot send to the scheduler at " + options_.endpoint));
+      return sink(final_error(Code::kUnavailable, "cannot send to the scheduler at " + options_.endpoint));
     if (live_.empty()) {  // requests go in flight: heartbeats and liveness checks start
       quiet_since_ = driver_->now();
       beat_later();
@@ -519,11 +486,9 @@ class Core {
   void check_liveness() {
     const std::chrono::milliseconds t = options_.liveness_timeout;
     const Clock::time_point now = driver_->now();
-    if (now >= quiet_since_ + 2 * t) {
-      fail_all(Code::kUnavailable, "the scheduler at " + options_.endpoint + " sent nothing for " + ms_string(2 * t) +
-                                       " and did not answer a probe");
-      return;
-    }
+    if (now >= quiet_since_ + 2 * t)
+      return fail_requests(Code::kUnavailable, "the scheduler at " + options_.endpoint + " sent nothing for " +
+                                                   ms_string(2 * t) + " and did not answer a probe");
     if (now >= quiet_since_ + t && !probe_outstanding_) {
       (void)send(status_query(++last_query_id_));  // unsent, the probe simply goes unanswered
       add_waiter(last_query_id_, now + t, nullptr);
@@ -542,11 +507,15 @@ class Core {
 
   void add_waiter(uint64_t query_id, Clock::time_point due, std::shared_ptr<std::promise<Result<StatusInfo>>> reply) {
     auto timeout = driver_->after(until(due, driver_->now()), [this, query_id] {
-      auto it = std::find_if(waiters_.begin(), waiters_.end(), [&](const Waiter& w) { return w.query_id == query_id; });
+      auto it = find_waiter(query_id);
       if (it != waiters_.end())
         answer(it, Status::error(Code::kUnavailable, "no status reply from the scheduler at " + options_.endpoint));
     });
     waiters_.push_back(Waiter{query_id, std::move(reply), std::move(timeout)});
+  }
+
+  std::deque<Waiter>::iterator find_waiter(uint64_t query_id) {
+    return std::find_if(waiters_.begin(), waiters_.end(), [&](const Waiter& w) { return w.query_id == query_id; });
   }
 
   // Takes a waiter out and answers it; an answered probe re-arms the liveness check.
@@ -572,9 +541,7 @@ class Core {
   }
 
   void send_cancel(const std::string& id) {
-    auto m = envelope();
-    m.mutable_cancel()->set_request_id(id);
-    (void)send(wire(m));
+    (void)send(client_message([&](v1::ClientMessage& m) { m.mutable_cancel()->set_request_id(id); }));
   }
 
   void finish(const std::string& id, Event event) {
@@ -586,17 +553,20 @@ class Core {
       heartbeat_.reset();
       liveness_.reset();
     }
-    deliver(live.sink, std::move(event));
+    live.sink(std::move(event));
   }
 
+  // Ends every request in flight with this error.
+  void fail_requests(Code code, const std::string& message) {
+    while (!live_.empty()) {
+      const std::string id = live_.begin()->first;
+      finish(id, final_error(code, message));
+    }
+  }
+
+  // Ends every request in flight and every status query with this error.
   void fail_all(Code code, const std::string& message) {
-    std::vector<std::string> ids;
-    ids.reserve(live_.size());
-    for (const auto& [id, live] : live_) ids.push_back(id);
-    for (const std::string& id : ids) finish(id, final_error(code, message));
-  }
-
-  void fail_waiters(Code code, const std::string& message) {
+    fail_requests(code, message);
     std::deque<Waiter> waiters;
     waiters.swap(waiters_);
     for (Waiter& w : waiters)
@@ -609,16 +579,14 @@ class Core {
       const std::string msg = "the scheduler speaks protocol version " + std::to_string(reply.version()) +
                               ", this client " + std::to_string(v1::PROTOCOL_VERSION_CURRENT);
       spdlog::error("tandem client: {}", msg);
-      fail_all(Code::kUnavailable, msg);
-      fail_waiters(Code::kUnavailable, msg);
-      return;
+      return fail_all(Code::kUnavailable, msg);
     }
     switch (reply.body_case()) {
       case v1::SchedulerReply::kEvents: {
         for (const v1::RequestEvents& ev : reply.events().requests()) {
           auto it = live_.find(ev.request_id());
           if (it == live_.end()) continue;  // late events of a request that already ended here
-          for (const auto& t : ev.tokens()) deliver(it->second.sink, from_wire(t));
+          for (const auto& t : ev.tokens()) it->second.sink(from_wire(t));
           if (ev.has_final()) finish(ev.request_id(), from_wire(ev.final()));
         }
         return;
@@ -627,11 +595,8 @@ class Core {
         // A scheduler that echoes no query id answers in order; a reply whose query already
         // timed out here matches no waiter and is dropped.
         const uint64_t id = reply.status().query_id();
-        auto it = id == 0 ? waiters_.begin() : std::find_if(waiters_.begin(), waiters_.end(), [id](const Waiter& w) {
-          return w.query_id == id;
-        });
-        if (it == waiters_.end()) return;
-        answer(it, from_wire(reply.status()));
+        auto it = id == 0 ? waiters_.begin() : find_waiter(id);
+        if (it != waiters_.end()) answer(it, from_wire(reply.status()));
         return;
       }
       case v1::SchedulerReply::kError: {
@@ -640,9 +605,7 @@ class Core {
         const Code code = from_wire(reply.error().code());
         const std::string msg = "scheduler: " + reply.error().message();
         spdlog::error("tandem client: protocol error from {}: {}", options_.endpoint, msg);
-        fail_all(code, msg);
-        fail_waiters(code, msg);
-        return;
+        return fail_all(code, msg);
       }
       default: spdlog::warn("tandem client: a scheduler reply without a body"); return;
     }
@@ -677,7 +640,7 @@ bool Gate::post(std::function<void(Core&)> fn) {
   return true;
 }
 
-// ClientHarness's Driver: posted work runs at the harness's next step, timers as its clock moves.
+// ClientHarness's Driver: posted work runs at the harness's next pass, timers as its clock moves.
 class StepDriver final : public Driver {
  public:
   Clock::time_point now() override { return now_; }
@@ -688,12 +651,16 @@ class StepDriver final : public Driver {
     return timer;
   }
 
-  void run_posted() {
+  // One pass of the loop as after a wake-up: the work posted, then `step` (a message, a lost
+  // connection), then the timers due.
+  void pass(const std::function<void()>& step = nullptr) {
     while (!posted_.empty()) {
       std::function<void()> fn = std::move(posted_.front());
       posted_.pop_front();
       fn();
     }
+    if (step) step();
+    advance(std::chrono::milliseconds{0});
   }
   // Moves the clock on by `elapsed`, firing the timers due on the way, each at its due time.
   void advance(std::chrono::milliseconds elapsed) {
@@ -728,16 +695,13 @@ const char* finish_reason_name(FinishReason reason) {
   return "error";
 }
 
-// ---- Stream ----
-
 Stream::Stream(std::string id, std::weak_ptr<client_detail::Gate> gate)
     : id_(std::move(id)), gate_(std::move(gate)), events_(std::make_shared<client_detail::EventQueue>()) {}
 
 bool Stream::next(Event& out) {
-  std::optional<Event> event = events_->take(std::nullopt);
-  if (!event) return false;
-  out = std::move(*event);
-  return true;
+  std::optional<Event> event = next_for(std::chrono::milliseconds::max());  // 100 years: "never"
+  if (event) out = std::move(*event);
+  return event.has_value();
 }
 
 std::optional<Event> Stream::next_for(std::chrono::milliseconds wait) {
@@ -750,8 +714,6 @@ void Stream::cancel() {
 }
 
 bool Stream::finished() const { return events_->final_taken(); }
-
-// ---- Client ----
 
 namespace {
 
@@ -813,17 +775,14 @@ Result<StatusInfo> Client::status(std::chrono::milliseconds timeout) {
   return future.get();
 }
 
-// ---- ClientHarness ----
-
 struct ClientHarness::Impl {
   client_detail::StepDriver* driver;  // owned by core
   std::unique_ptr<Core> core;
-  // One pass of the loop as after a wake-up: the work posted, then `step` (a message, a lost
-  // connection), then the timers due.
-  void pass(const std::function<void()>& step = nullptr) {
-    driver->run_posted();
-    if (step) step();
-    driver->advance(std::chrono::milliseconds{0});
+  // A public call's result, returned after the pass that follows it.
+  template <class T>
+  T passed(T result) {
+    driver->pass();
+    return result;
   }
 };
 
@@ -840,40 +799,34 @@ Result<std::unique_ptr<ClientHarness>> ClientHarness::create(ClientOptions optio
 ClientHarness::~ClientHarness() { impl_->core->shutdown("client closed"); }
 
 std::shared_ptr<Stream> ClientHarness::generate(GenerateRequest request) {
-  auto stream = impl_->core->generate(std::move(request));
-  impl_->pass();
-  return stream;
+  return impl_->passed(impl_->core->generate(std::move(request)));
 }
 
 std::string ClientHarness::generate(GenerateRequest request, std::function<void(const Event&)> on_event) {
-  std::string id = impl_->core->generate(std::move(request), std::move(on_event));
-  impl_->pass();
-  return id;
+  return impl_->passed(impl_->core->generate(std::move(request), std::move(on_event)));
 }
 
 void ClientHarness::cancel(const std::string& id) {
   (void)Core::post_cancel(impl_->core->gate(), id);
-  impl_->pass();
+  impl_->driver->pass();
 }
 
 std::future<Result<StatusInfo>> ClientHarness::status(std::chrono::milliseconds timeout) {
-  auto future = impl_->core->post_status(timeout);
-  impl_->pass();
-  return future;
+  return impl_->passed(impl_->core->post_status(timeout));
 }
 
 void ClientHarness::scheduler(const runtime::Frames& frames) {
-  impl_->pass([&] { impl_->core->on_message(frames, impl_->driver->now()); });
+  impl_->driver->pass([&] { impl_->core->on_message(frames, impl_->driver->now()); });
 }
 
 void ClientHarness::disconnected() {
-  impl_->pass([&] { impl_->core->on_disconnected(); });
+  impl_->driver->pass([&] { impl_->core->on_disconnected(); });
 }
 
 void ClientHarness::poll_failed(int err) { impl_->core->on_loop_failed("zmq_poll", err); }
 
 void ClientHarness::advance(std::chrono::milliseconds elapsed) {
-  impl_->pass();
+  impl_->driver->pass();
   impl_->driver->advance(elapsed);
 }
 

@@ -22,25 +22,242 @@ namespace http = beast::http;
 using tcp = asio::ip::tcp;
 using runtime::append_json_string;
 
-class OpenAITarget;
+// "http://host[:port][/prefix]" split; the prefix without trailing slash or "/v1".
+struct Url {
+  std::string host, port, prefix;
+};
+
+Result<Url> parse_url(const std::string& url) {
+  const std::string scheme = "http://";
+  if (url.compare(0, scheme.size(), scheme) != 0)
+    return Status::invalid("--openai-url must start with http:// (https is not supported): " + url);
+  std::string rest = url.substr(scheme.size());
+  const size_t slash = rest.find('/');
+  std::string hostport = rest.substr(0, slash);
+  Url out;
+  out.prefix = slash == std::string::npos ? "" : rest.substr(slash);
+  while (!out.prefix.empty() && out.prefix.back() == '/') out.prefix.pop_back();
+  if (out.prefix.size() >= 3 && out.prefix.compare(out.prefix.size() - 3, 3, "/v1") == 0)
+    out.prefix.resize(out.prefix.size() - 3);
+  const size_t colon = hostport.rfind(':');
+  out.host = hostport.substr(0, colon);
+  out.port = colon == std::string::npos ? "80" : hostport.substr(colon + 1);
+  if (out.host.empty() || out.port.empty() || out.port.find_first_not_of("0123456789") != std::string::npos)
+    return Status::invalid("malformed --openai-url: " + url);
+  return out;
+}
+
+class OpenAITarget final : public Target {
+ public:
+  OpenAITarget(OpenAIOptions options, Url url)
+      : options_(std::move(options)), url_(std::move(url)), work_(asio::make_work_guard(io_)) {
+    thread_ = std::thread([this] { io_.run(); });
+  }
+  ~OpenAITarget() override {
+    // Requests still in flight are dropped without a finish(): the runner already gave up on them.
+    work_.reset();
+    io_.stop();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  void start(std::shared_ptr<RequestTracker> tracker) override;
+  std::string describe() const override {
+    return "openai http://" + url_.host + ":" + url_.port + url_.prefix + " " + options_.model;
+  }
+
+  // Pool of idle keep-alive connections (I/O thread only).
+  void release(std::unique_ptr<beast::tcp_stream> stream) {
+    if (idle_.size() < 1024) idle_.push_back(std::move(stream));
+  }
+
+  const OpenAIOptions options_;
+  const Url url_;
+  asio::io_context io_;
+  std::optional<tcp::resolver::results_type> endpoints_;  // resolved once, I/O thread only
+
+ private:
+  asio::executor_work_guard<asio::io_context::executor_type> work_;
+  std::vector<std::unique_ptr<beast::tcp_stream>> idle_;
+  std::thread thread_;
+};
 
 // One request on one connection; lives on the target's I/O thread only.
 class HttpSession : public std::enable_shared_from_this<HttpSession> {
  public:
   HttpSession(OpenAITarget& target, std::shared_ptr<RequestTracker> tracker, std::unique_ptr<beast::tcp_stream> stream,
-              bool reused);
-  void run();
+              bool reused)
+      : target_(target), tracker_(std::move(tracker)), stream_(std::move(stream)), reused_(reused) {
+    const BenchRequest& b = tracker_->request();
+    std::string body = "{\"model\":";
+    append_json_string(body, target_.options_.model);
+    body += ",\"prompt\":";
+    if (target_.options_.token_prompts && !b.prompt_tokens.empty()) {
+      body += '[';
+      for (size_t i = 0; i < b.prompt_tokens.size(); ++i) body += (i ? "," : "") + std::to_string(b.prompt_tokens[i]);
+      body += ']';
+    } else {
+      append_json_string(body, b.prompt_text);
+    }
+    body += ",\"max_tokens\":" + std::to_string(b.max_tokens);
+    body += ",\"stream\":true,\"stream_options\":{\"include_usage\":true},\"temperature\":0";
+    if (b.ignore_eos) body += ",\"ignore_eos\":true";
+    body += '}';
+    req_.method(http::verb::post);
+    req_.target(target_.url_.prefix + "/v1/completions");
+    req_.version(11);
+    req_.set(http::field::host, target_.url_.host + ":" + target_.url_.port);
+    req_.set(http::field::content_type, "application/json");
+    req_.set(http::field::accept, "text/event-stream");
+    req_.keep_alive(true);
+    req_.body() = std::move(body);
+    req_.prepare_payload();
+  }
+
+  void run() { reused_ ? write() : connect(); }
 
  private:
-  void connect();
-  void retry_fresh();  // once: the pooled connection was closed by the server; a new one
-  void write();
-  void on_read(beast::error_code ec, size_t n);
-  void read_more();
-  void consume(const char* data, size_t n);
-  void handle_data(const std::string& payload);
-  void fail(std::string why);
-  void done(Outcome outcome, const std::string& reason);
+  void connect() {
+    auto self = shared_from_this();
+    auto do_connect = [self](const tcp::resolver::results_type& eps) {
+      self->stream_->expires_after(std::chrono::seconds(10));
+      self->stream_->async_connect(eps, [self](beast::error_code ec, const tcp::endpoint&) {
+        if (ec) return self->fail("connect: " + ec.message());
+        self->write();
+      });
+    };
+    if (target_.endpoints_) return do_connect(*target_.endpoints_);
+    auto resolver = std::make_shared<tcp::resolver>(target_.io_);
+    resolver->async_resolve(target_.url_.host, target_.url_.port,
+                            [self, resolver, do_connect](beast::error_code ec, tcp::resolver::results_type r) {
+                              if (ec) return self->fail("resolve: " + ec.message());
+                              self->target_.endpoints_ = r;
+                              do_connect(r);
+                            });
+  }
+
+  // Once: the pooled connection was closed by the server; a new one.
+  void retry_fresh() {
+    retried_ = true;
+    reused_ = false;
+    stream_ = std::make_unique<beast::tcp_stream>(target_.io_);
+    buffer_.clear();
+    connect();
+  }
+
+  void write() {
+    auto self = shared_from_this();
+    stream_->expires_after(target_.options_.read_timeout);
+    http::async_write(*stream_, req_, [self](beast::error_code ec, size_t) {
+      if (ec) {
+        // A pooled connection the server closed meanwhile: retry once on a fresh one.
+        if (self->reused_ && !self->retried_) return self->retry_fresh();
+        return self->fail("write: " + ec.message());
+      }
+      self->parser_.emplace();
+      // Not boost::none: Boost 1.74 compares a Content-Length against an empty limit as exceeded.
+      self->parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
+      self->read_more();
+    });
+  }
+
+  void read_more() {
+    if (finished_) return;
+    parser_->get().body().data = body_buf_;
+    parser_->get().body().size = sizeof body_buf_;
+    stream_->expires_after(target_.options_.read_timeout);
+    auto self = shared_from_this();
+    http::async_read_some(*stream_, buffer_, *parser_, [self](beast::error_code ec, size_t) { self->on_read(ec); });
+  }
+
+  void on_read(beast::error_code ec) {
+    if (finished_) return;
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) {
+      // A kept-alive connection closed by the server before any byte of the reply: retry once.
+      if (reused_ && !retried_ && !parser_->is_header_done() && ec == http::error::end_of_stream) return retry_fresh();
+      if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == http::error::partial_message)
+        return fail("connection closed mid-stream");
+      if (ec == beast::error::timeout)
+        return fail("timeout: server silent for " + std::to_string(target_.options_.read_timeout.count()) + " ms");
+      return fail("read: " + ec.message());
+    }
+    const size_t got = sizeof body_buf_ - parser_->get().body().size;
+    const bool header = parser_->is_header_done();
+    const unsigned status = header ? parser_->get().result_int() : 0;
+    if (header && status == 200) consume(body_buf_, got);
+    if (header && status != 200)
+      error_body_.append(body_buf_, std::min(got, size_t{512} - std::min(error_body_.size(), size_t{512})));
+    if (finished_) return;
+    if (!parser_->is_done()) return read_more();
+    if (status != 200) {
+      for (char& c : error_body_)
+        if (c == '\n' || c == '\r') c = ' ';
+      return fail("HTTP " + std::to_string(status) + (error_body_.empty() ? "" : ": " + error_body_));
+    }
+    if (!line_.empty()) consume("\n", 1);  // a last line without its newline
+    finish(Outcome::kCompleted, finish_reason_);
+  }
+
+  void consume(const char* data, size_t n) {
+    for (size_t i = 0; i < n && !finished_; ++i) {
+      const char c = data[i];
+      if (c != '\n') {
+        if (line_.size() < (1u << 20)) line_ += c;
+        continue;
+      }
+      if (!line_.empty() && line_.back() == '\r') line_.pop_back();
+      if (line_.compare(0, 5, "data:") == 0) {
+        size_t p = 5;
+        while (p < line_.size() && line_[p] == ' ') ++p;
+        handle_data(line_.substr(p));
+      }
+      line_.clear();
+    }
+  }
+
+  void handle_data(const std::string& payload) {
+    if (payload == "[DONE]") return;  // the end of the stream comes with the end of the body
+    if (payload.compare(0, 9, "{\"error\":") == 0) {
+      std::string msg;
+      auto field = json_field(payload, "message");
+      if (!field || !field->string(msg)) msg = payload.substr(0, 200);
+      return fail("server error: " + msg);
+    }
+    std::string reason;
+    auto reason_field = json_field(payload, "finish_reason");
+    if (reason_field && reason_field->string(reason) && !reason.empty()) finish_reason_ = reason;
+    double pt;
+    auto usage_field = json_field(payload, "prompt_tokens");
+    if (usage_field && usage_field->number(pt) && pt >= 0) prompt_tokens_ = static_cast<uint32_t>(pt);
+    if (payload.find("\"text\"") == std::string::npos) return;  // e.g. the usage chunk
+    // A closing chunk: empty text with the finish reason (llama.cpp's server sends one after the
+    // last token; vLLM puts the reason on the last token's chunk instead).
+    if (!reason.empty() && payload.find("\"text\":\"\"") != std::string::npos) return;
+    const uint32_t n = tracker_->token();
+    const uint32_t cancel_after = tracker_->request().cancel_after;
+    if (cancel_after > 0 && n == cancel_after) {
+      beast::error_code ignored;
+      stream_->socket().shutdown(tcp::socket::shutdown_both, ignored);
+      finish(Outcome::kCancelled, "cancelled");
+    }
+  }
+
+  void fail(std::string why) { finish(Outcome::kFailed, "error", std::move(why)); }
+
+  // Finishes the tracker once; a connection whose reply was read whole and may be kept alive
+  // goes back to the pool, any other is closed.
+  void finish(Outcome outcome, const std::string& reason, std::string error = {}) {
+    if (finished_) return;
+    finished_ = true;
+    if (outcome == Outcome::kCompleted && parser_ && parser_->is_done() && parser_->get().keep_alive() &&
+        buffer_.size() == 0) {
+      stream_->expires_never();
+      target_.release(std::move(stream_));
+    } else {
+      stream_->close();
+    }
+    tracker_->finish(outcome, reason, std::move(error), prompt_tokens_);
+  }
 
   OpenAITarget& target_;
   std::shared_ptr<RequestTracker> tracker_;
@@ -58,272 +275,22 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   uint32_t prompt_tokens_ = 0;
 };
 
-class OpenAITarget final : public Target {
- public:
-  OpenAITarget(OpenAIOptions options, std::string host, std::string port, std::string prefix)
-      : options_(std::move(options)),
-        host_(std::move(host)),
-        port_(std::move(port)),
-        prefix_(std::move(prefix)),
-        work_(asio::make_work_guard(io_)) {
-    thread_ = std::thread([this] { io_.run(); });
-  }
-  ~OpenAITarget() override {
-    // Requests still in flight are dropped without a finish(): the runner already gave up on them.
-    work_.reset();
-    io_.stop();
-    if (thread_.joinable()) thread_.join();
-  }
-
-  void start(std::shared_ptr<RequestTracker> tracker) override {
-    asio::post(io_, [this, tracker = std::move(tracker)]() mutable {
-      std::unique_ptr<beast::tcp_stream> stream;
-      bool reused = false;
-      if (!idle_.empty()) {
-        stream = std::move(idle_.back());
-        idle_.pop_back();
-        reused = true;
-      } else {
-        stream = std::make_unique<beast::tcp_stream>(io_);
-      }
-      std::make_shared<HttpSession>(*this, std::move(tracker), std::move(stream), reused)->run();
-    });
-  }
-  std::string describe() const override {
-    return "openai http://" + host_ + ":" + port_ + prefix_ + " " + options_.model;
-  }
-
-  // Pool of idle keep-alive connections (I/O thread only).
-  void release(std::unique_ptr<beast::tcp_stream> stream) {
-    if (idle_.size() < 1024) idle_.push_back(std::move(stream));
-  }
-
-  const OpenAIOptions options_;
-  const std::string host_, port_, prefix_;
-  asio::io_context io_;
-  std::optional<tcp::resolver::results_type> endpoints_;  // resolved once, I/O thread only
-
- private:
-  asio::executor_work_guard<asio::io_context::executor_type> work_;
-  std::vector<std::unique_ptr<beast::tcp_stream>> idle_;
-  std::thread thread_;
-};
-
-HttpSession::HttpSession(OpenAITarget& target, std::shared_ptr<RequestTracker> tracker,
-                         std::unique_ptr<beast::tcp_stream> stream, bool reused)
-    : target_(target), tracker_(std::move(tracker)), stream_(std::move(stream)), reused_(reused) {
-  const BenchRequest& b = tracker_->request();
-  std::string body = "{\"model\":";
-  append_json_string(body, target_.options_.model);
-  body += ",\"prompt\":";
-  if (target_.options_.token_prompts && !b.prompt_tokens.empty()) {
-    body += '[';
-    for (size_t i = 0; i < b.prompt_tokens.size(); ++i) {
-      if (i) body += ',';
-      body += std::to_string(b.prompt_tokens[i]);
-    }
-    body += ']';
-  } else {
-    append_json_string(body, b.prompt_text);
-  }
-  body += ",\"max_tokens\":" + std::to_string(b.max_tokens);
-  body += ",\"stream\":true,\"stream_options\":{\"include_usage\":true},\"temperature\":0";
-  if (b.ignore_eos) body += ",\"ignore_eos\":true";
-  body += '}';
-  req_.method(http::verb::post);
-  req_.target(target_.prefix_ + "/v1/completions");
-  req_.version(11);
-  req_.set(http::field::host, target_.host_ + ":" + target_.port_);
-  req_.set(http::field::content_type, "application/json");
-  req_.set(http::field::accept, "text/event-stream");
-  req_.keep_alive(true);
-  req_.body() = std::move(body);
-  req_.prepare_payload();
-}
-
-void HttpSession::run() { reused_ ? write() : connect(); }
-
-void HttpSession::connect() {
-  auto self = shared_from_this();
-  auto do_connect = [self](const tcp::resolver::results_type& eps) {
-    self->stream_->expires_after(std::chrono::seconds(10));
-    self->stream_->async_connect(eps, [self](beast::error_code ec, const tcp::endpoint&) {
-      if (ec) return self->fail("connect: " + ec.message());
-      self->write();
-    });
-  };
-  if (target_.endpoints_) return do_connect(*target_.endpoints_);
-  auto resolver = std::make_shared<tcp::resolver>(target_.io_);
-  resolver->async_resolve(target_.host_, target_.port_,
-                          [self, resolver, do_connect](beast::error_code ec, tcp::resolver::results_type r) {
-                            if (ec) return self->fail("resolve: " + ec.message());
-                            self->target_.endpoints_ = r;
-                            do_connect(r);
-                          });
-}
-
-void HttpSession::retry_fresh() {
-  retried_ = true;
-  reused_ = false;
-  stream_ = std::make_unique<beast::tcp_stream>(target_.io_);
-  buffer_.clear();
-  connect();
-}
-
-void HttpSession::write() {
-  auto self = shared_from_this();
-  stream_->expires_after(target_.options_.read_timeout);
-  http::async_write(*stream_, req_, [self](beast::error_code ec, size_t) {
-    if (ec) {
-      // A pooled connection the server closed meanwhile: retry once on a fresh one.
-      if (self->reused_ && !self->retried_) return self->retry_fresh();
-      return self->fail("write: " + ec.message());
-    }
-    self->parser_.emplace();
-    // Not boost::none: Boost 1.74 compares a Content-Length against an empty limit as exceeded.
-    self->parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
-    self->read_more();
+void OpenAITarget::start(std::shared_ptr<RequestTracker> tracker) {
+  asio::post(io_, [this, tracker = std::move(tracker)]() mutable {
+    const bool reused = !idle_.empty();
+    auto stream = reused ? std::move(idle_.back()) : std::make_unique<beast::tcp_stream>(io_);
+    if (reused) idle_.pop_back();
+    std::make_shared<HttpSession>(*this, std::move(tracker), std::move(stream), reused)->run();
   });
 }
 
-void HttpSession::read_more() {
-  if (finished_) return;
-  parser_->get().body().data = body_buf_;
-  parser_->get().body().size = sizeof body_buf_;
-  stream_->expires_after(target_.options_.read_timeout);
-  auto self = shared_from_this();
-  http::async_read_some(*stream_, buffer_, *parser_, [self](beast::error_code ec, size_t n) { self->on_read(ec, n); });
-}
-
-void HttpSession::on_read(beast::error_code ec, size_t) {
-  if (finished_) return;
-  if (ec == http::error::need_buffer) ec = {};
-  if (ec) {
-    // A kept-alive connection closed by the server before any byte of the reply: retry once.
-    if (reused_ && !retried_ && !parser_->is_header_done() && ec == http::error::end_of_stream) return retry_fresh();
-    if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == http::error::partial_message)
-      return fail("connection closed mid-stream");
-    if (ec == beast::error::timeout)
-      return fail("timeout: server silent for " + std::to_string(target_.options_.read_timeout.count()) + " ms");
-    return fail("read: " + ec.message());
-  }
-  const size_t got = sizeof body_buf_ - parser_->get().body().size;
-  if (parser_->is_header_done()) {
-    const unsigned status = parser_->get().result_int();
-    if (status != 200) {
-      error_body_.append(body_buf_, std::min(got, size_t{512} - std::min(error_body_.size(), size_t{512})));
-    } else {
-      consume(body_buf_, got);
-    }
-  }
-  if (finished_) return;
-  if (parser_->is_done()) {
-    const unsigned status = parser_->get().result_int();
-    if (status != 200) {
-      std::string body = error_body_;
-      for (char& c : body)
-        if (c == '\n' || c == '\r') c = ' ';
-      return fail("HTTP " + std::to_string(status) + (body.empty() ? "" : ": " + body));
-    }
-    if (!line_.empty()) consume("\n", 1);  // a last line without its newline
-    return done(Outcome::kCompleted, finish_reason_);
-  }
-  read_more();
-}
-
-void HttpSession::consume(const char* data, size_t n) {
-  for (size_t i = 0; i < n && !finished_; ++i) {
-    const char c = data[i];
-    if (c != '\n') {
-      if (line_.size() < (1u << 20)) line_ += c;
-      continue;
-    }
-    if (!line_.empty() && line_.back() == '\r') line_.pop_back();
-    if (line_.compare(0, 5, "data:") == 0) {
-      size_t p = 5;
-      while (p < line_.size() && line_[p] == ' ') ++p;
-      handle_data(line_.substr(p));
-    }
-    line_.clear();
-  }
-}
-
-void HttpSession::handle_data(const std::string& payload) {
-  if (payload == "[DONE]") return;  // the end of the stream comes with the end of the body
-  if (payload.compare(0, 9, "{\"error\":") == 0) {
-    std::string msg;
-    auto field = json_field(payload, "message");
-    if (!field || !field->string(msg)) msg = payload.substr(0, 200);
-    return fail("server error: " + msg);
-  }
-  std::string reason;
-  auto reason_field = json_field(payload, "finish_reason");
-  if (reason_field && reason_field->string(reason) && !reason.empty()) finish_reason_ = reason;
-  double pt;
-  auto usage_field = json_field(payload, "prompt_tokens");
-  if (usage_field && usage_field->number(pt) && pt >= 0) prompt_tokens_ = static_cast<uint32_t>(pt);
-  if (payload.find("\"text\"") == std::string::npos) return;  // e.g. the usage chunk
-  // A closing chunk: empty text with the finish reason (llama.cpp's server sends one after the
-  // last token; vLLM puts the reason on the last token's chunk instead).
-  if (!reason.empty() && payload.find("\"text\":\"\"") != std::string::npos) return;
-  const uint32_t n = tracker_->token();
-  const uint32_t cancel_after = tracker_->request().cancel_after;
-  if (cancel_after > 0 && n == cancel_after) {
-    beast::error_code ignored;
-    stream_->socket().shutdown(tcp::socket::shutdown_both, ignored);
-    stream_->close();
-    done(Outcome::kCancelled, "cancelled");
-  }
-}
-
-void HttpSession::fail(std::string why) {
-  if (finished_) return;
-  finished_ = true;
-  stream_->close();
-  tracker_->finish(Outcome::kFailed, "error", std::move(why), prompt_tokens_);
-}
-
-void HttpSession::done(Outcome outcome, const std::string& reason) {
-  if (finished_) return;
-  finished_ = true;
-  if (outcome == Outcome::kCompleted && parser_ && parser_->is_done() && parser_->get().keep_alive() &&
-      buffer_.size() == 0) {
-    stream_->expires_never();
-    target_.release(std::move(stream_));
-  }
-  tracker_->finish(outcome, reason, {}, prompt_tokens_);
-}
-
-// "http://host[:port][/prefix]" -> host, port, prefix (no trailing slash, no "/v1").
-Status parse_url(const std::string& url, std::string& host, std::string& port, std::string& prefix) {
-  const std::string scheme = "http://";
-  if (url.compare(0, scheme.size(), scheme) != 0)
-    return Status::invalid("--openai-url must start with http:// (https is not supported): " + url);
-  std::string rest = url.substr(scheme.size());
-  const size_t slash = rest.find('/');
-  std::string hostport = rest.substr(0, slash);
-  prefix = slash == std::string::npos ? "" : rest.substr(slash);
-  while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
-  if (prefix.size() >= 3 && prefix.compare(prefix.size() - 3, 3, "/v1") == 0) prefix.resize(prefix.size() - 3);
-  const size_t colon = hostport.rfind(':');
-  if (colon == std::string::npos) {
-    host = hostport;
-    port = "80";
-  } else {
-    host = hostport.substr(0, colon);
-    port = hostport.substr(colon + 1);
-  }
-  if (host.empty() || port.empty() || port.find_first_not_of("0123456789") != std::string::npos)
-    return Status::invalid("malformed --openai-url: " + url);
-  return Status::ok();
-}
 }  // namespace
 
 Result<std::unique_ptr<Target>> make_openai_target(const OpenAIOptions& options) {
-  std::string host, port, prefix;
-  TANDEM_RETURN_IF_ERROR(parse_url(options.url, host, port, prefix));
+  auto url = parse_url(options.url);
+  if (!url) return url.status();
   if (options.model.empty()) return Status::invalid("--model NAME is required with --openai-url");
-  return std::unique_ptr<Target>(new OpenAITarget(options, host, port, prefix));
+  return std::unique_ptr<Target>(new OpenAITarget(options, std::move(url.value())));
 }
 
 }  // namespace tandem::bench

@@ -11,7 +11,8 @@
 namespace tandem::bench {
 
 RequestTracker::RequestTracker(BenchRequest request, std::function<void()> on_finish)
-    : request_(std::move(request)), on_finish_(std::move(on_finish)), input_tokens_(request_.input_tokens) {
+    : request_(std::move(request)), on_finish_(std::move(on_finish)) {
+  record_.input_tokens = request_.input_tokens;
   // A server may stream a little more than asked (a final chunk); the slack avoids regrowth.
   token_times_.reserve(static_cast<size_t>(request_.max_tokens) + 8);
 }
@@ -20,11 +21,11 @@ void RequestTracker::finish(Outcome outcome, std::string finish_reason, std::str
                             uint32_t cached_tokens) {
   if (done_.load(std::memory_order_relaxed)) return;
   finished_at_ = Clock::now();
-  outcome_ = outcome;
-  finish_reason_ = std::move(finish_reason);
-  error_ = std::move(error);
-  if (input_tokens > 0) input_tokens_ = input_tokens;
-  cached_tokens_ = cached_tokens;
+  record_.outcome = outcome;
+  record_.finish_reason = std::move(finish_reason);
+  record_.error = std::move(error);
+  if (input_tokens > 0) record_.input_tokens = input_tokens;
+  record_.cached_tokens = cached_tokens;
   done_.store(true, std::memory_order_release);
   if (on_finish_) on_finish_();
 }
@@ -52,16 +53,14 @@ class Runner {
 
   // Its own requests, at the same concurrency cap (or one at a time), not counted.
   void warmup() {
-    if (load_.warmup > 0) {
-      std::vector<std::shared_ptr<RequestTracker>> warm;
-      const uint64_t cap = load_.concurrency > 0 ? load_.concurrency : 1;
-      const auto deadline = Clock::now() + seconds(load_.drain_timeout_s);
-      for (uint32_t i = 0; i < load_.warmup; ++i) {
-        if (!wait_in_flight(cap - 1, deadline)) break;
-        launch(~0ULL - i, warm);
-      }
-      (void)wait_in_flight(0, deadline);
+    std::vector<std::shared_ptr<RequestTracker>> warm;
+    const uint64_t cap = load_.concurrency > 0 ? load_.concurrency : 1;
+    const auto deadline = Clock::now() + seconds(load_.drain_timeout_s);
+    for (uint32_t i = 0; i < load_.warmup; ++i) {
+      if (!wait_in_flight(cap - 1, deadline)) break;
+      launch(~0ULL - i, warm);
     }
+    (void)wait_in_flight(0, deadline);  // at once when there was no warmup
     std::lock_guard<std::mutex> lock(counters_->mu);
     counters_->finished = 0;
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
 
 #include "tandem/bench.h"
 
@@ -25,10 +26,11 @@ double percentile(const std::vector<double>& sorted, double q) {
 // One request's record; a tracker not finished (no final event within the drain timeout) is
 // failed, and only its request is read: the target may still write to the rest.
 RequestRecord record_of(const RequestTracker& t, Clock::time_point t0) {
-  RequestRecord r;
+  const bool finished = t.finished();  // once: the target may finish it meanwhile
+  RequestRecord r = finished ? t.record() : RequestRecord{};
   r.index = t.request().index;
   r.start_s = std::chrono::duration<double>(t.sent() - t0).count();
-  if (!t.finished()) {
+  if (!finished) {
     r.input_tokens = t.request().input_tokens;
     r.finish_reason = "error";
     r.error = "no final event within the drain timeout";
@@ -36,12 +38,7 @@ RequestRecord record_of(const RequestTracker& t, Clock::time_point t0) {
     return r;
   }
   const auto& times = t.token_times();
-  r.input_tokens = t.input_tokens();
-  r.cached_tokens = t.cached_tokens();
   r.output_tokens = static_cast<uint32_t>(times.size());
-  r.finish_reason = t.finish_reason();
-  r.error = t.error();
-  r.outcome = t.outcome();
   r.e2e_ms = ms_between(t.sent(), t.finished_at());
   if (!times.empty()) r.ttft_ms = ms_between(t.sent(), times.front());
   r.itl_ms.reserve(times.size());
@@ -61,9 +58,7 @@ Distribution distribution(std::vector<double> values) {
   if (values.empty()) return d;
   std::sort(values.begin(), values.end());
   d.count = values.size();
-  double sum = 0;
-  for (double v : values) sum += v;
-  d.mean = sum / static_cast<double>(values.size());
+  d.mean = std::accumulate(values.begin(), values.end(), 0.0) / static_cast<double>(values.size());
   d.p50 = percentile(values, 0.50);
   d.p90 = percentile(values, 0.90);
   d.p99 = percentile(values, 0.99);
@@ -77,7 +72,6 @@ Summary summarize(const std::vector<std::shared_ptr<RequestTracker>>& trackers, 
   s.rate = load.rate;
   s.burstiness = load.burstiness;
   s.concurrency = load.concurrency;
-  const bool slo = load.slo_ttft_ms > 0 || load.slo_tpot_ms > 0;
   std::vector<double> ttft, itl, tpot, e2e;
   std::map<std::string, uint64_t> errors;
   Clock::time_point last = t0;
@@ -109,12 +103,11 @@ Summary summarize(const std::vector<std::shared_ptr<RequestTracker>>& trackers, 
     s.records.push_back(std::move(r));
   }
   s.duration_s = std::chrono::duration<double>(last - t0).count();
-  if (s.duration_s > 0) {
-    s.requests_per_s = static_cast<double>(s.completed) / s.duration_s;
-    s.input_tokens_per_s = static_cast<double>(s.input_tokens) / s.duration_s;
-    s.output_tokens_per_s = static_cast<double>(s.output_tokens) / s.duration_s;
-  }
-  if (slo) s.goodput_requests_per_s = s.duration_s > 0 ? static_cast<double>(good) / s.duration_s : 0.0;
+  auto per_s = [&](uint64_t n) { return s.duration_s > 0 ? static_cast<double>(n) / s.duration_s : 0.0; };
+  s.requests_per_s = per_s(s.completed);
+  s.input_tokens_per_s = per_s(s.input_tokens);
+  s.output_tokens_per_s = per_s(s.output_tokens);
+  if (load.slo_ttft_ms > 0 || load.slo_tpot_ms > 0) s.goodput_requests_per_s = per_s(good);
   for (auto& [reason, n] : errors) s.errors.emplace_back(reason, n);
   std::stable_sort(s.errors.begin(), s.errors.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
   s.ttft_ms = distribution(std::move(ttft));

@@ -24,7 +24,6 @@ class TandemTarget final : public Target {
  public:
   TandemTarget(std::string endpoint, std::unique_ptr<Client> client)
       : endpoint_(std::move(endpoint)), client_(std::move(client)) {}
-  ~TandemTarget() override { client_.reset(); }  // every request still live gets its final event
 
   void start(std::shared_ptr<RequestTracker> tracker) override {
     const BenchRequest& b = tracker->request();
@@ -35,18 +34,16 @@ class TandemTarget final : public Target {
     req.max_tokens = b.max_tokens;
     req.ignore_eos = b.ignore_eos;
     const std::string id = req.id;
-    Client* client = client_.get();
-    const uint32_t cancel_after = b.cancel_after;
-    client_->generate(std::move(req), [tracker, client, id, cancel_after](const Event& ev) {
+    client_->generate(std::move(req), [tracker, client = client_.get(), id](const Event& ev) {
       if (ev.final) return finish(*tracker, ev.fin);
-      if (tracker->token() == cancel_after) (void)client->cancel(id);
+      if (tracker->token() == tracker->request().cancel_after) (void)client->cancel(id);
     });
   }
   std::string describe() const override { return "tandem " + endpoint_; }
 
  private:
   std::string endpoint_;
-  std::unique_ptr<Client> client_;
+  std::unique_ptr<Client> client_;  // its destructor gives every request still live its final event
   std::atomic<uint64_t> next_id_{0};
 };
 

@@ -11,45 +11,6 @@ namespace tandem::bench {
 
 namespace {
 
-struct DatasetLine {
-  std::string prompt;
-  std::vector<int32_t> prompt_tokens;
-  std::optional<uint32_t> output_len;
-};
-
-Result<DatasetLine> parse_dataset_line(const std::string& line) {
-  JsonCursor c{line};
-  DatasetLine out;
-  if (!c.eat('{')) return Status::invalid("not a JSON object");
-  if (c.eat('}')) return out;
-  for (;;) {
-    std::string key;
-    if (!c.string(key) || !c.eat(':')) return Status::invalid("malformed key");
-    if (key == "prompt") {
-      if (!c.string(out.prompt)) return Status::invalid("\"prompt\" must be a string");
-    } else if (key == "prompt_tokens") {
-      if (!c.eat('[')) return Status::invalid("\"prompt_tokens\" must be an array of token ids");
-      if (!c.eat(']')) {
-        for (;;) {
-          double v;
-          if (!c.number(v) || v < 0 || v > INT32_MAX) return Status::invalid("bad token id in \"prompt_tokens\"");
-          out.prompt_tokens.push_back(static_cast<int32_t>(v));
-          if (c.eat(']')) break;
-          if (!c.eat(',')) return Status::invalid("malformed \"prompt_tokens\"");
-        }
-      }
-    } else if (key == "output_len") {
-      double v;
-      if (!c.number(v) || v < 1 || v > 1e7) return Status::invalid("\"output_len\" must be a positive integer");
-      out.output_len = static_cast<uint32_t>(v);
-    } else if (!c.skip()) {
-      return Status::invalid("malformed value of \"" + key + "\"");
-    }
-    if (c.eat('}')) return out;
-    if (!c.eat(',')) return Status::invalid("malformed object");
-  }
-}
-
 constexpr int32_t kFirstTokenId = 3, kTokenIdEnd = 259;  // byte tokens exist in every byte-level vocabulary
 
 const char* const kWords[] = {"the",  "of",   "and",  "to",  "in",   "is",   "you", "that", "it",    "he",
@@ -81,6 +42,40 @@ Result<LengthRange> parse_length_range(const std::string& text) {
   return r;
 }
 
+// {"prompt": "..."} or {"prompt_tokens": [...]}, and "output_len"; other keys are skipped.
+Result<Workload::Entry> Workload::parse_entry(const std::string& line) {
+  JsonCursor c{line};
+  Entry out;
+  if (!c.eat('{')) return Status::invalid("not a JSON object");
+  if (c.eat('}')) return out;
+  for (;;) {
+    std::string key;
+    if (!c.string(key) || !c.eat(':')) return Status::invalid("malformed key");
+    if (key == "prompt") {
+      if (!c.string(out.text)) return Status::invalid("\"prompt\" must be a string");
+    } else if (key == "prompt_tokens") {
+      if (!c.eat('[')) return Status::invalid("\"prompt_tokens\" must be an array of token ids");
+      if (!c.eat(']')) {
+        for (;;) {
+          double v;
+          if (!c.number(v) || v < 0 || v > INT32_MAX) return Status::invalid("bad token id in \"prompt_tokens\"");
+          out.tokens.push_back(static_cast<int32_t>(v));
+          if (c.eat(']')) break;
+          if (!c.eat(',')) return Status::invalid("malformed \"prompt_tokens\"");
+        }
+      }
+    } else if (key == "output_len") {
+      double v;
+      if (!c.number(v) || v < 1 || v > 1e7) return Status::invalid("\"output_len\" must be a positive integer");
+      out.output_len = static_cast<uint32_t>(v);
+    } else if (!c.skip()) {
+      return Status::invalid("malformed value of \"" + key + "\"");
+    }
+    if (c.eat('}')) return out;
+    if (!c.eat(',')) return Status::invalid("malformed object");
+  }
+}
+
 Result<Workload> Workload::create(WorkloadOptions options) {
   if (options.cancel_fraction < 0 || options.cancel_fraction > 1)
     return Status::invalid("--cancel-fraction must be in [0, 1]");
@@ -100,15 +95,11 @@ Result<Workload> Workload::create(WorkloadOptions options) {
     while (std::getline(in, line)) {
       const std::string where = options.dataset + ":" + std::to_string(++lineno) + ": ";
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      auto parsed = parse_dataset_line(line);
-      if (!parsed) return Status::invalid(where + parsed.status().message());
-      if (parsed->prompt.empty() && parsed->prompt_tokens.empty())
+      auto entry = parse_entry(line);
+      if (!entry) return Status::invalid(where + entry.status().message());
+      if (entry->text.empty() && entry->tokens.empty())
         return Status::invalid(where + "needs \"prompt\" or \"prompt_tokens\"");
-      Entry e;
-      e.text = std::move(parsed->prompt);
-      e.tokens = std::move(parsed->prompt_tokens);
-      e.output_len = parsed->output_len.value_or(0);
-      w.dataset_.push_back(std::move(e));
+      w.dataset_.push_back(std::move(entry.value()));
     }
     if (w.dataset_.empty()) return Status::invalid("--dataset " + options.dataset + " has no requests");
   }
@@ -144,15 +135,13 @@ BenchRequest Workload::make(uint64_t index) const {
     }
     while (tokens.size() < len) tokens.push_back(id(rng));
     r.input_tokens = static_cast<uint32_t>(tokens.size());
-    // Text prompts: one common English word per token id (about one token each in BPE vocabularies).
-    r.prompt_text.reserve(tokens.size() * 5);
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      if (i) r.prompt_text += ' ';
-      r.prompt_text += kWords[static_cast<size_t>(tokens[i]) % (sizeof kWords / sizeof kWords[0])];
-    }
     if (!options_.text_prompts) {
       r.prompt_tokens = std::move(tokens);
-      r.prompt_text.clear();
+    } else {  // one common English word per token id (about one token each in BPE vocabularies)
+      for (size_t i = 0; i < tokens.size(); ++i) {
+        if (i) r.prompt_text += ' ';
+        r.prompt_text += kWords[static_cast<size_t>(tokens[i]) % (sizeof kWords / sizeof kWords[0])];
+      }
     }
   }
   if (options_.cancel_fraction > 0 && std::uniform_real_distribution<double>(0, 1)(rng) < options_.cancel_fraction)

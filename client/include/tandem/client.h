@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -144,55 +145,63 @@ struct StatusInfo {
   uint64_t requests_finished_last_minute = 0;
 };
 
-// Every field of WorkerInfo and StatusInfo, named once: visit(json, wire, member) for each, in
-// the order `tandem status --json` prints them. `json` is its key there (nullptr: not printed),
-// `wire` its field in tandem.v1.WorkerStatus / StatusReply. The library's mapping from the wire
-// and the CLI's JSON printer both walk these, so a new status field is added here, in the
-// struct and in the proto, and nowhere else. (StatusInfo::workers is not visited: it nests.)
-template <class Info, class Visit>  // Info: WorkerInfo or const WorkerInfo
-void visit_worker_fields(Info& w, Visit&& visit) {
-  visit("id", "worker_id", w.id);
-  visit("role", "role", w.role);
-  visit("pid", "pid", w.pid);
-  visit("alive", "alive", w.alive);
-  visit("kv_blocks_total", "kv_blocks_total", w.kv_blocks_total);
-  visit("kv_blocks_free", "kv_blocks_free", w.kv_blocks_free);
-  visit("kv_blocks_cached", "kv_blocks_cached", w.kv_blocks_cached);
-  visit("kv_evictions", "kv_evictions", w.kv_evictions);
-  visit("running", "running", w.running);
-  visit("steps", "steps", w.steps);
-  visit("tokens", "tokens", w.tokens);
-  visit("idle_share", "idle_share", w.idle_share);
-  visit("last_heard_ms", "last_heard_ms", w.last_heard_ms);
-  visit(nullptr, "idle_us", w.idle_us);
-  visit(nullptr, "compute_us", w.compute_us);
+// Every field of StatusInfo and WorkerInfo, named once, each struct's in the order `tandem
+// status --json` prints them: field(name, &Struct::member), `name` being the field's in
+// tandem.v1.StatusReply / WorkerStatus and its key in that JSON unless a third argument gives
+// the key (nullptr: not printed). The library's mapping from the wire and the CLI's JSON
+// printer both walk this list (visit_status_fields), so a new status field is added here, in
+// the struct and in the proto, and nowhere else. (StatusInfo::workers is not listed: it nests.)
+template <class Field>
+void list_status_fields(Field&& field) {
+  field("ready", &StatusInfo::ready);
+  field("queued", &StatusInfo::queued);
+  field("running", &StatusInfo::running);
+  field("requests_total", &StatusInfo::requests_total);
+  field("requests_finished", &StatusInfo::requests_finished);
+  field("tokens_generated", &StatusInfo::tokens_generated);
+  field("steps", &StatusInfo::steps);
+  field("scheduler_cpu_ms_per_step", &StatusInfo::scheduler_cpu_ms_per_step);
+  field("max_step_decode", &StatusInfo::max_step_decode);
+  field("max_step_prefill_tokens", &StatusInfo::max_step_prefill_tokens);
+  field("decode_stalls", &StatusInfo::decode_stalls);
+  field("preemptions", &StatusInfo::preemptions);
+  field("handoffs", &StatusInfo::handoffs);
+  field("handoff_bytes", &StatusInfo::handoff_bytes);
+  field("handoff_failures", &StatusInfo::handoff_failures);
+  field("handoff_ms_mean", &StatusInfo::handoff_ms_mean);
+  field("handoff_ms_p99", &StatusInfo::handoff_ms_p99);
+  field("prompt_tokens", &StatusInfo::prompt_tokens);
+  field("cached_prompt_tokens", &StatusInfo::cached_prompt_tokens);
+  field("prefix_hit_rate", &StatusInfo::prefix_hit_rate);
+  field("draining", &StatusInfo::draining);
+  field("tokens_per_s_last_minute", &StatusInfo::tokens_per_s_last_minute);
+  field("requests_finished_last_minute", &StatusInfo::requests_finished_last_minute);
+  field("worker_id", &WorkerInfo::id, "id");
+  field("role", &WorkerInfo::role);
+  field("pid", &WorkerInfo::pid);
+  field("alive", &WorkerInfo::alive);
+  field("kv_blocks_total", &WorkerInfo::kv_blocks_total);
+  field("kv_blocks_free", &WorkerInfo::kv_blocks_free);
+  field("kv_blocks_cached", &WorkerInfo::kv_blocks_cached);
+  field("kv_evictions", &WorkerInfo::kv_evictions);
+  field("running", &WorkerInfo::running);
+  field("steps", &WorkerInfo::steps);
+  field("tokens", &WorkerInfo::tokens);
+  field("idle_share", &WorkerInfo::idle_share);
+  field("last_heard_ms", &WorkerInfo::last_heard_ms);
+  field("idle_us", &WorkerInfo::idle_us, nullptr);
+  field("compute_us", &WorkerInfo::compute_us, nullptr);
 }
 
-template <class Info, class Visit>  // Info: StatusInfo or const StatusInfo
-void visit_status_fields(Info& s, Visit&& visit) {
-  visit("ready", "ready", s.ready);
-  visit("queued", "queued", s.queued);
-  visit("running", "running", s.running);
-  visit("requests_total", "requests_total", s.requests_total);
-  visit("requests_finished", "requests_finished", s.requests_finished);
-  visit("tokens_generated", "tokens_generated", s.tokens_generated);
-  visit("steps", "steps", s.steps);
-  visit("scheduler_cpu_ms_per_step", "scheduler_cpu_ms_per_step", s.scheduler_cpu_ms_per_step);
-  visit("max_step_decode", "max_step_decode", s.max_step_decode);
-  visit("max_step_prefill_tokens", "max_step_prefill_tokens", s.max_step_prefill_tokens);
-  visit("decode_stalls", "decode_stalls", s.decode_stalls);
-  visit("preemptions", "preemptions", s.preemptions);
-  visit("handoffs", "handoffs", s.handoffs);
-  visit("handoff_bytes", "handoff_bytes", s.handoff_bytes);
-  visit("handoff_failures", "handoff_failures", s.handoff_failures);
-  visit("handoff_ms_mean", "handoff_ms_mean", s.handoff_ms_mean);
-  visit("handoff_ms_p99", "handoff_ms_p99", s.handoff_ms_p99);
-  visit("prompt_tokens", "prompt_tokens", s.prompt_tokens);
-  visit("cached_prompt_tokens", "cached_prompt_tokens", s.cached_prompt_tokens);
-  visit("prefix_hit_rate", "prefix_hit_rate", s.prefix_hit_rate);
-  visit("draining", "draining", s.draining);
-  visit("tokens_per_s_last_minute", "tokens_per_s_last_minute", s.tokens_per_s_last_minute);
-  visit("requests_finished_last_minute", "requests_finished_last_minute", s.requests_finished_last_minute);
+// Calls visit(json, wire, member) for each field of `info` (a StatusInfo or WorkerInfo, const
+// or not), in the list's order.
+template <class Info, class Visit>
+void visit_status_fields(Info& info, Visit&& visit) {
+  list_status_fields([&](const char* wire, auto member, auto... key) {
+    const char* json = wire;
+    ((json = key), ...);  // the key given, if any
+    if constexpr (std::is_invocable_v<decltype(member), Info&>) visit(json, wire, info.*member);
+  });
 }
 
 // Durations past 100 years are taken as 100 years: milliseconds::max() means "never".

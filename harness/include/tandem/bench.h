@@ -36,6 +36,18 @@ struct BenchRequest {
 
 enum class Outcome { kCompleted, kCancelled, kFailed };
 
+struct RequestRecord {
+  uint64_t index = 0;
+  double start_s = 0;  // send time since the run began
+  uint32_t input_tokens = 0, output_tokens = 0;
+  uint32_t cached_tokens = 0;  // prompt tokens the server served from its prefix cache (tandem reports it)
+  double ttft_ms = 0, tpot_ms = 0, e2e_ms = 0;  // ttft/tpot 0 when there was no (second) token
+  std::vector<double> itl_ms;
+  std::vector<double> token_s;  // token arrival times since the run began (for plots)
+  std::string finish_reason, error;
+  Outcome outcome = Outcome::kFailed;
+};
+
 // The live state of one request. A Target calls token() per streamed token and finish()
 // exactly once, from one thread at a time per request (any thread). Nothing is locked here.
 class RequestTracker {
@@ -59,20 +71,16 @@ class RequestTracker {
   Clock::time_point sent() const { return sent_; }
   Clock::time_point finished_at() const { return finished_at_; }
   const std::vector<Clock::time_point>& token_times() const { return token_times_; }
-  Outcome outcome() const { return outcome_; }
-  const std::string& finish_reason() const { return finish_reason_; }
-  const std::string& error() const { return error_; }
-  uint32_t input_tokens() const { return input_tokens_; }
-  uint32_t cached_tokens() const { return cached_tokens_; }
+  // What finish() was told (outcome, finish_reason, error, input and cached tokens), read
+  // once finished(); summarize() adds the rest.
+  const RequestRecord& record() const { return record_; }
 
  private:
   BenchRequest request_;
   std::function<void()> on_finish_;
   Clock::time_point sent_{}, finished_at_{};
   std::vector<Clock::time_point> token_times_;
-  Outcome outcome_ = Outcome::kFailed;
-  std::string finish_reason_ = "error", error_;
-  uint32_t input_tokens_ = 0, cached_tokens_ = 0;
+  RequestRecord record_;
   std::atomic<bool> done_{false};
 };
 
@@ -127,11 +135,12 @@ class Workload {
   BenchRequest make(uint64_t index) const;
 
  private:
-  struct Entry {
+  struct Entry {  // a dataset line
     std::string text;
     std::vector<int32_t> tokens;
-    uint32_t output_len = 0;
+    uint32_t output_len = 0;  // 0: not given
   };
+  static Result<Entry> parse_entry(const std::string& line);
   WorkloadOptions options_;
   std::vector<Entry> dataset_;
   std::vector<std::vector<int32_t>> prefixes_;
@@ -150,18 +159,6 @@ struct LoadOptions {
   // Called about every progress_interval on the runner's thread.
   std::function<void(uint64_t done, uint64_t total, double tokens_per_s)> progress;
   std::chrono::milliseconds progress_interval{250};
-};
-
-struct RequestRecord {
-  uint64_t index = 0;
-  double start_s = 0;  // send time since the run began
-  uint32_t input_tokens = 0, output_tokens = 0;
-  uint32_t cached_tokens = 0;  // prompt tokens the server served from its prefix cache (tandem reports it)
-  double ttft_ms = 0, tpot_ms = 0, e2e_ms = 0;  // ttft/tpot 0 when there was no (second) token
-  std::vector<double> itl_ms;
-  std::vector<double> token_s;  // token arrival times since the run began (for plots)
-  std::string finish_reason, error;
-  Outcome outcome = Outcome::kFailed;
 };
 
 struct Distribution {
