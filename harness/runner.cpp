@@ -131,8 +131,8 @@ class Runner {
       const auto now = Clock::now();
       report(now);
       if (now >= stop) return false;
-      const auto wake =
-          std::min({now + load_.progress_interval, stop, load_.rate > 0 ? arrival : Clock::time_point::max()});
+      // A full concurrency cap waits for a slot, not for the arrival time (which may be past).
+      const auto wake = std::min(now + load_.progress_interval, stop);
       if (load_.concurrency > 0) {
         std::unique_lock<std::mutex> lock(counters_->mu);
         if (counters_->in_flight >= load_.concurrency) {
