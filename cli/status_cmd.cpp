@@ -73,15 +73,17 @@ void print_table(const StatusInfo& s) {
               (unsigned long long)s.requests_finished_last_minute, s.draining ? "; DRAINING" : "");
   std::printf("prefix cache: %.1f%% of %llu prompt tokens served from cached blocks\n", 100.0 * s.prefix_hit_rate,
               (unsigned long long)s.prompt_tokens);
-  std::printf("%-7s %-8s %-8s %-12s %-22s %-10s %-8s %-10s %-12s %s\n", "worker", "role", "pid", "heard",
-              "kv free/cached/total", "evictions", "running", "steps", "tokens", "idle");
+  std::printf("%-7s %-8s %-8s %-12s %-22s %-10s %-8s %-10s %-12s %-7s %s\n", "worker", "role", "pid", "heard",
+              "kv free/cached/total", "evictions", "running", "steps", "tokens", "idle", "MiB weights/kv");
   for (const WorkerInfo& w : s.workers) {
     const std::string kv = std::to_string(w.kv_blocks_free) + "/" + std::to_string(w.kv_blocks_cached) + "/" +
                            std::to_string(w.kv_blocks_total);
     const std::string heard = std::to_string(w.last_heard_ms) + " ms ago";
-    std::printf("%-7u %-8s %-8u %-12s %-22s %-10llu %-8u %-10llu %-12llu %.1f%%\n", w.id, w.role.c_str(), w.pid,
+    char idle[16];
+    std::snprintf(idle, sizeof idle, "%.1f%%", 100.0 * w.idle_share);
+    std::printf("%-7u %-8s %-8u %-12s %-22s %-10llu %-8u %-10llu %-12llu %-7s %.0f/%.0f\n", w.id, w.role.c_str(), w.pid,
                 heard.c_str(), kv.c_str(), (unsigned long long)w.kv_evictions, w.running, (unsigned long long)w.steps,
-                (unsigned long long)w.tokens, 100.0 * w.idle_share);
+                (unsigned long long)w.tokens, idle, double(w.weight_bytes) / (1 << 20), double(w.kv_bytes) / (1 << 20));
   }
   if (s.workers.empty()) std::printf("(no workers registered)\n");
   // Per role, when the deployment splits prefill and decode.

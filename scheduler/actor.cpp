@@ -147,6 +147,7 @@ class Actor final : public Sink {
     uint32_t pid;
     int64_t last_seen_us;
     std::string kv_format;
+    uint64_t weight_bytes, kv_bytes;
   };
 
   ClientOutbox::Callbacks outbox_callbacks() {
@@ -340,7 +341,8 @@ class Actor final : public Sink {
       worker_by_identity_.erase(old);
     }
     const uint32_t id = next_worker_id_++;
-    worker_by_identity_[identity] = WorkerPeer{id, *role, reg.pid(), now, kv_format(reg)};
+    worker_by_identity_[identity] = WorkerPeer{
+        id, *role, reg.pid(), now, kv_format(reg), reg.weight_bytes(), uint64_t{reg.kv_blocks()} * reg.block_bytes()};
     worker_identity_[id] = identity;
     core_.add_worker(
         id, WorkerInfo{*role, reg.kv_blocks(), reg.block_tokens(), reg.kv_endpoint(), reg.kv_tail_blocks()}, now);
@@ -411,7 +413,7 @@ class Actor final : public Sink {
       auto it = worker_identity_.find(worker_id);
       if (it == worker_identity_.end()) return std::nullopt;
       const WorkerPeer& peer = worker_by_identity_[it->second];
-      return WorkerPeerInfo{peer.pid, peer.last_seen_us};
+      return WorkerPeerInfo{peer.pid, peer.last_seen_us, peer.weight_bytes, peer.kv_bytes};
     };
     fill_status_reply(core_, actor, *reply_.mutable_status());
     send(*clients_, identity, reply_);

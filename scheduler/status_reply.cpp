@@ -24,6 +24,8 @@ void fill_worker(const Core::WorkerView& w, const ActorStatus& actor, v1::Worker
   ws.set_role(role_name(w.role));
   if (std::optional<WorkerPeerInfo> peer = actor.peer ? actor.peer(w.id) : std::nullopt) {
     ws.set_pid(peer->pid);
+    ws.set_weight_bytes(peer->weight_bytes);
+    ws.set_kv_bytes(peer->kv_bytes);
     ws.set_last_heard_ms(
         static_cast<uint32_t>(std::clamp<int64_t>((actor.now_us - peer->last_seen_us) / 1000, 0, UINT32_MAX)));
   }

@@ -30,6 +30,7 @@ class LastMinute {
 struct WorkerPeerInfo {
   uint32_t pid;
   int64_t last_seen_us;
+  uint64_t weight_bytes, kv_bytes;  // as it registered
 };
 
 struct ActorStatus {

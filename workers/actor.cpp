@@ -112,6 +112,7 @@ class Actor {
     r->set_kv_group_size(pool_->format().group_size);
     r->set_kv_skip_last_layer(pool_->format().skip_last_layer);
     r->set_kv_tail_blocks(pool_->tail_blocks());
+    r->set_weight_bytes(engine_->weight_bytes_per_step());
     r->set_threads(options_.threads);
     r->set_pid(static_cast<uint32_t>(getpid()));
     r->set_name(options_.name);

@@ -602,6 +602,8 @@ TEST(Client, StatusRoundTrip) {
     w->set_tokens(1200);
     w->set_idle_share(0.125);
     w->set_last_heard_ms(321);
+    w->set_weight_bytes(134217728);
+    w->set_kv_bytes(18446744073709551615ull);
     fake.send(got->identity, r);
   });
   auto info = client->status(5s);
@@ -632,6 +634,8 @@ TEST(Client, StatusRoundTrip) {
   EXPECT_EQ(w.tokens, 1200u);
   EXPECT_EQ(w.last_heard_ms, 321u);
   EXPECT_DOUBLE_EQ(w.idle_share, 0.125);
+  EXPECT_EQ(w.weight_bytes, 134217728u);
+  EXPECT_EQ(w.kv_bytes, 18446744073709551615ull);
 
   // Unanswered: UNAVAILABLE within the timeout.
   const auto start = Clock::now();
@@ -878,7 +882,7 @@ TEST(StatusCommand, Json) {
   EXPECT_EQ(finish(child, out), 0);
   EXPECT_NE(out.find("\"ready\":true,\"queued\":1,"), std::string::npos) << out;
   EXPECT_NE(out.find("\"role\":\"both\""), std::string::npos) << out;
-  EXPECT_NE(out.find("\"idle_share\":0.5,\"last_heard_ms\":250}"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"idle_share\":0.5,\"last_heard_ms\":250,"), std::string::npos) << out;
 }
 
 // Golden: `tandem status --json` byte for byte, every field set (uint64 values past 2^53 and
@@ -932,6 +936,8 @@ TEST(StatusCommand, JsonGolden) {
   w->set_kv_blocks_cached(9);
   w->set_kv_evictions(10);
   w->set_last_heard_ms(321);
+  w->set_weight_bytes(134217728);
+  w->set_kv_bytes(18446744073709551615ull);
   s->add_workers();  // every field zero
   fake.send(got->identity, r);
   std::string out;
@@ -946,10 +952,11 @@ TEST(StatusCommand, JsonGolden) {
             "\"tokens_per_s_last_minute\":1e-09,\"requests_finished_last_minute\":17,\"workers\":["
             "{\"id\":7,\"role\":\"prefill\",\"pid\":4242,\"alive\":true,\"kv_blocks_total\":100,\"kv_blocks_free\":40,"
             "\"kv_blocks_cached\":9,\"kv_evictions\":10,\"running\":3,\"steps\":98,\"tokens\":4294967296,"
-            "\"idle_share\":0.3333333,\"last_heard_ms\":321},"
+            "\"idle_share\":0.3333333,\"last_heard_ms\":321,\"weight_bytes\":134217728,"
+            "\"kv_bytes\":18446744073709551615},"
             "{\"id\":0,\"role\":\"\",\"pid\":0,\"alive\":false,\"kv_blocks_total\":0,\"kv_blocks_free\":0,"
             "\"kv_blocks_cached\":0,\"kv_evictions\":0,\"running\":0,\"steps\":0,\"tokens\":0,"
-            "\"idle_share\":0,\"last_heard_ms\":0}]}\n");
+            "\"idle_share\":0,\"last_heard_ms\":0,\"weight_bytes\":0,\"kv_bytes\":0}]}\n");
 }
 
 }  // namespace

@@ -122,7 +122,8 @@ struct WorkerInfo {
   uint64_t idle_us = 0, compute_us = 0;  // cumulative pipeline idle and compute time
   uint32_t kv_blocks_cached = 0;         // prefix cache; free + cached + in use = total
   uint64_t kv_evictions = 0;
-  uint32_t last_heard_ms = 0;  // since the scheduler last heard from it (dead past liveness x heartbeat)
+  uint32_t last_heard_ms = 0;               // since the scheduler last heard from it (dead past liveness x heartbeat)
+  uint64_t weight_bytes = 0, kv_bytes = 0;  // its weights in memory, its KV pool
 };
 
 struct StatusInfo {
@@ -189,6 +190,8 @@ void list_status_fields(Field&& field) {
   field("tokens", &WorkerInfo::tokens);
   field("idle_share", &WorkerInfo::idle_share);
   field("last_heard_ms", &WorkerInfo::last_heard_ms);
+  field("weight_bytes", &WorkerInfo::weight_bytes);
+  field("kv_bytes", &WorkerInfo::kv_bytes);
   field("idle_us", &WorkerInfo::idle_us, nullptr);
   field("compute_us", &WorkerInfo::compute_us, nullptr);
 }
