@@ -96,6 +96,8 @@ Result<ChatTemplate> ChatTemplate::parse(std::string_view source) {
     return t;
   } catch (const jinja::Error& e) {
     return Status::invalid(std::string("chat template: ") + e.what());
+  } catch (const std::exception& e) {  // a bug of ours, reported and contained
+    return Status::error(Code::kInternal, std::string("chat template: ") + e.what());
   }
 }
 
@@ -115,6 +117,8 @@ Result<std::string> ChatTemplate::render(const ChatInput& input) const {
     return jinja::Interpreter(std::move(globals)).render(*program_);
   } catch (const jinja::Error& e) {
     return Status::invalid(std::string("chat template: ") + e.what());
+  } catch (const std::exception& e) {  // a bug of ours (or std::bad_alloc), reported and contained
+    return Status::error(Code::kInternal, std::string("chat template: ") + e.what());
   }
 }
 

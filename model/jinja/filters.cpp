@@ -25,7 +25,7 @@ Value attribute_of(Interpreter& in, const Value& item, const std::string& path) 
   for (;;) {
     const size_t dot = path.find('.', start);
     const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    const bool digits = !part.empty() && part.find_first_not_of("0123456789") == std::string::npos;
+    const bool digits = !part.empty() && part.size() < 19 && part.find_first_not_of("0123456789") == std::string::npos;
     v = digits ? in.getitem(v, Value(static_cast<int64_t>(std::stoll(part)))) : in.getitem(v, Value(part));
     if (dot == std::string::npos) return v;
     start = dot + 1;

@@ -82,6 +82,8 @@ Interpreter::Flow Interpreter::exec(const Body& body, const ScopePtr& scope, std
 
 Interpreter::Flow Interpreter::exec_statement(const Stmt& s, const ScopePtr& scope, std::string& out) {
   DepthGuard guard(depth_);
+  if (++steps_ > kMaxSteps) throw Error("template ran more than " + std::to_string(kMaxSteps) + " steps");
+  if (out.size() > kMaxStringBytes) throw Error("template output over " + std::to_string(kMaxStringBytes) + " bytes");
   switch (s.kind) {
     case Stmt::Kind::kText: out += s.text; break;
     case Stmt::Kind::kOutput: out += eval(*s.expr, scope).to_str(); break;
@@ -196,16 +198,18 @@ Value Interpreter::make_macro(const Stmt& s, const ScopePtr& scope, const std::s
       }
     }
     Dict kwargs;
-    for (auto& [k, v] : c.kwargs) {
+    for (const auto& kw : c.kwargs) {
+      const std::string& k = kw.first;
       const bool is_param = std::any_of(s.params.begin(), s.params.end(), [&](const auto& p) { return p.first == k; });
       if (is_param || k == "caller") {
-        frame->set(k, v);
+        frame->set(k, kw.second);
       } else {
-        kwargs.set(Value(k), v);
+        kwargs.set(Value(k), kw.second);
       }
     }
     for (size_t i = c.args.size(); i < s.params.size(); ++i) {
-      const auto& [param, fallback] = s.params[i];
+      const std::string& param = s.params[i].first;
+      const ExprPtr& fallback = s.params[i].second;
       if (std::any_of(c.kwargs.begin(), c.kwargs.end(), [&](const auto& kw) { return kw.first == param; })) continue;
       frame->set(param,
                  fallback ? eval(*fallback, frame) : Value::undefined("parameter '" + param + "' was not provided"));
@@ -228,6 +232,7 @@ void Interpreter::exec_call_block(const Stmt& s, const ScopePtr& scope, std::str
 
 Value Interpreter::eval(const Expr& e, const ScopePtr& scope) {
   DepthGuard guard(depth_);
+  if (++steps_ > kMaxSteps) throw Error("template ran more than " + std::to_string(kMaxSteps) + " steps");
   switch (e.kind) {
     case Expr::Kind::kConst: return e.value;
     case Expr::Kind::kName: return eval_name(e, scope);
@@ -353,13 +358,17 @@ Value Interpreter::call(const Value& callee, Call& c) {
   DepthGuard guard(depth_);
   if (callee.is_undefined()) callee.fail_undefined();
   if (callee.kind() != Kind::kFunction) throw Error("'" + callee.type_name() + "' object is not callable");
-  return callee.fn()(c);
+  Value v = callee.fn()(c);
+  check_size(v);
+  return v;
 }
 
 Value Interpreter::filter(const std::string& name, const Value& input, Call& args) {
   const FilterFn f = find_filter(name);
   if (!f) throw Error("No filter named '" + name + "' found.");
-  return f(*this, input, args);
+  Value v = f(*this, input, args);
+  check_size(v);
+  return v;
 }
 
 bool Interpreter::test(const std::string& name, const Value& input, Call& args) {

@@ -54,8 +54,17 @@ class Interpreter {
   void bind(const ScopePtr& scope, const std::vector<std::string>& targets, const Value& v);
 
   ScopePtr globals_;
-  int depth_ = 0;  // nested calls and statements: bounded so a template cannot exhaust the stack
+  int64_t steps_ = 0;  // statements run and expressions evaluated, bounded (kMaxSteps)
+  int depth_ = 0;      // nested calls and statements: bounded so a template cannot exhaust the stack
 };
+
+// What one render may spend: a template that loops without end or grows its output without
+// bound fails with an error naming the limit instead of holding a thread or exhausting memory.
+inline constexpr int64_t kMaxSteps = 20'000'000;
+inline constexpr size_t kMaxStringBytes = 64u << 20;
+
+// `v`, or an error when it is a string over kMaxStringBytes.
+const Value& check_size(const Value& v);
 
 // Items of an iterable as a for loop sees them (dict keys, string characters; Undefined is empty).
 List iterate(const Value& v);

@@ -63,6 +63,7 @@ std::string format(const std::string& f, const Call& c) {
     if (field.find_first_of("!:.[") != std::string::npos) throw Error("unsupported: str.format field '" + field + "'");
     Value v;
     if (field.empty() || std::isdigit(static_cast<unsigned char>(field[0]))) {
+      if (field.size() > 9) throw Error("Replacement index " + field + " out of range");
       const size_t index = field.empty() ? auto_index++ : std::stoul(field);
       if (index >= c.args.size()) throw Error("Replacement index " + std::to_string(index) + " out of range");
       v = c.args[index];

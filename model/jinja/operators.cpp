@@ -31,6 +31,10 @@ Value add(const Value& a, const Value& b) {
 }
 
 Value repeat(const Value& seq, int64_t n) {
+  const size_t unit = seq.is_string() ? seq.str().size() : seq.items().size() * sizeof(Value);
+  if (n > 0 && unit > 0 && static_cast<uint64_t>(n) > kMaxStringBytes / unit) {
+    throw Error("repetition over " + std::to_string(kMaxStringBytes) + " bytes");
+  }
   if (seq.is_string()) {
     std::string out;
     for (int64_t i = 0; i < n; ++i) out += seq.str();
@@ -113,6 +117,8 @@ Value percent_format(const Value& fmt, const Value& args) {
 
 }  // namespace
 
+static Value binary_unchecked(const std::string& op, const Value& a, const Value& b);
+
 List iterate(const Value& v) {
   switch (v.kind()) {
     case Kind::kUndefined: return {};
@@ -147,7 +153,20 @@ bool contains(const Value& container, const Value& item) {
   }
 }
 
+const Value& check_size(const Value& v) {
+  if (v.is_string() && v.str().size() > kMaxStringBytes) {
+    throw Error("string over " + std::to_string(kMaxStringBytes) + " bytes");
+  }
+  return v;
+}
+
 Value binary(const std::string& op, const Value& a, const Value& b) {
+  Value v = binary_unchecked(op, a, b);
+  check_size(v);
+  return v;
+}
+
+static Value binary_unchecked(const std::string& op, const Value& a, const Value& b) {
   if (op == "~") return Value(a.to_str() + b.to_str());
   if (a.is_undefined()) a.fail_undefined();
   if (b.is_undefined()) b.fail_undefined();

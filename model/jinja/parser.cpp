@@ -85,8 +85,19 @@ class Parser {
   ExprPtr parse_test(ExprPtr input);
   void parse_call_args(Expr& call);
 
+  // Nesting of statements and parenthesised expressions: bounded (as the interpreter's depth)
+  // so that a deep template fails with an error instead of overflowing the stack.
+  struct Nesting {
+    explicit Nesting(Parser& p) : parser(p) {
+      if (++parser.depth_ > 200) parser.fail("nesting deeper than 200");
+    }
+    ~Nesting() { --parser.depth_; }
+    Parser& parser;
+  };
+
   std::vector<Token> tokens_;
   size_t pos_ = 0;
+  int depth_ = 0;
   std::string block_name_;  // the tag that ended the last body
 };
 
@@ -132,6 +143,7 @@ Body Parser::parse_body(const std::vector<std::string>& end_tags) {
 }
 
 std::unique_ptr<Stmt> Parser::parse_statement() {
+  Nesting nesting(*this);
   if (cur().type != T::kName) fail("expected a statement name");
   const std::string name = cur().text;
   const int line = cur().line;
@@ -403,6 +415,7 @@ ExprPtr Parser::parse_binary(int level) {
 }
 
 ExprPtr Parser::parse_unary(bool with_filter) {
+  Nesting nesting(*this);
   ExprPtr e;
   if (is_op("-") || is_op("+")) {
     e = node(Expr::Kind::kUnary);
@@ -513,7 +526,9 @@ ExprPtr Parser::parse_subscript(ExprPtr e) {
     item->children.push_back(std::move(e));
     if (cur().type == T::kInt) {
       auto index = node(Expr::Kind::kConst);
-      index->value = Value(static_cast<int64_t>(std::stoll(tokens_[pos_++].text)));
+      const std::string digits = tokens_[pos_++].text;
+      if (digits.size() > 18) fail("index out of range");
+      index->value = Value(static_cast<int64_t>(std::stoll(digits)));
       item->children.push_back(std::move(index));
     } else {
       item->name = expect_name();
