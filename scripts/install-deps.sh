@@ -18,6 +18,7 @@ packages=(
   clang libclang-rt-14-dev             # libFuzzer targets (fuzz/), run by scripts/test.sh
   clang-format-14 clang-tidy-14        # scripts/lint.sh: formatting and function length, in CI
   python3-numpy                        # float64 references of the engine and the quantizers (tests/*.py)
+  python3-jinja2                       # the reference renderer of chat templates (tests/chat_template_reference.py)
 )
 
 missing=()

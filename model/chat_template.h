@@ -1,0 +1,56 @@
+// Chat templates: a conversation -> the prompt text a model was trained on, by rendering the
+// model's `tokenizer.chat_template` (Jinja) as Hugging Face transformers does
+// (ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks, loopcontrols, its tojson and
+// {% generation %}, globals raise_exception and strftime_now). The interpreter is ours
+// (model/jinja/); tests/model/chat_template_test.cpp holds it to python3-jinja2's bytes.
+#pragma once
+
+#include <ctime>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "runtime/status.h"
+#include "model/jinja/value.h"
+
+namespace tandem::model {
+
+namespace jinja {
+struct Program;
+}
+
+// What a template sees. `messages` is a list of dicts (role, content: str, None or a list of
+// parts, and optionally tool_calls, tool_call_id, name, reasoning_content...); `tools` a list
+// of JSON-schema dicts, or None as transformers passes when there are none.
+struct ChatInput {
+  jinja::Value messages = jinja::Value::list({});
+  jinja::Value tools = jinja::Value::none();
+  bool add_generation_prompt = false;
+  std::string bos_token, eos_token;
+  // What strftime_now() formats (local time); the current time when absent. Tests fix it.
+  std::optional<std::time_t> now;
+};
+
+// {"messages": [...], "tools": [...], "add_generation_prompt": bool, "bos_token": str,
+// "eos_token": str} (all but messages optional), or a bare messages array. Errors name the
+// field: messages not a list, a message without a string role, content neither a string,
+// null nor a list, tool_calls not a list, tool_call_id or name not strings.
+Result<ChatInput> parse_chat_input(std::string_view json);
+
+class ChatTemplate {
+ public:
+  // Errors: the template's syntax, a tag or (outside an `if`) a filter or test this
+  // interpreter does not have, each named with its line.
+  static Result<ChatTemplate> parse(std::string_view source);
+
+  // The rendered prompt. Errors: raise_exception's message as the template gave it, or what
+  // failed (an undefined value used, a type error, a method the sandbox refuses, an
+  // unsupported filter argument...), never a partial prompt.
+  Result<std::string> render(const ChatInput& input) const;
+
+ private:
+  std::shared_ptr<const jinja::Program> program_;
+};
+
+}  // namespace tandem::model
