@@ -110,25 +110,20 @@ uint32_t next_code_point(std::string_view s, size_t& i) {
   return cp;
 }
 
-// Words are merged once per encode() call: English repeats its words, so a call keeps what
-// each distinct word gave.
-class WordCache {
- public:
-  template <typename F>
-  void emit(std::string_view word, std::vector<int32_t>& out, F&& encode_word) {
-    auto it = seen_.find(word);
-    if (it == seen_.end()) {
-      const auto begin = static_cast<uint32_t>(ids_.size());
-      encode_word(word, ids_);
-      it = seen_.emplace(word, std::make_pair(begin, static_cast<uint32_t>(ids_.size()))).first;
+// Walks the fragments in order: a special token's id goes out as it is, and each raw
+// fragment's words (ordered spans inside it, as PreTokenizer::split gives them) go to `word`.
+template <typename F>
+void emit_in_order(const std::vector<Fragment>& fragments, const std::vector<Span>& words, std::vector<int32_t>& out,
+                   F&& word) {
+  size_t w = 0;
+  for (const Fragment& f : fragments) {
+    if (f.token != Vocabulary::kNone) {
+      out.push_back(f.token);
+      continue;
     }
-    out.insert(out.end(), ids_.begin() + it->second.first, ids_.begin() + it->second.second);
+    for (; w < words.size() && words[w].begin < f.end; ++w) word(words[w]);
   }
-
- private:
-  std::unordered_map<std::string_view, std::pair<uint32_t, uint32_t>> seen_;
-  std::vector<int32_t> ids_;
-};
+}
 
 class Gpt2Encoder final : public TextEncoder {
  public:
@@ -137,14 +132,16 @@ class Gpt2Encoder final : public TextEncoder {
     for (int b = 0; b < 256; ++b) byte_id_[b] = vocab.find(byte_chars().of_byte[b]);
   }
 
-  Status encode(std::string_view text, bool, std::vector<int32_t>& out) const override {
-    std::vector<Span> words;
-    TANDEM_RETURN_IF_ERROR(pre_.split(text, words));
+  Status encode(std::string_view text, const std::vector<Fragment>& fragments,
+                std::vector<int32_t>& out) const override {
+    std::vector<Span> raw, words;
+    for (const Fragment& f : fragments)
+      if (f.token == Vocabulary::kNone) raw.push_back(Span{f.begin, f.end});
+    TANDEM_RETURN_IF_ERROR(pre_.split(text, raw, words));
     WordCache cache;
-    for (const Span& w : words) {
-      cache.emit(text.substr(w.begin, w.end - w.begin), out,
-                 [&](std::string_view word, std::vector<int32_t>& ids) { encode_word(word, ids); });
-    }
+    auto encode_word = [&](std::string_view word, std::vector<int32_t>& ids) { this->encode_word(word, ids); };
+    emit_in_order(fragments, words, out,
+                  [&](const Span& w) { cache.emit(text.substr(w.begin, w.end - w.begin), out, encode_word); });
     return Status::ok();
   }
 
@@ -180,25 +177,37 @@ class Gpt2Encoder final : public TextEncoder {
 class Gemma4Encoder final : public TextEncoder {
  public:
   Gemma4Encoder(const Vocabulary& vocab, PreTokenizer lines, MergeTable merges)
-      : vocab_(vocab), lines_(std::move(lines)), merges_(std::move(merges)) {}
+      : vocab_(vocab), lines_(std::move(lines)), merges_(std::move(merges)), breaks_(WordBreaks::of(vocab)) {}
 
-  Status encode(std::string_view raw, bool, std::vector<int32_t>& out) const override {
+  Status encode(std::string_view raw, const std::vector<Fragment>& fragments,
+                std::vector<int32_t>& out) const override {
+    // Spaces as U+2581, all raw fragments in one string (the word cache keeps views into it).
     std::string text;
     text.reserve(raw.size() + raw.size() / 4);
-    for (char c : raw) {
-      if (c == ' ') {
-        text += "\xe2\x96\x81";
-      } else {
-        text += c;
+    std::vector<Fragment> escaped;
+    for (const Fragment& f : fragments) {
+      if (f.token != Vocabulary::kNone) {
+        escaped.push_back(f);
+        continue;
       }
+      const auto begin = static_cast<uint32_t>(text.size());
+      append_escaping_spaces(raw.substr(f.begin, f.end - f.begin), text);
+      escaped.push_back(Fragment{Vocabulary::kNone, begin, static_cast<uint32_t>(text.size())});
     }
-    std::vector<Span> words;
-    TANDEM_RETURN_IF_ERROR(lines_.split(text, words));
+    std::vector<Span> segments, lines;
+    for (const Fragment& f : escaped)
+      if (f.token == Vocabulary::kNone) segments.push_back(Span{f.begin, f.end});
+    TANDEM_RETURN_IF_ERROR(lines_.split(text, segments, lines));
     WordCache cache;
-    for (const Span& w : words) {
-      cache.emit(std::string_view(text).substr(w.begin, w.end - w.begin), out,
-                 [&](std::string_view word, std::vector<int32_t>& ids) { encode_word(word, ids); });
-    }
+    auto encode_word = [&](std::string_view word, std::vector<int32_t>& ids) { this->encode_word(word, ids); };
+    emit_in_order(escaped, lines, out, [&](const Span& l) {
+      const std::string_view line = std::string_view(text).substr(l.begin, l.end - l.begin);
+      if (line.find('\n') == std::string_view::npos) {
+        breaks_.for_each_word(line, [&](std::string_view w) { cache.emit(w, out, encode_word); });
+      } else {
+        cache.emit(line, out, encode_word);
+      }
+    });
     return Status::ok();
   }
 
@@ -237,6 +246,7 @@ class Gemma4Encoder final : public TextEncoder {
   const Vocabulary& vocab_;
   PreTokenizer lines_;
   MergeTable merges_;
+  const WordBreaks breaks_;
 };
 
 }  // namespace

@@ -21,8 +21,14 @@ constexpr const char* kQwen35 =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 // DeepSeek LLM's letters: the Latin, Greek, Cyrillic, ... ranges its tokenizer.json lists.
 constexpr const char* kDeepseekLetters =
-    "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-"
-    "ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-"
+    "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-"
+    "Ἕἠ-"
+    "ὅὈ-"
+    "Ὅὐ-"
+    "ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-"
+    "ﬆﬓ-"
+    "ﬗＡ-"
+    "Ｚａ-"
     "ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+";
 constexpr const char* kCjkHangul = "[一-龥ࠀ-一가-퟿]+";
 
@@ -106,14 +112,16 @@ Result<PreTokenizer> PreTokenizer::for_name(const std::string& pre) {
   return Status::invalid("pre-tokenizer '" + pre + "' (tokenizer.ggml.pre) is not supported");
 }
 
-Status PreTokenizer::split(std::string_view text, std::vector<Span>& out) const {
-  const size_t first = out.size();
-  if (text.empty()) return Status::ok();
-  out.push_back(Span{0, static_cast<uint32_t>(text.size())});
-  if (!compiled_ || compiled_->patterns.empty()) return Status::ok();
+Status PreTokenizer::split(std::string_view text, std::span<const Span> segments, std::vector<Span>& out) const {
+  std::vector<Span> cur, next;
+  for (const Span& s : segments)
+    if (s.end > s.begin) cur.push_back(s);
+  if (!compiled_ || compiled_->patterns.empty() || cur.empty()) {
+    out.insert(out.end(), cur.begin(), cur.end());
+    return Status::ok();
+  }
   UErrorCode status = U_ZERO_ERROR;
   UText* ut = utext_openUTF8(nullptr, text.data(), static_cast<int64_t>(text.size()), &status);
-  std::vector<Span> cur(out.begin() + static_cast<std::ptrdiff_t>(first), out.end()), next;
   for (const auto& pattern : compiled_->patterns) {
     std::unique_ptr<icu::RegexMatcher> m(pattern->matcher(status));
     if (U_FAILURE(status)) break;
@@ -136,7 +144,6 @@ Status PreTokenizer::split(std::string_view text, std::vector<Span>& out) const 
     cur.swap(next);
   }
   utext_close(ut);
-  out.resize(first);
   if (U_FAILURE(status)) {
     return Status::invalid(std::string("text could not be split into words (") + u_errorName(status) + ")");
   }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,7 +30,12 @@ class PreTokenizer {
   // and the text between them (as Hugging Face's Split with behaviour "isolated"). Appends
   // non-empty, contiguous spans covering all of `text`. Safe to call from several threads.
   // Error (and `out` unchanged) only when ICU gives up (a word too long to backtrack over).
-  [[nodiscard]] Status split(std::string_view text, std::vector<Span>& out) const;
+  [[nodiscard]] Status split(std::string_view text, std::vector<Span>& out) const {
+    const Span all{0, static_cast<uint32_t>(text.size())};
+    return split(text, std::span<const Span>(&all, text.empty() ? 0 : 1), out);
+  }
+  // The same for each of `segments` of `text` (in order, not overlapping) on its own.
+  [[nodiscard]] Status split(std::string_view text, std::span<const Span> segments, std::vector<Span>& out) const;
 
   // The name-specific settings that go with the regexes.
   bool ignore_merges() const { return ignore_merges_; }  // a word that is a token is taken whole

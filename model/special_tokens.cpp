@@ -8,6 +8,10 @@ namespace tandem::model {
 
 namespace {
 
+size_t two_bytes(std::string_view s, size_t i) {
+  return static_cast<size_t>(static_cast<unsigned char>(s[i])) << 8 | static_cast<unsigned char>(s[i + 1]);
+}
+
 bool is_space(char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; }
 
 // Claimed stretches of the text: a special token with the whitespace it strips.
@@ -33,9 +37,14 @@ SpecialTokenSplitter::SpecialTokenSplitter(const Vocabulary& vocab) {
   std::stable_sort(by_length_.begin(), by_length_.end(),
                    [&](int32_t a, int32_t b) { return vocab.pieces[a].size() > vocab.pieces[b].size(); });
   by_first_byte_.resize(256);
+  by_two_bytes_.resize(by_length_.empty() ? 0 : 65536);
   for (size_t rank = 0; rank < by_length_.size(); ++rank) {
-    const auto first = static_cast<unsigned char>(vocab.pieces[by_length_[rank]][0]);
-    by_first_byte_[first].push_back(static_cast<int32_t>(rank));
+    const std::string& p = vocab.pieces[by_length_[rank]];
+    if (p.size() == 1) {
+      by_first_byte_[static_cast<unsigned char>(p[0])].push_back(static_cast<int32_t>(rank));
+    } else {
+      by_two_bytes_[two_bytes(p, 0)].push_back(static_cast<int32_t>(rank));
+    }
   }
 }
 
@@ -43,15 +52,17 @@ void SpecialTokenSplitter::split(const Vocabulary& vocab, std::string_view text,
                                  std::vector<Fragment>& out) const {
   // Every occurrence of every eligible token, as (rank, position).
   std::vector<std::pair<int32_t, uint32_t>> found;
-  if (!by_first_byte_.empty()) {
+  auto look = [&](const std::vector<int32_t>& ranks, size_t i) {
+    for (int32_t rank : ranks) {
+      const int32_t id = by_length_[rank];
+      if (!parse_special && (vocab.attrs[id] & (kAttrControl | kAttrUnknown))) continue;
+      if (text.compare(i, vocab.pieces[id].size(), vocab.pieces[id]) == 0) found.emplace_back(rank, i);
+    }
+  };
+  if (!by_length_.empty()) {
     for (size_t i = 0; i < text.size(); ++i) {
-      for (int32_t rank : by_first_byte_[static_cast<unsigned char>(text[i])]) {
-        const int32_t id = by_length_[rank];
-        if (!parse_special && (vocab.attrs[id] & (kAttrControl | kAttrUnknown))) continue;
-        if (text.compare(i, vocab.pieces[id].size(), vocab.pieces[id]) == 0) {
-          found.emplace_back(rank, static_cast<uint32_t>(i));
-        }
-      }
+      look(by_first_byte_[static_cast<unsigned char>(text[i])], i);
+      if (i + 1 < text.size()) look(by_two_bytes_[two_bytes(text, i)], i);
     }
   }
   std::sort(found.begin(), found.end());

@@ -30,7 +30,8 @@ class SpecialTokenSplitter {
 
  private:
   std::vector<int32_t> by_length_;                   // longest first, then lowest id
-  std::vector<std::vector<int32_t>> by_first_byte_;  // 256 lists of candidates
+  std::vector<std::vector<int32_t>> by_first_byte_;  // ranks of the one-byte tokens, by byte
+  std::vector<std::vector<int32_t>> by_two_bytes_;   // ranks of the longer ones, by first two bytes
 };
 
 }  // namespace tandem::model

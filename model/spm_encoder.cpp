@@ -29,24 +29,78 @@ std::string spm_piece_text(const std::string& piece) {
   return out;
 }
 
+WordBreaks WordBreaks::of(const Vocabulary& vocab) {
+  WordBreaks b;
+  for (const std::string& p : vocab.pieces) {
+    size_t i = 0;
+    while (p.compare(i, 3, kSpace) == 0) i += 3;
+    for (i = p.find(kSpace, i); i != std::string::npos && i > 0; i = p.find(kSpace, i + 3)) {
+      b.unsafe_before.set(static_cast<unsigned char>(p[i - 1]));
+    }
+  }
+  return b;
+}
+
+void WordBreaks::for_each_word(std::string_view text, const std::function<void(std::string_view)>& word) const {
+  size_t begin = 0;
+  for (size_t i = 1; i + 3 <= text.size(); ++i) {
+    if (text.compare(i, 3, kSpace) != 0) continue;
+    if ((i < 3 || text.compare(i - 3, 3, kSpace) != 0) && !unsafe_before[static_cast<unsigned char>(text[i - 1])]) {
+      word(text.substr(begin, i - begin));
+      begin = i;
+    }
+    i += 2;
+  }
+  if (begin < text.size()) word(text.substr(begin));
+}
+
+void append_escaping_spaces(std::string_view raw, std::string& out) {
+  for (char c : raw) {
+    if (c == ' ') {
+      out += kSpace;
+    } else {
+      out += c;
+    }
+  }
+}
+
 namespace {
 
 class SpmEncoder final : public TextEncoder {
  public:
-  explicit SpmEncoder(const Vocabulary& vocab) : vocab_(vocab) {}
+  explicit SpmEncoder(const Vocabulary& vocab) : vocab_(vocab), breaks_(WordBreaks::of(vocab)) {}
 
-  Status encode(std::string_view raw, bool first, std::vector<int32_t>& out) const override {
-    std::string text;
-    text.reserve(raw.size() + raw.size() / 4 + 3);
-    if (first && vocab_.add_space_prefix) text += kSpace;
-    for (char c : raw) {
-      if (c == ' ') {
-        text += kSpace;
-      } else {
-        text += c;
+  Status encode(std::string_view text, const std::vector<Fragment>& fragments,
+                std::vector<int32_t>& out) const override {
+    // The raw fragments with spaces as U+2581 (and a leading one at the start of the text and
+    // after each special token), all in one string that outlives the word cache's views.
+    std::string escaped;
+    escaped.reserve(text.size() + text.size() / 4 + 3 * fragments.size());
+    std::vector<Span> raw;
+    bool first = true;
+    for (const Fragment& f : fragments) {
+      if (f.token != Vocabulary::kNone) {
+        first = true;
+        continue;
       }
+      const auto begin = static_cast<uint32_t>(escaped.size());
+      if (first && vocab_.add_space_prefix) escaped += kSpace;
+      append_escaping_spaces(text.substr(f.begin, f.end - f.begin), escaped);
+      raw.push_back(Span{begin, static_cast<uint32_t>(escaped.size())});
+      first = false;
     }
-    merge(text, out);
+    WordCache cache;
+    auto merge_word = [&](std::string_view w, std::vector<int32_t>& ids) { merge(w, ids); };
+    size_t r = 0;
+    for (const Fragment& f : fragments) {
+      if (f.token != Vocabulary::kNone) {
+        out.push_back(f.token);
+        continue;
+      }
+      const std::string_view t = std::string_view(escaped).substr(raw[r].begin, raw[r].end - raw[r].begin);
+      ++r;
+      breaks_.for_each_word(t, [&](std::string_view w) { cache.emit(w, out, merge_word); });
+    }
     return Status::ok();
   }
 
@@ -64,13 +118,14 @@ class SpmEncoder final : public TextEncoder {
 
   float score(int32_t id) const { return vocab_.scores.empty() ? 0.0f : vocab_.scores[id]; }
 
-  void merge(const std::string& text, std::vector<int32_t>& out) const;
+  void merge(std::string_view text, std::vector<int32_t>& out) const;
   void emit(std::string_view piece, std::vector<int32_t>& out) const;
 
   const Vocabulary& vocab_;
+  const WordBreaks breaks_;
 };
 
-void SpmEncoder::merge(const std::string& text, std::vector<int32_t>& out) const {
+void SpmEncoder::merge(std::string_view text, std::vector<int32_t>& out) const {
   std::vector<Symbol> syms;
   for (size_t i = 0; i < text.size();) {
     size_t len = runtime::utf8_sequence_length(text, i);
@@ -84,7 +139,7 @@ void SpmEncoder::merge(const std::string& text, std::vector<int32_t>& out) const
   auto consider = [&](int32_t l, int32_t r) {
     if (l < 0 || r < 0) return;
     const uint32_t len = syms[l].len + syms[r].len;
-    const int32_t id = vocab_.find(std::string_view(text).substr(syms[l].begin, len));
+    const int32_t id = vocab_.find(text.substr(syms[l].begin, len));
     if (id >= 0) queue.push(Candidate{score(id), l, r, len});
   };
   for (int32_t i = 1; i < static_cast<int32_t>(syms.size()); ++i) consider(i - 1, i);
@@ -101,7 +156,7 @@ void SpmEncoder::merge(const std::string& text, std::vector<int32_t>& out) const
     consider(c.left, l.next);
   }
   for (int32_t i = syms.empty() ? -1 : 0; i >= 0; i = syms[i].next) {
-    emit(std::string_view(text).substr(syms[i].begin, syms[i].len), out);
+    emit(text.substr(syms[i].begin, syms[i].len), out);
   }
 }
 
@@ -124,9 +179,16 @@ class ByteLevelEncoder final : public TextEncoder {
  public:
   explicit ByteLevelEncoder(const Vocabulary& vocab) : vocab_(vocab) {}
 
-  Status encode(std::string_view text, bool, std::vector<int32_t>& out) const override {
+  Status encode(std::string_view text, const std::vector<Fragment>& fragments,
+                std::vector<int32_t>& out) const override {
     out.reserve(out.size() + text.size());
-    for (unsigned char c : text) out.push_back(vocab_.byte_token[c]);
+    for (const Fragment& f : fragments) {
+      if (f.token != Vocabulary::kNone) {
+        out.push_back(f.token);
+        continue;
+      }
+      for (unsigned char c : text.substr(f.begin, f.end - f.begin)) out.push_back(vocab_.byte_token[c]);
+    }
     return Status::ok();
   }
   bool takes_any_bytes() const override { return true; }

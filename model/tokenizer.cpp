@@ -111,16 +111,7 @@ Result<std::vector<int32_t>> Tokenizer::encode(std::string_view text, EncodeOpti
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 2);
   if (options.add_special && v.add_bos && v.bos >= 0) ids.push_back(v.bos);
-  bool first = true;  // at the start or after a special token
-  for (const Fragment& f : fragments) {
-    if (f.token != Vocabulary::kNone) {
-      ids.push_back(f.token);
-      first = true;
-      continue;
-    }
-    TANDEM_RETURN_IF_ERROR(s.encoder->encode(text.substr(f.begin, f.end - f.begin), first, ids));
-    first = false;
-  }
+  TANDEM_RETURN_IF_ERROR(s.encoder->encode(text, fragments, ids));
   if (options.add_special && v.add_eos && v.eos >= 0) ids.push_back(v.eos);
   return ids;
 }

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <ctime>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -144,6 +145,70 @@ TEST_P(Reference, StreamedDecodingIsWholeCharactersAndTheSameText) {
     EXPECT_EQ(all, tok_.decode(c.ids, DecodeOptions{.strip_space_prefix = true}));
     EXPECT_EQ(all, c.text);
   }
+}
+
+// 1 MiB of English as Debian ships it: the license texts (base-files), then the packages'
+// copyright files, in name order; repeated only if the machine has less.
+std::string english_megabyte() {
+  std::vector<fs::path> files;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/usr/share/common-licenses", ec))
+    if (e.is_regular_file() && !e.is_symlink()) files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  std::vector<fs::path> copyrights;
+  for (const auto& e : fs::directory_iterator("/usr/share/doc", ec))
+    if (fs::is_regular_file(e.path() / "copyright")) copyrights.push_back(e.path() / "copyright");
+  std::sort(copyrights.begin(), copyrights.end());
+  files.insert(files.end(), copyrights.begin(), copyrights.end());
+  std::string all;
+  for (const fs::path& f : files) {
+    std::string t = read_all(f.string());
+    size_t ok = 0;  // whole UTF-8 only: a few copyright files are Latin-1
+    while (ok < t.size() && runtime::utf8_sequence_length(t, ok) > 0) ok += runtime::utf8_sequence_length(t, ok);
+    if (ok == t.size()) all += t;
+    if (all.size() >= (1u << 20)) break;
+  }
+  if (all.empty()) return "";
+  std::string text;
+  while (text.size() < (1u << 20)) text += all;
+  size_t cut = 1u << 20;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  text.resize(cut);
+  return text;
+}
+
+// Printed, not asserted (the machine is shared): MB/s over 1 MiB and the time for 128 KiB,
+// best of a few runs. bench/RESULTS.md keeps the figures.
+TEST_P(Reference, SpeedOnEnglish) {
+  const std::string text = english_megabyte();
+  if (text.empty()) GTEST_SKIP() << "no /usr/share/common-licenses or /usr/share/doc to time with";
+  // Best of `runs` in wall time and in this process's CPU time (on a shared machine the CPU
+  // time is what the tokenizer itself costs).
+  struct Timing {
+    double wall_ms = 1e9, cpu_ms = 1e9;
+    size_t tokens = 0;
+  };
+  auto best = [&](std::string_view t, int runs) {
+    Timing b;
+    for (int i = 0; i < runs; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      const std::clock_t cpu_start = std::clock();
+      auto ids = tok_.encode(t, EncodeOptions{.add_special = false});
+      const double cpu = 1e3 * static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
+      const std::chrono::duration<double, std::milli> wall = std::chrono::steady_clock::now() - start;
+      EXPECT_TRUE(ids);
+      b.tokens = ids ? ids->size() : 0;
+      b.wall_ms = std::min(b.wall_ms, wall.count());
+      b.cpu_ms = std::min(b.cpu_ms, cpu);
+    }
+    return b;
+  };
+  const Timing mb = best(text, 3), small = best(std::string_view(text).substr(0, 128 << 10), 5);
+  std::printf(
+      "speed %s: %zu bytes -> %zu tokens in %.1f ms (CPU %.1f ms) = %.1f MB/s (CPU %.1f MB/s); "
+      "128 KiB -> %zu tokens in %.2f ms (CPU %.2f ms)\n",
+      GetParam(), text.size(), mb.tokens, mb.wall_ms, mb.cpu_ms, text.size() / 1e3 / mb.wall_ms,
+      text.size() / 1e3 / mb.cpu_ms, small.tokens, small.wall_ms, small.cpu_ms);
 }
 
 INSTANTIATE_TEST_SUITE_P(Vocab, Reference,
