@@ -104,6 +104,8 @@ class SpmEncoder final : public TextEncoder {
     return Status::ok();
   }
 
+  bool adds_space_prefix() const override { return vocab_.add_space_prefix; }
+
  private:
   struct Symbol {
     uint32_t begin, len;

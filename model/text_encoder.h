@@ -29,6 +29,8 @@ class TextEncoder {
                                       std::vector<int32_t>& out) const = 0;
   // Whether encode() takes any bytes (not only valid UTF-8).
   virtual bool takes_any_bytes() const { return false; }
+  // Whether encode() puts a space before the text (and after each special token).
+  virtual bool adds_space_prefix() const { return false; }
 };
 
 // Words are merged once per encode() call: English repeats its words, so a call keeps what

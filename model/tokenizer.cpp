@@ -93,7 +93,9 @@ bool Tokenizer::can_encode() const { return state_ && state_->encoder; }
 const std::string& Tokenizer::kind() const { return state_ ? state_->vocab.model : kNoName; }
 const std::string& Tokenizer::pre() const { return state_ ? state_->vocab.pre : kNoName; }
 const std::string& Tokenizer::piece(int32_t token) const { return state_->vocab.pieces[token]; }
-bool Tokenizer::strips_space_prefix() const { return state_ && state_->vocab.add_space_prefix && state_->encoder; }
+bool Tokenizer::strips_space_prefix() const {
+  return state_ && state_->encoder && state_->encoder->adds_space_prefix();
+}
 
 Result<std::vector<int32_t>> Tokenizer::encode(std::string_view text, EncodeOptions options) const {
   if (!can_encode()) return Status::invalid(state_ ? state_->refusal : "no vocabulary loaded");

@@ -79,7 +79,7 @@ class Tokenizer {
   std::string decode(std::span<const int32_t> tokens) const;
   std::string decode(std::span<const int32_t> tokens, DecodeOptions options) const;
   const std::string& piece(int32_t token) const;
-  bool strips_space_prefix() const;  // SentencePiece with add_space_prefix
+  bool strips_space_prefix() const;  // SentencePiece with add_space_prefix (not byte-level)
 
  private:
   struct State;

@@ -354,6 +354,8 @@ TEST_F(TinyTokenizer, StreamDecoderHoldsBytesUntilACharacterIsWhole) {
   EXPECT_EQ(out, "\xe2\x82\xac!\xf0");
   EXPECT_TRUE(tok.is_eog(tok.eos_id()));
   EXPECT_FALSE(tok.is_eog(tok.bos_id()));
+  // Byte-level vocabularies add no space prefix, so none is stripped (found by tokenizer_fuzz).
+  EXPECT_EQ(tok.decode(*tok.encode(" a", true), DecodeOptions{.strip_space_prefix = true}), " a");
 }
 
 }  // namespace
