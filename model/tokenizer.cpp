@@ -1,182 +1,164 @@
 #include "model/tokenizer.h"
 
-#include <cstdio>
-#include <string_view>
-#include <unordered_map>
+#include <algorithm>
+
+#include "runtime/utf8.h"
+#include "model/special_tokens.h"
+#include "model/text_encoder.h"
+#include "model/vocabulary.h"
 
 namespace tandem::model {
 
+struct Tokenizer::State {
+  Vocabulary vocab;
+  std::unique_ptr<TextEncoder> encoder;  // null when tandem cannot encode this vocabulary
+  std::string refusal;                   // why, then
+  SpecialTokenSplitter specials;
+  std::vector<std::string> text;  // what each token reads as (DecodeOptions::special off)
+};
+
 namespace {
 
-// GGUF token types (llama_token_type).
-constexpr int32_t kNormal = 1, kUserDefined = 4, kByte = 6;
+const std::vector<int32_t> kNoIds;
+const std::string kNoName;
 
-// "<0xHH>" -> HH, else -1. Either hex case is accepted.
-int parse_byte_piece(const std::string& piece) {
-  if (piece.size() != 6 || piece[0] != '<' || piece[1] != '0' || piece[2] != 'x' || piece[5] != '>') return -1;
-  auto hex = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-  };
-  int hi = hex(piece[3]), lo = hex(piece[4]);
-  return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+bool is_byte_level(const Vocabulary& v) {
+  if (v.model != "llama") return false;
+  for (int32_t t : v.byte_token)
+    if (t < 0) return false;
+  for (uint8_t a : v.attrs)
+    if (a & (kAttrNormal | kAttrUserDefined)) return false;
+  return true;
 }
 
-// A token piece quoted for an error message (pieces may hold any bytes).
-std::string quoted(const std::string& s) {
-  std::string out = "'";
-  for (unsigned char c : s.substr(0, 64)) {
-    if (c >= 0x20 && c < 0x7f && c != '\'') {
-      out += static_cast<char>(c);
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
+// The encoder for the vocabulary's model, or (null, the reason) when there is none; an error
+// only for a malformed file.
+Result<std::unique_ptr<TextEncoder>> choose_encoder(const Vocabulary& v, std::string& refusal) {
+  const std::string prefix = "text prompts need the '" + v.model + "' tokenizer";
+  const std::string suffix = ", which tandem does not support; pass token ids";
+  if (v.model == "llama") return is_byte_level(v) ? make_byte_level_encoder(v) : make_spm_encoder(v);
+  if (v.model == "gpt2" || v.model == "gemma4") {
+    if (!v.has_merges) {
+      refusal = prefix + ", but the file has no tokenizer.ggml.merges; pass token ids";
+      return std::unique_ptr<TextEncoder>();
     }
+    auto encoder = v.model == "gpt2" ? make_gpt2_encoder(v) : make_gemma4_encoder(v);
+    if (encoder || encoder.status().code() == Code::kModelFile) return encoder;
+    refusal = prefix + " with pre-tokenizer '" + v.pre + "' (tokenizer.ggml.pre)" + suffix;
+    return std::unique_ptr<TextEncoder>();
   }
-  return out + (s.size() > 64 ? "...'" : "'");
+  refusal = prefix + suffix;
+  return std::unique_ptr<TextEncoder>();
+}
+
+std::string token_text(const Vocabulary& v, size_t id) {
+  const uint8_t a = v.attrs[id];
+  if (a & (kAttrControl | kAttrUnknown)) return "";
+  if (a & kAttrUserDefined) return v.pieces[id];
+  if (a & kAttrNormal) return v.model == "gpt2" ? byte_level_piece_text(v.pieces[id]) : spm_piece_text(v.pieces[id]);
+  if (a & kAttrByte) return std::string(1, static_cast<char>(static_cast<unsigned char>(v.byte_of_token[id])));
+  return "";  // unused, undefined
 }
 
 }  // namespace
 
 Result<Tokenizer> Tokenizer::from_gguf(const GgufFile& file) {
-  auto fail = [&](const std::string& problem) { return Status::model_file(file.path() + ": " + problem); };
+  auto state = std::make_shared<State>();
+  auto vocab = Vocabulary::from_gguf(file);
+  if (!vocab) return vocab.status();
+  state->vocab = std::move(*vocab);
+  const Vocabulary& v = state->vocab;
+  auto encoder = choose_encoder(v, state->refusal);
+  if (!encoder) return Status::model_file(file.path() + ": " + encoder.status().message());
+  state->encoder = std::move(*encoder);
+  state->specials = SpecialTokenSplitter(v);
+  state->text.resize(v.size());
+  for (size_t i = 0; i < v.size(); ++i) state->text[i] = token_text(v, i);
   Tokenizer tok;
-
-  const GgufValue* model = file.find("tokenizer.ggml.model");
-  if (!model) return fail("missing key tokenizer.ggml.model");
-  std::optional<std::string> kind = file.get_string("tokenizer.ggml.model");
-  if (!kind) return fail("key tokenizer.ggml.model is not a string");
-  tok.kind_ = *kind;
-
-  const GgufValue* tokens = file.find("tokenizer.ggml.tokens");
-  if (!tokens) return fail("missing key tokenizer.ggml.tokens");
-  const auto* pieces = std::get_if<std::vector<std::string>>(&tokens->value);
-  if (tokens->type != GgufValueType::kArray || !pieces) {
-    return fail("key tokenizer.ggml.tokens is not an array of strings");
-  }
-  if (pieces->empty()) return fail("tokenizer.ggml.tokens is empty");
-  if (pieces->size() > static_cast<size_t>(INT32_MAX)) return fail("tokenizer.ggml.tokens has too many entries");
-  const size_t n = pieces->size();
-
-  if (const GgufValue* scores = file.find("tokenizer.ggml.scores")) {
-    const auto* s = std::get_if<std::vector<double>>(&scores->value);
-    if (scores->type != GgufValueType::kArray || !s) return fail("key tokenizer.ggml.scores is not an array of floats");
-    if (s->size() != n) {
-      return fail("tokenizer.ggml.scores has " + std::to_string(s->size()) + " entries, tokenizer.ggml.tokens has " +
-                  std::to_string(n));
-    }
-  }
-
-  tok.types_.assign(n, kNormal);
-  if (const GgufValue* types = file.find("tokenizer.ggml.token_type")) {
-    const auto* t = std::get_if<std::vector<int64_t>>(&types->value);
-    if (types->type != GgufValueType::kArray || !t) {
-      return fail("key tokenizer.ggml.token_type is not an array of integers");
-    }
-    if (t->size() != n) {
-      return fail("tokenizer.ggml.token_type has " + std::to_string(t->size()) +
-                  " entries, tokenizer.ggml.tokens has " + std::to_string(n));
-    }
-    for (size_t i = 0; i < n; ++i) {
-      if ((*t)[i] < 0 || (*t)[i] > kByte) {
-        return fail("token " + std::to_string(i) + " has unknown token type " + std::to_string((*t)[i]));
-      }
-      tok.types_[i] = static_cast<int32_t>((*t)[i]);
-    }
-  }
-
-  tok.pieces_ = *pieces;
-  tok.byte_of_token_.assign(n, -1);
-  for (int32_t& b : tok.byte_token_) b = -1;
-  std::unordered_map<std::string_view, int32_t> seen;
-  seen.reserve(n);
-  size_t n_normal = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const std::string& p = tok.pieces_[i];
-    auto [it, fresh] = seen.emplace(p, static_cast<int32_t>(i));
-    if (!fresh) {
-      return fail("duplicate token " + quoted(p) + " (ids " + std::to_string(it->second) + " and " + std::to_string(i) +
-                  ")");
-    }
-    const int32_t type = tok.types_[i];
-    if (type == kNormal || type == kUserDefined) ++n_normal;
-    if (type == kByte) {
-      int b = parse_byte_piece(p);
-      if (b < 0)
-        return fail("token " + std::to_string(i) + " has type byte but its piece " + quoted(p) + " is not <0xHH>");
-      tok.byte_of_token_[i] = static_cast<int16_t>(b);
-      if (tok.byte_token_[b] < 0) tok.byte_token_[b] = static_cast<int32_t>(i);
-    }
-  }
-
-  struct Special {
-    const char* key;
-    int32_t* id;
-  };
-  for (Special s :
-       {Special{"tokenizer.ggml.bos_token_id", &tok.bos_}, Special{"tokenizer.ggml.eos_token_id", &tok.eos_},
-        Special{"tokenizer.ggml.unknown_token_id", &tok.unk_}}) {
-    if (file.find(s.key)) {
-      std::optional<uint64_t> id = file.get_uint(s.key);
-      if (!id) return fail(std::string("key ") + s.key + " is not a non-negative integer");
-      if (*id >= n) {
-        return fail(std::string(s.key) + " " + std::to_string(*id) + " is out of range (vocabulary of " +
-                    std::to_string(n) + " tokens)");
-      }
-      *s.id = static_cast<int32_t>(*id);
-    } else if (static_cast<size_t>(*s.id) >= n) {
-      return fail(std::string("missing key ") + s.key + " and the default id " + std::to_string(*s.id) +
-                  " is out of range (vocabulary of " + std::to_string(n) + " tokens)");
-    }
-  }
-
-  bool all_bytes = true;
-  for (int32_t t : tok.byte_token_) all_bytes = all_bytes && t >= 0;
-  tok.n_normal_ = n_normal;
-  tok.byte_level_ = tok.kind_ == "llama" && all_bytes && n_normal == 0;
+  tok.state_ = std::move(state);
   return tok;
 }
 
-Result<std::vector<int32_t>> Tokenizer::encode(std::string_view text, bool add_bos) const {
-  if (!byte_level_) {
-    return Status::invalid("text prompts need the '" + kind_ + "' tokenizer (" + std::to_string(n_normal_) +
-                           " normal tokens), which tandem does not support yet; pass token ids");
+uint32_t Tokenizer::vocab_size() const { return static_cast<uint32_t>(state_ ? state_->vocab.size() : 0); }
+int32_t Tokenizer::bos_id() const { return state_ ? state_->vocab.bos : -1; }
+int32_t Tokenizer::eos_id() const { return state_ ? state_->vocab.eos : -1; }
+int32_t Tokenizer::eot_id() const { return state_ ? state_->vocab.eot : -1; }
+int32_t Tokenizer::eom_id() const { return state_ ? state_->vocab.eom : -1; }
+const std::vector<int32_t>& Tokenizer::eog_ids() const { return state_ ? state_->vocab.eog : kNoIds; }
+bool Tokenizer::is_eog(int32_t token) const {
+  const auto& eog = eog_ids();
+  return std::binary_search(eog.begin(), eog.end(), token);
+}
+bool Tokenizer::can_encode() const { return state_ && state_->encoder; }
+const std::string& Tokenizer::kind() const { return state_ ? state_->vocab.model : kNoName; }
+const std::string& Tokenizer::pre() const { return state_ ? state_->vocab.pre : kNoName; }
+const std::string& Tokenizer::piece(int32_t token) const { return state_->vocab.pieces[token]; }
+bool Tokenizer::strips_space_prefix() const {
+  return state_ && state_->encoder && state_->encoder->adds_space_prefix();
+}
+
+Result<std::vector<int32_t>> Tokenizer::encode(std::string_view text, EncodeOptions options) const {
+  if (!can_encode()) return Status::invalid(state_ ? state_->refusal : "no vocabulary loaded");
+  const State& s = *state_;
+  const Vocabulary& v = s.vocab;
+  if (!s.encoder->takes_any_bytes()) {
+    for (size_t i = 0; i < text.size();) {
+      const size_t len = runtime::utf8_sequence_length(text, i);
+      if (len == 0) return Status::invalid("text is not valid UTF-8 (byte " + std::to_string(i) + ")");
+      i += len;
+    }
   }
+  std::vector<Fragment> fragments;
+  s.specials.split(v, text, options.parse_special, fragments);
   std::vector<int32_t> ids;
-  ids.reserve(text.size() + (add_bos ? 1 : 0));
-  if (add_bos) ids.push_back(bos_);
-  for (unsigned char c : text) ids.push_back(byte_token_[c]);
+  ids.reserve(text.size() / 3 + 2);
+  if (options.add_special && v.add_bos && v.bos >= 0) ids.push_back(v.bos);
+  TANDEM_RETURN_IF_ERROR(s.encoder->encode(text, fragments, ids));
+  if (options.add_special && v.add_eos && v.eos >= 0) ids.push_back(v.eos);
   return ids;
 }
 
-void Tokenizer::append_token_bytes(int32_t token, std::string& out) const {
-  if (token < 0 || static_cast<size_t>(token) >= pieces_.size()) return;
-  const int32_t type = types_[token];
-  if (type == kByte) {
-    out += static_cast<char>(static_cast<unsigned char>(byte_of_token_[token]));
-  } else if (type == kNormal) {
-    // SentencePiece marks spaces with U+2581 (e2 96 81).
-    const std::string& p = pieces_[token];
-    for (size_t i = 0; i < p.size();) {
-      if (p.compare(i, 3, "\xe2\x96\x81") == 0) {
-        out += ' ';
-        i += 3;
-      } else {
-        out += p[i++];
-      }
-    }
-  } else if (type == kUserDefined) {
-    out += pieces_[token];
+void Tokenizer::append_token_text(int32_t token, bool special, std::string& out) const {
+  if (!state_ || !state_->vocab.has(token)) return;
+  const std::string& text = state_->text[token];
+  if (special && text.empty() && (state_->vocab.attrs[token] & (kAttrControl | kAttrUnknown))) {
+    out += state_->vocab.pieces[token];
+    return;
   }
+  out += text;
 }
 
-std::string Tokenizer::decode(std::span<const int32_t> tokens) const {
+std::string Tokenizer::decode(std::span<const int32_t> tokens) const { return decode(tokens, DecodeOptions{}); }
+
+std::string Tokenizer::decode(std::span<const int32_t> tokens, DecodeOptions options) const {
   std::string out;
-  for (int32_t t : tokens) append_token_bytes(t, out);
+  StreamDecoder stream(*this, options);
+  for (int32_t t : tokens) stream.push(t, out);
+  stream.flush(out);
   return out;
+}
+
+StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, DecodeOptions options) : tok_(&tokenizer), options_(options) {
+  options_.strip_space_prefix = options.strip_space_prefix && tokenizer.strips_space_prefix();
+  pending_.reserve(64);
+}
+
+void StreamDecoder::push(int32_t token, std::string& out) {
+  const size_t before = pending_.size();
+  tok_->append_token_text(token, options_.special, pending_);
+  if (options_.strip_space_prefix && pending_.size() > before) {
+    if (pending_[before] == ' ') pending_.erase(before, 1);
+    options_.strip_space_prefix = false;
+  }
+  const size_t n = runtime::utf8_releasable_prefix(pending_);
+  if (n == 0) return;
+  out.append(pending_, 0, n);
+  pending_.erase(0, n);
+}
+
+void StreamDecoder::flush(std::string& out) {
+  out += pending_;
+  pending_.clear();
 }
 
 }  // namespace tandem::model

@@ -659,7 +659,7 @@ void Core::accept_token(Request& r, const v1::SeqResult& s, int64_t now_us) {
   ev->set_text(r.emit);
 
   const bool stop_tokens = !r.stop_tokens.empty() && r.stop_tokens.feed(token) > 0;
-  const bool eos = token == tokenizer_.eos_id() && !r.spec.ignore_eos;
+  const bool eos = tokenizer_.is_eog(token) && !r.spec.ignore_eos;  // eos, eot, eom, <|im_end|>, ...
   if (stop_string || stop_tokens || eos) {
     finish(r, v1::FINISH_REASON_STOP, v1::ERROR_CODE_UNSPECIFIED, "", now_us, out);
   } else if (r.generated >= r.spec.max_tokens || r.tokens.size() >= model_.context_length) {

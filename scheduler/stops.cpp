@@ -1,7 +1,5 @@
 #include "scheduler/stops.h"
 
-#include "runtime/utf8.h"
-
 #include <algorithm>
 #include <map>
 #include <utility>
@@ -124,23 +122,6 @@ uint32_t StopTokenMatcher::feed(int32_t token) {
   }
   state_ = s;
   return nodes_[s].out;
-}
-
-// ---- Detokenizer ----
-
-Detokenizer::Detokenizer(const model::Tokenizer& tokenizer) : tok_(&tokenizer) { pending_.reserve(64); }
-
-void Detokenizer::push(int32_t token, std::string& out) {
-  tok_->append_token_bytes(token, pending_);
-  const size_t n = runtime::utf8_releasable_prefix(pending_);
-  if (n == 0) return;
-  out.append(pending_, 0, n);
-  pending_.erase(0, n);
-}
-
-void Detokenizer::flush(std::string& out) {
-  out += pending_;
-  pending_.clear();
 }
 
 // ---- StopStringMatcher ----

@@ -59,22 +59,9 @@ class StopTokenMatcher {
   uint32_t state_ = 0;
 };
 
-// Turns tokens into UTF-8 text without ever splitting a character across outputs: bytes
-// of an incomplete character wait for the next token (or flush()). Bytes that can never
-// be part of a valid character (invalid UTF-8) are released as they are, at once, so
-// nothing is held forever and every byte sequence passes through unchanged.
-class Detokenizer {
- public:
-  explicit Detokenizer(const model::Tokenizer& tokenizer);
-  // Appends the bytes that are now complete characters (or undecodable bytes) to `out`.
-  void push(int32_t token, std::string& out);
-  // Appends whatever is held back (an incomplete character at the very end).
-  void flush(std::string& out);
-
- private:
-  const model::Tokenizer* tok_;
-  std::string pending_;  // at most 3 bytes between calls: the valid start of a character
-};
+// Tokens to UTF-8 text without ever splitting a character across outputs (the model library's
+// streaming decoder; generated text continues the prompt, so no space is stripped).
+using Detokenizer = model::StreamDecoder;
 
 // Stop strings over the detokenized text. Bytes that might be the start of a stop string
 // are held back until they can be decided, so a stop string never reaches the client

@@ -12,6 +12,7 @@ packages=(
   libspdlog-dev                        # logging
   libtomlplusplus-dev                  # the flag table (cli/flags.toml) and tandem up --config
   libxxhash-dev                        # prefix cache block keys (XXH3, header-only use)
+  libicu-dev                           # tokenizers: Unicode regex splitting (\p{L}, \p{N}, lookaheads), model/ only
   libgtest-dev libgmock-dev            # unit and end-to-end tests
   libbenchmark-dev                     # engine micro-benchmarks
   gnuplot-nox                          # tandem bench --plot (PNG charts of a run)

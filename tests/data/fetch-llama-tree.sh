@@ -1,30 +1,39 @@
 #!/usr/bin/env bash
-# The llama.cpp source tree that npm's node-llama-cpp (pinned in bench/peers/llama-node/) ships
-# as llama/gitRelease.bundle: its models/templates/ (chat templates) and models/ggml-vocab-*
-# (vocabularies) are reference data for tests. Shared by every test that needs that tree.
+# The llama.cpp source tree that npm's node-llama-cpp ships as llama/gitRelease.bundle, at the
+# version and integrity hash bench/peers/llama-node/package-lock.json pins: its
+# models/templates/ (chat templates) and models/ggml-vocab-* (vocabulary-only GGUFs with Hugging
+# Face's encodings, ~70 MB, too big for the repository) are reference data for tests.
 #
-#   tests/data/fetch-llama-tree.sh DEST
+#   tests/data/fetch-llama-tree.sh DEST    -> prints DEST/llama.cpp
 #
-# Installs the pinned package into DEST/npm (npm install --ignore-scripts: `npm ci` refuses the
-# lock, which lacks other platforms' optional packages; the prebuilt binaries come along, for
-# tests that run llama.cpp's tools), clones the bundle into DEST/llama.cpp and prints that path.
-# Idempotent: a tree already there is printed at once. Without npm or network it says so on
-# stderr and exits 0 printing nothing, so the tests that need the tree skip with that reason.
+# `npm pack` downloads that one package (no dependencies, no install scripts); its tarball is
+# checked against the lock's integrity hash and the bundle cloned. ctest runs it once per build
+# tree as the fixture `llama_tree` (tests/CMakeLists.txt); with the tree in place it only
+# prints the path. Without npm or network it says so on stderr and exits 1: CI has both.
 set -euo pipefail
-dest=${1:?usage: fetch-llama-tree.sh DEST}
-repo=$(cd "$(dirname "$0")/../.." && pwd)
+dest=${1:?usage: tests/data/fetch-llama-tree.sh DEST}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+lock=$root/bench/peers/llama-node/package-lock.json
 tree=$dest/llama.cpp
-if [ -d "$tree/models" ]; then echo "$tree"; exit 0; fi
-command -v npm >/dev/null && command -v git >/dev/null || { echo "fetch-llama-tree: npm or git missing" >&2; exit 0; }
-mkdir -p "$dest/npm"
-cp "$repo/bench/peers/llama-node/package.json" "$repo/bench/peers/llama-node/package-lock.json" "$dest/npm/"
-if ! (cd "$dest/npm" && npm install --ignore-scripts --no-audit --no-fund >"$dest/npm.log" 2>&1); then
-  echo "fetch-llama-tree: npm install failed (no network?), see $dest/npm.log" >&2
-  exit 0
+
+read -r version integrity < <(node -e '
+  const p = require(process.argv[1]).packages["node_modules/node-llama-cpp"];
+  console.log(p.version, p.integrity);' "$lock")
+stamp=$tree/.node-llama-cpp-$version
+[ -f "$stamp" ] && { echo "$tree"; exit 0; }
+
+command -v npm >/dev/null || { echo "fetch-llama-tree: npm not found (Debian: apt-get install npm)" >&2; exit 1; }
+work=$dest/.fetch
+rm -rf "$work" "$tree" && mkdir -p "$work"
+echo "fetch-llama-tree: npm pack node-llama-cpp@$version" >&2
+tarball=$(cd "$work" && npm pack --silent "node-llama-cpp@$version" 2>/dev/null | tail -1)
+actual="sha512-$(openssl dgst -sha512 -binary "$work/$tarball" | base64 -w0)"
+if [ "$actual" != "$integrity" ]; then
+  echo "fetch-llama-tree: $tarball has integrity $actual, the lock says $integrity" >&2
+  exit 1
 fi
-bundle=$dest/npm/node_modules/node-llama-cpp/llama/gitRelease.bundle
-[ -f "$bundle" ] || { echo "fetch-llama-tree: no $bundle in the package" >&2; exit 0; }
-rm -rf "$tree.tmp"
-git clone -q "$bundle" "$tree.tmp"
-mv "$tree.tmp" "$tree"
+tar -xzf "$work/$tarball" -C "$work" package/llama/gitRelease.bundle
+git clone --quiet "$work/package/llama/gitRelease.bundle" "$tree" 2>/dev/null
+echo "llama.cpp $(git -C "$tree" rev-parse HEAD) from node-llama-cpp $version" >"$stamp"
+rm -rf "$work"
 echo "$tree"

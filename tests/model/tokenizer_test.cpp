@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <random>
@@ -125,7 +126,7 @@ TEST_F(TinyTokenizer, ControlUnusedAndOutOfRangeTokensDecodeToNothing) {
   EXPECT_EQ(out, "xy");
 }
 
-TEST(TokenizerTest, NormalTokensAreDecodedButTextIsRefused) {
+TEST(TokenizerTest, NormalTokensMakeItSentencePiece) {
   Vocab v;
   v.add("\xe2\x96\x81hello", 1);
   v.add("world", 1);
@@ -133,14 +134,13 @@ TEST(TokenizerTest, NormalTokensAreDecodedButTextIsRefused) {
   std::unique_ptr<GgufFile> file;
   auto tok = load(v.write(), file);
   ASSERT_TRUE(tok) << tok.status().to_string();
-  EXPECT_FALSE(tok->can_encode());
-  auto ids = tok->encode("hi", true);
-  ASSERT_FALSE(ids);
-  EXPECT_EQ(ids.status().message(),
-            "text prompts need the 'llama' tokenizer (3 normal tokens), which tandem does not support yet; "
-            "pass token ids");
+  EXPECT_TRUE(tok->can_encode());
+  // No two-character pieces to merge through: the space prefix and each letter fall back to bytes.
+  EXPECT_EQ(*tok->encode("hi", true), (std::vector<int32_t>{1, 3 + 0xe2, 3 + 0x96, 3 + 0x81, 3 + 'h', 3 + 'i'}));
+  EXPECT_EQ(*tok->encode("<|user|>", false), (std::vector<int32_t>{261}));  // user-defined: always matched
   std::vector<int32_t> seq = {1, 259, 260, 3 + '!', 261};
   EXPECT_EQ(tok->decode(seq), " helloworld!<|user|>");
+  EXPECT_EQ(tok->decode(seq, DecodeOptions{.strip_space_prefix = true}), "helloworld!<|user|>");
 }
 
 TEST(TokenizerTest, OtherTokenizerModelsAreRefused) {
@@ -152,24 +152,33 @@ TEST(TokenizerTest, OtherTokenizerModelsAreRefused) {
   EXPECT_FALSE(tok->can_encode());
   auto ids = tok->encode("hi", false);
   ASSERT_FALSE(ids);
-  EXPECT_NE(ids.status().message().find("text prompts need the 'gpt2' tokenizer (0 normal tokens)"), std::string::npos);
+  EXPECT_EQ(ids.status().message(),
+            "text prompts need the 'gpt2' tokenizer, but the file has no tokenizer.ggml.merges; pass token ids");
+
+  v.model = "bert";
+  std::unique_ptr<GgufFile> file2;
+  auto bert = load(v.write(), file2);
+  ASSERT_TRUE(bert) << bert.status().to_string();
+  EXPECT_EQ(bert->encode("hi", false).status().message(),
+            "text prompts need the 'bert' tokenizer, which tandem does not support; pass token ids");
+  EXPECT_EQ(bert->decode(std::vector<int32_t>{3 + 'o', 3 + 'k'}), "ok");  // decoding still works
 }
 
-TEST(TokenizerTest, MissingByteTokenOrTypesMeanNoEncoding) {
+TEST(TokenizerTest, WithoutAllByteTokensItIsSentencePiece) {
   Vocab v;
   v.tokens[3 + 0x41] = "<unused-A>";
   v.types[3 + 0x41] = 5;
   std::unique_ptr<GgufFile> file;
   auto tok = load(v.write(), file);
   ASSERT_TRUE(tok) << tok.status().to_string();
-  EXPECT_FALSE(tok->can_encode());
+  // 'A' has neither a piece nor a byte token: <unk>.
+  EXPECT_EQ(*tok->encode("A", false), (std::vector<int32_t>{3 + 0xe2, 3 + 0x96, 3 + 0x81, 0}));
 
   Vocab untyped;  // no token_type array: every token is normal
   untyped.write_types = false;
   std::unique_ptr<GgufFile> file2;
   auto tok2 = load(untyped.write(), file2);
   ASSERT_TRUE(tok2) << tok2.status().to_string();
-  EXPECT_FALSE(tok2->can_encode());
   std::vector<int32_t> ids = {3};
   EXPECT_EQ(tok2->decode(ids), "<0x00>");  // a normal token decodes to its piece
 }
@@ -249,6 +258,104 @@ TEST(TokenizerTest, MissingKeysAndBadTypes) {
   Vocab u;
   u.types[5] = 9;
   EXPECT_NE(load_error(u.write()).find("token 5 has unknown token type 9"), std::string::npos);
+}
+
+// A byte-pair vocabulary of a few tokens (no byte characters but "a", "b", " "/"Ġ").
+std::string small_bpe(const std::string& pre, const std::vector<std::string>& merges) {
+  GgufWriter w;
+  w.add_string("tokenizer.ggml.model", "gpt2");
+  if (!pre.empty()) w.add_string("tokenizer.ggml.pre", pre);
+  w.add_string_array("tokenizer.ggml.tokens", {"a", "b", "ab", "\xc4\xa0",
+                                               "\xc4\xa0"
+                                               "ab",
+                                               "<|im_end|>", "<|im_start|>"});
+  w.add_i32_array("tokenizer.ggml.token_type", {1, 1, 1, 1, 1, 3, 3});
+  w.add_string_array("tokenizer.ggml.merges", merges);
+  w.add_u32("tokenizer.ggml.eos_token_id", 6);
+  std::string path = test::temp_dir() + "/bpe.gguf";
+  EXPECT_TRUE(w.write(path).is_ok());
+  return path;
+}
+
+TEST(TokenizerTest, BytePairMergesByRankAndMapsSpaces) {
+  std::unique_ptr<GgufFile> file;
+  auto tok = load(small_bpe("gpt-2", {"a b",
+                                      "\xc4\xa0 "
+                                      "ab"}),
+                  file);
+  ASSERT_TRUE(tok) << tok.status().to_string();
+  ASSERT_TRUE(tok->can_encode());
+  EXPECT_EQ(*tok->encode("ab ab", true), (std::vector<int32_t>{2, 4}));  // gpt2: no BOS unless the file asks
+  EXPECT_EQ(tok->decode(std::vector<int32_t>{2, 4}), "ab ab");
+}
+
+TEST(TokenizerTest, SpecialTokensOnlyWhenAskedAndEndOfGeneration) {
+  std::unique_ptr<GgufFile> file;
+  auto tok = load(small_bpe("gpt-2", {"a b"}), file);
+  ASSERT_TRUE(tok) << tok.status().to_string();
+  // Control tokens written in text stay text unless parse_special (here: no such byte tokens, so dropped).
+  EXPECT_EQ(*tok->encode("ab<|im_end|>", EncodeOptions{.parse_special = true}), (std::vector<int32_t>{2, 5}));
+  auto plain = tok->encode("ab<|im_end|>", EncodeOptions{});
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(std::count(plain->begin(), plain->end(), 5), 0);
+  // <|im_end|> ends generation by its text (and is the end-of-turn token), beside eos.
+  EXPECT_EQ(tok->eot_id(), 5);
+  EXPECT_TRUE(tok->is_eog(5));
+  EXPECT_TRUE(tok->is_eog(6));
+  EXPECT_FALSE(tok->is_eog(2));
+  EXPECT_EQ(tok->eog_ids(), (std::vector<int32_t>{5, 6}));
+  EXPECT_EQ(tok->decode(std::vector<int32_t>{2, 5}), "ab");
+  EXPECT_EQ(tok->decode(std::vector<int32_t>{2, 5}, DecodeOptions{.special = true}), "ab<|im_end|>");
+}
+
+TEST(TokenizerTest, BrokenMergesAndUnknownPreTokenizers) {
+  EXPECT_NE(load_error(small_bpe("gpt-2", {"a b", "ab"})).find("tokenizer.ggml.merges[1] 'ab' is not two tokens"),
+            std::string::npos);
+  EXPECT_NE(load_error(small_bpe("gpt-2", {"b a"}))
+                .find("tokenizer.ggml.merges[0] 'b a' names a token the vocabulary does not have"),
+            std::string::npos);
+  std::unique_ptr<GgufFile> file;
+  auto tok = load(small_bpe("tekken", {"a b"}), file);
+  ASSERT_TRUE(tok) << tok.status().to_string();
+  EXPECT_EQ(tok->encode("ab", false).status().message(),
+            "text prompts need the 'gpt2' tokenizer with pre-tokenizer 'tekken' (tokenizer.ggml.pre), which tandem "
+            "does not support; pass token ids");
+  std::unique_ptr<GgufFile> file2;
+  auto no_pre = load(small_bpe("", {"a b"}), file2);  // llama.cpp's fallback: "default"
+  ASSERT_TRUE(no_pre) << no_pre.status().to_string();
+  EXPECT_EQ(*no_pre->encode("ab", false), (std::vector<int32_t>{2}));
+}
+
+TEST(TokenizerTest, InvalidUtf8IsRefusedExceptByByteLevelVocabularies) {
+  Vocab v;
+  v.add("\xe2\x96\x81", 1);
+  std::unique_ptr<GgufFile> file;
+  auto tok = load(v.write(), file);
+  ASSERT_TRUE(tok) << tok.status().to_string();
+  auto bad = tok->encode("ok\xc3(", false);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.status().message(), "text is not valid UTF-8 (byte 2)");
+  EXPECT_EQ(*tok->encode("a b", false), (std::vector<int32_t>{259, 3 + 'a', 259, 3 + 'b'}));
+}
+
+TEST_F(TinyTokenizer, StreamDecoderHoldsBytesUntilACharacterIsWhole) {
+  StreamDecoder stream(tok);
+  std::string out;
+  const std::string euro = "\xe2\x82\xac";
+  for (size_t i = 0; i < euro.size(); ++i) {
+    stream.push(3 + static_cast<unsigned char>(euro[i]), out);
+    EXPECT_EQ(out, i + 1 < euro.size() ? "" : euro) << "after byte " << i;
+  }
+  stream.push(3 + '!', out);
+  EXPECT_EQ(out, "\xe2\x82\xac!");
+  stream.push(3 + 0xf0, out);  // the start of a 4-byte character, never finished
+  EXPECT_EQ(out, "\xe2\x82\xac!");
+  stream.flush(out);
+  EXPECT_EQ(out, "\xe2\x82\xac!\xf0");
+  EXPECT_TRUE(tok.is_eog(tok.eos_id()));
+  EXPECT_FALSE(tok.is_eog(tok.bos_id()));
+  // Byte-level vocabularies add no space prefix, so none is stripped (found by tokenizer_fuzz).
+  EXPECT_EQ(tok.decode(*tok.encode(" a", true), DecodeOptions{.strip_space_prefix = true}), " a");
 }
 
 }  // namespace

@@ -43,7 +43,7 @@ const model::Tokenizer& tiny() {
   return *t.tok;
 }
 
-// A SentencePiece-like vocabulary with a normal token: loads, but cannot encode text.
+// A WordPiece ("bert") vocabulary: loads, but tandem cannot encode text with it.
 const model::Tokenizer& not_byte_level() {
   static LoadedTokenizer t([] {
     std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
@@ -57,7 +57,7 @@ const model::Tokenizer& not_byte_level() {
     tokens.emplace_back("\xe2\x96\x81hello");
     types.push_back(1);
     model::GgufWriter w;
-    w.add_string("tokenizer.ggml.model", "llama");
+    w.add_string("tokenizer.ggml.model", "bert");
     w.add_string_array("tokenizer.ggml.tokens", tokens);
     w.add_i32_array("tokenizer.ggml.token_type", types);
     const std::string path = test::temp_dir() + "/sp.gguf";
