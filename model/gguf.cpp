@@ -375,6 +375,12 @@ Status place_tensors(Cursor& c, const std::byte* base, uint64_t size, Parsed& ou
                     std::to_string(expected) + size_hint(*previous) +
                     ": a tensor's data does not match its type and shape");
     }
+    const uint32_t block_align = type_traits(t.type)->block_align;
+    if (reinterpret_cast<uintptr_t>(base + begin) % block_align != 0) {
+      return c.fail("tensor " + printable(t.name) + " data at byte offset " + std::to_string(begin) +
+                    " is not aligned to its " + ggml_type_name(t.type) + " blocks (" + std::to_string(block_align) +
+                    " bytes; general.alignment " + std::to_string(out.alignment) + ")");
+    }
     expected = (t.offset + t.nbytes + out.alignment - 1) / out.alignment * out.alignment;
     previous = &t;
     t.data = base + begin;

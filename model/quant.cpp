@@ -20,6 +20,14 @@ namespace {
 // rounded integer in the low mantissa bits.
 inline int nearest_int(float x) { return static_cast<int>(float_bits(x + 12582912.0f) & 0x007fffffu) - 0x00400000; }
 
+// ggml's `(int8_t)(float)` and `(uint8_t)(float)` casts as they compile for x86-64 (cvttss2si to 32
+// bits, then the low byte), so a NaN or an out-of-range value, which C++ leaves undefined, gives
+// ggml's byte there too: only reachable from non-finite input or a scale whose inverse overflows.
+inline int trunc_low_byte(float v, bool is_signed) {
+  const int32_t t = (v > -2147483648.0f && v < 2147483648.0f) ? static_cast<int32_t>(v) : INT32_MIN;
+  return is_signed ? static_cast<int8_t>(t) : static_cast<uint8_t>(t);
+}
+
 inline int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
 // Below this largest magnitude a group is all zeros (ggml's GROUP_MAX_EPS).
@@ -45,7 +53,8 @@ void pack_nibbles(const uint8_t* q, Block& b, bool five_bits) {
   uint32_t qh = 0;
   for (int j = 0; j < kQK32 / 2; ++j) {
     const uint8_t lo = q[j], hi = q[j + kQK32 / 2];
-    b.qs[j] = static_cast<uint8_t>((lo & 0x0F) | ((hi & 0x0F) << 4));
+    // Q4_0/Q4_1 store the levels unmasked (they are below 16 unless the input was not finite).
+    b.qs[j] = five_bits ? static_cast<uint8_t>((lo & 0x0F) | ((hi & 0x0F) << 4)) : static_cast<uint8_t>(lo | (hi << 4));
     qh |= static_cast<uint32_t>((lo & 0x10u) >> 4) << j;
     qh |= static_cast<uint32_t>((hi & 0x10u) >> 4) << (j + kQK32 / 2);
   }
@@ -68,7 +77,7 @@ void quantize_symmetric(const float* x, Block* y, int64_t n, int levels) {
     uint8_t q[kQK32];
     for (int j = 0; j < kQK32; ++j) {
       const float v = x[j] * id + (static_cast<float>(half) + 0.5f);
-      const int t = static_cast<int8_t>(v);
+      const int t = trunc_low_byte(v, true);
       q[j] = static_cast<uint8_t>(t < levels - 1 ? t : levels - 1);
     }
     pack_nibbles(q, y[i], levels == 32);
@@ -93,10 +102,10 @@ void quantize_affine(const float* x, Block* y, int64_t n, int levels) {
     for (int j = 0; j < kQK32; ++j) {
       const float v = (x[j] - min) * id + 0.5f;
       if (levels == 16) {
-        const int t = static_cast<int8_t>(v);
+        const int t = trunc_low_byte(v, true);
         q[j] = static_cast<uint8_t>(t < 15 ? t : 15);
       } else {
-        q[j] = static_cast<uint8_t>(v);
+        q[j] = static_cast<uint8_t>(trunc_low_byte(v, false));
       }
     }
     pack_nibbles(q, y[i], levels == 32);
@@ -421,7 +430,7 @@ void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
     const float d = amax / 127;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     y[i].d = float_to_half(d);
-    for (int j = 0; j < kQK32; ++j) y[i].qs[j] = static_cast<int8_t>(std::round(x[j] * id));
+    for (int j = 0; j < kQK32; ++j) y[i].qs[j] = static_cast<int8_t>(trunc_low_byte(std::round(x[j] * id), true));
   }
 }
 
@@ -509,51 +518,52 @@ void copy_f32_out(const float* src, void* dst, int64_t n) { std::memcpy(dst, src
   &dequantize_any<Block, dequantize_row_##name>, &quantize_any<Block, quantize_row_##name>
 
 // Indexed by ggml type id; {nullptr, 0, ...}: an id ggml does not define. Geometry from
-// ggml-common.h (blck_size, type_size of ggml's type_traits).
+// ggml-common.h (blck_size, type_size of ggml's type_traits); alignment: that of the widest field
+// of ggml's block struct (a binary16 scale: 2; IQ1_M, MXFP4 and NVFP4 hold bytes only).
 constexpr TypeTraits kTraits[] = {
-    {"F32", 1, 4, false, &copy_f32_in, &copy_f32_out},
-    {"F16", 1, 2, false, TANDEM_CONVERT(uint16_t, f16)},
-    {"Q4_0", 32, 18, true, TANDEM_CONVERT(BlockQ4_0, q4_0)},
-    {"Q4_1", 32, 20, true, TANDEM_CONVERT(BlockQ4_1, q4_1)},
-    {nullptr, 0, 0, false, nullptr, nullptr},  // 4: Q4_2, removed
-    {nullptr, 0, 0, false, nullptr, nullptr},  // 5: Q4_3, removed
-    {"Q5_0", 32, 22, true, TANDEM_CONVERT(BlockQ5_0, q5_0)},
-    {"Q5_1", 32, 24, true, TANDEM_CONVERT(BlockQ5_1, q5_1)},
-    {"Q8_0", 32, 34, true, TANDEM_CONVERT(BlockQ8_0, q8_0)},
-    {"Q8_1", 32, 36, true, nullptr, nullptr},
-    {"Q2_K", 256, 84, true, nullptr, nullptr},
-    {"Q3_K", 256, 110, true, nullptr, nullptr},
-    {"Q4_K", 256, 144, true, TANDEM_CONVERT(BlockQ4_K, q4_k)},
-    {"Q5_K", 256, 176, true, TANDEM_CONVERT(BlockQ5_K, q5_k)},
-    {"Q6_K", 256, 210, true, TANDEM_CONVERT(BlockQ6_K, q6_k)},
-    {"Q8_K", 256, 292, true, TANDEM_CONVERT(BlockQ8_K, q8_k)},
-    {"IQ2_XXS", 256, 66, true, nullptr, nullptr},
-    {"IQ2_XS", 256, 74, true, nullptr, nullptr},
-    {"IQ3_XXS", 256, 98, true, nullptr, nullptr},
-    {"IQ1_S", 256, 50, true, nullptr, nullptr},
-    {"IQ4_NL", 32, 18, true, nullptr, nullptr},
-    {"IQ3_S", 256, 110, true, nullptr, nullptr},
-    {"IQ2_S", 256, 82, true, nullptr, nullptr},
-    {"IQ4_XS", 256, 136, true, nullptr, nullptr},
-    {"I8", 1, 1, false, nullptr, nullptr},
-    {"I16", 1, 2, false, nullptr, nullptr},
-    {"I32", 1, 4, false, nullptr, nullptr},
-    {"I64", 1, 8, false, nullptr, nullptr},
-    {"F64", 1, 8, false, nullptr, nullptr},
-    {"IQ1_M", 256, 56, true, nullptr, nullptr},
-    {"BF16", 1, 2, false, TANDEM_CONVERT(uint16_t, bf16)},
-    {nullptr, 0, 0, false, nullptr, nullptr},  // 31-33: Q4_0_4_4, Q4_0_4_8, Q4_0_8_8, removed
-    {nullptr, 0, 0, false, nullptr, nullptr},
-    {nullptr, 0, 0, false, nullptr, nullptr},
-    {"TQ1_0", 256, 54, true, nullptr, nullptr},
-    {"TQ2_0", 256, 66, true, nullptr, nullptr},
-    {nullptr, 0, 0, false, nullptr, nullptr},  // 36-38: IQ4_NL_4_4, IQ4_NL_4_8, IQ4_NL_8_8, removed
-    {nullptr, 0, 0, false, nullptr, nullptr},
-    {nullptr, 0, 0, false, nullptr, nullptr},
-    {"MXFP4", 32, 17, true, nullptr, nullptr},
-    {"NVFP4", 64, 36, true, nullptr, nullptr},
-    {"Q1_0", 128, 18, true, nullptr, nullptr},
-    {"Q2_0", 64, 18, true, nullptr, nullptr},
+    {"F32", 1, 4, 4, false, &copy_f32_in, &copy_f32_out},
+    {"F16", 1, 2, 2, false, TANDEM_CONVERT(uint16_t, f16)},
+    {"Q4_0", 32, 18, 2, true, TANDEM_CONVERT(BlockQ4_0, q4_0)},
+    {"Q4_1", 32, 20, 2, true, TANDEM_CONVERT(BlockQ4_1, q4_1)},
+    {nullptr, 0, 0, 0, false, nullptr, nullptr},  // 4: Q4_2, removed
+    {nullptr, 0, 0, 0, false, nullptr, nullptr},  // 5: Q4_3, removed
+    {"Q5_0", 32, 22, 2, true, TANDEM_CONVERT(BlockQ5_0, q5_0)},
+    {"Q5_1", 32, 24, 2, true, TANDEM_CONVERT(BlockQ5_1, q5_1)},
+    {"Q8_0", 32, 34, 2, true, TANDEM_CONVERT(BlockQ8_0, q8_0)},
+    {"Q8_1", 32, 36, 2, true, nullptr, nullptr},
+    {"Q2_K", 256, 84, 2, true, nullptr, nullptr},
+    {"Q3_K", 256, 110, 2, true, nullptr, nullptr},
+    {"Q4_K", 256, 144, 2, true, TANDEM_CONVERT(BlockQ4_K, q4_k)},
+    {"Q5_K", 256, 176, 2, true, TANDEM_CONVERT(BlockQ5_K, q5_k)},
+    {"Q6_K", 256, 210, 2, true, TANDEM_CONVERT(BlockQ6_K, q6_k)},
+    {"Q8_K", 256, 292, 4, true, TANDEM_CONVERT(BlockQ8_K, q8_k)},
+    {"IQ2_XXS", 256, 66, 2, true, nullptr, nullptr},
+    {"IQ2_XS", 256, 74, 2, true, nullptr, nullptr},
+    {"IQ3_XXS", 256, 98, 2, true, nullptr, nullptr},
+    {"IQ1_S", 256, 50, 2, true, nullptr, nullptr},
+    {"IQ4_NL", 32, 18, 2, true, nullptr, nullptr},
+    {"IQ3_S", 256, 110, 2, true, nullptr, nullptr},
+    {"IQ2_S", 256, 82, 2, true, nullptr, nullptr},
+    {"IQ4_XS", 256, 136, 2, true, nullptr, nullptr},
+    {"I8", 1, 1, 1, false, nullptr, nullptr},
+    {"I16", 1, 2, 2, false, nullptr, nullptr},
+    {"I32", 1, 4, 4, false, nullptr, nullptr},
+    {"I64", 1, 8, 8, false, nullptr, nullptr},
+    {"F64", 1, 8, 8, false, nullptr, nullptr},
+    {"IQ1_M", 256, 56, 1, true, nullptr, nullptr},
+    {"BF16", 1, 2, 2, false, TANDEM_CONVERT(uint16_t, bf16)},
+    {nullptr, 0, 0, 0, false, nullptr, nullptr},  // 31-33: Q4_0_4_4, Q4_0_4_8, Q4_0_8_8, removed
+    {nullptr, 0, 0, 0, false, nullptr, nullptr},
+    {nullptr, 0, 0, 0, false, nullptr, nullptr},
+    {"TQ1_0", 256, 54, 2, true, nullptr, nullptr},
+    {"TQ2_0", 256, 66, 2, true, nullptr, nullptr},
+    {nullptr, 0, 0, 0, false, nullptr, nullptr},  // 36-38: IQ4_NL_4_4, IQ4_NL_4_8, IQ4_NL_8_8, removed
+    {nullptr, 0, 0, 0, false, nullptr, nullptr},
+    {nullptr, 0, 0, 0, false, nullptr, nullptr},
+    {"MXFP4", 32, 17, 1, true, nullptr, nullptr},
+    {"NVFP4", 64, 36, 1, true, nullptr, nullptr},
+    {"Q1_0", 128, 18, 2, true, nullptr, nullptr},
+    {"Q2_0", 64, 18, 2, true, nullptr, nullptr},
 };
 #undef TANDEM_CONVERT
 

@@ -101,6 +101,8 @@ static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(Block
                   sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_K) == 144 &&
                   sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210 && sizeof(BlockQ8_K) == 292,
               "ggml's block sizes");
+static_assert(alignof(BlockQ4_0) == 2 && alignof(BlockQ4_K) == 2 && alignof(BlockQ6_K) == 2 && alignof(BlockQ8_K) == 4,
+              "TypeTraits::block_align");
 
 // Sub-block j's (j < 8) 6-bit scale and min of a Q4_K / Q5_K block: j < 4 in the low 6 bits of
 // bytes j and j + 4; j >= 4 in byte j + 4's nibbles with the top 2 bits in bytes j − 4 and j.
@@ -117,7 +119,8 @@ inline void k_scale_min(int j, const uint8_t* scales, uint8_t& sc, uint8_t& m) {
 // Row conversions: n elements, a multiple of the type's block size (not checked here: the
 // caller checked the tensor's shape, as GgufFile::open does). Dequantize writes n floats;
 // quantize writes n / block_elems blocks. Quantize is ggml's reference quantizer (no
-// importance matrix), deterministic and row-independent.
+// importance matrix), deterministic and row-independent. A NaN or an infinity in x gives
+// defined bytes (ggml's on x86-64), not a meaningful block.
 void dequantize_row_f16(const uint16_t* x, float* y, int64_t n);
 void dequantize_row_bf16(const uint16_t* x, float* y, int64_t n);
 void dequantize_row_q4_0(const BlockQ4_0* x, float* y, int64_t n);
@@ -151,6 +154,7 @@ struct TypeTraits {
   const char* name;
   uint32_t block_elems;  // 1 for the plain types
   uint32_t block_bytes;
+  uint32_t block_align;        // a block's address must be a multiple of this (its struct's alignof)
   bool quantized;              // blocks with scales (ggml_is_quantized)
   DequantizeRowFn dequantize;  // nullptr: tandem cannot read this type
   QuantizeRowFn quantize;      // nullptr: tandem cannot write it

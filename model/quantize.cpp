@@ -1,6 +1,7 @@
 #include "model/quantize.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -245,10 +246,14 @@ Result<std::vector<std::byte>> convert_tensor(const GgufTensor& t, uint32_t to, 
   std::vector<std::byte> out(rows * dst_row);
   const uint64_t cores = std::max(1u, std::thread::hardware_concurrency());
   const unsigned n_threads = static_cast<unsigned>(std::clamp<uint64_t>(std::min(rows, cores), 1, 8));
+  std::vector<uint64_t> first_bad(n_threads, UINT64_MAX);  // per thread: its first non-finite element
   auto work = [&](unsigned first) {
     std::vector<float> buf(row);
     for (uint64_t r = first; r < rows; r += n_threads) {
       from->dequantize(t.data + r * src_row, buf.data(), static_cast<int64_t>(row));
+      for (uint64_t i = 0; i < row && first_bad[first] == UINT64_MAX; ++i) {
+        if (!std::isfinite(buf[i])) first_bad[first] = r * row + i;
+      }
       dest->quantize(buf.data(), out.data() + r * dst_row, static_cast<int64_t>(row));
     }
   };
@@ -256,6 +261,10 @@ Result<std::vector<std::byte>> convert_tensor(const GgufTensor& t, uint32_t to, 
   for (unsigned i = 1; i < n_threads; ++i) helpers.emplace_back(work, i);
   work(0);
   for (std::thread& h : helpers) h.join();
+  if (const uint64_t bad = *std::min_element(first_bad.begin(), first_bad.end()); bad != UINT64_MAX) {
+    return Status::model_file(path + ": tensor " + t.name + " has a value that is not finite (element " +
+                              std::to_string(bad) + "): no quantization of it would mean anything");
+  }
   return out;
 }
 

@@ -56,8 +56,9 @@ Result<std::vector<TensorPlan>> plan_quantization(const GgufFile& file, FileType
 // plan_quantization(), converted to F32 and quantized with the reference quantizers
 // (model/quant.h) on up to 8 threads (the bytes do not depend on the count). Errors:
 // Code::kModelFile for an unreadable input, a source type tandem cannot convert (quantized
-// sources: llama-quantize also refuses to requantize by default) or a failed write; `out` is
-// then untouched.
+// sources: llama-quantize also refuses to requantize by default), a tensor holding a NaN or an
+// infinity (llama-quantize fails its validation of such rows), or a failed write; `out` is then
+// untouched.
 Status quantize_model(const std::string& in, const std::string& out, FileType type);
 
 }  // namespace tandem::model

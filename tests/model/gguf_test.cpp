@@ -449,6 +449,27 @@ TEST_F(GgufTest, TensorSizeThatDoesNotMatchItsTypeAndShape) {
   EXPECT_NE(open_error(path, moved).find("but the first tensor starts the data section (offset 0)"), std::string::npos);
 }
 
+// general.alignment 1 lets a tensor start at an odd byte: a Q8_0 block (a binary16 scale first)
+// there cannot be read in place, so the file is refused rather than read misaligned.
+TEST_F(GgufTest, TensorDataMisalignedForItsBlocks) {
+  std::vector<std::byte> q8(34);
+  int refused = 0;
+  for (uint64_t pad : {1u, 2u}) {  // one of the two puts the Q8_0 tensor at an odd address
+    GgufWriter w;
+    w.add_u32("general.alignment", 1);
+    std::vector<std::byte> i8(pad);
+    w.add_tensor("pad", {pad}, static_cast<TensorType>(24), i8.data(), i8.size());  // I8
+    w.add_tensor("q", {32}, TensorType::kQ8_0, q8.data(), q8.size());
+    ASSERT_TRUE(w.write(path).is_ok());
+    const std::string err = open_error(path, read_bytes(path));
+    if (err.empty()) continue;
+    ++refused;
+    EXPECT_NE(err.find("tensor q data at byte offset"), std::string::npos) << err;
+    EXPECT_NE(err.find("is not aligned to its Q8_0 blocks (2 bytes; general.alignment 1)"), std::string::npos) << err;
+  }
+  EXPECT_EQ(refused, 1);
+}
+
 TEST_F(GgufTest, WriterTakesEveryKnownTypeAndRefusesUnknownOnes) {
   std::vector<float> x(512, 0.5f);
   for (uint32_t id : {1u, 2u, 3u, 6u, 7u, 8u, 12u, 13u, 14u, 30u}) {

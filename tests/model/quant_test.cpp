@@ -147,6 +147,20 @@ TEST(QuantRoundTrip, ZeroAndConstantBlocksStayFinite) {
   }
 }
 
+// NaN, infinities and values whose scale's inverse overflows: bytes (checked by UBSan in the
+// sanitizer build), never undefined behaviour.
+TEST(QuantRoundTrip, NonFiniteAndTinyInputsAreDefined) {
+  std::vector<float> x = normal_values(512, 13);
+  x[3] = std::nanf("");
+  x[40] = INFINITY;
+  x[300] = -INFINITY;
+  for (int i = 256; i < 288; ++i) x[i] = i % 2 ? 1e-39f : 0.0f;  // a block of subnormals and zeros
+  for (TensorType type : kConvertible) {
+    const std::vector<float> y = round_trip(type, x);
+    EXPECT_EQ(y.size(), x.size()) << ggml_type_name(type);
+  }
+}
+
 TEST(QuantRoundTrip, RowsAreIndependentOfHowATensorIsSplit) {
   const std::vector<float> x = normal_values(2048, 11, 0.02f);
   for (TensorType type : kConvertible) {

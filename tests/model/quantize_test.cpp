@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <random>
 
@@ -179,6 +180,17 @@ TEST_F(QuantizeTest, RefusesWhatItCannotDoWithoutTouchingTheOutput) {
   EXPECT_TRUE(quantize_model(q8, dir + "/same.gguf", FileType::kQ8_0).is_ok()) << "same type: copied";
   const std::string bf16 = write_file(dir + "/bf.gguf", {{"blk.0.attn_q.weight", {256, 2}, TensorType::kBF16}}, 1);
   EXPECT_TRUE(quantize_model(bf16, dir + "/from-bf16.gguf", FileType::kQ4_K_M).is_ok());
+  GgufWriter nan;
+  std::vector<float> values(512, 0.5f);
+  values[300] = std::nanf("");
+  nan.add_string("general.architecture", "llama");
+  nan.add_u32("llama.block_count", 1);
+  nan.add_tensor("blk.0.ffn_up.weight", {256, 2}, TensorType::kF32, values.data(), values.size() * 4);
+  ASSERT_TRUE(nan.write(dir + "/nan.gguf").is_ok());
+  st = quantize_model(dir + "/nan.gguf", dir + "/out.gguf", FileType::kQ8_0);
+  EXPECT_NE(st.message().find("tensor blk.0.ffn_up.weight has a value that is not finite (element 300)"),
+            std::string::npos)
+      << st.message();
   GgufWriter moe;
   moe.add_string("general.architecture", "llama");
   moe.add_u32("llama.block_count", 1);
