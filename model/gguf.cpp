@@ -24,51 +24,6 @@ constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian u32
 constexpr uint64_t kDefaultAlignment = 32;
 constexpr uint32_t kMaxDims = 4;
 
-// Block geometry of the ggml types: elements per block and bytes per block.
-struct TypeInfo {
-  const char* name;
-  uint32_t block_elems;  // 0: unknown / removed id
-  uint32_t block_bytes;
-};
-
-TypeInfo type_info(uint32_t type) {
-  switch (type) {
-    case 0: return {"F32", 1, 4};
-    case 1: return {"F16", 1, 2};
-    case 2: return {"Q4_0", 32, 18};
-    case 3: return {"Q4_1", 32, 20};
-    case 6: return {"Q5_0", 32, 22};
-    case 7: return {"Q5_1", 32, 24};
-    case 8: return {"Q8_0", 32, 34};
-    case 9: return {"Q8_1", 32, 36};
-    case 10: return {"Q2_K", 256, 84};
-    case 11: return {"Q3_K", 256, 110};
-    case 12: return {"Q4_K", 256, 144};
-    case 13: return {"Q5_K", 256, 176};
-    case 14: return {"Q6_K", 256, 210};
-    case 15: return {"Q8_K", 256, 292};
-    case 16: return {"IQ2_XXS", 256, 66};
-    case 17: return {"IQ2_XS", 256, 74};
-    case 18: return {"IQ3_XXS", 256, 98};
-    case 19: return {"IQ1_S", 256, 50};
-    case 20: return {"IQ4_NL", 32, 18};
-    case 21: return {"IQ3_S", 256, 110};
-    case 22: return {"IQ2_S", 256, 82};
-    case 23: return {"IQ4_XS", 256, 136};
-    case 24: return {"I8", 1, 1};
-    case 25: return {"I16", 1, 2};
-    case 26: return {"I32", 1, 4};
-    case 27: return {"I64", 1, 8};
-    case 28: return {"F64", 1, 8};
-    case 29: return {"IQ1_M", 256, 56};
-    case 30: return {"BF16", 1, 2};
-    case 34: return {"TQ1_0", 256, 54};
-    case 35: return {"TQ2_0", 256, 66};
-    case 39: return {"MXFP4", 32, 17};
-    default: return {nullptr, 0, 0};
-  }
-}
-
 const char* value_type_name(uint32_t t) {
   static const char* const kNames[] = {"u8",   "i8",     "u16",   "i16", "u32", "i32", "f32",
                                        "bool", "string", "array", "u64", "i64", "f64"};
@@ -267,6 +222,7 @@ struct Parsed {
   uint32_t version = 0;
   uint64_t alignment = kDefaultAlignment;
   std::map<std::string, GgufValue> metadata;
+  std::vector<std::string> key_order;
   std::vector<GgufTensor> tensors;
   std::map<std::string, size_t> tensor_index;
 };
@@ -313,6 +269,7 @@ Status parse_metadata(Cursor& c, uint64_t n_kv, Parsed& out) {
     }
     GgufValue v;
     TANDEM_RETURN_IF_ERROR(read_value(c, key, v));
+    out.key_order.push_back(key);
     out.metadata.emplace(std::move(key), std::move(v));
   }
   if (auto it = out.metadata.find("general.alignment"); it != out.metadata.end()) {
@@ -361,18 +318,18 @@ Status parse_tensor_info(Cursor& c, Parsed& out) {
   if (overflow) return c.fail("tensor " + name + ": the product of its dims overflows");
   at = c.pos();
   TANDEM_RETURN_IF_ERROR(c.read(t.type, "tensor type"));
-  TypeInfo info = type_info(t.type);
-  if (info.block_elems == 0) {
-    return c.fail("tensor " + name + " has unknown ggml type " + std::to_string(t.type) + " at byte offset " +
-                  std::to_string(at));
+  const TypeTraits* info = type_traits(t.type);
+  if (info == nullptr) {
+    return c.fail("tensor " + name + " has type id " + std::to_string(t.type) + " at byte offset " +
+                  std::to_string(at) + ", which is not a ggml type");
   }
   const uint64_t row = n_dims ? t.dims[0] : 1;
-  if (row % info.block_elems != 0) {
-    return c.fail("tensor " + name + ": dims[0] = " + std::to_string(row) + " is not a multiple of the block size " +
-                  std::to_string(info.block_elems) + " of " + info.name);
+  if (row % info->block_elems != 0) {
+    return c.fail("tensor " + name + " has type " + info->name + " but a row of " + std::to_string(row) +
+                  " elements, not a multiple of its block size " + std::to_string(info->block_elems));
   }
   // elems <= 2^63 and block_bytes / block_elems <= 8: no overflow.
-  t.nbytes = elems / info.block_elems * info.block_bytes;
+  t.nbytes = elems / info->block_elems * info->block_bytes;
   TANDEM_RETURN_IF_ERROR(c.read(t.offset, "tensor offset"));
   if (t.offset % out.alignment != 0) {
     return c.fail("tensor " + name + " offset " + std::to_string(t.offset) + " is not a multiple of the alignment " +
@@ -383,10 +340,22 @@ Status parse_tensor_info(Cursor& c, Parsed& out) {
   return Status::ok();
 }
 
+// " (Q8_0 [64, 16]: 1088 bytes)", what a tensor's type and shape make its size.
+std::string size_hint(const GgufTensor& t) {
+  std::string dims;
+  for (size_t i = 0; i < t.dims.size(); ++i) dims += (i ? ", " : "") + std::to_string(t.dims[i]);
+  return std::string(" (") + ggml_type_name(t.type) + " [" + dims + "]: " + std::to_string(t.nbytes) + " bytes)";
+}
+
 // The data section starts at the next multiple of the alignment (it may lie past the end of
-// a file whose tensors are all empty); every tensor's bytes must lie inside the file.
+// a file whose tensors are all empty); every tensor's bytes must lie inside the file. As ggml
+// writes and requires, each tensor starts where the one before it in the table ends, padded
+// to the alignment: a gap or an overlap means some tensor's bytes do not match its type and
+// shape (a type id or a dimension changed), and the error names both tensors.
 Status place_tensors(Cursor& c, const std::byte* base, uint64_t size, Parsed& out) {
   const uint64_t data_start = (c.pos() + out.alignment - 1) / out.alignment * out.alignment;
+  uint64_t expected = 0;  // where the next tensor must start; < 2^64 - alignment while it fits
+  const GgufTensor* previous = nullptr;
   for (GgufTensor& t : out.tensors) {
     const uint64_t begin = data_start + t.offset;  // offset < 2^64 - size checked below
     const bool fits = t.offset <= size && begin <= size && t.nbytes <= size - begin;
@@ -394,8 +363,26 @@ Status place_tensors(Cursor& c, const std::byte* base, uint64_t size, Parsed& ou
       std::string b = t.offset <= size ? std::to_string(begin) : "past " + std::to_string(size);
       std::string e = t.offset <= size && t.nbytes <= UINT64_MAX - begin ? std::to_string(begin + t.nbytes) : "beyond";
       return c.fail("tensor " + printable(t.name) + " data [" + b + ", " + e + ") is outside the file (size " +
-                    std::to_string(size) + ")");
+                    std::to_string(size) + ")" + size_hint(t));
     }
+    if (t.offset != expected && previous == nullptr) {
+      return c.fail("tensor " + printable(t.name) + " starts at data offset " + std::to_string(t.offset) +
+                    ", but the first tensor starts the data section (offset 0)");
+    }
+    if (t.offset != expected) {
+      return c.fail("tensor " + printable(t.name) + " starts at data offset " + std::to_string(t.offset) +
+                    ", but the tensor before it (" + printable(previous->name) + ") ends at " +
+                    std::to_string(expected) + size_hint(*previous) +
+                    ": a tensor's data does not match its type and shape");
+    }
+    const uint32_t block_align = type_traits(t.type)->block_align;
+    if (reinterpret_cast<uintptr_t>(base + begin) % block_align != 0) {
+      return c.fail("tensor " + printable(t.name) + " data at byte offset " + std::to_string(begin) +
+                    " is not aligned to its " + ggml_type_name(t.type) + " blocks (" + std::to_string(block_align) +
+                    " bytes; general.alignment " + std::to_string(out.alignment) + ")");
+    }
+    expected = (t.offset + t.nbytes + out.alignment - 1) / out.alignment * out.alignment;
+    previous = &t;
     t.data = base + begin;
   }
   return Status::ok();
@@ -418,13 +405,6 @@ Status parse(const std::byte* base, uint64_t size, const std::string& path, Pars
 std::string errno_text() { return std::strerror(errno); }
 
 }  // namespace
-
-const char* ggml_type_name(uint32_t type) {
-  if (const char* name = type_info(type).name) return name;
-  static thread_local char buf[24];
-  std::snprintf(buf, sizeof buf, "type %u", type);
-  return buf;
-}
 
 uint64_t GgufTensor::elements() const {
   uint64_t n = 1;
@@ -467,6 +447,7 @@ Result<std::unique_ptr<GgufFile>> GgufFile::open(const std::string& path) {
   file->version_ = parsed.version;
   file->alignment_ = parsed.alignment;
   file->metadata_ = std::move(parsed.metadata);
+  file->key_order_ = std::move(parsed.key_order);
   file->tensors_ = std::move(parsed.tensors);
   file->tensor_index_ = std::move(parsed.tensor_index);
   return file;
@@ -618,6 +599,64 @@ void GgufWriter::add_i32_array(const std::string& key, const std::vector<int32_t
   set_kv(key, std::move(e.bytes));
 }
 
+namespace {
+
+// One scalar of GGUF type t from a GgufValue's storage (integers as int64/uint64, floats as double).
+void put_scalar(Encoder& e, GgufValueType t, uint64_t u, double f) {
+  switch (t) {
+    case GgufValueType::kU8:
+    case GgufValueType::kI8:
+    case GgufValueType::kBool: e.put(static_cast<uint8_t>(u)); break;
+    case GgufValueType::kU16:
+    case GgufValueType::kI16: e.put(static_cast<uint16_t>(u)); break;
+    case GgufValueType::kU32:
+    case GgufValueType::kI32: e.put(static_cast<uint32_t>(u)); break;
+    case GgufValueType::kU64:
+    case GgufValueType::kI64: e.put(u); break;
+    case GgufValueType::kF32: e.put(static_cast<float>(f)); break;  // exact: it was read from an f32
+    case GgufValueType::kF64: e.put(f); break;
+    case GgufValueType::kString:
+    case GgufValueType::kArray: break;
+  }
+}
+
+uint64_t integer_bits(const GgufValue& v) {
+  if (auto* u = std::get_if<uint64_t>(&v.value)) return *u;
+  if (auto* i = std::get_if<int64_t>(&v.value)) return static_cast<uint64_t>(*i);
+  if (auto* b = std::get_if<bool>(&v.value)) return *b ? 1 : 0;
+  return 0;
+}
+
+}  // namespace
+
+void GgufWriter::add_value(const std::string& key, const GgufValue& v) {
+  Encoder e;
+  e.put_type(v.type);
+  if (v.type == GgufValueType::kString) {
+    e.put_string(std::get<std::string>(v.value));
+  } else if (v.type != GgufValueType::kArray) {
+    const double* f = std::get_if<double>(&v.value);
+    put_scalar(e, v.type, integer_bits(v), f ? *f : 0.0);
+  } else {
+    e.put_type(v.array_type);
+    if (auto* strings = std::get_if<std::vector<std::string>>(&v.value)) {
+      e.put(static_cast<uint64_t>(strings->size()));
+      for (const std::string& s : *strings) e.put_string(s);
+    } else if (auto* floats = std::get_if<std::vector<double>>(&v.value)) {
+      e.put(static_cast<uint64_t>(floats->size()));
+      for (double f : *floats) put_scalar(e, v.array_type, 0, f);
+    } else if (auto* ints = std::get_if<std::vector<int64_t>>(&v.value)) {
+      e.put(static_cast<uint64_t>(ints->size()));
+      for (int64_t i : *ints) put_scalar(e, v.array_type, static_cast<uint64_t>(i), 0.0);
+    }
+  }
+  if (key == "general.alignment" && v.type == GgufValueType::kU32) {
+    add_u32(key, static_cast<uint32_t>(integer_bits(v)));  // also sets the writer's alignment
+    return;
+  }
+  set_kv(key, std::move(e.bytes));
+}
+
 void GgufWriter::add_tensor(const std::string& name, std::vector<uint64_t> dims, TensorType type, const void* data,
                             size_t nbytes) {
   auto defer = [&](std::string problem) {
@@ -629,15 +668,21 @@ void GgufWriter::add_tensor(const std::string& name, std::vector<uint64_t> dims,
   // llama.cpp refuses names of GGML_MAX_NAME (64) bytes or more.
   if (name.empty() || name.size() >= 64) return defer("name must be 1 to 63 bytes");
   if (dims.empty() || dims.size() > kMaxDims) return defer("needs 1 to 4 dims");
-  if (type != TensorType::kF32 && type != TensorType::kF16) return defer("type must be F32 or F16");
+  const TypeTraits* traits = type_traits(type);
+  if (traits == nullptr) return defer("unknown type id " + std::to_string(static_cast<uint32_t>(type)));
+  if (dims[0] % traits->block_elems != 0) {
+    return defer(std::string("a row of ") + std::to_string(dims[0]) + " elements is not a multiple of " + traits->name +
+                 "'s block size " + std::to_string(traits->block_elems));
+  }
   uint64_t elems = 1;
   for (uint64_t d : dims) {
     if (d != 0 && elems > (uint64_t{1} << 62) / d) return defer("dims overflow");
     elems *= d;
   }
-  const uint64_t expected = elems * (type == TensorType::kF32 ? 4 : 2);
+  const uint64_t expected = elems / traits->block_elems * traits->block_bytes;
   if (expected != nbytes) {
-    return defer("has " + std::to_string(nbytes) + " bytes of data, its shape needs " + std::to_string(expected));
+    return defer("has " + std::to_string(nbytes) + " bytes of data, its shape needs " + std::to_string(expected) +
+                 " as " + traits->name);
   }
   Tensor t{name, std::move(dims), type, {}};
   const std::byte* bytes = static_cast<const std::byte*>(data);

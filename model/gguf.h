@@ -12,6 +12,7 @@
 #include <variant>
 #include <vector>
 
+#include "model/quant.h"
 #include "runtime/status.h"
 
 namespace tandem::model {
@@ -33,10 +34,6 @@ enum class GgufValueType : uint32_t {
   kF64 = 12,
 };
 
-// ggml tensor types tandem can load. Anything else is refused with an error naming it.
-enum class TensorType : uint32_t { kF32 = 0, kF16 = 1 };
-const char* ggml_type_name(uint32_t type);  // "F32", "F16", "Q4_0", ... or "type 42"
-
 // One metadata value. Integers of every width are kept as int64/uint64, floats as double;
 // arrays keep their element type and hold one vector of the matching kind.
 struct GgufValue {
@@ -50,7 +47,7 @@ struct GgufValue {
 struct GgufTensor {
   std::string name;
   std::vector<uint64_t> dims;       // ggml order: dims[0] is the contiguous (innermost) one
-  uint32_t type = 0;                // ggml type id; see TensorType
+  uint32_t type = 0;                // ggml type id, one type_traits() knows (model/quant.h)
   uint64_t offset = 0;              // from the start of the data section
   const std::byte* data = nullptr;  // points into the mapping
   uint64_t nbytes = 0;
@@ -63,7 +60,10 @@ class GgufFile {
   // Errors (Code::kModelFile), each naming the file and the problem: cannot open,
   // not a GGUF file (bad magic), unsupported version, truncated header/metadata/tensor
   // data, absurd counts or lengths, duplicate keys or tensor names, bad alignment,
-  // tensor data out of bounds. Never crashes on any byte sequence.
+  // tensor data out of bounds; and, naming the tensor: a type id ggml does not define, a row
+  // (dims[0]) not a multiple of its type's block size, data whose size does not match its type
+  // and shape (tensors must lie one after the other in table order, each padded to the
+  // alignment, as ggml writes and requires them). Never crashes on any byte sequence.
   static Result<std::unique_ptr<GgufFile>> open(const std::string& path);
   ~GgufFile();
   GgufFile(const GgufFile&) = delete;
@@ -84,6 +84,8 @@ class GgufFile {
   const GgufTensor* tensor(const std::string& name) const;
   const std::vector<GgufTensor>& tensors() const { return tensors_; }
   const std::map<std::string, GgufValue>& metadata() const { return metadata_; }
+  // The metadata keys in the order the file lists them.
+  const std::vector<std::string>& keys_in_file_order() const { return key_order_; }
 
  private:
   GgufFile() = default;
@@ -93,6 +95,7 @@ class GgufFile {
   void* map_ = nullptr;
   size_t map_size_ = 0;
   std::map<std::string, GgufValue> metadata_;
+  std::vector<std::string> key_order_;
   std::vector<GgufTensor> tensors_;
   std::map<std::string, size_t> tensor_index_;
 };
@@ -108,8 +111,11 @@ class GgufWriter {
   void add_string_array(const std::string& key, const std::vector<std::string>& v);
   void add_f32_array(const std::string& key, const std::vector<float>& v);
   void add_i32_array(const std::string& key, const std::vector<int32_t>& v);
-  // dims in ggml order (dims[0] contiguous). Data is copied; type F32 or F16 (data is
-  // then uint16 halves). A key added twice keeps its first position and its last value.
+  // Any value read by GgufFile, re-encoded with its own GGUF type (copying a file's metadata).
+  void add_value(const std::string& key, const GgufValue& v);
+  // dims in ggml order (dims[0] contiguous). Data is copied: rows of dims[0] elements in `type`'s
+  // layout (model/quant.h), dims[0] a multiple of its block size. A key added twice keeps its
+  // first position and its last value.
   void add_tensor(const std::string& name, std::vector<uint64_t> dims, TensorType type, const void* data,
                   size_t nbytes);
   // Writes to a temporary file beside `path` and renames it into place, so `path` is

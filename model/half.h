@@ -1,10 +1,22 @@
-// IEEE binary16 <-> binary32, exact and portable (no F16C needed).
+// IEEE binary16 and bfloat16 <-> binary32, exact and portable (no F16C needed).
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
 namespace tandem::model {
+
+inline float float_from_bits(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+inline uint32_t float_bits(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, sizeof(x));
+  return x;
+}
 
 inline float half_to_float(uint16_t h) {
   const uint32_t sign = (h & 0x8000u) << 16;
@@ -27,15 +39,12 @@ inline float half_to_float(uint16_t h) {
   } else {
     bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
   }
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
+  return float_from_bits(bits);
 }
 
 // Round to nearest, ties to even (as vcvtps2ph with _MM_FROUND_TO_NEAREST_INT).
 inline uint16_t float_to_half(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, sizeof(x));
+  const uint32_t x = float_bits(f);
   const uint32_t sign = (x >> 16) & 0x8000u;
   const uint32_t abs = x & 0x7fffffffu;
   if (abs >= 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0));
@@ -54,6 +63,16 @@ inline uint16_t float_to_half(float f) {
   const uint32_t rem = abs & 0x1fffu;
   if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
   return static_cast<uint16_t>(sign | h);
+}
+
+// bfloat16: the top 16 bits of a binary32.
+inline float bf16_to_float(uint16_t h) { return float_from_bits(static_cast<uint32_t>(h) << 16); }
+
+// Round to nearest, ties to even; a NaN stays a NaN, made quiet (as ggml and gguf-py convert).
+inline uint16_t float_to_bf16(float f) {
+  const uint32_t x = float_bits(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
+  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
 }  // namespace tandem::model

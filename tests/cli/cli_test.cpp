@@ -62,6 +62,27 @@ TEST(Cli, MakeModelIsDeterministic) {
   EXPECT_NE(bad.err.find("huge"), std::string::npos) << bad.err;
 }
 
+// make-model writes llama-quantize's mixes: from a preset (its F32 weights quantized) or --from a file.
+TEST(Cli, MakeModelQuantizes) {
+  const std::string dir = test::temp_dir();
+  auto made = tandem("make-model --preset tiny --seed 3 --dtype q4_k_m --out " + dir + "/q.gguf");
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  ASSERT_EQ(tandem("make-model --preset tiny --seed 3 --out " + dir + "/f32.gguf").exit_code, 0);
+  auto from = tandem("make-model --from " + dir + "/f32.gguf --dtype q4_k_m --out " + dir + "/q2.gguf");
+  ASSERT_EQ(from.exit_code, 0) << from.err;
+  EXPECT_EQ(slurp(dir + "/q.gguf"), slurp(dir + "/q2.gguf"));
+  EXPECT_LT(slurp(dir + "/q.gguf").size(), slurp(dir + "/f32.gguf").size() / 4);
+  auto both = tandem("make-model --from " + dir + "/f32.gguf --preset tiny --dtype q8_0 --out " + dir + "/x.gguf");
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_NE(both.err.find("--from quantizes a file: it takes no --preset"), std::string::npos) << both.err;
+  auto bad = tandem("make-model --from " + dir + "/f32.gguf --dtype q3_k_m --out " + dir + "/x.gguf");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("q4_k_m"), std::string::npos) << "the error lists the choices: " << bad.err;
+  auto missing = tandem("make-model --from " + dir + "/absent.gguf --dtype q8_0 --out " + dir + "/x.gguf");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("absent.gguf: cannot open"), std::string::npos) << missing.err;
+}
+
 TEST(Cli, RunJsonEqualsTheEngine) {
   const std::string model = test::model_file("tiny", 1);
   auto r = tandem("run --model " + model + " --tokens 1,40,41,42 --max-tokens 12 --ignore-eos --json");

@@ -235,7 +235,8 @@ TEST_F(GgufTest, TypeNames) {
   EXPECT_STREQ(ggml_type_name(2), "Q4_0");
   EXPECT_STREQ(ggml_type_name(8), "Q8_0");
   EXPECT_STREQ(ggml_type_name(30), "BF16");
-  EXPECT_STREQ(ggml_type_name(42), "type 42");
+  EXPECT_STREQ(ggml_type_name(42), "Q2_0");
+  EXPECT_STREQ(ggml_type_name(43), "type 43");
 }
 
 TEST_F(GgufTest, QuantizedTensorsOpenWithTheirByteSizes) {
@@ -257,7 +258,8 @@ TEST_F(GgufTest, QuantizedTensorsOpenWithTheirByteSizes) {
   Bytes b;  // 33 is not a whole number of Q8_0 blocks
   b.header(1, 0).str("q").put<uint32_t>(1).put<uint64_t>(33).put<uint32_t>(8).put<uint64_t>(0).pad();
   b.b.resize(b.b.size() + 64);
-  EXPECT_NE(open_error(path, b.b).find("tensor q: dims[0] = 33 is not a multiple of the block size 32 of Q8_0"),
+  EXPECT_NE(open_error(path, b.b).find("tensor q has type Q8_0 but a row of 33 elements, not a multiple of its "
+                                       "block size 32"),
             std::string::npos);
 }
 
@@ -381,7 +383,13 @@ TEST_F(GgufTest, BadTensorInfos) {
   EXPECT_NE(open_error(path, big.b).find("overflows"), std::string::npos);
   Bytes t;
   t.header(1, 0).str("blk.0.x").put<uint32_t>(1).put<uint64_t>(4).put<uint32_t>(99).put<uint64_t>(0);
-  EXPECT_NE(open_error(path, t.b).find("tensor blk.0.x has unknown ggml type 99"), std::string::npos);
+  EXPECT_NE(open_error(path, t.b).find("tensor blk.0.x has type id 99 at byte offset"), std::string::npos);
+  EXPECT_NE(open_error(path, t.b).find("which is not a ggml type"), std::string::npos);
+  for (uint32_t removed : {4u, 31u, 43u, 0xffffffffu}) {  // ids ggml removed or never had
+    Bytes r;
+    r.header(1, 0).str("blk.0.x").put<uint32_t>(1).put<uint64_t>(32).put<uint32_t>(removed).put<uint64_t>(0);
+    EXPECT_NE(open_error(path, r.b).find("has type id " + std::to_string(removed)), std::string::npos) << removed;
+  }
 }
 
 TEST_F(GgufTest, TensorDataOutOfBounds) {
@@ -400,6 +408,89 @@ TEST_F(GgufTest, TensorDataOutOfBounds) {
   wrap.header(1, 0).str("t").put<uint32_t>(1).put<uint64_t>(4).put<uint32_t>(0).put<uint64_t>(UINT64_MAX - 31).pad();
   wrap.b.resize(wrap.b.size() + 16);
   EXPECT_NE(open_error(path, wrap.b).find("is outside the file"), std::string::npos);
+}
+
+// A tensor whose bytes do not match its type and shape: its type id (or a dim) was changed, so the
+// next tensor no longer starts where this one ends (ggml requires tensors back to back).
+TEST_F(GgufTest, TensorSizeThatDoesNotMatchItsTypeAndShape) {
+  std::vector<float> x(64, 1.0f);
+  std::vector<std::byte> q8(row_bytes(TensorType::kQ8_0, 64));
+  quantize_row_q8_0(x.data(), reinterpret_cast<BlockQ8_0*>(q8.data()), 64);
+  GgufWriter w;
+  w.add_tensor("blk.0.attn_q.weight", {64, 1}, TensorType::kQ8_0, q8.data(), q8.size());
+  w.add_tensor("blk.0.attn_k.weight", {64}, TensorType::kF32, x.data(), 256);
+  ASSERT_TRUE(w.write(path).is_ok());
+  auto good = read_bytes(path);
+  // The Q8_0 tensor's type id (8, after its dims) set to F16 (1): 128 bytes, not 68.
+  auto retyped = good;
+  const std::string name = "blk.0.attn_q.weight";
+  auto at = std::search(retyped.begin(), retyped.end(), name.begin(), name.end()) + name.size();
+  const size_t type_at = static_cast<size_t>(at - retyped.begin()) + 4 + 2 * 8;
+  ASSERT_EQ(retyped[type_at], 8);
+  retyped[type_at] = 1;
+  const std::string err = open_error(path, retyped);
+  EXPECT_NE(err.find("tensor blk.0.attn_k.weight starts at data offset 96, but the tensor before it "
+                     "(blk.0.attn_q.weight) ends at 128 (F16 [64, 1]: 128 bytes): a tensor's data does not match "
+                     "its type and shape"),
+            std::string::npos)
+      << err;
+  retyped[type_at] = 2;  // Q4_0: 36 bytes, padded 64: a gap before the next tensor
+  EXPECT_NE(open_error(path, retyped).find("ends at 64 (Q4_0 [64, 1]: 36 bytes)"), std::string::npos);
+  auto first = good;  // the first tensor must start the data section
+  const std::string k = "blk.0.attn_k.weight";
+  auto k_at = std::search(first.begin(), first.end(), k.begin(), k.end()) + k.size() + 4 + 8 + 4;
+  const uint64_t zero = 0;
+  std::memcpy(&*k_at, &zero, 8);  // attn_k now claims offset 0 too: it overlaps attn_q
+  EXPECT_NE(open_error(path, first).find("blk.0.attn_k.weight starts at data offset 0"), std::string::npos);
+  auto moved = good;
+  auto q_at = std::search(moved.begin(), moved.end(), name.begin(), name.end()) + name.size() + 4 + 16 + 4;
+  const uint64_t off = 32;
+  std::memcpy(&*q_at, &off, 8);
+  EXPECT_NE(open_error(path, moved).find("but the first tensor starts the data section (offset 0)"), std::string::npos);
+}
+
+// general.alignment 1 lets a tensor start at an odd byte: a Q8_0 block (a binary16 scale first)
+// there cannot be read in place, so the file is refused rather than read misaligned.
+TEST_F(GgufTest, TensorDataMisalignedForItsBlocks) {
+  std::vector<std::byte> q8(34);
+  int refused = 0;
+  for (uint64_t pad : {1u, 2u}) {  // one of the two puts the Q8_0 tensor at an odd address
+    GgufWriter w;
+    w.add_u32("general.alignment", 1);
+    std::vector<std::byte> i8(pad);
+    w.add_tensor("pad", {pad}, static_cast<TensorType>(24), i8.data(), i8.size());  // I8
+    w.add_tensor("q", {32}, TensorType::kQ8_0, q8.data(), q8.size());
+    ASSERT_TRUE(w.write(path).is_ok());
+    const std::string err = open_error(path, read_bytes(path));
+    if (err.empty()) continue;
+    ++refused;
+    EXPECT_NE(err.find("tensor q data at byte offset"), std::string::npos) << err;
+    EXPECT_NE(err.find("is not aligned to its Q8_0 blocks (2 bytes; general.alignment 1)"), std::string::npos) << err;
+  }
+  EXPECT_EQ(refused, 1);
+}
+
+TEST_F(GgufTest, WriterTakesEveryKnownTypeAndRefusesUnknownOnes) {
+  std::vector<float> x(512, 0.5f);
+  for (uint32_t id : {1u, 2u, 3u, 6u, 7u, 8u, 12u, 13u, 14u, 30u}) {
+    const auto type = static_cast<TensorType>(id);
+    std::vector<std::byte> data(row_bytes(type, 512));
+    type_traits(type)->quantize(x.data(), data.data(), 512);
+    GgufWriter w;
+    w.add_tensor("t", {256, 2}, type, data.data(), data.size());
+    ASSERT_TRUE(w.write(path).is_ok()) << ggml_type_name(id);
+    auto f = GgufFile::open(path);
+    ASSERT_TRUE(f) << f.status().to_string();
+    EXPECT_EQ((*f)->tensor("t")->type, id);
+    EXPECT_EQ((*f)->tensor("t")->nbytes, data.size());
+  }
+  GgufWriter w;
+  w.add_tensor("t", {48}, TensorType::kQ4_K, x.data(), 144);
+  EXPECT_NE(w.write(path).message().find("a row of 48 elements is not a multiple of Q4_K's block size 256"),
+            std::string::npos);
+  GgufWriter u;
+  u.add_tensor("t", {32}, static_cast<TensorType>(4), x.data(), 18);
+  EXPECT_NE(u.write(path).message().find("unknown type id 4"), std::string::npos);
 }
 
 TEST_F(GgufTest, DuplicateKeysAndTensorNames) {

@@ -22,7 +22,7 @@ struct Spec {
   struct Tensor {
     std::string name;
     std::vector<uint64_t> dims;
-    uint32_t type = 0;  // 0 F32, 1 F16
+    uint32_t type = 0;  // ggml type id (F32)
   };
   std::vector<std::pair<std::string, Value>> kvs = {
       {"general.architecture", std::string("llama")},
@@ -91,9 +91,10 @@ struct Spec {
     for (const Tensor& t : tensors) {
       uint64_t n = 1;
       for (uint64_t d : t.dims) n *= d;
-      const uint64_t nbytes = n * (t.type == 0 ? 4 : 2);
+      const auto type = static_cast<TensorType>(t.type);
+      const uint64_t nbytes = row_bytes(type, n);
       std::vector<char> zeros(nbytes);
-      w.add_tensor(t.name, t.dims, t.type == 0 ? TensorType::kF32 : TensorType::kF16, zeros.data(), nbytes);
+      w.add_tensor(t.name, t.dims, type, zeros.data(), nbytes);
     }
     std::string path = test::temp_dir() + "/spec.gguf";
     Status st = w.write(path);
@@ -272,31 +273,12 @@ TEST(ModelConfigTest, MissingTensor) {
   EXPECT_ERROR(spec, "missing tensor token_embd.weight");
 }
 
-// A Q8_0 tensor: the file is written by hand, since GgufWriter writes F32/F16 only.
+// A tensor of a type the engine does not compute yet (Q8_0 here): refused, naming it.
 TEST(ModelConfigTest, UnsupportedTensorType) {
   Spec spec;
-  // Write blk.0.ffn_up.weight as F16 [64, 96] (12288 bytes), then patch its type id to
-  // Q8_0: [64, 96] in Q8_0 is 6528 bytes, so the data still lies inside the file.
-  spec.tensor("blk.0.ffn_up.weight").type = 1;
-  std::string path = spec.write();
-  std::unique_ptr<GgufFile> probe;
-  ASSERT_TRUE(load(path, probe));
-  std::ifstream in(path, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), {});
-  in.close();
-  const std::string name = "blk.0.ffn_up.weight";
-  size_t at = bytes.find(name);
-  ASSERT_NE(at, std::string::npos);
-  size_t type_at = at + name.size() + 4 + 2 * 8;  // n_dims, two dims
-  uint32_t type = 0;
-  std::memcpy(&type, bytes.data() + type_at, 4);
-  ASSERT_EQ(type, 1u);
-  type = 8;
-  std::memcpy(bytes.data() + type_at, &type, 4);
-  std::ofstream(path, std::ios::binary | std::ios::trunc)
-      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  spec.tensor("blk.0.ffn_up.weight").type = static_cast<uint32_t>(TensorType::kQ8_0);
   std::unique_ptr<GgufFile> file;
-  auto cfg = load(path, file);
+  auto cfg = load(spec.write(), file);
   ASSERT_FALSE(cfg);
   EXPECT_NE(
       cfg.status().message().find("tensor blk.0.ffn_up.weight has unsupported type Q8_0 (tandem loads F32 and F16)"),
