@@ -188,6 +188,23 @@ Status read_hyper_parameters(const GgufFile& file, const Checker& c, ModelConfig
   return read_rope_scaling(file, c, cfg);
 }
 
+// llama.cpp adds every bias it finds for these architectures (attn_output, the FFN's, Qwen2's
+// output.bias): a file with one the row does not list would compute something else here,
+// so it is refused, naming the tensor.
+Status check_no_other_biases(const GgufFile& file, const Checker& c, const ModelConfig& cfg) {
+  for (const GgufTensor& t : file.tensors()) {
+    if (!t.name.ends_with(".bias")) continue;
+    bool listed = false;
+    for (const TensorSpec& spec : cfg.arch->layer_tensors) {
+      if (tensor_kind(spec.role) != "bias") continue;
+      const std::string suffix = "." + std::string(tensor_name(spec.role)) + ".bias";
+      listed = listed || (t.name.starts_with("blk.") && t.name.ends_with(suffix));
+    }
+    if (!listed) return c.fail("tensor " + t.name + " is not supported (tandem adds no such bias)");
+  }
+  return Status::ok();
+}
+
 // Every tensor the architecture names, in the shape the hyper-parameters imply.
 Status check_tensors(const GgufFile& file, const Checker& c, ModelConfig& cfg) {
   // The vocabulary size is the embedding's row count.
@@ -222,7 +239,7 @@ Status check_tensors(const GgufFile& file, const Checker& c, ModelConfig& cfg) {
   }
   cfg.tied_embeddings = file.tensor(std::string(kOutput)) == nullptr;
   if (!cfg.tied_embeddings) TANDEM_RETURN_IF_ERROR(c.check_tensor(std::string(kOutput), {dim, vocab}));
-  return Status::ok();
+  return check_no_other_biases(file, c, cfg);
 }
 
 }  // namespace

@@ -368,6 +368,12 @@ TEST(ArchitectureTable, Qwen2BiasesAreOptionalAndChecked) {
   spec.tensor("blk.0.attn_k.bias").dims = {64};
   EXPECT_ERROR(spec, "tensor blk.0.attn_k.bias has shape [64], expected [32]");
   EXPECT_EQ(layer_tensor(1, LayerTensor::kAttnVBias), "blk.1.attn_v.bias");
+  spec = as_architecture("qwen2");  // a bias llama.cpp would add and tandem does not compute
+  spec.tensors.push_back({"output.bias", {300}});
+  EXPECT_ERROR(spec, "tensor output.bias is not supported (tandem adds no such bias)");
+  spec = Spec();
+  spec.tensors.push_back({"blk.1.attn_output.bias", {64}});
+  EXPECT_ERROR(spec, "tensor blk.1.attn_output.bias is not supported");
 }
 
 // Qwen3: attention.key_length sets head_dim (here 32, not 64 / 4), and the Q/K norms are required.
