@@ -122,6 +122,32 @@ INSTANTIATE_TEST_SUITE_P(Files, ArchitectureVsReference,
                                   (std::get<1>(info.param) == GemmBackend::kPacked ? "_packed" : "_openblas");
                          });
 
+// 8-bit KV with an F32 window of 2 blocks: every key of the first 32 positions is read from
+// the window rows, which point into q|k|v rows whose Q part is heads x head_dim wide (wider
+// than the model in Qwen3). Logits agree with F32 KV to rounding; a wrong row offset would not.
+TEST(Architectures, Qwen3WindowRowsPointAtKAndV) {
+  const std::string model = test::temp_dir() + "/q3.gguf";
+  const std::string made = run(std::string(TANDEM_TANDEM_BIN) + " make-model --arch qwen3 --out " + model);
+  ASSERT_EQ(made.rfind("exit ", 0), std::string::npos) << made;
+  auto e = Engine::load(model);
+  ASSERT_TRUE(e) << e.status().to_string();
+  const auto tokens = test::random_tokens(30, (*e)->config().vocab_size, 3);
+  const auto f32 = engine_logits(**e, tokens, 30);
+  const KvFormat format{8, 64, false};
+  const uint32_t tail = KvPool::tail_blocks_for((*e)->config(), 16, format);
+  auto pool = KvPool::create((*e)->config(), 2 + tail, 16, format);
+  ASSERT_TRUE(pool) << pool.status().to_string();
+  std::vector<int32_t> blocks = {0, 1}, tails(tail);
+  std::iota(tails.begin(), tails.end(), 2);
+  SeqStep s{tokens, 0, blocks, static_cast<uint32_t>(tokens.size()), tails};
+  ASSERT_TRUE((*e)->forward({&s, 1}, **pool).is_ok());
+  double worst = 0;
+  for (uint32_t r = 0; r < tokens.size(); ++r)
+    for (size_t i = 0; i < f32[r].size(); ++i)
+      worst = std::max(worst, double(std::abs((*e)->logits(r)[i] - f32[r][i])));
+  EXPECT_LE(worst, 1e-4);
+}
+
 // A head the attention kernels are not instantiated for is refused at load, naming it
 // (before, a head_dim of 48 loaded and attention left its output unwritten).
 TEST(Architectures, RefusesAHeadDimTheKernelsDoNotTake) {
