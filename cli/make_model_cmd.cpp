@@ -1,8 +1,12 @@
-// tandem make-model: deterministic random Llama GGUF files for tests and benchmarks, in any type
-// tandem writes; or (--from) an existing F32/F16/BF16 GGUF quantized as llama-quantize does.
+// tandem make-model: deterministic random GGUF files (llama, qwen2, qwen3) for tests and benchmarks,
+// in any type tandem writes; or (--from) an existing F32/F16/BF16 GGUF quantized as llama-quantize does.
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -17,6 +21,68 @@ constexpr const char* kUsage =
     "usage: tandem make-model --preset tiny|small [flags] --out FILE\n"
     "       tandem make-model --from IN.gguf --dtype TYPE --out FILE   (as llama-quantize IN FILE TYPE)";
 
+// --rope-scaling: "linear:F", "yarn:F[:N]" set the config's rope.scaling keys; "llama3[:F[:N]]"
+// asks for rope_freqs.weight. Leaves both untouched on error.
+Status apply_rope_scaling(const std::string& spec, model::ModelConfig& c, std::optional<model::Llama3Rope>& llama3) {
+  std::vector<std::string> parts;
+  for (size_t from = 0;;) {
+    const size_t colon = spec.find(':', from);
+    parts.push_back(spec.substr(from, colon - from));
+    if (colon == std::string::npos) break;
+    from = colon + 1;
+  }
+  auto bad = [&] {
+    return Status::invalid(
+        "--rope-scaling: '" + spec +
+        "' is not linear:FACTOR, yarn:FACTOR[:ORIGINAL_CONTEXT] or llama3[:FACTOR[:ORIGINAL_CONTEXT]]");
+  };
+  double factor = 0;
+  uint64_t original = 0;
+  if (parts.size() > 1) {
+    char* end = nullptr;
+    factor = std::strtod(parts[1].c_str(), &end);
+    if (parts[1].empty() || *end != '\0' || !(factor > 0) || factor > 1e6) return bad();
+  }
+  if (parts.size() > 2) {
+    char* end = nullptr;
+    original = std::strtoull(parts[2].c_str(), &end, 10);
+    if (parts[2].empty() || *end != '\0' || original == 0 || original > (1u << 24)) return bad();
+  }
+  const std::string& kind = parts[0];
+  if (parts.size() > 3 || ((kind == "linear" || kind == "yarn") && parts.size() < 2)) return bad();
+  if (kind == "linear" && parts.size() == 2) {
+    c.rope_scaling = model::RopeScaling::kLinear;
+  } else if (kind == "yarn") {
+    c.rope_scaling = model::RopeScaling::kYarn;
+    c.rope_original_context = static_cast<uint32_t>(original);
+  } else if (kind == "llama3") {
+    llama3.emplace();
+    if (factor > 0) llama3->factor = factor;
+    if (original > 0) llama3->original_context = static_cast<uint32_t>(original);
+    return Status::ok();
+  } else {
+    return bad();
+  }
+  c.rope_scaling_factor = static_cast<float>(factor);
+  return Status::ok();
+}
+
+// The preset's shape with --arch, --context, --head-dim and --rope-scaling laid over it.
+Status apply_shape_flags(const Args& args, model::ModelConfig& c, std::optional<model::Llama3Rope>& llama3) {
+  auto arch = args.choice("arch", "llama");
+  if (!arch) return arch.status();
+  c.arch = model::find_architecture(*arch);
+  auto context = args.integer("context", c.context_length);
+  if (!context) return context.status();
+  c.context_length = static_cast<uint32_t>(*context);
+  const int64_t natural = c.dim / c.n_heads;
+  auto head_dim = args.integer("head-dim", c.arch->norm == model::NormVariant::kRmsQkNorm ? 2 * natural : natural);
+  if (!head_dim) return head_dim.status();
+  if (*head_dim != natural || c.dim % c.n_heads != 0) c.key_length = static_cast<uint32_t>(*head_dim);
+  if (auto spec = args.str("rope-scaling")) return apply_rope_scaling(*spec, c, llama3);
+  return Status::ok();
+}
+
 // A preset's random weights: written directly as F32 or F16; any other type is the F32 file
 // quantized as llama-quantize would (through a temporary file beside `out`).
 Status write_preset(const Args& args, const std::string& out, model::FileType type) {
@@ -25,12 +91,14 @@ Status write_preset(const Args& args, const std::string& out, model::FileType ty
   auto config = model::preset_config(args.str("preset").value_or("tiny"));
   if (!config) return config.status();
   config->tied_embeddings = args.has("tied");
+  std::optional<model::Llama3Rope> llama3;
+  TANDEM_RETURN_IF_ERROR(apply_shape_flags(args, *config, llama3));
   if (type == model::FileType::kF32 || type == model::FileType::kF16) {
     const auto weights = type == model::FileType::kF16 ? model::TensorType::kF16 : model::TensorType::kF32;
-    return model::make_model(*config, static_cast<uint64_t>(*seed), out, weights);
+    return model::make_model(*config, static_cast<uint64_t>(*seed), out, weights, llama3);
   }
   const std::string f32 = out + ".f32.tmp." + std::to_string(getpid());
-  Status st = model::make_model(*config, static_cast<uint64_t>(*seed), f32, model::TensorType::kF32);
+  Status st = model::make_model(*config, static_cast<uint64_t>(*seed), f32, model::TensorType::kF32, llama3);
   if (st) st = model::quantize_model(f32, out, type);
   std::remove(f32.c_str());
   return st;
@@ -51,8 +119,10 @@ int make_model_command(int argc, char** argv) {
   if (!dtype) return fail("make-model", dtype.status());
   const model::FileType type = *model::parse_file_type(*dtype);  // the flag's choices are the parser's names
   if (auto from = args->str("from")) {
-    if (args->has("preset") || args->has("seed") || args->has("tied")) {
-      return fail("make-model", Status::invalid("--from quantizes a file: it takes no --preset, --seed or --tied"));
+    if (args->has("preset") || args->has("seed") || args->has("tied") || args->has("arch") || args->has("context") ||
+        args->has("head-dim") || args->has("rope-scaling")) {
+      return fail("make-model", Status::invalid("--from quantizes a file: it takes no --preset, --seed, --tied, --arch,"
+                                                " --context, --head-dim or --rope-scaling"));
     }
     if (Status st = model::quantize_model(*from, *out, type); !st) return fail("make-model", st);
     std::fprintf(stderr, "tandem make-model: wrote %s (%s as %s)\n", out->c_str(), from->c_str(), dtype->c_str());

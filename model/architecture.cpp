@@ -11,14 +11,21 @@ namespace {
 constexpr uint64_t kMaxSize = kMaxHyperParameter;
 constexpr uint64_t kMaxContext = uint64_t{1} << 24;
 
-// The keys llama.cpp's convert script writes for a Llama-like model, in its order.
+constexpr uint32_t absent(const ModelConfig&) { return 0; }
+constexpr uint32_t all_heads(const ModelConfig& c) { return c.n_heads; }
+
+// The keys llama.cpp's convert script writes for a Llama-like model, in its order, then
+// key_length (a head_dim other than embedding_length / head_count, as Qwen3's), which llama.cpp
+// reads for every architecture. The rope.scaling.* keys are read beside these, for every
+// architecture as llama.cpp does (read_model_config).
 constexpr UintParam kLlamaUints[] = {
     {"context_length", &ModelConfig::context_length, kMaxContext},
     {"embedding_length", &ModelConfig::dim, kMaxSize},
     {"block_count", &ModelConfig::n_layers, kMaxSize},
     {"feed_forward_length", &ModelConfig::ffn_dim, kMaxSize},
     {"attention.head_count", &ModelConfig::n_heads, kMaxSize},
-    {"attention.head_count_kv", &ModelConfig::n_kv_heads, kMaxSize, &ModelConfig::n_heads},
+    {"attention.head_count_kv", &ModelConfig::n_kv_heads, kMaxSize, all_heads},
+    {"attention.key_length", &ModelConfig::key_length, kMaxSize, absent},
 };
 
 constexpr FloatParam kLlamaFloats[] = {
@@ -29,27 +36,64 @@ constexpr FloatParam kLlamaFloats[] = {
 using enum LayerTensor;
 using enum Dim;
 
+using enum Presence;
+
 // Indexed by LayerTensor.
 constexpr std::string_view kTensorNames[] = {
-    "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down",
+    "attn_norm", "attn_q",   "attn_k", "attn_v", "attn_output", "ffn_norm",    "ffn_gate",
+    "ffn_up",    "ffn_down", "attn_q", "attn_k", "attn_v",      "attn_q_norm", "attn_k_norm",
 };
 
+// Every architecture's block in llama.cpp (src/models/{llama,qwen2,qwen3}.cpp); Q/K/V biases are
+// optional in all three (create_tensor_qkv), output and FFN biases tandem does not compute.
 constexpr TensorSpec kLlamaBlock[] = {
-    {kAttnNorm, kModel, kModel, true}, {kAttnQ, kModel, kQ, false},      {kAttnK, kModel, kKv, false},
-    {kAttnV, kModel, kKv, false},      {kAttnOutput, kQ, kModel, false}, {kFfnNorm, kModel, kModel, true},
-    {kFfnGate, kModel, kFfn, false},   {kFfnUp, kModel, kFfn, false},    {kFfnDown, kFfn, kModel, false},
+    {kAttnNorm, kModel, kModel, true}, {kAttnQ, kModel, kQ, false},         {kAttnK, kModel, kKv, false},
+    {kAttnV, kModel, kKv, false},      {kAttnOutput, kQ, kModel, false},    {kFfnNorm, kModel, kModel, true},
+    {kFfnGate, kModel, kFfn, false},   {kFfnUp, kModel, kFfn, false},       {kFfnDown, kFfn, kModel, false},
+    {kAttnQBias, kQ, kQ, true, kRare}, {kAttnKBias, kKv, kKv, true, kRare}, {kAttnVBias, kKv, kKv, true, kRare},
 };
 
+constexpr TensorSpec kQwen2Block[] = {
+    {kAttnNorm, kModel, kModel, true},       {kAttnQ, kModel, kQ, false},
+    {kAttnQBias, kQ, kQ, true, kOptional},   {kAttnK, kModel, kKv, false},
+    {kAttnKBias, kKv, kKv, true, kOptional}, {kAttnV, kModel, kKv, false},
+    {kAttnVBias, kKv, kKv, true, kOptional}, {kAttnOutput, kQ, kModel, false},
+    {kFfnNorm, kModel, kModel, true},        {kFfnGate, kModel, kFfn, false},
+    {kFfnUp, kModel, kFfn, false},           {kFfnDown, kFfn, kModel, false},
+};
+
+constexpr TensorSpec kQwen3Block[] = {
+    {kAttnNorm, kModel, kModel, true},   {kAttnQ, kModel, kQ, false},         {kAttnK, kModel, kKv, false},
+    {kAttnV, kModel, kKv, false},        {kAttnQNorm, kHead, kHead, true},    {kAttnKNorm, kHead, kHead, true},
+    {kAttnOutput, kQ, kModel, false},    {kFfnNorm, kModel, kModel, true},    {kFfnGate, kModel, kFfn, false},
+    {kFfnUp, kModel, kFfn, false},       {kFfnDown, kFfn, kModel, false},     {kAttnQBias, kQ, kQ, true, kRare},
+    {kAttnKBias, kKv, kKv, true, kRare}, {kAttnVBias, kKv, kKv, true, kRare},
+};
+
+// The default (hand-built configs) first. RoPE types as llama.cpp's llama_model_rope_type.
 constexpr Architecture kArchitectures[] = {
     {.name = "llama",
      .rope = RopeType::kNormal,
      .norm = NormVariant::kRms,
      .uints = kLlamaUints,
      .floats = kLlamaFloats,
-     .layer_tensors = kLlamaBlock},
+     .layer_tensors = kLlamaBlock,
+     .rope_freqs = true},
+    {.name = "qwen2",
+     .rope = RopeType::kNeox,
+     .norm = NormVariant::kRms,
+     .uints = kLlamaUints,
+     .floats = kLlamaFloats,
+     .layer_tensors = kQwen2Block},
+    {.name = "qwen3",
+     .rope = RopeType::kNeox,
+     .norm = NormVariant::kRmsQkNorm,
+     .uints = kLlamaUints,
+     .floats = kLlamaFloats,
+     .layer_tensors = kQwen3Block},
 };
 
-static_assert(std::size(kTensorNames) == static_cast<size_t>(kFfnDown) + 1, "a name for every LayerTensor");
+static_assert(std::size(kTensorNames) == static_cast<size_t>(kAttnKNorm) + 1, "a name for every LayerTensor");
 
 }  // namespace
 
@@ -59,6 +103,7 @@ uint64_t dim_size(Dim dim, const ModelConfig& c) {
     case kQ: return uint64_t{c.n_heads} * c.head_dim();
     case kKv: return c.kv_dim();
     case kFfn: return c.ffn_dim;
+    case kHead: return c.head_dim();
   }
   return 0;
 }
@@ -83,12 +128,27 @@ std::string architecture_names() {
 
 const Architecture* default_architecture() { return &kArchitectures[0]; }
 
+std::string_view rope_scaling_name(RopeScaling scaling) {
+  switch (scaling) {
+    case RopeScaling::kNone: return "none";
+    case RopeScaling::kLinear: return "linear";
+    case RopeScaling::kYarn: return "yarn";
+  }
+  return "none";
+}
+
 std::string layer_tensor(uint32_t layer, std::string_view name) {
   return "blk." + std::to_string(layer) + "." + std::string(name) + ".weight";
 }
 
 std::string_view tensor_name(LayerTensor role) { return kTensorNames[static_cast<size_t>(role)]; }
 
-std::string layer_tensor(uint32_t layer, LayerTensor role) { return layer_tensor(layer, tensor_name(role)); }
+std::string_view tensor_kind(LayerTensor role) {
+  return role == kAttnQBias || role == kAttnKBias || role == kAttnVBias ? "bias" : "weight";
+}
+
+std::string layer_tensor(uint32_t layer, LayerTensor role) {
+  return "blk." + std::to_string(layer) + "." + std::string(tensor_name(role)) + "." + std::string(tensor_kind(role));
+}
 
 }  // namespace tandem::model

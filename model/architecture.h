@@ -19,8 +19,15 @@ struct ModelConfig;
 // kNeox: (i, i + head_dim / 2), LLAMA_ROPE_TYPE_NEOX (Qwen).
 enum class RopeType : uint8_t { kNormal, kNeox };
 
+// How a file stretches RoPE past its training context (`{arch}.rope.scaling.type`, read for
+// every architecture as llama.cpp does). kLinear: every angle divided by the factor. kYarn:
+// YaRN's per-pair blend of divided and undivided angles and its attention magnitude.
+enum class RopeScaling : uint8_t { kNone, kLinear, kYarn };
+std::string_view rope_scaling_name(RopeScaling scaling);  // "none", "linear", "yarn"
+
 // The normalisations of a block. kRms: RMSNorm (weight, no bias) before attention, before the
-// FFN and after the last block. kRmsQkNorm: also a per-head RMSNorm of Q and K before RoPE.
+// FFN and after the last block. kRmsQkNorm: also a per-head RMSNorm of Q and K (attn_q_norm,
+// attn_k_norm: one weight of head_dim shared by the heads) after the biases, before RoPE (Qwen3).
 enum class NormVariant : uint8_t { kRms, kRmsQkNorm };
 
 // The tensors of a block by role: the engine asks for a role, the table gives its GGUF name.
@@ -34,6 +41,11 @@ enum class LayerTensor : uint8_t {
   kFfnGate,
   kFfnUp,
   kFfnDown,
+  kAttnQBias,  // blk.{layer}.attn_q.bias, added to Q after the projection
+  kAttnKBias,
+  kAttnVBias,
+  kAttnQNorm,  // blk.{layer}.attn_q_norm.weight
+  kAttnKNorm,
 };
 
 // A dimension of a tensor, in terms of the hyper-parameters. GGUF lists a matrix's dimensions
@@ -43,25 +55,39 @@ enum class Dim : uint8_t {
   kQ,      // head_count * head_dim
   kKv,     // head_count_kv * head_dim
   kFfn,    // feed_forward_length
+  kHead,   // head_dim: attention.key_length, else embedding_length / head_count
 };
 uint64_t dim_size(Dim dim, const ModelConfig& config);
 
-// Its name in GGUF files: "attn_q" (blk.{layer}.attn_q.weight), the same in every architecture.
+// Its name in GGUF files: "attn_q" (blk.{layer}.attn_q.weight, and blk.{layer}.attn_q.bias for
+// kAttnQBias), the same in every architecture.
 std::string_view tensor_name(LayerTensor role);
+// "weight" or "bias".
+std::string_view tensor_kind(LayerTensor role);
+
+// Whether a block tensor must be in a file, as llama.cpp loads it.
+enum class Presence : uint8_t {
+  kRequired,
+  kOptional,  // used when present; this architecture's models have it, so make-model writes it (Qwen2's biases)
+  kRare,      // used when present; its models lack it, so make-model leaves it out (Llama's Q/K/V biases)
+};
 
 struct TensorSpec {
   LayerTensor role;
-  Dim in;  // the only dimension of a vector (norm weights)
+  Dim in;  // the only dimension of a vector (norm weights, biases)
   Dim out;
   bool vector;  // rank 1: [in]
+  Presence presence = Presence::kRequired;
 };
 
 // A positive integer hyper-parameter: `{architecture}.{key}`, stored in ModelConfig::*field.
+// Required unless it has a fallback: absent, the field is fallback(config read so far); a
+// fallback of 0 means "absent" (make-model writes a field only when it is not 0).
 struct UintParam {
   std::string_view key;
   uint32_t ModelConfig::*field;
   uint64_t max;
-  uint32_t ModelConfig::*fallback = nullptr;  // optional: absent means this field's value
+  uint32_t (*fallback)(const ModelConfig&) = nullptr;
 };
 
 // A positive float hyper-parameter, optional with a fallback.
@@ -78,6 +104,9 @@ struct Architecture {
   std::span<const UintParam> uints;  // read in this order (its first error is reported)
   std::span<const FloatParam> floats;
   std::span<const TensorSpec> layer_tensors;  // in llama.cpp's file order
+  // Loads rope_freqs.weight when present (Llama 3's per-pair frequency divisors, [head_dim / 2],
+  // F32); llama.cpp ignores it for architectures without this.
+  bool rope_freqs = false;
   std::string key(std::string_view suffix) const { return std::string(name) + "." + std::string(suffix); }
   const TensorSpec* find(LayerTensor role) const;
 };
@@ -96,9 +125,10 @@ inline constexpr uint64_t kMaxHyperParameter = (uint64_t{1} << 20) - 1;
 // Tensors outside the blocks, the same in every architecture.
 inline constexpr std::string_view kTokenEmbd = "token_embd.weight";
 inline constexpr std::string_view kOutputNorm = "output_norm.weight";
-inline constexpr std::string_view kOutput = "output.weight";  // absent: tied to token_embd
+inline constexpr std::string_view kOutput = "output.weight";         // absent: tied to token_embd
+inline constexpr std::string_view kRopeFreqs = "rope_freqs.weight";  // see Architecture::rope_freqs
 
 std::string layer_tensor(uint32_t layer, std::string_view name);  // "blk.{layer}.{name}.weight"
-std::string layer_tensor(uint32_t layer, LayerTensor role);
+std::string layer_tensor(uint32_t layer, LayerTensor role);       // "blk.{layer}.attn_q.bias", ...
 
 }  // namespace tandem::model

@@ -103,7 +103,7 @@ class Rng {
 #pragma GCC pop_options
 #endif
 
-Status check_config(const ModelConfig& c) {
+Status check_config(const ModelConfig& c, const std::optional<Llama3Rope>& llama3) {
   auto bad = [](const std::string& m) { return Status::invalid("make-model: " + m); };
   if (c.dim == 0 || c.n_layers == 0 || c.n_heads == 0 || c.n_kv_heads == 0 || c.ffn_dim == 0 || c.context_length == 0) {
     return bad("dim, n_layers, n_heads, n_kv_heads, ffn_dim and context_length must be positive");
@@ -112,7 +112,7 @@ Status check_config(const ModelConfig& c) {
     return bad("vocab_size " + std::to_string(c.vocab_size) +
                " is too small for the byte-level vocabulary (needs at least 259)");
   }
-  if (c.dim % c.n_heads != 0) {
+  if (c.key_length == 0 && c.dim % c.n_heads != 0) {
     return bad("n_heads " + std::to_string(c.n_heads) + " does not divide dim " + std::to_string(c.dim));
   }
   if (c.n_heads % c.n_kv_heads != 0) {
@@ -121,6 +121,16 @@ Status check_config(const ModelConfig& c) {
   if (c.head_dim() % 2 != 0) return bad("head_dim " + std::to_string(c.head_dim()) + " is odd");
   if (!(c.rope_freq_base > 0) || !(c.rms_eps > 0)) return bad("rope_freq_base and rms_eps must be positive");
   if (c.arch == nullptr) return bad("no architecture");
+  if (!(c.rope_scaling_factor > 0) || !(c.rope_attn_factor > 0))
+    return bad("the rope scaling factor and attention factor must be positive");
+  if (llama3) {
+    if (!c.arch->rope_freqs) return bad("architecture " + std::string(c.arch->name) + " has no rope_freqs.weight");
+    if (!(llama3->factor > 0) || !(llama3->high_freq_factor > llama3->low_freq_factor) ||
+        !(llama3->low_freq_factor > 0) || llama3->original_context == 0)
+      return bad(
+          "llama3 rope: factor and low_freq_factor positive, high_freq_factor above low_freq_factor, "
+          "original context positive");
+  }
   return Status::ok();
 }
 
@@ -156,18 +166,48 @@ Result<ModelConfig> preset_config(const std::string& preset) {
   return c;
 }
 
+std::vector<float> llama3_rope_factors(const Llama3Rope& rope, uint32_t head_dim, double base) {
+  // The convert script's loop (conversion/llama.py, generate_extra_tensors), in double.
+  const double old_context = rope.original_context;
+  const double low_freq_wavelen = old_context / rope.low_freq_factor;
+  const double high_freq_wavelen = old_context / rope.high_freq_factor;
+  std::vector<float> factors;
+  for (uint32_t i = 0; i < head_dim; i += 2) {
+    const double wavelen = 2 * M_PI * std::pow(base, static_cast<double>(i) / head_dim);
+    double f = rope.factor;
+    if (wavelen < high_freq_wavelen) {
+      f = 1.0;
+    } else if (wavelen <= low_freq_wavelen) {
+      const double smooth =
+          (old_context / wavelen - rope.low_freq_factor) / (rope.high_freq_factor - rope.low_freq_factor);
+      f = 1.0 / ((1 - smooth) / rope.factor + smooth);
+    }
+    factors.push_back(static_cast<float>(f));
+  }
+  return factors;
+}
+
 namespace {
 
-// The hyper-parameters, as llama.cpp's convert script writes them.
+// The hyper-parameters, as llama.cpp's convert script writes them. Optional keys whose field
+// is 0 (absent) are left out.
 void add_hyper_parameters(GgufWriter& w, const ModelConfig& c, bool f16) {
   const Architecture& a = *c.arch;
   w.add_string("general.architecture", std::string(a.name));
   w.add_string("general.name", c.name.empty() ? "tandem" : c.name);
   w.add_u32("general.file_type", f16 ? 1 : 0);  // LLAMA_FTYPE_ALL_F32 / LLAMA_FTYPE_MOSTLY_F16
   w.add_u32("general.alignment", 32);
-  for (const UintParam& p : a.uints) w.add_u32(a.key(p.key), c.*p.field);
+  for (const UintParam& p : a.uints)
+    if (c.*p.field != 0) w.add_u32(a.key(p.key), c.*p.field);
+  if (c.key_length != 0) w.add_u32(a.key("attention.value_length"), c.key_length);
   for (const FloatParam& p : a.floats) w.add_f32(a.key(p.key), c.*p.field);
   w.add_u32(a.key("rope.dimension_count"), c.head_dim());
+  if (c.rope_scaling != RopeScaling::kNone) {
+    w.add_string(a.key("rope.scaling.type"), std::string(rope_scaling_name(c.rope_scaling)));
+    w.add_f32(a.key("rope.scaling.factor"), c.rope_scaling_factor);
+    if (c.rope_original_context != 0) w.add_u32(a.key("rope.scaling.original_context_length"), c.rope_original_context);
+    if (c.rope_attn_factor != 1.0f) w.add_f32(a.key("rope.scaling.attn_factor"), c.rope_attn_factor);
+  }
   w.add_u32(a.key("vocab_size"), c.vocab_size);
 }
 
@@ -236,16 +276,29 @@ void add_tensors(GgufWriter& w, const ModelConfig& c, uint64_t seed, bool f16) {
     buf.assign(n, 1.0f);
     w.add_tensor(name, {n}, TensorType::kF32, buf.data(), buf.size() * sizeof(float));
   };
+  // Vectors other than the block norms (biases, Q/K norms): mean + N(0, std_dev^2), F32.
+  auto add_random_vector = [&](const std::string& name, uint64_t n, double mean, double std_dev) {
+    Rng rng(seed, tensor_index++ << 32);
+    buf.resize(n);
+    for (float& x : buf) x = static_cast<float>(mean + rng.normal() * std_dev);
+    w.add_tensor(name, {n}, TensorType::kF32, buf.data(), buf.size() * sizeof(float));
+  };
   const uint64_t dim = c.dim, vocab = c.vocab_size;
   auto std_dev = [](uint64_t fan_in) { return 1.0 / std::sqrt(static_cast<double>(fan_in)); };
   add_random(std::string(kTokenEmbd), dim, vocab, 1.0);
   for (uint32_t i = 0; i < c.n_layers; ++i) {
     for (const TensorSpec& t : c.arch->layer_tensors) {
+      if (t.presence == Presence::kRare) continue;
       const uint64_t in = dim_size(t.in, c);
-      if (t.vector) {
-        add_ones(layer_tensor(i, t.role), in);
+      const std::string name = layer_tensor(i, t.role);
+      if (t.role == LayerTensor::kAttnQNorm || t.role == LayerTensor::kAttnKNorm) {
+        add_random_vector(name, in, 1.0, 0.25);
+      } else if (tensor_kind(t.role) == "bias") {
+        add_random_vector(name, in, 0.0, 0.5);
+      } else if (t.vector) {
+        add_ones(name, in);
       } else {
-        add_random(layer_tensor(i, t.role), in, dim_size(t.out, c), std_dev(in));
+        add_random(name, in, dim_size(t.out, c), std_dev(in));
       }
     }
   }
@@ -255,12 +308,17 @@ void add_tensors(GgufWriter& w, const ModelConfig& c, uint64_t seed, bool f16) {
 
 }  // namespace
 
-Status make_model(const ModelConfig& config, uint64_t seed, const std::string& path, TensorType weights) {
-  TANDEM_RETURN_IF_ERROR(check_config(config));
+Status make_model(const ModelConfig& config, uint64_t seed, const std::string& path, TensorType weights,
+                  const std::optional<Llama3Rope>& llama3) {
+  TANDEM_RETURN_IF_ERROR(check_config(config, llama3));
   const bool f16 = weights == TensorType::kF16;
   GgufWriter w;
   add_hyper_parameters(w, config, f16);
   add_vocabulary(w, config);
+  if (llama3) {  // first, as the convert script yields its generated tensors
+    const std::vector<float> f = llama3_rope_factors(*llama3, config.head_dim(), config.rope_freq_base);
+    w.add_tensor(std::string(kRopeFreqs), {f.size()}, TensorType::kF32, f.data(), f.size() * sizeof(float));
+  }
   add_tensors(w, config, seed, f16);
   return w.write(path);
 }

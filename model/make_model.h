@@ -1,8 +1,11 @@
-// Deterministic random Llama models in GGUF, for tests and benchmarks.
+// Deterministic random models in GGUF (every architecture of model/architecture.h), for tests
+// and benchmarks.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "runtime/status.h"
 #include "model/gguf.h"
@@ -15,16 +18,32 @@ namespace tandem::model {
 //          3 KV heads, FFN 1536, rope base 100000, rms eps 1e-5, context 2048.
 Result<ModelConfig> preset_config(const std::string& preset);
 
-// Writes a GGUF v3 file (matrices and embeddings in `weights`, F32 or F16; norms F32 as
-// llama.cpp writes F16 models) with the standard llama.cpp metadata and a byte-level
-// vocabulary (<unk>, <s>, </s>, <0x00>..<0xFF>, then unique unused filler tokens).
-// Weights are drawn so every layer matters: token embeddings std 1, each matrix std
-// 1/sqrt(fan_in), norms 1, untied output.weight (omitted when config.tied_embeddings).
+// Llama 3's RoPE scaling (Hugging Face rope_scaling.rope_type "llama3"), which llama.cpp's
+// convert script turns into rope_freqs.weight: per pair, 1 for wavelengths below
+// original_context / high_freq_factor, `factor` above original_context / low_freq_factor, a
+// smooth blend between. Llama 3.1's values are the defaults.
+struct Llama3Rope {
+  double factor = 8.0, low_freq_factor = 1.0, high_freq_factor = 4.0;
+  uint32_t original_context = 8192;
+};
+// rope_freqs.weight's values for a head of `head_dim` and RoPE base `base`.
+std::vector<float> llama3_rope_factors(const Llama3Rope& rope, uint32_t head_dim, double base);
+
+// Writes a GGUF v3 file of config.arch (matrices and embeddings in `weights`, F32 or F16;
+// norms and biases F32 as llama.cpp writes F16 models) with the standard llama.cpp metadata
+// and a byte-level vocabulary (<unk>, <s>, </s>, <0x00>..<0xFF>, then unique unused filler
+// tokens). Weights are drawn so every layer matters: token embeddings std 1, each matrix std
+// 1/sqrt(fan_in), block and output norms 1, Q/K norms 1 + N(0, 0.25^2), biases N(0, 0.5^2),
+// untied output.weight (omitted when config.tied_embeddings). The architecture's optional
+// tensors its models have are written (Qwen2's biases), rare ones not. config.key_length != 0
+// writes attention.key_length and value_length; config.rope_scaling != kNone writes the
+// rope.scaling keys (type, factor, and original_context_length and attn_factor when set);
+// `llama3` writes rope_freqs.weight (llama only).
 // Same (config, seed): same bytes on every machine (a portable RNG, no libm).
 // Errors: Code::kInvalidArgument for an inconsistent config; Code::kModelFile when the
 // file cannot be written.
 // F16 files hold the same draws rounded to half precision.
 Status make_model(const ModelConfig& config, uint64_t seed, const std::string& path,
-                  TensorType weights = TensorType::kF32);
+                  TensorType weights = TensorType::kF32, const std::optional<Llama3Rope>& llama3 = std::nullopt);
 
 }  // namespace tandem::model

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace tandem::model {
@@ -96,39 +97,110 @@ Result<const Architecture*> read_identity(const GgufFile& file, const Checker& c
   return arch;
 }
 
+// `{arch}.rope.scaling.*`, as llama.cpp's llama_model_base::load_hparams reads them for every
+// architecture: the type defaults to linear and a factor of 1 (absent, or 0) scales nothing.
+// llama.cpp reads the yarn_beta_fast/slow, yarn_ext_factor and yarn_attn_factor keys only for
+// other architectures (grok, mistral3): for these it uses 32, 1, 1 and 1 whatever the file says.
+Status read_rope_scaling(const GgufFile& file, const Checker& c, ModelConfig& cfg) {
+  const Architecture& a = *cfg.arch;
+  TANDEM_RETURN_IF_ERROR(
+      c.read_uint(a.key("rope.scaling.original_context_length"), uint64_t{1} << 24, cfg.rope_original_context, 0u));
+  TANDEM_RETURN_IF_ERROR(c.read_float(a.key("rope.scaling.attn_factor"), 1.0f, cfg.rope_attn_factor));
+  const std::string type_key = a.key("rope.scaling.type");
+  std::string type = "linear";
+  if (file.find(type_key)) {
+    std::optional<std::string> t = file.get_string(type_key);
+    if (!t) return c.fail("key " + type_key + " is not a string");
+    type = *t;
+  }
+  std::string factor_key = a.key("rope.scaling.factor");
+  if (!file.find(factor_key) && file.find(a.key("rope.scale_linear"))) factor_key = a.key("rope.scale_linear");
+  double factor = 0.0;
+  if (file.find(factor_key)) {
+    std::optional<double> f = file.get_float(factor_key);
+    if (!f) return c.fail("key " + factor_key + " is not a float");
+    if (!std::isfinite(*f) || *f < 0) return c.fail(factor_key + " " + std::to_string(*f) + " must not be negative");
+    factor = *f;
+  }
+  cfg.rope_scaling_factor = factor == 0.0 ? 1.0f : static_cast<float>(factor);
+  if (type == "none") {
+    cfg.rope_scaling = RopeScaling::kNone;
+    cfg.rope_scaling_factor = 1.0f;
+  } else if (type == "linear") {
+    cfg.rope_scaling = cfg.rope_scaling_factor == 1.0f ? RopeScaling::kNone : RopeScaling::kLinear;
+  } else if (type == "yarn") {
+    cfg.rope_scaling = RopeScaling::kYarn;
+  } else {
+    return c.fail(type_key + " '" + type + "' is not supported (tandem applies none, linear, yarn)");
+  }
+  return Status::ok();
+}
+
+// The head dimension: attention.key_length, else embedding_length / head_count; the value
+// heads must be as long, and RoPE must cover the whole head.
+Status check_head_dim(const GgufFile& file, const Checker& c, const ModelConfig& cfg) {
+  const Architecture& a = *cfg.arch;
+  if (cfg.key_length == 0 && cfg.dim % cfg.n_heads != 0) {
+    return c.fail("head_count " + std::to_string(cfg.n_heads) + " does not divide embedding_length " +
+                  std::to_string(cfg.dim) + " (and " + a.key("attention.key_length") + " is absent)");
+  }
+  const uint32_t head_dim = cfg.head_dim();
+  if (head_dim % 2 != 0) {
+    const std::string from =
+        cfg.key_length ? a.key("attention.key_length")
+                       : "embedding_length " + std::to_string(cfg.dim) + " / head_count " + std::to_string(cfg.n_heads);
+    return c.fail("head_dim " + std::to_string(head_dim) + " (" + from + ") is odd; rope needs pairs");
+  }
+  const std::pair<const char*, const char*> must_equal_head_dim[] = {
+      {"attention.value_length", "tandem needs value heads as long as key heads"},
+      {"rope.dimension_count", "tandem applies rope to the whole head"},
+  };
+  for (const auto& [suffix, why] : must_equal_head_dim) {
+    const std::string key = a.key(suffix);
+    if (!file.find(key)) continue;
+    std::optional<uint64_t> n = file.get_uint(key);
+    if (!n) return c.fail("key " + key + " is not a non-negative integer");
+    if (*n != head_dim) {
+      return c.fail(key + " " + std::to_string(*n) + " differs from head_dim " + std::to_string(head_dim) + " (" + why +
+                    ")");
+    }
+  }
+  return Status::ok();
+}
+
 // The architecture's keys, then what they must satisfy together.
 Status read_hyper_parameters(const GgufFile& file, const Checker& c, ModelConfig& cfg) {
   const Architecture& a = *cfg.arch;
   for (const UintParam& p : a.uints) {
     std::optional<uint32_t> fallback;
-    if (p.fallback) fallback = cfg.*p.fallback;
+    if (p.fallback) fallback = p.fallback(cfg);
     TANDEM_RETURN_IF_ERROR(c.read_uint(a.key(p.key), p.max, cfg.*p.field, fallback));
   }
   for (const FloatParam& p : a.floats) TANDEM_RETURN_IF_ERROR(c.read_float(a.key(p.key), p.fallback, cfg.*p.field));
   if (cfg.rms_eps >= 1.0f) {
     return c.fail(a.key("attention.layer_norm_rms_epsilon") + " " + std::to_string(cfg.rms_eps) + " is not below 1");
   }
-  if (cfg.dim % cfg.n_heads != 0) {
-    return c.fail("head_count " + std::to_string(cfg.n_heads) + " does not divide embedding_length " +
-                  std::to_string(cfg.dim));
-  }
+  TANDEM_RETURN_IF_ERROR(check_head_dim(file, c, cfg));
   if (cfg.n_heads % cfg.n_kv_heads != 0) {
     return c.fail("head_count_kv " + std::to_string(cfg.n_kv_heads) + " does not divide head_count " +
                   std::to_string(cfg.n_heads));
   }
-  const uint32_t head_dim = cfg.head_dim();
-  if (head_dim % 2 != 0) {
-    return c.fail("head_dim " + std::to_string(head_dim) + " (embedding_length " + std::to_string(cfg.dim) +
-                  " / head_count " + std::to_string(cfg.n_heads) + ") is odd; rope needs pairs");
-  }
-  const std::string rope_dims_key = a.key("rope.dimension_count");
-  if (file.find(rope_dims_key)) {
-    std::optional<uint64_t> rope_dims = file.get_uint(rope_dims_key);
-    if (!rope_dims) return c.fail("key " + rope_dims_key + " is not a non-negative integer");
-    if (*rope_dims != head_dim) {
-      return c.fail(rope_dims_key + " " + std::to_string(*rope_dims) + " differs from head_dim " +
-                    std::to_string(head_dim) + " (tandem applies rope to the whole head)");
+  return read_rope_scaling(file, c, cfg);
+}
+
+// llama.cpp adds every bias it finds for these architectures (attn_output, the FFN's, Qwen2's
+// output.bias): a file with one the row does not list would compute something else here,
+// so it is refused, naming the tensor.
+Status check_no_other_biases(const GgufFile& file, const Checker& c, const ModelConfig& cfg) {
+  for (const GgufTensor& t : file.tensors()) {
+    if (!t.name.ends_with(".bias")) continue;
+    bool listed = false;
+    for (const TensorSpec& spec : cfg.arch->layer_tensors) {
+      if (tensor_kind(spec.role) != "bias") continue;
+      const std::string suffix = "." + std::string(tensor_name(spec.role)) + ".bias";
+      listed = listed || (t.name.starts_with("blk.") && t.name.ends_with(suffix));
     }
+    if (!listed) return c.fail("tensor " + t.name + " is not supported (tandem adds no such bias)");
   }
   return Status::ok();
 }
@@ -149,15 +221,25 @@ Status check_tensors(const GgufFile& file, const Checker& c, ModelConfig& cfg) {
   TANDEM_RETURN_IF_ERROR(c.check_tensor(embd_name, {dim, vocab}));
   for (uint32_t i = 0; i < cfg.n_layers; ++i) {
     for (const TensorSpec& t : cfg.arch->layer_tensors) {
+      const std::string name = layer_tensor(i, t.role);
+      if (t.presence != Presence::kRequired && !file.tensor(name)) continue;
       std::vector<uint64_t> dims = {dim_size(t.in, cfg)};
       if (!t.vector) dims.push_back(dim_size(t.out, cfg));
-      TANDEM_RETURN_IF_ERROR(c.check_tensor(layer_tensor(i, t.role), dims));
+      TANDEM_RETURN_IF_ERROR(c.check_tensor(name, dims));
     }
   }
   TANDEM_RETURN_IF_ERROR(c.check_tensor(std::string(kOutputNorm), {dim}));
+  const std::string freqs(kRopeFreqs);
+  cfg.rope_freqs = cfg.arch->rope_freqs && file.tensor(freqs) != nullptr;
+  if (cfg.rope_freqs) {
+    TANDEM_RETURN_IF_ERROR(c.check_tensor(freqs, {cfg.head_dim() / 2}));
+    // ggml's rope takes its frequency factors as F32 only.
+    if (file.tensor(freqs)->type != static_cast<uint32_t>(TensorType::kF32))
+      return c.fail("tensor " + freqs + " must be F32 (as llama.cpp's rope reads it)");
+  }
   cfg.tied_embeddings = file.tensor(std::string(kOutput)) == nullptr;
   if (!cfg.tied_embeddings) TANDEM_RETURN_IF_ERROR(c.check_tensor(std::string(kOutput), {dim, vocab}));
-  return Status::ok();
+  return check_no_other_biases(file, c, cfg);
 }
 
 }  // namespace
@@ -197,6 +279,16 @@ std::string model_fingerprint(const GgufFile& file, const ModelConfig& c) {
   for (uint32_t v : {c.vocab_size, c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.ffn_dim, c.context_length}) f.pod(v);
   f.pod(c.rope_freq_base);
   f.pod(c.rms_eps);
+  // Added after the first release of the fingerprint: only when they differ from what a file
+  // without them means, so the fingerprints of existing files stay what they were.
+  if (c.key_length != 0 || c.rope_scaling != RopeScaling::kNone || c.rope_original_context != 0 ||
+      c.rope_attn_factor != 1.0f) {
+    f.pod(c.head_dim());
+    f.pod(c.rope_scaling);
+    f.pod(c.rope_scaling_factor);
+    f.pod(c.yarn_original_context());
+    f.pod(c.rope_attn_factor);
+  }
   if (const GgufValue* tokens = file.find("tokenizer.ggml.tokens"))
     if (const auto* pieces = std::get_if<std::vector<std::string>>(&tokens->value))
       for (const std::string& p : *pieces) f.str(p);

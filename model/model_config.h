@@ -22,18 +22,29 @@ struct ModelConfig {
   uint32_t n_kv_heads = 0;                            // llama.attention.head_count_kv (defaults to n_heads)
   uint32_t ffn_dim = 0;                               // llama.feed_forward_length
   uint32_t context_length = 0;                        // llama.context_length
+  uint32_t key_length = 0;                            // llama.attention.key_length; 0 (absent): dim / n_heads
   float rope_freq_base = 10000.0f;                    // llama.rope.freq_base
   float rms_eps = 1e-5f;                              // llama.attention.layer_norm_rms_epsilon
   bool tied_embeddings = false;                       // output.weight absent: the LM head is token_embd
-  uint32_t head_dim() const { return dim / n_heads; }
+  // RoPE scaling, as llama.cpp reads it: llama.rope.scaling.type (default linear) and .factor
+  // (or the older rope.scale_linear; absent or 0: 1, no scaling; type none: never scaled).
+  RopeScaling rope_scaling = RopeScaling::kNone;
+  float rope_scaling_factor = 1.0f;
+  uint32_t rope_original_context = 0;  // llama.rope.scaling.original_context_length; 0: context_length
+  float rope_attn_factor = 1.0f;       // llama.rope.scaling.attn_factor: a magnitude on every cos/sin
+  bool rope_freqs = false;             // rope_freqs.weight present and used (Architecture::rope_freqs)
+  uint32_t head_dim() const { return key_length ? key_length : dim / n_heads; }
+  uint32_t q_dim() const { return n_heads * head_dim(); }
   uint32_t kv_dim() const { return n_kv_heads * head_dim(); }
+  uint32_t yarn_original_context() const { return rope_original_context ? rope_original_context : context_length; }
 };
 
 // Reads general.architecture (a row of the architecture table) and that row's keys; checks
 // that every tensor the architecture needs is present, of type F32 or F16, and of the
 // shape the keys imply. Errors are Code::kModelFile and name the key or tensor:
-//   "unsupported architecture 'gpt2' (tandem runs 'llama')"
+//   "unsupported architecture 'gpt2' (tandem runs 'llama', 'qwen2', 'qwen3')"
 //   "missing key llama.block_count"
+//   "llama.rope.scaling.type 'longrope' is not supported (tandem applies none, linear, yarn)"
 //   "tensor blk.3.attn_k.weight has shape [64, 48], expected [64, 32]"
 //   "tensor blk.0.ffn_up.weight has unsupported type Q4_0 (tandem loads F32 and F16)"
 //   "head_count 5 does not divide embedding_length 64"

@@ -256,5 +256,70 @@ TEST(MakeModelTest, TiedEmbeddingsOmitOutputWeight) {
   EXPECT_TRUE(cfg->tied_embeddings);
 }
 
+// Each architecture's file reads back as what was asked: its row, the tensors it writes
+// (Qwen2's biases, Qwen3's Q/K norms and longer head), and nothing of another row.
+TEST(MakeModelTest, EveryArchitectureReadsBack) {
+  const std::string dir = test::temp_dir();
+  for (const char* name : {"llama", "qwen2", "qwen3"}) {
+    auto c = *preset_config("tiny");
+    c.arch = find_architecture(name);
+    if (c.arch->norm == NormVariant::kRmsQkNorm) c.key_length = 32;
+    const std::string path = dir + "/" + name + ".gguf";
+    ASSERT_TRUE(make_model(c, 1, path).is_ok()) << name;
+    auto f = GgufFile::open(path);
+    ASSERT_TRUE(f);
+    auto cfg = read_model_config(**f);
+    ASSERT_TRUE(cfg) << cfg.status().to_string();
+    EXPECT_EQ(cfg->arch, c.arch);
+    EXPECT_EQ(cfg->head_dim(), c.head_dim());
+    const bool qwen2 = std::string(name) == "qwen2", qwen3 = std::string(name) == "qwen3";
+    EXPECT_EQ((*f)->tensor("blk.1.attn_v.bias") != nullptr, qwen2) << name;
+    EXPECT_EQ((*f)->tensor("blk.1.attn_k_norm.weight") != nullptr, qwen3) << name;
+    EXPECT_EQ((*f)->find(std::string(name) + ".attention.key_length") != nullptr, qwen3) << name;
+    if (qwen3) {
+      EXPECT_EQ((*f)->tensor("blk.0.attn_q.weight")->dims, (std::vector<uint64_t>{64, 128}));
+      EXPECT_EQ((*f)->get_uint("qwen3.attention.value_length"), 32u);
+      EXPECT_EQ((*f)->get_uint("qwen3.rope.dimension_count"), 32u);
+    }
+  }
+}
+
+TEST(MakeModelTest, RopeScalingKeysAndLlama3Factors) {
+  const std::string dir = test::temp_dir();
+  auto c = *preset_config("tiny");
+  c.rope_scaling = RopeScaling::kYarn;
+  c.rope_scaling_factor = 4.0f;
+  c.rope_original_context = 128;
+  ASSERT_TRUE(make_model(c, 1, dir + "/yarn.gguf").is_ok());
+  auto f = GgufFile::open(dir + "/yarn.gguf");
+  ASSERT_TRUE(f);
+  EXPECT_EQ((*f)->get_string("llama.rope.scaling.type"), "yarn");
+  EXPECT_EQ((*f)->get_float("llama.rope.scaling.factor"), 4.0);
+  EXPECT_EQ((*f)->get_uint("llama.rope.scaling.original_context_length"), 128u);
+  EXPECT_EQ((*f)->find("llama.rope.scaling.attn_factor"), nullptr);  // 1: left out
+
+  // Llama 3.1's factors for a 128-wide head, base 500000: 1 for the fast pairs, 8 for the
+  // slow ones, the blend between (the convert script's values).
+  const auto f128 = llama3_rope_factors(Llama3Rope{}, 128, 500000.0);
+  ASSERT_EQ(f128.size(), 64u);
+  EXPECT_EQ(f128[0], 1.0f);
+  EXPECT_EQ(f128[63], 8.0f);
+  EXPECT_GT(f128[30], 1.0f);
+  EXPECT_LT(f128[30], 8.0f);
+  c = *preset_config("tiny");
+  ASSERT_TRUE(make_model(c, 1, dir + "/l3.gguf", TensorType::kF32, Llama3Rope{}).is_ok());
+  f = GgufFile::open(dir + "/l3.gguf");
+  ASSERT_TRUE(f);
+  const GgufTensor* freqs = (*f)->tensor("rope_freqs.weight");
+  ASSERT_NE(freqs, nullptr);
+  EXPECT_EQ(freqs->dims, (std::vector<uint64_t>{8}));
+  auto cfg = read_model_config(**f);
+  ASSERT_TRUE(cfg);
+  EXPECT_TRUE(cfg->rope_freqs);
+  c.arch = find_architecture("qwen2");  // llama.cpp reads rope_freqs for llama only
+  EXPECT_NE(make_model(c, 1, dir + "/q.gguf", TensorType::kF32, Llama3Rope{}).message().find("no rope_freqs"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace tandem::model

@@ -198,7 +198,7 @@ TEST(ModelConfigTest, AcceptsF16EverywhereIncludingNorms) {
 TEST(ModelConfigTest, UnsupportedArchitecture) {
   Spec spec;
   spec.set("general.architecture", std::string("gpt2"));
-  EXPECT_ERROR(spec, "unsupported architecture 'gpt2' (tandem runs 'llama')");
+  EXPECT_ERROR(spec, "unsupported architecture 'gpt2' (tandem runs 'llama', 'qwen2', 'qwen3')");
   spec.erase("general.architecture");
   EXPECT_ERROR(spec, "missing key general.architecture");
 }
@@ -300,12 +300,13 @@ TEST(ArchitectureTable, LlamaRow) {
   ASSERT_NE(llama, nullptr);
   EXPECT_EQ(llama, default_architecture());
   EXPECT_EQ(find_architecture("gpt2"), nullptr);
-  EXPECT_EQ(architecture_names(), "'llama'");
+  EXPECT_EQ(architecture_names(), "'llama', 'qwen2', 'qwen3'");
   EXPECT_EQ(llama->key("block_count"), "llama.block_count");
   EXPECT_EQ(llama->rope, RopeType::kNormal);
   EXPECT_EQ(llama->norm, NormVariant::kRms);
   std::vector<std::string> names;
-  for (const TensorSpec& t : llama->layer_tensors) names.push_back(layer_tensor(0, t.role));
+  for (const TensorSpec& t : llama->layer_tensors)
+    if (t.presence == Presence::kRequired) names.push_back(layer_tensor(0, t.role));
   Spec spec;
   std::vector<std::string> written;
   for (const Spec::Tensor& t : spec.tensors)
@@ -324,6 +325,133 @@ TEST(ArchitectureTable, ConfigCarriesItsRow) {
   EXPECT_EQ(cfg->arch, find_architecture("llama"));
   EXPECT_EQ(dim_size(Dim::kKv, *cfg), 32u);
   EXPECT_EQ(dim_size(Dim::kQ, *cfg), 64u);
+}
+
+// The spec as another architecture of the same shape: its keys under `arch.`.
+Spec as_architecture(const std::string& arch) {
+  Spec spec;
+  for (auto& [key, v] : spec.kvs)
+    if (key.starts_with("llama.")) key = arch + key.substr(5);
+  spec.set("general.architecture", arch);
+  return spec;
+}
+
+TEST(ArchitectureTable, Qwen2BiasesAreOptionalAndChecked) {
+  Spec spec = as_architecture("qwen2");
+  std::unique_ptr<GgufFile> file;
+  auto cfg = load(spec.write(), file);  // llama.cpp loads Qwen2 without biases too
+  ASSERT_TRUE(cfg) << cfg.status().to_string();
+  EXPECT_EQ(cfg->arch->rope, RopeType::kNeox);
+  spec.tensors.push_back({"blk.0.attn_q.bias", {64}});
+  spec.tensors.push_back({"blk.0.attn_k.bias", {32}});
+  spec.tensors.push_back({"blk.0.attn_v.bias", {32}});
+  cfg = load(spec.write(), file);
+  ASSERT_TRUE(cfg) << cfg.status().to_string();
+  spec.tensor("blk.0.attn_k.bias").dims = {64};
+  EXPECT_ERROR(spec, "tensor blk.0.attn_k.bias has shape [64], expected [32]");
+  EXPECT_EQ(layer_tensor(1, LayerTensor::kAttnVBias), "blk.1.attn_v.bias");
+  spec = as_architecture("qwen2");  // a bias llama.cpp would add and tandem does not compute
+  spec.tensors.push_back({"output.bias", {300}});
+  EXPECT_ERROR(spec, "tensor output.bias is not supported (tandem adds no such bias)");
+  spec = Spec();
+  spec.tensors.push_back({"blk.1.attn_output.bias", {64}});
+  EXPECT_ERROR(spec, "tensor blk.1.attn_output.bias is not supported");
+}
+
+// Qwen3: attention.key_length sets head_dim (here 32, not 64 / 4), and the Q/K norms are required.
+Spec qwen3_spec() {
+  Spec spec = as_architecture("qwen3");
+  spec.set("qwen3.attention.key_length", 32u);
+  spec.set("qwen3.attention.value_length", 32u);
+  spec.set("qwen3.rope.dimension_count", 32u);
+  for (uint32_t i = 0; i < 2; ++i) {
+    spec.tensor(layer_tensor(i, "attn_q")).dims = {64, 128};
+    spec.tensor(layer_tensor(i, "attn_k")).dims = {64, 64};
+    spec.tensor(layer_tensor(i, "attn_v")).dims = {64, 64};
+    spec.tensor(layer_tensor(i, "attn_output")).dims = {128, 64};
+    spec.tensors.push_back({layer_tensor(i, "attn_q_norm"), {32}});
+    spec.tensors.push_back({layer_tensor(i, "attn_k_norm"), {32}});
+  }
+  return spec;
+}
+
+TEST(ArchitectureTable, Qwen3HeadDimFromKeyLength) {
+  Spec spec = qwen3_spec();
+  std::unique_ptr<GgufFile> file;
+  auto cfg = load(spec.write(), file);
+  ASSERT_TRUE(cfg) << cfg.status().to_string();
+  EXPECT_EQ(cfg->head_dim(), 32u);
+  EXPECT_EQ(cfg->q_dim(), 128u);
+  EXPECT_EQ(cfg->kv_dim(), 64u);
+  EXPECT_EQ(cfg->arch->norm, NormVariant::kRmsQkNorm);
+  spec.set("qwen3.attention.value_length", 16u);
+  EXPECT_ERROR(spec, "qwen3.attention.value_length 16 differs from head_dim 32");
+  spec = qwen3_spec();
+  spec.erase_tensor("blk.1.attn_k_norm.weight");
+  EXPECT_ERROR(spec, "missing tensor blk.1.attn_k_norm.weight");
+  spec = qwen3_spec();
+  spec.erase("qwen3.attention.key_length");  // head_dim 16: the matrices no longer fit
+  spec.erase("qwen3.attention.value_length");
+  spec.erase("qwen3.rope.dimension_count");
+  EXPECT_ERROR(spec, "tensor blk.0.attn_q.weight has shape [64, 128], expected [64, 64]");
+}
+
+TEST(ArchitectureTable, MissingKeyOfAnotherArchitectureNamesIt) {
+  Spec spec = qwen3_spec();
+  spec.erase("qwen3.block_count");
+  EXPECT_ERROR(spec, "missing key qwen3.block_count");
+  spec = as_architecture("qwen2");
+  spec.set("llama.block_count", 2u);  // another architecture's key does not count
+  spec.erase("qwen2.block_count");
+  EXPECT_ERROR(spec, "missing key qwen2.block_count");
+}
+
+TEST(RopeScaling, KeysAsLlamaCppReadsThem) {
+  std::unique_ptr<GgufFile> file;
+  auto read = [&](const Spec& spec) {
+    auto cfg = load(spec.write(), file);
+    EXPECT_TRUE(cfg) << cfg.status().to_string();
+    return cfg ? *cfg : ModelConfig{};
+  };
+  Spec spec;
+  EXPECT_EQ(read(spec).rope_scaling, RopeScaling::kNone);
+  spec.set("llama.rope.scaling.factor", 4.0f);  // the type defaults to linear
+  EXPECT_EQ(read(spec).rope_scaling, RopeScaling::kLinear);
+  EXPECT_EQ(read(spec).rope_scaling_factor, 4.0f);
+  spec.set("llama.rope.scaling.type", std::string("none"));  // never scales
+  EXPECT_EQ(read(spec).rope_scaling, RopeScaling::kNone);
+  EXPECT_EQ(read(spec).rope_scaling_factor, 1.0f);
+  spec.set("llama.rope.scaling.type", std::string("yarn"));
+  spec.set("llama.rope.scaling.original_context_length", 64u);
+  spec.set("llama.rope.scaling.attn_factor", 0.5f);
+  ModelConfig c = read(spec);
+  EXPECT_EQ(c.rope_scaling, RopeScaling::kYarn);
+  EXPECT_EQ(c.yarn_original_context(), 64u);
+  EXPECT_EQ(c.rope_attn_factor, 0.5f);
+  spec = Spec();
+  spec.set("llama.rope.scale_linear", 2.0f);  // the older key
+  EXPECT_EQ(read(spec).rope_scaling_factor, 2.0f);
+  spec.set("llama.rope.scaling.type", std::string("longrope"));
+  EXPECT_ERROR(spec, "llama.rope.scaling.type 'longrope' is not supported (tandem applies none, linear, yarn)");
+}
+
+TEST(RopeScaling, RopeFreqsOnlyForLlama) {
+  Spec spec;
+  spec.tensors.push_back({"rope_freqs.weight", {8}});
+  std::unique_ptr<GgufFile> file;
+  auto cfg = load(spec.write(), file);
+  ASSERT_TRUE(cfg) << cfg.status().to_string();
+  EXPECT_TRUE(cfg->rope_freqs);
+  spec.tensor("rope_freqs.weight").dims = {16};
+  EXPECT_ERROR(spec, "tensor rope_freqs.weight has shape [16], expected [8]");
+  spec.tensor("rope_freqs.weight").dims = {8};
+  spec.tensor("rope_freqs.weight").type = 1;
+  EXPECT_ERROR(spec, "tensor rope_freqs.weight must be F32");
+  spec = as_architecture("qwen2");  // llama.cpp ignores it there
+  spec.tensors.push_back({"rope_freqs.weight", {8}});
+  cfg = load(spec.write(), file);
+  ASSERT_TRUE(cfg) << cfg.status().to_string();
+  EXPECT_FALSE(cfg->rope_freqs);
 }
 
 }  // namespace

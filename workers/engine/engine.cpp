@@ -37,11 +37,50 @@ struct AlignedFree {
   void operator()(float* p) const { std::free(p); }
 };
 
+// y may be x.
 void rms_norm(const float* x, const float* w, float* y, uint32_t n, float eps) {
   double ss = 0.0;
   for (uint32_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
   const float scale = 1.0f / std::sqrt(static_cast<float>(ss / n) + eps);
   for (uint32_t i = 0; i < n; ++i) y[i] = (x[i] * scale) * w[i];
+}
+
+// cos and sin of every (position, pair) of a head, [context][head_dim], in double and then
+// rounded, as the angles of far positions lose precision in float. ggml's rope (ops.cpp,
+// rope_yarn): pair i's angle is pos * base^(-2i / head_dim), divided by the file's frequency
+// factor of the pair (Llama 3's rope_freqs.weight) and by the scaling factor (linear; YaRN
+// blends the divided and undivided angle by a ramp over the pairs between its correction
+// dimensions); cos and sin carry the magnitude (rope.scaling.attn_factor, and YaRN's
+// 1 + 0.1 ln(factor)). Unscaled, without factors, this is exactly the plain table.
+std::vector<float> rope_table(const ModelConfig& c, const float* freq_factors) {
+  const uint32_t hd = c.head_dim(), half = hd / 2;
+  const double base = c.rope_freq_base, factor = c.rope_scaling_factor;
+  const double freq_scale = c.rope_scaling == model::RopeScaling::kNone ? 1.0 : 1.0 / factor;
+  const bool yarn = c.rope_scaling == model::RopeScaling::kYarn;
+  double mscale = c.rope_attn_factor;
+  if (yarn && factor > 1.0) mscale *= 1.0 + 0.1 * std::log(factor);
+  // YaRN's correction dimensions for beta_fast 32 and beta_slow 1 (llama.cpp's values for
+  // these architectures): the pair whose wavelength fits the original context beta times.
+  auto corr_dim = [&](double beta) {
+    return hd * std::log(c.yarn_original_context() / (beta * 2 * M_PI)) / (2 * std::log(base));
+  };
+  const double low = std::max(0.0, std::floor(corr_dim(32.0)));
+  const double high = std::min(hd - 1.0, std::ceil(corr_dim(1.0)));
+  std::vector<float> table(size_t{c.context_length} * hd);
+  for (uint32_t p = 0; p < c.context_length; ++p) {
+    for (uint32_t i = 0; i < half; ++i) {
+      double extrapolated = p * std::pow(base, -2.0 * i / hd);
+      if (freq_factors) extrapolated /= freq_factors[i];
+      double theta = freq_scale * extrapolated;
+      if (yarn) {
+        const double ramp = 1.0 - std::clamp((i - low) / std::max(0.001, high - low), 0.0, 1.0);
+        theta = theta * (1.0 - ramp) + extrapolated * ramp;
+      }
+      table[size_t{p} * hd + 2 * i] = static_cast<float>(std::cos(theta) * mscale);
+      table[size_t{p} * hd + 2 * i + 1] = static_cast<float>(std::sin(theta) * mscale);
+    }
+  }
+  return table;
 }
 
 }  // namespace
@@ -83,6 +122,8 @@ struct Engine::Matrix {
 
 struct Engine::Layer {
   std::vector<float> attn_norm, ffn_norm;
+  std::vector<float> qkv_bias;        // q|k|v, added after the GEMM; empty: no biases (absent ones are 0)
+  std::vector<float> q_norm, k_norm;  // per-head RMSNorm weights [head_dim] (NormVariant::kRmsQkNorm)
   Matrix qkv, wo, gate_up, down;
 };
 
@@ -93,13 +134,19 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::string& path, const Engi
   if (!file) return file.status();
   auto config = read_model_config(**file);
   if (!config) return config.status();
-  if (config->arch->rope != model::RopeType::kNormal || config->arch->norm != model::NormVariant::kRms)
+  const bool known_rope =
+      config->arch->rope == model::RopeType::kNormal || config->arch->rope == model::RopeType::kNeox;
+  const bool known_norm =
+      config->arch->norm == model::NormVariant::kRms || config->arch->norm == model::NormVariant::kRmsQkNorm;
+  if (!known_rope || !known_norm)
     return Status::model_file(path + ": architecture '" + std::string(config->arch->name) +
                               "' needs a RoPE or norm variant this engine does not compute");
   const uint32_t hd = config->head_dim();
-  if (hd % 16 != 0 || hd > 256)
+  // The attention kernels hold a value row in head_dim / 16 (AVX-512) or / 8 (AVX2) registers,
+  // instantiated for powers of two.
+  if (hd < 16 || hd > 256 || (hd & (hd - 1)) != 0)
     return Status::model_file(path + ": head dimension " + std::to_string(hd) +
-                              " is not supported (tandem needs a multiple of 16, at most 256)");
+                              " is not supported (tandem's attention takes 16, 32, 64, 128 or 256)");
   auto tokenizer = Tokenizer::from_gguf(**file);
   if (!tokenizer) return tokenizer.status();
   // Fewer tokens than embedding rows is fine (padded vocabularies); more would let text
@@ -118,17 +165,9 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::string& path, const Engi
   engine->kernels_ = &kernels::best();
   if (options.gemm == GemmBackend::kOpenBlas) openblas_set_num_threads(static_cast<int>(options.threads));
   TANDEM_RETURN_IF_ERROR(engine->load_weights(**file));
-
-  // RoPE tables in double, as the angles of far positions lose precision in float.
-  const uint32_t half = hd / 2;
-  engine->rope_.resize(size_t{config->context_length} * hd);
-  for (uint32_t p = 0; p < config->context_length; ++p) {
-    for (uint32_t i = 0; i < half; ++i) {
-      const double theta = p * std::pow(static_cast<double>(config->rope_freq_base), -2.0 * i / hd);
-      engine->rope_[size_t{p} * hd + 2 * i] = static_cast<float>(std::cos(theta));
-      engine->rope_[size_t{p} * hd + 2 * i + 1] = static_cast<float>(std::sin(theta));
-    }
-  }
+  std::vector<float> freq_factors;
+  if (config->rope_freqs) freq_factors = read_vector(*(*file)->tensor(std::string(model::kRopeFreqs)));
+  engine->rope_ = rope_table(*config, config->rope_freqs ? freq_factors.data() : nullptr);
   return engine;
 }
 
@@ -144,12 +183,27 @@ Status Engine::load_weights(const GgufFile& file) {
     auto layer = std::make_unique<Layer>();
     layer->attn_norm = read_vector(*t(kAttnNorm));
     layer->ffn_norm = read_vector(*t(kFfnNorm));
+    if (config_.arch->norm == model::NormVariant::kRmsQkNorm) {
+      layer->q_norm = read_vector(*t(kAttnQNorm));
+      layer->k_norm = read_vector(*t(kAttnKNorm));
+    }
+    if (t(kAttnQBias) || t(kAttnKBias) || t(kAttnVBias)) {
+      layer->qkv_bias.assign(config_.q_dim() + 2 * config_.kv_dim(), 0.0f);
+      size_t at = 0;
+      for (model::LayerTensor role : {kAttnQBias, kAttnKBias, kAttnVBias}) {
+        const size_t n = role == kAttnQBias ? config_.q_dim() : config_.kv_dim();
+        if (const GgufTensor* b = t(role)) read_row(*b, 0, layer->qkv_bias.data() + at);
+        at += n;
+      }
+    }
     layer->qkv = Matrix::build({t(kAttnQ), t(kAttnK), t(kAttnV)}, packed);
     layer->wo = Matrix::build({t(kAttnOutput)}, packed);
     layer->gate_up = Matrix::build({t(kFfnGate), t(kFfnUp)}, packed);
     layer->down = Matrix::build({t(kFfnDown)}, packed);
     weight_bytes_ += layer->qkv.bytes() + layer->wo.bytes() + layer->gate_up.bytes() + layer->down.bytes() +
-                     (layer->attn_norm.size() + layer->ffn_norm.size()) * sizeof(float);
+                     (layer->attn_norm.size() + layer->ffn_norm.size() + layer->qkv_bias.size() + layer->q_norm.size() +
+                      layer->k_norm.size()) *
+                         sizeof(float);
     layers_.push_back(std::move(layer));
   }
   const GgufTensor* out = file.tensor(std::string(model::kOutput));
@@ -159,8 +213,8 @@ Status Engine::load_weights(const GgufFile& file) {
 }
 
 double Engine::gemm_flops(uint64_t tokens, uint64_t logit_rows) const {
-  const double d = config_.dim, kv = config_.kv_dim(), f = config_.ffn_dim;
-  const double per_token = 2.0 * config_.n_layers * (d * (d + 2 * kv) + d * d + d * 2 * f + f * d);
+  const double d = config_.dim, q = config_.q_dim(), kv = config_.kv_dim(), f = config_.ffn_dim;
+  const double per_token = 2.0 * config_.n_layers * (d * (q + 2 * kv) + q * d + d * 2 * f + f * d);
   return per_token * tokens + 2.0 * d * config_.vocab_size * logit_rows;
 }
 
@@ -183,8 +237,8 @@ void Engine::reserve_scratch(uint32_t tokens, uint32_t logit_rows, uint32_t max_
     cap_tokens_ = tokens;
     x_.resize(size_t{tokens} * c.dim);
     xn_.resize(size_t{tokens} * c.dim);
-    qkv_.resize(size_t{tokens} * (c.dim + 2 * c.kv_dim()));
-    attn_.resize(size_t{tokens} * c.dim);
+    qkv_.resize(size_t{tokens} * (c.q_dim() + 2 * c.kv_dim()));
+    attn_.resize(size_t{tokens} * c.q_dim());
     ffn_.resize(size_t{tokens} * 2 * c.ffn_dim);
     row_seq_.resize(tokens);
     row_pos_.resize(tokens);
@@ -208,8 +262,8 @@ void Engine::reserve_scratch(uint32_t tokens, uint32_t logit_rows, uint32_t max_
 // at their rows of qkv_ (after RoPE). Nothing is copied but those read-backs.
 void Engine::point_windows(std::span<const SeqStep> step, KvPool& pool, uint32_t l) {
   const ModelConfig& c = config_;
-  const uint32_t hd = c.head_dim(), bt = pool.block_tokens(), n_kv = c.n_kv_heads, dim = c.dim, kvd = c.kv_dim();
-  const uint32_t qkv_w = dim + 2 * kvd, ring = pool.tail_tokens(), window = pool.format().f32_window;
+  const uint32_t hd = c.head_dim(), bt = pool.block_tokens(), n_kv = c.n_kv_heads, qd = c.q_dim(), kvd = c.kv_dim();
+  const uint32_t qkv_w = qd + 2 * kvd, ring = pool.tail_tokens(), window = pool.format().f32_window;
   size_t back = 0;  // read-back rows used so far (K and V: 2 * hd floats each)
   for (size_t s = 0; s < step.size(); ++s) {
     const SeqWindow& w = seq_window_[s];
@@ -232,8 +286,8 @@ void Engine::point_windows(std::span<const SeqStep> step, KvPool& pool, uint32_t
         }
       for (uint32_t i = 0; i < q.tokens.size(); ++i) {
         const float* row = &qkv_[size_t{seq_row0_[s] + i} * qkv_w];
-        kp[start + i - first] = row + dim + h * hd;
-        vp[start + i - first] = row + dim + kvd + h * hd;
+        kp[start + i - first] = row + qd + h * hd;
+        vp[start + i - first] = row + qd + kvd + h * hd;
       }
     }
   }
@@ -350,27 +404,52 @@ void Engine::lay_out_step(std::span<const SeqStep> step, const KvPool& pool, con
   }
 }
 
-// RoPE on q and k (pairs of adjacent elements, the GGUF llama convention), then K/V of every
-// new token into the cache before any attention reads it.
-void Engine::rope_and_store(std::span<const SeqStep> step, KvPool& pool, uint32_t l, uint32_t T) {
+// One token's q|k|v row of layer L, in place: biases, the per-head Q/K norms, then RoPE on
+// every q and k head at `pos`, pairing (2i, 2i + 1) (kNormal) or (i, i + head_dim / 2) (kNeox).
+void Engine::position_qk(const Layer& L, float* row, uint32_t pos) const {
   const ModelConfig& c = config_;
-  const uint32_t dim = c.dim, hd = c.head_dim(), kvd = c.kv_dim(), n_kv = c.n_kv_heads, qkv_w = dim + 2 * kvd;
-  const uint32_t bt = pool.block_tokens();
-  for (uint32_t t = 0; t < T; ++t) {
-    float* row = &qkv_[size_t{t} * qkv_w];
-    const float* cs = &rope_[size_t{row_pos_[t]} * hd];
-    for (uint32_t h = 0; h < c.n_heads + n_kv; ++h) {
+  const uint32_t hd = c.head_dim(), half = hd / 2, n_q = c.n_heads, n_qk = c.n_heads + c.n_kv_heads;
+  if (!L.qkv_bias.empty())
+    for (size_t i = 0; i < L.qkv_bias.size(); ++i) row[i] = row[i] + L.qkv_bias[i];
+  if (!L.q_norm.empty())
+    for (uint32_t h = 0; h < n_qk; ++h)
+      rms_norm(row + h * hd, (h < n_q ? L.q_norm : L.k_norm).data(), row + h * hd, hd, c.rms_eps);
+  const float* cs = &rope_[size_t{pos} * hd];
+  if (c.arch->rope == model::RopeType::kNeox) {
+    for (uint32_t h = 0; h < n_qk; ++h) {
       float* v = row + h * hd;
-      for (uint32_t i = 0; i < hd; i += 2) {
-        const float x0 = v[i], x1 = v[i + 1], co = cs[i], si = cs[i + 1];
+      for (uint32_t i = 0; i < half; ++i) {
+        const float x0 = v[i], x1 = v[i + half], co = cs[2 * i], si = cs[2 * i + 1];
         v[i] = x0 * co - x1 * si;
-        v[i + 1] = x0 * si + x1 * co;
+        v[i + half] = x0 * si + x1 * co;
       }
     }
-    const SeqStep& q = step[row_seq_[t]];
+    return;
+  }
+  for (uint32_t h = 0; h < n_qk; ++h) {
+    float* v = row + h * hd;
+    for (uint32_t i = 0; i < hd; i += 2) {
+      const float x0 = v[i], x1 = v[i + 1], co = cs[i], si = cs[i + 1];
+      v[i] = x0 * co - x1 * si;
+      v[i + 1] = x0 * si + x1 * co;
+    }
+  }
+}
+
+// Every new token's q and k positioned (position_qk), then its K/V into the cache before any
+// attention reads it.
+void Engine::rope_and_store(std::span<const SeqStep> step, KvPool& pool, uint32_t l, uint32_t T) {
+  const ModelConfig& c = config_;
+  const uint32_t hd = c.head_dim(), qd = c.q_dim(), kvd = c.kv_dim(), n_kv = c.n_kv_heads, qkv_w = qd + 2 * kvd;
+  const uint32_t bt = pool.block_tokens();
+  const Layer& L = *layers_[l];
+  for (uint32_t t = 0; t < T; ++t) {
+    float* row = &qkv_[size_t{t} * qkv_w];
     const uint32_t pos = row_pos_[t];
+    position_qk(L, row, pos);
+    const SeqStep& q = step[row_seq_[t]];
     const uint32_t blk = static_cast<uint32_t>(q.blocks[pos / bt]);
-    for (uint32_t h = 0; h < n_kv; ++h) pool.write(l, h, blk, pos % bt, row + dim + h * hd, row + dim + kvd + h * hd);
+    for (uint32_t h = 0; h < n_kv; ++h) pool.write(l, h, blk, pos % bt, row + qd + h * hd, row + qd + kvd + h * hd);
   }
 }
 
@@ -379,8 +458,8 @@ void Engine::rope_and_store(std::span<const SeqStep> step, KvPool& pool, uint32_
 void Engine::attend(std::span<const SeqStep> step, const KvPool& pool, uint32_t l, uint32_t T, bool window_layer,
                     uint32_t max_keys) {
   const ModelConfig& c = config_;
-  const uint32_t dim = c.dim, hd = c.head_dim(), n_kv = c.n_kv_heads, group = c.n_heads / n_kv;
-  const uint32_t qkv_w = dim + 2 * c.kv_dim(), bt = pool.block_tokens();
+  const uint32_t qd = c.q_dim(), hd = c.head_dim(), n_kv = c.n_kv_heads, group = c.n_heads / n_kv;
+  const uint32_t qkv_w = qd + 2 * c.kv_dim(), bt = pool.block_tokens();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const size_t scratch_per_thread = size_t{group} * ((max_keys + 15) / 16 * 16);
   std::atomic<uint32_t> next{0};
@@ -406,7 +485,7 @@ void Engine::attend(std::span<const SeqStep> step, const KvPool& pool, uint32_t 
       a.k_base = reinterpret_cast<const float*>(a.k_bytes);
       a.v_base = reinterpret_cast<const float*>(a.v_bytes);
       a.n_keys = row_pos_[t] + 1;
-      a.out = &attn_[size_t{t} * dim + size_t{h} * group * hd];
+      a.out = &attn_[size_t{t} * qd + size_t{h} * group * hd];
       a.win_k = a.win_v = nullptr;
       if (const SeqWindow& w = seq_window_[row_seq_[t]]; window_layer && w.at >= 0) {
         a.f32_from = window_first(row_pos_[t], bt, pool.format().f32_window) * bt;
@@ -450,7 +529,7 @@ Status Engine::forward(std::span<const SeqStep> step, KvPool& pool) {
     if (window_layer) point_windows(step, pool, l);
     attend(step, pool, l, T, window_layer, shape->max_keys);
     if (window_layer) save_tails(step, pool, l);
-    matmul(L.wo, attn_.data(), dim, T, xn_.data());
+    matmul(L.wo, attn_.data(), c.q_dim(), T, xn_.data());
     for (size_t i = 0; i < size_t{T} * dim; ++i) x_[i] = x_[i] + xn_[i];
     feed_forward(L, T);
     if (between_layers_) between_layers_();
@@ -472,7 +551,7 @@ void Engine::run_gemms_only(uint32_t tokens, uint32_t logit_rows) {
   const uint32_t dim = config_.dim, ffn = config_.ffn_dim;
   for (const auto& L : layers_) {
     matmul(L->qkv, xn_.data(), dim, tokens, qkv_.data());
-    matmul(L->wo, attn_.data(), dim, tokens, xn_.data());
+    matmul(L->wo, attn_.data(), config_.q_dim(), tokens, xn_.data());
     matmul(L->gate_up, xn_.data(), dim, tokens, ffn_.data());
     matmul(L->down, ffn_.data(), 2 * ffn, tokens, xn_.data());
   }

@@ -1,4 +1,5 @@
-// The model engine: a Llama decoder loaded from GGUF, run one ragged batch per step.
+// The model engine: a decoder of any architecture of model/architecture.h (llama, qwen2,
+// qwen3) loaded from GGUF, run one ragged batch per step.
 #pragma once
 
 #include <cstdint>
@@ -104,6 +105,7 @@ class Engine {
   // window geometry; then per layer RoPE + KV store, attention, the feed-forward block.
   Result<StepShape> check_step(std::span<const SeqStep> step, const KvPool& pool) const;
   void lay_out_step(std::span<const SeqStep> step, const KvPool& pool, const StepShape& shape);
+  void position_qk(const Layer& layer, float* qkv_row, uint32_t pos) const;
   void rope_and_store(std::span<const SeqStep> step, KvPool& pool, uint32_t layer, uint32_t tokens);
   void attend(std::span<const SeqStep> step, const KvPool& pool, uint32_t layer, uint32_t tokens, bool window_layer,
               uint32_t max_keys);
@@ -132,7 +134,7 @@ class Engine {
   std::unique_ptr<Matrix> output_;
   std::vector<float> embeddings_;  // [vocab][dim]
   std::vector<float> output_norm_;
-  std::vector<float> rope_;  // [context][head_dim]: cos, sin of each pair
+  std::vector<float> rope_;  // [context][head_dim]: cos, sin of each pair (scaling and magnitude included)
   std::function<void()> between_layers_;
   size_t weight_bytes_ = 0;
 
