@@ -15,5 +15,8 @@ int bench_command(int argc, char** argv);
 int probe_command(int argc, char** argv);
 int drain_command(int argc, char** argv);
 int keys_command(int argc, char** argv);
+int tokenize_command(int argc, char** argv);
+int detokenize_command(int argc, char** argv);
+int chat_template_command(int argc, char** argv);
 
 }  // namespace tandem::cli

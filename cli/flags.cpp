@@ -37,6 +37,9 @@ constexpr Word<Command> kCommandWords[] = {
     {"engine-bench", kEngineBench},
     {"serve-bench", kServeBench},
     {"disagg-bench", kDisaggBench},
+    {"tokenize", kTokenize},
+    {"detokenize", kDetokenize},
+    {"chat-template", kChatTemplate},
 };
 constexpr Word<FlagType> kTypeWords[] = {
     {"int", FlagType::kInt},       {"real", FlagType::kReal},     {"text", FlagType::kText},

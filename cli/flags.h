@@ -32,6 +32,9 @@ enum Command : uint32_t {
   kEngineBench = 1u << 11,  // bench/engine_bench.cpp
   kServeBench = 1u << 12,   // bench/serve_bench.cpp
   kDisaggBench = 1u << 13,  // bench/disagg_bench.cpp
+  kTokenize = 1u << 14,
+  kDetokenize = 1u << 15,
+  kChatTemplate = 1u << 16,
 };
 
 enum class FlagType {

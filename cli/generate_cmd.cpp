@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli/args.h"
+#include "cli/chat_prompt.h"
 #include "cli/commands.h"
 #include "cli/curve_flag.h"
 #include "cli/sampling_flags.h"
@@ -20,7 +21,9 @@ using runtime::json_string;
 
 namespace {
 
-constexpr const char* kUsage = "usage: tandem generate --endpoint E (--prompt TEXT | --tokens 1,2,3) [flags]";
+constexpr const char* kUsage =
+    "usage: tandem generate --endpoint E (--prompt TEXT | --tokens 1,2,3) [flags]\n"
+    "       tandem generate --endpoint E --chat --model FILE [--system TEXT] --prompt TEXT [flags]";
 constexpr const char* kNotes = "exit status: 0 stop/length, 1 error, 2 usage, 130 cancelled by Ctrl-C\n";
 
 volatile sig_atomic_t g_interrupted = 0;
@@ -70,8 +73,19 @@ Result<GenerateRequest> request_from_flags(const Args& args) {
                            &timeout_ms.status(), &tokens.status()})
     if (!st->is_ok()) return *st;
   if (args.has("tokens") && tokens->empty()) return Status::invalid("--tokens: no token ids");
-  req.prompt_text = args.str("prompt").value_or("");
-  req.prompt_tokens = std::move(tokens.value());
+  if (args.has("chat")) {
+    // Rendered and tokenized here, from the model file's metadata, until requests carry messages.
+    auto model = args.str("model");
+    if (!model) return Status::invalid("--chat needs --model FILE (the service's model) for its template");
+    auto ids = chat_prompt_from_flags(args, *model);
+    if (!ids) return ids.status();
+    req.prompt_tokens = std::move(ids.value());
+  } else {
+    TANDEM_RETURN_IF_ERROR(check_chat_flags(args));
+    if (args.has("model")) return Status::invalid("--model is read only with --chat");
+    req.prompt_text = args.str("prompt").value_or("");
+    req.prompt_tokens = std::move(tokens.value());
+  }
   req.no_bos = args.has("no-bos");
   req.max_tokens = static_cast<uint32_t>(*max_tokens);
   req.temperature = sampling->temperature;

@@ -19,6 +19,9 @@ constexpr const char* kUsage =
     "  drain       stop a service gracefully: no new requests, finish or cancel the running ones (--endpoint E)\n"
     "  keys        make a CurveZMQ key pair for tcp:// across hosts (--out DIR)\n"
     "  probe       liveness / readiness check for scripts: exit 0 or 1 (--endpoint E [--ready])\n"
+    "  tokenize    text -> token ids with a model's vocabulary (--model FILE --text T [--json])\n"
+    "  detokenize  token ids -> text, exactly (--model FILE --ids 1,2,3)\n"
+    "  chat-template  render a conversation with a chat template (--model FILE | --template F --messages JSON)\n"
     "  scheduler   run the scheduler actor alone (what `up` starts)\n"
     "  worker      run one worker actor alone (what `up` starts)\n"
     "\n"
@@ -41,6 +44,9 @@ int main(int argc, char** argv) {
   if (!std::strcmp(cmd, "drain")) return tandem::cli::drain_command(argc - 2, argv + 2);
   if (!std::strcmp(cmd, "keys")) return tandem::cli::keys_command(argc - 2, argv + 2);
   if (!std::strcmp(cmd, "probe")) return tandem::cli::probe_command(argc - 2, argv + 2);
+  if (!std::strcmp(cmd, "tokenize")) return tandem::cli::tokenize_command(argc - 2, argv + 2);
+  if (!std::strcmp(cmd, "detokenize")) return tandem::cli::detokenize_command(argc - 2, argv + 2);
+  if (!std::strcmp(cmd, "chat-template")) return tandem::cli::chat_template_command(argc - 2, argv + 2);
   if (!std::strcmp(cmd, "scheduler")) return tandem::cli::scheduler_command(argc - 2, argv + 2);
   if (!std::strcmp(cmd, "worker")) return tandem::cli::worker_command(argc - 2, argv + 2);
   std::fprintf(stderr, "tandem: unknown command '%s'\n\n%s", cmd, kUsage);

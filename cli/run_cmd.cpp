@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cli/args.h"
+#include "cli/chat_prompt.h"
 #include "cli/commands.h"
 #include "cli/kv_format_flags.h"
 #include "cli/sampling_flags.h"
@@ -15,7 +16,44 @@ namespace tandem::cli {
 
 namespace {
 
-constexpr const char* kUsage = "usage: tandem run --model FILE (--prompt TEXT | --tokens 1,2,3) [flags]";
+constexpr const char* kUsage =
+    "usage: tandem run --model FILE (--prompt TEXT | --tokens 1,2,3) [flags]\n"
+    "       tandem run --model FILE --chat [--system TEXT] --prompt TEXT [flags]";
+
+// The generation and engine options the flags give.
+Status options_from_flags(const Args& args, engine::GenerateOptions& opt, engine::EngineOptions& eopt) {
+  auto max_tokens = args.integer("max-tokens", 32);
+  auto threads = args.integer("threads", 2);
+  auto chunk = args.integer("chunk", 512);
+  auto sampling = sampling_from_flags(args);
+  for (const Status* st : {&max_tokens.status(), &threads.status(), &chunk.status(), &sampling.status()})
+    if (!st->is_ok()) return *st;
+  opt.max_tokens = static_cast<uint32_t>(*max_tokens);
+  opt.prefill_chunk = static_cast<uint32_t>(*chunk);
+  opt.ignore_eos = args.has("ignore-eos");
+  auto kv_format = kv_format_from_flags(args);
+  if (!kv_format) return kv_format.status();
+  opt.kv_format = *kv_format;
+  opt.sampling.temperature = sampling->temperature;
+  opt.sampling.top_k = sampling->top_k;
+  opt.sampling.top_p = sampling->top_p;
+  opt.sampling.min_p = sampling->min_p;
+  opt.sampling.repetition_penalty = sampling->repetition_penalty;
+  opt.sampling.seed = sampling->seed;
+  TANDEM_RETURN_IF_ERROR(engine::validate(opt.sampling));
+  eopt.threads = static_cast<uint32_t>(*threads);
+  auto gemm = gemm_from_flags(args);
+  if (!gemm) return gemm.status();
+  eopt.gemm = *gemm;
+  return Status::ok();
+}
+
+// The prompt's token ids: --tokens, --prompt encoded, or --chat's rendered conversation.
+Result<std::vector<int32_t>> prompt_from_flags(const Args& args, const engine::Engine& e, const std::string& model) {
+  if (args.has("chat")) return chat_prompt_from_flags(args, model);
+  if (auto text = args.str("prompt")) return e.tokenizer().encode(*text, !args.has("no-bos"));
+  return args.int_list("tokens");
+}
 
 }  // namespace
 
@@ -31,46 +69,18 @@ int run_command(int argc, char** argv) {
   if (args->has("prompt") == args->has("tokens"))
     return fail("run", Status::invalid("give exactly one of --prompt or --tokens"));
 
+  if (Status st = check_chat_flags(*args); !st) return fail("run", st);
   engine::GenerateOptions opt;
   engine::EngineOptions eopt;
-  auto max_tokens = args->integer("max-tokens", 32);
-  auto threads = args->integer("threads", 2);
-  auto chunk = args->integer("chunk", 512);
-  auto sampling = sampling_from_flags(*args);
-  for (const Status* st : {&max_tokens.status(), &threads.status(), &chunk.status(), &sampling.status()})
-    if (!st->is_ok()) return fail("run", *st);
-  opt.max_tokens = static_cast<uint32_t>(*max_tokens);
-  opt.prefill_chunk = static_cast<uint32_t>(*chunk);
-  opt.ignore_eos = args->has("ignore-eos");
-  auto kv_format = kv_format_from_flags(*args);
-  if (!kv_format) return fail("run", kv_format.status());
-  opt.kv_format = *kv_format;
-  opt.sampling.temperature = sampling->temperature;
-  opt.sampling.top_k = sampling->top_k;
-  opt.sampling.top_p = sampling->top_p;
-  opt.sampling.min_p = sampling->min_p;
-  opt.sampling.repetition_penalty = sampling->repetition_penalty;
-  opt.sampling.seed = sampling->seed;
-  if (Status st = engine::validate(opt.sampling); !st) return fail("run", st);
-  eopt.threads = static_cast<uint32_t>(*threads);
-  auto gemm = gemm_from_flags(*args);
-  if (!gemm) return fail("run", gemm.status());
-  eopt.gemm = *gemm;
+  if (Status st = options_from_flags(*args, opt, eopt); !st) return fail("run", st);
 
   auto eng = engine::Engine::load(*model, eopt);
   if (!eng) return fail("run", eng.status());
   engine::Engine& e = **eng;
 
-  std::vector<int32_t> prompt;
-  if (auto text = args->str("prompt")) {
-    auto ids = e.tokenizer().encode(*text, !args->has("no-bos"));
-    if (!ids) return fail("run", ids.status());
-    prompt = std::move(ids.value());
-  } else {
-    auto ids = args->int_list("tokens");
-    if (!ids) return fail("run", ids.status());
-    prompt = std::move(ids.value());
-  }
+  auto prompt_ids = prompt_from_flags(*args, e, *model);
+  if (!prompt_ids) return fail("run", prompt_ids.status());
+  const std::vector<int32_t> prompt = std::move(prompt_ids.value());
 
   const bool json = args->has("json");
   std::string pending;  // bytes not yet printed: an incomplete UTF-8 character stays here
@@ -105,7 +115,7 @@ int run_command(int argc, char** argv) {
   std::fprintf(stderr,
                "tandem run: %zu prompt tokens in %.3f s (%.1f tokens/s), %zu generated, decode %.1f tokens/s, %s\n",
                prompt.size(), gen->prefill_seconds, prompt.size() / gen->prefill_seconds, gen->tokens.size(),
-               decode_tps, gen->stopped_by_eos ? "stopped at EOS" : "reached max tokens");
+               decode_tps, gen->stopped_by_eos ? "stopped at end of generation" : "reached max tokens");
   return 0;
 }
 

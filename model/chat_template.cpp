@@ -1,5 +1,7 @@
 #include "model/chat_template.h"
 
+#include <algorithm>
+
 #include "model/jinja/interpreter.h"
 #include "model/jinja/json.h"
 #include "model/jinja/parser.h"
@@ -87,6 +89,20 @@ Result<ChatInput> parse_chat_input(std::string_view json) {
   } catch (const jinja::Error& e) {
     return Status::invalid(e.what());
   }
+}
+
+Status check_roles(const ChatInput& input) {
+  static constexpr std::string_view kRoles[] = {"system", "user", "assistant", "tool", "developer", "ipython"};
+  if (!input.messages.is_list()) return Status::invalid("messages is not a list");
+  for (size_t i = 0; i < input.messages.items().size(); ++i) {
+    const Value& m = input.messages.items()[i];
+    const Value* role = m.is_dict() ? m.entries().find(Value("role")) : nullptr;
+    if (!role || !role->is_string()) continue;  // check_message's error, when rendered
+    if (std::find(std::begin(kRoles), std::end(kRoles), role->str()) == std::end(kRoles))
+      return Status::invalid("messages[" + std::to_string(i) + "]: unknown role '" + role->str() +
+                             "' (system, user, assistant, tool, developer or ipython)");
+  }
+  return Status::ok();
 }
 
 Result<ChatTemplate> ChatTemplate::parse(std::string_view source) {

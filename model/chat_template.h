@@ -38,6 +38,12 @@ struct ChatInput {
 // null nor a list, tool_calls not a list, tool_call_id or name not strings.
 Result<ChatInput> parse_chat_input(std::string_view json);
 
+// Every message's role is one that chat templates know: system, user, assistant, tool, and
+// developer (OpenAI's system) and ipython (Llama 3.1's tool results). A typo ("asistant") would
+// otherwise render as whatever the template does with a role it does not expect, often silently
+// nothing. The error names the message and the role.
+[[nodiscard]] Status check_roles(const ChatInput& input);
+
 class ChatTemplate {
  public:
   // Errors: the template's syntax, a tag or (outside an `if`) a filter or test this

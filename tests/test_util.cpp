@@ -1,6 +1,10 @@
 #include "tests/test_util.h"
 
+#include <sys/wait.h>
+
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -30,6 +34,46 @@ TempRoot& root() {
   return r;
 }
 }  // namespace
+
+CommandOutput run_command(const std::string& command) {
+  static int n = 0;
+  const std::string dir = temp_dir();
+  const std::string out = dir + "/out" + std::to_string(n), err = dir + "/err" + std::to_string(n++);
+  const int rc = std::system((command + " >" + out + " 2>" + err).c_str());
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, read_file(out), read_file(err)};
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::vector<VocabCase> read_vocab_cases(const std::string& gguf, size_t& out_lines) {
+  const std::string inp = read_file(gguf + ".inp");
+  const std::string sep = "\n__ggml_vocab_test__\n";
+  std::vector<VocabCase> cases;
+  for (size_t pos = 0; pos < inp.size();) {
+    const size_t next = inp.find(sep, pos);
+    cases.push_back(VocabCase{inp.substr(pos, next == std::string::npos ? std::string::npos : next - pos), {}});
+    if (next == std::string::npos) break;
+    pos = next + sep.size();
+  }
+  std::ifstream out(gguf + ".out");
+  out_lines = 0;
+  for (std::string line; std::getline(out, line) && out_lines < cases.size(); ++out_lines) {
+    std::istringstream ids(line);
+    for (int32_t id; ids >> id;) cases[out_lines].ids.push_back(id);
+  }
+  return cases;
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
 
 std::string temp_dir() {
   static int counter = 0;

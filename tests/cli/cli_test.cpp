@@ -14,26 +14,10 @@
 namespace tandem {
 namespace {
 
-struct Output {
-  int exit_code = -1;
-  std::string out, err;
-};
+using Output = test::CommandOutput;
+using test::read_file;
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-Output tandem(const std::string& args) {
-  static int n = 0;
-  const std::string dir = test::temp_dir();
-  const std::string out = dir + "/out" + std::to_string(n), err = dir + "/err" + std::to_string(n++);
-  const std::string cmd = std::string(TANDEM_TANDEM_BIN) + " " + args + " >" + out + " 2>" + err;
-  const int rc = std::system(cmd.c_str());
-  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, slurp(out), slurp(err)};
-}
+Output tandem(const std::string& args) { return test::run_command(std::string(TANDEM_TANDEM_BIN) + " " + args); }
 
 // The start of what `run --tokens 1,40,41,42 --max-tokens 12 --ignore-eos --json` must
 // print: the tokens generate() gives in-process with this KV format.
@@ -55,8 +39,8 @@ TEST(Cli, MakeModelIsDeterministic) {
   ASSERT_EQ(tandem("make-model --preset tiny --seed 7 --out " + dir + "/a.gguf").exit_code, 0);
   ASSERT_EQ(tandem("make-model --preset tiny --seed 7 --out " + dir + "/b.gguf").exit_code, 0);
   ASSERT_EQ(tandem("make-model --preset tiny --seed 8 --out " + dir + "/c.gguf").exit_code, 0);
-  EXPECT_EQ(slurp(dir + "/a.gguf"), slurp(dir + "/b.gguf"));
-  EXPECT_NE(slurp(dir + "/a.gguf"), slurp(dir + "/c.gguf"));
+  EXPECT_EQ(read_file(dir + "/a.gguf"), read_file(dir + "/b.gguf"));
+  EXPECT_NE(read_file(dir + "/a.gguf"), read_file(dir + "/c.gguf"));
   auto bad = tandem("make-model --preset huge --out " + dir + "/d.gguf");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.err.find("huge"), std::string::npos) << bad.err;
@@ -70,8 +54,8 @@ TEST(Cli, MakeModelQuantizes) {
   ASSERT_EQ(tandem("make-model --preset tiny --seed 3 --out " + dir + "/f32.gguf").exit_code, 0);
   auto from = tandem("make-model --from " + dir + "/f32.gguf --dtype q4_k_m --out " + dir + "/q2.gguf");
   ASSERT_EQ(from.exit_code, 0) << from.err;
-  EXPECT_EQ(slurp(dir + "/q.gguf"), slurp(dir + "/q2.gguf"));
-  EXPECT_LT(slurp(dir + "/q.gguf").size(), slurp(dir + "/f32.gguf").size() / 4);
+  EXPECT_EQ(read_file(dir + "/q.gguf"), read_file(dir + "/q2.gguf"));
+  EXPECT_LT(read_file(dir + "/q.gguf").size(), read_file(dir + "/f32.gguf").size() / 4);
   auto both = tandem("make-model --from " + dir + "/f32.gguf --preset tiny --dtype q8_0 --out " + dir + "/x.gguf");
   EXPECT_EQ(both.exit_code, 2);
   EXPECT_NE(both.err.find("--from quantizes a file: it takes no --preset"), std::string::npos) << both.err;

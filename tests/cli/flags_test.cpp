@@ -154,8 +154,9 @@ TEST(Flags, SamplingFlagsOfRunAndGenerateAreOneDefinition) {
 }
 
 TEST(Flags, HelpListsEveryFlagOfACommand) {
-  for (cli::Command c : {cli::kMakeModel, cli::kRun, cli::kGenerate, cli::kStatus, cli::kBench, cli::kUp, cli::kDrain,
-                         cli::kKeys, cli::kProbe, cli::kScheduler, cli::kWorker}) {
+  for (cli::Command c :
+       {cli::kMakeModel, cli::kRun, cli::kGenerate, cli::kStatus, cli::kBench, cli::kUp, cli::kDrain, cli::kKeys,
+        cli::kProbe, cli::kScheduler, cli::kWorker, cli::kTokenize, cli::kDetokenize, cli::kChatTemplate}) {
     const std::string help = cli::help_text(c, "usage");
     for (const Flag& f : cli::flag_table())
       if (f.commands & c) EXPECT_NE(help.find("--" + std::string(f.name)), std::string::npos) << "--" << f.name;

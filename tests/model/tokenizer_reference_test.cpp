@@ -16,6 +16,7 @@
 #include "model/gguf.h"
 #include "model/tokenizer.h"
 #include "runtime/utf8.h"
+#include "tests/test_util.h"
 
 #ifndef TANDEM_LLAMA_VOCAB_DIR
 #define TANDEM_LLAMA_VOCAB_DIR ""
@@ -48,30 +49,12 @@ std::string read_all(const std::string& path) {
   return ss.str();
 }
 
-struct Case {
-  std::string text;
-  std::vector<int32_t> ids;
-};
+using Case = test::VocabCase;
 
-// llama.cpp's format: .inp holds the texts separated by "\n__ggml_vocab_test__\n", .out one
-// line of ids per text.
 std::vector<Case> read_cases(const std::string& gguf) {
-  const std::string inp = read_all(gguf + ".inp");
-  const std::string sep = "\n__ggml_vocab_test__\n";
-  std::vector<Case> cases;
-  for (size_t pos = 0; pos < inp.size();) {
-    const size_t next = inp.find(sep, pos);
-    cases.push_back(Case{inp.substr(pos, next == std::string::npos ? std::string::npos : next - pos), {}});
-    if (next == std::string::npos) break;
-    pos = next + sep.size();
-  }
-  std::ifstream out(gguf + ".out");
-  size_t i = 0;
-  for (std::string line; std::getline(out, line) && i < cases.size(); ++i) {
-    std::istringstream ids(line);
-    for (int32_t id; ids >> id;) cases[i].ids.push_back(id);
-  }
-  EXPECT_EQ(i, cases.size()) << gguf << ": .out has fewer lines than .inp has texts";
+  size_t out_lines = 0;
+  std::vector<Case> cases = test::read_vocab_cases(gguf, out_lines);
+  EXPECT_EQ(out_lines, cases.size()) << gguf << ": .out has fewer lines than .inp has texts";
   return cases;
 }
 

@@ -40,7 +40,6 @@ Result<Generation> generate(Engine& engine, std::span<const int32_t> prompt, con
   }
   auto t1 = now();
   gen.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
-  const int32_t eos = engine.tokenizer().eos_id();
   for (uint32_t i = 0; i < options.max_tokens && seq.size() < total + 1; ++i) {
     const size_t from = seq.size() > options.penalty_window ? seq.size() - options.penalty_window : 0;
     const Sample smp =
@@ -49,7 +48,7 @@ Result<Generation> generate(Engine& engine, std::span<const int32_t> prompt, con
     gen.logprobs.push_back(smp.logprob);
     if (on_token) on_token(smp.token, smp.logprob);
     seq.push_back(smp.token);
-    if (smp.token == eos && !options.ignore_eos) {
+    if (engine.tokenizer().is_eog(smp.token) && !options.ignore_eos) {  // eos, eot, eom, <|im_end|>, ...
       gen.stopped_by_eos = true;
       break;
     }

@@ -15,7 +15,7 @@ namespace tandem::engine {
 struct GenerateOptions {
   uint32_t max_tokens = 16;
   SamplingParams sampling;
-  bool ignore_eos = false;
+  bool ignore_eos = false;       // else any end-of-generation token ends it (Tokenizer::is_eog)
   uint32_t prefill_chunk = 512;  // prompt tokens per forward pass
   uint32_t penalty_window = 64;  // last tokens the repetition penalty looks at (llama.cpp's default)
   KvFormat kv_format;            // how the sequence's KV is stored
@@ -24,7 +24,8 @@ struct GenerateOptions {
 struct Generation {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
-  bool stopped_by_eos = false;  // else it ran to max_tokens or the context length
+  bool stopped_by_eos =
+      false;  // an end-of-generation token (eos, eot, ...); else it ran to max_tokens or the context length
   double prefill_seconds = 0, decode_seconds = 0;
 };
 
