@@ -4,7 +4,8 @@
 # include side of each target's link line (docs/ARCHITECTURE.md, "Libraries").
 # Generated proto headers ("tandem/v1/...") count as folder `proto`; "tandem/bench.h" as `harness`;
 # the client library's other public headers ("tandem/...") as folder `client`; tandem/status.h and
-# runtime/{status,utf8,json}.h (target tandem_base) as `base`.
+# runtime/{status,utf8,json,json_value}.h (target tandem_base) as `base`. The base's own files
+# (those headers and json_value.cpp, in runtime/) may include only the base.
 function(tandem_layering folder)
   set(allowed ${folder} ${ARGN})
   file(GLOB_RECURSE files RELATIVE ${PROJECT_SOURCE_DIR}
@@ -14,7 +15,7 @@ function(tandem_layering folder)
     foreach(line ${lines})
       string(REGEX MATCH "^#include \"([^\"]+)\"" _ "${line}")
       set(path ${CMAKE_MATCH_1})
-      if(path MATCHES "^(runtime/(status|utf8|json)|tandem/status)\\.h$")
+      if(path MATCHES "^(runtime/(status|utf8|json|json_value)|tandem/status)\\.h$")
         set(dep base)
       elseif(path MATCHES "^tandem/v1/")
         set(dep proto)
@@ -31,6 +32,9 @@ function(tandem_layering folder)
         continue()
       endif()
       list(FIND allowed ${dep} at)
+      if(f MATCHES "^runtime/(status|utf8|json|json_value)\\.(h|cpp)$" AND NOT dep STREQUAL "base")
+        message(FATAL_ERROR "${f} includes \"${path}\": the base (tandem_base) may include only the base")
+      endif()
       if(at EQUAL -1)
         message(FATAL_ERROR "${f} includes \"${path}\": ${folder}/ may include only ${allowed}")
       endif()

@@ -8,8 +8,8 @@
 #include <optional>
 #include <thread>
 
-#include "harness/json_reader.h"
 #include "runtime/json.h"
+#include "runtime/json_value.h"
 #include "tandem/bench.h"
 
 namespace tandem::bench {
@@ -21,6 +21,7 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
 using runtime::append_json_string;
+using runtime::JsonValue;
 
 // "http://host[:port][/prefix]" split; the prefix without trailing slash or "/v1".
 struct Url {
@@ -217,22 +218,23 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
 
   void handle_data(const std::string& payload) {
     if (payload == "[DONE]") return;  // the end of the stream comes with the end of the body
-    if (payload.compare(0, 9, "{\"error\":") == 0) {
-      std::string msg;
-      auto field = json_field(payload, "message");
-      if (!field || !field->string(msg)) msg = payload.substr(0, 200);
-      return fail("server error: " + msg);
+    auto chunk = runtime::parse_json(payload);
+    if (!chunk) return fail("malformed SSE chunk: " + chunk.status().message());
+    if (const JsonValue* error = chunk->find("error"); error && !error->is_null()) {
+      const JsonValue& msg = (*error)["message"];
+      return fail("server error: " + (msg.is_string() ? msg.as_string() : payload.substr(0, 200)));
     }
-    std::string reason;
-    auto reason_field = json_field(payload, "finish_reason");
-    if (reason_field && reason_field->string(reason) && !reason.empty()) finish_reason_ = reason;
-    double pt;
-    auto usage_field = json_field(payload, "prompt_tokens");
-    if (usage_field && usage_field->number(pt) && pt >= 0) prompt_tokens_ = static_cast<uint32_t>(pt);
-    if (payload.find("\"text\"") == std::string::npos) return;  // e.g. the usage chunk
+    const JsonValue& choice = (*chunk)["choices"][0];
+    const JsonValue& reason = choice["finish_reason"];
+    const bool has_reason = reason.is_string() && !reason.as_string().empty();
+    if (has_reason) finish_reason_ = reason.as_string();
+    const JsonValue& prompt_tokens = (*chunk)["usage"]["prompt_tokens"];
+    if (prompt_tokens.is_number() && prompt_tokens.as_double() >= 0 && prompt_tokens.as_double() <= UINT32_MAX)
+      prompt_tokens_ = static_cast<uint32_t>(prompt_tokens.as_double());
+    if (!choice["text"].is_string()) return;  // e.g. the usage chunk
     // A closing chunk: empty text with the finish reason (llama.cpp's server sends one after the
     // last token; vLLM puts the reason on the last token's chunk instead).
-    if (!reason.empty() && payload.find("\"text\":\"\"") != std::string::npos) return;
+    if (has_reason && choice["text"].as_string().empty()) return;
     const uint32_t n = tracker_->token();
     const uint32_t cancel_after = tracker_->request().cancel_after;
     if (cancel_after > 0 && n == cancel_after) {

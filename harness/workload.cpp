@@ -4,7 +4,7 @@
 #include <fstream>
 #include <random>
 
-#include "harness/json_reader.h"
+#include "runtime/json_value.h"
 #include "tandem/bench.h"
 
 namespace tandem::bench {
@@ -42,38 +42,30 @@ Result<LengthRange> parse_length_range(const std::string& text) {
   return r;
 }
 
-// {"prompt": "..."} or {"prompt_tokens": [...]}, and "output_len"; other keys are skipped.
+// {"prompt": "..."} or {"prompt_tokens": [...]}, and "output_len"; other keys are ignored.
 Result<Workload::Entry> Workload::parse_entry(const std::string& line) {
-  JsonCursor c{line};
+  auto json = runtime::parse_json(line);
+  if (!json) return json.status();
+  if (!json->is_object()) return Status::invalid("not a JSON object");
   Entry out;
-  if (!c.eat('{')) return Status::invalid("not a JSON object");
-  if (c.eat('}')) return out;
-  for (;;) {
-    std::string key;
-    if (!c.string(key) || !c.eat(':')) return Status::invalid("malformed key");
-    if (key == "prompt") {
-      if (!c.string(out.text)) return Status::invalid("\"prompt\" must be a string");
-    } else if (key == "prompt_tokens") {
-      if (!c.eat('[')) return Status::invalid("\"prompt_tokens\" must be an array of token ids");
-      if (!c.eat(']')) {
-        for (;;) {
-          double v;
-          if (!c.number(v) || v < 0 || v > INT32_MAX) return Status::invalid("bad token id in \"prompt_tokens\"");
-          out.tokens.push_back(static_cast<int32_t>(v));
-          if (c.eat(']')) break;
-          if (!c.eat(',')) return Status::invalid("malformed \"prompt_tokens\"");
-        }
-      }
-    } else if (key == "output_len") {
-      double v;
-      if (!c.number(v) || v < 1 || v > 1e7) return Status::invalid("\"output_len\" must be a positive integer");
-      out.output_len = static_cast<uint32_t>(v);
-    } else if (!c.skip()) {
-      return Status::invalid("malformed value of \"" + key + "\"");
-    }
-    if (c.eat('}')) return out;
-    if (!c.eat(',')) return Status::invalid("malformed object");
+  if (const auto* prompt = json->find("prompt")) {
+    if (!prompt->is_string()) return Status::invalid("\"prompt\" must be a string");
+    out.text = prompt->as_string();
   }
+  if (const auto* tokens = json->find("prompt_tokens")) {
+    if (!tokens->is_array()) return Status::invalid("\"prompt_tokens\" must be an array of token ids");
+    for (const auto& t : tokens->as_array()) {
+      if (!t.is_number() || t.as_double() < 0 || t.as_double() > INT32_MAX)
+        return Status::invalid("bad token id in \"prompt_tokens\"");
+      out.tokens.push_back(static_cast<int32_t>(t.as_double()));
+    }
+  }
+  if (const auto* len = json->find("output_len")) {
+    if (!len->is_number() || len->as_double() < 1 || len->as_double() > 1e7)
+      return Status::invalid("\"output_len\" must be a positive integer");
+    out.output_len = static_cast<uint32_t>(len->as_double());
+  }
+  return out;
 }
 
 Result<Workload> Workload::create(WorkloadOptions options) {

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace tandem::runtime {
@@ -43,6 +45,26 @@ inline size_t utf8_sequence_length(std::string_view s, size_t i) {
   for (size_t k = 1; k < l.len; ++k)
     if (!utf8_continues(l, k, static_cast<unsigned char>(s[i + k]))) return 0;
   return l.len;
+}
+
+// Appends code point `cp` (at most U+10FFFF) as UTF-8; a surrogate gets its 3-byte form, which is
+// not well-formed UTF-8 (callers that must stay valid keep surrogates out).
+inline void append_utf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xc0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xe0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  } else {
+    out += static_cast<char>(0xf0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  }
 }
 
 // The length of the prefix of `s` that can be released now: whole characters, and bytes

@@ -3,161 +3,39 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 
 #include "runtime/json.h"
+#include "runtime/json_value.h"
 #include "model/jinja/strings.h"
 
 namespace tandem::model::jinja {
 namespace {
 
-class JsonReader {
- public:
-  explicit JsonReader(std::string_view text) : s_(text) {}
-  Value document() {
-    Value v = value(0);
-    skip_space();
-    if (pos_ != s_.size()) fail("trailing characters");
-    return v;
-  }
-
- private:
-  [[noreturn]] void fail(const std::string& what) const {
-    throw Error("invalid JSON at offset " + std::to_string(pos_) + ": " + what);
-  }
-  void skip_space() {
-    while (pos_ < s_.size() && std::strchr(" \t\r\n", s_[pos_]) && s_[pos_]) ++pos_;
-  }
-  bool accept(char c) {
-    skip_space();
-    if (pos_ < s_.size() && s_[pos_] == c) {
-      ++pos_;
-      return true;
+// Python's json.loads result as a Value: integers past int64 become floats (Python keeps them
+// exact; no chat template meets one), duplicate keys keep the first key's place and the last
+// value (Dict::set), as a Python dict built from the pairs does.
+Value from_json(const runtime::JsonValue& j) {
+  using K = runtime::JsonValue::Kind;
+  switch (j.kind()) {
+    case K::kNull: return Value::none();
+    case K::kBool: return Value(j.as_bool());
+    case K::kInt: return Value(j.as_int());
+    case K::kUint:
+    case K::kDouble: return Value(j.as_double());
+    case K::kString: return Value(j.as_string());
+    case K::kArray: {
+      List items;
+      items.reserve(j.as_array().size());
+      for (const auto& e : j.as_array()) items.push_back(from_json(e));
+      return Value::list(std::move(items));
     }
-    return false;
-  }
-  void expect(char c) {
-    if (!accept(c)) fail(std::string("expected '") + c + "'");
-  }
-  Value value(int depth);
-  Value number();
-  std::string string();
-  void append_escape(std::string& out);
-
-  std::string_view s_;
-  size_t pos_ = 0;
-};
-
-Value JsonReader::value(int depth) {
-  if (depth > 256) fail("nested too deeply");
-  skip_space();
-  if (pos_ >= s_.size()) fail("unexpected end");
-  const char c = s_[pos_];
-  if (c == '{') {
-    ++pos_;
-    Dict d;
-    if (accept('}')) return Value::dict(std::move(d));
-    do {
-      skip_space();
-      if (pos_ >= s_.size() || s_[pos_] != '"') fail("expected a key");
-      Value key(string());
-      expect(':');
-      d.set(key, value(depth + 1));
-    } while (accept(','));
-    expect('}');
-    return Value::dict(std::move(d));
-  }
-  if (c == '[') {
-    ++pos_;
-    List items;
-    if (accept(']')) return Value::list(std::move(items));
-    do items.push_back(value(depth + 1));
-    while (accept(','));
-    expect(']');
-    return Value::list(std::move(items));
-  }
-  if (c == '"') return Value(string());
-  for (const auto& [word, v] : {std::pair{"true", Value(true)}, {"false", Value(false)}, {"null", Value::none()}}) {
-    if (s_.substr(pos_, std::strlen(word)) == word) {
-      pos_ += std::strlen(word);
-      return v;
+    case K::kObject: {
+      Dict d;
+      for (const auto& [k, v] : j.as_object()) d.set(Value(k), from_json(v));
+      return Value::dict(std::move(d));
     }
   }
-  return number();
-}
-
-Value JsonReader::number() {
-  const size_t start = pos_;
-  if (pos_ < s_.size() && s_[pos_] == '-') ++pos_;
-  const auto digits = [&] {
-    const size_t from = pos_;
-    while (pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9') ++pos_;
-    if (pos_ == from) fail("expected a value");
-  };
-  digits();
-  bool is_float = false;
-  if (pos_ < s_.size() && s_[pos_] == '.') {
-    ++pos_;
-    digits();
-    is_float = true;
-  }
-  if (pos_ < s_.size() && (s_[pos_] == 'e' || s_[pos_] == 'E')) {
-    ++pos_;
-    if (pos_ < s_.size() && (s_[pos_] == '+' || s_[pos_] == '-')) ++pos_;
-    digits();
-    is_float = true;
-  }
-  const std::string text(s_.substr(start, pos_ - start));
-  if (!is_float) {
-    errno = 0;
-    const long long v = std::strtoll(text.c_str(), nullptr, 10);
-    if (errno != ERANGE) return Value(static_cast<int64_t>(v));
-  }
-  return Value(std::strtod(text.c_str(), nullptr));
-}
-
-void JsonReader::append_escape(std::string& out) {
-  if (pos_ >= s_.size()) fail("unterminated string");
-  const char e = s_[pos_++];
-  static const char kSimple[] = "\"\"\\\\//b\bf\fn\nr\rt\t";
-  if (const char* hit = std::strchr(kSimple, e); hit && e && (hit - kSimple) % 2 == 0) {
-    out += hit[1];
-    return;
-  }
-  if (e != 'u') fail("bad escape");
-  const auto hex4 = [&] {
-    if (pos_ + 4 > s_.size()) fail("truncated \\u escape");
-    const std::string h(s_.substr(pos_, 4));
-    if (h.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos) fail("bad \\u escape");
-    pos_ += 4;
-    return static_cast<uint32_t>(std::stoul(h, nullptr, 16));
-  };
-  uint32_t cp = hex4();
-  if (cp >= 0xd800 && cp < 0xdc00 && s_.substr(pos_, 2) == "\\u") {
-    pos_ += 2;
-    const uint32_t low = hex4();
-    if (low < 0xdc00 || low > 0xdfff) fail("unpaired surrogate");
-    cp = 0x10000 + ((cp - 0xd800) << 10) + (low - 0xdc00);
-  } else if (cp >= 0xd800 && cp < 0xe000) {
-    fail("unpaired surrogate");
-  }
-  append_utf8(out, cp);
-}
-
-std::string JsonReader::string() {
-  ++pos_;  // "
-  std::string out;
-  for (;;) {
-    if (pos_ >= s_.size()) fail("unterminated string");
-    const char c = s_[pos_++];
-    if (c == '"') return out;
-    if (static_cast<unsigned char>(c) < 0x20) fail("control character in string");
-    if (c == '\\') {
-      append_escape(out);
-    } else {
-      out += c;
-    }
-  }
+  return Value::none();
 }
 
 // Python's json string: with ensure_ascii=False as the one JSON writer (runtime/json.h) writes it.
@@ -272,7 +150,11 @@ void dump(std::string& out, const Value& v, const JsonStyle& style, int depth) {
 
 }  // namespace
 
-Value parse_json(std::string_view text) { return JsonReader(text).document(); }
+Value parse_json(std::string_view text) {
+  auto json = runtime::parse_json(text);
+  if (!json) throw Error(json.status().message());
+  return from_json(*json);
+}
 
 std::string to_json(const Value& value, const JsonStyle& style) {
   std::string out;

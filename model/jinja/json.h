@@ -10,8 +10,9 @@
 
 namespace tandem::model::jinja {
 
-// RFC 8259 text -> Value (objects keep their key order; numbers with a fraction or exponent are
-// floats). Throws Error naming the offset of the first problem.
+// RFC 8259 text -> Value, read by the one JSON parser (runtime/json_value.h) as Python's
+// json.loads reads it: objects keep their key order, the last of duplicate keys wins, numbers
+// with a fraction or exponent are floats. Throws Error naming the offset of the first problem.
 Value parse_json(std::string_view text);
 
 struct JsonStyle {

@@ -9,10 +9,12 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/utf8.h"
+
 namespace tandem::model::jinja {
 
 std::vector<std::string_view> code_points(std::string_view s);
-void append_utf8(std::string& out, uint32_t code_point);
+using runtime::append_utf8;
 // str.splitlines() for \n, \r\n and \r (no line ends kept).
 std::vector<std::string> splitlines(std::string_view s);
 size_t code_point_count(std::string_view s);

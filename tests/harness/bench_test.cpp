@@ -496,7 +496,16 @@ TEST(Bench, LoadShapesAndWorkloadsAreValidated) {
   WorkloadOptions bad;
   bad.dataset = test::temp_dir() + "/bad.jsonl";
   std::ofstream(bad.dataset) << "{\"prompt_tokens\": [1, 2,}\n";
-  EXPECT_FALSE(Workload::create(bad));
+  auto malformed = Workload::create(bad);
+  ASSERT_FALSE(malformed);
+  EXPECT_NE(malformed.status().message().find("bad.jsonl:1: invalid JSON at offset 24: expected a value"),
+            std::string::npos)
+      << malformed.status().message();
+  std::ofstream(bad.dataset) << "{\"meta\": {\"x\": [1, {}]}, \"prompt_tokens\": [4, 5], \"output_len\": 2}\n";
+  auto nested = Workload::create(bad);
+  ASSERT_TRUE(nested) << nested.status().to_string();
+  EXPECT_EQ(nested->make(0).prompt_tokens, (std::vector<int32_t>{4, 5})) << "other keys, nested too, are ignored";
+  EXPECT_EQ(nested->make(0).max_tokens, 2u);
   WorkloadOptions all_prefix;
   all_prefix.shared_prefix = 128;  // no room for unique tokens at the default --input-len 128
   auto refused = Workload::create(all_prefix);
