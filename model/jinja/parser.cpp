@@ -72,6 +72,7 @@ class Parser {
   ExprPtr parse_expression(bool with_condition = true);
   ExprPtr parse_or();
   ExprPtr parse_and();
+  ExprPtr parse_keyword_chain(const char* op, ExprPtr (Parser::*operand)());
   ExprPtr parse_not();
   ExprPtr parse_compare();
   ExprPtr parse_binary(int level);
@@ -338,27 +339,19 @@ ExprPtr Parser::parse_expression(bool with_condition) {
   return e;
 }
 
-ExprPtr Parser::parse_or() {
-  ExprPtr left = parse_and();
-  while (is_name("or")) {
-    auto b = node(Expr::Kind::kBinary);
-    ++pos_;
-    b->name = "or";
-    b->children.push_back(std::move(left));
-    b->children.push_back(parse_and());
-    left = std::move(b);
-  }
-  return left;
-}
+ExprPtr Parser::parse_or() { return parse_keyword_chain("or", &Parser::parse_and); }
 
-ExprPtr Parser::parse_and() {
-  ExprPtr left = parse_not();
-  while (is_name("and")) {
+ExprPtr Parser::parse_and() { return parse_keyword_chain("and", &Parser::parse_not); }
+
+// `operand (op operand)*` for the keyword operator `op`, left-associative.
+ExprPtr Parser::parse_keyword_chain(const char* op, ExprPtr (Parser::*operand)()) {
+  ExprPtr left = (this->*operand)();
+  while (is_name(op)) {
     auto b = node(Expr::Kind::kBinary);
     ++pos_;
-    b->name = "and";
+    b->name = op;
     b->children.push_back(std::move(left));
-    b->children.push_back(parse_not());
+    b->children.push_back((this->*operand)());
     left = std::move(b);
   }
   return left;
