@@ -25,27 +25,22 @@ constexpr uint64_t kDefaultAlignment = 32;
 constexpr uint32_t kMaxDims = 4;
 
 const char* value_type_name(uint32_t t) {
-  static const char* const kNames[] = {"u8",   "i8",     "u16",   "i16", "u32", "i32", "f32",
-                                       "bool", "string", "array", "u64", "i64", "f64"};
-  return t < std::size(kNames) ? kNames[t] : "unknown";
+  switch (static_cast<GgufValueType>(t)) {
+#define TANDEM_NAME(e, id, name, bytes) \
+  case GgufValueType::e: return name;
+    TANDEM_GGUF_VALUE_TYPES(TANDEM_NAME)
+#undef TANDEM_NAME
+  }
+  return "unknown";
 }
 
 // Bytes a scalar value of type t occupies on disk; strings and arrays: their minimum.
 uint64_t min_value_size(uint32_t t) {
   switch (static_cast<GgufValueType>(t)) {
-    case GgufValueType::kU8:
-    case GgufValueType::kI8:
-    case GgufValueType::kBool: return 1;
-    case GgufValueType::kU16:
-    case GgufValueType::kI16: return 2;
-    case GgufValueType::kU32:
-    case GgufValueType::kI32:
-    case GgufValueType::kF32: return 4;
-    case GgufValueType::kU64:
-    case GgufValueType::kI64:
-    case GgufValueType::kF64: return 8;
-    case GgufValueType::kString: return 8;
-    case GgufValueType::kArray: return 12;
+#define TANDEM_SIZE(e, id, name, bytes) \
+  case GgufValueType::e: return bytes;
+    TANDEM_GGUF_VALUE_TYPES(TANDEM_SIZE)
+#undef TANDEM_SIZE
   }
   return 0;
 }

@@ -17,21 +17,20 @@
 
 namespace tandem::model {
 
-// GGUF metadata value types (gguf_type).
+// GGUF metadata value types (gguf_type): X(enumerator, id, name, bytes on disk: a scalar's size,
+// a string's or an array's minimum).
+// clang-format off
+#define TANDEM_GGUF_VALUE_TYPES(X)                                                                  \
+  X(kU8, 0, "u8", 1)     X(kI8, 1, "i8", 1)     X(kU16, 2, "u16", 2)         X(kI16, 3, "i16", 2)   \
+  X(kU32, 4, "u32", 4)   X(kI32, 5, "i32", 4)   X(kF32, 6, "f32", 4)         X(kBool, 7, "bool", 1) \
+  X(kString, 8, "string", 8) X(kArray, 9, "array", 12) X(kU64, 10, "u64", 8) X(kI64, 11, "i64", 8) \
+  X(kF64, 12, "f64", 8)
+// clang-format on
+
 enum class GgufValueType : uint32_t {
-  kU8 = 0,
-  kI8 = 1,
-  kU16 = 2,
-  kI16 = 3,
-  kU32 = 4,
-  kI32 = 5,
-  kF32 = 6,
-  kBool = 7,
-  kString = 8,
-  kArray = 9,
-  kU64 = 10,
-  kI64 = 11,
-  kF64 = 12,
+#define TANDEM_ENUMERATOR(e, id, ...) e = id,
+  TANDEM_GGUF_VALUE_TYPES(TANDEM_ENUMERATOR)
+#undef TANDEM_ENUMERATOR
 };
 
 // One metadata value. Integers of every width are kept as int64/uint64, floats as double;

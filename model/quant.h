@@ -22,19 +22,16 @@ namespace tandem::model {
 
 // ggml type ids (ggml.h `enum ggml_type`): the numbers GGUF files store. Only the types tandem
 // converts are named here; type_traits() knows the geometry of every id ggml defines.
+// X(name, id); Q8_K holds the activations of the K-type dot products, never a model's weights.
+// clang-format off
+#define TANDEM_TENSOR_TYPES(X)                                                                 \
+  X(F32, 0)  X(F16, 1)  X(Q4_0, 2)  X(Q4_1, 3)  X(Q5_0, 6)  X(Q5_1, 7)  X(Q8_0, 8)  X(Q4_K, 12) \
+  X(Q5_K, 13) X(Q6_K, 14) X(Q8_K, 15) X(BF16, 30)
+// clang-format on
 enum class TensorType : uint32_t {
-  kF32 = 0,
-  kF16 = 1,
-  kQ4_0 = 2,
-  kQ4_1 = 3,
-  kQ5_0 = 6,
-  kQ5_1 = 7,
-  kQ8_0 = 8,
-  kQ4_K = 12,
-  kQ5_K = 13,
-  kQ6_K = 14,
-  kQ8_K = 15,  // activations of the K-type dot products; never in a model file
-  kBF16 = 30,
+#define TANDEM_ENUMERATOR(name, id) k##name = id,
+  TANDEM_TENSOR_TYPES(TANDEM_ENUMERATOR)
+#undef TANDEM_ENUMERATOR
 };
 
 constexpr int kQK32 = 32;     // elements per block of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0

@@ -17,13 +17,9 @@ struct FileTypeRow {
 };
 
 constexpr FileTypeRow kFileTypes[] = {
-    {"f32", FileType::kF32, TensorType::kF32},        {"f16", FileType::kF16, TensorType::kF16},
-    {"bf16", FileType::kBF16, TensorType::kBF16},     {"q8_0", FileType::kQ8_0, TensorType::kQ8_0},
-    {"q4_0", FileType::kQ4_0, TensorType::kQ4_0},     {"q4_1", FileType::kQ4_1, TensorType::kQ4_1},
-    {"q5_0", FileType::kQ5_0, TensorType::kQ5_0},     {"q5_1", FileType::kQ5_1, TensorType::kQ5_1},
-    {"q4_k_m", FileType::kQ4_K_M, TensorType::kQ4_K}, {"q4_k_s", FileType::kQ4_K_S, TensorType::kQ4_K},
-    {"q5_k_m", FileType::kQ5_K_M, TensorType::kQ5_K}, {"q5_k_s", FileType::kQ5_K_S, TensorType::kQ5_K},
-    {"q6_k", FileType::kQ6_K, TensorType::kQ6_K},
+#define TANDEM_ROW(e, id, name, tensor_type) {name, FileType::e, TensorType::k##tensor_type},
+    TANDEM_FILE_TYPES(TANDEM_ROW)
+#undef TANDEM_ROW
 };
 
 const FileTypeRow& file_type_row(FileType type) {

@@ -16,20 +16,19 @@ namespace tandem::model {
 
 // llama.cpp's file types (llama_ftype, written as general.file_type): a default tensor type plus,
 // for the _S/_M mixes and the 4- to 6-bit types, rules that give some tensors another type.
+// X(enumerator, id, llama-quantize's name, default tensor type).
+// clang-format off
+#define TANDEM_FILE_TYPES(X)                                                                         \
+  X(kF32, 0, "f32", F32)            X(kF16, 1, "f16", F16)            X(kBF16, 32, "bf16", BF16)      \
+  X(kQ8_0, 7, "q8_0", Q8_0)         X(kQ4_0, 2, "q4_0", Q4_0)         X(kQ4_1, 3, "q4_1", Q4_1)       \
+  X(kQ5_0, 8, "q5_0", Q5_0)         X(kQ5_1, 9, "q5_1", Q5_1)         X(kQ4_K_M, 15, "q4_k_m", Q4_K)  \
+  X(kQ4_K_S, 14, "q4_k_s", Q4_K)    X(kQ5_K_M, 17, "q5_k_m", Q5_K)    X(kQ5_K_S, 16, "q5_k_s", Q5_K)  \
+  X(kQ6_K, 18, "q6_k", Q6_K)
+// clang-format on
 enum class FileType : uint32_t {
-  kF32 = 0,
-  kF16 = 1,
-  kQ4_0 = 2,
-  kQ4_1 = 3,
-  kQ8_0 = 7,
-  kQ5_0 = 8,
-  kQ5_1 = 9,
-  kQ4_K_S = 14,
-  kQ4_K_M = 15,
-  kQ5_K_S = 16,
-  kQ5_K_M = 17,
-  kQ6_K = 18,
-  kBF16 = 32,
+#define TANDEM_ENUMERATOR(e, id, ...) e = id,
+  TANDEM_FILE_TYPES(TANDEM_ENUMERATOR)
+#undef TANDEM_ENUMERATOR
 };
 
 // "q4_k_m" -> kQ4_K_M: llama-quantize's names, lower case. nullopt for anything else.

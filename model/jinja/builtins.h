@@ -3,7 +3,10 @@
 // in the tables is "No filter named ..."; an argument form not handled is an error naming it.
 #pragma once
 
+#include <initializer_list>
+#include <map>
 #include <string>
+#include <utility>
 
 #include "model/jinja/interpreter.h"
 #include "model/jinja/value.h"
@@ -12,6 +15,26 @@ namespace tandem::model::jinja {
 
 using FilterFn = Value (*)(Interpreter&, const Value& input, Call& args);
 using TestFn = bool (*)(Interpreter&, const Value& input, Call& args);
+
+// Builtins by name: those whose C++ function is named after them (an X-macro list in their
+// file), then aliases of those functions.
+template <class Fn>
+class NameTable {
+ public:
+  using Entry = std::pair<const char*, Fn>;
+  NameTable(std::initializer_list<Entry> named, std::initializer_list<Entry> aliases) {
+    for (const auto& list : {named, aliases}) {
+      for (const auto& [name, fn] : list) map_.emplace(name, fn);
+    }
+  }
+  Fn find(const std::string& name) const {
+    const auto it = map_.find(name);
+    return it == map_.end() ? nullptr : it->second;
+  }
+
+ private:
+  std::map<std::string, Fn, std::less<>> map_;
+};
 
 FilterFn find_filter(const std::string& name);  // null when unknown
 TestFn find_test(const std::string& name);

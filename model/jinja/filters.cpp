@@ -328,57 +328,23 @@ Value f_wordcount(Interpreter&, const Value& in, Call&) {
   return Value(static_cast<int64_t>(split(in.to_str(), std::nullopt, -1).size()));
 }
 
-const std::map<std::string, FilterFn, std::less<>>& filters() {
-  static const std::map<std::string, FilterFn, std::less<>> table = {
-      {"abs", f_abs},
-      {"attr", f_attr},
-      {"capitalize", f_capitalize},
-      {"count", f_length},
-      {"d", f_default},
-      {"default", f_default},
-      {"dictsort", f_dictsort},
-      {"e", f_escape},
-      {"escape", f_escape},
-      {"first", f_first},
-      {"float", f_float},
-      {"format", f_format},
-      {"indent", f_indent},
-      {"int", f_int},
-      {"items", f_items},
-      {"join", f_join},
-      {"last", f_last},
-      {"length", f_length},
-      {"list", f_list},
-      {"lower", f_lower},
-      {"map", f_map},
-      {"max", f_max},
-      {"min", f_min},
-      {"reject", f_reject},
-      {"rejectattr", f_rejectattr},
-      {"replace", f_replace},
-      {"reverse", f_reverse},
-      {"round", f_round},
-      {"safe", f_safe},
-      {"select", f_select},
-      {"selectattr", f_selectattr},
-      {"sort", f_sort},
-      {"string", f_string},
-      {"sum", f_sum},
-      {"title", f_title},
-      {"tojson", f_tojson},
-      {"trim", f_trim},
-      {"unique", f_unique},
-      {"upper", f_upper},
-      {"wordcount", f_wordcount},
-  };
-  return table;
-}
+// The filters named as their functions (f_NAME), and the aliases below.
+// clang-format off
+#define TANDEM_JINJA_FILTERS(X) \
+  X(abs) X(attr) X(capitalize) X(default) X(dictsort) X(escape) X(first) X(float) X(format) X(indent) X(int) \
+  X(items) X(join) X(last) X(length) X(list) X(lower) X(map) X(max) X(min) X(reject) X(rejectattr) X(replace) \
+  X(reverse) X(round) X(safe) X(select) X(selectattr) X(sort) X(string) X(sum) X(title) X(tojson) X(trim) \
+  X(unique) X(upper) X(wordcount)
+// clang-format on
 
 }  // namespace
 
 FilterFn find_filter(const std::string& name) {
-  const auto it = filters().find(name);
-  return it == filters().end() ? nullptr : it->second;
+#define TANDEM_NAMED(name) {#name, f_##name},
+  static const NameTable<FilterFn> table({TANDEM_JINJA_FILTERS(TANDEM_NAMED)},
+                                         {{"count", f_length}, {"d", f_default}, {"e", f_escape}});
+#undef TANDEM_NAMED
+  return table.find(name);
 }
 
 bool has_filter(const std::string& name) { return find_filter(name) != nullptr; }

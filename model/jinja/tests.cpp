@@ -63,56 +63,29 @@ bool t_upper(Interpreter&, const Value& v, Call&) { return v.to_str() == to_uppe
 bool t_filter(Interpreter&, const Value& v, Call&) { return v.is_string() && has_filter(v.str()); }
 bool t_test(Interpreter&, const Value& v, Call&) { return v.is_string() && has_test(v.str()); }
 
-const std::map<std::string, TestFn, std::less<>>& tests() {
-  static const std::map<std::string, TestFn, std::less<>> table = {
-      {"!=", t_ne},
-      {"<", t_lt},
-      {"<=", t_le},
-      {"==", t_eq},
-      {">", t_gt},
-      {">=", t_ge},
-      {"boolean", t_boolean},
-      {"callable", t_callable},
-      {"defined", t_defined},
-      {"divisibleby", t_divisibleby},
-      {"eq", t_eq},
-      {"equalto", t_eq},
-      {"escaped", t_escaped},
-      {"even", t_even},
-      {"false", t_false},
-      {"filter", t_filter},
-      {"float", t_float},
-      {"ge", t_ge},
-      {"greaterthan", t_gt},
-      {"gt", t_gt},
-      {"in", t_in},
-      {"integer", t_integer},
-      {"iterable", t_iterable},
-      {"le", t_le},
-      {"lessthan", t_lt},
-      {"lower", t_lower},
-      {"lt", t_lt},
-      {"mapping", t_mapping},
-      {"ne", t_ne},
-      {"none", t_none},
-      {"number", t_number},
-      {"odd", t_odd},
-      {"sameas", t_sameas},
-      {"sequence", t_sequence},
-      {"string", t_string},
-      {"test", t_test},
-      {"true", t_true},
-      {"undefined", t_undefined},
-      {"upper", t_upper},
-  };
-  return table;
-}
+// The tests named as their functions (t_NAME), and the aliases below.
+// clang-format off
+#define TANDEM_JINJA_TESTS(X) \
+  X(boolean) X(callable) X(defined) X(divisibleby) X(eq) X(escaped) X(even) X(false) X(filter) X(float) X(ge) \
+  X(gt) X(in) X(integer) X(iterable) X(le) X(lower) X(lt) X(mapping) X(ne) X(none) X(number) X(odd) X(sameas) \
+  X(sequence) X(string) X(test) X(true) X(undefined) X(upper)
+// clang-format on
 
 }  // namespace
 
 TestFn find_test(const std::string& name) {
-  const auto it = tests().find(name);
-  return it == tests().end() ? nullptr : it->second;
+#define TANDEM_NAMED(name) {#name, t_##name},
+  static const NameTable<TestFn> table({TANDEM_JINJA_TESTS(TANDEM_NAMED)}, {{"!=", t_ne},
+                                                                            {"<", t_lt},
+                                                                            {"<=", t_le},
+                                                                            {"==", t_eq},
+                                                                            {">", t_gt},
+                                                                            {">=", t_ge},
+                                                                            {"equalto", t_eq},
+                                                                            {"greaterthan", t_gt},
+                                                                            {"lessthan", t_lt}});
+#undef TANDEM_NAMED
+  return table.find(name);
 }
 
 bool has_test(const std::string& name) { return find_test(name) != nullptr; }
