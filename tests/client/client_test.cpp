@@ -919,6 +919,7 @@ TEST(StatusCommand, JsonGolden) {
   s->set_draining(true);
   s->set_tokens_per_s_last_minute(1e-9);
   s->set_requests_finished_last_minute(17);
+  s->set_planning_stalls(3);
   s->set_query_id(got->msg.status().query_id());
   v1::WorkerStatus* w = s->add_workers();
   w->set_worker_id(7);
@@ -949,7 +950,7 @@ TEST(StatusCommand, JsonGolden) {
             "\"decode_stalls\":4,\"preemptions\":5,\"handoffs\":6,\"handoff_bytes\":7340032,\"handoff_failures\":1,"
             "\"handoff_ms_mean\":1.5,\"handoff_ms_p99\":1.234568e+07,\"prompt_tokens\":1000,"
             "\"cached_prompt_tokens\":250,\"prefix_hit_rate\":0.25,\"draining\":true,"
-            "\"tokens_per_s_last_minute\":1e-09,\"requests_finished_last_minute\":17,\"workers\":["
+            "\"tokens_per_s_last_minute\":1e-09,\"requests_finished_last_minute\":17,\"planning_stalls\":3,\"workers\":["
             "{\"id\":7,\"role\":\"prefill\",\"pid\":4242,\"alive\":true,\"kv_blocks_total\":100,\"kv_blocks_free\":40,"
             "\"kv_blocks_cached\":9,\"kv_evictions\":10,\"running\":3,\"steps\":98,\"tokens\":4294967296,"
             "\"idle_share\":0.3333333,\"last_heard_ms\":321,\"weight_bytes\":134217728,"
