@@ -471,11 +471,13 @@ TEST(TextService, RunningStreamsKeepTheirPaceWhileLongTextPromptsArrive) {
   EXPECT_LT(pool.loaded_p99, 3.0 * pool.quiet_p99 + 5.0);
 }
 
-// The count above does see a prompt tokenized on the planning thread: a text of 1,000,000 bytes
-// (some 200,000 tokens, tens of milliseconds of CPU) is a stall there, and none on the prompt
-// threads.
+// The count above does see a prompt tokenized on the planning thread: a text of 300,000 bytes
+// (some 60,000 tokens, several milliseconds of CPU) is a stall there each time; with the prompt
+// threads the planning thread only receives and copies it (a third of them may still cross the
+// line on a loaded host or under a sanitizer).
 TEST(TextService, AHugeTextPromptStallsPlanningOnlyWithoutPromptThreads) {
   SKIP_WITHOUT_VOCAB();
+  constexpr int kPrompts = 6;
   for (const std::string threads : {"2", "0"}) {
     std::vector<std::string> flags = kDeploy;
     flags.insert(flags.end(), {"--prompt-threads", threads});
@@ -483,9 +485,9 @@ TEST(TextService, AHugeTextPromptStallsPlanningOnlyWithoutPromptThreads) {
     ASSERT_TRUE(d.ok());
     auto client = d.client();
     std::string huge;
-    while (huge.size() + 50 < 1'000'000) huge += "the keeper of light walked along the grey cliffs. ";
+    while (huge.size() + 50 < 300'000) huge += "the keeper of light walked along the grey cliffs. ";
     const uint64_t before = planning_stalls(*client);
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < kPrompts; ++i) {
       GenerateRequest r;
       r.prompt_text = huge;
       r.max_tokens = 1;
@@ -493,12 +495,12 @@ TEST(TextService, AHugeTextPromptStallsPlanningOnlyWithoutPromptThreads) {
       EXPECT_NE(s.fin.error_message.find("does not fit the context length"), std::string::npos) << s.fin.error_message;
     }
     const uint64_t stalls = planning_stalls(*client) - before;
-    std::printf("prompt threads %s: %llu planning stalls for 3 prompts of 1,000,000 bytes\n", threads.c_str(),
-                static_cast<unsigned long long>(stalls));
+    std::printf("prompt threads %s: %llu planning stalls for %d prompts of 300,000 bytes\n", threads.c_str(),
+                static_cast<unsigned long long>(stalls), kPrompts);
     if (threads == "0") {
-      EXPECT_GE(stalls, 3u);
+      EXPECT_GE(stalls, uint64_t{kPrompts});
     } else {
-      EXPECT_LE(stalls, 1u);
+      EXPECT_LE(stalls, uint64_t{kPrompts / 3});
     }
   }
 }
