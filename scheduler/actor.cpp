@@ -137,6 +137,7 @@ class Actor final : public Sink {
 
   bool renders_async() const override { return pool_ != nullptr; }
   void render_async(uint64_t job, PromptInput input) override { pool_->post(job, std::move(input)); }
+  void cancel_render(uint64_t job) override { (void)pool_->cancel(job); }
 
   // Events are coalesced per client and sent when the current turn of the loop ends
   // (flush()): one message per client per step, not one per token.

@@ -405,7 +405,10 @@ void Core::finish(Request& r, v1::FinishReason reason, v1::ErrorCode code, const
     queue_.erase(std::find(queue_.begin(), queue_.end(), &r));
     r.queued = false;
   }
-  if (r.prompt_job) tokenizing_.erase(r.prompt_job);  // its ids, when they come, are ignored
+  if (r.prompt_job) {
+    tokenizing_.erase(r.prompt_job);  // its ids, if they still come, are ignored
+    sink_.cancel_render(r.prompt_job);
+  }
   detach(r);
   v1::RequestEvents* out = carry;
   if (!out) {

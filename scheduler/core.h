@@ -79,6 +79,8 @@ class Sink {
   // job whose request ended meanwhile is ignored there). Otherwise the core renders inline.
   virtual bool renders_async() const { return false; }
   virtual void render_async(uint64_t /*job*/, PromptInput /*input*/) {}
+  // The request of `job` ended before its ids came: the work may be dropped if not started.
+  virtual void cancel_render(uint64_t /*job*/) {}
 };
 
 struct WorkerStats {

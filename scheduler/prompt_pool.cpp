@@ -4,6 +4,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <utility>
 
 namespace tandem::scheduler {
@@ -30,6 +31,14 @@ void PromptPool::post(uint64_t job, PromptInput input) {
     jobs_.push_back(Job{job, std::move(input)});
   }
   cv_.notify_all();
+}
+
+bool PromptPool::cancel(uint64_t job) {
+  runtime::MutexLock lock(mu_);
+  auto it = std::find_if(jobs_.begin(), jobs_.end(), [job](const Job& j) { return j.id == job; });
+  if (it == jobs_.end()) return false;
+  jobs_.erase(it);
+  return true;
 }
 
 void PromptPool::run() {

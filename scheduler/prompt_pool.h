@@ -33,6 +33,9 @@ class PromptPool {
 
   // Queues a job; jobs start in the order posted. The caller bounds how many it has out.
   void post(uint64_t job, PromptInput input) TANDEM_EXCLUDES(mu_);
+  // Drops `job` if it has not started (its `done` is then never called); a running or
+  // finished job is left alone. True when dropped.
+  bool cancel(uint64_t job) TANDEM_EXCLUDES(mu_);
 
  private:
   struct Job {

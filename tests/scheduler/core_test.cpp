@@ -762,6 +762,8 @@ struct AsyncRecorder : Recorder {
   std::vector<std::pair<uint64_t, PromptInput>> jobs;
   bool renders_async() const override { return true; }
   void render_async(uint64_t job, PromptInput input) override { jobs.emplace_back(job, std::move(input)); }
+  std::set<uint64_t> cancelled;
+  void cancel_render(uint64_t job) override { cancelled.insert(job); }
 };
 
 struct AsyncHarness {
@@ -851,6 +853,7 @@ TEST(CorePrompts, EveryRequestWaitingForItsIdsEndsWithExactlyOneFinalEvent) {
   h.core->client_gone("gone", h.now);
   EXPECT_EQ(h.rec.finals["cancelled"].finish_reason(), v1::FINISH_REASON_CANCELLED);
   EXPECT_EQ(h.rec.finals["client-gone"].finish_reason(), v1::FINISH_REASON_CANCELLED);
+  EXPECT_EQ(h.rec.cancelled, (std::set<uint64_t>{h.rec.jobs[0].first, h.rec.jobs[3].first}));  // their work dropped
   for (size_t i = 0; i < h.rec.jobs.size(); ++i) h.render(i);  // late ids of ended requests are ignored
   EXPECT_EQ(h.rec.finals["too-long"].finish_reason(), v1::FINISH_REASON_ERROR);
   EXPECT_TRUE(h.rec.finals["too-long"].error_message().find("does not fit the context length 512") != std::string::npos)
