@@ -767,20 +767,17 @@ struct AsyncRecorder : Recorder {
 };
 
 struct AsyncHarness {
-  model::Tokenizer tokenizer;
-  model::ModelConfig config;
+  Harness tiny;  // the tiny model's config and vocabulary (its own core is not used)
   AsyncRecorder rec;
   std::unique_ptr<Core> core;
   int64_t now = 1'000'000;
   AsyncHarness() {
-    auto f = model::GgufFile::open(test::model_file("tiny", 1));
-    config = model::read_model_config(**f).value();
-    tokenizer = model::Tokenizer::from_gguf(**f).value();
     SchedulerConfig sc;
     sc.inline_prompt_bytes = 200;
-    core = std::make_unique<Core>(sc, config, PromptRenderer(tokenizer, "{{ messages[0]['content'] }}"), rec);
+    core = std::make_unique<Core>(sc, tiny.config, renderer(), rec);
     core->add_worker(1, 64, 16, now);
   }
+  PromptRenderer renderer() const { return PromptRenderer(tiny.tokenizer, "{{ messages[0]['content'] }}"); }
   v1::Submit text(const std::string& id, size_t bytes) {
     v1::Submit s;
     s.set_request_id(id);
@@ -792,8 +789,7 @@ struct AsyncHarness {
   }
   // Answers prompt job i as the pool would: rendered with the same renderer.
   void render(size_t i) {
-    const PromptRenderer r(tokenizer, "{{ messages[0]['content'] }}");
-    core->on_prompt(rec.jobs[i].first, r.render(rec.jobs[i].second), now);
+    core->on_prompt(rec.jobs[i].first, renderer().render(rec.jobs[i].second), now);
     core->tick(now);
   }
 };
