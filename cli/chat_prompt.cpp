@@ -10,8 +10,6 @@ namespace {
 using model::jinja::Dict;
 using model::jinja::Value;
 
-std::string piece_or_empty(const model::Tokenizer& tok, int32_t id) { return id < 0 ? "" : tok.piece(id); }
-
 Value message(const char* role, const std::string& content) {
   Dict d;
   d.set(Value("role"), Value(role));
@@ -21,8 +19,8 @@ Value message(const char* role, const std::string& content) {
 
 }  // namespace
 
-std::string TextModel::bos_token() const { return piece_or_empty(tokenizer, tokenizer.bos_id()); }
-std::string TextModel::eos_token() const { return piece_or_empty(tokenizer, tokenizer.eos_id()); }
+std::string TextModel::bos_token() const { return model::bos_piece(tokenizer); }
+std::string TextModel::eos_token() const { return model::eos_piece(tokenizer); }
 
 Result<model::ChatTemplate> TextModel::chat_template() const {
   auto source = file->get_string("tokenizer.chat_template");
@@ -63,9 +61,7 @@ Result<std::vector<int32_t>> chat_prompt_tokens(const TextModel& text, const mod
   in.eos_token = text.eos_token();
   auto rendered = tmpl.render(in);
   if (!rendered) return rendered.status();
-  const bool has_bos = !in.bos_token.empty() && rendered->starts_with(in.bos_token);
-  return text.tokenizer.encode(*rendered,
-                               model::EncodeOptions{.add_special = add_bos && !has_bos, .parse_special = true});
+  return model::encode_rendered_chat(text.tokenizer, *rendered, add_bos);
 }
 
 Status check_chat_flags(const Args& args) {

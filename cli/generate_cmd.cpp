@@ -23,7 +23,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: tandem generate --endpoint E (--prompt TEXT | --tokens 1,2,3) [flags]\n"
-    "       tandem generate --endpoint E --chat --model FILE [--system TEXT] --prompt TEXT [flags]";
+    "       tandem generate --endpoint E --chat [--system TEXT] --prompt TEXT [--model FILE [--template F]] [flags]";
 constexpr const char* kNotes = "exit status: 0 stop/length, 1 error, 2 usage, 130 cancelled by Ctrl-C\n";
 
 volatile sig_atomic_t g_interrupted = 0;
@@ -73,11 +73,15 @@ Result<GenerateRequest> request_from_flags(const Args& args) {
                            &timeout_ms.status(), &tokens.status()})
     if (!st->is_ok()) return *st;
   if (args.has("tokens") && tokens->empty()) return Status::invalid("--tokens: no token ids");
-  if (args.has("chat")) {
-    // Rendered and tokenized here, from the model file's metadata, until requests carry messages.
-    auto model = args.str("model");
-    if (!model) return Status::invalid("--chat needs --model FILE (the service's model) for its template");
-    auto ids = chat_prompt_from_flags(args, *model);
+  if (args.has("chat") && !args.has("model")) {
+    // The request carries the messages; the scheduler renders them with its model's template.
+    TANDEM_RETURN_IF_ERROR(check_chat_flags(args));
+    if (args.has("template")) return Status::invalid("--template needs --model FILE (rendered here, then sent as ids)");
+    if (auto system = args.str("system")) req.messages.push_back(ChatMessage{"system", *system});
+    req.messages.push_back(ChatMessage{"user", args.str("prompt").value_or("")});
+  } else if (args.has("chat")) {
+    // Rendered and tokenized here from a copy of the model file (or --template), sent as ids.
+    auto ids = chat_prompt_from_flags(args, *args.str("model"));
     if (!ids) return ids.status();
     req.prompt_tokens = std::move(ids.value());
   } else {

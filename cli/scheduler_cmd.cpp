@@ -28,6 +28,7 @@ Status scheduler_options_from(const Args& args, scheduler::ActorOptions& o) {
   o.core.prefix_cache = *cache == "on";
   TANDEM_RETURN_IF_ERROR(get("worker-liveness", o.worker_liveness));
   TANDEM_RETURN_IF_ERROR(get("drain-timeout-ms", o.drain_timeout_ms));
+  TANDEM_RETURN_IF_ERROR(get("prompt-threads", o.prompt_threads));
   return Status::ok();
 }
 

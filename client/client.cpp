@@ -146,12 +146,42 @@ std::chrono::milliseconds at_most_never(std::chrono::milliseconds d) { return st
 
 std::string ms_string(std::chrono::milliseconds d) { return std::to_string(d.count()) + " ms"; }
 
+void to_wire(const std::vector<ChatMessage>& messages, const std::string& tools_json, bool add_generation_prompt,
+             v1::Chat* chat) {
+  for (const ChatMessage& m : messages) {
+    v1::ChatMessage* w = chat->add_messages();
+    w->set_role(m.role);
+    if (m.content) w->set_content(*m.content);
+    w->set_name(m.name);
+    w->set_tool_call_id(m.tool_call_id);
+    w->set_tool_calls_json(m.tool_calls_json);
+  }
+  chat->set_tools_json(tools_json);
+  chat->set_no_generation_prompt(!add_generation_prompt);
+}
+
+std::string tokenize_message(const TokenizeRequest& r, uint64_t query_id, bool count_only) {
+  return client_message([&](v1::ClientMessage& m) {
+    v1::TokenizeQuery* q = m.mutable_tokenize();
+    q->set_query_id(query_id);
+    if (!r.messages.empty()) {
+      to_wire(r.messages, r.tools_json, r.add_generation_prompt, q->mutable_chat());
+    } else {
+      q->set_text(r.text);
+    }
+    q->set_no_bos(r.no_bos);
+    q->set_count_only(count_only);
+  });
+}
+
 std::string submit_message(const GenerateRequest& r) {
   return client_message([&](v1::ClientMessage& m) {
     v1::Submit* s = m.mutable_submit();
     s->set_request_id(r.id);
     if (!r.prompt_tokens.empty()) {
       s->mutable_tokens()->mutable_ids()->Add(r.prompt_tokens.begin(), r.prompt_tokens.end());
+    } else if (!r.messages.empty()) {
+      to_wire(r.messages, r.tools_json, r.add_generation_prompt, s->mutable_chat());
     } else {
       s->set_text(r.prompt_text);
     }
@@ -184,6 +214,11 @@ std::string random_id_prefix() {
 }
 
 }  // namespace
+
+struct Tokenized {
+  std::vector<int32_t> ids;
+  size_t count = 0;
+};
 
 // What runs a Core: in a Client, its EventLoop on the loop's thread; in ClientHarness, the
 // harness's calls and a clock it moves.
@@ -371,6 +406,19 @@ class Core {
     return future;
   }
 
+  // A tokenize query's answer: the ids (none with count_only) and their count.
+  using TokenizePromise = std::promise<Result<Tokenized>>;
+  std::future<Result<Tokenized>> post_tokenize(const TokenizeRequest& request, bool count_only,
+                                               std::chrono::milliseconds timeout) {
+    auto reply = std::make_shared<TokenizePromise>();
+    auto future = reply->get_future();
+    const Clock::time_point due = driver_->now() + at_most_never(timeout);
+    if (!gate_->post(
+            [reply, due, request, count_only](Core& core) { core.on_tokenize(reply, due, request, count_only); }))
+      reply->set_value(Status::error(Code::kUnavailable, gate_->why_closed()));
+    return future;
+  }
+
   // ---- the loop's thread (ClientHarness calls these directly) ----
 
   Driver& driver() { return *driver_; }
@@ -425,6 +473,10 @@ class Core {
   struct Live {
     Sink sink;
     std::shared_ptr<void> deadline;  // the timer that ends it past its deadline and grace
+  };
+  struct TokenizeWaiter {
+    std::shared_ptr<TokenizePromise> reply;
+    std::shared_ptr<void> timeout;
   };
   struct Waiter {
     uint64_t query_id = 0;
@@ -505,6 +557,28 @@ class Core {
     add_waiter(last_query_id_, due, std::move(reply));
   }
 
+  void on_tokenize(std::shared_ptr<TokenizePromise> reply, Clock::time_point due, const TokenizeRequest& request,
+                   bool count_only) {
+    if (closing_) return reply->set_value(Status::error(Code::kUnavailable, gate_->why_closed()));
+    const uint64_t query_id = ++last_query_id_;
+    if (!send(tokenize_message(request, query_id, count_only)))
+      return reply->set_value(
+          Status::error(Code::kUnavailable, "cannot send to the scheduler at " + options_.endpoint));
+    auto timeout = driver_->after(until(due, driver_->now()), [this, query_id] {
+      answer_tokenize(
+          query_id, Status::error(Code::kUnavailable, "no tokenize reply from the scheduler at " + options_.endpoint));
+    });
+    tokenize_waiters_[query_id] = TokenizeWaiter{std::move(reply), std::move(timeout)};
+  }
+
+  void answer_tokenize(uint64_t query_id, Result<Tokenized> result) {
+    auto it = tokenize_waiters_.find(query_id);
+    if (it == tokenize_waiters_.end()) return;  // answered or timed out already
+    TokenizeWaiter w = std::move(it->second);
+    tokenize_waiters_.erase(it);
+    w.reply->set_value(std::move(result));
+  }
+
   void add_waiter(uint64_t query_id, Clock::time_point due, std::shared_ptr<std::promise<Result<StatusInfo>>> reply) {
     auto timeout = driver_->after(until(due, driver_->now()), [this, query_id] {
       auto it = find_waiter(query_id);
@@ -572,6 +646,9 @@ class Core {
     for (Waiter& w : waiters)
       if (w.reply) w.reply->set_value(Status::error(code, message));
     probe_outstanding_ = false;
+    std::unordered_map<uint64_t, TokenizeWaiter> tokenizing;
+    tokenizing.swap(tokenize_waiters_);
+    for (auto& [id, w] : tokenizing) w.reply->set_value(Status::error(code, message));
   }
 
   void on_reply(const v1::SchedulerReply& reply) {
@@ -599,6 +676,12 @@ class Core {
         if (it != waiters_.end()) answer(it, from_wire(reply.status()));
         return;
       }
+      case v1::SchedulerReply::kTokenized: {
+        const v1::TokenizeReply& t = reply.tokenized();
+        if (t.error_code() != v1::ERROR_CODE_UNSPECIFIED)
+          return answer_tokenize(t.query_id(), Status::error(from_wire(t.error_code()), t.error_message()));
+        return answer_tokenize(t.query_id(), Tokenized{{t.ids().begin(), t.ids().end()}, t.count()});
+      }
       case v1::SchedulerReply::kError: {
         // Not tied to a request: this client and the scheduler disagree on the protocol, so
         // nothing in flight can be trusted to finish.
@@ -625,6 +708,7 @@ class Core {
   std::unique_ptr<runtime::Socket> dealer_, monitor_;
   std::unordered_map<std::string, Live> live_;
   std::deque<Waiter> waiters_;  // status queries in send order (the scheduler answers in order)
+  std::unordered_map<uint64_t, TokenizeWaiter> tokenize_waiters_;  // by query id
   uint64_t last_query_id_ = 0;
   bool probe_outstanding_ = false;
   bool closing_ = false;             // shutdown() has run
@@ -761,6 +845,19 @@ Status Client::cancel(const std::string& id) {
   return Status::ok();
 }
 
+namespace {
+
+// Waits for a future the loop answers by `timeout`; the extra second only guards against a
+// stuck loop.
+template <class T>
+Result<T> wait_reply(std::future<Result<T>> future, std::chrono::milliseconds timeout, const char* what) {
+  if (future.wait_for(timeout + std::chrono::seconds(1)) != std::future_status::ready)
+    return Status::error(Code::kUnavailable, std::string(what) + ": no reply from the client's I/O thread");
+  return future.get();
+}
+
+}  // namespace
+
 Result<StatusInfo> Client::status() { return status(core_->options().request_timeout); }
 
 Result<StatusInfo> Client::status(std::chrono::milliseconds timeout) {
@@ -768,11 +865,42 @@ Result<StatusInfo> Client::status(std::chrono::milliseconds timeout) {
     return Status::error(Code::kInternal, "status() called from an event callback (the client's I/O thread)");
   if (timeout.count() <= 0) return Status::invalid("status: timeout must be positive");
   timeout = client_detail::at_most_never(timeout);
-  auto future = core_->post_status(timeout);
-  // The loop answers by the deadline; the extra second only guards against a stuck loop.
-  if (future.wait_for(timeout + std::chrono::seconds(1)) != std::future_status::ready)
-    return Status::error(Code::kUnavailable, "status: no reply from the client's I/O thread");
-  return future.get();
+  return wait_reply(core_->post_status(timeout), timeout, "status");
+}
+
+namespace {
+
+// A tokenize query (count_only: count_tokens) answered by the scheduler within `timeout`;
+// `what` names the call in errors.
+Result<client_detail::Tokenized> tokenize_query(Core& core, const TokenizeRequest& request, bool count_only,
+                                                std::chrono::milliseconds timeout, const std::string& what) {
+  if (core.on_loop_thread())
+    return Status::error(Code::kInternal, what + "() called from an event callback (the client's I/O thread)");
+  if (timeout.count() <= 0) return Status::invalid(what + ": timeout must be positive");
+  timeout = client_detail::at_most_never(timeout);
+  return wait_reply(core.post_tokenize(request, count_only, timeout), timeout, what.c_str());
+}
+
+}  // namespace
+
+Result<std::vector<int32_t>> Client::tokenize(const TokenizeRequest& request) {
+  return tokenize(request, core_->options().request_timeout);
+}
+
+Result<std::vector<int32_t>> Client::tokenize(const TokenizeRequest& request, std::chrono::milliseconds timeout) {
+  auto r = tokenize_query(*core_, request, false, timeout, "tokenize");
+  if (!r) return r.status();
+  return std::move(r->ids);
+}
+
+Result<size_t> Client::count_tokens(const TokenizeRequest& request) {
+  return count_tokens(request, core_->options().request_timeout);
+}
+
+Result<size_t> Client::count_tokens(const TokenizeRequest& request, std::chrono::milliseconds timeout) {
+  auto r = tokenize_query(*core_, request, true, timeout, "count_tokens");
+  if (!r) return r.status();
+  return r->count;
 }
 
 struct ClientHarness::Impl {

@@ -105,6 +105,20 @@ Status check_roles(const ChatInput& input) {
   return Status::ok();
 }
 
+std::string bos_piece(const Tokenizer& tokenizer) {
+  return tokenizer.bos_id() < 0 ? std::string() : tokenizer.piece(tokenizer.bos_id());
+}
+
+std::string eos_piece(const Tokenizer& tokenizer) {
+  return tokenizer.eos_id() < 0 ? std::string() : tokenizer.piece(tokenizer.eos_id());
+}
+
+Result<std::vector<int32_t>> encode_rendered_chat(const Tokenizer& tokenizer, std::string_view rendered, bool add_bos) {
+  const std::string bos = bos_piece(tokenizer);
+  const bool has_bos = !bos.empty() && rendered.starts_with(bos);
+  return tokenizer.encode(rendered, EncodeOptions{.add_special = add_bos && !has_bos, .parse_special = true});
+}
+
 Result<ChatTemplate> ChatTemplate::parse(std::string_view source) {
   try {
     ChatTemplate t;

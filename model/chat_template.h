@@ -13,6 +13,7 @@
 
 #include "runtime/status.h"
 #include "model/jinja/value.h"
+#include "model/tokenizer.h"
 
 namespace tandem::model {
 
@@ -43,6 +44,17 @@ Result<ChatInput> parse_chat_input(std::string_view json);
 // otherwise render as whatever the template does with a role it does not expect, often silently
 // nothing. The error names the message and the role.
 [[nodiscard]] Status check_roles(const ChatInput& input);
+
+// The pieces a template sees as bos_token and eos_token ("<s>", "<|endoftext|>"); "" when the
+// vocabulary has none.
+std::string bos_piece(const Tokenizer& tokenizer);
+std::string eos_piece(const Tokenizer& tokenizer);
+
+// A rendered conversation as prompt ids: control tokens written by the template are recognised
+// (user text only reaches the model through the template, as with any chat server), and BOS is
+// added when the vocabulary asks for it and `add_bos`, unless the text already starts with the
+// BOS piece (templates that write {{ bos_token }}), so it appears once. Errors: encode()'s.
+Result<std::vector<int32_t>> encode_rendered_chat(const Tokenizer& tokenizer, std::string_view rendered, bool add_bos);
 
 class ChatTemplate {
  public:

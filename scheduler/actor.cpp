@@ -11,6 +11,7 @@
 #include "runtime/event_loop.h"
 #include "runtime/wire.h"
 #include "scheduler/client_outbox.h"
+#include "scheduler/prompt_pool.h"
 #include "scheduler/status_reply.h"
 
 namespace tandem::scheduler {
@@ -18,6 +19,10 @@ namespace tandem::scheduler {
 namespace {
 
 constexpr uint32_t kVersion = runtime::kProtocolVersion;
+// Prompt jobs of tokenize queries carry this bit; the core numbers its own jobs below it.
+constexpr uint64_t kQueryJob = uint64_t{1} << 63;
+// A handler turn using more of the loop thread's CPU than this is a planning stall (StatusReply).
+constexpr int64_t kPlanningStallUs = 1000;
 
 int64_t thread_cpu_us() {
   timespec ts;
@@ -40,13 +45,22 @@ std::string kv_format(const v1::Register& reg) {
 
 class Actor final : public Sink {
  public:
-  Actor(const ActorOptions& options, model::ModelConfig config, model::Tokenizer tokenizer, std::string fingerprint)
+  Actor(const ActorOptions& options, model::ModelConfig config, const PromptRenderer& renderer, std::string fingerprint)
       : options_(options),
-        tokenizer_(std::move(tokenizer)),
+        renderer_(renderer),
         fingerprint_(std::move(fingerprint)),
         loop_(limits(options)),
-        core_(options.core, config, tokenizer_, *this),
-        outbox_(options.client_send_queue, outbox_callbacks()) {}
+        core_(options.core, config, renderer, *this),
+        outbox_(options.client_send_queue, outbox_callbacks()) {
+    if (options.prompt_threads > 0) {
+      // Results come back through the loop, as any message does: the core is this thread's alone.
+      pool_ = std::make_unique<PromptPool>(
+          renderer, options.prompt_threads, [this](uint64_t job, Result<std::vector<int32_t>> ids) {
+            runtime::asio::post(loop_.io(),
+                                [this, job, ids = std::move(ids)]() mutable { on_prompt(job, std::move(ids)); });
+          });
+    }
+  }
 
   // The send queue per peer is bounded: a client that stops reading is found out (ClientOutbox).
   static runtime::SocketLimits limits(const ActorOptions& options) {
@@ -120,6 +134,10 @@ class Actor final : public Sink {
     if (command_.has_kv_send()) command_.mutable_kv_send()->set_epoch(worker_id);
     send(*workers_, it->second, command_);
   }
+
+  bool renders_async() const override { return pool_ != nullptr; }
+  void render_async(uint64_t job, PromptInput input) override { pool_->post(job, std::move(input)); }
+  void cancel_render(uint64_t job) override { (void)pool_->cancel(job); }
 
   // Events are coalesced per client and sent when the current turn of the loop ends
   // (flush()): one message per client per step, not one per token.
@@ -221,10 +239,16 @@ class Actor final : public Sink {
           spdlog::debug(
               "scheduler: submit {}: {} prompt {}, max_tokens {}, temperature {}, top_k {}, top_p {}, seed {}, "
               "stops {}+{}, stream {}, priority {}, timeout {} ms",
-              s.request_id(), s.has_text() ? "text" : "tokens",
-              s.has_text() ? s.text().size() : static_cast<size_t>(s.tokens().ids_size()), s.max_tokens(),
-              s.sampling().temperature(), s.sampling().top_k(), s.sampling().top_p(), s.sampling().seed(),
-              s.stop_token_sequences_size(), s.stop_strings_size(), s.stream(), s.priority(), s.timeout_ms());
+              s.request_id(),
+              s.has_chat()   ? "messages"
+              : s.has_text() ? "text"
+                             : "tokens",
+              s.has_chat()   ? static_cast<size_t>(s.chat().messages_size())
+              : s.has_text() ? s.text().size()
+                             : static_cast<size_t>(s.tokens().ids_size()),
+              s.max_tokens(), s.sampling().temperature(), s.sampling().top_k(), s.sampling().top_p(),
+              s.sampling().seed(), s.stop_token_sequences_size(), s.stop_strings_size(), s.stream(), s.priority(),
+              s.timeout_ms());
         }
         if (outbox_.refuse_submit_if_stalled(identity, client_msg_.submit().request_id())) break;
         core_.submit(identity, client_msg_.submit(), now);
@@ -232,6 +256,7 @@ class Actor final : public Sink {
       case v1::ClientMessage::kCancel: core_.cancel(identity, client_msg_.cancel().request_id(), now); break;
       case v1::ClientMessage::kHeartbeat: break;
       case v1::ClientMessage::kStatus: send_status(identity, client_msg_.status().query_id()); break;
+      case v1::ClientMessage::kTokenize: on_tokenize(identity, client_msg_.tokenize()); break;
       case v1::ClientMessage::kDrain:
         if (drain_deadline_us_ == 0) {
           const uint32_t t = client_msg_.drain().timeout_ms();
@@ -244,7 +269,72 @@ class Actor final : public Sink {
     }
     core_.tick(now);
     flush();
-    cpu_us_ += thread_cpu_us() - cpu0;
+    account_turn(cpu0);
+  }
+
+  // A prompt's ids from the pool: a request's (the core's job) or a tokenize query's.
+  void on_prompt(uint64_t job, Result<std::vector<int32_t>> ids) {
+    const int64_t cpu0 = thread_cpu_us();
+    const int64_t now = runtime::now_us();
+    if (job & kQueryJob) {
+      auto it = queries_.find(job);
+      if (it == queries_.end()) return;
+      const TokenizeWaiter waiter = std::move(it->second);
+      queries_.erase(it);
+      send_tokenized(waiter, ids);
+      account_turn(cpu0);
+      return;
+    }
+    core_.on_prompt(job, std::move(ids), now);
+    core_.tick(now);
+    flush();
+    account_turn(cpu0);
+  }
+
+  // Tokenize queries: made into ids as a Submit's prompt is (on the pool when there is one),
+  // at most max_queue at a time.
+  void on_tokenize(const std::string& identity, const v1::TokenizeQuery& q) {
+    TokenizeWaiter waiter{identity, q.query_id(), q.count_only()};
+    auto in =
+        prompt_input(q.text(), q.has_chat() ? &q.chat() : nullptr, q.no_bos(), AdmissionLimits{}.max_prompt_bytes);
+    if (!in) return send_tokenized(waiter, in.status());
+    if (!pool_) return send_tokenized(waiter, renderer_.render(*in));
+    if (queries_.size() >= options_.core.max_queue) {
+      return send_tokenized(waiter, Status::error(Code::kOverloaded, "too many tokenize queries in progress (" +
+                                                                         std::to_string(queries_.size()) + ")"));
+    }
+    const uint64_t job = kQueryJob | next_query_job_++;
+    queries_.emplace(job, std::move(waiter));
+    pool_->post(job, std::move(in.value()));
+  }
+
+  struct TokenizeWaiter {
+    std::string identity;
+    uint64_t query_id;
+    bool count_only;
+  };
+
+  void send_tokenized(const TokenizeWaiter& waiter, const Result<std::vector<int32_t>>& ids) {
+    reply_.Clear();
+    reply_.set_version(kVersion);
+    v1::TokenizeReply* r = reply_.mutable_tokenized();
+    r->set_query_id(waiter.query_id);
+    if (ids) {
+      r->set_count(static_cast<uint32_t>(ids->size()));
+      if (!waiter.count_only) r->mutable_ids()->Add(ids->begin(), ids->end());
+    } else {
+      r->set_error_code(ids.status().code() == Code::kOverloaded ? v1::ERROR_CODE_OVERLOADED
+                                                                 : v1::ERROR_CODE_INVALID_ARGUMENT);
+      r->set_error_message(ids.status().message());
+    }
+    send(*clients_, waiter.identity, reply_);
+  }
+
+  // A handler's thread CPU time since `cpu0`, counted as a planning stall past 1 ms.
+  void account_turn(int64_t cpu0) {
+    const int64_t used = thread_cpu_us() - cpu0;
+    cpu_us_ += used;
+    planning_stalls_ += used > kPlanningStallUs;
   }
 
   void on_worker(runtime::Frames& frames) {
@@ -282,7 +372,7 @@ class Actor final : public Sink {
     }
     core_.tick(now);
     flush();
-    cpu_us_ += thread_cpu_us() - cpu0;
+    account_turn(cpu0);
   }
 
   void refuse(const std::string& identity, v1::RefusalReason reason, const std::string& message) {
@@ -407,6 +497,7 @@ class Actor final : public Sink {
     actor.query_id = query_id;
     actor.now_us = runtime::now_us();
     actor.scheduler_cpu_us = cpu_us_;
+    actor.planning_stalls = planning_stalls_;
     actor.draining = drain_deadline_us_ > 0;
     actor.minute_ago = last_minute_.oldest(core_.stats());
     actor.peer = [this](uint32_t worker_id) -> std::optional<WorkerPeerInfo> {
@@ -461,7 +552,7 @@ class Actor final : public Sink {
   }
 
   ActorOptions options_;
-  model::Tokenizer tokenizer_;
+  PromptRenderer renderer_;
   std::string fingerprint_;
   runtime::EventLoop loop_;
   Core core_;
@@ -476,10 +567,15 @@ class Actor final : public Sink {
   std::unordered_map<std::string, int64_t> client_seen_;
   uint32_t next_worker_id_ = 1;
   int64_t cpu_us_ = 0;
+  uint64_t planning_stalls_ = 0;
   v1::ClientMessage client_msg_;
   v1::WorkerMessage worker_msg_;
   v1::SchedulerReply reply_;
   v1::SchedulerCommand command_;
+  std::unordered_map<uint64_t, TokenizeWaiter> queries_;  // tokenize queries on the pool, by job
+  uint64_t next_query_job_ = 1;
+  // Last: destroyed first, its threads joined before anything their results would touch.
+  std::unique_ptr<PromptPool> pool_;
 };
 
 namespace {
@@ -493,7 +589,8 @@ Result<std::unique_ptr<Actor>> start_actor(const ActorOptions& options) {
   auto tokenizer = model::Tokenizer::from_gguf(**file);
   if (!tokenizer) return tokenizer.status();
   const std::string fingerprint = model::model_fingerprint(**file, *config);
-  auto actor = std::make_unique<Actor>(options, *config, std::move(tokenizer.value()), fingerprint);
+  const PromptRenderer renderer(std::move(tokenizer.value()), (*file)->get_string("tokenizer.chat_template"));
+  auto actor = std::make_unique<Actor>(options, *config, renderer, fingerprint);
   TANDEM_RETURN_IF_ERROR(actor->start());
   return actor;
 }
@@ -508,7 +605,9 @@ Status run_scheduler(const ActorOptions& options) {
 }
 
 Result<std::unique_ptr<ActorHarness>> ActorHarness::create(const ActorOptions& options) {
-  return around<ActorHarness>(start_actor(options));
+  ActorOptions inline_prompts = options;
+  inline_prompts.prompt_threads = 0;  // the harness runs no loop to bring results back
+  return around<ActorHarness>(start_actor(inline_prompts));
 }
 
 ActorHarness::ActorHarness(std::unique_ptr<Actor> actor) : Harness(std::move(actor)) {}

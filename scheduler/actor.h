@@ -26,6 +26,9 @@ struct ActorOptions {
   uint32_t client_send_queue = 10000;
   uint32_t drain_timeout_ms = 30000;  // draining: running requests get this long, then are cancelled
   std::string curve_keys_dir;         // CurveZMQ server keys (runtime/security.h); empty: none
+  // Threads that make long text prompts and conversations into ids (and answer tokenize
+  // queries) off the planning thread (prompt_pool.h); 0: on it.
+  uint32_t prompt_threads = 2;
 };
 
 // Runs until drained or stopped: SIGTERM, SIGINT or a client's Drain message drain (new

@@ -23,27 +23,17 @@ Status check_ids(const google::protobuf::RepeatedField<int32_t>& ids, uint32_t v
   return Status::ok();
 }
 
-// The prompt, as text (tokenized here) or token ids, every id inside the vocabulary.
-Status admit_prompt(const v1::Submit& submit, const model::Tokenizer& tokenizer, const AdmissionLimits& limits,
-                    RequestSpec& spec) {
+// The prompt: token ids (checked against the vocabulary), or text or a conversation left to
+// tokenize (bounded in bytes).
+Status admit_prompt(const v1::Submit& submit, const AdmissionLimits& limits, RequestSpec& spec) {
   switch (submit.prompt_case()) {
-    case v1::Submit::kText: {
-      const std::string& text = submit.text();
-      if (text.empty()) return Status::invalid("prompt: empty");
-      if (text.size() > limits.max_prompt_bytes) {
-        return Status::invalid("prompt: text of " + str(text.size()) + " bytes, at most " +
-                               str(limits.max_prompt_bytes));
-      }
-      auto ids = tokenizer.encode(text, !submit.no_bos());
-      if (!ids) return Status::error(ids.status().code(), "prompt: " + ids.status().message());
-      spec.prompt = std::move(ids).value();
-      for (size_t i = 0; i < spec.prompt.size(); ++i) {
-        const int32_t id = spec.prompt[i];
-        if (id < 0 || static_cast<uint32_t>(id) >= limits.vocab_size) {
-          return Status::invalid("prompt: token id " + std::to_string(id) + " at position " + str(i) +
-                                 " is outside the vocabulary of " + str(limits.vocab_size));
-        }
-      }
+    case v1::Submit::kText:
+    case v1::Submit::kChat: {
+      auto in = prompt_input(submit.text(), submit.has_chat() ? &submit.chat() : nullptr, submit.no_bos(),
+                             limits.max_prompt_bytes);
+      if (!in) return in.status();
+      spec.prompt_input = std::move(in.value());
+      spec.chat = submit.has_chat();
       break;
     }
     case v1::Submit::kTokens: {
@@ -53,7 +43,7 @@ Status admit_prompt(const v1::Submit& submit, const model::Tokenizer& tokenizer,
       spec.prompt.assign(ids.begin(), ids.end());
       break;
     }
-    case v1::Submit::PROMPT_NOT_SET: return Status::invalid("prompt: missing (give text or tokens)");
+    case v1::Submit::PROMPT_NOT_SET: return Status::invalid("prompt: missing (give text, tokens or messages)");
   }
   return Status::ok();
 }
@@ -99,7 +89,7 @@ Status admit_stops(const v1::Submit& submit, const AdmissionLimits& limits, Requ
 
 }  // namespace
 
-Result<RequestSpec> admit(const v1::Submit& submit, const model::Tokenizer& tokenizer, const AdmissionLimits& limits) {
+Result<RequestSpec> admit_fields(const v1::Submit& submit, const AdmissionLimits& limits) {
   RequestSpec spec;
 
   // request_id
@@ -110,19 +100,10 @@ Result<RequestSpec> admit(const v1::Submit& submit, const model::Tokenizer& toke
   }
   spec.id = submit.request_id();
 
-  TANDEM_RETURN_IF_ERROR(admit_prompt(submit, tokenizer, limits, spec));
-  const uint64_t n_prompt = spec.prompt.size();
-  if (n_prompt >= limits.context_length) {
-    return Status::invalid("prompt of " + str(n_prompt) + " tokens does not fit the context length " +
-                           str(limits.context_length) + " (it must leave room for one generated token)");
-  }
+  TANDEM_RETURN_IF_ERROR(admit_prompt(submit, limits, spec));
 
-  // max_tokens
+  // max_tokens (against the prompt's length in admit_prompt_ids)
   if (submit.max_tokens() == 0) return Status::invalid("max_tokens must be >= 1");
-  if (n_prompt + submit.max_tokens() > limits.context_length) {
-    return Status::invalid("max_tokens " + str(submit.max_tokens()) + " with a prompt of " + str(n_prompt) +
-                           " tokens exceeds the context length " + str(limits.context_length));
-  }
   spec.max_tokens = submit.max_tokens();
 
   // sampling
@@ -138,6 +119,43 @@ Result<RequestSpec> admit(const v1::Submit& submit, const model::Tokenizer& toke
   spec.priority = submit.priority();
   spec.timeout_ms = submit.timeout_ms();
   return spec;
+}
+
+Status admit_prompt_ids(const RequestSpec& spec, const AdmissionLimits& limits) {
+  for (size_t i = 0; i < spec.prompt.size(); ++i) {
+    const int32_t id = spec.prompt[i];
+    if (id < 0 || static_cast<uint32_t>(id) >= limits.vocab_size) {
+      return Status::invalid("prompt: token id " + std::to_string(id) + " at position " + str(i) +
+                             " is outside the vocabulary of " + str(limits.vocab_size));
+    }
+  }
+  const std::string prompt = "prompt of " + str(spec.prompt.size()) + " tokens" +
+                             (spec.chat ? " (the messages rendered with the chat template)" : "");
+  if (spec.prompt.size() >= limits.context_length) {
+    return Status::invalid(prompt + " does not fit the context length " + str(limits.context_length) +
+                           " (it must leave room for one generated token)");
+  }
+  if (spec.prompt.size() + spec.max_tokens > limits.context_length) {
+    return Status::invalid("max_tokens " + str(spec.max_tokens) + " with a " + prompt + " exceeds the context length " +
+                           str(limits.context_length));
+  }
+  return Status::ok();
+}
+
+Result<RequestSpec> admit(const v1::Submit& submit, const PromptRenderer& renderer, const AdmissionLimits& limits) {
+  auto spec = admit_fields(submit, limits);
+  if (!spec) return spec.status();
+  if (spec->prompt_input) {
+    auto ids = renderer.render(*spec->prompt_input);
+    if (!ids) return ids.status();
+    spec->prompt = std::move(ids).value();
+  }
+  TANDEM_RETURN_IF_ERROR(admit_prompt_ids(*spec, limits));
+  return spec;
+}
+
+Result<RequestSpec> admit(const v1::Submit& submit, const model::Tokenizer& tokenizer, const AdmissionLimits& limits) {
+  return admit(submit, PromptRenderer(tokenizer, std::nullopt), limits);
 }
 
 }  // namespace tandem::scheduler

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "model/sampling_params.h"
 #include "model/tokenizer.h"
 #include "runtime/status.h"
+#include "scheduler/prompt.h"
 
 namespace tandem::scheduler {
 
@@ -22,7 +24,9 @@ struct AdmissionLimits {
 // A validated request, in native types. Everything the scheduler needs and nothing else.
 struct RequestSpec {
   std::string id;
-  std::vector<int32_t> prompt;  // tokenized; BOS included when asked
+  std::vector<int32_t> prompt;              // tokenized; BOS included when asked
+  std::optional<PromptInput> prompt_input;  // text or a conversation still to tokenize (then prompt is empty)
+  bool chat = false;                        // the prompt is a conversation (errors say so)
   model::SamplingParams sampling;
   uint32_t max_tokens = 0;  // >= 1, and prompt.size() + max_tokens <= context_length
   std::vector<std::vector<int32_t>> stop_token_sequences;
@@ -55,6 +59,18 @@ struct RequestSpec {
 // model::from_proto (runtime/sampling_proto.h: top_p 0 and repetition_penalty 0 mean "unset",
 // 1; every other field as is).
 // Everything else is copied as is; note proto3's `stream` defaults to false.
+// A conversation (`chat`) is rendered with the renderer's template; the errors are
+// PromptRenderer::render's, and a rendered prompt too long for the context says so.
+Result<RequestSpec> admit(const v1::Submit& submit, const PromptRenderer& renderer, const AdmissionLimits& limits);
 Result<RequestSpec> admit(const v1::Submit& submit, const model::Tokenizer& tokenizer, const AdmissionLimits& limits);
+
+// admit() in two parts, for a scheduler that tokenizes off its planning thread:
+// admit_fields checks everything but the prompt's length (request_id, the prompt's presence
+// and byte size, max_tokens >= 1, sampling, stops) and leaves text or a conversation in
+// spec.prompt_input, token ids in spec.prompt (checked against the vocabulary);
+// admit_prompt_ids then checks the ids against the vocabulary and the context length with
+// max_tokens, once the prompt is tokenized.
+Result<RequestSpec> admit_fields(const v1::Submit& submit, const AdmissionLimits& limits);
+[[nodiscard]] Status admit_prompt_ids(const RequestSpec& spec, const AdmissionLimits& limits);
 
 }  // namespace tandem::scheduler

@@ -45,6 +45,7 @@ struct Core::Request {
   uint32_t cached_prompt = 0;  // prompt tokens served from the cache at the first placement
   bool placed_once = false;
   bool queued = false;
+  uint64_t prompt_job = 0;  // > 0 while its prompt is being made into ids (Core::tokenizing_)
   uint64_t order = 0;
   int64_t arrival_us = 0, scheduled_us = -1, first_token_us = -1, deadline_us = 0;
   StopTokenMatcher stop_tokens;
@@ -105,7 +106,10 @@ v1::RequestEvents& set_refusal(v1::RequestEvents& out, const std::string& reques
 }
 
 Core::Core(SchedulerConfig config, model::ModelConfig model, const model::Tokenizer& tokenizer, Sink& sink)
-    : config_(config), model_(model), tokenizer_(tokenizer), sink_(sink) {
+    : Core(config, model, PromptRenderer(tokenizer, std::nullopt), sink) {}
+
+Core::Core(SchedulerConfig config, model::ModelConfig model, PromptRenderer renderer, Sink& sink)
+    : config_(config), model_(model), renderer_(std::move(renderer)), sink_(sink) {
   limits_.context_length = model_.context_length;
   limits_.vocab_size = model_.vocab_size;
 }
@@ -215,31 +219,41 @@ void Core::reject(const std::string& client, const std::string& request_id, v1::
   sink_.send_events(client, set_refusal(ev, request_id, code, message));
 }
 
+bool Core::refuse_unservable(const std::string& client, const std::string& k, const RequestSpec& spec) {
+  if (requests_.count(k)) {
+    reject(client, spec.id, v1::ERROR_CODE_INVALID_ARGUMENT,
+           "request_id: '" + spec.id + "' is already in use by a live request of this client");
+  } else if (queued() >= config_.max_queue) {
+    reject(client, spec.id, v1::ERROR_CODE_OVERLOADED,
+           "the waiting queue is full (" + std::to_string(config_.max_queue) + " requests); retry later");
+  } else if (workers_.empty()) {
+    reject(client, spec.id, v1::ERROR_CODE_UNAVAILABLE, "no worker is registered");
+  } else if (!ready()) {
+    reject(client, spec.id, v1::ERROR_CODE_UNAVAILABLE, unready_reason());
+  } else {
+    return false;
+  }
+  return true;
+}
+
+std::string Core::exceeds_kv(const RequestSpec& spec) const {
+  uint32_t largest = 0;
+  for (const auto& [id, w] : workers_)
+    if (w->role != Role::kPrefill) largest = std::max(largest, w->pool.total() * w->block_tokens);
+  const uint32_t need = static_cast<uint32_t>(spec.prompt.size()) + spec.max_tokens;
+  if (need <= largest) return "";
+  return "prompt + max_tokens = " + std::to_string(need) + " tokens exceeds the KV cache of the largest worker (" +
+         std::to_string(largest) + " tokens)";
+}
+
 void Core::submit(const std::string& client, const v1::Submit& submit, int64_t now_us) {
-  auto spec = admit(submit, tokenizer_, limits_);
+  auto spec = admit_fields(submit, limits_);
   if (!spec) {
     reject(client, submit.request_id(), v1::ERROR_CODE_INVALID_ARGUMENT, spec.status().message());
     return;
   }
   const std::string k = key(client, spec->id);
-  if (requests_.count(k)) {
-    reject(client, spec->id, v1::ERROR_CODE_INVALID_ARGUMENT,
-           "request_id: '" + spec->id + "' is already in use by a live request of this client");
-    return;
-  }
-  if (queue_.size() >= config_.max_queue) {
-    reject(client, spec->id, v1::ERROR_CODE_OVERLOADED,
-           "the waiting queue is full (" + std::to_string(config_.max_queue) + " requests); retry later");
-    return;
-  }
-  if (workers_.empty()) {
-    reject(client, spec->id, v1::ERROR_CODE_UNAVAILABLE, "no worker is registered");
-    return;
-  }
-  if (!ready()) {
-    reject(client, spec->id, v1::ERROR_CODE_UNAVAILABLE, unready_reason());
-    return;
-  }
+  if (refuse_unservable(client, k, *spec)) return;
   auto stop_tokens = StopTokenMatcher::build(spec->stop_token_sequences);
   auto stop_strings = StopStringMatcher::build(spec->stop_strings, spec->include_stop_string);
   if (!stop_tokens || !stop_strings) {
@@ -247,34 +261,69 @@ void Core::submit(const std::string& client, const v1::Submit& submit, int64_t n
     reject(client, spec->id, v1::ERROR_CODE_INVALID_ARGUMENT, st.message());
     return;
   }
-  // Every sequence must fit one worker's pool, or it could never run.
-  uint32_t largest = 0;
-  for (const auto& [id, w] : workers_)
-    if (w->role != Role::kPrefill) largest = std::max(largest, w->pool.total() * w->block_tokens);
-  const uint32_t need = static_cast<uint32_t>(spec->prompt.size()) + spec->max_tokens;
-  if (need > largest) {
-    reject(client, spec->id, v1::ERROR_CODE_INVALID_ARGUMENT,
-           "prompt + max_tokens = " + std::to_string(need) + " tokens exceeds the KV cache of the largest worker (" +
-               std::to_string(largest) + " tokens)");
-    return;
+  if (std::optional<PromptInput>& in = spec->prompt_input) {
+    // Long text and conversations are made into ids off this thread; the request waits live.
+    if ((in->chat || in->text.size() > config_.inline_prompt_bytes) && sink_.renders_async()) {
+      const uint64_t job = next_prompt_job_++;
+      sink_.render_async(job, std::move(*in));
+      in.reset();
+      Request& r = add_request(client, k, std::move(spec.value()), now_us);
+      r.stop_tokens = std::move(stop_tokens.value());
+      r.stop_strings = std::move(stop_strings.value());
+      r.prompt_job = job;
+      tokenizing_[job] = &r;
+      return;
+    }
+    auto ids = renderer_.render(*in);
+    if (!ids) return reject(client, spec->id, v1::ERROR_CODE_INVALID_ARGUMENT, ids.status().message());
+    spec->prompt = std::move(ids).value();
   }
+  Status st = admit_prompt_ids(*spec, limits_);
+  if (!st) return reject(client, spec->id, v1::ERROR_CODE_INVALID_ARGUMENT, st.message());
+  // Every sequence must fit one worker's pool, or it could never run.
+  if (const std::string too_big = exceeds_kv(*spec); !too_big.empty())
+    return reject(client, spec->id, v1::ERROR_CODE_INVALID_ARGUMENT, too_big);
+  Request& r = add_request(client, k, std::move(spec.value()), now_us);
+  r.stop_tokens = std::move(stop_tokens.value());
+  r.stop_strings = std::move(stop_strings.value());
+  begin(r);
+}
 
-  auto r = std::make_unique<Request>(tokenizer_);
+void Core::on_prompt(uint64_t job, Result<std::vector<int32_t>> ids, int64_t now_us) {
+  auto it = tokenizing_.find(job);
+  if (it == tokenizing_.end()) return;  // its request ended while its prompt was tokenized
+  Request& r = *it->second;
+  tokenizing_.erase(it);
+  r.prompt_job = 0;
+  if (!ids) return finish(r, v1::FINISH_REASON_ERROR, v1::ERROR_CODE_INVALID_ARGUMENT, ids.status().message(), now_us);
+  r.spec.prompt = std::move(ids).value();
+  std::string error;
+  if (Status st = admit_prompt_ids(r.spec, limits_); !st) error = st.message();
+  if (error.empty()) error = exceeds_kv(r.spec);
+  if (!error.empty()) return finish(r, v1::FINISH_REASON_ERROR, v1::ERROR_CODE_INVALID_ARGUMENT, error, now_us);
+  if (!ready()) return finish(r, v1::FINISH_REASON_ERROR, v1::ERROR_CODE_UNAVAILABLE, unready_reason(), now_us);
+  begin(r);
+}
+
+Core::Request& Core::add_request(const std::string& client, const std::string& k, RequestSpec spec, int64_t now_us) {
+  auto r = std::make_unique<Request>(renderer_.tokenizer());
   r->client = client;
   r->key = k;
-  r->spec = std::move(spec.value());
-  r->tokens = r->spec.prompt;
-  r->tokens.reserve(r->tokens.size() + r->spec.max_tokens);
-  r->prompt_len = static_cast<uint32_t>(r->tokens.size());
+  r->spec = std::move(spec);
   r->arrival_us = now_us;
   r->deadline_us = r->spec.timeout_ms ? now_us + int64_t{r->spec.timeout_ms} * 1000 : 0;
-  r->stop_tokens = std::move(stop_tokens.value());
-  r->stop_strings = std::move(stop_strings.value());
   r->order = stats_.requests++;
   r->held.set_request_id(r->spec.id);
-  Request* raw = r.get();
+  Request& raw = *r;
   requests_[k] = std::move(r);
-  enqueue(*raw);
+  return raw;
+}
+
+void Core::begin(Request& r) {
+  r.tokens = r.spec.prompt;
+  r.tokens.reserve(r.tokens.size() + r.spec.max_tokens);
+  r.prompt_len = static_cast<uint32_t>(r.tokens.size());
+  enqueue(r);
 }
 
 void Core::cancel(const std::string& client, const std::string& request_id, int64_t now_us) {
@@ -355,6 +404,10 @@ void Core::finish(Request& r, v1::FinishReason reason, v1::ErrorCode code, const
   if (r.queued) {
     queue_.erase(std::find(queue_.begin(), queue_.end(), &r));
     r.queued = false;
+  }
+  if (r.prompt_job) {
+    tokenizing_.erase(r.prompt_job);  // its ids, if they still come, are ignored
+    sink_.cancel_render(r.prompt_job);
   }
   detach(r);
   v1::RequestEvents* out = carry;
@@ -659,7 +712,7 @@ void Core::accept_token(Request& r, const v1::SeqResult& s, int64_t now_us) {
   ev->set_text(r.emit);
 
   const bool stop_tokens = !r.stop_tokens.empty() && r.stop_tokens.feed(token) > 0;
-  const bool eos = tokenizer_.is_eog(token) && !r.spec.ignore_eos;  // eos, eot, eom, <|im_end|>, ...
+  const bool eos = renderer_.tokenizer().is_eog(token) && !r.spec.ignore_eos;  // eos, eot, eom, <|im_end|>, ...
   if (stop_string || stop_tokens || eos) {
     finish(r, v1::FINISH_REASON_STOP, v1::ERROR_CODE_UNSPECIFIED, "", now_us, out);
   } else if (r.generated >= r.spec.max_tokens || r.tokens.size() >= model_.context_length) {

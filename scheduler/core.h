@@ -18,6 +18,7 @@
 #include "runtime/role.h"
 #include "scheduler/admission.h"
 #include "scheduler/block_pool.h"
+#include "scheduler/prompt.h"
 #include "scheduler/stops.h"
 #include "tandem/v1/client.pb.h"
 #include "tandem/v1/worker.pb.h"
@@ -38,6 +39,10 @@ struct SchedulerConfig {
   bool prefix_cache = true;
   uint32_t cache_balance_slack = 8;
   BlockHash block_hash = xxh3_block_hash;  // tests force collisions through it
+  // Text prompts up to this many bytes are tokenized at once, on the planning thread (a few
+  // tens of microseconds); longer ones and every conversation go to the Sink's prompt threads
+  // when it has them (Sink::renders_async).
+  uint32_t inline_prompt_bytes = 512;
 };
 
 using runtime::Role;  // what a worker does (runtime/role.h)
@@ -69,6 +74,13 @@ class Sink {
   virtual void send_events(const std::string& client, const v1::RequestEvents& events) = 0;
   // KvExpect to a decode worker, KvSend to a prefill worker (the version is the actor's).
   virtual void send_command(uint32_t worker_id, const v1::SchedulerCommand& command) = 0;
+  // Prompts made into ids off the planning thread: when renders_async(), render_async hands a
+  // prompt over and the Sink's owner calls Core::on_prompt(job, ids) later, once per job (a
+  // job whose request ended meanwhile is ignored there). Otherwise the core renders inline.
+  virtual bool renders_async() const { return false; }
+  virtual void render_async(uint64_t /*job*/, PromptInput /*input*/) {}
+  // The request of `job` ended before its ids came: the work may be dropped if not started.
+  virtual void cancel_render(uint64_t /*job*/) {}
 };
 
 struct WorkerStats {
@@ -97,6 +109,8 @@ struct CoreStats {
 class Core {
  public:
   Core(SchedulerConfig config, model::ModelConfig model, const model::Tokenizer& tokenizer, Sink& sink);
+  // With the model's chat template: requests may carry messages.
+  Core(SchedulerConfig config, model::ModelConfig model, PromptRenderer renderer, Sink& sink);
   ~Core();
 
   // Workers. A removed worker's requests are placed again (recomputed) on the others, or
@@ -109,7 +123,12 @@ class Core {
   bool has_worker(uint32_t worker_id) const { return workers_.count(worker_id) > 0; }
 
   // Client traffic. Invalid or unplaceable requests get their final error event at once.
+  // A request whose prompt is text or messages may wait for its ids (Sink::render_async): it is
+  // live meanwhile (cancel, client_gone, cancel_all and deadlines end it with its one final
+  // event), and admission's prompt checks run when on_prompt brings them.
   void submit(const std::string& client, const v1::Submit& submit, int64_t now_us);
+  // The ids of prompt job `job` (or why it has none). Ignored when its request has ended.
+  void on_prompt(uint64_t job, Result<std::vector<int32_t>> ids, int64_t now_us);
   void cancel(const std::string& client, const std::string& request_id, int64_t now_us);
   // The client went silent or away: every request of it is cancelled.
   void client_gone(const std::string& client, int64_t now_us,
@@ -126,7 +145,8 @@ class Core {
   void tick(int64_t now_us);
 
   const CoreStats& stats() const { return stats_; }
-  uint32_t queued() const { return static_cast<uint32_t>(queue_.size()); }
+  // Waiting requests, those whose prompt is being tokenized included.
+  uint32_t queued() const { return static_cast<uint32_t>(queue_.size() + tokenizing_.size()); }
   uint32_t running() const;
   // Per worker: total and free blocks, running sequences.
   struct WorkerView {
@@ -139,7 +159,7 @@ class Core {
   std::vector<WorkerView> workers() const;
   // Every request of this client that has not had its final event.
   uint32_t live_requests(const std::string& client) const;
-  bool idle() const { return queue_.empty() && running() == 0; }
+  bool idle() const { return queue_.empty() && tokenizing_.empty() && running() == 0; }
   // A request can be served: some worker takes prompts and some worker decodes.
   bool ready() const;
   std::string unready_reason() const;  // why not ready(), for error events
@@ -163,6 +183,13 @@ class Core {
   void finish(Request& r, v1::FinishReason reason, v1::ErrorCode code, const std::string& message, int64_t now_us,
               v1::RequestEvents* carry = nullptr);
   void reject(const std::string& client, const std::string& request_id, v1::ErrorCode code, const std::string& message);
+  // Refuses (with its final event) a request that cannot be taken now: a duplicate id, a full
+  // queue, no worker that takes prompts. True when refused.
+  bool refuse_unservable(const std::string& client, const std::string& k, const RequestSpec& spec);
+  // Why a sequence of this spec could never run: it exceeds every worker's KV ("" when it fits).
+  std::string exceeds_kv(const RequestSpec& spec) const;
+  Request& add_request(const std::string& client, const std::string& k, RequestSpec spec, int64_t now_us);
+  void begin(Request& r);  // its prompt known and admitted: into the queue
   void accept_token(Request& r, const v1::SeqResult& s, int64_t now_us);
   void requeue(Request& r);
   void enqueue(Request& r);
@@ -172,12 +199,14 @@ class Core {
 
   SchedulerConfig config_;
   model::ModelConfig model_;
-  const model::Tokenizer& tokenizer_;
+  PromptRenderer renderer_;
   AdmissionLimits limits_;
   Sink& sink_;
   CoreStats stats_;
   uint64_t next_seq_ = 1;
   uint64_t next_transfer_ = 1;
+  uint64_t next_prompt_job_ = 1;
+  std::unordered_map<uint64_t, Request*> tokenizing_;  // by prompt job: its ids are being made
   uint32_t decode_workers_ = 0;
   std::vector<Request*> handoffs_waiting_;  // prefill done, no decode worker with room yet
   std::map<uint32_t, std::unique_ptr<Worker>> workers_;

@@ -81,6 +81,7 @@ void fill_status_reply(const Core& core, const ActorStatus& actor, v1::StatusRep
   out.set_draining(actor.draining);
   out.set_tokens_per_s_last_minute(double(cs.tokens - actor.minute_ago.tokens) / 60.0);
   out.set_requests_finished_last_minute(cs.finished - actor.minute_ago.finished);
+  out.set_planning_stalls(actor.planning_stalls);
 }
 
 }  // namespace tandem::scheduler

@@ -37,6 +37,7 @@ struct ActorStatus {
   uint64_t query_id = 0;  // the StatusQuery's, echoed so the client can match the reply to its query
   int64_t now_us = 0;
   int64_t scheduler_cpu_us = 0;  // the actor's thread CPU time in its handlers, over all steps
+  uint64_t planning_stalls = 0;  // handler turns over kPlanningStallUs of that CPU time
   bool draining = false;
   LastMinute::Totals minute_ago{0, 0};
   // The peer behind a core worker id, or nullopt when the actor has none for it.

@@ -38,14 +38,14 @@ fi
 # go to files (a killed worker cannot fail a test by its exit code); any file fails the stage.
 # libzmq is not instrumented: see tests/tsan.supp.
 echo "=== tests: tsan build (build/tsan), threaded units and actor processes"
-tsan_targets="event_loop_test client_test core_test engine_test tandem tandem-worker serve_test disagg_test hardening_test prefix_cache_test"
+tsan_targets="event_loop_test client_test core_test engine_test tandem tandem-worker serve_test disagg_test hardening_test prefix_cache_test prompt_pool_test"
 tsan_reports=$PWD/build/tsan-reports
 rm -rf "$tsan_reports" && mkdir -p "$tsan_reports"
 if cmake -S . -B build/tsan "${sanitize_flags[@]}" -DTANDEM_TSAN=ON >/dev/null &&
    cmake --build build/tsan -j"$jobs" --target $tsan_targets >build/tsan.log 2>&1; then
   (cd build/tsan && TSAN_OPTIONS="suppressions=$PWD/../../tests/tsan.supp log_path=$tsan_reports/tsan" \
      ctest -j"$jobs" --timeout 900 \
-     -R '^(EventLoop|Client|Core|Engine|BatchInvariance|Backends|Files|Presets|Serve|Disagg|Hardening|PrefixCacheServe)\.' \
+     -R '^(EventLoop|Client|Core|Engine|BatchInvariance|Backends|Files|Presets|Serve|Disagg|Hardening|PrefixCacheServe|PromptPool)\.' \
      -E 'SmallIsNotDegenerate|ThroughASegfault') || status=1
   # (ThroughASegfault sends a worker SIGSEGV on purpose: TSan reports that as a crash.)
   if [ -n "$(ls -A "$tsan_reports")" ]; then

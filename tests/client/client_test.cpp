@@ -570,6 +570,84 @@ TEST(Client, DestroyingTheClientEndsItsStreams) {
   stream->cancel();  // harmless after the client is gone
 }
 
+TEST(Client, MessagesGoOnTheWireAsAChat) {
+  FakeScheduler fake;
+  auto client = connect(fake);
+  GenerateRequest r = request("chat");
+  r.messages = {ChatMessage{"system", "be brief"}, ChatMessage{"assistant", std::nullopt, "", "", "[{\"id\":\"c1\"}]"},
+                ChatMessage{"tool", "42", "calc", "c1"}};
+  r.tools_json = "[]";
+  r.add_generation_prompt = false;
+  auto stream = client->generate(r);
+  auto got = fake.recv();
+  ASSERT_TRUE(got && got->msg.has_submit());
+  const v1::Submit& s = got->msg.submit();
+  ASSERT_TRUE(s.has_chat()) << "messages take precedence over prompt_text";
+  ASSERT_EQ(s.chat().messages_size(), 3);
+  EXPECT_EQ(s.chat().messages(0).role(), "system");
+  EXPECT_EQ(s.chat().messages(0).content(), "be brief");
+  EXPECT_FALSE(s.chat().messages(1).has_content());  // None, not ""
+  EXPECT_EQ(s.chat().messages(1).tool_calls_json(), "[{\"id\":\"c1\"}]");
+  EXPECT_EQ(s.chat().messages(2).name(), "calc");
+  EXPECT_EQ(s.chat().messages(2).tool_call_id(), "c1");
+  EXPECT_EQ(s.chat().tools_json(), "[]");
+  EXPECT_TRUE(s.chat().no_generation_prompt());
+  fake.events(got->identity, "chat", {}, v1::FINISH_REASON_STOP);
+  EXPECT_EQ(drain(*stream).size(), 1u);
+}
+
+TEST(Client, TokenizeAndCountTokensRoundTrip) {
+  FakeScheduler fake;
+  auto client = connect(fake);
+  std::thread scheduler([&] {
+    for (int i = 0; i < 3; ++i) {
+      auto got = fake.recv();
+      ASSERT_TRUE(got && got->msg.has_tokenize());
+      const v1::TokenizeQuery& q = got->msg.tokenize();
+      v1::SchedulerReply r;
+      v1::TokenizeReply* t = r.mutable_tokenized();
+      t->set_query_id(q.query_id());
+      if (q.has_chat()) {  // the third: refused
+        t->set_error_code(v1::ERROR_CODE_INVALID_ARGUMENT);
+        t->set_error_message("messages[0]: unknown role 'asistant'");
+      } else {
+        EXPECT_EQ(q.text(), "hello");
+        EXPECT_TRUE(q.no_bos());
+        t->set_count(3);
+        if (!q.count_only())
+          for (int32_t id : {7, 8, 9}) t->add_ids(id);
+      }
+      fake.send(got->identity, r);
+    }
+  });
+  TokenizeRequest t;
+  t.text = "hello";
+  t.no_bos = true;
+  auto ids = client->tokenize(t);
+  ASSERT_TRUE(ids) << ids.status().to_string();
+  EXPECT_EQ(*ids, (std::vector<int32_t>{7, 8, 9}));
+  auto n = client->count_tokens(t);
+  ASSERT_TRUE(n) << n.status().to_string();
+  EXPECT_EQ(*n, 3u);
+  t.messages = {ChatMessage{"asistant", "x"}};
+  auto refused = client->tokenize(t);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(refused.status().message(), "messages[0]: unknown role 'asistant'");
+  scheduler.join();
+}
+
+TEST(Client, TokenizeWithoutAReplyIsUnavailableAtItsTimeout) {
+  FakeScheduler fake;
+  auto client = connect(fake);
+  TokenizeRequest t;
+  t.text = "hello";
+  auto r = client->count_tokens(t, 200ms);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.status().code(), Code::kUnavailable);
+  EXPECT_NE(r.status().message().find("no tokenize reply"), std::string::npos) << r.status().message();
+}
+
 TEST(Client, StatusRoundTrip) {
   FakeScheduler fake;
   auto client = connect(fake);
@@ -919,6 +997,7 @@ TEST(StatusCommand, JsonGolden) {
   s->set_draining(true);
   s->set_tokens_per_s_last_minute(1e-9);
   s->set_requests_finished_last_minute(17);
+  s->set_planning_stalls(3);
   s->set_query_id(got->msg.status().query_id());
   v1::WorkerStatus* w = s->add_workers();
   w->set_worker_id(7);
@@ -942,21 +1021,22 @@ TEST(StatusCommand, JsonGolden) {
   fake.send(got->identity, r);
   std::string out;
   EXPECT_EQ(finish(child, out), 0);
-  EXPECT_EQ(out,
-            "{\"ready\":true,\"queued\":2,\"running\":3,\"requests_total\":18446744073709551615,"
-            "\"requests_finished\":9007199254740993,\"tokens_generated\":1234,\"steps\":99,"
-            "\"scheduler_cpu_ms_per_step\":0.1234568,\"max_step_decode\":8,\"max_step_prefill_tokens\":512,"
-            "\"decode_stalls\":4,\"preemptions\":5,\"handoffs\":6,\"handoff_bytes\":7340032,\"handoff_failures\":1,"
-            "\"handoff_ms_mean\":1.5,\"handoff_ms_p99\":1.234568e+07,\"prompt_tokens\":1000,"
-            "\"cached_prompt_tokens\":250,\"prefix_hit_rate\":0.25,\"draining\":true,"
-            "\"tokens_per_s_last_minute\":1e-09,\"requests_finished_last_minute\":17,\"workers\":["
-            "{\"id\":7,\"role\":\"prefill\",\"pid\":4242,\"alive\":true,\"kv_blocks_total\":100,\"kv_blocks_free\":40,"
-            "\"kv_blocks_cached\":9,\"kv_evictions\":10,\"running\":3,\"steps\":98,\"tokens\":4294967296,"
-            "\"idle_share\":0.3333333,\"last_heard_ms\":321,\"weight_bytes\":134217728,"
-            "\"kv_bytes\":18446744073709551615},"
-            "{\"id\":0,\"role\":\"\",\"pid\":0,\"alive\":false,\"kv_blocks_total\":0,\"kv_blocks_free\":0,"
-            "\"kv_blocks_cached\":0,\"kv_evictions\":0,\"running\":0,\"steps\":0,\"tokens\":0,"
-            "\"idle_share\":0,\"last_heard_ms\":0,\"weight_bytes\":0,\"kv_bytes\":0}]}\n");
+  EXPECT_EQ(
+      out,
+      "{\"ready\":true,\"queued\":2,\"running\":3,\"requests_total\":18446744073709551615,"
+      "\"requests_finished\":9007199254740993,\"tokens_generated\":1234,\"steps\":99,"
+      "\"scheduler_cpu_ms_per_step\":0.1234568,\"max_step_decode\":8,\"max_step_prefill_tokens\":512,"
+      "\"decode_stalls\":4,\"preemptions\":5,\"handoffs\":6,\"handoff_bytes\":7340032,\"handoff_failures\":1,"
+      "\"handoff_ms_mean\":1.5,\"handoff_ms_p99\":1.234568e+07,\"prompt_tokens\":1000,"
+      "\"cached_prompt_tokens\":250,\"prefix_hit_rate\":0.25,\"draining\":true,"
+      "\"tokens_per_s_last_minute\":1e-09,\"requests_finished_last_minute\":17,\"planning_stalls\":3,\"workers\":["
+      "{\"id\":7,\"role\":\"prefill\",\"pid\":4242,\"alive\":true,\"kv_blocks_total\":100,\"kv_blocks_free\":40,"
+      "\"kv_blocks_cached\":9,\"kv_evictions\":10,\"running\":3,\"steps\":98,\"tokens\":4294967296,"
+      "\"idle_share\":0.3333333,\"last_heard_ms\":321,\"weight_bytes\":134217728,"
+      "\"kv_bytes\":18446744073709551615},"
+      "{\"id\":0,\"role\":\"\",\"pid\":0,\"alive\":false,\"kv_blocks_total\":0,\"kv_blocks_free\":0,"
+      "\"kv_blocks_cached\":0,\"kv_evictions\":0,\"running\":0,\"steps\":0,\"tokens\":0,"
+      "\"idle_share\":0,\"last_heard_ms\":0,\"weight_bytes\":0,\"kv_bytes\":0}]}\n");
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tandem/client.h"
@@ -42,8 +43,15 @@ class ClientDeployment : public Deployment {
 
 struct Collected {
   std::vector<int32_t> tokens;
+  std::vector<std::string> texts;  // each token's text
   FinalEvent fin;
   int finals = 0;
+  // The stream's text: every token's, then the final event's held-back bytes.
+  std::string text() const {
+    std::string all;
+    for (const auto& t : texts) all += t;
+    return all + fin.text;
+  }
 };
 
 inline Collected collect(Stream& s, std::chrono::milliseconds limit = 60s) {
@@ -58,6 +66,7 @@ inline Collected collect(Stream& s, std::chrono::milliseconds limit = 60s) {
       break;
     }
     c.tokens.push_back(ev->token.id);
+    c.texts.push_back(ev->token.text);
   }
   return c;
 }

@@ -349,5 +349,71 @@ TEST(Admission, AdmittedStopsBuild) {
   EXPECT_TRUE(StopStringMatcher::build(r->stop_strings, r->include_stop_string).is_ok());
 }
 
+// Conversations: rendered with the renderer's chat template, errors naming the problem.
+constexpr const char* kChatMl =
+    "{{ bos_token }}{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+v1::Submit chat_submit(std::initializer_list<std::pair<const char*, const char*>> messages) {
+  v1::Submit s;
+  s.set_request_id("r-chat");
+  s.set_max_tokens(4);
+  for (const auto& [role, content] : messages) {
+    v1::ChatMessage* m = s.mutable_chat()->add_messages();
+    m->set_role(role);
+    m->set_content(content);
+  }
+  return s;
+}
+
+std::string chat_error(const v1::Submit& s, const PromptRenderer& renderer, const AdmissionLimits& l = limits()) {
+  auto r = admit(s, renderer, l);
+  if (r.is_ok()) return "(admitted)";
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << r.status().to_string();
+  return r.status().message();
+}
+
+TEST(Admission, MessagesAreRenderedWithTheChatTemplate) {
+  const PromptRenderer renderer(tiny(), kChatMl);
+  auto r = admit(chat_submit({{"system", "be brief"}, {"user", "hi"}}), renderer, limits());
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  // The template writes bos_token ("<s>"): BOS appears once, as the token, not as text.
+  const std::string text =
+      "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n"
+      "<|im_start|>assistant\n";
+  std::vector<int32_t> want = {tiny().bos_id()};
+  const auto body = tiny().encode(text, false).value();
+  want.insert(want.end(), body.begin(), body.end());
+  EXPECT_EQ(r->prompt, want);
+  EXPECT_TRUE(r->chat);
+}
+
+TEST(Admission, MessagesErrorsNameTheProblem) {
+  const PromptRenderer with(tiny(), kChatMl), without(tiny(), std::nullopt);
+  EXPECT_EQ(chat_error(chat_submit({{"user", "hi"}}), without),
+            "messages: the model has no chat template (tokenizer.chat_template)");
+  EXPECT_TRUE(Contains(chat_error(chat_submit({{"user", "hi"}}), PromptRenderer(tiny(), "{% if %}")),
+                       "messages: the model's chat template does not parse"));
+  EXPECT_TRUE(Contains(chat_error(chat_submit({{"user", "hi"}, {"asistant", "x"}}), with),
+                       "messages[1]: unknown role 'asistant'"));
+  const PromptRenderer raising(tiny(), "{{ raise_exception('System role not supported') }}");
+  EXPECT_EQ(chat_error(chat_submit({{"system", "x"}}), raising), "messages: chat template: System role not supported");
+  v1::Submit empty;
+  empty.set_request_id("r");
+  empty.set_max_tokens(1);
+  empty.mutable_chat();
+  EXPECT_EQ(chat_error(empty, with), "messages: empty");
+  v1::Submit calls = chat_submit({{"assistant", ""}});
+  calls.mutable_chat()->mutable_messages(0)->set_tool_calls_json("{\"not\": \"a list\"}");
+  EXPECT_EQ(chat_error(calls, with), "messages[0].tool_calls_json: not a JSON array");
+  v1::Submit tools = chat_submit({{"user", "x"}});
+  tools.mutable_chat()->set_tools_json("[1,");
+  EXPECT_TRUE(Contains(chat_error(tools, with), "tools_json: "));
+  // Too long once rendered: the template's own text counts.
+  const std::string long_text(500, 'a');
+  EXPECT_TRUE(Contains(chat_error(chat_submit({{"user", long_text.c_str()}}), with),
+                       "tokens (the messages rendered with the chat template) does not fit the context length 512"));
+}
+
 }  // namespace
 }  // namespace tandem::scheduler

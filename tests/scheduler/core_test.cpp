@@ -757,5 +757,123 @@ TEST(CoreSplit, TailBlocksAreAllocatedSentAndFreedWithTheSequence) {
       if (s.start_pos() > 0) EXPECT_EQ(s.tail_blocks_size(), 0);
 }
 
+// A Sink with prompt threads: prompts handed over wait in `jobs` until the test answers them.
+struct AsyncRecorder : Recorder {
+  std::vector<std::pair<uint64_t, PromptInput>> jobs;
+  bool renders_async() const override { return true; }
+  void render_async(uint64_t job, PromptInput input) override { jobs.emplace_back(job, std::move(input)); }
+  std::set<uint64_t> cancelled;
+  void cancel_render(uint64_t job) override { cancelled.insert(job); }
+};
+
+struct AsyncHarness {
+  Harness tiny;  // the tiny model's config and vocabulary (its own core is not used)
+  AsyncRecorder rec;
+  std::unique_ptr<Core> core;
+  int64_t now = 1'000'000;
+  AsyncHarness() {
+    SchedulerConfig sc;
+    sc.inline_prompt_bytes = 200;
+    core = std::make_unique<Core>(sc, tiny.config, renderer(), rec);
+    core->add_worker(1, 64, 16, now);
+  }
+  PromptRenderer renderer() const { return PromptRenderer(tiny.tokenizer, "{{ messages[0]['content'] }}"); }
+  v1::Submit text(const std::string& id, size_t bytes) {
+    v1::Submit s;
+    s.set_request_id(id);
+    s.set_text(std::string(bytes, 'x'));
+    s.set_max_tokens(4);
+    s.set_ignore_eos(true);
+    s.set_stream(true);
+    return s;
+  }
+  // Answers prompt job i as the pool would: rendered with the same renderer.
+  void render(size_t i) {
+    core->on_prompt(rec.jobs[i].first, renderer().render(rec.jobs[i].second), now);
+    core->tick(now);
+  }
+};
+
+TEST(CorePrompts, LongTextIsTokenizedOffThePlanningThreadThenRuns) {
+  AsyncHarness h;
+  h.core->submit("c", h.text("short", 100), h.now);  // short text: tokenized inline, planned at once
+  h.core->submit("c", h.text("long", 400), h.now);
+  h.core->tick(h.now);
+  ASSERT_EQ(h.rec.jobs.size(), 1u);
+  EXPECT_EQ(h.rec.jobs[0].second.text.size(), 400u);
+  EXPECT_EQ(h.core->queued(), 1u);  // "long" waits for its ids, counted as waiting
+  EXPECT_EQ(h.core->live_requests("c"), 2u);
+  EXPECT_FALSE(h.core->idle());
+  h.render(0);
+  for (int i = 0; i < 1000 && !h.rec.plans[1].empty(); ++i) {
+    v1::StepPlan plan = h.rec.plans[1].front();
+    h.rec.plans[1].pop_front();
+    v1::StepResult res;
+    res.set_step_id(plan.step_id());
+    for (const auto& sp : plan.seqs()) {
+      if (!sp.sample()) continue;
+      v1::SeqResult* r = res.add_seqs();
+      r->set_seq_id(sp.seq_id());
+      r->set_token(5);
+    }
+    h.now += 1000;
+    h.core->on_result(1, res, h.now);
+    h.core->tick(h.now);
+  }
+  EXPECT_EQ(h.rec.finals["long"].finish_reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(h.rec.finals["long"].usage().prompt_tokens(), 401u);  // BOS + one token per byte
+  EXPECT_EQ(h.rec.finals["short"].finish_reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_TRUE(h.core->idle());
+}
+
+TEST(CorePrompts, EveryRequestWaitingForItsIdsEndsWithExactlyOneFinalEvent) {
+  AsyncHarness h;
+  h.core->submit("c", h.text("cancelled", 1000), h.now);
+  h.core->submit("c", h.text("too-long", 600), h.now);  // 601 tokens: beyond the context of 512
+  v1::Submit chat;
+  chat.set_request_id("bad-role");
+  chat.set_max_tokens(2);
+  chat.mutable_chat()->add_messages()->set_role("asistant");
+  h.core->submit("c", chat, h.now);
+  h.core->submit("gone", h.text("client-gone", 1000), h.now);
+  h.core->submit("c", h.text("deadline", 1000), h.now);
+  ASSERT_EQ(h.rec.jobs.size(), 5u);
+  // A duplicate id is refused while the first waits for its ids.
+  h.core->submit("c", h.text("cancelled", 1000), h.now);
+  EXPECT_EQ(h.rec.final_count["cancelled"], 1);
+  EXPECT_TRUE(h.rec.finals["cancelled"].error_message().find("already in use") != std::string::npos);
+  h.rec.final_count.clear();
+  h.rec.finals.clear();
+
+  h.core->cancel("c", "cancelled", h.now);
+  h.core->client_gone("gone", h.now);
+  EXPECT_EQ(h.rec.finals["cancelled"].finish_reason(), v1::FINISH_REASON_CANCELLED);
+  EXPECT_EQ(h.rec.finals["client-gone"].finish_reason(), v1::FINISH_REASON_CANCELLED);
+  EXPECT_EQ(h.rec.cancelled, (std::set<uint64_t>{h.rec.jobs[0].first, h.rec.jobs[3].first}));  // their work dropped
+  for (size_t i = 0; i < h.rec.jobs.size(); ++i) h.render(i);  // late ids of ended requests are ignored
+  EXPECT_EQ(h.rec.finals["too-long"].finish_reason(), v1::FINISH_REASON_ERROR);
+  EXPECT_TRUE(h.rec.finals["too-long"].error_message().find("does not fit the context length 512") != std::string::npos)
+      << h.rec.finals["too-long"].error_message();
+  EXPECT_EQ(h.rec.finals["bad-role"].error_message(),
+            "messages[0]: unknown role 'asistant' (system, user, assistant, tool, developer or ipython)");
+  h.core->cancel_all("drained", h.now);
+  for (const char* id : {"cancelled", "too-long", "bad-role", "client-gone", "deadline"})
+    EXPECT_EQ(h.rec.final_count[id], 1) << id;
+  EXPECT_TRUE(h.core->idle());
+}
+
+TEST(CorePrompts, ADeadlinePassingWhileTokenizingCancels) {
+  AsyncHarness h;
+  v1::Submit s = h.text("r", 1000);
+  s.set_timeout_ms(5);
+  h.core->submit("c", s, h.now);
+  h.now += 10'000;
+  h.core->tick(h.now);
+  EXPECT_EQ(h.rec.finals["r"].finish_reason(), v1::FINISH_REASON_CANCELLED);
+  h.render(0);
+  EXPECT_EQ(h.rec.final_count["r"], 1);
+  EXPECT_TRUE(h.core->idle());
+}
+
 }  // namespace
 }  // namespace tandem::scheduler

@@ -28,11 +28,27 @@ class EventQueue;
 class Gate;
 }  // namespace client_detail
 
-// One generation request; mirrors tandem.v1.Submit.
+// One message of a conversation, as chat templates read it; mirrors tandem.v1.ChatMessage.
+struct ChatMessage {
+  std::string role;                    // system, user, assistant, tool, developer or ipython
+  std::optional<std::string> content;  // none: the template sees None (an assistant turn of tool calls)
+  std::string name;                    // "" = none
+  std::string tool_call_id;            // a tool result's call id; "" = none
+  std::string tool_calls_json;         // a JSON array as OpenAI's tool_calls; "" = none
+};
+
+// One generation request; mirrors tandem.v1.Submit. The prompt is the first of these given:
+// prompt_tokens, messages, prompt_text.
 struct GenerateRequest {
   std::string id;                      // empty: the library makes one, unique in this process
   std::string prompt_text;             // tokenized by the scheduler (BOS added unless no_bos)
   std::vector<int32_t> prompt_tokens;  // used as given when non-empty
+  // A conversation, rendered by the scheduler with the model's chat template (tools: a JSON
+  // array of tool schemas, "" = none; add_generation_prompt opens the assistant's turn), then
+  // tokenized with the template's control tokens recognised, BOS once unless no_bos.
+  std::vector<ChatMessage> messages;
+  std::string tools_json;
+  bool add_generation_prompt = true;
   bool no_bos = false;
   // Sampling: the defaults turn every filter off (greedy decoding).
   float temperature = 0.0f;
@@ -109,6 +125,16 @@ class Stream {
   const std::shared_ptr<client_detail::EventQueue> events_;  // filled on the client's I/O thread
 };
 
+// What Client::tokenize makes into ids, exactly as the scheduler would make a request's
+// prompt: messages (with tools_json, add_generation_prompt) when given, else text.
+struct TokenizeRequest {
+  std::string text;
+  std::vector<ChatMessage> messages;
+  std::string tools_json;
+  bool add_generation_prompt = true;
+  bool no_bos = false;
+};
+
 // Mirrors tandem.v1.StatusReply.
 struct WorkerInfo {
   uint32_t id = 0;
@@ -144,6 +170,7 @@ struct StatusInfo {
   bool draining = false;  // admitting nothing: finishing what runs, then exiting
   double tokens_per_s_last_minute = 0;
   uint64_t requests_finished_last_minute = 0;
+  uint64_t planning_stalls = 0;  // scheduler loop turns that used > 1 ms of its thread's CPU
 };
 
 // Every field of StatusInfo and WorkerInfo, named once, each struct's in the order `tandem
@@ -177,6 +204,7 @@ void list_status_fields(Field&& field) {
   field("draining", &StatusInfo::draining);
   field("tokens_per_s_last_minute", &StatusInfo::tokens_per_s_last_minute);
   field("requests_finished_last_minute", &StatusInfo::requests_finished_last_minute);
+  field("planning_stalls", &StatusInfo::planning_stalls);
   field("worker_id", &WorkerInfo::id, "id");
   field("role", &WorkerInfo::role);
   field("pid", &WorkerInfo::pid);
@@ -252,6 +280,15 @@ class Client {
   // (past 100 years: 100 years).
   Result<StatusInfo> status(std::chrono::milliseconds timeout);
   Result<StatusInfo> status();
+  // The prompt ids the scheduler would make of `request` (its model's vocabulary and chat
+  // template), so callers can budget before submitting. Errors: the scheduler's, naming the
+  // problem as a request's admission would (INVALID_ARGUMENT); UNAVAILABLE when no reply comes
+  // within `timeout` (default: ClientOptions::request_timeout). Not from an event callback.
+  Result<std::vector<int32_t>> tokenize(const TokenizeRequest& request, std::chrono::milliseconds timeout);
+  Result<std::vector<int32_t>> tokenize(const TokenizeRequest& request);
+  // How many ids tokenize() would return (the ids themselves are not sent).
+  Result<size_t> count_tokens(const TokenizeRequest& request, std::chrono::milliseconds timeout);
+  Result<size_t> count_tokens(const TokenizeRequest& request);
 
  private:
   explicit Client(std::unique_ptr<client_detail::Core> core);
