@@ -57,8 +57,11 @@ int worker_command(int argc, char** argv) {
   o.name = args->str("name").value_or("");
   o.curve_keys_dir = args->str("curve-keys").value_or("");
   if (Status st = worker_options_from(*args, o); !st) return fail("worker", st);
-  if (Status st = worker::run_worker(o); !st) return fail("worker", st);
-  return 0;
+  auto stop = worker::run_worker(o);
+  if (!stop) return fail("worker", stop.status());
+  // A signal from outside (not the scheduler's shutdown) is not a clean stop: tandem up and
+  // systemd restart the worker (deploy/ lists 143 as a success only for `systemctl stop`).
+  return stop->signal == 0 ? 0 : 128 + stop->signal;
 }
 
 }  // namespace tandem::cli

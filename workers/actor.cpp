@@ -75,7 +75,10 @@ class Actor {
     socket_ = std::move(socket.value());
     heartbeat_ = loop_.every(std::chrono::milliseconds(options_.heartbeat_ms), [this] { send_heartbeat(); });
     engine_->set_between_layers([this] { heartbeat_if_due(); });
-    loop_.on_signal({SIGINT, SIGTERM}, [this](int) { loop_.stop(); });
+    loop_.on_signal({SIGINT, SIGTERM}, [this](int sig) {
+      stop_signal_ = sig;
+      loop_.stop();
+    });
     send_register();
     idle_since_ = runtime::now_us();
     return Status::ok();
@@ -85,6 +88,7 @@ class Actor {
     loop_.run();
     return exit_status_;
   }
+  int stop_signal() const { return stop_signal_; }
 
   // WorkerHarness: the handlers the sockets call, fed directly.
   void feed_scheduler(runtime::Frames& frames) { on_message(frames); }
@@ -457,6 +461,7 @@ class Actor {
   uint64_t epoch_ = 0;
   int64_t idle_since_ = 0;
   Status exit_status_;
+  int stop_signal_ = 0;  // the signal that stopped the loop; 0: the scheduler's shutdown
   std::unordered_map<uint64_t, Sequence> sequences_;
   // Disaggregation.
   struct Expected {
@@ -546,10 +551,11 @@ Result<std::unique_ptr<Actor>> start_actor(const WorkerOptions& options) {
 
 }  // namespace
 
-Status run_worker(const WorkerOptions& options) {
+Result<WorkerStop> run_worker(const WorkerOptions& options) {
   auto actor = start_actor(options);
   if (!actor) return actor.status();
-  return (*actor)->run();
+  TANDEM_RETURN_IF_ERROR((*actor)->run());
+  return WorkerStop{(*actor)->stop_signal()};
 }
 
 Result<std::unique_ptr<WorkerHarness>> WorkerHarness::create(const WorkerOptions& options) {

@@ -44,9 +44,16 @@ struct WorkerOptions {
   uint32_t test_step_delay_ms = 0;
 };
 
+// How a worker's run ended: the scheduler's shutdown (signal 0), or a signal from elsewhere.
+// `tandem worker` exits 0 for the first (a supervisor leaves it down) and 128 + signal for the
+// second (a supervisor restarts it).
+struct WorkerStop {
+  int signal = 0;
+};
+
 // Runs until the scheduler says shutdown, or SIGINT/SIGTERM. Errors: the model file, the KV
 // pool, or a refused registration (the scheduler's reason).
-Status run_worker(const WorkerOptions& options);
+Result<WorkerStop> run_worker(const WorkerOptions& options);
 
 class Actor;  // loads, registers, runs step plans (actor.cpp)
 
