@@ -375,8 +375,10 @@ class Actor final : public Sink {
     worker_by_identity_[identity] = WorkerPeer{
         id, *role, reg.pid(), now, kv_format(reg), reg.weight_bytes(), uint64_t{reg.kv_blocks()} * reg.block_bytes()};
     worker_identity_[id] = identity;
-    core_.add_worker(
-        id, WorkerInfo{*role, reg.kv_blocks(), reg.block_tokens(), reg.kv_endpoint(), reg.kv_tail_blocks()}, now);
+    core_.add_worker(id,
+                     WorkerInfo{*role, reg.kv_blocks(), reg.block_tokens(), reg.kv_endpoint(), reg.kv_tail_blocks(),
+                                reg.kv_public_key()},
+                     now);
     command_.Clear();
     command_.set_version(kVersion);
     v1::RegisterReply* r = command_.mutable_register_reply();

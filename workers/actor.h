@@ -37,6 +37,9 @@ struct WorkerOptions {
   runtime::Role role = runtime::Role::kBoth;
   // Role decode: where prefill workers push KV. tcp://127.0.0.1:* picks a free port.
   std::string kv_endpoint = "tcp://127.0.0.1:*";
+  // Role prefill: a PUSH socket to a decode worker unused this long is closed (a decode worker
+  // that is gone would otherwise keep a socket, its reconnect attempts and queued KV forever).
+  uint32_t kv_peer_idle_ms = 60000;
   std::string curve_keys_dir;  // the scheduler's CurveZMQ public key (DIR/server.pub); empty: none
   // Test seam (`--test-step-delay-ms`): sleep this long before executing each step plan, as a
   // slower machine would. Lets end-to-end tests make races (a cancel against a request's last
