@@ -38,7 +38,7 @@ struct DeployConfig {
   std::string model;
   std::string endpoint;         // clients; empty: ipc:// in the runtime folder
   std::string worker_endpoint;  // workers; empty: ipc:// in the runtime folder
-  std::string runtime_dir;      // empty: $XDG_RUNTIME_DIR (or /tmp)/tandem-<uid>-<pid>, mode 0700
+  std::string runtime_dir;      // empty: a new $XDG_RUNTIME_DIR (or /tmp)/tandem-<uid>-XXXXXX (cli/runtime_dir.h)
   std::string log_dir;          // empty: children log to this process's stderr
   std::string log_level = "info";
   std::string curve_keys;                        // CurveZMQ key folder (tandem keys --out DIR); empty: none

@@ -58,6 +58,9 @@ Result<v1::StatusReply> send_drain(const Args& args, const std::string& endpoint
                          "no answer from " + endpoint + " within " + std::to_string(timeout.count()) + " ms");
   v1::SchedulerReply r;
   if (Status st = runtime::parse_frame(reply, r); !st) return st;
+  if (r.has_error())
+    return Status::error(r.error().code() == v1::ERROR_CODE_PERMISSION_DENIED ? Code::kPermissionDenied : Code::kInternal,
+                         endpoint + " refused the drain: " + r.error().message());
   if (!r.has_status()) return Status::error(Code::kInternal, "unexpected reply to drain from " + endpoint);
   return r.status();
 }
@@ -104,7 +107,8 @@ int drain_command(int argc, char** argv) {
   if (!args) return fail("drain", args.status());
   if (args->has("help")) {
     std::fputs(
-        help_text(kDrain, "usage: tandem drain --endpoint E [flags]",
+        help_text(kDrain, "usage: tandem drain --endpoint ADMIN_E [flags]",
+                  "E: the scheduler's admin endpoint (tandem up prints it: ipc://RUNTIME_DIR/admin.sock).\n"
                   "Tells the scheduler to drain: new requests get UNAVAILABLE, running ones finish within the drain\n"
                   "timeout (default: the scheduler's --drain-timeout-ms), the rest are cancelled, then it exits.\n"
                   "--wait returns only once the scheduler has stopped answering (exit 1 if it still answers after\n"

@@ -50,6 +50,7 @@ int scheduler_command(int argc, char** argv) {
   o.model_path = *model;
   o.client_endpoint = *ce;
   o.worker_endpoint = *we;
+  o.admin_endpoint = args->str("admin-endpoint").value_or("");
   o.curve_keys_dir = args->str("curve-keys").value_or("");
   if (Status st = scheduler_options_from(*args, o); !st) return fail("scheduler", st);
   if (Status st = scheduler::run_scheduler(o); !st) return fail("scheduler", st);

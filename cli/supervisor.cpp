@@ -82,7 +82,7 @@ std::vector<ChildSpec> plan_children(const DeployConfig& c, const Endpoints& ep,
   std::vector<ChildSpec> out;
   ChildSpec s{"scheduler",
               {exe, "scheduler", "--model", c.model, "--client-endpoint", ep.client, "--worker-endpoint", ep.worker,
-               "--drain-timeout-ms", std::to_string(c.supervision.drain_timeout_ms)},
+               "--admin-endpoint", ep.admin, "--drain-timeout-ms", std::to_string(c.supervision.drain_timeout_ms)},
               {}};
   log_flags(s.argv, s.name);
   // The settings, in the flag table's order: [scheduler] rows, then [[workers]] rows.
@@ -137,6 +137,7 @@ class Supervisor {
 
   int run() {
     say("endpoint %s", ep_.client.c_str());
+    say("admin endpoint %s (tandem drain)", ep_.admin.c_str());
     for (Child& c : children_)
       if (!launch(c)) return stop_all(1);
     ClientOptions co;
@@ -198,8 +199,6 @@ class Supervisor {
       }
       c.pid = -1;
     }
-    std::error_code ec;
-    if (!ep_.runtime_dir.empty()) std::filesystem::remove_all(ep_.runtime_dir, ec);
     say("stopped (exit %d)", code);
     return code;
   }

@@ -22,7 +22,8 @@ struct ChildSpec {
 
 struct Endpoints {
   std::string client, worker;
-  std::string runtime_dir;  // removed when the deployment stops
+  std::string runtime_dir;  // the private folder of the ipc:// sockets (cli/runtime_dir.h)
+  std::string admin;        // ipc:// in the runtime folder: where `tandem drain` goes
 };
 
 // The children of `config`: the scheduler first, then every worker, running `exe`.

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/config.h"
+#include "cli/runtime_dir.h"
 #include "cli/scheduler_cmd.h"
 #include "cli/supervisor.h"
 #include "cli/worker_cmd.h"
@@ -55,6 +57,35 @@ Status check_children(const std::vector<ChildSpec>& children) {
   return Status::ok();
 }
 
+// Where the deployment's sockets are: the configured endpoints, or sockets in `dir`.
+Endpoints endpoints_in(const DeployConfig& config, const std::string& dir) {
+  Endpoints ep;
+  ep.runtime_dir = dir;
+  ep.client =
+      config.endpoint.empty() ? "ipc://" + dir + "/client.sock" : *normalize_endpoint(config.endpoint, "endpoint");
+  ep.admin = "ipc://" + dir + "/admin.sock";
+  ep.worker = config.worker_endpoint.empty() ? "ipc://" + dir + "/worker.sock"
+                                             : *normalize_endpoint(config.worker_endpoint, "worker_endpoint");
+  return ep;
+}
+
+// The file names of the ipc:// sockets the deployment binds in its runtime folder.
+std::vector<std::string> runtime_sockets(const Endpoints& ep, const std::vector<ChildSpec>& children) {
+  const std::string prefix = "ipc://" + ep.runtime_dir + "/";
+  std::vector<std::string> names;
+  auto take = [&](const std::string& e) {
+    if (e.rfind(prefix, 0) != 0) return;
+    const std::string name = e.substr(prefix.size());
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  };
+  take(ep.client);
+  take(ep.worker);
+  take(ep.admin);
+  for (const ChildSpec& c : children)
+    for (const std::string& arg : c.argv) take(arg);
+  return names;
+}
+
 }  // namespace
 
 int up_command(int argc, char** argv) {
@@ -72,32 +103,25 @@ int up_command(int argc, char** argv) {
   }
   if (Status st = apply_flags(*args, config); !st) return fail("up", st);
   if (Status st = check_deployment(config); !st) return fail("up", st);
-  if (Status st =
-          check_children(plan_children(config, Endpoints{"ipc://client", "ipc://worker", "runtime"}, self_exe()));
+  if (Status st = check_children(
+          plan_children(config, Endpoints{"ipc://client", "ipc://worker", "runtime", "ipc://admin"}, self_exe()));
       !st)
     return fail("up", st);
 
-  // Runtime folder for ipc:// endpoints: private to this user (0700).
-  Endpoints ep;
-  std::string dir = config.runtime_dir;
-  if (dir.empty()) {
-    const char* base = std::getenv("XDG_RUNTIME_DIR");
-    dir = std::string(base && *base ? base : "/tmp") + "/tandem-" + std::to_string(getuid()) + "-" +
-          std::to_string(getpid());
-  }
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec || chmod(dir.c_str(), 0700) != 0) return fail("up", Status::invalid("cannot create runtime folder " + dir));
-  ep.runtime_dir = dir;
-  ep.client =
-      config.endpoint.empty() ? "ipc://" + dir + "/client.sock" : *normalize_endpoint(config.endpoint, "endpoint");
-  ep.worker = config.worker_endpoint.empty() ? "ipc://" + dir + "/worker.sock"
-                                             : *normalize_endpoint(config.worker_endpoint, "worker_endpoint");
   if (!config.log_dir.empty()) {
+    std::error_code ec;
     std::filesystem::create_directories(config.log_dir, ec);
     if (ec) return fail("up", Status::invalid("log_dir: cannot create " + config.log_dir + ": " + ec.message()));
   }
-  return supervise(config, ep, plan_children(config, ep, self_exe()));
+  const Endpoints probe = endpoints_in(config, config.runtime_dir);
+  auto runtime = RuntimeDir::open(config.runtime_dir, runtime_sockets(probe, plan_children(config, probe, self_exe())));
+  if (!runtime) return fail("up", runtime.status());
+  const Endpoints ep = endpoints_in(config, runtime->path());
+  std::vector<ChildSpec> children = plan_children(config, ep, self_exe());
+  const std::vector<std::string> sockets = runtime_sockets(ep, children);
+  const int code = supervise(config, ep, std::move(children));
+  runtime->remove(sockets);
+  return code;
 }
 
 }  // namespace tandem::cli

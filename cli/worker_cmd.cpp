@@ -16,8 +16,9 @@ Status worker_options_from(const Args& args, worker::WorkerOptions& o) {
   auto reserve = args.integer("memory-reserve", static_cast<int64_t>(o.memory_reserve));
   auto host_workers = args.integer("host-workers", o.host_workers);
   auto delay = args.integer("test-step-delay-ms", o.test_step_delay_ms);
+  auto peer_idle = args.integer("kv-peer-idle-ms", o.kv_peer_idle_ms);
   for (const Status* st : {&threads.status(), &blocks.status(), &memory.status(), &reserve.status(),
-                           &host_workers.status(), &block_tokens.status(), &delay.status()})
+                           &host_workers.status(), &block_tokens.status(), &delay.status(), &peer_idle.status()})
     if (!st->is_ok()) return *st;
   o.threads = static_cast<uint32_t>(*threads);
   o.kv_blocks = static_cast<uint32_t>(*blocks);
@@ -26,6 +27,7 @@ Status worker_options_from(const Args& args, worker::WorkerOptions& o) {
   o.host_workers = static_cast<uint32_t>(*host_workers);
   o.block_tokens = static_cast<uint32_t>(*block_tokens);
   o.test_step_delay_ms = static_cast<uint32_t>(*delay);
+  o.kv_peer_idle_ms = static_cast<uint32_t>(*peer_idle);
   if (auto role = args.str("role")) {
     auto r = worker::parse_role(*role);
     if (!r) return r.status();
@@ -57,8 +59,11 @@ int worker_command(int argc, char** argv) {
   o.name = args->str("name").value_or("");
   o.curve_keys_dir = args->str("curve-keys").value_or("");
   if (Status st = worker_options_from(*args, o); !st) return fail("worker", st);
-  if (Status st = worker::run_worker(o); !st) return fail("worker", st);
-  return 0;
+  auto stop = worker::run_worker(o);
+  if (!stop) return fail("worker", stop.status());
+  // A signal from outside (not the scheduler's shutdown) is not a clean stop: tandem up and
+  // systemd restart the worker (deploy/ lists 143 as a success only for `systemctl stop`).
+  return stop->signal == 0 ? 0 : 128 + stop->signal;
 }
 
 }  // namespace tandem::cli

@@ -52,6 +52,7 @@ Code from_wire(v1::ErrorCode code) {
     case v1::ERROR_CODE_OVERLOADED: return Code::kOverloaded;
     case v1::ERROR_CODE_UNAVAILABLE: return Code::kUnavailable;
     case v1::ERROR_CODE_MODEL_FILE: return Code::kModelFile;
+    case v1::ERROR_CODE_PERMISSION_DENIED: return Code::kPermissionDenied;
     default: return Code::kInternal;
   }
 }

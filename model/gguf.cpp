@@ -323,7 +323,8 @@ Status parse_tensor_info(Cursor& c, Parsed& out) {
     return c.fail("tensor " + name + " has type " + info->name + " but a row of " + std::to_string(row) +
                   " elements, not a multiple of its block size " + std::to_string(info->block_elems));
   }
-  // elems <= 2^63 and block_bytes / block_elems <= 8: no overflow.
+  if (elems / info->block_elems > std::numeric_limits<uint64_t>::max() / info->block_bytes)
+    return c.fail("tensor " + name + ": its size in bytes overflows");
   t.nbytes = elems / info->block_elems * info->block_bytes;
   TANDEM_RETURN_IF_ERROR(c.read(t.offset, "tensor offset"));
   if (t.offset % out.alignment != 0) {

@@ -313,16 +313,27 @@ EventLoop::~EventLoop() {
 
 Result<std::unique_ptr<Socket>> EventLoop::bind(zmq::socket_type type, const std::string& endpoint,
                                                 Socket::Handler handler) {
-  return open(type, endpoint, std::move(handler), {}, true);
+  return open(type, endpoint, std::move(handler), {}, true, curve_);
+}
+
+Result<std::unique_ptr<Socket>> EventLoop::bind(zmq::socket_type type, const std::string& endpoint,
+                                                Socket::Handler handler, const CurveKeys& keys) {
+  return open(type, endpoint, std::move(handler), {}, true, keys);
+}
+
+Result<std::unique_ptr<Socket>> EventLoop::connect(zmq::socket_type type, const std::string& endpoint,
+                                                   Socket::Handler handler, const CurveKeys& keys) {
+  return open(type, endpoint, std::move(handler), {}, false, keys);
 }
 
 Result<std::unique_ptr<Socket>> EventLoop::connect(zmq::socket_type type, const std::string& endpoint,
                                                    Socket::Handler handler, const std::string& identity) {
-  return open(type, endpoint, std::move(handler), identity, false);
+  return open(type, endpoint, std::move(handler), identity, false, curve_);
 }
 
 Result<std::unique_ptr<Socket>> EventLoop::open(zmq::socket_type type, const std::string& endpoint,
-                                                Socket::Handler handler, const std::string& identity, bool bind) {
+                                                Socket::Handler handler, const std::string& identity, bool bind,
+                                                const CurveKeys& curve) {
   const char* verb = bind ? "bind" : "connect";
   if (!handler) return Status::invalid(std::string(verb) + " " + endpoint + ": no handler");
   std::unique_ptr<Socket> socket;
@@ -336,8 +347,8 @@ Result<std::unique_ptr<Socket>> EventLoop::open(zmq::socket_type type, const std
     return Status::error(st.code(), std::string(verb) + " " + endpoint + ": " + st.message());
   }
   void* s = socket->socket_.handle();
-  if (curve_.enabled()) {
-    CurveKeys keys = curve_;
+  if (curve.enabled()) {
+    CurveKeys keys = curve;
     if (!bind) keys.server_secret.clear();
     if (Status st = apply_curve(s, keys); !st)
       return Status::error(st.code(), std::string(verb) + " " + endpoint + ": " + st.message());

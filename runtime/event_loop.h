@@ -157,6 +157,12 @@ class EventLoop {
   // `identity`, when given, becomes ZMQ_ROUTING_ID: the frame 0 a ROUTER peer sees.
   Result<std::unique_ptr<Socket>> connect(zmq::socket_type type, const std::string& endpoint, Socket::Handler handler,
                                           const std::string& identity = {});
+  // The same with this socket's own CurveZMQ keys instead of use_curve()'s (disabled keys:
+  // plain): the KV link between workers, whose server is the decode worker, not the scheduler.
+  Result<std::unique_ptr<Socket>> bind(zmq::socket_type type, const std::string& endpoint, Socket::Handler handler,
+                                       const CurveKeys& keys);
+  Result<std::unique_ptr<Socket>> connect(zmq::socket_type type, const std::string& endpoint, Socket::Handler handler,
+                                          const CurveKeys& keys);
 
   // Runs fn after `delay` on the loop's thread; cancelled when the returned handle dies.
   class Timer;
@@ -177,7 +183,7 @@ class EventLoop {
  private:
   friend class Socket;
   Result<std::unique_ptr<Socket>> open(zmq::socket_type type, const std::string& endpoint, Socket::Handler handler,
-                                       const std::string& identity, bool bind);
+                                       const std::string& identity, bool bind, const CurveKeys& keys);
   std::unique_ptr<Timer> start_timer(std::chrono::milliseconds delay, std::chrono::milliseconds period,
                                      std::function<void()> fn);
 

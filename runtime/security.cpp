@@ -59,6 +59,12 @@ Status write_curve_keys(const std::string& dir) {
   return write_file(dir + "/server.pub", pub, 0644);
 }
 
+Result<CurveKeys> ephemeral_curve_keys() {
+  char pub[kZ85KeyChars + 1], secret[kZ85KeyChars + 1];
+  if (zmq_curve_keypair(pub, secret) != 0) return Status::error(Code::kInternal, "zmq_curve_keypair failed");
+  return CurveKeys{pub, secret};
+}
+
 Status apply_curve(void* socket, const CurveKeys& keys) {
   auto set = [&](int option, const std::string& value, const char* name) -> Status {
     if (zmq_setsockopt(socket, option, value.c_str(), value.size()) == 0) return Status::ok();

@@ -23,6 +23,10 @@ struct CurveKeys {
 // Refuses to overwrite existing keys.
 [[nodiscard]] Status write_curve_keys(const std::string& dir);
 
+// A fresh key pair held in memory: a socket bound with it is a CURVE server whose public key
+// its peers learn from the scheduler (a decode worker's KV socket).
+[[nodiscard]] Result<CurveKeys> ephemeral_curve_keys();
+
 // Makes `socket` (a raw ZeroMQ socket) a CURVE server (keys with a secret) or a CURVE client
 // of that server (an ephemeral key pair of its own). Must run before bind/connect.
 [[nodiscard]] Status apply_curve(void* socket, const CurveKeys& keys);

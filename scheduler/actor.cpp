@@ -83,6 +83,15 @@ class Actor final : public Sink {
         loop_.bind(zmq::socket_type::router, options_.worker_endpoint, [this](runtime::Frames& f) { on_worker(f); });
     if (!workers) return workers.status();
     workers_ = std::move(workers.value());
+    if (!options_.admin_endpoint.empty()) {
+      if (options_.admin_endpoint.rfind("ipc://", 0) != 0)
+        return Status::invalid("--admin-endpoint " + options_.admin_endpoint +
+                               ": must be ipc:// (its folder's permissions decide who may drain)");
+      auto admin =
+          loop_.bind(zmq::socket_type::router, options_.admin_endpoint, [this](runtime::Frames& f) { on_admin(f); });
+      if (!admin) return admin.status();
+      admin_ = std::move(admin.value());
+    }
     liveness_ = loop_.every(std::chrono::milliseconds(options_.heartbeat_ms), [this] { check_liveness(); });
     deadlines_ = loop_.every(std::chrono::milliseconds(10), [this] {
       core_.tick(runtime::now_us());
@@ -255,16 +264,13 @@ class Actor final : public Sink {
         break;
       case v1::ClientMessage::kCancel: core_.cancel(identity, client_msg_.cancel().request_id(), now); break;
       case v1::ClientMessage::kHeartbeat: break;
-      case v1::ClientMessage::kStatus: send_status(identity, client_msg_.status().query_id()); break;
+      case v1::ClientMessage::kStatus: send_status(*clients_, identity, client_msg_.status().query_id()); break;
       case v1::ClientMessage::kTokenize: on_tokenize(identity, client_msg_.tokenize()); break;
       case v1::ClientMessage::kDrain:
-        if (drain_deadline_us_ == 0) {
-          const uint32_t t = client_msg_.drain().timeout_ms();
-          spdlog::info("scheduler: drain requested by a client");
-          begin_drain(t ? t : options_.drain_timeout_ms);
-        }
-        send_status(identity, 0);
-        break;
+        protocol_error(*clients_, identity, v1::ERROR_CODE_PERMISSION_DENIED,
+                       "Drain is not taken on the client endpoint: send it to the scheduler's admin endpoint "
+                       "(tandem up: ipc://RUNTIME_DIR/admin.sock)");
+        return;
       default: protocol_error(*clients_, identity, v1::ERROR_CODE_INVALID_ARGUMENT, "empty client message"); return;
     }
     core_.tick(now);
@@ -335,6 +341,31 @@ class Actor final : public Sink {
     const int64_t used = thread_cpu_us() - cpu0;
     cpu_us_ += used;
     planning_stalls_ += used > kPlanningStallUs;
+  }
+
+  // The admin endpoint: Drain, StatusQuery and Heartbeat; nothing that submits or cancels.
+  void on_admin(runtime::Frames& frames) {
+    if (frames.size() != 2) return;
+    const std::string identity = frames[0].to_string();
+    if (Status st = runtime::parse_frame(frames[1], client_msg_); !st) {
+      protocol_error(*admin_, identity, v1::ERROR_CODE_INVALID_ARGUMENT, st.message());
+      return;
+    }
+    switch (client_msg_.body_case()) {
+      case v1::ClientMessage::kStatus: send_status(*admin_, identity, client_msg_.status().query_id()); return;
+      case v1::ClientMessage::kHeartbeat: return;
+      case v1::ClientMessage::kDrain:
+        if (drain_deadline_us_ == 0) {
+          const uint32_t t = client_msg_.drain().timeout_ms();
+          spdlog::info("scheduler: drain requested on the admin endpoint");
+          begin_drain(t ? t : options_.drain_timeout_ms);
+        }
+        send_status(*admin_, identity, 0);
+        return;
+      default:
+        protocol_error(*admin_, identity, v1::ERROR_CODE_INVALID_ARGUMENT,
+                       "the admin endpoint takes Drain, StatusQuery and Heartbeat; requests go to the client endpoint");
+    }
   }
 
   void on_worker(runtime::Frames& frames) {
@@ -434,8 +465,10 @@ class Actor final : public Sink {
     worker_by_identity_[identity] = WorkerPeer{
         id, *role, reg.pid(), now, kv_format(reg), reg.weight_bytes(), uint64_t{reg.kv_blocks()} * reg.block_bytes()};
     worker_identity_[id] = identity;
-    core_.add_worker(
-        id, WorkerInfo{*role, reg.kv_blocks(), reg.block_tokens(), reg.kv_endpoint(), reg.kv_tail_blocks()}, now);
+    core_.add_worker(id,
+                     WorkerInfo{*role, reg.kv_blocks(), reg.block_tokens(), reg.kv_endpoint(), reg.kv_tail_blocks(),
+                                reg.kv_public_key()},
+                     now);
     command_.Clear();
     command_.set_version(kVersion);
     v1::RegisterReply* r = command_.mutable_register_reply();
@@ -490,7 +523,7 @@ class Actor final : public Sink {
   }
 
   // `query_id`: the StatusQuery's, echoed so the client can match the reply to its query.
-  void send_status(const std::string& identity, uint64_t query_id) {
+  void send_status(runtime::Socket& socket, const std::string& identity, uint64_t query_id) {
     reply_.Clear();
     reply_.set_version(kVersion);
     ActorStatus actor;
@@ -507,7 +540,7 @@ class Actor final : public Sink {
       return WorkerPeerInfo{peer.pid, peer.last_seen_us, peer.weight_bytes, peer.kv_bytes};
     };
     fill_status_reply(core_, actor, *reply_.mutable_status());
-    send(*clients_, identity, reply_);
+    send(socket, identity, reply_);
   }
 
   // Draining: no new admissions; what runs gets until the deadline, then is cancelled.
@@ -556,7 +589,7 @@ class Actor final : public Sink {
   std::string fingerprint_;
   runtime::EventLoop loop_;
   Core core_;
-  std::unique_ptr<runtime::Socket> clients_, workers_;
+  std::unique_ptr<runtime::Socket> clients_, workers_, admin_;  // admin_: null without --admin-endpoint
   std::unique_ptr<runtime::EventLoop::Timer> liveness_, deadlines_, minute_;
   ClientOutbox outbox_;
   LastMinute last_minute_;

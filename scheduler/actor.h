@@ -17,6 +17,10 @@ struct ActorOptions {
   std::string model_path;       // the GGUF: vocabulary, context length, fingerprint
   std::string client_endpoint;  // e.g. ipc:///run/tandem/client.sock or tcp://127.0.0.1:5555
   std::string worker_endpoint;
+  // Where Drain is accepted (with StatusQuery and Heartbeat): an ipc:// socket, whose folder's
+  // permissions say who may stop the deployment. Empty: none (signals still drain). The client
+  // endpoint refuses Drain.
+  std::string admin_endpoint;
   SchedulerConfig core;
   uint32_t heartbeat_ms = 1000;       // liveness checks run at this period
   uint32_t worker_liveness = 3;       // a worker silent for liveness x heartbeat is dead
@@ -31,7 +35,7 @@ struct ActorOptions {
   uint32_t prompt_threads = 2;
 };
 
-// Runs until drained or stopped: SIGTERM, SIGINT or a client's Drain message drain (new
+// Runs until drained or stopped: SIGTERM, SIGINT or a Drain on the admin endpoint drain (new
 // submits get UNAVAILABLE; running requests finish within the drain timeout, then the rest
 // are cancelled with their final event; then it returns ok). A second SIGTERM/SIGINT, or
 // SIGQUIT, stops at once. Errors: the model file, or an endpoint that cannot be bound.

@@ -61,7 +61,7 @@ struct Core::Worker {
   uint32_t block_tokens = 16;
   uint32_t tail_blocks = 0;  // per sequence (WorkerInfo::tail_blocks)
   Role role = Role::kBoth;
-  std::string kv_endpoint;
+  std::string kv_endpoint, kv_public_key;
   BlockPool pool;
   std::vector<Placement*> running;  // in placement order (the newest is preempted first)
   struct InFlight {
@@ -166,6 +166,7 @@ void Core::add_worker(uint32_t worker_id, const WorkerInfo& info, int64_t now_us
   w->block_tokens = info.block_tokens;
   w->role = info.role;
   w->kv_endpoint = info.kv_endpoint;
+  w->kv_public_key = info.kv_public_key;
   w->tail_blocks = info.tail_blocks;
   w->stats.registered_us = now_us;
   decode_workers_ += info.role == Role::kDecode;
@@ -851,6 +852,7 @@ bool Core::start_handoff(Request& r, int64_t now_us) {
   k->set_seq_id(src.seq_id);
   k->set_dest_seq_id(dp->seq_id);
   k->set_dest_endpoint(best->kv_endpoint);
+  k->set_dest_public_key(best->kv_public_key);
   k->set_positions(positions);
   sink_.send_command(src.worker_id, cmd);
   by_seq_[dp->seq_id] = std::move(dp);

@@ -13,6 +13,7 @@
 
 #include "runtime/event_loop.h"
 #include "runtime/sampling_proto.h"
+#include "runtime/security.h"
 #include "runtime/wire.h"
 #include "tandem/v1/worker.pb.h"
 #include "workers/engine/sampler.h"
@@ -61,10 +62,18 @@ class Actor {
       auto keys = runtime::load_curve_keys(options_.curve_keys_dir, /*need_secret=*/false);
       if (!keys) return keys.status();
       loop_.use_curve(*keys);
+      curve_ = true;
     }
     if (options_.role == runtime::Role::kDecode) {
-      auto kv =
-          loop_.bind(zmq::socket_type::pull, options_.kv_endpoint, [this](runtime::Frames& f) { on_transfer(f); });
+      // With CurveZMQ the KV socket is a CURVE server of its own (prefill workers learn its
+      // public key from the scheduler): the scheduler's key pair is not the worker's to hold.
+      if (curve_) {
+        auto keys = runtime::ephemeral_curve_keys();
+        if (!keys) return keys.status();
+        kv_keys_ = *keys;
+      }
+      auto kv = loop_.bind(
+          zmq::socket_type::pull, options_.kv_endpoint, [this](runtime::Frames& f) { on_transfer(f); }, kv_keys_);
       if (!kv) return kv.status();
       kv_in_ = std::move(kv.value());
       spdlog::info("worker: receiving KV on {}", kv_in_->endpoint());
@@ -75,7 +84,10 @@ class Actor {
     socket_ = std::move(socket.value());
     heartbeat_ = loop_.every(std::chrono::milliseconds(options_.heartbeat_ms), [this] { send_heartbeat(); });
     engine_->set_between_layers([this] { heartbeat_if_due(); });
-    loop_.on_signal({SIGINT, SIGTERM}, [this](int) { loop_.stop(); });
+    loop_.on_signal({SIGINT, SIGTERM}, [this](int sig) {
+      stop_signal_ = sig;
+      loop_.stop();
+    });
     send_register();
     idle_since_ = runtime::now_us();
     return Status::ok();
@@ -85,6 +97,7 @@ class Actor {
     loop_.run();
     return exit_status_;
   }
+  int stop_signal() const { return stop_signal_; }
 
   // WorkerHarness: the handlers the sockets call, fed directly.
   void feed_scheduler(runtime::Frames& frames) { on_message(frames); }
@@ -104,6 +117,7 @@ class Actor {
     v1::Register* r = out_.mutable_register_();
     r->set_role(runtime::role_to_proto(options_.role));
     if (kv_in_) r->set_kv_endpoint(kv_in_->endpoint());
+    if (kv_in_) r->set_kv_public_key(kv_keys_.server_public);
     r->set_model_fingerprint(fingerprint_);
     r->set_kv_blocks(pool_->n_blocks());
     r->set_block_tokens(pool_->block_tokens());
@@ -125,6 +139,7 @@ class Actor {
       return;
     }
     // Its own message: this may run in the middle of a step, while out_ holds a result.
+    close_idle_peers();
     beat_.set_version(kVersion);
     beat_.set_worker_id(worker_id_);
     beat_.mutable_heartbeat()->set_epoch(epoch_);
@@ -354,6 +369,18 @@ class Actor {
     early_.clear();
   }
 
+  void close_idle_peers() {
+    const int64_t now = runtime::now_us();
+    for (auto it = peers_.begin(); it != peers_.end();) {
+      if (now - it->second.last_used_us < int64_t{options_.kv_peer_idle_ms} * 1000) {
+        ++it;
+        continue;
+      }
+      spdlog::info("worker: closed the KV socket to {} (unused for {} ms)", it->first, options_.kv_peer_idle_ms);
+      it = peers_.erase(it);
+    }
+  }
+
   // Prefill side: push the sequence's KV and its worker-side state to the decode worker.
   void send_kv(const v1::KvSend& cmd) {
     auto it = sequences_.find(cmd.seq_id());
@@ -367,13 +394,21 @@ class Actor {
     const Sequence& seq = it->second;
     auto peer = peers_.find(cmd.dest_endpoint());
     if (peer == peers_.end()) {
-      auto s = loop_.connect(zmq::socket_type::push, cmd.dest_endpoint(), [](runtime::Frames&) {});
+      if (curve_ && cmd.dest_public_key().empty()) {
+        spdlog::error("worker: decode worker at {} gave no KV key: KV is not sent in the clear under CurveZMQ",
+                      cmd.dest_endpoint());
+        return;
+      }
+      auto s = loop_.connect(
+          zmq::socket_type::push, cmd.dest_endpoint(), [](runtime::Frames&) {},
+          runtime::CurveKeys{cmd.dest_public_key(), ""});
       if (!s) {
         spdlog::error("worker: cannot reach decode worker at {}: {}", cmd.dest_endpoint(), s.status().message());
         return;
       }
-      peer = peers_.emplace(cmd.dest_endpoint(), std::move(s.value())).first;
+      peer = peers_.emplace(cmd.dest_endpoint(), KvPeer{std::move(s.value()), 0}).first;
     }
+    peer->second.last_used_us = runtime::now_us();
     transfer_.Clear();
     transfer_.set_version(kVersion);
     transfer_.set_transfer_id(cmd.transfer_id());
@@ -388,7 +423,7 @@ class Actor {
     pack_transfer(*pool_, seq.blocks, seq.tail, transfer_, frames);
     // Non-blocking: ZeroMQ's I/O thread drains it while the next steps compute.
     const size_t n_frames = frames.size();
-    if (runtime::SendResult st = peer->second->send(frames); !st)
+    if (runtime::SendResult st = peer->second.socket->send(frames); !st)
       spdlog::error("worker: KV send to {} failed: {}", cmd.dest_endpoint(), st.message());
     else
       spdlog::debug("worker: KV transfer {} ({} positions, {} frames) queued for {}", cmd.transfer_id(),
@@ -457,6 +492,7 @@ class Actor {
   uint64_t epoch_ = 0;
   int64_t idle_since_ = 0;
   Status exit_status_;
+  int stop_signal_ = 0;  // the signal that stopped the loop; 0: the scheduler's shutdown
   std::unordered_map<uint64_t, Sequence> sequences_;
   // Disaggregation.
   struct Expected {
@@ -467,9 +503,15 @@ class Actor {
     runtime::Frames frames;
     int64_t arrived_us = 0;
   };
-  std::unique_ptr<runtime::Socket> kv_in_;                                   // decode: PULL
-  std::unordered_map<std::string, std::unique_ptr<runtime::Socket>> peers_;  // prefill: PUSH per decode worker
-  std::unordered_map<uint64_t, Expected> expected_;                          // by transfer id
+  bool curve_ = false;                      // --curve-keys given: every link is CURVE, the KV link too
+  runtime::CurveKeys kv_keys_;              // decode with CurveZMQ: its KV socket's key pair
+  std::unique_ptr<runtime::Socket> kv_in_;  // decode: PULL
+  struct KvPeer {
+    std::unique_ptr<runtime::Socket> socket;
+    int64_t last_used_us;
+  };
+  std::unordered_map<std::string, KvPeer> peers_;    // prefill: PUSH per decode worker, closed when idle
+  std::unordered_map<uint64_t, Expected> expected_;  // by transfer id
   std::deque<std::pair<uint64_t, Early>> early_;
   v1::KvTransfer transfer_, transfer_in_;
   std::vector<engine::SeqStep> steps_;
@@ -546,10 +588,11 @@ Result<std::unique_ptr<Actor>> start_actor(const WorkerOptions& options) {
 
 }  // namespace
 
-Status run_worker(const WorkerOptions& options) {
+Result<WorkerStop> run_worker(const WorkerOptions& options) {
   auto actor = start_actor(options);
   if (!actor) return actor.status();
-  return (*actor)->run();
+  TANDEM_RETURN_IF_ERROR((*actor)->run());
+  return WorkerStop{(*actor)->stop_signal()};
 }
 
 Result<std::unique_ptr<WorkerHarness>> WorkerHarness::create(const WorkerOptions& options) {

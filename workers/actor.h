@@ -37,6 +37,9 @@ struct WorkerOptions {
   runtime::Role role = runtime::Role::kBoth;
   // Role decode: where prefill workers push KV. tcp://127.0.0.1:* picks a free port.
   std::string kv_endpoint = "tcp://127.0.0.1:*";
+  // Role prefill: a PUSH socket to a decode worker unused this long is closed (a decode worker
+  // that is gone would otherwise keep a socket, its reconnect attempts and queued KV forever).
+  uint32_t kv_peer_idle_ms = 60000;
   std::string curve_keys_dir;  // the scheduler's CurveZMQ public key (DIR/server.pub); empty: none
   // Test seam (`--test-step-delay-ms`): sleep this long before executing each step plan, as a
   // slower machine would. Lets end-to-end tests make races (a cancel against a request's last
@@ -44,9 +47,16 @@ struct WorkerOptions {
   uint32_t test_step_delay_ms = 0;
 };
 
+// How a worker's run ended: the scheduler's shutdown (signal 0), or a signal from elsewhere.
+// `tandem worker` exits 0 for the first (a supervisor leaves it down) and 128 + signal for the
+// second (a supervisor restarts it).
+struct WorkerStop {
+  int signal = 0;
+};
+
 // Runs until the scheduler says shutdown, or SIGINT/SIGTERM. Errors: the model file, the KV
 // pool, or a refused registration (the scheduler's reason).
-Status run_worker(const WorkerOptions& options);
+Result<WorkerStop> run_worker(const WorkerOptions& options);
 
 class Actor;  // loads, registers, runs step plans (actor.cpp)
 

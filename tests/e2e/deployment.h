@@ -122,6 +122,7 @@ class Deployment {
 
   const std::string& endpoint() const { return endpoint_; }
   std::string worker_endpoint() const { return "ipc://" + dir_ + "/run/worker.sock"; }
+  std::string admin_endpoint() const { return "ipc://" + dir_ + "/run/admin.sock"; }
   const std::string& dir() const { return dir_; }
   bool ok() const { return !endpoint_.empty(); }
   pid_t pid() const { return pid_; }

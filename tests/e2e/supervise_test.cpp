@@ -279,7 +279,7 @@ TEST(Drain, TheDrainCommandStopsTheDeploymentWithExitZero) {
                             "\"alive\":true", "\"last_heard_ms\":", "\"kv_blocks_free\":", "\"queued\":0"})
     EXPECT_NE(json.find(field), std::string::npos) << field << " in " << json;
   const pid_t drain =
-      test::spawn({TANDEM_TANDEM_BIN, "drain", "--endpoint", d.endpoint(), "--wait"}, dir + "/drain.out");
+      test::spawn({TANDEM_TANDEM_BIN, "drain", "--endpoint", d.admin_endpoint(), "--wait"}, dir + "/drain.out");
   EXPECT_EQ(test::wait_for(drain, 60s), 0) << test::slurp(dir + "/drain.out") << test::slurp(dir + "/drain.out.err");
   EXPECT_EQ(d.wait_exit(30s), 0) << d.output();
   EXPECT_EQ(probe({}), 1) << "nothing answers after the drain";

@@ -378,6 +378,11 @@ TEST_F(GgufTest, BadTensorInfos) {
   for (int i = 0; i < 3; ++i) o.put<uint64_t>(uint64_t{1} << 32);
   o.put<uint32_t>(0).put<uint64_t>(0);
   EXPECT_NE(open_error(path, o.b).find("tensor t: the product of its dims overflows"), std::string::npos);
+  Bytes wrap;  // 2^62 F32 elements: 2^64 bytes, which wrapped to 0 and passed for an empty tensor (#18)
+  wrap.header(1, 0).str("t").put<uint32_t>(2).put<uint64_t>(uint64_t{1} << 31).put<uint64_t>(uint64_t{1} << 31);
+  wrap.put<uint32_t>(0).put<uint64_t>(0).pad();
+  EXPECT_NE(open_error(path, wrap.b).find("tensor t: its size in bytes overflows"), std::string::npos)
+      << open_error(path, wrap.b);
   Bytes big;  // a single dim above INT64_MAX
   big.header(1, 0).str("t").put<uint32_t>(1).put<uint64_t>(UINT64_MAX).put<uint32_t>(0).put<uint64_t>(0);
   EXPECT_NE(open_error(path, big.b).find("overflows"), std::string::npos);

@@ -18,7 +18,8 @@ enum class Code {
   kOverloaded = 2,
   kUnavailable = 3,
   kInternal = 4,
-  kModelFile = 5,  // a model file that is missing, truncated, malformed or unsupported
+  kModelFile = 5,         // a model file that is missing, truncated, malformed or unsupported
+  kPermissionDenied = 6,  // a verb the endpoint does not take from this peer (Drain on the client endpoint)
 };
 
 inline const char* code_name(Code code) {
@@ -29,6 +30,7 @@ inline const char* code_name(Code code) {
     case Code::kUnavailable: return "UNAVAILABLE";
     case Code::kInternal: return "INTERNAL";
     case Code::kModelFile: return "MODEL_FILE";
+    case Code::kPermissionDenied: return "PERMISSION_DENIED";
   }
   return "UNKNOWN";
 }
