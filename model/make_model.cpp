@@ -309,12 +309,20 @@ void add_tensors(GgufWriter& w, const ModelConfig& c, uint64_t seed, bool f16) {
 }  // namespace
 
 Status make_model(const ModelConfig& config, uint64_t seed, const std::string& path, TensorType weights,
-                  const std::optional<Llama3Rope>& llama3) {
+                  const std::optional<Llama3Rope>& llama3, const VocabularyKeys* vocabulary) {
   TANDEM_RETURN_IF_ERROR(check_config(config, llama3));
+  if (vocabulary != nullptr && vocabulary->size != config.vocab_size) {
+    return Status::invalid("make-model: vocab_size " + std::to_string(config.vocab_size) +
+                           " is not the vocabulary's size " + std::to_string(vocabulary->size));
+  }
   const bool f16 = weights == TensorType::kF16;
   GgufWriter w;
   add_hyper_parameters(w, config, f16);
-  add_vocabulary(w, config);
+  if (vocabulary == nullptr) {
+    add_vocabulary(w, config);
+  } else {
+    for (const auto& [key, value] : vocabulary->keys) w.add_value(key, value);
+  }
   if (llama3) {  // first, as the convert script yields its generated tensors
     const std::vector<float> f = llama3_rope_factors(*llama3, config.head_dim(), config.rope_freq_base);
     w.add_tensor(std::string(kRopeFreqs), {f.size()}, TensorType::kF32, f.data(), f.size() * sizeof(float));
