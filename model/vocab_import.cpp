@@ -222,6 +222,7 @@ class SpecialTokens {
                                                             {"mask", "mask_token_id"}};
     std::vector<std::pair<std::string, bool>> adds;
     for (const char* typ : kTypes) {
+      if (!has_config_) break;  // gguf-py then takes the ids from config.json, which is not read here
       const JsonValue* add = config(std::string("add_") + typ + "_token");
       if (add != nullptr && add->is_bool()) add_[typ] = add->as_bool();
       if (auto id = token_id(content(typ))) v.keys.emplace_back("tokenizer.ggml." + kKey.at(typ), u32_value(*id));
@@ -354,6 +355,7 @@ Result<VocabularyKeys> from_tokenizer_json(const VocabularySource& src) {
   }
 
   VocabularyKeys v;
+  v.keys.reserve(16);  // the keys below and SpecialTokens'; also spares GCC 12 a false -Warray-bounds
   v.size = static_cast<uint32_t>(tokens->pieces.size());
   v.keys.emplace_back("tokenizer.ggml.model", string_value(spm ? "llama" : "gpt2"));
   v.keys.emplace_back("tokenizer.ggml.pre", string_value(*pre));

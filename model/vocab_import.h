@@ -36,7 +36,9 @@ struct VocabularySource {
 //     <0xHH> byte tokens, and scores from the merges' ranks (the merge that makes a token
 //     earlier = higher score), so SentencePiece's score order is Hugging Face's merge order;
 //   - special ids bos/eos/unk/sep/pad/cls/mask, add_bos/add_eos (tokenizer_config.json, else
-//     the post-processor's template) and chat_template(s), as gguf-py's SpecialVocab.
+//     the post-processor's template) and chat_template(s), as gguf-py's SpecialVocab. Without
+//     a tokenizer_config.json only the add_* flags (gguf-py reads the ids from config.json,
+//     which tandem does not).
 // Errors (Code::kModelFile or kInvalidArgument), naming the file: unreadable or invalid
 // JSON, a model type other than BPE (Unigram, WordPiece, ...), a pre-tokenizer that cannot be
 // derived (the message says which pieces it has and asks for --pre), a --pre tandem does not

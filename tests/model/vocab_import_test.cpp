@@ -203,6 +203,37 @@ TEST(VocabFromTokenizerJson, RefusesWhatItCannotConvertAndSaysWhy) {
   EXPECT_FALSE(r);  // a GGUF's vocabulary is copied as is
 }
 
+// A SentencePiece model exported to tokenizer.json (BPE with byte_fallback, as Llama 2's and
+// Mistral's): "llama" with pre "default", byte and unknown types, scores that rank merges in
+// their order, and add_bos/eos from the post-processor's template (no tokenizer_config.json).
+TEST(VocabFromTokenizerJson, SentencePieceBpeBecomesLlamaWithScoresInMergeOrder) {
+  const std::string dir = test::temp_dir() + "/spm";
+  fs::create_directories(dir);
+  write_text(dir + "/tokenizer.json", R"({
+    "added_tokens": [{"id": 0, "content": "<unk>", "special": true}, {"id": 1, "content": "<s>", "special": true},
+                     {"id": 2, "content": "</s>", "special": true}],
+    "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>"}},
+                                                               {"Sequence": {"id": "A"}}]},
+    "model": {"type": "BPE", "byte_fallback": true, "unk_token": "<unk>",
+              "vocab": {"<unk>": 0, "<s>": 1, "</s>": 2, "<0x41>": 3, "\u2581": 4, "a": 5, "b": 6, "ab": 7,
+                        "\u2581ab": 8},
+              "merges": ["a b", "\u2581 ab"]}})");
+  auto keys = read_vocabulary({dir + "/tokenizer.json", "", ""});
+  ASSERT_TRUE(keys) << keys.status().to_string();
+  Written w = write_model(*keys);
+  EXPECT_EQ(w.file->get_string("tokenizer.ggml.model"), "llama");
+  EXPECT_EQ(w.file->get_string("tokenizer.ggml.pre"), "default");
+  EXPECT_EQ(std::get<std::vector<int64_t>>(w.file->find("tokenizer.ggml.token_type")->value),
+            (std::vector<int64_t>{2, 3, 3, 6, 1, 1, 1, 1, 1}));
+  EXPECT_EQ(std::get<std::vector<double>>(w.file->find("tokenizer.ggml.scores")->value),
+            (std::vector<double>{-3, -3, -3, -3, -3, -3, -3, -1, -2}));
+  EXPECT_EQ(w.file->get_uint("tokenizer.ggml.bos_token_id"), std::nullopt);  // no config: ids come from it
+  EXPECT_EQ(w.file->get_bool("tokenizer.ggml.add_bos_token"), true);
+  auto ids = w.tokenizer.encode("ab A", EncodeOptions{.add_special = false});
+  ASSERT_TRUE(ids) << ids.status().to_string();
+  EXPECT_EQ(*ids, (std::vector<int32_t>{8, 4, 3}));  // "▁ab", "▁", byte 0x41
+}
+
 // The command line: the flags reach the converter and the file runs.
 TEST(VocabFromTokenizerJson, MakeModelWritesARunnableModel) {
   const std::string json = tokenizer_json("qwen3");
