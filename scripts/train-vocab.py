@@ -15,7 +15,7 @@ Run with Debian's Python (apt-get install python3-torch python3-numpy), from the
 Deterministic on one machine: fixed seeds, one thread, sorted files.
 
 Corpus (English prose Debian ships, ~0.94 MB): Vim's user manual /usr/share/vim/vim90/doc/usr_*.txt
-(vim-runtime 2:9.0.1378-2+deb12u2) and the licence texts /usr/share/common-licenses/* (base-files 12.4+deb12u*),
+(vim-runtime 2:9.0.1378-2+deb12u2) and the licence texts /usr/share/common-licenses/* (base-files 12.4+deb12u11),
 each file once (symlinks skipped), sorted by name; each file's first 95 % trains, the rest is held out.
 Tokens come from `tandem tokenize` on that vocabulary (no BOS); each training window is BOS + 127 tokens;
 450 steps of 16 windows (default) took 21 min on one thread of a loaded 2-vCPU machine.
