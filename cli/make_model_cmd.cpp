@@ -1,5 +1,6 @@
 // tandem make-model: deterministic random GGUF files (llama, qwen2, qwen3) for tests and benchmarks,
-// in any type tandem writes; or (--from) an existing F32/F16/BF16 GGUF quantized as llama-quantize does.
+// in any type tandem writes, with the byte-level vocabulary or (--vocab-from) a real one; or (--from)
+// an existing F32/F16/BF16 GGUF quantized as llama-quantize does.
 #include <unistd.h>
 
 #include <cstdio>
@@ -19,6 +20,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: tandem make-model --preset tiny|small [flags] --out FILE\n"
+    "       tandem make-model --vocab-from VOCAB.gguf|tokenizer.json [--pre NAME] [flags] --out FILE\n"
     "       tandem make-model --from IN.gguf --dtype TYPE --out FILE   (as llama-quantize IN FILE TYPE)";
 
 // --rope-scaling: "linear:F", "yarn:F[:N]" set the config's rope.scaling keys; "llama3[:F[:N]]"
@@ -83,6 +85,20 @@ Status apply_shape_flags(const Args& args, model::ModelConfig& c, std::optional<
   return Status::ok();
 }
 
+// --vocab-from FILE (with --tokenizer-config and --pre for a tokenizer.json): the real
+// vocabulary the model gets instead of the byte-level one; nullopt without --vocab-from.
+Result<std::optional<model::VocabularyKeys>> vocabulary_flags(const Args& args) {
+  auto from = args.str("vocab-from");
+  if (!from) {
+    if (args.has("pre") || args.has("tokenizer-config"))
+      return Status::invalid("--pre and --tokenizer-config go with --vocab-from tokenizer.json");
+    return std::optional<model::VocabularyKeys>();
+  }
+  auto keys = model::read_vocabulary({*from, args.str("tokenizer-config").value_or(""), args.str("pre").value_or("")});
+  if (!keys) return keys.status();
+  return std::optional<model::VocabularyKeys>(std::move(*keys));
+}
+
 // A preset's random weights: written directly as F32 or F16; any other type is the F32 file
 // quantized as llama-quantize would (through a temporary file beside `out`).
 Status write_preset(const Args& args, const std::string& out, model::FileType type) {
@@ -93,12 +109,16 @@ Status write_preset(const Args& args, const std::string& out, model::FileType ty
   config->tied_embeddings = args.has("tied");
   std::optional<model::Llama3Rope> llama3;
   TANDEM_RETURN_IF_ERROR(apply_shape_flags(args, *config, llama3));
+  auto vocab = vocabulary_flags(args);
+  if (!vocab) return vocab.status();
+  const model::VocabularyKeys* keys = *vocab ? &**vocab : nullptr;
+  if (keys != nullptr) config->vocab_size = keys->size;
   if (type == model::FileType::kF32 || type == model::FileType::kF16) {
     const auto weights = type == model::FileType::kF16 ? model::TensorType::kF16 : model::TensorType::kF32;
-    return model::make_model(*config, static_cast<uint64_t>(*seed), out, weights, llama3);
+    return model::make_model(*config, static_cast<uint64_t>(*seed), out, weights, llama3, keys);
   }
   const std::string f32 = out + ".f32.tmp." + std::to_string(getpid());
-  Status st = model::make_model(*config, static_cast<uint64_t>(*seed), f32, model::TensorType::kF32, llama3);
+  Status st = model::make_model(*config, static_cast<uint64_t>(*seed), f32, model::TensorType::kF32, llama3, keys);
   if (st) st = model::quantize_model(f32, out, type);
   std::remove(f32.c_str());
   return st;
@@ -120,9 +140,9 @@ int make_model_command(int argc, char** argv) {
   const model::FileType type = *model::parse_file_type(*dtype);  // the flag's choices are the parser's names
   if (auto from = args->str("from")) {
     if (args->has("preset") || args->has("seed") || args->has("tied") || args->has("arch") || args->has("context") ||
-        args->has("head-dim") || args->has("rope-scaling")) {
+        args->has("head-dim") || args->has("rope-scaling") || args->has("vocab-from")) {
       return fail("make-model", Status::invalid("--from quantizes a file: it takes no --preset, --seed, --tied, --arch,"
-                                                " --context, --head-dim or --rope-scaling"));
+                                                " --context, --head-dim, --rope-scaling or --vocab-from"));
     }
     if (Status st = model::quantize_model(*from, *out, type); !st) return fail("make-model", st);
     std::fprintf(stderr, "tandem make-model: wrote %s (%s as %s)\n", out->c_str(), from->c_str(), dtype->c_str());

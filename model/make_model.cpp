@@ -103,12 +103,13 @@ class Rng {
 #pragma GCC pop_options
 #endif
 
-Status check_config(const ModelConfig& c, const std::optional<Llama3Rope>& llama3) {
+// `byte_level`: the file gets the byte-level vocabulary, which needs 259 tokens at least.
+Status check_config(const ModelConfig& c, const std::optional<Llama3Rope>& llama3, bool byte_level) {
   auto bad = [](const std::string& m) { return Status::invalid("make-model: " + m); };
   if (c.dim == 0 || c.n_layers == 0 || c.n_heads == 0 || c.n_kv_heads == 0 || c.ffn_dim == 0 || c.context_length == 0) {
     return bad("dim, n_layers, n_heads, n_kv_heads, ffn_dim and context_length must be positive");
   }
-  if (c.vocab_size < 259) {
+  if (byte_level && c.vocab_size < 259) {
     return bad("vocab_size " + std::to_string(c.vocab_size) +
                " is too small for the byte-level vocabulary (needs at least 259)");
   }
@@ -309,12 +310,20 @@ void add_tensors(GgufWriter& w, const ModelConfig& c, uint64_t seed, bool f16) {
 }  // namespace
 
 Status make_model(const ModelConfig& config, uint64_t seed, const std::string& path, TensorType weights,
-                  const std::optional<Llama3Rope>& llama3) {
-  TANDEM_RETURN_IF_ERROR(check_config(config, llama3));
+                  const std::optional<Llama3Rope>& llama3, const VocabularyKeys* vocabulary) {
+  TANDEM_RETURN_IF_ERROR(check_config(config, llama3, vocabulary == nullptr));
+  if (vocabulary != nullptr && vocabulary->size != config.vocab_size) {
+    return Status::invalid("make-model: vocab_size " + std::to_string(config.vocab_size) +
+                           " is not the vocabulary's size " + std::to_string(vocabulary->size));
+  }
   const bool f16 = weights == TensorType::kF16;
   GgufWriter w;
   add_hyper_parameters(w, config, f16);
-  add_vocabulary(w, config);
+  if (vocabulary == nullptr) {
+    add_vocabulary(w, config);
+  } else {
+    for (const auto& [key, value] : vocabulary->keys) w.add_value(key, value);
+  }
   if (llama3) {  // first, as the convert script yields its generated tensors
     const std::vector<float> f = llama3_rope_factors(*llama3, config.head_dim(), config.rope_freq_base);
     w.add_tensor(std::string(kRopeFreqs), {f.size()}, TensorType::kF32, f.data(), f.size() * sizeof(float));

@@ -10,6 +10,7 @@
 #include "runtime/status.h"
 #include "model/gguf.h"
 #include "model/model_config.h"
+#include "model/vocab_import.h"
 
 namespace tandem::model {
 
@@ -43,7 +44,10 @@ std::vector<float> llama3_rope_factors(const Llama3Rope& rope, uint32_t head_dim
 // Errors: Code::kInvalidArgument for an inconsistent config; Code::kModelFile when the
 // file cannot be written.
 // F16 files hold the same draws rounded to half precision.
+// `vocabulary` (model/vocab_import.h) replaces the byte-level vocabulary with a real one: its
+// keys are written as given; config.vocab_size must be its size.
 Status make_model(const ModelConfig& config, uint64_t seed, const std::string& path,
-                  TensorType weights = TensorType::kF32, const std::optional<Llama3Rope>& llama3 = std::nullopt);
+                  TensorType weights = TensorType::kF32, const std::optional<Llama3Rope>& llama3 = std::nullopt,
+                  const VocabularyKeys* vocabulary = nullptr);
 
 }  // namespace tandem::model

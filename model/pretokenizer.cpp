@@ -3,6 +3,7 @@
 #include <unicode/regex.h>
 #include <unicode/utext.h>
 
+#include <algorithm>
 #include <initializer_list>
 
 namespace tandem::model {
@@ -41,7 +42,7 @@ const Entry kTable[] = {
     {{"gpt-2", "mpt"}, {kGpt2}},
     {{"starcoder", "refact", "command-r"}, {R"(\p{N})", kGpt2}},
     {{"falcon"}, {R"([\p{P}\$\+<=>\^~\|`]+)", kGpt2, R"([0-9][0-9][0-9])"}},
-    {{"llama3", "llama-bpe", "llama-v3"}, {kLlama3}, true},
+    {{"llama-bpe", "llama3", "llama-v3"}, {kLlama3}, true},
     {{"qwen2", "deepseek-r1-qwen"}, {kQwen2}},
     {{"qwen35"}, {kQwen35}},
     {{"deepseek-llm"},
@@ -96,6 +97,15 @@ Result<PreTokenizer> PreTokenizer::compile(const std::vector<std::string>& patte
   pre.compiled_ = std::move(compiled);
   return pre;
 }
+
+std::string pre_name_of_patterns(const std::vector<std::string>& patterns) {
+  for (const Entry& e : kTable) {
+    if (std::equal(patterns.begin(), patterns.end(), e.patterns.begin(), e.patterns.end())) return *e.names.begin();
+  }
+  return "";
+}
+
+const char* gpt2_pattern() { return kGpt2; }
 
 Result<PreTokenizer> PreTokenizer::for_name(const std::string& pre) {
   for (const Entry& e : kTable) {

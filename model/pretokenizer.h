@@ -18,6 +18,13 @@ struct Span {
   uint32_t begin = 0, end = 0;
 };
 
+// The tokenizer.ggml.pre name whose regexes are exactly `patterns`, in order (as a Hugging
+// Face tokenizer.json's pre-tokenizer lists them), or "" when no name has them. Where several
+// names share the regexes, the one llama.cpp's converter writes (llama-bpe, gpt-2, qwen2, ...).
+std::string pre_name_of_patterns(const std::vector<std::string>& patterns);
+// GPT-2's word regex: what a ByteLevel pre-tokenizer with use_regex splits by.
+const char* gpt2_pattern();
+
 class PreTokenizer {
  public:
   // The regexes of `pre` (llama.cpp's names, e.g. "gpt-2", "llama-bpe", "qwen2"); an error

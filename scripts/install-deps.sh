@@ -20,6 +20,7 @@ packages=(
   clang-format-14 clang-tidy-14        # scripts/lint.sh: formatting and function length, in CI
   python3-numpy                        # float64 references of the engine and the quantizers (tests/*.py)
   python3-jinja2                       # the reference renderer of chat templates (tests/chat_template_reference.py)
+  wamerican                            # the word list trained_model_test checks generated English against
 )
 
 missing=()

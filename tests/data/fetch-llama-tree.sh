@@ -22,17 +22,11 @@ read -r version integrity < <(node -e '
 stamp=$tree/.node-llama-cpp-$version
 [ -f "$stamp" ] && { echo "$tree"; exit 0; }
 
-command -v npm >/dev/null || { echo "fetch-llama-tree: npm not found (Debian: apt-get install npm)" >&2; exit 1; }
 work=$dest/.fetch
 rm -rf "$work" "$tree" && mkdir -p "$work"
-echo "fetch-llama-tree: npm pack node-llama-cpp@$version" >&2
-tarball=$(cd "$work" && npm pack --silent "node-llama-cpp@$version" 2>/dev/null | tail -1)
-actual="sha512-$(openssl dgst -sha512 -binary "$work/$tarball" | base64 -w0)"
-if [ "$actual" != "$integrity" ]; then
-  echo "fetch-llama-tree: $tarball has integrity $actual, the lock says $integrity" >&2
-  exit 1
-fi
-tar -xzf "$work/$tarball" -C "$work" package/llama/gitRelease.bundle
+source "$root/tests/data/npm-pack-checked.sh"
+tarball=$(npm_pack_checked node-llama-cpp "$version" "$integrity" "$work")
+tar -xzf "$tarball" -C "$work" package/llama/gitRelease.bundle
 git clone --quiet "$work/package/llama/gitRelease.bundle" "$tree" 2>/dev/null
 echo "llama.cpp $(git -C "$tree" rev-parse HEAD) from node-llama-cpp $version" >"$stamp"
 rm -rf "$work"
