@@ -173,6 +173,7 @@ class Core {
 
   SchedulerConfig config_;
   model::ModelConfig model_;
+  std::vector<uint64_t> seqs_scratch_;  // on_result: the answered plan's sequences (capacity kept)
   const model::Tokenizer& tokenizer_;
   AdmissionLimits limits_;
   Sink& sink_;
