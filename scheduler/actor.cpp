@@ -421,9 +421,9 @@ class Actor final : public Sink {
     if (reg.model_fingerprint() != fingerprint_) {
       spdlog::warn("scheduler: refused worker {} (pid {}): model fingerprint {} differs from ours {}", reg.name(),
                    reg.pid(), reg.model_fingerprint(), fingerprint_);
+      // The refusal names neither fingerprint: the scheduler's would tell any peer what to claim.
       refuse(identity, v1::REFUSAL_REASON_MODEL_FINGERPRINT,
-             "model fingerprint " + reg.model_fingerprint() + " differs from the scheduler's " + fingerprint_ +
-                 ": worker and scheduler must load the same model file");
+             "the model fingerprint differs from the scheduler's: worker and scheduler must load the same model file");
       return;
     }
     const std::optional<Role> role = runtime::role_from_proto(reg.role());
@@ -441,9 +441,11 @@ class Actor final : public Sink {
     if (*role != Role::kBoth) {
       for (const auto& [other_identity, peer] : worker_by_identity_) {
         if (peer.role == Role::kBoth || other_identity == identity || peer.kv_format == kv_format(reg)) continue;
+        spdlog::warn("scheduler: refused worker {}: KV format {} differs from worker {}'s {}", reg.name(),
+                     kv_format(reg), peer.id, peer.kv_format);
         refuse(identity, v1::REFUSAL_REASON_KV_FORMAT,
-               "KV format " + kv_format(reg) + " differs from worker " + std::to_string(peer.id) + "'s " +
-                   peer.kv_format + ": prefill and decode workers must store KV alike");
+               "KV format " + kv_format(reg) +
+                   " differs from the registered prefill and decode workers': they must store KV alike");
         return;
       }
     }

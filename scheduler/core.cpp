@@ -78,6 +78,9 @@ struct Core::Worker {
 };
 
 namespace {
+
+// A sequence of a plan whose result came (on_result marks the plan's list): no sequence has it.
+constexpr uint64_t kAnswered = ~uint64_t{0};
 uint32_t blocks_for(uint32_t tokens, uint32_t block_tokens) { return (tokens + block_tokens - 1) / block_tokens; }
 
 constexpr size_t kHandoffTimes = 4096;
@@ -729,6 +732,7 @@ void Core::on_result(uint32_t worker_id, const v1::StepResult& result, int64_t n
   Worker& w = *wit->second;
   if (w.inflight.empty() || w.inflight.front().step_id != result.step_id()) return;  // stale
   std::vector<uint64_t> seqs = std::move(w.inflight.front().seqs);
+  const std::vector<uint64_t>& plan_seqs = seqs_scratch_ = seqs;  // seqs is marked as results come
   const bool queued_behind = w.inflight.front().queued_behind;
   w.inflight.pop_front();
   ++w.stats.steps;
@@ -755,8 +759,21 @@ void Core::on_result(uint32_t worker_id, const v1::StepResult& result, int64_t n
     }
   } else {
     for (const v1::SeqResult& s : result.seqs()) {
+      // A worker answers only for the sequences of this plan, each once (a result for another
+      // worker's sequence, or a second one for the same, is dropped), with a token of the
+      // vocabulary (one outside would fail the next batch that embeds it).
+      const auto mine = std::find(seqs.begin(), seqs.end(), s.seq_id());
+      if (mine == seqs.end()) continue;
+      *mine = kAnswered;
       auto it = by_seq_.find(s.seq_id());
       if (it == by_seq_.end() || !it->second->owner || s.token() < 0) continue;
+      if (static_cast<uint32_t>(s.token()) >= model_.vocab_size) {
+        finish(*it->second->owner, v1::FINISH_REASON_ERROR, v1::ERROR_CODE_INTERNAL,
+               "worker " + std::to_string(worker_id) + " returned token id " + std::to_string(s.token()) +
+                   ", outside the vocabulary (" + std::to_string(model_.vocab_size) + " tokens)",
+               now_us);
+        continue;
+      }
       ++w.stats.tokens;
       ++stats_.tokens;
       Request* r = it->second->owner;
@@ -772,7 +789,7 @@ void Core::on_result(uint32_t worker_id, const v1::StepResult& result, int64_t n
       }
     }
   }
-  for (uint64_t id : seqs) {
+  for (uint64_t id : plan_seqs) {
     auto it = by_seq_.find(id);
     if (it != by_seq_.end() && !it->second->owner) retire(*it->second);
   }

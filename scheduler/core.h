@@ -201,6 +201,7 @@ class Core {
   SchedulerConfig config_;
   model::ModelConfig model_;
   PromptRenderer renderer_;
+  std::vector<uint64_t> seqs_scratch_;  // on_result: the answered plan's sequences (capacity kept)
   AdmissionLimits limits_;
   Sink& sink_;
   CoreStats stats_;

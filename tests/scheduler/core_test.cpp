@@ -877,3 +877,62 @@ TEST(CorePrompts, ADeadlinePassingWhileTokenizingCancels) {
 
 }  // namespace
 }  // namespace tandem::scheduler
+
+namespace tandem::scheduler {
+namespace {
+
+// #18 item 1: a worker's result counts only for the sequences of the plan it answers, once
+// each, with a token of the vocabulary. A result for another worker's sequence used to be
+// taken (a fake worker could write into any tenant's stream), as was a token id past the
+// vocabulary, which failed the next batch that embedded it.
+TEST(CoreResults, AResultCountsOnlyForItsPlansSequencesOnceWithAVocabularyToken) {
+  Harness h;
+  h.core->add_worker(1, 64, 16, h.now);
+  h.core->submit("c", h.request("a", 8, 4), h.now);
+  h.core->tick(h.now);
+  h.core->add_worker(2, 64, 16, h.now);
+  h.core->submit("c", h.request("b", 8, 4), h.now);
+  h.core->tick(h.now);
+  ASSERT_FALSE(h.rec.plans[1].empty());
+  ASSERT_FALSE(h.rec.plans[2].empty()) << "b was not placed on the idle worker 2";
+  const uint64_t seq_on_1 = h.rec.plans[1].front().seqs(0).seq_id();
+  const uint64_t seq_on_2 = h.rec.plans[2].front().seqs(0).seq_id();
+
+  // Worker 1 answers its plan, adds a token for worker 2's sequence and its own twice.
+  v1::StepResult res;
+  res.set_step_id(h.rec.plans[1].front().step_id());
+  h.rec.plans[1].pop_front();
+  for (uint64_t id : {seq_on_1, seq_on_2, seq_on_1}) {
+    auto* s = res.add_seqs();
+    s->set_seq_id(id);
+    s->set_token(7);
+  }
+  h.core->on_result(1, res, h.now += 1000);
+  EXPECT_EQ(h.rec.tokens["a"].size() + h.rec.tokens["b"].size(), 1u)
+      << "worker 1 wrote into worker 2's sequence, or its own twice";
+  const std::string on_1 = h.rec.tokens["a"].empty() ? "b" : "a";
+  const std::string on_2 = on_1 == "a" ? "b" : "a";
+
+  // Worker 2 answers with a token id past the vocabulary: that request ends with an error
+  // naming it, and nothing else is disturbed.
+  v1::StepResult bad;
+  bad.set_step_id(h.rec.plans[2].front().step_id());
+  h.rec.plans[2].pop_front();
+  auto* s = bad.add_seqs();
+  s->set_seq_id(seq_on_2);
+  s->set_token(static_cast<int32_t>(h.config.vocab_size));
+  h.core->on_result(2, bad, h.now += 1000);
+  ASSERT_EQ(h.rec.final_count[on_2], 1);
+  EXPECT_EQ(h.rec.finals[on_2].finish_reason(), v1::FINISH_REASON_ERROR);
+  EXPECT_NE(h.rec.finals[on_2].error_message().find("outside the vocabulary"), std::string::npos)
+      << h.rec.finals[on_2].error_message();
+  EXPECT_EQ(h.rec.tokens[on_2].size(), 0u);
+  h.core->tick(h.now);
+  h.drain();
+  EXPECT_EQ(h.rec.final_count[on_1], 1);
+  EXPECT_EQ(h.rec.finals[on_1].finish_reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(h.rec.tokens[on_1].size(), 4u);
+}
+
+}  // namespace
+}  // namespace tandem::scheduler
