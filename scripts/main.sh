@@ -22,10 +22,11 @@ trap 'kill $up 2>/dev/null || true; wait $up 2>/dev/null || true; rm -f "$log"' 
 for _ in $(seq 1 600); do grep -q "tandem: ready" "$log" && break; sleep 0.2; done
 grep "tandem:" "$log"
 endpoint=$(sed -n 's/^tandem: endpoint //p' "$log")
+admin=$(sed -n 's/^tandem: admin endpoint \([^ ]*\).*/\1/p' "$log")  # drain goes there, not to clients' endpoint
 # Streams the text as it comes (--json: one event per token); sampled, seeded: the same text each run.
 $tandem generate --endpoint "$endpoint" --prompt "${TANDEM_PROMPT:-When you}" --max-tokens 32 --ignore-eos \
   --temperature 0.7 --seed 1
 $tandem status --endpoint "$endpoint"
-$tandem drain --endpoint "$endpoint" --wait
+$tandem drain --endpoint "$admin" --wait
 wait $up  # tandem up exits 0 after the drain
 grep "tandem:" "$log" | tail -2
