@@ -56,7 +56,7 @@ struct WorkerInfo {
   // Blocks each sequence takes besides its positions' (the F32 rows of its most recent blocks,
   // engine::KvPool::tail_blocks); allocated with the sequence, freed with it.
   uint32_t tail_blocks = 0;
-  std::string kv_public_key;  // kDecode with CurveZMQ: its KV socket's server key
+  std::string kv_public_key{};  // kDecode with CurveZMQ: its KV socket's server key
 };
 
 // The one place a final event is made: `out`'s final event with `reason`, `code` and, for
