@@ -8,7 +8,9 @@
 //   reading) makes the client stalled. The outbox then calls stopped_reading(client) once: the
 //   caller cancels the client's requests. Of what was being sent, and of what is added for a
 //   stalled client from then on (the cancellations' final events too), only final events are
-//   kept, a few bytes each; token events are dropped.
+//   kept, a few bytes each; token events are dropped. A request that lost tokens so never ends
+//   with success: a kept final event of a request whose tokens were dropped becomes an
+//   OVERLOADED error that says how many were not delivered.
 // - Kept final events are retried at most every kRetryUs (each attempt serializes all of them),
 //   not once per flush. A successful retry makes the client an ordinary one again; a stalled
 //   client that known(client) no longer reports is forgotten with what was kept for it.
@@ -68,8 +70,10 @@ class ClientOutbox {
   void trim(size_t live_clients);
 
  private:
-  // Moves the final events of `from` into `to` (token events are dropped).
-  static void keep_finals(const v1::SchedulerReply& from, v1::SchedulerReply& to);
+  // Moves the final events of `from` into `to`; token events are dropped and counted per request
+  // (`dropped`), and a final event of a request that lost tokens is made an error.
+  static void keep_finals(const v1::SchedulerReply& from, v1::SchedulerReply& to,
+                          std::unordered_map<std::string, uint32_t>& dropped);
   void retry_stalled(int64_t now_us);
 
   uint32_t queue_bound_;
@@ -77,6 +81,8 @@ class ClientOutbox {
   std::unordered_map<std::string, v1::SchedulerReply> pending_;  // per client, reused
   std::vector<std::string> dirty_;                               // clients with pending events
   std::unordered_map<std::string, v1::SchedulerReply> stalled_;  // kept final events
+  // Per stalled client: tokens dropped per request id that has not ended yet.
+  std::unordered_map<std::string, std::unordered_map<std::string, uint32_t>> dropped_;
   std::vector<std::string> newly_stalled_;
   int64_t next_retry_us_ = 0;
 };

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -172,6 +173,53 @@ TEST(ClientOutbox, OtherSendFailuresDropTheMessageWithoutStalling) {
   gone.flush(0);
   EXPECT_FALSE(gone.stalled("a"));
   EXPECT_TRUE(f.stopped.empty());
+}
+
+}  // namespace
+}  // namespace tandem::scheduler
+
+namespace tandem::scheduler {
+namespace {
+
+// #18 item 6: a slow client never gets a success with missing tokens. A request that finished
+// in the batch that found the client's queue full (its tokens dropped, its final event kept)
+// used to end with LENGTH and fewer tokens than its usage said; so did one whose earlier token
+// events were dropped while the client was stalled.
+TEST(ClientOutbox, ARequestThatLostTokensNeverEndsWithSuccess) {
+  FakeClients f;
+  f.full.insert("a");
+  v1::RequestEvents done = FakeClients::token_event("r1");  // its last tokens and final, together
+  done.add_tokens()->set_id(8);
+  set_final(done, v1::FINISH_REASON_LENGTH, v1::ERROR_CODE_UNSPECIFIED, "");
+  done.mutable_final()->mutable_usage()->set_completion_tokens(2);
+  f.outbox.add("a", done);
+  f.outbox.add("a", FakeClients::token_event("r2"));  // r2 goes on, its token dropped
+  f.outbox.flush(0);
+  ASSERT_TRUE(f.outbox.stalled("a"));
+  v1::RequestEvents r2_done;
+  r2_done.set_request_id("r2");
+  set_final(r2_done, v1::FINISH_REASON_STOP, v1::ERROR_CODE_UNSPECIFIED, "");
+  f.outbox.add("a", r2_done);
+  v1::RequestEvents r3_done;  // no token of r3 was lost: its success stays
+  r3_done.set_request_id("r3");
+  set_final(r3_done, v1::FINISH_REASON_STOP, v1::ERROR_CODE_UNSPECIFIED, "");
+  f.outbox.add("a", r3_done);
+  f.outbox.flush(1);
+  f.full.clear();
+  f.outbox.flush(ClientOutbox::kRetryUs + 1);
+  ASSERT_EQ(f.sent.size(), 1u);
+  std::map<std::string, v1::FinalEvent> finals;
+  for (const v1::RequestEvents& ev : f.sent[0].reply.events().requests())
+    if (ev.has_final()) finals[ev.request_id()] = ev.final();
+  ASSERT_EQ(finals.size(), 3u);
+  EXPECT_EQ(finals["r1"].finish_reason(), v1::FINISH_REASON_ERROR);
+  EXPECT_EQ(finals["r1"].error_code(), v1::ERROR_CODE_OVERLOADED);
+  EXPECT_NE(finals["r1"].error_message().find("2 of its tokens were not delivered"), std::string::npos)
+      << finals["r1"].error_message();
+  EXPECT_EQ(finals["r1"].usage().completion_tokens(), 2u);
+  EXPECT_EQ(finals["r2"].finish_reason(), v1::FINISH_REASON_ERROR);
+  EXPECT_NE(finals["r2"].error_message().find("1 of its tokens"), std::string::npos) << finals["r2"].error_message();
+  EXPECT_EQ(finals["r3"].finish_reason(), v1::FINISH_REASON_STOP);
 }
 
 }  // namespace
