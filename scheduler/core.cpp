@@ -253,7 +253,11 @@ std::string Core::exceeds_kv(const RequestSpec& spec) const {
 void Core::submit(const std::string& client, const v1::Submit& submit, int64_t now_us) {
   auto spec = admit_fields(submit, limits_);
   if (!spec) {
-    reject(client, submit.request_id(), v1::ERROR_CODE_INVALID_ARGUMENT, spec.status().message());
+    // An id past the limit is echoed cut to the limit: a client sending 60 MiB ids must not
+    // make the scheduler queue 60 MiB refusals for it.
+    const std::string& id = submit.request_id();
+    reject(client, id.size() > limits_.max_request_id_bytes ? id.substr(0, limits_.max_request_id_bytes) : id,
+           v1::ERROR_CODE_INVALID_ARGUMENT, spec.status().message());
     return;
   }
   const std::string k = key(client, spec->id);

@@ -936,3 +936,25 @@ TEST(CoreResults, AResultCountsOnlyForItsPlansSequencesOnceWithAVocabularyToken)
 
 }  // namespace
 }  // namespace tandem::scheduler
+
+namespace tandem::scheduler {
+namespace {
+
+// #18 item 5: a refused request's id is echoed at most max_request_id_bytes long (a 60 MiB id
+// was echoed whole, once per submit, into the client's queue).
+TEST(CoreResults, ARefusalEchoesAnOverlongIdCutToTheLimit) {
+  Harness h;
+  h.core->add_worker(1, 64, 16, h.now);
+  v1::Submit s = h.request("x", 4, 2);
+  s.set_request_id(std::string(1 << 20, 'x'));
+  h.core->submit("c", s, h.now);
+  ASSERT_EQ(h.rec.finals.size(), 1u);
+  const auto& [id, fin] = *h.rec.finals.begin();
+  EXPECT_EQ(id.size(), AdmissionLimits{}.max_request_id_bytes);
+  EXPECT_EQ(fin.finish_reason(), v1::FINISH_REASON_ERROR);
+  EXPECT_NE(fin.error_message().find("request_id: 1048576 bytes, at most 256"), std::string::npos)
+      << fin.error_message();
+}
+
+}  // namespace
+}  // namespace tandem::scheduler
