@@ -1,5 +1,7 @@
 #include "scheduler/core.h"
 
+#include <sys/random.h>
+
 #include <algorithm>
 #include <cassert>
 
@@ -248,6 +250,14 @@ std::string Core::exceeds_kv(const RequestSpec& spec) const {
   if (need <= largest) return "";
   return "prompt + max_tokens = " + std::to_string(need) + " tokens exceeds the KV cache of the largest worker (" +
          std::to_string(largest) + " tokens)";
+}
+
+uint64_t Core::random_u64() {
+  uint64_t v = 0;
+  // getrandom(2) without flags blocks only before the kernel's pool is first seeded (at boot).
+  while (::getrandom(&v, sizeof v, 0) != static_cast<ssize_t>(sizeof v)) {
+  }
+  return v;
 }
 
 void Core::submit(const std::string& client, const v1::Submit& submit, int64_t now_us) {
@@ -859,10 +869,13 @@ bool Core::start_handoff(Request& r, int64_t now_us) {
   r.placement = dp.get();
   r.transfer_id = next_transfer_++;
   r.transfer_start_us = now_us;
+  const uint64_t nonce = random_u64();
 
   v1::SchedulerCommand cmd;
   v1::KvExpect* e = cmd.mutable_kv_expect();
   e->set_transfer_id(r.transfer_id);
+  e->set_nonce(nonce);
+  e->set_positions(positions);
   e->set_seq_id(dp->seq_id);
   e->mutable_blocks()->Add(dp->blocks.begin(), dp->blocks.end());
   e->mutable_tail_blocks()->Add(dp->tail.begin(), dp->tail.end());
@@ -874,6 +887,7 @@ bool Core::start_handoff(Request& r, int64_t now_us) {
   k->set_dest_seq_id(dp->seq_id);
   k->set_dest_endpoint(best->kv_endpoint);
   k->set_dest_public_key(best->kv_public_key);
+  k->set_nonce(nonce);
   k->set_positions(positions);
   sink_.send_command(src.worker_id, cmd);
   by_seq_[dp->seq_id] = std::move(dp);

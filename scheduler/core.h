@@ -197,6 +197,9 @@ class Core {
   void detach(Request& r);
   void retire(Placement& p);
   static std::string key(const std::string& client, const std::string& id);
+  // 64 bits from the kernel's CSPRNG: a KV transfer's nonce (a peer that did not see its
+  // KvExpect cannot guess it) and the first transfer id.
+  static uint64_t random_u64();
 
   SchedulerConfig config_;
   model::ModelConfig model_;
@@ -206,7 +209,8 @@ class Core {
   Sink& sink_;
   CoreStats stats_;
   uint64_t next_seq_ = 1;
-  uint64_t next_transfer_ = 1;
+  // Transfer ids start at a random base, so they do not repeat across a scheduler restart.
+  uint64_t next_transfer_ = (random_u64() >> 1) + 1;
   uint64_t next_prompt_job_ = 1;
   std::unordered_map<uint64_t, Request*> tokenizing_;  // by prompt job: its ids are being made
   uint32_t decode_workers_ = 0;

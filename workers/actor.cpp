@@ -203,12 +203,15 @@ class Actor {
         if (e.epoch() != epoch_ || epoch_ == 0) return;
         Expected& x = expected_[e.transfer_id()];
         x.seq_id = e.seq_id();
+        x.nonce = e.nonce();
+        x.positions = e.positions();
         x.blocks.assign(e.blocks().begin(), e.blocks().end());
         x.tail.assign(e.tail_blocks().begin(), e.tail_blocks().end());
         auto early =
             std::find_if(early_.begin(), early_.end(), [&](const auto& p) { return p.first == e.transfer_id(); });
         if (early != early_.end()) {
           runtime::Frames frames = std::move(early->second.frames);
+          early_bytes_ -= early->second.bytes;
           early_.erase(early);
           on_transfer(frames);
         }
@@ -367,6 +370,7 @@ class Actor {
     sequences_.clear();
     expected_.clear();
     early_.clear();
+    early_bytes_ = 0;
   }
 
   void close_idle_peers() {
@@ -412,6 +416,7 @@ class Actor {
     transfer_.Clear();
     transfer_.set_version(kVersion);
     transfer_.set_transfer_id(cmd.transfer_id());
+    transfer_.set_nonce(cmd.nonce());
     transfer_.set_dest_seq_id(cmd.dest_seq_id());
     transfer_.set_positions(cmd.positions());
     transfer_.mutable_tokens()->Add(seq.tokens.begin(), seq.tokens.begin() + cmd.positions());
@@ -431,6 +436,8 @@ class Actor {
   }
 
   // Decode side: a transfer from a prefill worker.
+  size_t pool_bytes() const { return size_t{pool_->n_blocks()} * pool_->block_bytes(); }
+
   void on_transfer(runtime::Frames& frames) {
     if (frames.empty() || !runtime::parse_frame(frames[0], transfer_in_).is_ok() ||
         !runtime::protocol_version_served(transfer_in_.version())) {
@@ -441,11 +448,26 @@ class Actor {
     if (x == expected_.end()) {
       // Not announced yet (the scheduler's KvExpect is on another socket) or abandoned.
       const int64_t now = runtime::now_us();
+      size_t bytes = 0;
+      for (const zmq::message_t& f : frames) bytes += f.size();
+      // At most 64 held, for 10 s, holding no more bytes than the KV pool itself.
       while (!early_.empty() &&
-             (early_.size() >= kEarlyTransfers || now - early_.front().second.arrived_us > kEarlyTransferUs))
+             (early_.size() >= kEarlyTransfers || now - early_.front().second.arrived_us > kEarlyTransferUs ||
+              early_bytes_ + bytes > pool_bytes())) {
+        early_bytes_ -= early_.front().second.bytes;
         early_.erase(early_.begin());
-      early_.emplace_back(transfer_in_.transfer_id(), Early{std::move(frames), now});
+      }
+      if (bytes > pool_bytes()) return;
+      early_bytes_ += bytes;
+      early_.emplace_back(transfer_in_.transfer_id(), Early{std::move(frames), now, bytes});
       spdlog::debug("worker: KV transfer {} arrived before its announcement; held", transfer_in_.transfer_id());
+      return;
+    }
+    // Another transfer under this id (a guess, a replay, a sender that never saw the KvExpect) is
+    // dropped and leaves the expectation in place for the real one.
+    if (transfer_in_.nonce() != x->second.nonce || transfer_in_.positions() != x->second.positions) {
+      spdlog::warn("worker: dropped a KV transfer under id {} whose nonce or positions are not the announced ones",
+                   transfer_in_.transfer_id());
       return;
     }
     const Expected expected = std::move(x->second);
@@ -497,11 +519,14 @@ class Actor {
   // Disaggregation.
   struct Expected {
     uint64_t seq_id = 0;
+    uint64_t nonce = 0;
+    uint32_t positions = 0;
     std::vector<int32_t> blocks, tail;
   };
   struct Early {
     runtime::Frames frames;
     int64_t arrived_us = 0;
+    size_t bytes = 0;
   };
   bool curve_ = false;                      // --curve-keys given: every link is CURVE, the KV link too
   runtime::CurveKeys kv_keys_;              // decode with CurveZMQ: its KV socket's key pair
@@ -513,6 +538,7 @@ class Actor {
   std::unordered_map<std::string, KvPeer> peers_;    // prefill: PUSH per decode worker, closed when idle
   std::unordered_map<uint64_t, Expected> expected_;  // by transfer id
   std::deque<std::pair<uint64_t, Early>> early_;
+  size_t early_bytes_ = 0;  // the frames early_ holds
   v1::KvTransfer transfer_, transfer_in_;
   std::vector<engine::SeqStep> steps_;
   std::vector<std::vector<int32_t>> feeds_;

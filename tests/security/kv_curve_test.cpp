@@ -10,36 +10,12 @@
 
 #include "tandem/client.h"
 #include "tests/e2e/deployment.h"
+#include "tests/security/greedy.h"
 
 namespace tandem::test {
 namespace {
 
 using namespace std::chrono_literals;
-
-// The tokens of a greedy request on deployment `d` (client with `key`, "" for none).
-std::vector<int32_t> greedy(const Deployment& d, const std::string& key) {
-  ClientOptions o;
-  o.endpoint = d.endpoint();
-  o.curve_server_key = key;
-  auto client = Client::connect(o);
-  EXPECT_TRUE(client) << client.status().to_string();
-  if (!client) return {};
-  GenerateRequest r;
-  r.prompt_tokens = {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21};
-  r.max_tokens = 8;
-  r.ignore_eos = true;
-  auto s = (*client)->generate(r);
-  std::vector<int32_t> tokens;
-  Event ev;
-  for (int i = 0; i < 64 && s->next(ev); ++i) {
-    if (ev.final) {
-      EXPECT_EQ(ev.fin.reason, FinishReason::kLength) << ev.fin.error_message;
-      break;
-    }
-    tokens.push_back(ev.token.id);
-  }
-  return tokens;
-}
 
 TEST(KvCurve, PrefillAndDecodeWorkersHandKvOverWithCurveZmq) {
   const std::string keys = temp_dir() + "/keys";
@@ -52,14 +28,14 @@ TEST(KvCurve, PrefillAndDecodeWorkersHandKvOverWithCurveZmq) {
   {
     Deployment plain(split);
     ASSERT_TRUE(plain.ok());
-    plain_tokens = greedy(plain, "");
+    plain_tokens = greedy_tokens(plain);
   }
   std::vector<std::string> flags = split;
   flags.insert(flags.end(), {"--curve-keys", keys});
   Deployment d(flags);
   ASSERT_TRUE(d.ok());
   const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<int32_t> tokens = greedy(d, pub);
+  const std::vector<int32_t> tokens = greedy_tokens(d, pub);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(tokens, plain_tokens);
   // A handoff that times out is counted as a failure (and the sequence recomputed): none may.
