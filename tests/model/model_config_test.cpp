@@ -273,17 +273,29 @@ TEST(ModelConfigTest, MissingTensor) {
   EXPECT_ERROR(spec, "missing tensor token_embd.weight");
 }
 
-// A tensor of a type the engine does not compute yet (Q8_0 here): refused, naming it.
+// A tensor of a type the engine does not compute (F64, ggml id 28): refused, naming it and
+// listing what the engine loads.
 TEST(ModelConfigTest, UnsupportedTensorType) {
   Spec spec;
-  spec.tensor("blk.0.ffn_up.weight").type = static_cast<uint32_t>(TensorType::kQ8_0);
+  spec.tensor("blk.0.ffn_up.weight").type = 28;
   std::unique_ptr<GgufFile> file;
   auto cfg = load(spec.write(), file);
   ASSERT_FALSE(cfg);
-  EXPECT_NE(
-      cfg.status().message().find("tensor blk.0.ffn_up.weight has unsupported type Q8_0 (tandem loads F32 and F16)"),
-      std::string::npos)
+  EXPECT_NE(cfg.status().message().find("tensor blk.0.ffn_up.weight has unsupported type F64 (tandem loads F32, F16, "
+                                        "BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)"),
+            std::string::npos)
       << cfg.status().message();
+}
+
+// A quantized type whose block does not divide the row: refused, naming tensor, type and block.
+TEST(ModelConfigTest, QuantizedRowNotWholeBlocks) {
+  Spec spec;
+  spec.tensor("blk.0.ffn_up.weight").type = static_cast<uint32_t>(TensorType::kQ4_K);
+  std::unique_ptr<GgufFile> file;
+  auto cfg = load(spec.write(), file);
+  ASSERT_FALSE(cfg);
+  EXPECT_NE(cfg.status().message().find("blk.0.ffn_up.weight"), std::string::npos) << cfg.status().message();
+  EXPECT_NE(cfg.status().message().find("Q4_K"), std::string::npos) << cfg.status().message();
 }
 
 TEST(ModelConfigTest, LayerTensorNames) {

@@ -1,0 +1,189 @@
+// Scalar reference of the quantized dot products (kernels.h, Kernels::qgemm): one weight
+// block against the activation codes under it, added to its float lane. The SIMD variants
+// compute the same integer sums (exact, so in any order) and then these same float
+// operations; they call these functions for the blocks that do not fill a group of 8.
+//
+// In an anonymous namespace: each kernel translation unit, compiled with its own
+// instruction-set flags, keeps its own copy (no ODR merge across instruction sets).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "model/half.h"
+#include "model/quant.h"
+#include "workers/engine/kernels.h"
+
+namespace tandem::engine::kernels {
+namespace {
+
+using model::BlockQ4_0;
+using model::BlockQ4_1;
+using model::BlockQ4_K;
+using model::BlockQ5_0;
+using model::BlockQ5_1;
+using model::BlockQ5_K;
+using model::BlockQ6_K;
+using model::BlockQ8_0;
+using model::half_to_float;
+
+// One activation row: codes, per-block scales (32 or 256 elements), sums of 16 codes.
+struct ActRow {
+  const int8_t* qs;
+  const float* d;
+  const int16_t* s16;
+};
+
+inline ActRow act_row(const QuantRows& a, uint32_t r) {
+  return {a.qs + size_t{r} * a.k, a.d + size_t{r} * (a.k / a.block), a.sums + size_t{r} * (a.k / 16)};
+}
+
+// 4-bit code j (< 32) of a 32-element block: low nibbles hold 0..15, high nibbles 16..31.
+inline int nib32(const uint8_t* qs, int j) { return (qs[j & 15] >> (4 * (j >> 4))) & 15; }
+inline uint32_t qh32(const uint8_t* qh) {
+  uint32_t h;
+  std::memcpy(&h, qh, 4);
+  return h;
+}
+
+// Block b of a row: a the activation row; l the lane of b.
+inline void lane_q8_0(const uint8_t* row, uint32_t b, const ActRow& a, float& l) {
+  const auto& w = reinterpret_cast<const BlockQ8_0*>(row)[b];
+  int32_t s = 0;
+  for (int j = 0; j < 32; ++j) s += int32_t{w.qs[j]} * a.qs[32 * b + j];
+  l = std::fma(half_to_float(w.d) * a.d[b], static_cast<float>(s), l);
+}
+
+inline void lane_q4_0(const uint8_t* row, uint32_t b, const ActRow& a, float& l) {
+  const auto& w = reinterpret_cast<const BlockQ4_0*>(row)[b];
+  int32_t s = 0;
+  for (int j = 0; j < 32; ++j) s += (nib32(w.qs, j) - 8) * a.qs[32 * b + j];
+  l = std::fma(half_to_float(w.d) * a.d[b], static_cast<float>(s), l);
+}
+
+inline void lane_q5_0(const uint8_t* row, uint32_t b, const ActRow& a, float& l) {
+  const auto& w = reinterpret_cast<const BlockQ5_0*>(row)[b];
+  const uint32_t h = qh32(w.qh);
+  int32_t s = 0;
+  for (int j = 0; j < 32; ++j) s += ((nib32(w.qs, j) | (((h >> j) & 1) << 4)) - 16) * a.qs[32 * b + j];
+  l = std::fma(half_to_float(w.d) * a.d[b], static_cast<float>(s), l);
+}
+
+inline int32_t sum32(const ActRow& a, uint32_t b) { return int32_t{a.s16[2 * b]} + a.s16[2 * b + 1]; }
+
+inline void lane_q4_1(const uint8_t* row, uint32_t b, const ActRow& a, float& l) {
+  const auto& w = reinterpret_cast<const BlockQ4_1*>(row)[b];
+  int32_t s = 0;
+  for (int j = 0; j < 32; ++j) s += nib32(w.qs, j) * a.qs[32 * b + j];
+  l = std::fma(half_to_float(w.d) * a.d[b], static_cast<float>(s), l);
+  l = std::fma(half_to_float(w.m) * a.d[b], static_cast<float>(sum32(a, b)), l);
+}
+
+inline void lane_q5_1(const uint8_t* row, uint32_t b, const ActRow& a, float& l) {
+  const auto& w = reinterpret_cast<const BlockQ5_1*>(row)[b];
+  const uint32_t h = qh32(w.qh);
+  int32_t s = 0;
+  for (int j = 0; j < 32; ++j) s += (nib32(w.qs, j) | (((h >> j) & 1) << 4)) * a.qs[32 * b + j];
+  l = std::fma(half_to_float(w.d) * a.d[b], static_cast<float>(s), l);
+  l = std::fma(half_to_float(w.m) * a.d[b], static_cast<float>(sum32(a, b)), l);
+}
+
+// Sum over the 8 sub-blocks of m_j times the activations' sum under sub-block j.
+template <class B>
+inline int32_t k_min_sum(const B& w, const ActRow& a, uint32_t b) {
+  int32_t ms = 0;
+  for (int j = 0; j < 8; ++j) {
+    uint8_t sc, m;
+    model::k_scale_min(j, w.scales, sc, m);
+    ms += int32_t{m} * sum32(a, 8 * b + j);
+  }
+  return ms;
+}
+
+template <class B>
+inline void k_lane(const B& w, float da, int32_t isum, int32_t msum, float& l) {
+  l = std::fma(half_to_float(w.d) * da, static_cast<float>(isum), l);
+  l = std::fma(-(half_to_float(w.dmin) * da), static_cast<float>(msum), l);
+}
+
+inline void lane_q4_k(const uint8_t* row, uint32_t b, const ActRow& a, float& l) {
+  const auto& w = reinterpret_cast<const BlockQ4_K*>(row)[b];
+  const int8_t* q8 = a.qs + 256 * b;
+  int32_t isum = 0;
+  for (int j = 0; j < 8; ++j) {
+    uint8_t sc, m;
+    model::k_scale_min(j, w.scales, sc, m);
+    int32_t s = 0;
+    for (int i = 0; i < 32; ++i) s += ((w.qs[32 * (j / 2) + i] >> (4 * (j & 1))) & 15) * q8[32 * j + i];
+    isum += int32_t{sc} * s;
+  }
+  k_lane(w, a.d[b], isum, k_min_sum(w, a, b), l);
+}
+
+inline void lane_q5_k(const uint8_t* row, uint32_t b, const ActRow& a, float& l) {
+  const auto& w = reinterpret_cast<const BlockQ5_K*>(row)[b];
+  const int8_t* q8 = a.qs + 256 * b;
+  int32_t isum = 0;
+  for (int j = 0; j < 8; ++j) {
+    uint8_t sc, m;
+    model::k_scale_min(j, w.scales, sc, m);
+    int32_t s = 0;
+    for (int i = 0; i < 32; ++i) {
+      const int q = ((w.qs[32 * (j / 2) + i] >> (4 * (j & 1))) & 15) | (((w.qh[i] >> j) & 1) << 4);
+      s += q * q8[32 * j + i];
+    }
+    isum += int32_t{sc} * s;
+  }
+  k_lane(w, a.d[b], isum, k_min_sum(w, a, b), l);
+}
+
+inline void lane_q6_k(const uint8_t* row, uint32_t b, const ActRow& a, float& l) {
+  const auto& w = reinterpret_cast<const BlockQ6_K*>(row)[b];
+  const int8_t* q8 = a.qs + 256 * b;
+  int32_t isum = 0;
+  for (int g = 0; g < 16; ++g) {  // 16 elements e = 16 g + i
+    int32_t s = 0;
+    for (int i = 0; i < 16; ++i) {
+      const int e = 16 * g + i, h = e / 128, k = (e % 128) / 32, t = e % 32;
+      const int lo = (w.ql[64 * h + t + 32 * (k & 1)] >> (4 * (k / 2))) & 15;
+      const int hi = (w.qh[32 * h + t] >> (2 * k)) & 3;
+      s += ((lo | (hi << 4)) - 32) * q8[e];
+    }
+    isum += int32_t{w.scales[g]} * s;
+  }
+  l = std::fma(half_to_float(w.d) * a.d[b], static_cast<float>(isum), l);
+}
+
+using LaneFn = void (*)(const uint8_t* row, uint32_t b, const ActRow& a, float& l);
+
+// The block function of a weight type (model::TensorType id); nullptr if not quantized.
+inline LaneFn lane_fn(uint32_t type) {
+  using model::TensorType;
+  switch (static_cast<TensorType>(type)) {
+    case TensorType::kQ8_0: return lane_q8_0;
+    case TensorType::kQ4_0: return lane_q4_0;
+    case TensorType::kQ5_0: return lane_q5_0;
+    case TensorType::kQ4_1: return lane_q4_1;
+    case TensorType::kQ5_1: return lane_q5_1;
+    case TensorType::kQ4_K: return lane_q4_k;
+    case TensorType::kQ5_K: return lane_q5_k;
+    case TensorType::kQ6_K: return lane_q6_k;
+    default: return nullptr;
+  }
+}
+
+// The fixed reduction of the 8 lanes: [i] += [i + 4], then 2, then 1.
+inline float reduce8(float* l) {
+  for (int w = 4; w >= 1; w /= 2)
+    for (int i = 0; i < w; ++i) l[i] = l[i] + l[i + w];
+  return l[0];
+}
+
+// Blocks [b0, nb) of one row into lanes (the scalar definition, and the SIMD variants' tail).
+inline void lanes_scalar(LaneFn fn, const uint8_t* row, uint32_t b0, uint32_t nb, const ActRow& a, float* lanes) {
+  for (uint32_t b = b0; b < nb; ++b) fn(row, b, a, lanes[b % 8]);
+}
+
+}  // namespace
+}  // namespace tandem::engine::kernels
