@@ -104,15 +104,17 @@ struct Kernels {
   // gemm of 16-bit weights widened to F32: exactly gemm on the widened values (same chain).
   void (*gemm16)(const float* a, size_t lda, uint32_t m, const Packed16View& w, uint32_t p0, uint32_t p1, float* c,
                  size_t ldc);
-  // C[r][n] for r < m, n in [n0, n1): the dot product of weight row n with activation row r,
-  // integer exact per block, the floats in one fixed sequence: 8 float lanes, block b (of the
-  // weight type: 32 elements, or a 256 super-block) adds to lane b % 8, starting from +0:
-  //   Q8_0, Q4_0, Q5_0: l = fma(dw * da, float(isum), l), isum = sum of w_i * a_i (w signed)
-  //   Q4_1, Q5_1:       l = fma(dw * da, float(sum q_i a_i), l); l = fma(mw * da, float(sum a_i), l)
-  //   Q4_K, Q5_K:       l = fma(d * da, float(sum_j sc_j sum q_i a_i), l);
-  //                     l = fma(-(dmin * da), float(sum_j m_j sum a_i), l)   (j: the 8 sub-blocks)
-  //   Q6_K:             l = fma(d * da, float(sum_j sc_j sum (q_i - 32) a_i), l)   (j: 16 of 16)
-  // then c = ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) (tree [i] += [i + 4], 2, 1).
+  // C[r][n] for r < m, n in [n0, n1): the dot product of weight row n with activation row r.
+  // Integer sums are exact; the floats follow one fixed sequence into 16 lanes l (+0 at the
+  // start), then c = the tree [i] += [i + 8], 4, 2, 1 (reduce16). Per weight block b, in order:
+  //  32-element types, element group j (elements 4j..4j+3 of the block) into lane 8 (b % 2) + j,
+  //  with isum_j = sum over the group of w_e a_e (w: the signed weight the scale multiplies,
+  //  q - 8 for Q4_0, q - 16 for Q5_0) and asum_j = sum of a_e:
+  //   Q8_0, Q4_0, Q5_0: l = fma(dw * da, float(isum_j), l)
+  //   Q4_1, Q5_1:       l = fma(dw * da, float(isum_j), l); l = fma(mw * da, float(asum_j), l)
+  //  256-element super-blocks into lane b % 8 (j: the 8 sub-blocks of 32, g: the 16 of 16):
+  //   Q4_K, Q5_K: l = fma(d * da, float(sum_j sc_j sum q a), l); l = fma(-(dmin * da), float(sum_j m_j sum a), l)
+  //   Q6_K:       l = fma(d * da, float(sum_g sc_g sum (q - 32) a), l)
   // So a result never depends on m, the n range or the variant.
   void (*qgemm)(const QuantRows& a, uint32_t m, const QuantView& w, uint32_t n0, uint32_t n1, float* c, size_t ldc);
   // Per query head h: s_j = scale * (fma chain over d of q[d]*k_j[d]); softmax over j with

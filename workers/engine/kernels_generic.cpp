@@ -53,9 +53,9 @@ void qgemm(const QuantRows& a, uint32_t m, const QuantView& w, uint32_t n0, uint
   for (uint32_t n = n0; n < n1; ++n) {
     const uint8_t* row = w.data + size_t{n} * w.row_bytes;
     for (uint32_t r = 0; r < m; ++r) {
-      float lanes[8] = {};
+      float lanes[16] = {};
       lanes_scalar(fn, row, 0, nb, act_row(a, r), lanes);
-      c[size_t{r} * ldc + n] = reduce8(lanes);
+      c[size_t{r} * ldc + n] = reduce16(lanes);
     }
   }
 }

@@ -14,6 +14,7 @@
 #include "model/half.h"
 #include "model/quant.h"
 #include "workers/engine/kernels.h"
+#include "workers/engine/kernels_scalar.h"
 
 namespace tandem::engine::kernels {
 namespace {
@@ -27,6 +28,7 @@ using model::BlockQ5_K;
 using model::BlockQ6_K;
 using model::BlockQ8_0;
 using model::half_to_float;
+using model::TensorType;
 
 // One activation row: codes, per-block scales (32 or 256 elements), sums of 16 codes.
 struct ActRow {
@@ -47,47 +49,77 @@ inline uint32_t qh32(const uint8_t* qh) {
   return h;
 }
 
-// Block b of a row: a the activation row; l the lane of b.
-inline void lane_q8_0(const uint8_t* row, uint32_t b, const ActRow& a, float& l) {
-  const auto& w = reinterpret_cast<const BlockQ8_0*>(row)[b];
-  int32_t s = 0;
-  for (int j = 0; j < 32; ++j) s += int32_t{w.qs[j]} * a.qs[32 * b + j];
-  l = std::fma(half_to_float(w.d) * a.d[b], static_cast<float>(s), l);
+// Code e (< 32) of block b of a 32-element type, with the type's offset taken off: the
+// signed weight the block's scale multiplies. (Affine types: the unsigned code; the min is
+// added apart.)
+template <TensorType kType>
+inline int code32(const uint8_t* row, uint32_t b, int e) {
+  if constexpr (kType == TensorType::kQ8_0) {
+    return reinterpret_cast<const BlockQ8_0*>(row)[b].qs[e];
+  } else if constexpr (kType == TensorType::kQ4_0) {
+    return nib32(reinterpret_cast<const BlockQ4_0*>(row)[b].qs, e) - 8;
+  } else if constexpr (kType == TensorType::kQ4_1) {
+    return nib32(reinterpret_cast<const BlockQ4_1*>(row)[b].qs, e);
+  } else if constexpr (kType == TensorType::kQ5_0) {
+    const auto& w = reinterpret_cast<const BlockQ5_0*>(row)[b];
+    return (nib32(w.qs, e) | (((qh32(w.qh) >> e) & 1) << 4)) - 16;
+  } else {
+    const auto& w = reinterpret_cast<const BlockQ5_1*>(row)[b];
+    return nib32(w.qs, e) | (((qh32(w.qh) >> e) & 1) << 4);
+  }
 }
 
-inline void lane_q4_0(const uint8_t* row, uint32_t b, const ActRow& a, float& l) {
-  const auto& w = reinterpret_cast<const BlockQ4_0*>(row)[b];
-  int32_t s = 0;
-  for (int j = 0; j < 32; ++j) s += (nib32(w.qs, j) - 8) * a.qs[32 * b + j];
-  l = std::fma(half_to_float(w.d) * a.d[b], static_cast<float>(s), l);
+template <TensorType kType>
+inline uint16_t scale32(const uint8_t* row, uint32_t b, bool min) {
+  if constexpr (kType == TensorType::kQ8_0) return reinterpret_cast<const BlockQ8_0*>(row)[b].d;
+  if constexpr (kType == TensorType::kQ4_0) return reinterpret_cast<const BlockQ4_0*>(row)[b].d;
+  if constexpr (kType == TensorType::kQ5_0) return reinterpret_cast<const BlockQ5_0*>(row)[b].d;
+  if constexpr (kType == TensorType::kQ4_1) {
+    const auto& w = reinterpret_cast<const BlockQ4_1*>(row)[b];
+    return min ? w.m : w.d;
+  }
+  if constexpr (kType == TensorType::kQ5_1) {
+    const auto& w = reinterpret_cast<const BlockQ5_1*>(row)[b];
+    return min ? w.m : w.d;
+  }
+  return 0;
 }
 
-inline void lane_q5_0(const uint8_t* row, uint32_t b, const ActRow& a, float& l) {
-  const auto& w = reinterpret_cast<const BlockQ5_0*>(row)[b];
-  const uint32_t h = qh32(w.qh);
-  int32_t s = 0;
-  for (int j = 0; j < 32; ++j) s += ((nib32(w.qs, j) | (((h >> j) & 1) << 4)) - 16) * a.qs[32 * b + j];
-  l = std::fma(half_to_float(w.d) * a.d[b], static_cast<float>(s), l);
+template <TensorType kType>
+inline constexpr bool kAffine32 = kType == TensorType::kQ4_1 || kType == TensorType::kQ5_1;
+
+// A 32-element block b: element group j (elements 4j..4j+3) adds to lane 8 (b % 2) + j.
+template <TensorType kType>
+inline void lane32(const uint8_t* row, uint32_t b, const ActRow& a, float* lanes) {
+  const int8_t* q8 = a.qs + 32 * b;
+  const float d = half_to_float(scale32<kType>(row, b, false)) * a.d[b];
+  float* l = lanes + 8 * (b % 2);
+  for (int j = 0; j < 8; ++j) {
+    int32_t s = 0, sa = 0;
+    for (int e = 4 * j; e < 4 * j + 4; ++e) s += code32<kType>(row, b, e) * q8[e], sa += q8[e];
+    l[j] = std::fma(d, static_cast<float>(s), l[j]);
+    if constexpr (kAffine32<kType>)
+      l[j] = std::fma(half_to_float(scale32<kType>(row, b, true)) * a.d[b], static_cast<float>(sa), l[j]);
+  }
+}
+
+inline void lane_q8_0(const uint8_t* row, uint32_t b, const ActRow& a, float* l) {
+  lane32<TensorType::kQ8_0>(row, b, a, l);
+}
+inline void lane_q4_0(const uint8_t* row, uint32_t b, const ActRow& a, float* l) {
+  lane32<TensorType::kQ4_0>(row, b, a, l);
+}
+inline void lane_q5_0(const uint8_t* row, uint32_t b, const ActRow& a, float* l) {
+  lane32<TensorType::kQ5_0>(row, b, a, l);
+}
+inline void lane_q4_1(const uint8_t* row, uint32_t b, const ActRow& a, float* l) {
+  lane32<TensorType::kQ4_1>(row, b, a, l);
+}
+inline void lane_q5_1(const uint8_t* row, uint32_t b, const ActRow& a, float* l) {
+  lane32<TensorType::kQ5_1>(row, b, a, l);
 }
 
 inline int32_t sum32(const ActRow& a, uint32_t b) { return int32_t{a.s16[2 * b]} + a.s16[2 * b + 1]; }
-
-inline void lane_q4_1(const uint8_t* row, uint32_t b, const ActRow& a, float& l) {
-  const auto& w = reinterpret_cast<const BlockQ4_1*>(row)[b];
-  int32_t s = 0;
-  for (int j = 0; j < 32; ++j) s += nib32(w.qs, j) * a.qs[32 * b + j];
-  l = std::fma(half_to_float(w.d) * a.d[b], static_cast<float>(s), l);
-  l = std::fma(half_to_float(w.m) * a.d[b], static_cast<float>(sum32(a, b)), l);
-}
-
-inline void lane_q5_1(const uint8_t* row, uint32_t b, const ActRow& a, float& l) {
-  const auto& w = reinterpret_cast<const BlockQ5_1*>(row)[b];
-  const uint32_t h = qh32(w.qh);
-  int32_t s = 0;
-  for (int j = 0; j < 32; ++j) s += (nib32(w.qs, j) | (((h >> j) & 1) << 4)) * a.qs[32 * b + j];
-  l = std::fma(half_to_float(w.d) * a.d[b], static_cast<float>(s), l);
-  l = std::fma(half_to_float(w.m) * a.d[b], static_cast<float>(sum32(a, b)), l);
-}
 
 // Sum over the 8 sub-blocks of m_j times the activations' sum under sub-block j.
 template <class B>
@@ -107,7 +139,7 @@ inline void k_lane(const B& w, float da, int32_t isum, int32_t msum, float& l) {
   l = std::fma(-(half_to_float(w.dmin) * da), static_cast<float>(msum), l);
 }
 
-inline void lane_q4_k(const uint8_t* row, uint32_t b, const ActRow& a, float& l) {
+inline void lane_q4_k(const uint8_t* row, uint32_t b, const ActRow& a, float* lanes) {
   const auto& w = reinterpret_cast<const BlockQ4_K*>(row)[b];
   const int8_t* q8 = a.qs + 256 * b;
   int32_t isum = 0;
@@ -118,10 +150,10 @@ inline void lane_q4_k(const uint8_t* row, uint32_t b, const ActRow& a, float& l)
     for (int i = 0; i < 32; ++i) s += ((w.qs[32 * (j / 2) + i] >> (4 * (j & 1))) & 15) * q8[32 * j + i];
     isum += int32_t{sc} * s;
   }
-  k_lane(w, a.d[b], isum, k_min_sum(w, a, b), l);
+  k_lane(w, a.d[b], isum, k_min_sum(w, a, b), lanes[b % 8]);
 }
 
-inline void lane_q5_k(const uint8_t* row, uint32_t b, const ActRow& a, float& l) {
+inline void lane_q5_k(const uint8_t* row, uint32_t b, const ActRow& a, float* lanes) {
   const auto& w = reinterpret_cast<const BlockQ5_K*>(row)[b];
   const int8_t* q8 = a.qs + 256 * b;
   int32_t isum = 0;
@@ -135,10 +167,10 @@ inline void lane_q5_k(const uint8_t* row, uint32_t b, const ActRow& a, float& l)
     }
     isum += int32_t{sc} * s;
   }
-  k_lane(w, a.d[b], isum, k_min_sum(w, a, b), l);
+  k_lane(w, a.d[b], isum, k_min_sum(w, a, b), lanes[b % 8]);
 }
 
-inline void lane_q6_k(const uint8_t* row, uint32_t b, const ActRow& a, float& l) {
+inline void lane_q6_k(const uint8_t* row, uint32_t b, const ActRow& a, float* lanes) {
   const auto& w = reinterpret_cast<const BlockQ6_K*>(row)[b];
   const int8_t* q8 = a.qs + 256 * b;
   int32_t isum = 0;
@@ -152,10 +184,10 @@ inline void lane_q6_k(const uint8_t* row, uint32_t b, const ActRow& a, float& l)
     }
     isum += int32_t{w.scales[g]} * s;
   }
-  l = std::fma(half_to_float(w.d) * a.d[b], static_cast<float>(isum), l);
+  lanes[b % 8] = std::fma(half_to_float(w.d) * a.d[b], static_cast<float>(isum), lanes[b % 8]);
 }
 
-using LaneFn = void (*)(const uint8_t* row, uint32_t b, const ActRow& a, float& l);
+using LaneFn = void (*)(const uint8_t* row, uint32_t b, const ActRow& a, float* lanes);
 
 // The block function of a weight type (model::TensorType id); nullptr if not quantized.
 inline LaneFn lane_fn(uint32_t type) {
@@ -173,16 +205,9 @@ inline LaneFn lane_fn(uint32_t type) {
   }
 }
 
-// The fixed reduction of the 8 lanes: [i] += [i + 4], then 2, then 1.
-inline float reduce8(float* l) {
-  for (int w = 4; w >= 1; w /= 2)
-    for (int i = 0; i < w; ++i) l[i] = l[i] + l[i + w];
-  return l[0];
-}
-
 // Blocks [b0, nb) of one row into lanes (the scalar definition, and the SIMD variants' tail).
 inline void lanes_scalar(LaneFn fn, const uint8_t* row, uint32_t b0, uint32_t nb, const ActRow& a, float* lanes) {
-  for (uint32_t b = b0; b < nb; ++b) fn(row, b, a, lanes[b % 8]);
+  for (uint32_t b = b0; b < nb; ++b) fn(row, b, a, lanes);
 }
 
 }  // namespace

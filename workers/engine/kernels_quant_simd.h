@@ -32,12 +32,6 @@ inline int32_t hsum(__m256i v) {
   s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
   return _mm_cvtsi128_si32(s);
 }
-// Lane i: the sum of v[i]'s lanes.
-inline __m256i reduce8x8(const __m256i* v) {
-  const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-  const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
-  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
-}
 inline __m256i nibbles32(const uint8_t* qs) {  // Q4_0 layout: low nibbles 0..15, high 16..31
   const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
   const __m128i m = _mm_set1_epi8(15);
@@ -46,82 +40,55 @@ inline __m256i nibbles32(const uint8_t* qs) {  // Q4_0 layout: low nibbles 0..15
 inline __m256i bit4_of(const uint8_t* qh) {  // 0x10 in byte j where bit j of the u32 is set
   const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
   const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh32(qh))), shuf);
-  const __m256i bit = _mm256_set1_epi64x(0x8040201008040201);
+  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit), _mm256_set1_epi8(0x10));
 }
 
-// The 32-element types: integer sum of block b (with its fixed offset folded in) as 8 lanes.
+// The unsigned codes of block b of a 4- or 5-bit 32-element type.
 template <TensorType kType>
-inline __m256i block_dot(const uint8_t* row, uint32_t b, const int8_t* a) {
-  if constexpr (kType == TensorType::kQ8_0) {
-    const auto& w = reinterpret_cast<const BlockQ8_0*>(row)[b];
-    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs));
-    const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
-    const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(av, x));
-    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-  } else if constexpr (kType == TensorType::kQ4_0) {
-    return dot32(nibbles32(reinterpret_cast<const BlockQ4_0*>(row)[b].qs), a);
-  } else if constexpr (kType == TensorType::kQ4_1) {
-    return dot32(nibbles32(reinterpret_cast<const BlockQ4_1*>(row)[b].qs), a);
-  } else if constexpr (kType == TensorType::kQ5_0) {
+inline __m256i codes_u(const uint8_t* row, uint32_t b) {
+  if constexpr (kType == TensorType::kQ4_0) return nibbles32(reinterpret_cast<const BlockQ4_0*>(row)[b].qs);
+  if constexpr (kType == TensorType::kQ4_1) return nibbles32(reinterpret_cast<const BlockQ4_1*>(row)[b].qs);
+  if constexpr (kType == TensorType::kQ5_0) {
     const auto& w = reinterpret_cast<const BlockQ5_0*>(row)[b];
-    return dot32(_mm256_or_si256(nibbles32(w.qs), bit4_of(w.qh)), a);
-  } else {
+    return _mm256_or_si256(nibbles32(w.qs), bit4_of(w.qh));
+  }
+  if constexpr (kType == TensorType::kQ5_1) {
     const auto& w = reinterpret_cast<const BlockQ5_1*>(row)[b];
-    return dot32(_mm256_or_si256(nibbles32(w.qs), bit4_of(w.qh)), a);
+    return _mm256_or_si256(nibbles32(w.qs), bit4_of(w.qh));
   }
+  return _mm256_setzero_si256();
 }
 
-template <TensorType kType>
-inline __m128i block_scales(const uint8_t* row, uint32_t b0, bool mins) {  // 8 binary16 d (or m)
-  alignas(16) uint16_t h[8];
-  for (uint32_t i = 0; i < 8; ++i) {
-    if constexpr (kType == TensorType::kQ8_0) h[i] = reinterpret_cast<const BlockQ8_0*>(row)[b0 + i].d;
-    if constexpr (kType == TensorType::kQ4_0) h[i] = reinterpret_cast<const BlockQ4_0*>(row)[b0 + i].d;
-    if constexpr (kType == TensorType::kQ5_0) h[i] = reinterpret_cast<const BlockQ5_0*>(row)[b0 + i].d;
-    if constexpr (kType == TensorType::kQ4_1) {
-      const auto& w = reinterpret_cast<const BlockQ4_1*>(row)[b0 + i];
-      h[i] = mins ? w.m : w.d;
-    }
-    if constexpr (kType == TensorType::kQ5_1) {
-      const auto& w = reinterpret_cast<const BlockQ5_1*>(row)[b0 + i];
-      h[i] = mins ? w.m : w.d;
-    }
-  }
-  return _mm_load_si128(reinterpret_cast<const __m128i*>(h));
-}
-
-// One row of a 32-element type against one activation row: groups of 8 blocks in vectors
-// (lane i is block 8g + i, lane (8g + i) % 8 = i), the rest by the scalar reference.
+// One row of a 32-element type against one activation row, by the lanes of kernels.h: even
+// blocks into lanes 0..7 (acc[0]), odd ones into 8..15 (acc[1]).
 template <TensorType kType>
 inline float row_dot32(const uint8_t* row, uint32_t nb, const ActRow& a) {
-  constexpr bool kAffine = kType == TensorType::kQ4_1 || kType == TensorType::kQ5_1;
   constexpr int kOffsetShift = kType == TensorType::kQ4_0 ? 3 : kType == TensorType::kQ5_0 ? 4 : 0;
-  __m256 acc = _mm256_setzero_ps();
-  uint32_t b = 0;
-  for (; b + 8 <= nb; b += 8) {
-    __m256i v[8];
-#pragma GCC unroll 8
-    for (uint32_t i = 0; i < 8; ++i) v[i] = block_dot<kType>(row, b + i, a.qs + 32 * (b + i));
-    __m256i isum = reduce8x8(v);
-    __m256i asum = _mm256_setzero_si256();
-    if constexpr (kOffsetShift != 0 || kAffine) {
-      const __m256i s16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.s16 + 2 * b));
-      asum = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+  const __m256i ones16 = _mm256_set1_epi16(1), ones8 = _mm256_set1_epi8(1);
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (uint32_t b = 0; b < nb; ++b) {
+    const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs + 32 * b));
+    __m256i p, s4 = _mm256_setzero_si256();
+    if constexpr (kType == TensorType::kQ8_0) {
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(reinterpret_cast<const BlockQ8_0*>(row)[b].qs));
+      p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(q8, x)), ones16);
+    } else {
+      p = _mm256_madd_epi16(_mm256_maddubs_epi16(codes_u<kType>(row, b), q8), ones16);
+      s4 = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q8), ones16);
+      if constexpr (kOffsetShift != 0) p = _mm256_sub_epi32(p, _mm256_slli_epi32(s4, kOffsetShift));
     }
-    if constexpr (kOffsetShift != 0) isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(asum, kOffsetShift));
-    const __m256 da = _mm256_loadu_ps(a.d + b);
-    const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(block_scales<kType>(row, b, false)), da);
-    acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc);
-    if constexpr (kAffine) {
-      const __m256 m = _mm256_mul_ps(_mm256_cvtph_ps(block_scales<kType>(row, b, true)), da);
-      acc = _mm256_fmadd_ps(m, _mm256_cvtepi32_ps(asum), acc);
+    const __m256 d = _mm256_set1_ps(half_to_float(scale32<kType>(row, b, false)) * a.d[b]);
+    acc[b % 2] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[b % 2]);
+    if constexpr (kAffine32<kType>) {
+      const __m256 m = _mm256_set1_ps(half_to_float(scale32<kType>(row, b, true)) * a.d[b]);
+      acc[b % 2] = _mm256_fmadd_ps(m, _mm256_cvtepi32_ps(s4), acc[b % 2]);
     }
   }
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, acc);
-  lanes_scalar(lane_fn(static_cast<uint32_t>(kType)), row, b, nb, a, lanes);
-  return reduce8(lanes);
+  alignas(32) float lanes[16];
+  _mm256_store_ps(lanes, acc[0]);
+  _mm256_store_ps(lanes + 8, acc[1]);
+  return reduce16(lanes);
 }
 
 // Q4_K / Q5_K super-block b: sum_j sc_j * (sum over sub-block j of q * a).
@@ -183,7 +150,7 @@ inline int32_t q6_isum(const uint8_t* row, uint32_t b, const ActRow& a) {
 
 template <TensorType kType>
 inline float row_dot256(const uint8_t* row, uint32_t nb, const ActRow& a) {
-  float lanes[8] = {};
+  float lanes[16] = {};
   for (uint32_t b = 0; b < nb; ++b) {
     if constexpr (kType == TensorType::kQ6_K) {
       const BlockQ6_K& w = reinterpret_cast<const BlockQ6_K*>(row)[b];
@@ -194,7 +161,7 @@ inline float row_dot256(const uint8_t* row, uint32_t nb, const ActRow& a) {
       k_lane(w, a.d[b], k_isum<kType>(row, b, a.qs + 256 * b), k_min_sum(w, a, b), lanes[b % 8]);
     }
   }
-  return reduce8(lanes);
+  return reduce16(lanes);
 }
 
 template <TensorType kType>
