@@ -74,7 +74,11 @@ const Kernels* by_name(const char* name) {
   __builtin_cpu_init();
   const bool fma = __builtin_cpu_supports("fma");
   if (std::strcmp(name, "avx2") == 0 && __builtin_cpu_supports("avx2") && fma) return &kAvx2Kernels;
-  if (std::strcmp(name, "avx512") == 0 && __builtin_cpu_supports("avx512f") && fma) return &kAvx512Kernels;
+  // The AVX-512 variant's quantized kernels use VNNI (vpdpbusd); its others F, BW, DQ, VL.
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+                      __builtin_cpu_supports("avx512vnni");
+  if (std::strcmp(name, "avx512") == 0 && avx512 && fma) return &kAvx512Kernels;
 #endif
   return nullptr;
 }

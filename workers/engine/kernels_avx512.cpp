@@ -1,4 +1,4 @@
-#include "workers/engine/kernels_quant_simd.h"
+#include "workers/engine/kernels_quant_avx512.h"
 #include "workers/engine/kernels_simd.h"
 
 namespace tandem::engine::kernels {
@@ -34,6 +34,6 @@ struct V512 {
 
 }  // namespace
 
-extern const Kernels kAvx512Kernels = simd::make_kernels<V512>("avx512", quant_simd::qgemm);
+extern const Kernels kAvx512Kernels = simd::make_kernels<V512>("avx512", quant512::qgemm);
 
 }  // namespace tandem::engine::kernels
