@@ -1,4 +1,4 @@
-// AVX-512 VNNI tiles for the 32-element quantized types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1): R
+// AVX-512 VNNI tiles for the quantized types. 32-element types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1): R
 // activation rows x C weight rows per pass over K, each weight block unpacked once for the R
 // rows and each activation block loaded once for the C rows (decode: R = 1, C = 8). A zmm
 // holds two blocks; vpdpbusd's int32 lane j of a block is its element group j (elements
@@ -96,42 +96,163 @@ inline void tile(const uint8_t* const* rows, const ActRow* act, uint32_t nb, flo
     }
 }
 
-// Rows [r0, m) of activations against the C weight rows at n: tiles of 4 rows, then the rest.
-template <TensorType kType, int C>
+// The K types, 4 rows x 2 weight rows per pass: chunk ch (64 elements, 64 ch..64 ch + 63) of
+// super-block b as 64 unsigned codes in element order, and the scale of each element pair as
+// 32 int16 (what vpdpwssd multiplies maddubs' pair sums by). Integer sums per super-block are
+// exact, then reduced and combined exactly as kernels_quant.h does.
+template <TensorType kType>
+inline void k_chunk(const uint8_t* row, uint32_t b, int ch, const int16_t* scales, __m512i& u, __m512i& sc16) {
+  __m128i s;  // the chunk's scales as int16, in lanes 0.. (2 for Q4_K/Q5_K, 4 for Q6_K)
+  __m512i idx;
+  if constexpr (kType == TensorType::kQ6_K) {
+    const BlockQ6_K& w = reinterpret_cast<const BlockQ6_K*>(row)[b];
+    const int h = ch / 2, nib = ch % 2;
+    const __m512i ql = _mm512_loadu_si512(w.ql + 64 * h);
+    const __m512i lo = _mm512_and_si512(nib ? _mm512_srli_epi16(ql, 4) : ql, _mm512_set1_epi8(15));
+    const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qh + 32 * h)));
+    const __m512i shift = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<short>(4 * nib)),
+                                             _mm256_set1_epi16(static_cast<short>(4 * nib + 2)), 1);
+    const __m512i hb = _mm512_and_si512(_mm512_srlv_epi16(qh, shift), _mm512_set1_epi8(3));
+    u = _mm512_or_si512(lo, _mm512_slli_epi16(hb, 4));
+    s = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + 4 * ch));
+    idx = _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  } else {
+    using B = std::conditional_t<kType == TensorType::kQ4_K, BlockQ4_K, BlockQ5_K>;
+    const B& w = reinterpret_cast<const B*>(row)[b];
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs + 32 * ch));
+    const __m256i m4 = _mm256_set1_epi8(15);
+    __m256i lo = _mm256_and_si256(x, m4), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
+    if constexpr (kType == TensorType::kQ5_K) {
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qh));
+      const __m256i bl = _mm256_set1_epi8(static_cast<char>(1 << (2 * ch)));
+      const __m256i bh = _mm256_set1_epi8(static_cast<char>(1 << (2 * ch + 1)));
+      const __m256i x10 = _mm256_set1_epi8(0x10);
+      lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bl), bl), x10));
+      hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bh), bh), x10));
+    }
+    u = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    int32_t pair;  // sc_{2 ch} and sc_{2 ch + 1}
+    std::memcpy(&pair, scales + 2 * ch, sizeof pair);
+    s = _mm_cvtsi32_si128(pair);
+    idx = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(1), 1);
+  }
+  sc16 = _mm512_permutexvar_epi16(idx, _mm512_castsi128_si512(s));
+}
+
+// A super-block's scales as int16 (Q4_K/Q5_K: sc_j in 0..7; Q6_K: sc_g in 0..15) and the
+// weights of the 16 activation sums of 16 (Q4_K/Q5_K: m_{g/2}; Q6_K: sc_g), each once per tile.
+template <TensorType kType>
+inline void k_scales(const uint8_t* row, uint32_t b, int16_t* sc, int16_t* sum_w) {
+  if constexpr (kType == TensorType::kQ6_K) {
+    const BlockQ6_K& w = reinterpret_cast<const BlockQ6_K*>(row)[b];
+    for (int g = 0; g < 16; ++g) sc[g] = sum_w[g] = w.scales[g];
+  } else {
+    using B = std::conditional_t<kType == TensorType::kQ4_K, BlockQ4_K, BlockQ5_K>;
+    const B& w = reinterpret_cast<const B*>(row)[b];
+    for (int j = 0; j < 8; ++j) {
+      uint8_t s, m;
+      model::k_scale_min(j, w.scales, s, m);
+      sc[j] = s;
+      sum_w[2 * j] = sum_w[2 * j + 1] = m;
+    }
+  }
+}
+
+inline int32_t hsum256(__m256i v) { return quant_simd::hsum(v); }
+
+template <TensorType kType, int R, int C>
+inline void k_tile(const uint8_t* const* rows, const ActRow* act, uint32_t nb, float* c, size_t ldc) {
+  float lanes[R][C][16] = {};
+  for (uint32_t b = 0; b < nb; ++b) {
+    alignas(32) int16_t sc[C][16], sum_w[C][16];
+    for (int j = 0; j < C; ++j) k_scales<kType>(rows[j], b, sc[j], sum_w[j]);
+    __m512i acc[R][C];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int j = 0; j < C; ++j) acc[r][j] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int ch = 0; ch < 4; ++ch) {
+      __m512i u[C], scv[C];
+#pragma GCC unroll 4
+      for (int j = 0; j < C; ++j) k_chunk<kType>(rows[j], b, ch, sc[j], u[j], scv[j]);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m512i a = _mm512_loadu_si512(act[r].qs + 256 * b + 64 * ch);
+#pragma GCC unroll 4
+        for (int j = 0; j < C; ++j) acc[r][j] = _mm512_dpwssd_epi32(acc[r][j], _mm512_maddubs_epi16(u[j], a), scv[j]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m256i s16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(act[r].s16 + 16 * b));
+      for (int j = 0; j < C; ++j) {
+        const int32_t isum = _mm512_reduce_add_epi32(acc[r][j]);
+        const int32_t wsum =
+            hsum256(_mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(sum_w[j])), s16));
+        float& l = lanes[r][j][b % 8];
+        if constexpr (kType == TensorType::kQ6_K) {
+          const BlockQ6_K& w = reinterpret_cast<const BlockQ6_K*>(rows[j])[b];
+          l = std::fma(half_to_float(w.d) * act[r].d[b], static_cast<float>(isum - 32 * wsum), l);
+        } else {
+          using B = std::conditional_t<kType == TensorType::kQ4_K, BlockQ4_K, BlockQ5_K>;
+          k_lane(reinterpret_cast<const B*>(rows[j])[b], act[r].d[b], isum, wsum, l);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < C; ++j) c[r * ldc + j] = reduce16(lanes[r][j]);
+}
+
+// Rows [0, m) of activations against the C weight rows at n: tiles of 4 rows, then the rest.
+template <TensorType kType, int C, bool kSuper>
 inline void column(const QuantRows& a, uint32_t m, const QuantView& w, uint32_t n, float* c, size_t ldc) {
   const uint8_t* rows[C];
   for (int j = 0; j < C; ++j) rows[j] = w.data + size_t{n + j} * w.row_bytes;
-  const uint32_t nb = w.k / 32;
+  const uint32_t nb = w.k / (kSuper ? 256 : 32);
   uint32_t r = 0;
   ActRow act[4];
+  auto run = [&]<int R>(float* out) {
+    if constexpr (kSuper) {
+      k_tile<kType, R, C>(rows, act, nb, out, ldc);
+    } else {
+      tile<kType, R, C>(rows, act, nb, out, ldc);
+    }
+  };
   for (; r + 4 <= m; r += 4) {
     for (int i = 0; i < 4; ++i) act[i] = act_row(a, r + i);
-    tile<kType, 4, C>(rows, act, nb, c + size_t{r} * ldc + n, ldc);
+    run.template operator()<4>(c + size_t{r} * ldc + n);
   }
   for (int i = 0; r + i < m; ++i) act[i] = act_row(a, r + i);
+  float* out = c + size_t{r} * ldc + n;
   switch (m - r) {
-    case 3: tile<kType, 3, C>(rows, act, nb, c + size_t{r} * ldc + n, ldc); break;
-    case 2: tile<kType, 2, C>(rows, act, nb, c + size_t{r} * ldc + n, ldc); break;
-    case 1: tile<kType, 1, C>(rows, act, nb, c + size_t{r} * ldc + n, ldc); break;
+    case 3: run.template operator()<3>(out); break;
+    case 2: run.template operator()<2>(out); break;
+    case 1: run.template operator()<1>(out); break;
     default: break;
   }
 }
 
 template <TensorType kType>
-void qgemm32(const QuantRows& a, uint32_t m, const QuantView& w, uint32_t n0, uint32_t n1, float* c, size_t ldc) {
+void qgemm_tiled(const QuantRows& a, uint32_t m, const QuantView& w, uint32_t n0, uint32_t n1, float* c, size_t ldc) {
+  constexpr bool kSuper = kType == TensorType::kQ4_K || kType == TensorType::kQ5_K || kType == TensorType::kQ6_K;
+  constexpr int C = kSuper ? 4 : 4;
   uint32_t n = n0;
-  for (; n + 4 <= n1; n += 4) column<kType, 4>(a, m, w, n, c, ldc);
-  for (; n < n1; ++n) column<kType, 1>(a, m, w, n, c, ldc);
+  for (; n + C <= n1; n += C) column<kType, C, kSuper>(a, m, w, n, c, ldc);
+  for (; n < n1; ++n) column<kType, 1, kSuper>(a, m, w, n, c, ldc);
 }
 
 void qgemm(const QuantRows& a, uint32_t m, const QuantView& w, uint32_t n0, uint32_t n1, float* c, size_t ldc) {
   switch (static_cast<TensorType>(w.type)) {
-    case TensorType::kQ8_0: return qgemm32<TensorType::kQ8_0>(a, m, w, n0, n1, c, ldc);
-    case TensorType::kQ4_0: return qgemm32<TensorType::kQ4_0>(a, m, w, n0, n1, c, ldc);
-    case TensorType::kQ5_0: return qgemm32<TensorType::kQ5_0>(a, m, w, n0, n1, c, ldc);
-    case TensorType::kQ4_1: return qgemm32<TensorType::kQ4_1>(a, m, w, n0, n1, c, ldc);
-    case TensorType::kQ5_1: return qgemm32<TensorType::kQ5_1>(a, m, w, n0, n1, c, ldc);
-    default: return quant_simd::qgemm(a, m, w, n0, n1, c, ldc);
+    case TensorType::kQ8_0: return qgemm_tiled<TensorType::kQ8_0>(a, m, w, n0, n1, c, ldc);
+    case TensorType::kQ4_0: return qgemm_tiled<TensorType::kQ4_0>(a, m, w, n0, n1, c, ldc);
+    case TensorType::kQ5_0: return qgemm_tiled<TensorType::kQ5_0>(a, m, w, n0, n1, c, ldc);
+    case TensorType::kQ4_1: return qgemm_tiled<TensorType::kQ4_1>(a, m, w, n0, n1, c, ldc);
+    case TensorType::kQ5_1: return qgemm_tiled<TensorType::kQ5_1>(a, m, w, n0, n1, c, ldc);
+    case TensorType::kQ4_K: return qgemm_tiled<TensorType::kQ4_K>(a, m, w, n0, n1, c, ldc);
+    case TensorType::kQ5_K: return qgemm_tiled<TensorType::kQ5_K>(a, m, w, n0, n1, c, ldc);
+    case TensorType::kQ6_K: return qgemm_tiled<TensorType::kQ6_K>(a, m, w, n0, n1, c, ldc);
+    default: return;
   }
 }
 
