@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -135,6 +136,34 @@ INSTANTIATE_TEST_SUITE_P(Files, QuantAgreement,
                                            FileCase{"mid", "Q5_K_M", 0}, FileCase{"mid", "Q4_K_M", 0},
                                            FileCase{"mid", "Q4_0", 0}),
                          [](const auto& info) { return std::string(info.param.model) + "_" + info.param.type; });
+
+// A sequence's logits on a quantized model are bitwise the same alone and in a ragged batch
+// (other sequences before it, its prompt chunked differently), for each of llama.cpp's mixes.
+TEST(QuantBatchInvariance, SequenceAloneEqualsInRaggedBatch) {
+  for (const char* type : {"Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0", "BF16"}) {
+    const std::string gguf = kData + "/mid-" + type + ".gguf";
+    if (!std::filesystem::exists(gguf)) GTEST_SKIP() << "no " << gguf << ": ../shared/data/quant is absent";
+    auto engine = Engine::load(gguf, {2, GemmBackend::kPacked});
+    ASSERT_TRUE(engine) << engine.status().to_string();
+    Engine& e = **engine;
+    const uint32_t vocab = e.config().vocab_size;
+    std::vector<int32_t> seq(37), other(21);
+    for (size_t i = 0; i < seq.size(); ++i) seq[i] = static_cast<int32_t>((i * 7919 + 13) % vocab);
+    for (size_t i = 0; i < other.size(); ++i) other[i] = static_cast<int32_t>((i * 104729 + 5) % vocab);
+    auto pool = KvPool::create(e.config(), 16).value();
+    const std::vector<int32_t> blocks_a = {0, 1, 2}, blocks_b = {3, 4, 5}, blocks_c = {6, 7};
+    const SeqStep alone{seq, 0, blocks_a, 1};
+    ASSERT_TRUE(e.forward({&alone, 1}, *pool).is_ok());
+    const std::vector<float> want(e.logits(0).begin(), e.logits(0).end());
+    // The same sequence as a 30-token chunk, then the last 7 tokens batched behind another sequence.
+    const SeqStep first{std::span(seq).first(30), 0, blocks_b, 0};
+    ASSERT_TRUE(e.forward({&first, 1}, *pool).is_ok());
+    const SeqStep batch[2] = {{other, 0, blocks_c, 3}, {std::span(seq).subspan(30), 30, blocks_b, 1}};
+    ASSERT_TRUE(e.forward(batch, *pool).is_ok());
+    const auto got = e.logits(3);
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0) << type;
+  }
+}
 
 }  // namespace
 }  // namespace tandem::engine

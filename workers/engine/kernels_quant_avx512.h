@@ -34,9 +34,7 @@ inline __m512i codes64(const uint8_t* row, uint32_t b, bool pair) {
 }
 
 // Lanes 0..7: x0, lanes 8..15: x1.
-inline __m512 pair_ps(float x0, float x1) {
-  return _mm512_insertf32x8(_mm512_set1_ps(x0), _mm256_set1_ps(x1), 1);
-}
+inline __m512 pair_ps(float x0, float x1) { return _mm512_insertf32x8(_mm512_set1_ps(x0), _mm256_set1_ps(x1), 1); }
 
 // The offset taken off the unsigned codes, as a shift: 128 (Q8_0), 8 (Q4_0), 16 (Q5_0).
 template <TensorType kType>
@@ -70,8 +68,9 @@ inline void tile(const uint8_t* const* rows, const ActRow* act, uint32_t nb, flo
     }
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      const __m512i a = pair ? _mm512_loadu_si512(act[r].qs + 32 * b)
-                             : _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(act[r].qs + 32 * b)));
+      const __m512i a =
+          pair ? _mm512_loadu_si512(act[r].qs + 32 * b)
+               : _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(act[r].qs + 32 * b)));
       const __m512i av = pair ? a : _mm512_inserti64x4(a, _mm256_setzero_si256(), 1);
       const __m512i s4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones8, av);
       __m512i init = _mm512_setzero_si512();
@@ -115,7 +114,8 @@ inline void k_chunk(const uint8_t* row, uint32_t b, int ch, const int16_t* scale
     const __m512i hb = _mm512_and_si512(_mm512_srlv_epi16(qh, shift), _mm512_set1_epi8(3));
     u = _mm512_or_si512(lo, _mm512_slli_epi16(hb, 4));
     s = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + 4 * ch));
-    idx = _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    idx = _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0,
+                           0);
   } else {
     using B = std::conditional_t<kType == TensorType::kQ4_K, BlockQ4_K, BlockQ5_K>;
     const B& w = reinterpret_cast<const B*>(row)[b];

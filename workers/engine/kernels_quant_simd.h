@@ -71,7 +71,8 @@ inline float row_dot32(const uint8_t* row, uint32_t nb, const ActRow& a) {
     const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs + 32 * b));
     __m256i p, s4 = _mm256_setzero_si256();
     if constexpr (kType == TensorType::kQ8_0) {
-      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(reinterpret_cast<const BlockQ8_0*>(row)[b].qs));
+      const __m256i x =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(reinterpret_cast<const BlockQ8_0*>(row)[b].qs));
       p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(q8, x)), ones16);
     } else {
       p = _mm256_madd_epi16(_mm256_maddubs_epi16(codes_u<kType>(row, b), q8), ones16);
