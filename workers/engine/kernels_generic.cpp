@@ -10,41 +10,33 @@
 namespace tandem::engine::kernels {
 namespace {
 
-void gemm(const float* a, size_t lda, uint32_t m, const PackedView& w, uint32_t p0, uint32_t p1, float* c, size_t ldc) {
-  const uint32_t k_dim = w.k;
+// The fma chain of kernels.h over panels of any element type, widened exactly by `widen`.
+template <class E, class Widen>
+void gemm_panels(const float* a, size_t lda, uint32_t m, const E* data, uint32_t n, uint32_t k_dim, uint32_t p0,
+                 uint32_t p1, float* c, size_t ldc, Widen widen) {
   for (uint32_t p = p0; p < p1; ++p) {
-    const float* panel = w.data + static_cast<size_t>(p) * k_dim * kPanel;
+    const E* panel = data + static_cast<size_t>(p) * k_dim * kPanel;
     const uint32_t n0 = p * kPanel;
-    const uint32_t cols = std::min(kPanel, w.n - n0);
+    const uint32_t cols = std::min(kPanel, n - n0);
     for (uint32_t r = 0; r < m; ++r) {
       const float* ar = a + r * lda;
       for (uint32_t j = 0; j < cols; ++j) {
         float acc = 0.0f;
-        for (uint32_t k = 0; k < k_dim; ++k) acc = std::fma(ar[k], panel[k * kPanel + j], acc);
+        for (uint32_t k = 0; k < k_dim; ++k) acc = std::fma(ar[k], widen(panel[k * kPanel + j]), acc);
         c[r * ldc + n0 + j] = acc;
       }
     }
   }
 }
 
-float widen16(uint16_t h, bool bf16) { return bf16 ? model::bf16_to_float(h) : model::half_to_float(h); }
+void gemm(const float* a, size_t lda, uint32_t m, const PackedView& w, uint32_t p0, uint32_t p1, float* c, size_t ldc) {
+  gemm_panels(a, lda, m, w.data, w.n, w.k, p0, p1, c, ldc, [](float x) { return x; });
+}
 
 void gemm16(const float* a, size_t lda, uint32_t m, const Packed16View& w, uint32_t p0, uint32_t p1, float* c,
             size_t ldc) {
-  const uint32_t k_dim = w.k;
-  for (uint32_t p = p0; p < p1; ++p) {
-    const uint16_t* panel = w.data + static_cast<size_t>(p) * k_dim * kPanel;
-    const uint32_t n0 = p * kPanel;
-    const uint32_t cols = std::min(kPanel, w.n - n0);
-    for (uint32_t r = 0; r < m; ++r) {
-      const float* ar = a + r * lda;
-      for (uint32_t j = 0; j < cols; ++j) {
-        float acc = 0.0f;
-        for (uint32_t k = 0; k < k_dim; ++k) acc = std::fma(ar[k], widen16(panel[k * kPanel + j], w.bf16), acc);
-        c[r * ldc + n0 + j] = acc;
-      }
-    }
-  }
+  if (w.bf16) return gemm_panels(a, lda, m, w.data, w.n, w.k, p0, p1, c, ldc, model::bf16_to_float);
+  gemm_panels(a, lda, m, w.data, w.n, w.k, p0, p1, c, ldc, model::half_to_float);
 }
 
 void qgemm(const QuantRows& a, uint32_t m, const QuantView& w, uint32_t n0, uint32_t n1, float* c, size_t ldc) {

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "model/half.h"
 #include "model/quant.h"
@@ -139,22 +140,10 @@ inline void k_lane(const B& w, float da, int32_t isum, int32_t msum, float& l) {
   l = std::fma(-(half_to_float(w.dmin) * da), static_cast<float>(msum), l);
 }
 
-inline void lane_q4_k(const uint8_t* row, uint32_t b, const ActRow& a, float* lanes) {
-  const auto& w = reinterpret_cast<const BlockQ4_K*>(row)[b];
-  const int8_t* q8 = a.qs + 256 * b;
-  int32_t isum = 0;
-  for (int j = 0; j < 8; ++j) {
-    uint8_t sc, m;
-    model::k_scale_min(j, w.scales, sc, m);
-    int32_t s = 0;
-    for (int i = 0; i < 32; ++i) s += ((w.qs[32 * (j / 2) + i] >> (4 * (j & 1))) & 15) * q8[32 * j + i];
-    isum += int32_t{sc} * s;
-  }
-  k_lane(w, a.d[b], isum, k_min_sum(w, a, b), lanes[b % 8]);
-}
-
-inline void lane_q5_k(const uint8_t* row, uint32_t b, const ActRow& a, float* lanes) {
-  const auto& w = reinterpret_cast<const BlockQ5_K*>(row)[b];
+// Q4_K, and Q5_K with bit 4 of element 32 j + i from bit j of qh[i].
+template <class B>
+inline void lane_k4(const uint8_t* row, uint32_t b, const ActRow& a, float* lanes) {
+  const B& w = reinterpret_cast<const B*>(row)[b];
   const int8_t* q8 = a.qs + 256 * b;
   int32_t isum = 0;
   for (int j = 0; j < 8; ++j) {
@@ -162,7 +151,8 @@ inline void lane_q5_k(const uint8_t* row, uint32_t b, const ActRow& a, float* la
     model::k_scale_min(j, w.scales, sc, m);
     int32_t s = 0;
     for (int i = 0; i < 32; ++i) {
-      const int q = ((w.qs[32 * (j / 2) + i] >> (4 * (j & 1))) & 15) | (((w.qh[i] >> j) & 1) << 4);
+      int q = (w.qs[32 * (j / 2) + i] >> (4 * (j & 1))) & 15;
+      if constexpr (std::is_same_v<B, BlockQ5_K>) q |= ((w.qh[i] >> j) & 1) << 4;
       s += q * q8[32 * j + i];
     }
     isum += int32_t{sc} * s;
@@ -187,6 +177,23 @@ inline void lane_q6_k(const uint8_t* row, uint32_t b, const ActRow& a, float* la
   lanes[b % 8] = std::fma(half_to_float(w.d) * a.d[b], static_cast<float>(isum), lanes[b % 8]);
 }
 
+// Calls f.template operator()<kType>() for a quantized weight type (the compile-time
+// dispatch of every variant's qgemm).
+template <class F>
+inline void dispatch_quant(uint32_t type, F&& f) {
+  switch (static_cast<TensorType>(type)) {
+    case TensorType::kQ8_0: return f.template operator()<TensorType::kQ8_0>();
+    case TensorType::kQ4_0: return f.template operator()<TensorType::kQ4_0>();
+    case TensorType::kQ5_0: return f.template operator()<TensorType::kQ5_0>();
+    case TensorType::kQ4_1: return f.template operator()<TensorType::kQ4_1>();
+    case TensorType::kQ5_1: return f.template operator()<TensorType::kQ5_1>();
+    case TensorType::kQ4_K: return f.template operator()<TensorType::kQ4_K>();
+    case TensorType::kQ5_K: return f.template operator()<TensorType::kQ5_K>();
+    case TensorType::kQ6_K: return f.template operator()<TensorType::kQ6_K>();
+    default: return;
+  }
+}
+
 using LaneFn = void (*)(const uint8_t* row, uint32_t b, const ActRow& a, float* lanes);
 
 // The block function of a weight type (model::TensorType id); nullptr if not quantized.
@@ -198,8 +205,8 @@ inline LaneFn lane_fn(uint32_t type) {
     case TensorType::kQ5_0: return lane_q5_0;
     case TensorType::kQ4_1: return lane_q4_1;
     case TensorType::kQ5_1: return lane_q5_1;
-    case TensorType::kQ4_K: return lane_q4_k;
-    case TensorType::kQ5_K: return lane_q5_k;
+    case TensorType::kQ4_K: return lane_k4<BlockQ4_K>;
+    case TensorType::kQ5_K: return lane_k4<BlockQ5_K>;
     case TensorType::kQ6_K: return lane_q6_k;
     default: return nullptr;
   }

@@ -236,24 +236,14 @@ inline void column(const QuantRows& a, uint32_t m, const QuantView& w, uint32_t 
 template <TensorType kType>
 void qgemm_tiled(const QuantRows& a, uint32_t m, const QuantView& w, uint32_t n0, uint32_t n1, float* c, size_t ldc) {
   constexpr bool kSuper = kType == TensorType::kQ4_K || kType == TensorType::kQ5_K || kType == TensorType::kQ6_K;
-  constexpr int C = kSuper ? 4 : 4;
+  constexpr int C = 4;
   uint32_t n = n0;
   for (; n + C <= n1; n += C) column<kType, C, kSuper>(a, m, w, n, c, ldc);
   for (; n < n1; ++n) column<kType, 1, kSuper>(a, m, w, n, c, ldc);
 }
 
 void qgemm(const QuantRows& a, uint32_t m, const QuantView& w, uint32_t n0, uint32_t n1, float* c, size_t ldc) {
-  switch (static_cast<TensorType>(w.type)) {
-    case TensorType::kQ8_0: return qgemm_tiled<TensorType::kQ8_0>(a, m, w, n0, n1, c, ldc);
-    case TensorType::kQ4_0: return qgemm_tiled<TensorType::kQ4_0>(a, m, w, n0, n1, c, ldc);
-    case TensorType::kQ5_0: return qgemm_tiled<TensorType::kQ5_0>(a, m, w, n0, n1, c, ldc);
-    case TensorType::kQ4_1: return qgemm_tiled<TensorType::kQ4_1>(a, m, w, n0, n1, c, ldc);
-    case TensorType::kQ5_1: return qgemm_tiled<TensorType::kQ5_1>(a, m, w, n0, n1, c, ldc);
-    case TensorType::kQ4_K: return qgemm_tiled<TensorType::kQ4_K>(a, m, w, n0, n1, c, ldc);
-    case TensorType::kQ5_K: return qgemm_tiled<TensorType::kQ5_K>(a, m, w, n0, n1, c, ldc);
-    case TensorType::kQ6_K: return qgemm_tiled<TensorType::kQ6_K>(a, m, w, n0, n1, c, ldc);
-    default: return;
-  }
+  dispatch_quant(w.type, [&]<TensorType kType>() { qgemm_tiled<kType>(a, m, w, n0, n1, c, ldc); });
 }
 
 }  // namespace quant512

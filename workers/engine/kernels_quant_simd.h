@@ -187,17 +187,7 @@ void qgemm_type(const QuantRows& a, uint32_t m, const QuantView& w, uint32_t n0,
 }
 
 void qgemm(const QuantRows& a, uint32_t m, const QuantView& w, uint32_t n0, uint32_t n1, float* c, size_t ldc) {
-  switch (static_cast<TensorType>(w.type)) {
-    case TensorType::kQ8_0: return qgemm_type<TensorType::kQ8_0>(a, m, w, n0, n1, c, ldc);
-    case TensorType::kQ4_0: return qgemm_type<TensorType::kQ4_0>(a, m, w, n0, n1, c, ldc);
-    case TensorType::kQ5_0: return qgemm_type<TensorType::kQ5_0>(a, m, w, n0, n1, c, ldc);
-    case TensorType::kQ4_1: return qgemm_type<TensorType::kQ4_1>(a, m, w, n0, n1, c, ldc);
-    case TensorType::kQ5_1: return qgemm_type<TensorType::kQ5_1>(a, m, w, n0, n1, c, ldc);
-    case TensorType::kQ4_K: return qgemm_type<TensorType::kQ4_K>(a, m, w, n0, n1, c, ldc);
-    case TensorType::kQ5_K: return qgemm_type<TensorType::kQ5_K>(a, m, w, n0, n1, c, ldc);
-    case TensorType::kQ6_K: return qgemm_type<TensorType::kQ6_K>(a, m, w, n0, n1, c, ldc);
-    default: return;
-  }
+  dispatch_quant(w.type, [&]<TensorType kType>() { qgemm_type<kType>(a, m, w, n0, n1, c, ldc); });
 }
 
 }  // namespace quant_simd
