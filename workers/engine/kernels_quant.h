@@ -12,6 +12,10 @@
 #include <cstring>
 #include <type_traits>
 
+#ifdef __F16C__
+#include <immintrin.h>
+#endif
+
 #include "model/half.h"
 #include "model/quant.h"
 #include "workers/engine/kernels.h"
@@ -30,6 +34,16 @@ using model::BlockQ6_K;
 using model::BlockQ8_0;
 using model::half_to_float;
 using model::TensorType;
+
+// binary16 to float: F16C where this translation unit is compiled with it (the same value as
+// the software conversion for every non-NaN input).
+inline float h2f(uint16_t h) {
+#ifdef __F16C__
+  return _cvtsh_ss(h);
+#else
+  return half_to_float(h);
+#endif
+}
 
 // One activation row: codes, per-block scales (32 or 256 elements), sums of 16 codes.
 struct ActRow {
@@ -93,14 +107,14 @@ inline constexpr bool kAffine32 = kType == TensorType::kQ4_1 || kType == TensorT
 template <TensorType kType>
 inline void lane32(const uint8_t* row, uint32_t b, const ActRow& a, float* lanes) {
   const int8_t* q8 = a.qs + 32 * b;
-  const float d = half_to_float(scale32<kType>(row, b, false)) * a.d[b];
+  const float d = h2f(scale32<kType>(row, b, false)) * a.d[b];
   float* l = lanes + 8 * (b % 2);
   for (int j = 0; j < 8; ++j) {
     int32_t s = 0, sa = 0;
     for (int e = 4 * j; e < 4 * j + 4; ++e) s += code32<kType>(row, b, e) * q8[e], sa += q8[e];
     l[j] = std::fma(d, static_cast<float>(s), l[j]);
     if constexpr (kAffine32<kType>)
-      l[j] = std::fma(half_to_float(scale32<kType>(row, b, true)) * a.d[b], static_cast<float>(sa), l[j]);
+      l[j] = std::fma(h2f(scale32<kType>(row, b, true)) * a.d[b], static_cast<float>(sa), l[j]);
   }
 }
 
@@ -136,8 +150,8 @@ inline int32_t k_min_sum(const B& w, const ActRow& a, uint32_t b) {
 
 template <class B>
 inline void k_lane(const B& w, float da, int32_t isum, int32_t msum, float& l) {
-  l = std::fma(half_to_float(w.d) * da, static_cast<float>(isum), l);
-  l = std::fma(-(half_to_float(w.dmin) * da), static_cast<float>(msum), l);
+  l = std::fma(h2f(w.d) * da, static_cast<float>(isum), l);
+  l = std::fma(-(h2f(w.dmin) * da), static_cast<float>(msum), l);
 }
 
 // Q4_K, and Q5_K with bit 4 of element 32 j + i from bit j of qh[i].
@@ -174,7 +188,7 @@ inline void lane_q6_k(const uint8_t* row, uint32_t b, const ActRow& a, float* la
     }
     isum += int32_t{w.scales[g]} * s;
   }
-  lanes[b % 8] = std::fma(half_to_float(w.d) * a.d[b], static_cast<float>(isum), lanes[b % 8]);
+  lanes[b % 8] = std::fma(h2f(w.d) * a.d[b], static_cast<float>(isum), lanes[b % 8]);
 }
 
 // Calls f.template operator()<kType>() for a quantized weight type (the compile-time

@@ -59,11 +59,11 @@ inline void tile(const uint8_t* const* rows, const ActRow* act, uint32_t nb, flo
 #pragma GCC unroll 8
     for (int j = 0; j < C; ++j) {
       u[j] = codes64<kType>(rows[j], b, pair);
-      const float d1 = pair ? half_to_float(scale32<kType>(rows[j], b + 1, false)) : 0.0f;
-      sw[j] = pair_ps(half_to_float(scale32<kType>(rows[j], b, false)), d1);
+      const float d1 = pair ? h2f(scale32<kType>(rows[j], b + 1, false)) : 0.0f;
+      sw[j] = pair_ps(h2f(scale32<kType>(rows[j], b, false)), d1);
       if constexpr (kAffine32<kType>) {
-        const float m1 = pair ? half_to_float(scale32<kType>(rows[j], b + 1, true)) : 0.0f;
-        sm[j] = pair_ps(half_to_float(scale32<kType>(rows[j], b, true)), m1);
+        const float m1 = pair ? h2f(scale32<kType>(rows[j], b + 1, true)) : 0.0f;
+        sm[j] = pair_ps(h2f(scale32<kType>(rows[j], b, true)), m1);
       }
     }
 #pragma GCC unroll 4
@@ -192,7 +192,7 @@ inline void k_tile(const uint8_t* const* rows, const ActRow* act, uint32_t nb, f
         float& l = lanes[r][j][b % 8];
         if constexpr (kType == TensorType::kQ6_K) {
           const BlockQ6_K& w = reinterpret_cast<const BlockQ6_K*>(rows[j])[b];
-          l = std::fma(half_to_float(w.d) * act[r].d[b], static_cast<float>(isum - 32 * wsum), l);
+          l = std::fma(h2f(w.d) * act[r].d[b], static_cast<float>(isum - 32 * wsum), l);
         } else {
           using B = std::conditional_t<kType == TensorType::kQ4_K, BlockQ4_K, BlockQ5_K>;
           k_lane(reinterpret_cast<const B*>(rows[j])[b], act[r].d[b], isum, wsum, l);
@@ -238,6 +238,10 @@ void qgemm_tiled(const QuantRows& a, uint32_t m, const QuantView& w, uint32_t n0
   constexpr bool kSuper = kType == TensorType::kQ4_K || kType == TensorType::kQ5_K || kType == TensorType::kQ6_K;
   constexpr int C = 4;
   uint32_t n = n0;
+  if constexpr (!kSuper) {  // decode: 8 weight rows share each activation block's preparation
+    if (m < 4)
+      for (; n + 8 <= n1; n += 8) column<kType, 8, kSuper>(a, m, w, n, c, ldc);
+  }
   for (; n + C <= n1; n += C) column<kType, C, kSuper>(a, m, w, n, c, ldc);
   for (; n < n1; ++n) column<kType, 1, kSuper>(a, m, w, n, c, ldc);
 }

@@ -79,10 +79,10 @@ inline float row_dot32(const uint8_t* row, uint32_t nb, const ActRow& a) {
       s4 = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q8), ones16);
       if constexpr (kOffsetShift != 0) p = _mm256_sub_epi32(p, _mm256_slli_epi32(s4, kOffsetShift));
     }
-    const __m256 d = _mm256_set1_ps(half_to_float(scale32<kType>(row, b, false)) * a.d[b]);
+    const __m256 d = _mm256_set1_ps(h2f(scale32<kType>(row, b, false)) * a.d[b]);
     acc[b % 2] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[b % 2]);
     if constexpr (kAffine32<kType>) {
-      const __m256 m = _mm256_set1_ps(half_to_float(scale32<kType>(row, b, true)) * a.d[b]);
+      const __m256 m = _mm256_set1_ps(h2f(scale32<kType>(row, b, true)) * a.d[b]);
       acc[b % 2] = _mm256_fmadd_ps(m, _mm256_cvtepi32_ps(s4), acc[b % 2]);
     }
   }
@@ -155,7 +155,7 @@ inline float row_dot256(const uint8_t* row, uint32_t nb, const ActRow& a) {
   for (uint32_t b = 0; b < nb; ++b) {
     if constexpr (kType == TensorType::kQ6_K) {
       const BlockQ6_K& w = reinterpret_cast<const BlockQ6_K*>(row)[b];
-      lanes[b % 8] = std::fma(half_to_float(w.d) * a.d[b], static_cast<float>(q6_isum(row, b, a)), lanes[b % 8]);
+      lanes[b % 8] = std::fma(h2f(w.d) * a.d[b], static_cast<float>(q6_isum(row, b, a)), lanes[b % 8]);
     } else {
       using B = std::conditional_t<kType == TensorType::kQ4_K, BlockQ4_K, BlockQ5_K>;
       const B& w = reinterpret_cast<const B*>(row)[b];
