@@ -340,7 +340,7 @@ void Engine::matmul(const Matrix& w, const float* a, size_t lda, uint32_t m, flo
       base += units;
     }
   };
-  pool_->parallel_for(w.units, run);
+  if (w.units > 0) pool_->parallel_for(w.units, run);  // none: every part went to cblas_sgemm
 }
 
 void Engine::reserve_scratch(uint32_t tokens, uint32_t logit_rows, uint32_t max_keys) {
