@@ -17,20 +17,42 @@ namespace quant512 {
 
 using model::TensorType;
 
-// Unsigned codes of blocks b and b + 1 (zero for a missing b + 1): for Q8_0 w + 128 (w ^ 0x80).
+// The 4-bit codes of two Q4_0-layout blocks (16 bytes each: low nibbles elements 0..15, high
+// 16..31) as 64 bytes in element order: each block's bytes twice, shifted 0 and 4.
+inline __m512i nibbles64(const uint8_t* qs0, const uint8_t* qs1) {
+  const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs0));
+  const __m128i q1 = qs1 ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs1)) : _mm_setzero_si128();
+  __m512i z = _mm512_inserti32x4(_mm512_zextsi128_si512(q0), q1, 2);
+  z = _mm512_shuffle_i32x4(z, z, _MM_SHUFFLE(2, 2, 0, 0));
+  z = _mm512_srlv_epi64(z, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0));
+  return _mm512_and_si512(z, _mm512_set1_epi8(15));
+}
+
+// Unsigned codes of blocks b and b + 1 (zero for a missing b + 1): for Q8_0 w + 128 (w ^ 0x80);
+// for the 5-bit types bit 4 of element j from bit j of qh, as a byte mask.
 template <TensorType kType>
 inline __m512i codes64(const uint8_t* row, uint32_t b, bool pair) {
-  __m256i lo, hi = _mm256_setzero_si256();
   if constexpr (kType == TensorType::kQ8_0) {
     const auto* w = reinterpret_cast<const BlockQ8_0*>(row);
     const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
-    lo = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs)), flip);
+    const __m256i lo = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs)), flip);
+    __m256i hi = _mm256_setzero_si256();
     if (pair) hi = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b + 1].qs)), flip);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
   } else {
-    lo = quant_simd::codes_u<kType>(row, b);
-    if (pair) hi = quant_simd::codes_u<kType>(row, b + 1);
+    using B =
+        std::conditional_t<kType == TensorType::kQ4_0, BlockQ4_0,
+                           std::conditional_t<kType == TensorType::kQ4_1, BlockQ4_1,
+                                              std::conditional_t<kType == TensorType::kQ5_0, BlockQ5_0, BlockQ5_1>>>;
+    const B* w = reinterpret_cast<const B*>(row);
+    const __m512i nib = nibbles64(w[b].qs, pair ? w[b + 1].qs : nullptr);
+    if constexpr (kType == TensorType::kQ4_0 || kType == TensorType::kQ4_1) {
+      return nib;
+    } else {
+      const uint64_t bits = qh32(w[b].qh) | (pair ? uint64_t{qh32(w[b + 1].qh)} << 32 : 0);
+      return _mm512_or_si512(nib, _mm512_maskz_mov_epi8(_cvtu64_mask64(bits), _mm512_set1_epi8(0x10)));
+    }
   }
-  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
 // Lanes 0..7: x0, lanes 8..15: x1.
