@@ -171,12 +171,21 @@ inline void k_scales(const uint8_t* row, uint32_t b, int16_t* sc, int16_t* sum_w
   } else {
     using B = std::conditional_t<kType == TensorType::kQ4_K, BlockQ4_K, BlockQ5_K>;
     const B& w = reinterpret_cast<const B*>(row)[b];
-    for (int j = 0; j < 8; ++j) {
-      uint8_t s, m;
-      model::k_scale_min(j, w.scales, s, m);
-      sc[j] = s;
-      sum_w[2 * j] = sum_w[2 * j + 1] = m;
-    }
+    // model::k_scale_min for all 8 sub-blocks at once (ggml's word trick): bytes 0..7 of u
+    // become the scales, bytes 8..15 the mins.
+    uint32_t u[4];
+    std::memcpy(u, w.scales, 12);
+    constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+    u[3] = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);
+    const uint32_t mins_lo = u[1] & kLow6;
+    u[1] = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);
+    u[2] = mins_lo;
+    u[0] &= kLow6;
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(sc), _mm_cvtepu8_epi16(bytes));
+    const __m128i mins = _mm_cvtepu8_epi16(_mm_srli_si128(bytes, 8));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(sum_w), _mm_unpacklo_epi16(mins, mins));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(sum_w + 8), _mm_unpackhi_epi16(mins, mins));
   }
 }
 
