@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "tests/engine/kernel_variants.h"
 #include "model/half.h"
 #include "model/quant.h"
 #include "workers/engine/kernels.h"
@@ -18,19 +19,8 @@ namespace {
 
 using model::TensorType;
 
-std::vector<float> random_vec(size_t n, std::mt19937& rng, float scale = 1.0f) {
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
-
-std::vector<const Kernels*> variants() {
-  std::vector<const Kernels*> out;
-  for (const char* name : {"generic", "avx2", "avx512"})
-    if (const Kernels* k = by_name(name)) out.push_back(k);
-  return out;
-}
+using test::random_vec;
+using test::variants;
 
 // Activation rows quantized for a weight type, with their storage.
 struct Acts {
