@@ -40,7 +40,7 @@ Engine& engine_for(uint32_t threads, GemmBackend gemm = GemmBackend::kPacked) {
   auto key = std::make_pair(threads, static_cast<int>(gemm));
   auto& slot = cache[key];
   if (!slot) {
-    cache.clear();  // one engine at a time: each holds ~0.6 GB of packed weights
+    cache.clear();  // one engine at a time: each holds up to ~0.6 GB of weights
     auto e = Engine::load(g_model, {threads, gemm});
     if (!e) {
       std::fprintf(stderr, "engine-bench: %s\n", e.status().to_string().c_str());
@@ -53,7 +53,8 @@ Engine& engine_for(uint32_t threads, GemmBackend gemm = GemmBackend::kPacked) {
   return *slot;
 }
 
-// Loading: map, check, convert (F16 -> F32) and pack every matrix.
+// Loading: map, check and lay out every matrix for its kernel (F32 and F16/BF16 packed in panels, quantized
+// types read in place).
 void BM_Load(benchmark::State& state) {
   const std::string& path = state.range(0) ? g_model_f16 : g_model;
   for (auto _ : state) {

@@ -58,22 +58,46 @@ class Checker {
     return s + "]";
   }
 
-  // The tensor exists, is F32 or F16 with element-aligned data, and has exactly `dims`.
+  // The tensor exists, has a type the engine computes on (readable_type_names()) with rows
+  // of whole blocks and block-aligned data, and has exactly `dims`.
   Status check_tensor(const std::string& name, const std::vector<uint64_t>& dims) const {
     const GgufTensor* t = file_.tensor(name);
     if (!t) return fail("missing tensor " + name);
-    if (t->type != static_cast<uint32_t>(TensorType::kF32) && t->type != static_cast<uint32_t>(TensorType::kF16)) {
-      return fail("tensor " + name + " has unsupported type " + ggml_type_name(t->type) +
-                  " (tandem loads F32 and F16)");
+    const TypeTraits* traits = type_traits(t->type);
+    if (!engine_type(t->type) || !traits || !traits->dequantize) {
+      return fail("tensor " + name + " has unsupported type " + ggml_type_name(t->type) + " (tandem loads " +
+                  readable_type_names() + ")");
     }
     if (t->dims != dims) {
       return fail("tensor " + name + " has shape " + shape(t->dims) + ", expected " + shape(dims));
     }
-    const uintptr_t elem = t->type == static_cast<uint32_t>(TensorType::kF32) ? 4 : 2;
-    if (reinterpret_cast<uintptr_t>(t->data) % elem != 0) {
-      return fail("tensor " + name + " data is not aligned to its " + std::to_string(elem) + "-byte elements");
+    if (t->dims[0] % traits->block_elems != 0) {
+      return fail("tensor " + name + " of type " + traits->name + " has rows of " + std::to_string(t->dims[0]) +
+                  " elements, not a multiple of its block of " + std::to_string(traits->block_elems));
+    }
+    const uintptr_t align = traits->block_align;
+    if (reinterpret_cast<uintptr_t>(t->data) % align != 0) {
+      return fail("tensor " + name + " data is not aligned to its " + std::to_string(align) + "-byte blocks");
     }
     return Status::ok();
+  }
+
+  // The types whose kernels the engine has (model/quant.h readable_type_names()).
+  static bool engine_type(uint32_t type) {
+    switch (static_cast<TensorType>(type)) {
+      case TensorType::kF32:
+      case TensorType::kF16:
+      case TensorType::kBF16:
+      case TensorType::kQ4_0:
+      case TensorType::kQ4_1:
+      case TensorType::kQ5_0:
+      case TensorType::kQ5_1:
+      case TensorType::kQ8_0:
+      case TensorType::kQ4_K:
+      case TensorType::kQ5_K:
+      case TensorType::kQ6_K: return true;
+      default: return false;
+    }
   }
 
  private:

@@ -40,13 +40,14 @@ struct ModelConfig {
 };
 
 // Reads general.architecture (a row of the architecture table) and that row's keys; checks
-// that every tensor the architecture needs is present, of type F32 or F16, and of the
-// shape the keys imply. Errors are Code::kModelFile and name the key or tensor:
+// that every tensor the architecture needs is present, of a type the engine computes on
+// (readable_type_names(): F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) with
+// rows of whole blocks, and of the shape the keys imply. Errors are Code::kModelFile and name the key or tensor:
 //   "unsupported architecture 'gpt2' (tandem runs 'llama', 'qwen2', 'qwen3')"
 //   "missing key llama.block_count"
 //   "llama.rope.scaling.type 'longrope' is not supported (tandem applies none, linear, yarn)"
 //   "tensor blk.3.attn_k.weight has shape [64, 48], expected [64, 32]"
-//   "tensor blk.0.ffn_up.weight has unsupported type Q4_0 (tandem loads F32 and F16)"
+//   "tensor blk.0.ffn_up.weight has unsupported type IQ2_XS (tandem loads F32, F16, BF16, ...)"
 //   "head_count 5 does not divide embedding_length 64"
 Result<ModelConfig> read_model_config(const GgufFile& file);
 

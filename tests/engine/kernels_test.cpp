@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/engine/kernel_variants.h"
 #include "workers/engine/kernels_scalar.h"
 #include "workers/engine/kv_cache.h"
 
@@ -14,19 +15,8 @@
 namespace tandem::engine::kernels {
 namespace {
 
-std::vector<float> random_vec(size_t n, std::mt19937& rng, float scale = 1.0f) {
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
-
-std::vector<const Kernels*> variants() {
-  std::vector<const Kernels*> out;
-  for (const char* name : {"generic", "avx2", "avx512"})
-    if (const Kernels* k = by_name(name)) out.push_back(k);
-  return out;
-}
+using test::random_vec;
+using test::variants;
 
 bool bitwise_equal(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
 

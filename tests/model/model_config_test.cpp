@@ -273,17 +273,30 @@ TEST(ModelConfigTest, MissingTensor) {
   EXPECT_ERROR(spec, "missing tensor token_embd.weight");
 }
 
-// A tensor of a type the engine does not compute yet (Q8_0 here): refused, naming it.
+// A tensor of a type the engine does not compute (F64, ggml id 28): refused, naming it and
+// listing what the engine loads.
 TEST(ModelConfigTest, UnsupportedTensorType) {
   Spec spec;
-  spec.tensor("blk.0.ffn_up.weight").type = static_cast<uint32_t>(TensorType::kQ8_0);
+  spec.tensor("blk.0.ffn_up.weight").type = 28;
   std::unique_ptr<GgufFile> file;
   auto cfg = load(spec.write(), file);
   ASSERT_FALSE(cfg);
-  EXPECT_NE(
-      cfg.status().message().find("tensor blk.0.ffn_up.weight has unsupported type Q8_0 (tandem loads F32 and F16)"),
-      std::string::npos)
+  EXPECT_NE(cfg.status().message().find("tensor blk.0.ffn_up.weight has unsupported type F64 (tandem loads F32, F16, "
+                                        "BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)"),
+            std::string::npos)
       << cfg.status().message();
+}
+
+// The types the engine computes on load (rows of whole blocks: 64 = 2 blocks of 32). A row
+// that is not whole blocks never gets this far: GgufFile::open refuses it.
+TEST(ModelConfigTest, QuantizedTypesLoad) {
+  for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ5_1, TensorType::kBF16}) {
+    Spec spec;
+    spec.tensor("blk.0.ffn_up.weight").type = static_cast<uint32_t>(type);
+    std::unique_ptr<GgufFile> file;
+    auto cfg = load(spec.write(), file);
+    EXPECT_TRUE(cfg) << cfg.status().message();
+  }
 }
 
 TEST(ModelConfigTest, LayerTensorNames) {

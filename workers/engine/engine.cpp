@@ -15,15 +15,21 @@ namespace tandem::engine {
 
 namespace {
 
-// Row `row` of a GGUF matrix tensor (F32 or F16, [rows][cols]) as floats.
+// Row `row` of a GGUF tensor ([rows][cols], any type model_config accepts) as floats:
+// copied (F32) or dequantized by ggml's reference conversion. No allocation.
 void read_row(const GgufTensor& t, uint64_t row, float* out) {
   const uint64_t cols = t.dims[0];
-  if (t.type == static_cast<uint32_t>(TensorType::kF32)) {
+  const auto type = static_cast<TensorType>(t.type);
+  if (type == TensorType::kF32) {
     std::memcpy(out, reinterpret_cast<const float*>(t.data) + row * cols, cols * sizeof(float));
-  } else {
-    const auto* h = reinterpret_cast<const uint16_t*>(t.data) + row * cols;
-    for (uint64_t i = 0; i < cols; ++i) out[i] = half_to_float(h[i]);
+    return;
   }
+  const model::TypeTraits* traits = model::type_traits(type);
+  traits->dequantize(t.data + row * model::row_bytes(type, cols), out, static_cast<int64_t>(cols));
+}
+
+bool is_16bit(uint32_t type) {
+  return type == static_cast<uint32_t>(TensorType::kF16) || type == static_cast<uint32_t>(TensorType::kBF16);
 }
 
 std::vector<float> read_vector(const GgufTensor& t) {
@@ -85,38 +91,94 @@ std::vector<float> rope_table(const ModelConfig& c, const float* freq_factors) {
 
 }  // namespace
 
-// A weight matrix W[N][K] in the backend's layout: packed panels (see kernels.h) or
-// row-major for cblas_sgemm. Several GGUF tensors may be fused along N (q|k|v, gate|up).
+// A weight matrix W[N][K], several GGUF tensors fused along N (q|k|v, gate|up), as parts
+// each in its own kernel layout: F32 packed panels (or row-major for cblas_sgemm), F16/BF16
+// packed panels of 16-bit elements, or quantized rows read in place from the mapped file.
+// Consecutive tensors of one F32/16-bit type share a part; each quantized tensor is one.
 struct Engine::Matrix {
+  enum class Kind { kF32, kF32Rows, k16, kQuant };
+  struct Part {
+    Kind kind = Kind::kF32;
+    uint32_t n0 = 0, n = 0;                     // its columns [n0, n0 + n) of the matrix
+    uint32_t type = 0;                          // the GGUF type of its tensors
+    std::unique_ptr<float, AlignedFree> owned;  // packed copies (F32 floats or 16-bit elements)
+    size_t bytes = 0;
+    kernels::QuantView quant;
+    // Work units for the thread pool: panels, or groups of kQuantRowsPerUnit quantized rows.
+    uint32_t units() const {
+      if (kind == Kind::kF32Rows) return 0;  // cblas_sgemm, outside the pool
+      if (kind == Kind::kQuant) return (n + kQuantRowsPerUnit - 1) / kQuantRowsPerUnit;
+      return (n + kernels::kPanel - 1) / kernels::kPanel;
+    }
+  };
+  static constexpr uint32_t kQuantRowsPerUnit = 8;
   uint32_t n = 0, k = 0;
-  bool packed = true;
-  std::unique_ptr<float, AlignedFree> data;
-  size_t floats = 0;
+  std::vector<Part> parts;
+  uint32_t units = 0;
 
-  kernels::PackedView view() const { return {data.get(), n, k}; }
-  size_t bytes() const { return floats * sizeof(float); }
+  size_t bytes() const {
+    size_t b = 0;
+    for (const Part& p : parts) b += p.bytes;
+    return b;
+  }
 
-  static Matrix build(std::initializer_list<const GgufTensor*> parts, bool packed) {
+  static Matrix build(std::initializer_list<const GgufTensor*> tensors, bool packed) {
     Matrix m;
-    m.packed = packed;
-    m.k = static_cast<uint32_t>((*parts.begin())->dims[0]);
-    for (const GgufTensor* t : parts) m.n += static_cast<uint32_t>(t->dims[1]);
-    m.floats = packed ? kernels::packed_floats(m.n, m.k) : size_t{m.n} * m.k;
-    m.data.reset(static_cast<float*>(std::aligned_alloc(64, (m.floats * sizeof(float) + 63) / 64 * 64)));
-    std::memset(m.data.get(), 0, m.floats * sizeof(float));
-    std::vector<float> row(m.k);
+    m.k = static_cast<uint32_t>((*tensors.begin())->dims[0]);
+    std::vector<const GgufTensor*> group;
+    auto flush = [&] {
+      if (group.empty()) return;
+      m.parts.push_back(build_part(group, m.n, m.k, packed));
+      m.n += m.parts.back().n;
+      m.units += m.parts.back().units();
+      group.clear();
+    };
+    for (const GgufTensor* t : tensors) {
+      const bool joins = !group.empty() && group.back()->type == t->type && kernels::act_block(t->type) == 0;
+      if (!joins) flush();
+      group.push_back(t);
+    }
+    flush();
+    return m;
+  }
+
+  static Part build_part(const std::vector<const GgufTensor*>& tensors, uint32_t n0, uint32_t k, bool packed) {
+    Part p;
+    p.n0 = n0;
+    p.type = tensors.front()->type;
+    for (const GgufTensor* t : tensors) p.n += static_cast<uint32_t>(t->dims[1]);
+    if (kernels::act_block(p.type) != 0) {
+      const GgufTensor& t = *tensors.front();
+      p.kind = Kind::kQuant;
+      p.quant = {reinterpret_cast<const uint8_t*>(t.data), p.type, p.n, k,
+                 model::row_bytes(static_cast<TensorType>(p.type), k)};
+      p.bytes = p.quant.row_bytes * p.n;
+      return p;
+    }
+    const bool wide = is_16bit(p.type);
+    p.kind = wide ? Kind::k16 : packed ? Kind::kF32 : Kind::kF32Rows;
+    const size_t elems = p.kind == Kind::kF32Rows ? size_t{p.n} * k : kernels::packed_floats(p.n, k);
+    const size_t elem_bytes = wide ? 2 : 4;
+    p.bytes = elems * elem_bytes;
+    p.owned.reset(static_cast<float*>(std::aligned_alloc(64, (p.bytes + 63) / 64 * 64)));
+    std::memset(p.owned.get(), 0, p.bytes);
+    std::vector<float> row(k);
     uint32_t n = 0;
-    for (const GgufTensor* t : parts) {
+    for (const GgufTensor* t : tensors) {
       for (uint64_t r = 0; r < t->dims[1]; ++r, ++n) {
-        if (!packed) {
-          read_row(*t, r, m.data.get() + size_t{n} * m.k);
-          continue;
+        if (wide) {  // the file's 16-bit elements, K-major inside each panel
+          const auto* src = reinterpret_cast<const uint16_t*>(t->data) + r * k;
+          auto* panel = reinterpret_cast<uint16_t*>(p.owned.get()) + size_t{n / kernels::kPanel} * k * kernels::kPanel;
+          for (uint32_t i = 0; i < k; ++i) panel[size_t{i} * kernels::kPanel + n % kernels::kPanel] = src[i];
+        } else if (p.kind == Kind::kF32Rows) {
+          read_row(*t, r, p.owned.get() + size_t{n} * k);
+        } else {
+          read_row(*t, r, row.data());
+          kernels::pack_row(row.data(), n, k, p.owned.get());
         }
-        read_row(*t, r, row.data());
-        kernels::pack_row(row.data(), n, m.k, m.data.get());
       }
     }
-    return m;
+    return p;
   }
 };
 
@@ -168,13 +230,14 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::string& path, const Engi
   std::vector<float> freq_factors;
   if (config->rope_freqs) freq_factors = read_vector(*(*file)->tensor(std::string(model::kRopeFreqs)));
   engine->rope_ = rope_table(*config, config->rope_freqs ? freq_factors.data() : nullptr);
+  engine->file_ = std::move(file.value());  // quantized weights and the embedding are read in place
   return engine;
 }
 
 Status Engine::load_weights(const GgufFile& file) {
   const bool packed = options_.gemm == GemmBackend::kPacked;
   const auto* embd = file.tensor(std::string(model::kTokenEmbd));
-  embeddings_ = read_vector(*embd);
+  embeddings_ = embd;
   output_norm_ = read_vector(*file.tensor(std::string(model::kOutputNorm)));
   weight_bytes_ = output_norm_.size() * sizeof(float);
   for (uint32_t l = 0; l < config_.n_layers; ++l) {
@@ -218,17 +281,66 @@ double Engine::gemm_flops(uint64_t tokens, uint64_t logit_rows) const {
   return per_token * tokens + 2.0 * d * config_.vocab_size * logit_rows;
 }
 
-void Engine::matmul(const Matrix& w, const float* a, size_t lda, uint32_t m, float* c) {
-  if (!w.packed) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(w.n),
-                static_cast<int>(w.k), 1.0f, a, static_cast<int>(lda), w.data.get(), static_cast<int>(w.k), 0.0f, c,
-                static_cast<int>(w.n));
-    return;
+// Rows [0, m) of A quantized once per matmul for each activation block its quantized parts
+// take (on the pool when there are many rows).
+void Engine::quantize_activations(const Matrix& w, const float* a, size_t lda, uint32_t m) {
+  for (const Matrix::Part& p : w.parts) {
+    const uint32_t block = kernels::act_block(p.type);
+    if (block == 0) continue;
+    ActBuffer& buf = block == kernels::kAct32 ? act32_ : act256_;
+    if (buf.rows.k == w.k && buf.m == m && buf.source == a) continue;  // done for an earlier part
+    const size_t codes = size_t{m} * w.k;
+    if (buf.qs.size() < codes) buf.qs.resize(codes), buf.d.resize(codes / block), buf.sums.resize(codes / 16);
+    buf.rows = {buf.qs.data(), buf.d.data(), buf.sums.data(), w.k, block};
+    buf.m = m;
+    buf.source = a;
+    auto part = [&](uint32_t r0, uint32_t r1, uint32_t) {
+      kernels::quantize_rows(a, lda, r0, r1, w.k, block, buf.qs.data(), buf.d.data(), buf.sums.data());
+    };
+    if (m >= 64) {  // fewer rows cost less than a pass of the pool
+      pool_->parallel_for(m, part);
+    } else {
+      part(0, m, 0);
+    }
   }
-  const kernels::PackedView view = w.view();
-  const auto gemm = kernels_->gemm;
-  auto part = [&](uint32_t p0, uint32_t p1, uint32_t) { gemm(a, lda, m, view, p0, p1, c, w.n); };
-  pool_->parallel_for(view.panels(), part);
+}
+
+void Engine::matmul(const Matrix& w, const float* a, size_t lda, uint32_t m, float* c) {
+  using Kind = Matrix::Kind;
+  act32_.source = act256_.source = nullptr;
+  quantize_activations(w, a, lda, m);
+  for (const Matrix::Part& p : w.parts) {
+    if (p.kind != Kind::kF32Rows) continue;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(p.n),
+                static_cast<int>(w.k), 1.0f, a, static_cast<int>(lda), p.owned.get(), static_cast<int>(w.k), 0.0f,
+                c + p.n0, static_cast<int>(w.n));
+  }
+  const kernels::Kernels& kern = *kernels_;
+  // One pass of the pool over every part's units (panels or row groups), in part order.
+  auto run = [&](uint32_t u0, uint32_t u1, uint32_t) {
+    uint32_t base = 0;
+    for (const Matrix::Part& p : w.parts) {
+      const uint32_t units = p.units();
+      const uint32_t b = std::max(u0, base), e = std::min(u1, base + units);
+      if (b < e) {
+        const uint32_t lo = b - base, hi = e - base;
+        float* out = c + p.n0;
+        if (p.kind == Kind::kF32) {
+          kern.gemm(a, lda, m, {p.owned.get(), p.n, w.k}, lo, hi, out, w.n);
+        } else if (p.kind == Kind::k16) {
+          const kernels::Packed16View v{reinterpret_cast<const uint16_t*>(p.owned.get()), p.n, w.k,
+                                        p.type == static_cast<uint32_t>(TensorType::kBF16)};
+          kern.gemm16(a, lda, m, v, lo, hi, out, w.n);
+        } else if (p.kind == Kind::kQuant) {
+          const ActBuffer& buf = kernels::act_block(p.type) == kernels::kAct32 ? act32_ : act256_;
+          const uint32_t r = Matrix::kQuantRowsPerUnit;
+          kern.qgemm(buf.rows, m, p.quant, lo * r, std::min(hi * r, p.n), out, w.n);
+        }
+      }
+      base += units;
+    }
+  };
+  if (w.units > 0) pool_->parallel_for(w.units, run);  // none: every part went to cblas_sgemm
 }
 
 void Engine::reserve_scratch(uint32_t tokens, uint32_t logit_rows, uint32_t max_keys) {
@@ -399,7 +511,7 @@ void Engine::lay_out_step(std::span<const SeqStep> step, const KvPool& pool, con
     for (size_t i = 0; i < step[s].tokens.size(); ++i, ++t) {
       row_seq_[t] = static_cast<uint32_t>(s);
       row_pos_[t] = step[s].start_pos + static_cast<uint32_t>(i);
-      std::memcpy(&x_[size_t{t} * dim], &embeddings_[size_t(step[s].tokens[i]) * dim], dim * sizeof(float));
+      read_row(*embeddings_, static_cast<uint64_t>(step[s].tokens[i]), &x_[size_t{t} * dim]);
     }
   }
 }

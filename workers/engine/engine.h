@@ -94,6 +94,7 @@ class Engine {
   Engine() = default;
   Status load_weights(const GgufFile& file);
   void matmul(const Matrix& w, const float* a, size_t lda, uint32_t m, float* c);
+  void quantize_activations(const Matrix& w, const float* a, size_t lda, uint32_t m);
   void reserve_scratch(uint32_t tokens, uint32_t logit_rows, uint32_t max_keys);
   // What a step needs, from its checks: rows, logit rows, the longest sequence, F32 window rows.
   struct StepShape {
@@ -132,7 +133,8 @@ class Engine {
   const kernels::Kernels* kernels_ = nullptr;
   std::vector<std::unique_ptr<Layer>> layers_;
   std::unique_ptr<Matrix> output_;
-  std::vector<float> embeddings_;  // [vocab][dim]
+  std::unique_ptr<GgufFile> file_;          // mapped: quantized matrices and the embedding point into it
+  const GgufTensor* embeddings_ = nullptr;  // token_embd.weight [vocab][dim], any accepted type
   std::vector<float> output_norm_;
   std::vector<float> rope_;  // [context][head_dim]: cos, sin of each pair (scaling and magnitude included)
   std::function<void()> between_layers_;
@@ -140,6 +142,16 @@ class Engine {
 
   // Scratch, grown to the largest step seen; never per token.
   uint32_t cap_tokens_ = 0, cap_logit_rows_ = 0, cap_keys_ = 0;
+  // A matmul's activations quantized for its quantized parts (32- and 256-element blocks).
+  struct ActBuffer {
+    std::vector<int8_t> qs;
+    std::vector<float> d;
+    std::vector<int16_t> sums;
+    kernels::QuantRows rows;
+    uint32_t m = 0;
+    const float* source = nullptr;
+  };
+  ActBuffer act32_, act256_;
   std::vector<float> x_, xn_, qkv_, attn_, ffn_, logit_in_, logits_;
   std::vector<float> attn_scratch_;  // per thread scores
   std::vector<uint32_t> row_seq_, row_pos_;

@@ -30,6 +30,42 @@ struct PackedView {
   uint32_t panels() const { return (n + kPanel - 1) / kPanel; }
 };
 
+// F16 or BF16 weights packed as PackedView, 16 bits per element (the file's bits, not
+// widened): the same bytes as the file's tensor, rounded up to whole panels.
+struct Packed16View {
+  const uint16_t* data = nullptr;
+  uint32_t n = 0, k = 0;
+  bool bf16 = false;  // else IEEE binary16
+  uint32_t panels() const { return (n + kPanel - 1) / kPanel; }
+};
+
+// Quantized weights as the GGUF file holds them (mmap'd, never expanded): row r of W[N][K]
+// is K / block_elems ggml blocks at data + r * row_bytes. type: model::TensorType's id, one
+// of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (activations: kAct32) or Q4_K, Q5_K, Q6_K (kAct256).
+struct QuantView {
+  const uint8_t* data = nullptr;
+  uint32_t type = 0;
+  uint32_t n = 0, k = 0;
+  size_t row_bytes = 0;
+};
+
+// Activation rows quantized to int8 as ggml's quantize_row_q8_0 (block 32, scale rounded to
+// binary16) or quantize_row_q8_K (block 256, float scale) do it, laid out for the kernels:
+// row r has qs[r * k ...] (k codes), d[r * k / block ...] (scales as float) and
+// sums[r * k / 16 ...] (sums of each 16 codes).
+inline constexpr uint32_t kAct32 = 32, kAct256 = 256;
+struct QuantRows {
+  const int8_t* qs = nullptr;
+  const float* d = nullptr;
+  const int16_t* sums = nullptr;
+  uint32_t k = 0, block = kAct32;
+};
+// The activation block a weight type takes (kAct32 or kAct256); 0: not a quantized type.
+uint32_t act_block(uint32_t type);
+// Quantizes rows [r0, r1) of A (k floats each, lda apart) into the QuantRows buffers.
+void quantize_rows(const float* a, size_t lda, uint32_t r0, uint32_t r1, uint32_t k, uint32_t block, int8_t* qs,
+                   float* d, int16_t* sums);
+
 // Keys are laid out per block transposed, [head_dim][block_tokens], values [block_tokens][head_dim].
 struct AttentionArgs {
   const float* q = nullptr;  // [n_q][head_dim]: the query heads sharing this KV head
@@ -65,6 +101,22 @@ struct Kernels {
   //   c = 0; for k in 0..K-1: c = fma(A[m][k], W[n][k], c)
   void (*gemm)(const float* a, size_t lda, uint32_t m, const PackedView& w, uint32_t p0, uint32_t p1, float* c,
                size_t ldc);
+  // gemm of 16-bit weights widened to F32: exactly gemm on the widened values (same chain).
+  void (*gemm16)(const float* a, size_t lda, uint32_t m, const Packed16View& w, uint32_t p0, uint32_t p1, float* c,
+                 size_t ldc);
+  // C[r][n] for r < m, n in [n0, n1): the dot product of weight row n with activation row r.
+  // Integer sums are exact; the floats follow one fixed sequence into 16 lanes l (+0 at the
+  // start), then c = the tree [i] += [i + 8], 4, 2, 1 (reduce16). Per weight block b, in order:
+  //  32-element types, element group j (elements 4j..4j+3 of the block) into lane 8 (b % 2) + j,
+  //  with isum_j = sum over the group of w_e a_e (w: the signed weight the scale multiplies,
+  //  q - 8 for Q4_0, q - 16 for Q5_0) and asum_j = sum of a_e:
+  //   Q8_0, Q4_0, Q5_0: l = fma(dw * da, float(isum_j), l)
+  //   Q4_1, Q5_1:       l = fma(dw * da, float(isum_j), l); l = fma(mw * da, float(asum_j), l)
+  //  256-element super-blocks into lane b % 8 (j: the 8 sub-blocks of 32, g: the 16 of 16):
+  //   Q4_K, Q5_K: l = fma(d * da, float(sum_j sc_j sum q a), l); l = fma(-(dmin * da), float(sum_j m_j sum a), l)
+  //   Q6_K:       l = fma(d * da, float(sum_g sc_g sum (q - 32) a), l)
+  // So a result never depends on m, the n range or the variant.
+  void (*qgemm)(const QuantRows& a, uint32_t m, const QuantView& w, uint32_t n0, uint32_t n1, float* c, size_t ldc);
   // Per query head h: s_j = scale * (fma chain over d of q[d]*k_j[d]); softmax over j with
   // exp_approx(s_j - max) and 16-lane partial sums (lane j % 16, tree-reduced); then
   // out[d] = (fma chain over j of p_j * v_j[d]) * (1 / sum).

@@ -1,3 +1,4 @@
+#include "workers/engine/kernels_quant_simd.h"
 #include "workers/engine/kernels_simd.h"
 
 namespace tandem::engine::kernels {
@@ -9,6 +10,11 @@ struct V256 {
   static void u8_to_float(__m128i b, T* out) {
     out[0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
     out[1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8)));
+  }
+  static T load_f16(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static T load_bf16(const uint16_t* p) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
   }
   static T round(T x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
   static T neg_abs(T x) { return _mm256_or_ps(x, _mm256_set1_ps(-0.0f)); }
@@ -30,6 +36,6 @@ struct V256 {
 
 }  // namespace
 
-extern const Kernels kAvx2Kernels = simd::make_kernels<V256>("avx2");
+extern const Kernels kAvx2Kernels = simd::make_kernels<V256>("avx2", quant_simd::qgemm);
 
 }  // namespace tandem::engine::kernels

@@ -4,24 +4,50 @@
 #include <cstring>
 
 #include "workers/engine/kernels.h"
+#include "workers/engine/kernels_quant.h"
 #include "workers/engine/kernels_scalar.h"
 
 namespace tandem::engine::kernels {
 namespace {
 
-void gemm(const float* a, size_t lda, uint32_t m, const PackedView& w, uint32_t p0, uint32_t p1, float* c, size_t ldc) {
-  const uint32_t k_dim = w.k;
+// The fma chain of kernels.h over panels of any element type, widened exactly by `widen`.
+template <class E, class Widen>
+void gemm_panels(const float* a, size_t lda, uint32_t m, const E* data, uint32_t n, uint32_t k_dim, uint32_t p0,
+                 uint32_t p1, float* c, size_t ldc, Widen widen) {
   for (uint32_t p = p0; p < p1; ++p) {
-    const float* panel = w.data + static_cast<size_t>(p) * k_dim * kPanel;
+    const E* panel = data + static_cast<size_t>(p) * k_dim * kPanel;
     const uint32_t n0 = p * kPanel;
-    const uint32_t cols = std::min(kPanel, w.n - n0);
+    const uint32_t cols = std::min(kPanel, n - n0);
     for (uint32_t r = 0; r < m; ++r) {
       const float* ar = a + r * lda;
       for (uint32_t j = 0; j < cols; ++j) {
         float acc = 0.0f;
-        for (uint32_t k = 0; k < k_dim; ++k) acc = std::fma(ar[k], panel[k * kPanel + j], acc);
+        for (uint32_t k = 0; k < k_dim; ++k) acc = std::fma(ar[k], widen(panel[k * kPanel + j]), acc);
         c[r * ldc + n0 + j] = acc;
       }
+    }
+  }
+}
+
+void gemm(const float* a, size_t lda, uint32_t m, const PackedView& w, uint32_t p0, uint32_t p1, float* c, size_t ldc) {
+  gemm_panels(a, lda, m, w.data, w.n, w.k, p0, p1, c, ldc, [](float x) { return x; });
+}
+
+void gemm16(const float* a, size_t lda, uint32_t m, const Packed16View& w, uint32_t p0, uint32_t p1, float* c,
+            size_t ldc) {
+  if (w.bf16) return gemm_panels(a, lda, m, w.data, w.n, w.k, p0, p1, c, ldc, model::bf16_to_float);
+  gemm_panels(a, lda, m, w.data, w.n, w.k, p0, p1, c, ldc, model::half_to_float);
+}
+
+void qgemm(const QuantRows& a, uint32_t m, const QuantView& w, uint32_t n0, uint32_t n1, float* c, size_t ldc) {
+  const LaneFn fn = lane_fn(w.type);
+  const uint32_t nb = w.k / model::type_traits(w.type)->block_elems;
+  for (uint32_t n = n0; n < n1; ++n) {
+    const uint8_t* row = w.data + size_t{n} * w.row_bytes;
+    for (uint32_t r = 0; r < m; ++r) {
+      float lanes[16] = {};
+      lanes_scalar(fn, row, 0, nb, act_row(a, r), lanes);
+      c[size_t{r} * ldc + n] = reduce16(lanes);
     }
   }
 }
@@ -130,6 +156,6 @@ void silu_mul(const float* gate, const float* up, float* out, size_t n) {
 
 }  // namespace
 
-extern const Kernels kGenericKernels{"generic", gemm, attention, silu_mul};
+extern const Kernels kGenericKernels{"generic", gemm, gemm16, qgemm, attention, silu_mul};
 
 }  // namespace tandem::engine::kernels

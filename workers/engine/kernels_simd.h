@@ -52,9 +52,23 @@ struct Ops : V {
     return V::mul(p, V::pow2(n));
   }
 
+  // Weight loaders: W floats of a panel row as a vector (F32 as is, F16/BF16 widened exactly).
+  struct LoadF32 {
+    using E = float;
+    static T load(const float* p) { return V::loadu(p); }
+  };
+  struct LoadF16 {
+    using E = uint16_t;
+    static T load(const uint16_t* p) { return V::load_f16(p); }
+  };
+  struct LoadBF16 {
+    using E = uint16_t;
+    static T load(const uint16_t* p) { return V::load_bf16(p); }
+  };
+
   // MR rows x one panel, full K: acc[r][v] is the fma chain of kernels_generic.cpp.
-  template <uint32_t MR>
-  static void micro(const float* a, size_t lda, const float* panel, uint32_t k_dim, float* c, size_t ldc,
+  template <uint32_t MR, class L>
+  static void micro(const float* a, size_t lda, const typename L::E* panel, uint32_t k_dim, float* c, size_t ldc,
                     uint32_t cols) {
     T acc[MR][NV];
 #pragma GCC unroll 16
@@ -62,10 +76,10 @@ struct Ops : V {
 #pragma GCC unroll 4
       for (uint32_t v = 0; v < NV; ++v) acc[r][v] = V::zero();
     for (uint32_t k = 0; k < k_dim; ++k) {
-      const float* wk = panel + k * kPanel;
+      const typename L::E* wk = panel + k * kPanel;
       T w[NV];
 #pragma GCC unroll 4
-      for (uint32_t v = 0; v < NV; ++v) w[v] = V::loadu(wk + v * W);
+      for (uint32_t v = 0; v < NV; ++v) w[v] = L::load(wk + v * W);
 #pragma GCC unroll 16
       for (uint32_t r = 0; r < MR; ++r) {
         const T ar = V::set1(a[r * lda + k]);
@@ -87,31 +101,43 @@ struct Ops : V {
     }
   }
 
-  template <uint32_t MR>
-  static void rows(const float* a, size_t lda, uint32_t m, const float* panel, uint32_t k_dim, float* c, size_t ldc,
-                   uint32_t cols) {
+  template <uint32_t MR, class L>
+  static void rows(const float* a, size_t lda, uint32_t m, const typename L::E* panel, uint32_t k_dim, float* c,
+                   size_t ldc, uint32_t cols) {
     uint32_t r = 0;
-    for (; r + MR <= m; r += MR) micro<MR>(a + r * lda, lda, panel, k_dim, c + r * ldc, ldc, cols);
+    for (; r + MR <= m; r += MR) micro<MR, L>(a + r * lda, lda, panel, k_dim, c + r * ldc, ldc, cols);
     if constexpr (MR > 1) {
-      if (r < m) tail<MR - 1>(a + r * lda, lda, m - r, panel, k_dim, c + r * ldc, ldc, cols);
+      if (r < m) tail<MR - 1, L>(a + r * lda, lda, m - r, panel, k_dim, c + r * ldc, ldc, cols);
     }
   }
 
-  template <uint32_t MR>
-  static void tail(const float* a, size_t lda, uint32_t m, const float* panel, uint32_t k_dim, float* c, size_t ldc,
-                   uint32_t cols) {
-    if (m == MR) return micro<MR>(a, lda, panel, k_dim, c, ldc, cols);
-    if constexpr (MR > 1) tail<MR - 1>(a, lda, m, panel, k_dim, c, ldc, cols);
+  template <uint32_t MR, class L>
+  static void tail(const float* a, size_t lda, uint32_t m, const typename L::E* panel, uint32_t k_dim, float* c,
+                   size_t ldc, uint32_t cols) {
+    if (m == MR) return micro<MR, L>(a, lda, panel, k_dim, c, ldc, cols);
+    if constexpr (MR > 1) tail<MR - 1, L>(a, lda, m, panel, k_dim, c, ldc, cols);
+  }
+
+  template <class L>
+  static void gemm_panels(const float* a, size_t lda, uint32_t m, const typename L::E* data, uint32_t n, uint32_t k,
+                          uint32_t p0, uint32_t p1, float* c, size_t ldc) {
+    for (uint32_t p = p0; p < p1; ++p) {
+      const typename L::E* panel = data + static_cast<size_t>(p) * k * kPanel;
+      const uint32_t n0 = p * kPanel;
+      const uint32_t cols = std::min(kPanel, n - n0);
+      rows<V::kMaxRows, L>(a, lda, m, panel, k, c + n0, ldc, cols);
+    }
   }
 
   static void gemm(const float* a, size_t lda, uint32_t m, const PackedView& w, uint32_t p0, uint32_t p1, float* c,
                    size_t ldc) {
-    for (uint32_t p = p0; p < p1; ++p) {
-      const float* panel = w.data + static_cast<size_t>(p) * w.k * kPanel;
-      const uint32_t n0 = p * kPanel;
-      const uint32_t cols = std::min(kPanel, w.n - n0);
-      rows<V::kMaxRows>(a, lda, m, panel, w.k, c + n0, ldc, cols);
-    }
+    gemm_panels<LoadF32>(a, lda, m, w.data, w.n, w.k, p0, p1, c, ldc);
+  }
+
+  static void gemm16(const float* a, size_t lda, uint32_t m, const Packed16View& w, uint32_t p0, uint32_t p1, float* c,
+                     size_t ldc) {
+    if (w.bf16) return gemm_panels<LoadBF16>(a, lda, m, w.data, w.n, w.k, p0, p1, c, ldc);
+    gemm_panels<LoadF16>(a, lda, m, w.data, w.n, w.k, p0, p1, c, ldc);
   }
 
   // Scores of NQ query heads against the 16 * G keys starting at j0 (G groups of 16, all
@@ -474,8 +500,8 @@ struct Ops : V {
 };
 
 template <class V>
-inline Kernels make_kernels(const char* name) {
-  return Kernels{name, Ops<V>::gemm, Ops<V>::attention, Ops<V>::silu_mul};
+inline Kernels make_kernels(const char* name, decltype(Kernels::qgemm) qgemm) {
+  return Kernels{name, Ops<V>::gemm, Ops<V>::gemm16, qgemm, Ops<V>::attention, Ops<V>::silu_mul};
 }
 
 }  // namespace tandem::engine::kernels::simd
