@@ -835,9 +835,10 @@ Result<std::vector<std::string>> GgufWriter::write_split(const std::string& pref
   for (uint32_t no = 0; no < parts; ++no) {
     GgufWriter keys;  // encodes the split keys; the first part keeps every key before them
     if (no == 0) keys.kvs_ = kvs_;
+    // In gguf-split's order (it sets split.count last, which moves the key to the end).
     keys.add_u16("split.no", static_cast<uint16_t>(no));
-    keys.add_u16("split.count", static_cast<uint16_t>(parts));
     keys.add_i32("split.tensors.count", static_cast<int32_t>(tensors_.size()));
+    keys.add_u16("split.count", static_cast<uint16_t>(parts));
     const size_t first = static_cast<size_t>(no * max_tensors);
     const size_t last = static_cast<size_t>(std::min<uint64_t>(tensors_.size(), first + max_tensors));
     TANDEM_RETURN_IF_ERROR(write_part(paths[no], keys.kvs_, first, last));

@@ -135,10 +135,11 @@ class GgufWriter {
   // Writes to a temporary file beside `path` and renames it into place, so `path` is
   // either the complete new file or untouched. Errors: Code::kModelFile.
   Status write(const std::string& path) const;
-  // Writes the file as llama.cpp's `llama-gguf-split --split --split-max-tensors N` does:
+  // Writes the file as llama.cpp's `llama-gguf-split --split --split-max-tensors N` does, byte
+  // for byte (checked against de3ff815's tool by hand; no CI test runs it):
   // parts split_part_path(prefix, i, count) of at most max_tensors tensors each (in order),
-  // the first holding all metadata, every part split.no (u16), split.count (u16) and
-  // split.tensors.count (i32). Returns the parts' paths. Errors as write(); max_tensors 0:
+  // the first holding all metadata, every part then split.no (u16), split.tensors.count (i32)
+  // and split.count (u16), in that order. Returns the parts' paths. Errors as write(); max_tensors 0:
   // Code::kInvalidArgument.
   Result<std::vector<std::string>> write_split(const std::string& prefix, uint64_t max_tensors) const;
 

@@ -620,6 +620,10 @@ TEST_F(GgufSplitTest, PartsOpenAsOneFileFromTheFirst) {
   EXPECT_EQ((*f)->get_uint("split.count"), 3u);
   EXPECT_EQ((*f)->find("split.count")->type, GgufValueType::kU16);  // llama.cpp reads them as u16
   EXPECT_EQ((*f)->find("split.tensors.count")->type, GgufValueType::kI32);
+  // gguf-split's key order (byte-identical files, checked by hand against its tool).
+  const auto& keys = (*f)->keys_in_file_order();
+  EXPECT_EQ(std::vector<std::string>(keys.end() - 3, keys.end()),
+            (std::vector<std::string>{"split.no", "split.tensors.count", "split.count"}));
   ASSERT_EQ((*f)->tensors().size(), 5u);
   for (int i = 0; i < 5; ++i) {
     const GgufTensor* t = (*f)->tensor("t" + std::to_string(i));
