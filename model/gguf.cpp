@@ -429,7 +429,7 @@ struct GgufFile::Mapping {
 
 namespace {
 
-// Maps `path` into `map` (nothing for an empty file).
+// Maps the whole of `path` read-only into base/size (nothing for an empty file).
 Status map_file(const std::string& path, void*& base, size_t& size) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::model_file(path + ": cannot open: " + errno_text());
