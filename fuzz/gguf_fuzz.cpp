@@ -24,22 +24,26 @@
 namespace tandem {
 namespace {
 
-// The fixed first part of a split model in two: llama metadata, split keys (3 tensors in all)
-// and one tensor; the seed split-part2.gguf holds the other two.
+// Llama metadata of one block, dim 256.
+model::GgufWriter llama_metadata() {
+  model::GgufWriter w;
+  w.add_string("general.architecture", "llama");
+  w.add_u32("llama.block_count", 1);
+  w.add_u32("llama.embedding_length", 256);
+  w.add_u32("llama.attention.head_count", 4);
+  w.add_u32("llama.feed_forward_length", 512);
+  w.add_u32("llama.context_length", 64);
+  return w;
+}
+
+// Part `no` (0 or 1) of a split model in two, 3 tensors in all: the first (the fuzz target's
+// fixed one) holds the metadata and one tensor, the second (the seed split-part2.gguf) two.
 model::GgufWriter split_part(uint16_t no) {
   std::vector<float> x(256, 0.5f);
-  model::GgufWriter w;
-  if (no == 0) {
-    w.add_string("general.architecture", "llama");
-    w.add_u32("llama.block_count", 1);
-    w.add_u32("llama.embedding_length", 256);
-    w.add_u32("llama.attention.head_count", 4);
-    w.add_u32("llama.feed_forward_length", 512);
-    w.add_u32("llama.context_length", 64);
-  }
+  model::GgufWriter w = no == 0 ? llama_metadata() : model::GgufWriter();
   w.add_u16("split.no", no);
-  w.add_u16("split.count", 2);
   w.add_i32("split.tensors.count", 3);
+  w.add_u16("split.count", 2);
   if (no == 0) {
     w.add_tensor("token_embd.weight", {256}, model::TensorType::kF32, x.data(), 1024);
   } else {
@@ -59,13 +63,7 @@ void write_seeds(const std::string& dir) {
     const auto type = static_cast<model::TensorType>(id);
     std::vector<std::byte> data(model::row_bytes(type, x.size()));
     model::type_traits(type)->quantize(x.data(), data.data(), static_cast<int64_t>(x.size()));
-    model::GgufWriter w;
-    w.add_string("general.architecture", "llama");
-    w.add_u32("llama.block_count", 1);
-    w.add_u32("llama.embedding_length", 256);
-    w.add_u32("llama.attention.head_count", 4);
-    w.add_u32("llama.feed_forward_length", 512);
-    w.add_u32("llama.context_length", 64);
+    model::GgufWriter w = llama_metadata();
     w.add_tensor("token_embd.weight", {256, 2}, type, data.data(), data.size());
     w.add_tensor("blk.0.attn_v.weight", {256, 2}, type, data.data(), data.size());
     w.add_tensor("output_norm.weight", {256}, model::TensorType::kF32, x.data(), 1024);
