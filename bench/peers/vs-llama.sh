@@ -61,8 +61,15 @@ printf '%-5s %-7s %10s %10s %10s | %8s %8s %10s %10s %10s\n' pair side prefill51
 for i in $(seq 1 "$pairs"); do
   if [ $((i % 2)) -eq 1 ]; then order="tandem llama"; else order="llama tandem"; fi
   for side in $order; do
-    if [ "$side" = tandem ]; then t=$(tandem_side); echo "$t" >"$out/tandem.$i"; printf '%-5s %-7s %10s %10s %10s |\n' "$i" tandem $t
-    else l=$(llama_side); echo "$l" >"$out/llama.$i"; printf '%-5s %-7s %32s | %8s %8s %10s %10s %10s\n' "$i" llama.cpp "" $l
+    if [ "$side" = tandem ]; then
+      t=$(tandem_side)
+      # A file the engine cannot load (a type it does not compute yet): its error, not zeros.
+      [ "$t" != "0.0 0.0 0.0" ] || { echo "vs-llama: tandem-engine-bench failed:" >&2; tail -5 "$out/tandem.err" >&2; exit 1; }
+      echo "$t" >"$out/tandem.$i"; printf '%-5s %-7s %10s %10s %10s |\n' "$i" tandem $t
+    else
+      l=$(llama_side)
+      [ "$(echo "$l" | wc -w)" -eq 5 ] || { echo "vs-llama: llama.cpp failed:" >&2; tail -5 "$out/llama.err" >&2; exit 1; }
+      echo "$l" >"$out/llama.$i"; printf '%-5s %-7s %32s | %8s %8s %10s %10s %10s\n' "$i" llama.cpp "" $l
     fi
   done
 done
