@@ -124,6 +124,21 @@ Status write_preset(const Args& args, const std::string& out, model::FileType ty
   return st;
 }
 
+// With --split-max-tensors N: `written` (a complete file) split into parts named after `out`
+// (NAME.gguf: NAME-00001-of-0000K.gguf ...), then removed; prints the parts. The summary line
+// after it still names --out, the split model's name.
+Status split_output(const Args& args, const std::string& written, const std::string& out) {
+  auto max_tensors = args.integer("split-max-tensors", 0);
+  if (!max_tensors) return max_tensors.status();
+  std::string prefix = out;
+  if (prefix.size() > 5 && prefix.compare(prefix.size() - 5, 5, ".gguf") == 0) prefix.resize(prefix.size() - 5);
+  auto parts = model::split_gguf(written, prefix, static_cast<uint64_t>(*max_tensors));
+  std::remove(written.c_str());
+  if (!parts) return parts.status();
+  for (const std::string& part : *parts) std::fprintf(stderr, "tandem make-model: wrote part %s\n", part.c_str());
+  return Status::ok();
+}
+
 }  // namespace
 
 int make_model_command(int argc, char** argv) {
@@ -138,17 +153,21 @@ int make_model_command(int argc, char** argv) {
   auto dtype = args->choice("dtype", "f32");
   if (!dtype) return fail("make-model", dtype.status());
   const model::FileType type = *model::parse_file_type(*dtype);  // the flag's choices are the parser's names
+  const bool split = args->has("split-max-tensors");
+  const std::string written = split ? *out + ".whole.tmp." + std::to_string(getpid()) : *out;
   if (auto from = args->str("from")) {
     if (args->has("preset") || args->has("seed") || args->has("tied") || args->has("arch") || args->has("context") ||
         args->has("head-dim") || args->has("rope-scaling") || args->has("vocab-from")) {
       return fail("make-model", Status::invalid("--from quantizes a file: it takes no --preset, --seed, --tied, --arch,"
                                                 " --context, --head-dim, --rope-scaling or --vocab-from"));
     }
-    if (Status st = model::quantize_model(*from, *out, type); !st) return fail("make-model", st);
+    if (Status st = model::quantize_model(*from, written, type); !st) return fail("make-model", st);
+    if (Status st = split ? split_output(*args, written, *out) : Status::ok(); !st) return fail("make-model", st);
     std::fprintf(stderr, "tandem make-model: wrote %s (%s as %s)\n", out->c_str(), from->c_str(), dtype->c_str());
     return 0;
   }
-  if (Status st = write_preset(*args, *out, type); !st) return fail("make-model", st);
+  if (Status st = write_preset(*args, written, type); !st) return fail("make-model", st);
+  if (Status st = split ? split_output(*args, written, *out) : Status::ok(); !st) return fail("make-model", st);
   std::fprintf(stderr, "tandem make-model: wrote %s (%s, %s, seed %s)\n", out->c_str(),
                args->str("preset").value_or("tiny").c_str(), dtype->c_str(), args->str("seed").value_or("1").c_str());
   return 0;

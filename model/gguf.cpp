@@ -12,6 +12,7 @@
 #include <cstring>
 #include <limits>
 #include <set>
+#include <utility>
 
 namespace tandem::model {
 
@@ -410,48 +411,170 @@ uint64_t GgufTensor::elements() const {
 
 // ---------------------------------------------------------------------------- GgufFile
 
-Result<std::unique_ptr<GgufFile>> GgufFile::open(const std::string& path) {
+// One read-only mapping of a whole file, unmapped when dropped.
+struct GgufFile::Mapping {
+  void* base = nullptr;
+  size_t size = 0;
+  Mapping() = default;
+  Mapping(Mapping&& o) noexcept : base(std::exchange(o.base, nullptr)), size(std::exchange(o.size, 0)) {}
+  Mapping& operator=(Mapping&&) = delete;
+  ~Mapping() {
+    if (base) munmap(base, size);
+  }
+};
+
+namespace {
+
+// Maps the whole of `path` read-only into base/size (nothing for an empty file).
+Status map_file(const std::string& path, void*& base, size_t& size) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::model_file(path + ": cannot open: " + errno_text());
   struct stat st {};
+  Status s = Status::ok();
   if (fstat(fd, &st) != 0) {
-    Status s = Status::model_file(path + ": cannot stat: " + errno_text());
-    ::close(fd);
-    return s;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return Status::model_file(path + ": not a regular file");
-  }
-  std::unique_ptr<GgufFile> file(new GgufFile());
-  file->path_ = path;
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
-  if (size > 0) {
-    void* map = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    s = Status::model_file(path + ": cannot stat: " + errno_text());
+  } else if (!S_ISREG(st.st_mode)) {
+    s = Status::model_file(path + ": not a regular file");
+  } else if (st.st_size > 0) {
+    void* map = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
     if (map == MAP_FAILED) {
-      Status s = Status::model_file(path + ": cannot map " + std::to_string(size) + " bytes: " + errno_text());
-      ::close(fd);
-      return s;
+      s = Status::model_file(path + ": cannot map " + std::to_string(st.st_size) + " bytes: " + errno_text());
+    } else {
+      base = map;
+      size = static_cast<size_t>(st.st_size);
     }
-    file->map_ = map;
-    file->map_size_ = size;
   }
   ::close(fd);  // the mapping keeps the file alive
+  return s;
+}
 
+// A split key's value, when present: an unsigned integer (gguf-split writes u16 and i32).
+Result<std::optional<uint64_t>> split_key(const std::map<std::string, GgufValue>& metadata, const std::string& path,
+                                          const char* key) {
+  auto it = metadata.find(key);
+  if (it == metadata.end()) return std::optional<uint64_t>();
+  const GgufValue& v = it->second;
+  if (v.type != GgufValueType::kArray && v.type != GgufValueType::kBool) {
+    if (auto* u = std::get_if<uint64_t>(&v.value)) return std::optional<uint64_t>(*u);
+    if (auto* i = std::get_if<int64_t>(&v.value); i && *i >= 0) return std::optional<uint64_t>(*i);
+  }
+  return Status::model_file(path + ": " + key + " is not a non-negative integer");
+}
+
+// The split keys of one part; count 0 when the file is not a part of a split model.
+struct SplitKeys {
+  uint64_t no = 0, count = 0, tensors = 0;
+  bool has_tensors = false;
+};
+
+Result<SplitKeys> read_split_keys(const std::map<std::string, GgufValue>& p, const std::string& path) {
+  SplitKeys k;
+  auto no = split_key(p, path, "split.no");
+  if (!no) return no.status();
+  auto count = split_key(p, path, "split.count");
+  if (!count) return count.status();
+  auto tensors = split_key(p, path, "split.tensors.count");
+  if (!tensors) return tensors.status();
+  k.no = no->value_or(0);
+  k.count = count->value_or(0);
+  k.tensors = tensors->value_or(0);
+  k.has_tensors = tensors->has_value();
+  if (k.count > 0xffff)
+    return Status::model_file(path + ": split.count " + std::to_string(k.count) + " is above 65535");
+  if (k.count > 1 && k.no >= k.count) {
+    return Status::model_file(path + ": split.no " + std::to_string(k.no) + " is not below split.count " +
+                              std::to_string(k.count));
+  }
+  return k;
+}
+
+// "PREFIX" when `path` is named as part `no` of `count` ("PREFIX-0000{no+1}-of-0000{count}.gguf").
+std::optional<std::string> split_prefix(const std::string& path, uint64_t no, uint64_t count) {
+  const std::string tail = split_part_path("", static_cast<uint32_t>(no), static_cast<uint32_t>(count));
+  if (path.size() <= tail.size() || path.compare(path.size() - tail.size(), tail.size(), tail) != 0) {
+    return std::nullopt;
+  }
+  return path.substr(0, path.size() - tail.size());
+}
+
+}  // namespace
+
+GgufFile::GgufFile() = default;
+
+Result<std::unique_ptr<GgufFile>> GgufFile::open(const std::string& path) {
+  std::unique_ptr<GgufFile> file(new GgufFile());
+  file->path_ = path;
+  file->part_paths_.push_back(path);
+  Mapping& m = file->maps_.emplace_back();
+  TANDEM_RETURN_IF_ERROR(map_file(path, m.base, m.size));
   Parsed parsed;
-  TANDEM_RETURN_IF_ERROR(parse(static_cast<const std::byte*>(file->map_), size, path, parsed));
+  TANDEM_RETURN_IF_ERROR(parse(static_cast<const std::byte*>(m.base), m.size, path, parsed));
   file->version_ = parsed.version;
   file->alignment_ = parsed.alignment;
   file->metadata_ = std::move(parsed.metadata);
   file->key_order_ = std::move(parsed.key_order);
   file->tensors_ = std::move(parsed.tensors);
   file->tensor_index_ = std::move(parsed.tensor_index);
+  TANDEM_RETURN_IF_ERROR(file->add_split_parts());
   return file;
 }
 
-GgufFile::~GgufFile() {
-  if (map_) munmap(map_, map_size_);
+// For the first part of a split model: maps and checks parts 2..N and adds their tensors.
+Status GgufFile::add_split_parts() {
+  auto keys = read_split_keys(metadata_, path_);
+  if (!keys) return keys.status();
+  if (keys->count <= 1) return Status::ok();
+  const uint64_t count = keys->count;
+  auto fail = [&](const std::string& problem) { return Status::model_file(path_ + ": " + problem); };
+  if (keys->no != 0) {
+    auto prefix = split_prefix(path_, keys->no, count);
+    return fail("is part " + std::to_string(keys->no + 1) + " of " + std::to_string(count) +
+                " of a split model; open its first part" +
+                (prefix ? ", " + split_part_path(*prefix, 0, static_cast<uint32_t>(count)) : std::string()));
+  }
+  auto prefix = split_prefix(path_, 0, count);
+  if (!prefix) {
+    return fail("split.count is " + std::to_string(count) + " but the name does not end in " +
+                split_part_path("", 0, static_cast<uint32_t>(count)) +
+                " (as llama.cpp's gguf-split names parts), so the other parts cannot be found");
+  }
+  std::vector<size_t> starts = {0};  // index of each part's first tensor
+  for (uint32_t no = 1; no < count; ++no) {
+    const std::string part = split_part_path(*prefix, no, static_cast<uint32_t>(count));
+    const std::string place = "part " + std::to_string(no + 1) + " of " + std::to_string(count);
+    if (::access(part.c_str(), F_OK) != 0) return fail(place + ", " + part + ", is missing");
+    Mapping& m = maps_.emplace_back();
+    TANDEM_RETURN_IF_ERROR(map_file(part, m.base, m.size));
+    Parsed p;
+    TANDEM_RETURN_IF_ERROR(parse(static_cast<const std::byte*>(m.base), m.size, part, p));
+    auto k = read_split_keys(p.metadata, part);
+    if (!k) return k.status();
+    if (k->count != count || k->no != no || k->tensors != keys->tensors) {
+      return fail(place + ", " + part + ", has split.no " + std::to_string(k->no) + ", split.count " +
+                  std::to_string(k->count) + ", split.tensors.count " + std::to_string(k->tensors) + " (expected " +
+                  std::to_string(no) + ", " + std::to_string(count) + ", " + std::to_string(keys->tensors) +
+                  "): a part of another split model");
+    }
+    starts.push_back(tensors_.size());
+    for (GgufTensor& t : p.tensors) {
+      if (auto it = tensor_index_.find(t.name); it != tensor_index_.end()) {
+        const auto owner = std::upper_bound(starts.begin(), starts.end(), it->second) - starts.begin() - 1;
+        return fail("tensor " + printable(t.name) + " is in both " + part_paths_[static_cast<size_t>(owner)] + " and " +
+                    part);
+      }
+      tensor_index_.emplace(t.name, tensors_.size());
+      tensors_.push_back(std::move(t));
+    }
+    part_paths_.push_back(part);
+  }
+  if (keys->has_tensors && tensors_.size() != keys->tensors) {
+    return fail("the " + std::to_string(count) + " parts hold " + std::to_string(tensors_.size()) +
+                " tensors, split.tensors.count says " + std::to_string(keys->tensors));
+  }
+  return Status::ok();
 }
+
+GgufFile::~GgufFile() = default;
 
 const GgufValue* GgufFile::find(const std::string& key) const {
   auto it = metadata_.find(key);
@@ -528,6 +651,13 @@ void GgufWriter::add_string(const std::string& key, const std::string& v) {
   Encoder e;
   e.put_type(GgufValueType::kString);
   e.put_string(v);
+  set_kv(key, std::move(e.bytes));
+}
+
+void GgufWriter::add_u16(const std::string& key, uint16_t v) {
+  Encoder e;
+  e.put_type(GgufValueType::kU16);
+  e.put(v);
   set_kv(key, std::move(e.bytes));
 }
 
@@ -688,20 +818,50 @@ void GgufWriter::add_tensor(const std::string& name, std::vector<uint64_t> dims,
 
 Status GgufWriter::write(const std::string& path) const {
   if (!deferred_error_.empty()) return Status::model_file(path + ": cannot write: " + deferred_error_);
-  const uint64_t align = alignment_;
-  auto align_up = [align](uint64_t x) { return (x + align - 1) / align * align; };
+  return write_part(path, kvs_, 0, tensors_.size());
+}
 
+Result<std::vector<std::string>> GgufWriter::write_split(const std::string& prefix, uint64_t max_tensors) const {
+  if (max_tensors == 0) return Status::invalid("write_split: at most 0 tensors per part");
+  const uint64_t parts = std::max<uint64_t>(1, (tensors_.size() + max_tensors - 1) / max_tensors);
+  if (parts > 0xffff) return Status::invalid("write_split: " + std::to_string(parts) + " parts, at most 65535");
+  std::vector<std::string> paths;
+  for (uint32_t no = 0; no < parts; ++no) paths.push_back(split_part_path(prefix, no, static_cast<uint32_t>(parts)));
+  if (!deferred_error_.empty()) return Status::model_file(paths[0] + ": cannot write: " + deferred_error_);
+  for (uint32_t no = 0; no < parts; ++no) {
+    GgufWriter keys;  // encodes the split keys; the first part keeps every key before them
+    if (no == 0) keys.kvs_ = kvs_;
+    // In gguf-split's order (it sets split.count last, which moves the key to the end).
+    keys.add_u16("split.no", static_cast<uint16_t>(no));
+    keys.add_i32("split.tensors.count", static_cast<int32_t>(tensors_.size()));
+    keys.add_u16("split.count", static_cast<uint16_t>(parts));
+    const size_t first = static_cast<size_t>(no * max_tensors);
+    const size_t last = static_cast<size_t>(std::min<uint64_t>(tensors_.size(), first + max_tensors));
+    TANDEM_RETURN_IF_ERROR(write_part(paths[no], keys.kvs_, first, last));
+  }
+  return paths;
+}
+
+Status GgufWriter::write_part(const std::string& path,
+                              const std::vector<std::pair<std::string, std::vector<std::byte>>>& kvs, size_t first,
+                              size_t last) const {
+  // A later part's alignment is the default: gguf-split copies general.alignment to the first only.
+  const bool has_alignment =
+      std::any_of(kvs.begin(), kvs.end(), [](auto& kv) { return kv.first == "general.alignment"; });
+  const uint64_t align = has_alignment ? alignment_ : kDefaultAlignment;
+  auto align_up = [align](uint64_t x) { return (x + align - 1) / align * align; };
   Encoder head;
   head.put(kMagic);
   head.put(uint32_t{3});
-  head.put(static_cast<uint64_t>(tensors_.size()));
-  head.put(static_cast<uint64_t>(kvs_.size()));
-  for (const auto& [key, value] : kvs_) {
+  head.put(static_cast<uint64_t>(last - first));
+  head.put(static_cast<uint64_t>(kvs.size()));
+  for (const auto& [key, value] : kvs) {
     head.put_string(key);
     head.bytes.insert(head.bytes.end(), value.begin(), value.end());
   }
   uint64_t offset = 0;
-  for (const Tensor& t : tensors_) {
+  for (size_t i = first; i < last; ++i) {
+    const Tensor& t = tensors_[i];
     head.put_string(t.name);
     head.put(static_cast<uint32_t>(t.dims.size()));
     for (uint64_t d : t.dims) head.put(d);
@@ -716,8 +876,8 @@ Status GgufWriter::write(const std::string& path) const {
   if (!f) return Status::model_file(path + ": cannot create " + tmp + ": " + errno_text());
   static const std::byte kZeros[4096] = {};
   bool ok = std::fwrite(head.bytes.data(), 1, head.bytes.size(), f) == head.bytes.size();
-  for (const Tensor& t : tensors_) {
-    if (!ok) break;
+  for (size_t i = first; i < last && ok; ++i) {
+    const Tensor& t = tensors_[i];
     if (!t.data.empty()) ok = std::fwrite(t.data.data(), 1, t.data.size(), f) == t.data.size();
     uint64_t pad = align_up(t.data.size()) - t.data.size();
     while (ok && pad > 0) {
@@ -741,6 +901,25 @@ Status GgufWriter::write(const std::string& path) const {
     return s;
   }
   return Status::ok();
+}
+
+std::string split_part_path(const std::string& prefix, uint32_t no, uint32_t count) {
+  char tail[48];
+  std::snprintf(tail, sizeof tail, "-%05u-of-%05u.gguf", no + 1, count);
+  return prefix + tail;
+}
+
+Result<std::vector<std::string>> split_gguf(const std::string& in, const std::string& prefix, uint64_t max_tensors) {
+  auto file = GgufFile::open(in);
+  if (!file) return file.status();
+  GgufWriter w;
+  for (const std::string& key : (*file)->keys_in_file_order()) {
+    if (key.rfind("split.", 0) != 0) w.add_value(key, *(*file)->find(key));
+  }
+  for (const GgufTensor& t : (*file)->tensors()) {
+    w.add_tensor(t.name, t.dims, static_cast<TensorType>(t.type), t.data, t.nbytes);
+  }
+  return w.write_split(prefix, max_tensors);
 }
 
 }  // namespace tandem::model

@@ -54,6 +54,10 @@ struct GgufTensor {
 };
 
 // A GGUF file mapped read-only. Tensor data pointers stay valid while it lives.
+// A split model (llama.cpp's gguf-split: parts NAME-00001-of-0000N.gguf, each a GGUF holding
+// its own tensors and split.no / split.count / split.tensors.count, the first part all the
+// metadata) opens as one file from its first part: every part is mapped, metadata is the
+// first part's, tensors() is every part's tensors in part order.
 class GgufFile {
  public:
   // Errors (Code::kModelFile), each naming the file and the problem: cannot open,
@@ -63,12 +67,19 @@ class GgufFile {
   // (dims[0]) not a multiple of its type's block size, data whose size does not match its type
   // and shape (tensors must lie one after the other in table order, each padded to the
   // alignment, as ggml writes and requires them). Never crashes on any byte sequence.
+  // A split model's first part also fails, naming the part, when: its name does not end in
+  // -00001-of-0000N.gguf (so the other parts cannot be named), a part is missing, a part's
+  // split.no / split.count / split.tensors.count is not what its place says (a part of another
+  // split), a tensor is in two parts, or the parts hold other than split.tensors.count tensors.
+  // Opening a later part fails and names the first part.
   static Result<std::unique_ptr<GgufFile>> open(const std::string& path);
   ~GgufFile();
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
 
   const std::string& path() const { return path_; }
+  // Every mapped file, path() first: one for an unsplit file.
+  const std::vector<std::string>& part_paths() const { return part_paths_; }
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
 
@@ -87,12 +98,14 @@ class GgufFile {
   const std::vector<std::string>& keys_in_file_order() const { return key_order_; }
 
  private:
-  GgufFile() = default;
+  struct Mapping;
+  GgufFile();
+  Status add_split_parts();
   std::string path_;
+  std::vector<std::string> part_paths_;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
-  void* map_ = nullptr;
-  size_t map_size_ = 0;
+  std::vector<Mapping> maps_;
   std::map<std::string, GgufValue> metadata_;
   std::vector<std::string> key_order_;
   std::vector<GgufTensor> tensors_;
@@ -103,6 +116,7 @@ class GgufFile {
 class GgufWriter {
  public:
   void add_string(const std::string& key, const std::string& v);
+  void add_u16(const std::string& key, uint16_t v);
   void add_u32(const std::string& key, uint32_t v);
   void add_i32(const std::string& key, int32_t v);
   void add_f32(const std::string& key, float v);
@@ -120,6 +134,13 @@ class GgufWriter {
   // Writes to a temporary file beside `path` and renames it into place, so `path` is
   // either the complete new file or untouched. Errors: Code::kModelFile.
   Status write(const std::string& path) const;
+  // Writes the file as llama.cpp's `llama-gguf-split --split --split-max-tensors N` does, byte
+  // for byte (checked against de3ff815's tool by hand; no CI test runs it):
+  // parts split_part_path(prefix, i, count) of at most max_tensors tensors each (in order),
+  // the first holding all metadata, every part then split.no (u16), split.tensors.count (i32)
+  // and split.count (u16), in that order. Returns the parts' paths. Errors as write(); max_tensors 0:
+  // Code::kInvalidArgument.
+  Result<std::vector<std::string>> write_split(const std::string& prefix, uint64_t max_tensors) const;
 
  private:
   struct Kv;
@@ -130,6 +151,9 @@ class GgufWriter {
     std::vector<std::byte> data;
   };
   void set_kv(const std::string& key, std::vector<std::byte> encoded);
+  // One file: the given metadata and tensors [first, last).
+  Status write_part(const std::string& path, const std::vector<std::pair<std::string, std::vector<std::byte>>>& kvs,
+                    size_t first, size_t last) const;
   std::vector<std::pair<std::string, std::vector<std::byte>>> kvs_;  // key, encoded type+value
   std::vector<Tensor> tensors_;
   uint64_t alignment_ = 32;  // general.alignment when set, else the GGUF default
@@ -137,5 +161,13 @@ class GgufWriter {
   // shape) is remembered here and returned by write().
   std::string deferred_error_;
 };
+
+// Part `no` (0-based) of `count` of a split model: "PREFIX-00002-of-00003.gguf" (llama.cpp's
+// llama_split_path).
+std::string split_part_path(const std::string& prefix, uint32_t no, uint32_t count);
+
+// Copies the GGUF file `in` (split or not) into parts as GgufWriter::write_split does.
+// Errors: those of GgufFile::open and write_split.
+Result<std::vector<std::string>> split_gguf(const std::string& in, const std::string& prefix, uint64_t max_tensors);
 
 }  // namespace tandem::model

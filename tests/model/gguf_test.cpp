@@ -576,5 +576,160 @@ TEST_F(GgufTest, RandomCorruptionNeverCrashes) {
   EXPECT_GT(opened, 0);  // flips in tensor data or padding are harmless
 }
 
+// ---------------------------------------------------------------- split models (gguf-split)
+
+class GgufSplitTest : public GgufTest {
+ protected:
+  std::string prefix = dir + "/model";
+  // `n` F32 tensors t0..t{n-1} of 8 values each, t_i's values i*8 .. i*8+7.
+  GgufWriter writer(int n, const std::string& name = "m") {
+    GgufWriter w;
+    w.add_string("general.architecture", "llama");
+    w.add_string("general.name", name);
+    for (int i = 0; i < n; ++i) {
+      std::vector<float> v(8);
+      for (int j = 0; j < 8; ++j) v[j] = static_cast<float>(i * 8 + j);
+      w.add_tensor("t" + std::to_string(i), {8}, TensorType::kF32, v.data(), v.size() * sizeof(float));
+    }
+    return w;
+  }
+  std::string part(int no, int count) { return split_part_path(prefix, no, count); }
+  std::string error_of(const std::string& p) {
+    auto f = GgufFile::open(p);
+    EXPECT_FALSE(f) << p;
+    if (f) return "";
+    EXPECT_EQ(f.status().code(), Code::kModelFile);
+    return f.status().message();
+  }
+  // A part written by hand: split keys (no, count, tensors) and tensors named in `names`.
+  void write_part(const std::string& p, int no, int count, int total, const std::vector<std::string>& names) {
+    GgufWriter w;
+    w.add_u16("split.no", static_cast<uint16_t>(no));
+    w.add_u16("split.count", static_cast<uint16_t>(count));
+    w.add_i32("split.tensors.count", total);
+    const float v[8] = {};
+    for (const auto& n : names) w.add_tensor(n, {8}, TensorType::kF32, v, sizeof v);
+    ASSERT_TRUE(w.write(p).is_ok());
+  }
+};
+
+TEST_F(GgufSplitTest, PartsOpenAsOneFileFromTheFirst) {
+  auto parts = writer(5).write_split(prefix, 2);
+  ASSERT_TRUE(parts) << parts.status().to_string();
+  ASSERT_EQ(*parts, (std::vector<std::string>{part(0, 3), part(1, 3), part(2, 3)}));
+  EXPECT_EQ(part(1, 3), dir + "/model-00002-of-00003.gguf");
+  auto f = GgufFile::open(part(0, 3));
+  ASSERT_TRUE(f) << f.status().to_string();
+  EXPECT_EQ((*f)->part_paths(), *parts);
+  EXPECT_EQ((*f)->get_string("general.name"), "m");
+  EXPECT_EQ((*f)->get_uint("split.count"), 3u);
+  EXPECT_EQ((*f)->find("split.count")->type, GgufValueType::kU16);  // llama.cpp reads them as u16
+  EXPECT_EQ((*f)->find("split.tensors.count")->type, GgufValueType::kI32);
+  // gguf-split's key order (byte-identical files, checked by hand against its tool).
+  const auto& keys = (*f)->keys_in_file_order();
+  EXPECT_EQ(std::vector<std::string>(keys.end() - 3, keys.end()),
+            (std::vector<std::string>{"split.no", "split.tensors.count", "split.count"}));
+  ASSERT_EQ((*f)->tensors().size(), 5u);
+  for (int i = 0; i < 5; ++i) {
+    const GgufTensor* t = (*f)->tensor("t" + std::to_string(i));
+    ASSERT_NE(t, nullptr);
+    EXPECT_EQ((*f)->tensors()[i].name, t->name);  // in part order
+    float v[8];
+    std::memcpy(v, t->data, sizeof v);
+    EXPECT_EQ(v[0], i * 8.0f);
+    EXPECT_EQ(v[7], i * 8.0f + 7);
+  }
+  // Later parts hold only the split keys, as gguf-split writes them.
+  auto second = read_bytes(part(1, 3));
+  EXPECT_EQ(std::search(second.begin(), second.end(), std::begin("general.name"), std::end("general.name") - 1),
+            second.end());
+}
+
+TEST_F(GgufSplitTest, SplitGgufCopiesAFileAndOnePartIsAWholeModel) {
+  ASSERT_TRUE(writer(3).write(path).is_ok());
+  auto parts = split_gguf(path, prefix, 100);
+  ASSERT_TRUE(parts) << parts.status().to_string();
+  ASSERT_EQ(parts->size(), 1u);
+  EXPECT_EQ((*parts)[0], dir + "/model-00001-of-00001.gguf");
+  auto f = GgufFile::open((*parts)[0]);
+  ASSERT_TRUE(f) << f.status().to_string();
+  EXPECT_EQ((*f)->tensors().size(), 3u);
+  // Re-splitting a split model drops its old split keys for the new ones.
+  auto again = split_gguf((*parts)[0], dir + "/again", 1);
+  ASSERT_TRUE(again) << again.status().to_string();
+  auto g = GgufFile::open((*again)[0]);
+  ASSERT_TRUE(g) << g.status().to_string();
+  EXPECT_EQ((*g)->get_uint("split.count"), 3u);
+  EXPECT_EQ((*g)->tensors().size(), 3u);
+  EXPECT_FALSE(writer(1).write_split(prefix, 0));
+}
+
+TEST_F(GgufSplitTest, AMissingPartIsNamed) {
+  ASSERT_TRUE(writer(5).write_split(prefix, 2));
+  std::remove(part(1, 3).c_str());
+  const std::string e = error_of(part(0, 3));
+  EXPECT_NE(e.find("part 2 of 3, " + dir + "/model-00002-of-00003.gguf, is missing"), std::string::npos) << e;
+}
+
+TEST_F(GgufSplitTest, ALaterPartNamesTheFirst) {
+  ASSERT_TRUE(writer(5).write_split(prefix, 2));
+  const std::string e = error_of(part(2, 3));
+  EXPECT_NE(e.find("is part 3 of 3 of a split model; open its first part, " + part(0, 3)), std::string::npos) << e;
+}
+
+TEST_F(GgufSplitTest, APartOfAnotherSplitIsRefused) {
+  ASSERT_TRUE(writer(5).write_split(prefix, 2));
+  // Another model's part 2 of 3 (6 tensors in all) in this model's place.
+  ASSERT_TRUE(writer(6, "other").write_split(dir + "/other", 2));
+  std::rename(split_part_path(dir + "/other", 1, 3).c_str(), part(1, 3).c_str());
+  std::string e = error_of(part(0, 3));
+  EXPECT_NE(e.find("part 2 of 3, " + part(1, 3) +
+                   ", has split.no 1, split.count 3, split.tensors.count 6 (expected "
+                   "1, 3, 5): a part of another split model"),
+            std::string::npos)
+      << e;
+  // This model's part 3 renamed as part 2.
+  ASSERT_TRUE(writer(5).write_split(prefix, 2));
+  std::rename(part(2, 3).c_str(), part(1, 3).c_str());
+  e = error_of(part(0, 3));
+  EXPECT_NE(e.find("has split.no 2"), std::string::npos) << e;
+  // A part of a split into 2.
+  ASSERT_TRUE(writer(5).write_split(dir + "/two", 3));
+  ASSERT_TRUE(writer(5).write_split(prefix, 2));
+  std::rename(split_part_path(dir + "/two", 1, 2).c_str(), part(2, 3).c_str());
+  e = error_of(part(0, 3));
+  EXPECT_NE(e.find("split.count 2"), std::string::npos) << e;
+}
+
+TEST_F(GgufSplitTest, EveryTensorOnce) {
+  write_part(part(0, 2), 0, 2, 2, {"a", "b"});
+  write_part(part(1, 2), 1, 2, 2, {"b"});
+  std::string e = error_of(part(0, 2));
+  EXPECT_NE(e.find("tensor b is in both " + part(0, 2) + " and " + part(1, 2)), std::string::npos) << e;
+  write_part(part(1, 2), 1, 2, 3, {"c"});
+  write_part(part(0, 2), 0, 2, 3, {"a"});
+  e = error_of(part(0, 2));
+  EXPECT_NE(e.find("the 2 parts hold 2 tensors, split.tensors.count says 3"), std::string::npos) << e;
+  write_part(part(0, 2), 0, 2, 2, {});  // gguf-split --no-tensor-first-split: an empty first part
+  write_part(part(1, 2), 1, 2, 2, {"a", "b"});
+  auto f = GgufFile::open(part(0, 2));
+  ASSERT_TRUE(f) << f.status().to_string();
+  EXPECT_EQ((*f)->tensors().size(), 2u);
+}
+
+TEST_F(GgufSplitTest, AFirstPartNotNamedAsGgufSplitNamesIt) {
+  ASSERT_TRUE(writer(5).write_split(prefix, 2));
+  std::rename(part(0, 3).c_str(), path.c_str());
+  const std::string e = error_of(path);
+  EXPECT_NE(e.find("split.count is 3 but the name does not end in -00001-of-00003.gguf"), std::string::npos) << e;
+  write_part(path, 0, 1, 1, {"a"});  // split.count 1: an ordinary file
+  EXPECT_TRUE(GgufFile::open(path));
+  GgufWriter w;
+  w.add_u16("split.no", 0);
+  w.add_string("split.count", "2");
+  ASSERT_TRUE(w.write(path).is_ok());
+  EXPECT_NE(error_of(path).find("split.count is not a non-negative integer"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace tandem::model
