@@ -23,7 +23,7 @@ TEST(KvCurve, PrefillAndDecodeWorkersHandKvOverWithCurveZmq) {
   std::string pub;
   std::ifstream(keys + "/server.pub") >> pub;
   const std::vector<std::string> split = {
-      "--prefill", "1", "--decode", "1", "--threads", "1", "--kv-memory", "67108864", "--handoff-timeout-ms", "3000"};
+      "--prefill", "1", "--decode", "1", "--threads", "1", "--kv-memory", "67108864", "--handoff-timeout-ms", "20000"};
   std::vector<int32_t> plain_tokens;
   {
     Deployment plain(split);

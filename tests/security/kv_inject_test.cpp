@@ -22,7 +22,7 @@ using namespace std::chrono_literals;
 
 TEST(KvInjection, ForgedTransfersUnderAnnouncedIdsAreDropped) {
   const std::vector<std::string> split = {
-      "--prefill", "1", "--decode", "1", "--threads", "1", "--kv-memory", "67108864", "--handoff-timeout-ms", "5000"};
+      "--prefill", "1", "--decode", "1", "--threads", "1", "--kv-memory", "67108864", "--handoff-timeout-ms", "20000"};
   std::vector<int32_t> clean;
   {
     Deployment d(split);
