@@ -17,10 +17,12 @@ Status scheduler_options_from(const Args& args, scheduler::ActorOptions& o) {
   TANDEM_RETURN_IF_ERROR(get("max-batch-tokens", o.core.max_batch_tokens));
   TANDEM_RETURN_IF_ERROR(get("prefill-chunk", o.core.prefill_chunk));
   TANDEM_RETURN_IF_ERROR(get("max-queue", o.core.max_queue));
+  TANDEM_RETURN_IF_ERROR(get("max-client-requests", o.core.max_client_requests));
   TANDEM_RETURN_IF_ERROR(get("max-running", o.core.max_running));
   TANDEM_RETURN_IF_ERROR(get("pipeline-depth", o.core.pipeline_depth));
   TANDEM_RETURN_IF_ERROR(get("heartbeat-ms", o.heartbeat_ms));
   TANDEM_RETURN_IF_ERROR(get("client-timeout-ms", o.client_timeout_ms));
+  TANDEM_RETURN_IF_ERROR(get("max-clients", o.max_clients));
   TANDEM_RETURN_IF_ERROR(get("handoff-timeout-ms", o.core.handoff_timeout_ms));
   TANDEM_RETURN_IF_ERROR(get("client-send-queue", o.client_send_queue));
   auto cache = args.choice("prefix-cache", o.core.prefix_cache ? "on" : "off");

@@ -119,6 +119,7 @@ Status Socket::configure(zmq::socket_type type, const std::string& identity) {
   TANDEM_RETURN_IF_ERROR(set_int(ZMQ_SNDHWM, l.send_hwm, "ZMQ_SNDHWM"));
   TANDEM_RETURN_IF_ERROR(set_int(ZMQ_RCVHWM, l.recv_hwm, "ZMQ_RCVHWM"));
   TANDEM_RETURN_IF_ERROR(set_int(ZMQ_LINGER, l.linger_ms, "ZMQ_LINGER"));
+  TANDEM_RETURN_IF_ERROR(set_int(ZMQ_HANDSHAKE_IVL, l.handshake_ivl_ms, "ZMQ_HANDSHAKE_IVL"));
   if (l.heartbeat_ivl_ms > 0) {
     TANDEM_RETURN_IF_ERROR(set_int(ZMQ_HEARTBEAT_IVL, l.heartbeat_ivl_ms, "ZMQ_HEARTBEAT_IVL"));
     TANDEM_RETURN_IF_ERROR(set_int(ZMQ_HEARTBEAT_TIMEOUT, l.heartbeat_timeout_ms, "ZMQ_HEARTBEAT_TIMEOUT"));

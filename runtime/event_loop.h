@@ -33,6 +33,9 @@ struct SocketLimits {
   int linger_ms = 200;                            // ZMQ_LINGER: bounded wait for unsent messages at close
   int heartbeat_ivl_ms = 1000;                    // ZMQ_HEARTBEAT_IVL (ZMTP pings; 0 = off)
   int heartbeat_timeout_ms = 5000;                // ZMQ_HEARTBEAT_TIMEOUT, also sent as ZMQ_HEARTBEAT_TTL
+  // ZMQ_HANDSHAKE_IVL: a peer that has not finished the ZMTP (and CURVE) handshake by then is
+  // dropped, so half-open connections cannot pile up (libzmq's default is 30 s).
+  int handshake_ivl_ms = 10000;
 };
 
 using Frames = std::vector<zmq::message_t>;

@@ -226,6 +226,13 @@ class Actor final : public Sink {
       return;
     }
     const std::string identity = frames[0].to_string();
+    // Each client identity costs the scheduler state until it has been silent for the client
+    // timeout: past max_clients a new one is turned away, and the known ones keep being served.
+    if (options_.max_clients && client_seen_.size() >= options_.max_clients && !client_seen_.count(identity)) {
+      protocol_error(*clients_, identity, v1::ERROR_CODE_OVERLOADED,
+                     "the scheduler serves " + std::to_string(options_.max_clients) + " clients at most; retry later");
+      return;
+    }
     client_seen_[identity] = now;
     if (Status st = runtime::parse_frame(frames[1], client_msg_); !st) {
       protocol_error(*clients_, identity, v1::ERROR_CODE_INVALID_ARGUMENT, st.message());

@@ -25,6 +25,7 @@ struct ActorOptions {
   uint32_t heartbeat_ms = 1000;       // liveness checks run at this period
   uint32_t worker_liveness = 3;       // a worker silent for liveness x heartbeat is dead
   uint32_t client_timeout_ms = 5000;  // a client with live requests silent this long is gone
+  uint32_t max_clients = 4096;        // client identities heard from within client_timeout_ms (0: no cap)
   // Messages queued to one client before it counts as not reading: its requests are then
   // cancelled (their final events wait, and are sent once it reads again).
   uint32_t client_send_queue = 10000;

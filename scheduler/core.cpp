@@ -229,6 +229,11 @@ bool Core::refuse_unservable(const std::string& client, const std::string& k, co
   if (requests_.count(k)) {
     reject(client, spec.id, v1::ERROR_CODE_INVALID_ARGUMENT,
            "request_id: '" + spec.id + "' is already in use by a live request of this client");
+  } else if (auto live = live_per_client_.find(client); config_.max_client_requests && live != live_per_client_.end() &&
+                                                        live->second >= config_.max_client_requests) {
+    reject(client, spec.id, v1::ERROR_CODE_OVERLOADED,
+           "this client has " + std::to_string(live->second) + " live requests, the most one client may have (" +
+               std::to_string(config_.max_client_requests) + "); retry when some have ended");
   } else if (queued() >= config_.max_queue) {
     reject(client, spec.id, v1::ERROR_CODE_OVERLOADED,
            "the waiting queue is full (" + std::to_string(config_.max_queue) + " requests); retry later");
@@ -334,6 +339,7 @@ Core::Request& Core::add_request(const std::string& client, const std::string& k
   r->held.set_request_id(r->spec.id);
   Request& raw = *r;
   requests_[k] = std::move(r);
+  ++live_per_client_[client];
   return raw;
 }
 
@@ -454,6 +460,8 @@ void Core::finish(Request& r, v1::FinishReason reason, v1::ErrorCode code, const
   t->set_total_ms((now_us - r.arrival_us) / 1e3);
   sink_.send_events(r.client, *out);
   ++stats_.finished;
+  if (auto it = live_per_client_.find(r.client); it != live_per_client_.end() && --it->second == 0)
+    live_per_client_.erase(it);
   requests_.erase(r.key);  // destroys r
 }
 

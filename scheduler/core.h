@@ -26,7 +26,10 @@
 namespace tandem::scheduler {
 
 struct SchedulerConfig {
-  uint32_t max_queue = 4096;           // waiting requests; past it a submit gets OVERLOADED
+  uint32_t max_queue = 4096;  // waiting requests; past it a submit gets OVERLOADED
+  // Live (queued, tokenizing or running) requests of one client; past it that client's submit
+  // gets OVERLOADED while others are served. 0: no limit but max_queue.
+  uint32_t max_client_requests = 1024;
   uint32_t max_batch_tokens = 512;     // tokens per step (decodes count one each)
   uint32_t prefill_chunk = 256;        // prompt tokens of one sequence per step
   uint32_t max_running = 256;          // sequences per worker
@@ -217,6 +220,7 @@ class Core {
   std::vector<Request*> handoffs_waiting_;  // prefill done, no decode worker with room yet
   std::map<uint32_t, std::unique_ptr<Worker>> workers_;
   std::unordered_map<std::string, std::unique_ptr<Request>> requests_;  // by key(client, id)
+  std::unordered_map<std::string, uint32_t> live_per_client_;           // requests_ per client
   std::unordered_map<uint64_t, std::unique_ptr<Placement>> by_seq_;
   v1::RequestEvents events_;  // reused for every event message: no allocation per token
   v1::StepPlan plan_;

@@ -958,3 +958,34 @@ TEST(CoreResults, ARefusalEchoesAnOverlongIdCutToTheLimit) {
 
 }  // namespace
 }  // namespace tandem::scheduler
+
+namespace tandem::scheduler {
+namespace {
+
+// #18 item 7: one client cannot fill the queue. Past max_client_requests live requests its
+// submits are refused (OVERLOADED) while another client's are admitted; as its requests end it
+// may submit again.
+TEST(CoreFairness, OneClientsLiveRequestsAreBounded) {
+  SchedulerConfig sc;
+  sc.max_client_requests = 3;
+  Harness h(sc);
+  h.core->add_worker(1, 64, 16, h.now);
+  for (int i = 0; i < 5; ++i) h.core->submit("greedy", h.request("g" + std::to_string(i), 4, 2), h.now);
+  h.core->submit("other", h.request("o", 4, 2), h.now);
+  ASSERT_EQ(h.rec.final_count["g3"], 1);
+  ASSERT_EQ(h.rec.final_count["g4"], 1);
+  EXPECT_EQ(h.rec.finals["g3"].error_code(), v1::ERROR_CODE_OVERLOADED);
+  EXPECT_NE(h.rec.finals["g3"].error_message().find("this client has 3 live requests"), std::string::npos)
+      << h.rec.finals["g3"].error_message();
+  EXPECT_EQ(h.rec.final_count["o"], 0) << "another client was refused too";
+  h.core->tick(h.now);
+  h.drain();
+  for (const char* id : {"g0", "g1", "g2", "o"}) EXPECT_EQ(h.rec.finals[id].finish_reason(), v1::FINISH_REASON_LENGTH);
+  h.core->submit("greedy", h.request("g5", 4, 2), h.now);  // its earlier ones ended: admitted
+  h.core->tick(h.now);
+  h.drain();
+  EXPECT_EQ(h.rec.finals["g5"].finish_reason(), v1::FINISH_REASON_LENGTH);
+}
+
+}  // namespace
+}  // namespace tandem::scheduler
