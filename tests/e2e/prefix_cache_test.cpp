@@ -30,7 +30,11 @@ struct Outcome {
 };
 
 Outcome run_shared_prefix(const std::string& cache) {
-  Deployment d({"--workers", "2", "--threads", "1", "--kv-memory", "67108864", "--prefix-cache", cache});
+  // One worker: with two, which worker a group's warm-up lands on depends on timing, and a
+  // 3-to-1 split makes the cache-aware placement send some of the second wave to the worker
+  // without the prefix (by design: load beyond cache_balance_slack wins). That placement is
+  // unit-tested in core_test; here the cache itself is measured.
+  Deployment d({"--workers", "1", "--threads", "1", "--kv-memory", "67108864", "--prefix-cache", cache});
   Outcome o;
   EXPECT_TRUE(d.ok());
   if (!d.ok()) return o;
