@@ -59,8 +59,9 @@ Result<v1::StatusReply> send_drain(const Args& args, const std::string& endpoint
   v1::SchedulerReply r;
   if (Status st = runtime::parse_frame(reply, r); !st) return st;
   if (r.has_error())
-    return Status::error(r.error().code() == v1::ERROR_CODE_PERMISSION_DENIED ? Code::kPermissionDenied : Code::kInternal,
-                         endpoint + " refused the drain: " + r.error().message());
+    return Status::error(
+        r.error().code() == v1::ERROR_CODE_PERMISSION_DENIED ? Code::kPermissionDenied : Code::kInternal,
+        endpoint + " refused the drain: " + r.error().message());
   if (!r.has_status()) return Status::error(Code::kInternal, "unexpected reply to drain from " + endpoint);
   return r.status();
 }
