@@ -39,10 +39,6 @@ std::vector<float> read_vector(const GgufTensor& t) {
   return v;
 }
 
-struct AlignedFree {
-  void operator()(float* p) const { std::free(p); }
-};
-
 // y may be x.
 void rms_norm(const float* x, const float* w, float* y, uint32_t n, float eps) {
   double ss = 0.0;
@@ -99,9 +95,9 @@ struct Engine::Matrix {
   enum class Kind { kF32, kF32Rows, k16, kQuant };
   struct Part {
     Kind kind = Kind::kF32;
-    uint32_t n0 = 0, n = 0;                     // its columns [n0, n0 + n) of the matrix
-    uint32_t type = 0;                          // the GGUF type of its tensors
-    std::unique_ptr<float, AlignedFree> owned;  // packed copies (F32 floats or 16-bit elements)
+    uint32_t n0 = 0, n = 0;  // its columns [n0, n0 + n) of the matrix
+    uint32_t type = 0;       // the GGUF type of its tensors
+    float* owned = nullptr;  // packed copies (F32 floats or 16-bit elements) in the engine's weight arena
     size_t bytes = 0;
     kernels::QuantView quant;
     // Work units for the thread pool: panels, or groups of kQuantRowsPerUnit quantized rows.
@@ -122,13 +118,13 @@ struct Engine::Matrix {
     return b;
   }
 
-  static Matrix build(std::initializer_list<const GgufTensor*> tensors, bool packed) {
+  static Result<Matrix> build(std::initializer_list<const GgufTensor*> tensors, bool packed, WeightArena& arena) {
     Matrix m;
     m.k = static_cast<uint32_t>((*tensors.begin())->dims[0]);
     std::vector<const GgufTensor*> group;
     auto flush = [&] {
       if (group.empty()) return;
-      m.parts.push_back(build_part(group, m.n, m.k, packed));
+      m.parts.push_back(build_part(group, m.n, m.k, packed, arena));
       m.n += m.parts.back().n;
       m.units += m.parts.back().units();
       group.clear();
@@ -139,10 +135,15 @@ struct Engine::Matrix {
       group.push_back(t);
     }
     flush();
+    for (const Part& p : m.parts)
+      if (p.kind != Kind::kQuant && !p.owned)
+        return Status::error(Code::kUnavailable, "cannot map " + std::to_string(p.bytes) +
+                                                     " bytes for the packed weights: " + std::strerror(errno));
     return m;
   }
 
-  static Part build_part(const std::vector<const GgufTensor*>& tensors, uint32_t n0, uint32_t k, bool packed) {
+  static Part build_part(const std::vector<const GgufTensor*>& tensors, uint32_t n0, uint32_t k, bool packed,
+                         WeightArena& arena) {
     Part p;
     p.n0 = n0;
     p.type = tensors.front()->type;
@@ -160,21 +161,21 @@ struct Engine::Matrix {
     const size_t elems = p.kind == Kind::kF32Rows ? size_t{p.n} * k : kernels::packed_floats(p.n, k);
     const size_t elem_bytes = wide ? 2 : 4;
     p.bytes = elems * elem_bytes;
-    p.owned.reset(static_cast<float*>(std::aligned_alloc(64, (p.bytes + 63) / 64 * 64)));
-    std::memset(p.owned.get(), 0, p.bytes);
+    p.owned = static_cast<float*>(arena.allocate(p.bytes));  // zeroed
+    if (!p.owned) return p;
     std::vector<float> row(k);
     uint32_t n = 0;
     for (const GgufTensor* t : tensors) {
       for (uint64_t r = 0; r < t->dims[1]; ++r, ++n) {
         if (wide) {  // the file's 16-bit elements, K-major inside each panel
           const auto* src = reinterpret_cast<const uint16_t*>(t->data) + r * k;
-          auto* panel = reinterpret_cast<uint16_t*>(p.owned.get()) + size_t{n / kernels::kPanel} * k * kernels::kPanel;
+          auto* panel = reinterpret_cast<uint16_t*>(p.owned) + size_t{n / kernels::kPanel} * k * kernels::kPanel;
           for (uint32_t i = 0; i < k; ++i) panel[size_t{i} * kernels::kPanel + n % kernels::kPanel] = src[i];
         } else if (p.kind == Kind::kF32Rows) {
-          read_row(*t, r, p.owned.get() + size_t{n} * k);
+          read_row(*t, r, p.owned + size_t{n} * k);
         } else {
           read_row(*t, r, row.data());
-          kernels::pack_row(row.data(), n, k, p.owned.get());
+          kernels::pack_row(row.data(), n, k, p.owned);
         }
       }
     }
@@ -236,6 +237,12 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::string& path, const Engi
 
 Status Engine::load_weights(const GgufFile& file) {
   const bool packed = options_.gemm == GemmBackend::kPacked;
+  auto build = [&](Matrix& m, std::initializer_list<const GgufTensor*> tensors) {
+    auto built = Matrix::build(tensors, packed, arena_);
+    if (!built) return built.status();
+    m = std::move(built.value());
+    return Status::ok();
+  };
   const auto* embd = file.tensor(std::string(model::kTokenEmbd));
   embeddings_ = embd;
   output_norm_ = read_vector(*file.tensor(std::string(model::kOutputNorm)));
@@ -259,10 +266,10 @@ Status Engine::load_weights(const GgufFile& file) {
         at += n;
       }
     }
-    layer->qkv = Matrix::build({t(kAttnQ), t(kAttnK), t(kAttnV)}, packed);
-    layer->wo = Matrix::build({t(kAttnOutput)}, packed);
-    layer->gate_up = Matrix::build({t(kFfnGate), t(kFfnUp)}, packed);
-    layer->down = Matrix::build({t(kFfnDown)}, packed);
+    TANDEM_RETURN_IF_ERROR(build(layer->qkv, {t(kAttnQ), t(kAttnK), t(kAttnV)}));
+    TANDEM_RETURN_IF_ERROR(build(layer->wo, {t(kAttnOutput)}));
+    TANDEM_RETURN_IF_ERROR(build(layer->gate_up, {t(kFfnGate), t(kFfnUp)}));
+    TANDEM_RETURN_IF_ERROR(build(layer->down, {t(kFfnDown)}));
     weight_bytes_ += layer->qkv.bytes() + layer->wo.bytes() + layer->gate_up.bytes() + layer->down.bytes() +
                      (layer->attn_norm.size() + layer->ffn_norm.size() + layer->qkv_bias.size() + layer->q_norm.size() +
                       layer->k_norm.size()) *
@@ -270,7 +277,8 @@ Status Engine::load_weights(const GgufFile& file) {
     layers_.push_back(std::move(layer));
   }
   const GgufTensor* out = file.tensor(std::string(model::kOutput));
-  output_ = std::make_unique<Matrix>(Matrix::build({out ? out : embd}, packed));
+  output_ = std::make_unique<Matrix>();
+  TANDEM_RETURN_IF_ERROR(build(*output_, {out ? out : embd}));
   weight_bytes_ += output_->bytes();
   return Status::ok();
 }
@@ -312,8 +320,8 @@ void Engine::matmul(const Matrix& w, const float* a, size_t lda, uint32_t m, flo
   for (const Matrix::Part& p : w.parts) {
     if (p.kind != Kind::kF32Rows) continue;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(p.n),
-                static_cast<int>(w.k), 1.0f, a, static_cast<int>(lda), p.owned.get(), static_cast<int>(w.k), 0.0f,
-                c + p.n0, static_cast<int>(w.n));
+                static_cast<int>(w.k), 1.0f, a, static_cast<int>(lda), p.owned, static_cast<int>(w.k), 0.0f, c + p.n0,
+                static_cast<int>(w.n));
   }
   const kernels::Kernels& kern = *kernels_;
   // One pass of the pool over every part's units (panels or row groups), in part order.
@@ -326,9 +334,9 @@ void Engine::matmul(const Matrix& w, const float* a, size_t lda, uint32_t m, flo
         const uint32_t lo = b - base, hi = e - base;
         float* out = c + p.n0;
         if (p.kind == Kind::kF32) {
-          kern.gemm(a, lda, m, {p.owned.get(), p.n, w.k}, lo, hi, out, w.n);
+          kern.gemm(a, lda, m, {p.owned, p.n, w.k}, lo, hi, out, w.n);
         } else if (p.kind == Kind::k16) {
-          const kernels::Packed16View v{reinterpret_cast<const uint16_t*>(p.owned.get()), p.n, w.k,
+          const kernels::Packed16View v{reinterpret_cast<const uint16_t*>(p.owned), p.n, w.k,
                                         p.type == static_cast<uint32_t>(TensorType::kBF16)};
           kern.gemm16(a, lda, m, v, lo, hi, out, w.n);
         } else if (p.kind == Kind::kQuant) {

@@ -11,6 +11,7 @@
 
 #include "runtime/status.h"
 #include "workers/engine/model_file.h"
+#include "workers/engine/huge_pages.h"
 #include "workers/engine/kernels.h"
 #include "workers/engine/kv_cache.h"
 #include "workers/engine/thread_pool.h"
@@ -133,6 +134,7 @@ class Engine {
   const kernels::Kernels* kernels_ = nullptr;
   std::vector<std::unique_ptr<Layer>> layers_;
   std::unique_ptr<Matrix> output_;
+  WeightArena arena_;                       // the packed matrices (F32, F16/BF16 panels); quantized ones stay in file_
   std::unique_ptr<GgufFile> file_;          // mapped: quantized matrices and the embedding point into it
   const GgufTensor* embeddings_ = nullptr;  // token_embd.weight [vocab][dim], any accepted type
   std::vector<float> output_norm_;

@@ -14,8 +14,6 @@
 
 namespace tandem::engine {
 
-void KvPool::Unmap::operator()(uint8_t* p) const { munmap(p, bytes); }
-
 Status KvFormat::validate_values() const {
   if (bits != 0 && bits != 8 && bits != 4)
     return Status::invalid("KV bits must be 0 (f32), 8 or 4, got " + std::to_string(bits));
@@ -93,25 +91,17 @@ Result<std::unique_ptr<KvPool>> KvPool::create(const ModelConfig& config, uint32
     pool->block_bytes_ += 2 * size_t{config.n_kv_heads} * pool->region_block_bytes(l);
   }
   const size_t bytes = offset;
-  // 2 MiB alignment and huge pages where the kernel offers them: attention walks this
-  // memory in long runs, and page walks under virtualization are expensive. Anonymous pages
-  // come zeroed, so lanes past a sequence's last key hold finite values (codes 0, scale 0,
-  // bias 0) without a memset of the whole pool.
-  constexpr size_t kHuge = size_t{2} << 20;
-  const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
+  // Huge pages where the kernel offers them (huge_pages.h): attention walks this memory in
+  // long runs. Anonymous pages come zeroed, so lanes past a sequence's last key hold finite
+  // values (codes 0, scale 0, bias 0) without a memset of the whole pool.
   const auto cannot = [&](const char* what) {
     return Status::error(Code::kUnavailable, "cannot " + std::string(what) + " " + std::to_string(bytes) +
                                                  " bytes of KV cache: " + std::strerror(errno));
   };
-  void* raw = mmap(nullptr, rounded + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) return cannot("map");
-  const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
-  const uintptr_t aligned = (start + kHuge - 1) / kHuge * kHuge;
-  if (aligned > start) munmap(raw, aligned - start);
-  if (const size_t tail = start + kHuge - aligned; tail > 0) munmap(reinterpret_cast<void*>(aligned + rounded), tail);
-  auto* p = reinterpret_cast<uint8_t*>(aligned);
-  pool->data_ = std::unique_ptr<uint8_t, Unmap>(p, Unmap{rounded});
-  madvise(p, rounded, MADV_HUGEPAGE);  // advisory; failure only costs speed
+  pool->data_ = map_huge(bytes);
+  if (!pool->data_) return cannot("map");
+  uint8_t* p = pool->data_.get();
+  const size_t rounded = pool->data_.get_deleter().bytes;
   // Committed now, not by the first steps that touch it: a worker whose KV does not fit
   // fails at start with this error, not later by the OOM killer, and no step pays the faults.
   if (madvise(p, rounded, MADV_POPULATE_WRITE) != 0) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/status.h"
+#include "workers/engine/huge_pages.h"
 #include "workers/engine/model_file.h"
 
 namespace tandem::engine {
@@ -134,11 +135,7 @@ class KvPool {
 
  private:
   KvPool() = default;
-  struct Unmap {
-    size_t bytes;  // value-initialized (0) when empty
-    void operator()(uint8_t* p) const;
-  };
-  std::unique_ptr<uint8_t, Unmap> data_;
+  HugeMemory data_;
   KvFormat format_;
   uint32_t n_blocks_ = 0, block_tokens_ = 16, n_layers_ = 0, n_kv_heads_ = 0, head_dim_ = 0;
   size_t f32_region_block_ = 0, quant_region_block_ = 0, block_bytes_ = 0;
