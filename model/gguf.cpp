@@ -635,6 +635,15 @@ class Encoder {
   std::vector<std::byte> bytes;
 };
 
+// A metadata value of one scalar type: its type id, then its bytes.
+template <class T>
+std::vector<std::byte> encode_scalar(GgufValueType type, T v) {
+  Encoder e;
+  e.put_type(type);
+  e.put(v);
+  return std::move(e.bytes);
+}
+
 }  // namespace
 
 void GgufWriter::set_kv(const std::string& key, std::vector<std::byte> encoded) {
@@ -654,18 +663,10 @@ void GgufWriter::add_string(const std::string& key, const std::string& v) {
   set_kv(key, std::move(e.bytes));
 }
 
-void GgufWriter::add_u16(const std::string& key, uint16_t v) {
-  Encoder e;
-  e.put_type(GgufValueType::kU16);
-  e.put(v);
-  set_kv(key, std::move(e.bytes));
-}
+void GgufWriter::add_u16(const std::string& key, uint16_t v) { set_kv(key, encode_scalar(GgufValueType::kU16, v)); }
 
 void GgufWriter::add_u32(const std::string& key, uint32_t v) {
-  Encoder e;
-  e.put_type(GgufValueType::kU32);
-  e.put(v);
-  set_kv(key, std::move(e.bytes));
+  set_kv(key, encode_scalar(GgufValueType::kU32, v));
   if (key == "general.alignment") {
     if (v == 0 || !std::has_single_bit(v) || v > (1u << 30)) {
       if (deferred_error_.empty()) {
@@ -677,25 +678,12 @@ void GgufWriter::add_u32(const std::string& key, uint32_t v) {
   }
 }
 
-void GgufWriter::add_i32(const std::string& key, int32_t v) {
-  Encoder e;
-  e.put_type(GgufValueType::kI32);
-  e.put(v);
-  set_kv(key, std::move(e.bytes));
-}
+void GgufWriter::add_i32(const std::string& key, int32_t v) { set_kv(key, encode_scalar(GgufValueType::kI32, v)); }
 
-void GgufWriter::add_f32(const std::string& key, float v) {
-  Encoder e;
-  e.put_type(GgufValueType::kF32);
-  e.put(v);
-  set_kv(key, std::move(e.bytes));
-}
+void GgufWriter::add_f32(const std::string& key, float v) { set_kv(key, encode_scalar(GgufValueType::kF32, v)); }
 
 void GgufWriter::add_bool(const std::string& key, bool v) {
-  Encoder e;
-  e.put_type(GgufValueType::kBool);
-  e.put(static_cast<uint8_t>(v ? 1 : 0));
-  set_kv(key, std::move(e.bytes));
+  set_kv(key, encode_scalar(GgufValueType::kBool, static_cast<uint8_t>(v ? 1 : 0)));
 }
 
 void GgufWriter::add_string_array(const std::string& key, const std::vector<std::string>& v) {
