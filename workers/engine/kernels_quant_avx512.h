@@ -9,6 +9,8 @@
 
 #include <immintrin.h>
 
+#include <vector>
+
 #include "workers/engine/kernels_quant_simd.h"
 
 namespace tandem::engine::kernels {
@@ -65,8 +67,35 @@ inline constexpr int kOffsetShift = kType == TensorType::kQ8_0   ? 7
                                     : kType == TensorType::kQ5_0 ? 4
                                                                  : 0;
 
-template <TensorType kType, int R, int C>
-inline void tile(const uint8_t* const* rows, const ActRow* act, uint32_t nb, float* c, size_t ldc) {
+// A pair of blocks of C weight rows, unpacked: the unsigned codes and the scales (and mins)
+// of both blocks as lane vectors. Unpacking costs about as much as the dot products of a few
+// activation rows, so for many rows each column tile is unpacked once into a cache (L1/L2)
+// and every group of rows reads it from there: the same values, so the same results.
+template <int C>
+struct Unpacked32 {
+  __m512i u[C];
+  __m512 sw[C], sm[C];
+};
+
+template <TensorType kType, int C>
+inline void unpack32(const uint8_t* const* rows, uint32_t b, bool pair, Unpacked32<C>& w) {
+#pragma GCC unroll 8
+  for (int j = 0; j < C; ++j) {
+    w.u[j] = codes64<kType>(rows[j], b, pair);
+    const float d1 = pair ? h2f(scale32<kType>(rows[j], b + 1, false)) : 0.0f;
+    w.sw[j] = pair_ps(h2f(scale32<kType>(rows[j], b, false)), d1);
+    if constexpr (kAffine32<kType>) {
+      const float m1 = pair ? h2f(scale32<kType>(rows[j], b + 1, true)) : 0.0f;
+      w.sm[j] = pair_ps(h2f(scale32<kType>(rows[j], b, true)), m1);
+    }
+  }
+}
+
+// R activation rows against C weight rows over all nb blocks. kCache: 0 unpack as it goes,
+// 1 unpack and keep every pair in `cache`, 2 read the pairs from `cache`.
+template <TensorType kType, int R, int C, int kCache>
+inline void tile(const uint8_t* const* rows, const ActRow* act, uint32_t nb, float* c, size_t ldc,
+                 Unpacked32<C>* cache) {
   __m512 acc[R][C];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
@@ -76,17 +105,15 @@ inline void tile(const uint8_t* const* rows, const ActRow* act, uint32_t nb, flo
   for (uint32_t b = 0; b < nb; b += 2) {
     const bool pair = b + 1 < nb;
     const __mmask16 lanes = pair ? 0xFFFF : 0x00FF;
-    __m512i u[C];
-    __m512 sw[C], sm[C];
-#pragma GCC unroll 8
-    for (int j = 0; j < C; ++j) {
-      u[j] = codes64<kType>(rows[j], b, pair);
-      const float d1 = pair ? h2f(scale32<kType>(rows[j], b + 1, false)) : 0.0f;
-      sw[j] = pair_ps(h2f(scale32<kType>(rows[j], b, false)), d1);
-      if constexpr (kAffine32<kType>) {
-        const float m1 = pair ? h2f(scale32<kType>(rows[j], b + 1, true)) : 0.0f;
-        sm[j] = pair_ps(h2f(scale32<kType>(rows[j], b, true)), m1);
-      }
+    Unpacked32<C> local;
+    const Unpacked32<C>* w = &local;
+    if constexpr (kCache == 2) {
+      w = &cache[b / 2];
+    } else if constexpr (kCache == 1) {
+      unpack32<kType, C>(rows, b, pair, cache[b / 2]);
+      w = &cache[b / 2];
+    } else {
+      unpack32<kType, C>(rows, b, pair, local);
     }
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
@@ -102,10 +129,10 @@ inline void tile(const uint8_t* const* rows, const ActRow* act, uint32_t nb, flo
       if constexpr (kAffine32<kType>) s4f = _mm512_cvtepi32_ps(s4);
 #pragma GCC unroll 8
       for (int j = 0; j < C; ++j) {
-        const __m512i p = _mm512_dpbusd_epi32(init, u[j], av);
-        acc[r][j] = _mm512_mask3_fmadd_ps(_mm512_mul_ps(sw[j], sa), _mm512_cvtepi32_ps(p), acc[r][j], lanes);
+        const __m512i p = _mm512_dpbusd_epi32(init, w->u[j], av);
+        acc[r][j] = _mm512_mask3_fmadd_ps(_mm512_mul_ps(w->sw[j], sa), _mm512_cvtepi32_ps(p), acc[r][j], lanes);
         if constexpr (kAffine32<kType>)
-          acc[r][j] = _mm512_mask3_fmadd_ps(_mm512_mul_ps(sm[j], sa), s4f, acc[r][j], lanes);
+          acc[r][j] = _mm512_mask3_fmadd_ps(_mm512_mul_ps(w->sm[j], sa), s4f, acc[r][j], lanes);
       }
     }
   }
@@ -191,12 +218,106 @@ inline void k_scales(const uint8_t* row, uint32_t b, int16_t* sc, int16_t* sum_w
 
 inline int32_t hsum256(__m256i v) { return quant_simd::hsum(v); }
 
+// A super-block of C weight rows, unpacked: each chunk's codes and pair scales, and the
+// weights of the activation sums (see Unpacked32 for why it is cached).
+template <int C>
+struct UnpackedK {
+  __m512i u[4][C], scv[4][C];
+  alignas(32) int16_t sum_w[C][16];
+  alignas(64) float d[C], dmin[C];  // the super-block's scales, widened
+};
+
+template <TensorType kType, int C>
+inline void unpack_k(const uint8_t* const* rows, uint32_t b, UnpackedK<C>& w) {
+  alignas(32) int16_t sc[C][16];
+  for (int j = 0; j < C; ++j) {
+    k_scales<kType>(rows[j], b, sc[j], w.sum_w[j]);
+    if constexpr (kType == TensorType::kQ6_K) {
+      w.d[j] = h2f(reinterpret_cast<const BlockQ6_K*>(rows[j])[b].d);
+      w.dmin[j] = 0.0f;
+    } else {
+      using B = std::conditional_t<kType == TensorType::kQ4_K, BlockQ4_K, BlockQ5_K>;
+      w.d[j] = h2f(reinterpret_cast<const B*>(rows[j])[b].d);
+      w.dmin[j] = h2f(reinterpret_cast<const B*>(rows[j])[b].dmin);
+    }
+  }
+#pragma GCC unroll 4
+  for (int ch = 0; ch < 4; ++ch)
+#pragma GCC unroll 4
+    for (int j = 0; j < C; ++j) k_chunk<kType>(rows[j], b, ch, sc[j], w.u[ch][j], w.scv[ch][j]);
+}
+
+// The sums of 16 vectors of int32, as one vector (element e: the sum of v[e]). Integer adds,
+// so exact in any order.
+inline __m512i hsum16x16(const __m512i* v) {
+  __m512i w[8], x[4];
+  for (int i = 0; i < 8; ++i)
+    w[i] =
+        _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
+  for (int i = 0; i < 4; ++i)
+    x[i] =
+        _mm512_add_epi32(_mm512_unpacklo_epi64(w[2 * i], w[2 * i + 1]), _mm512_unpackhi_epi64(w[2 * i], w[2 * i + 1]));
+  const __m512i y0 = _mm512_add_epi32(_mm512_shuffle_i32x4(x[0], x[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                      _mm512_shuffle_i32x4(x[0], x[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512i y1 = _mm512_add_epi32(_mm512_shuffle_i32x4(x[2], x[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                      _mm512_shuffle_i32x4(x[2], x[3], _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm512_add_epi32(_mm512_shuffle_i32x4(y0, y1, _MM_SHUFFLE(2, 0, 2, 0)),
+                          _mm512_shuffle_i32x4(y0, y1, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// Per element e = 4 r + j of a 4 x 4 tile: per_j[j] and the activation rows' scales.
+inline __m512 by_column(const float* per_j) { return _mm512_broadcast_f32x4(_mm_load_ps(per_j)); }
+inline __m512 by_row(const ActRow* act, uint32_t b) {
+  const __m128 d = _mm_setr_ps(act[0].d[b], act[1].d[b], act[2].d[b], act[3].d[b]);
+  const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(d));
+}
+
+// A super-block's combination (kernels.h) for the 16 (row, column) pairs of a 4 x 4 tile at once:
+// the same integer sums and the same float operations per pair as the scalar code.
 template <TensorType kType, int R, int C>
-inline void k_tile(const uint8_t* const* rows, const ActRow* act, uint32_t nb, float* c, size_t ldc) {
+inline void k_combine16(const __m512i (&acc)[R][C], const UnpackedK<C>& w, const ActRow* act, uint32_t b,
+                        __m512& lane) {
+  __m512i sums[16], wsums[16];
+  for (int r = 0; r < R; ++r) {
+    const __m512i s16 =
+        _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(act[r].s16 + 16 * b)));
+    for (int j = 0; j < C; ++j) {
+      sums[r * C + j] = acc[r][j];
+      const __m512i sw = _mm512_zextsi256_si512(_mm256_load_si256(reinterpret_cast<const __m256i*>(w.sum_w[j])));
+      wsums[r * C + j] = _mm512_madd_epi16(sw, s16);
+    }
+  }
+  const __m512i isum = hsum16x16(sums), wsum = hsum16x16(wsums);
+  const __m512 da = by_row(act, b);
+  const __m512 d = _mm512_mul_ps(by_column(w.d), da);
+  if constexpr (kType == TensorType::kQ6_K) {
+    lane = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(isum, _mm512_slli_epi32(wsum, 5))), lane);
+  } else {
+    lane = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(isum), lane);
+    lane = _mm512_fnmadd_ps(_mm512_mul_ps(by_column(w.dmin), da), _mm512_cvtepi32_ps(wsum), lane);
+  }
+}
+
+// kCache as tile().
+template <TensorType kType, int R, int C, int kCache>
+inline void k_tile(const uint8_t* const* rows, const ActRow* act, uint32_t nb, float* c, size_t ldc,
+                   UnpackedK<C>* cache) {
+  constexpr bool kVector = R == 4 && C == 4;
   float lanes[R][C][16] = {};
+  __m512 vlanes[8];  // kVector: lane i of every (row, column) pair, element r C + j
+  for (__m512& v : vlanes) v = _mm512_setzero_ps();
   for (uint32_t b = 0; b < nb; ++b) {
-    alignas(32) int16_t sc[C][16], sum_w[C][16];
-    for (int j = 0; j < C; ++j) k_scales<kType>(rows[j], b, sc[j], sum_w[j]);
+    UnpackedK<C> local;
+    const UnpackedK<C>* w = &local;
+    if constexpr (kCache == 2) {
+      w = &cache[b];
+    } else if constexpr (kCache == 1) {
+      unpack_k<kType, C>(rows, b, cache[b]);
+      w = &cache[b];
+    } else {
+      unpack_k<kType, C>(rows, b, local);
+    }
     __m512i acc[R][C];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r)
@@ -204,26 +325,28 @@ inline void k_tile(const uint8_t* const* rows, const ActRow* act, uint32_t nb, f
       for (int j = 0; j < C; ++j) acc[r][j] = _mm512_setzero_si512();
 #pragma GCC unroll 4
     for (int ch = 0; ch < 4; ++ch) {
-      __m512i u[C], scv[C];
-#pragma GCC unroll 4
-      for (int j = 0; j < C; ++j) k_chunk<kType>(rows[j], b, ch, sc[j], u[j], scv[j]);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         const __m512i a = _mm512_loadu_si512(act[r].qs + 256 * b + 64 * ch);
 #pragma GCC unroll 4
-        for (int j = 0; j < C; ++j) acc[r][j] = _mm512_dpwssd_epi32(acc[r][j], _mm512_maddubs_epi16(u[j], a), scv[j]);
+        for (int j = 0; j < C; ++j)
+          acc[r][j] = _mm512_dpwssd_epi32(acc[r][j], _mm512_maddubs_epi16(w->u[ch][j], a), w->scv[ch][j]);
       }
+    }
+    if constexpr (kVector) {
+      k_combine16<kType, R, C>(acc, *w, act, b, vlanes[b % 8]);
+      continue;
     }
     for (int r = 0; r < R; ++r) {
       const __m256i s16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(act[r].s16 + 16 * b));
       for (int j = 0; j < C; ++j) {
         const int32_t isum = _mm512_reduce_add_epi32(acc[r][j]);
         const int32_t wsum =
-            hsum256(_mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(sum_w[j])), s16));
+            hsum256(_mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(w->sum_w[j])), s16));
         float& l = lanes[r][j][b % 8];
         if constexpr (kType == TensorType::kQ6_K) {
-          const BlockQ6_K& w = reinterpret_cast<const BlockQ6_K*>(rows[j])[b];
-          l = std::fma(h2f(w.d) * act[r].d[b], static_cast<float>(isum - 32 * wsum), l);
+          const BlockQ6_K& wb = reinterpret_cast<const BlockQ6_K*>(rows[j])[b];
+          l = std::fma(h2f(wb.d) * act[r].d[b], static_cast<float>(isum - 32 * wsum), l);
         } else {
           using B = std::conditional_t<kType == TensorType::kQ4_K, BlockQ4_K, BlockQ5_K>;
           k_lane(reinterpret_cast<const B*>(rows[j])[b], act[r].d[b], isum, wsum, l);
@@ -231,23 +354,53 @@ inline void k_tile(const uint8_t* const* rows, const ActRow* act, uint32_t nb, f
       }
     }
   }
+  if constexpr (kVector) {
+    alignas(64) float v[8][16];
+    for (int i = 0; i < 8; ++i) _mm512_store_ps(v[i], vlanes[i]);
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < C; ++j)
+        for (int i = 0; i < 8; ++i) lanes[r][j][i] = v[i][r * C + j];
+  }
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < C; ++j) c[r * ldc + j] = reduce16(lanes[r][j]);
 }
 
+// The unpacked blocks of one column tile, per thread: grown to the longest K seen (once, at
+// the first steps), never per step after that.
+template <class U>
+inline U* unpack_cache(uint32_t units) {
+  thread_local std::vector<U> cache;
+  if (cache.size() < units) cache.resize(units);
+  return cache.data();
+}
+
 // Rows [0, m) of activations against the C weight rows at n: tiles of 4 rows, then the rest.
+// With more than one tile of rows, the weights are unpacked once (kCache).
 template <TensorType kType, int C, bool kSuper>
 inline void column(const QuantRows& a, uint32_t m, const QuantView& w, uint32_t n, float* c, size_t ldc) {
   const uint8_t* rows[C];
   for (int j = 0; j < C; ++j) rows[j] = w.data + size_t{n + j} * w.row_bytes;
   const uint32_t nb = w.k / (kSuper ? 256 : 32);
+  using U = std::conditional_t<kSuper, UnpackedK<C>, Unpacked32<C>>;
+  U* cache = m > 4 ? unpack_cache<U>(kSuper ? nb : (nb + 1) / 2) : nullptr;
+  bool filled = false;
   uint32_t r = 0;
   ActRow act[4];
   auto run = [&]<int R>(float* out) {
-    if constexpr (kSuper) {
-      k_tile<kType, R, C>(rows, act, nb, out, ldc);
+    auto go = [&]<int kCache>() {
+      if constexpr (kSuper) {
+        k_tile<kType, R, C, kCache>(rows, act, nb, out, ldc, cache);
+      } else {
+        tile<kType, R, C, kCache>(rows, act, nb, out, ldc, cache);
+      }
+    };
+    if (!cache) {
+      go.template operator()<0>();
+    } else if (!filled) {
+      go.template operator()<1>();
+      filled = true;
     } else {
-      tile<kType, R, C>(rows, act, nb, out, ldc);
+      go.template operator()<2>();
     }
   };
   for (; r + 4 <= m; r += 4) {
