@@ -95,7 +95,7 @@ Status admit_stops(const v1::Submit& submit, const AdmissionLimits& limits, Requ
 }  // namespace
 
 size_t max_client_message_bytes(const AdmissionLimits& limits) {
-  constexpr size_t kFraming = 1024;  // version, scalars, sampling, tags and lengths
+  constexpr size_t kFraming = 1024;  // version, scalars, sampling, tags, lengths, CurveZMQ's overhead
   constexpr size_t kVarint = 5;      // an int32 token id below 2^31, or a length, at most
   const size_t text = limits.max_prompt_bytes + kMaxChatMessages * 36;
   const size_t tokens = size_t{limits.context_length > 0 ? limits.context_length - 1 : 0} * kVarint;

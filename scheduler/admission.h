@@ -28,7 +28,7 @@ struct AdmissionLimits {
 // The largest ClientMessage a well-formed client sends under `limits` (its context length and
 // the bounds above and in stops.h and prompt.h), in bytes: the client socket's ZMQ_MAXMSGSIZE.
 // Every field at its bound, with protobuf's framing at its largest:
-//   framing (1 KiB: the version, the scalars, sampling, tags) + request_id
+//   framing (1 KiB: the version, the scalars, sampling, tags, CurveZMQ's 33 bytes) + request_id
 //   + max(text or conversation: max_prompt_bytes + kMaxChatMessages x 36 bytes of framing,
 //         token ids: (context_length - 1) x 5 bytes)
 //   + stop_token_sequences: kMaxStopSequences x (kMaxStopSequenceTokens x 5 + 12)
