@@ -25,6 +25,9 @@ Status scheduler_options_from(const Args& args, scheduler::ActorOptions& o) {
   TANDEM_RETURN_IF_ERROR(get("max-clients", o.max_clients));
   TANDEM_RETURN_IF_ERROR(get("handoff-timeout-ms", o.core.handoff_timeout_ms));
   TANDEM_RETURN_IF_ERROR(get("client-send-queue", o.client_send_queue));
+  auto send_bytes = args.integer("client-send-bytes", static_cast<int64_t>(o.client_send_bytes));
+  if (!send_bytes) return send_bytes.status();
+  o.client_send_bytes = static_cast<uint64_t>(*send_bytes);
   auto cache = args.choice("prefix-cache", o.core.prefix_cache ? "on" : "off");
   if (!cache) return cache.status();
   o.core.prefix_cache = *cache == "on";

@@ -24,6 +24,7 @@
 #include "runtime/event_loop.h"
 #include "runtime/mutex.h"
 #include "runtime/sampling_proto.h"
+#include "runtime/wire.h"
 #include "tandem/v1/client.pb.h"
 
 namespace tandem {
@@ -202,6 +203,22 @@ std::string submit_message(const GenerateRequest& r) {
   });
 }
 
+// What of `r` is over the limits the scheduler admits (its messages too: a message larger than
+// its socket takes would drop the connection), in the scheduler's words; "" when nothing.
+std::string over_wire_limits(const GenerateRequest& r) {
+  if (r.id.size() > runtime::kMaxRequestIdBytes)
+    return "request_id: " + std::to_string(r.id.size()) + " bytes, at most " +
+           std::to_string(runtime::kMaxRequestIdBytes);
+  if (!r.prompt_tokens.empty()) return "";
+  size_t bytes = r.messages.empty() ? r.prompt_text.size() : r.tools_json.size();
+  for (const ChatMessage& m : r.messages)
+    bytes += m.role.size() + m.content.value_or("").size() + m.name.size() + m.tool_call_id.size() +
+             m.tool_calls_json.size();
+  if (bytes <= runtime::kMaxPromptBytes) return "";
+  return (r.messages.empty() ? "prompt: text of " : "messages: conversation of ") + std::to_string(bytes) +
+         " bytes, at most " + std::to_string(runtime::kMaxPromptBytes);
+}
+
 // The delay from `now` until `due`, rounded up: a timer never fires before its due time.
 std::chrono::milliseconds until(Clock::time_point due, Clock::time_point now) {
   return std::chrono::ceil<std::chrono::milliseconds>(std::max(due - now, Clock::duration::zero()));
@@ -314,6 +331,7 @@ class Core {
   // `driver` null: the EventLoop's own (a Client). Nothing runs until start().
   Core(ClientOptions options, std::unique_ptr<Driver> driver)
       : options_(std::move(options)),
+        loop_(receive_limits()),
         driver_(driver ? std::move(driver) : std::make_unique<LoopDriver>(loop_)),
         gate_(std::make_shared<Gate>(*this)),
         id_prefix_(random_id_prefix()),
@@ -323,6 +341,13 @@ class Core {
     // Work the gate took runs before shutdown(); a loop that failed has closed it and stopped.
     if (gate_->close("client closed")) runtime::asio::post(loop_.io(), [this] { shutdown("client closed"); });
     if (thread_.joinable()) thread_.join();
+  }
+
+  // What the client takes from the scheduler: messages up to kClientReceiveLimitBytes.
+  static runtime::SocketLimits receive_limits() {
+    runtime::SocketLimits l;
+    l.max_message_bytes = runtime::kClientReceiveLimitBytes;
+    return l;
   }
 
   // Makes the DEALER and its monitor, connected (ZeroMQ connects lazily: a scheduler not up
@@ -489,6 +514,8 @@ class Core {
   void submit(const GenerateRequest& r, Sink sink) {
     if (r.timeout.count() < 0 || r.timeout.count() > UINT32_MAX)
       return sink(final_error(Code::kInvalidArgument, "timeout must be in [0, 2^32) ms"));
+    if (std::string too_large = over_wire_limits(r); !too_large.empty())
+      return sink(final_error(Code::kInvalidArgument, too_large));
     std::optional<Clock::time_point> due;
     if (r.timeout.count() > 0) due = driver_->now() + r.timeout + options_.deadline_grace;
     if (!gate_->post(

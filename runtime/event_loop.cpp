@@ -105,8 +105,8 @@ Socket::~Socket() {
   // socket_ closes itself; linger is bounded by SocketLimits::linger_ms.
 }
 
-Status Socket::configure(zmq::socket_type type, const std::string& identity) {
-  const SocketLimits& l = loop_.limits_;
+Status Socket::configure(zmq::socket_type type, const std::string& identity, const SocketLimits& l) {
+  max_parts_ = l.max_message_parts;
   void* s = socket_.handle();
   auto set = [&](int option, const void* value, size_t size, const char* name) -> Status {
     if (zmq_setsockopt(s, option, value, size) == 0) return Status::ok();
@@ -216,8 +216,11 @@ void Socket::drain() {
     Frames& frames = s->inbox;
     frames.clear();
     bool more = true;
+    size_t parts = 0;
     while (more) {
-      zmq::message_t& frame = frames.emplace_back();
+      // Past max_parts_ each frame is read into the last one, releasing the one before.
+      zmq::message_t& frame = max_parts_ == 0 || frames.size() < max_parts_ + 1 ? frames.emplace_back() : frames.back();
+      ++parts;
       if (zmq_msg_recv(frame.handle(), sock, ZMQ_DONTWAIT) < 0) {
         int err = zmq_errno();
         frames.clear();
@@ -229,6 +232,8 @@ void Socket::drain() {
       more = frame.more();
     }
     if (frames.empty()) continue;
+    last_parts_ = parts;
+    if (max_parts_ > 0 && frames.size() > max_parts_) frames.pop_back();
     guarded("a socket handler", [&] { s->handler(frames); });
     if (!s->alive) return;  // the handler destroyed this socket
   }
@@ -314,27 +319,32 @@ EventLoop::~EventLoop() {
 
 Result<std::unique_ptr<Socket>> EventLoop::bind(zmq::socket_type type, const std::string& endpoint,
                                                 Socket::Handler handler) {
-  return open(type, endpoint, std::move(handler), {}, true, curve_);
+  return open(type, endpoint, std::move(handler), {}, true, curve_, limits_);
 }
 
 Result<std::unique_ptr<Socket>> EventLoop::bind(zmq::socket_type type, const std::string& endpoint,
                                                 Socket::Handler handler, const CurveKeys& keys) {
-  return open(type, endpoint, std::move(handler), {}, true, keys);
+  return open(type, endpoint, std::move(handler), {}, true, keys, limits_);
+}
+
+Result<std::unique_ptr<Socket>> EventLoop::bind(zmq::socket_type type, const std::string& endpoint,
+                                                Socket::Handler handler, const SocketLimits& limits) {
+  return open(type, endpoint, std::move(handler), {}, true, curve_, limits);
 }
 
 Result<std::unique_ptr<Socket>> EventLoop::connect(zmq::socket_type type, const std::string& endpoint,
                                                    Socket::Handler handler, const CurveKeys& keys) {
-  return open(type, endpoint, std::move(handler), {}, false, keys);
+  return open(type, endpoint, std::move(handler), {}, false, keys, limits_);
 }
 
 Result<std::unique_ptr<Socket>> EventLoop::connect(zmq::socket_type type, const std::string& endpoint,
                                                    Socket::Handler handler, const std::string& identity) {
-  return open(type, endpoint, std::move(handler), identity, false, curve_);
+  return open(type, endpoint, std::move(handler), identity, false, curve_, limits_);
 }
 
 Result<std::unique_ptr<Socket>> EventLoop::open(zmq::socket_type type, const std::string& endpoint,
                                                 Socket::Handler handler, const std::string& identity, bool bind,
-                                                const CurveKeys& curve) {
+                                                const CurveKeys& curve, const SocketLimits& limits) {
   const char* verb = bind ? "bind" : "connect";
   if (!handler) return Status::invalid(std::string(verb) + " " + endpoint + ": no handler");
   std::unique_ptr<Socket> socket;
@@ -344,7 +354,7 @@ Result<std::unique_ptr<Socket>> EventLoop::open(zmq::socket_type type, const std
     return socket_error(std::string(verb) + ": cannot create socket for", endpoint, e.num());
   }
   socket->endpoint_ = endpoint;
-  if (Status st = socket->configure(type, identity); !st) {
+  if (Status st = socket->configure(type, identity, limits); !st) {
     return Status::error(st.code(), std::string(verb) + " " + endpoint + ": " + st.message());
   }
   void* s = socket->socket_.handle();

@@ -36,6 +36,11 @@ struct SocketLimits {
   // ZMQ_HANDSHAKE_IVL: a peer that has not finished the ZMTP (and CURVE) handshake by then is
   // dropped, so half-open connections cannot pile up (libzmq's default is 30 s).
   int handshake_ivl_ms = 10000;
+  // Frames of one inbound message the handler is given at most (0: no bound). Past it the
+  // rest are read and released one by one, not kept: the handler gets the first
+  // max_message_parts frames and Socket::last_message_parts() says how many there were.
+  // (ZeroMQ itself still holds a multipart message whole until its last frame has arrived.)
+  size_t max_message_parts = 0;
 };
 
 using Frames = std::vector<zmq::message_t>;
@@ -106,6 +111,8 @@ class Socket {
   // for inbound messages whose ZMQ_FD edge ZeroMQ consumed during the send.
   // True when a message is waiting to be read (ZMQ_EVENTS has POLLIN).
   bool has_pending();
+  // The frames of the message the handler was last called with, those dropped included.
+  size_t last_message_parts() const { return last_parts_; }
   zmq::socket_t& raw() { return socket_; }
   // The endpoint as bound (wildcards resolved: "tcp://127.0.0.1:*" gives the real port)
   // or as connected.
@@ -121,7 +128,7 @@ class Socket {
     Frames inbox;  // reused for every message: no allocation per message beyond zmq's
   };
   Socket(EventLoop& loop, zmq::socket_type type, Handler handler);
-  Status configure(zmq::socket_type type, const std::string& identity);
+  Status configure(zmq::socket_type type, const std::string& identity, const SocketLimits& limits);
   Status watch();  // starts watching ZMQ_FD (after bind/connect)
   SendResult send_frames(zmq::message_t* frames, size_t n);
   void arm();             // waits for ZMQ_FD readability
@@ -135,6 +142,7 @@ class Socket {
   asio::posix::stream_descriptor fd_;
   std::string endpoint_;
   bool armed_ = false, draining_ = false, drain_posted_ = false, closed_ = false;
+  size_t max_parts_ = 0, last_parts_ = 0;
   std::shared_ptr<Shared> shared_;
 };
 
@@ -166,6 +174,9 @@ class EventLoop {
                                        const CurveKeys& keys);
   Result<std::unique_ptr<Socket>> connect(zmq::socket_type type, const std::string& endpoint, Socket::Handler handler,
                                           const CurveKeys& keys);
+  // The same with limits of its own instead of the loop's (a socket facing other peers).
+  Result<std::unique_ptr<Socket>> bind(zmq::socket_type type, const std::string& endpoint, Socket::Handler handler,
+                                       const SocketLimits& limits);
 
   // Runs fn after `delay` on the loop's thread; cancelled when the returned handle dies.
   class Timer;
@@ -186,7 +197,8 @@ class EventLoop {
  private:
   friend class Socket;
   Result<std::unique_ptr<Socket>> open(zmq::socket_type type, const std::string& endpoint, Socket::Handler handler,
-                                       const std::string& identity, bool bind, const CurveKeys& keys);
+                                       const std::string& identity, bool bind, const CurveKeys& keys,
+                                       const SocketLimits& limits);
   std::unique_ptr<Timer> start_timer(std::chrono::milliseconds delay, std::chrono::milliseconds period,
                                      std::function<void()> fn);
 

@@ -5,6 +5,9 @@
 
 #include <google/protobuf/message_lite.h>
 
+#include <cstddef>
+#include <cstdint>
+
 #include <zmq.hpp>
 
 #include "runtime/status.h"
@@ -20,6 +23,17 @@ inline constexpr uint32_t kOldestProtocolVersion = 1;
 inline constexpr bool protocol_version_served(uint32_t version) {
   return version >= kOldestProtocolVersion && version <= kProtocolVersion;
 }
+
+// Limits of a request both sides check (scheduler/admission.h; the client library, so that its
+// caller gets the error rather than a dropped connection): a request id's bytes, and a
+// prompt's: a text, or a conversation's messages and tools together.
+inline constexpr size_t kMaxRequestIdBytes = 256;
+inline constexpr size_t kMaxPromptBytes = size_t{1} << 20;
+
+// The largest message the client library accepts from the scheduler (its socket's
+// ZMQ_MAXMSGSIZE: a larger one drops the connection). The scheduler sends events in messages
+// far below it (scheduler/client_outbox.h, kReplyChunkBytes).
+inline constexpr int64_t kClientReceiveLimitBytes = int64_t{64} << 20;
 
 // The frame holding `message`'s wire bytes (no intermediate buffer). Messages are far
 // below protobuf's 2 GiB limit (receivers cap them at SocketLimits::max_message_bytes);

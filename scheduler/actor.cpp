@@ -51,7 +51,8 @@ class Actor final : public Sink {
         fingerprint_(std::move(fingerprint)),
         loop_(limits(options)),
         core_(options.core, config, renderer, *this),
-        outbox_(options.client_send_queue, outbox_callbacks()) {
+        client_limits_(client_socket_limits(options, config)),
+        outbox_(static_cast<uint32_t>(client_limits_.send_hwm), outbox_callbacks()) {
     if (options.prompt_threads > 0) {
       // Results come back through the loop, as any message does: the core is this thread's alone.
       pool_ = std::make_unique<PromptPool>(
@@ -69,16 +70,34 @@ class Actor final : public Sink {
     return l;
   }
 
+  // The client socket's: inbound messages of one frame, at most the largest Submit a client
+  // may send under the admission limits; outbound, the queue bound that keeps a client's
+  // queued replies within client_send_bytes.
+  static runtime::SocketLimits client_socket_limits(const ActorOptions& options, const model::ModelConfig& config) {
+    runtime::SocketLimits l = limits(options);
+    AdmissionLimits admission;
+    admission.context_length = config.context_length;
+    l.max_message_bytes = static_cast<int64_t>(max_client_message_bytes(admission));
+    l.max_message_parts = 2;  // the peer's identity and one frame
+    l.send_hwm = static_cast<int>(send_hwm_for(options.client_send_bytes, options.client_send_queue));
+    return l;
+  }
+
   Status start() {
     if (!options_.curve_keys_dir.empty()) {
       auto keys = runtime::load_curve_keys(options_.curve_keys_dir, /*need_secret=*/true);
       if (!keys) return keys.status();
       loop_.use_curve(*keys);
     }
-    auto clients =
-        loop_.bind(zmq::socket_type::router, options_.client_endpoint, [this](runtime::Frames& f) { on_client(f); });
+    auto clients = loop_.bind(
+        zmq::socket_type::router, options_.client_endpoint,
+        [this](runtime::Frames& f) { on_client(f, clients_->last_message_parts()); }, client_limits_);
     if (!clients) return clients.status();
     clients_ = std::move(clients.value());
+    spdlog::info(
+        "scheduler: client messages of at most {} bytes; replies queued to a client: {} messages of at most "
+        "{} bytes",
+        client_limits_.max_message_bytes, client_limits_.send_hwm, kReplyChunkBytes);
     auto workers =
         loop_.bind(zmq::socket_type::router, options_.worker_endpoint, [this](runtime::Frames& f) { on_worker(f); });
     if (!workers) return workers.status();
@@ -116,7 +135,7 @@ class Actor final : public Sink {
   void run() { loop_.run(); }
 
   // ActorHarness: the handlers the sockets call, fed directly.
-  void feed_client(runtime::Frames& frames) { on_client(frames); }
+  void feed_client(runtime::Frames& frames) { on_client(frames, frames.size()); }
   void feed_worker(runtime::Frames& frames) { on_worker(frames); }
   void tick_now() {
     core_.tick(runtime::now_us());
@@ -185,10 +204,10 @@ class Actor final : public Sink {
     // Its requests are cancelled: memory stays bounded, the workers' time goes to others.
     c.stopped_reading = [this](const std::string& client) {
       spdlog::warn("scheduler: a client stopped reading ({} messages queued to it): cancelling its {} requests",
-                   options_.client_send_queue, core_.live_requests(client));
-      core_.client_gone(
-          client, runtime::now_us(),
-          "the client stopped reading its events (" + std::to_string(options_.client_send_queue) + " messages queued)");
+                   client_limits_.send_hwm, core_.live_requests(client));
+      core_.client_gone(client, runtime::now_us(),
+                        "the client stopped reading its events (" + std::to_string(client_limits_.send_hwm) +
+                            " messages, up to " + std::to_string(options_.client_send_bytes) + " bytes, queued)");
     };
     c.known = [this](const std::string& client) { return client_seen_.count(client) > 0; };
     return c;
@@ -216,13 +235,14 @@ class Actor final : public Sink {
     send(socket, identity, reply_);
   }
 
-  void on_client(runtime::Frames& frames) {
+  // `parts`: the message's frames, the identity and those the socket dropped included.
+  void on_client(runtime::Frames& frames, size_t parts) {
     const int64_t cpu0 = thread_cpu_us();
     const int64_t now = runtime::now_us();
-    if (frames.size() != 2) {
+    if (parts != 2 || frames.size() != 2) {
       if (!frames.empty())
         protocol_error(*clients_, frames[0].to_string(), v1::ERROR_CODE_INVALID_ARGUMENT,
-                       "expected one frame per message, got " + std::to_string(frames.size() - 1));
+                       "expected one frame per message, got " + std::to_string(std::max(parts, frames.size()) - 1));
       return;
     }
     const std::string identity = frames[0].to_string();
@@ -598,6 +618,7 @@ class Actor final : public Sink {
   std::string fingerprint_;
   runtime::EventLoop loop_;
   Core core_;
+  runtime::SocketLimits client_limits_;
   std::unique_ptr<runtime::Socket> clients_, workers_, admin_;  // admin_: null without --admin-endpoint
   std::unique_ptr<runtime::EventLoop::Timer> liveness_, deadlines_, minute_;
   ClientOutbox outbox_;

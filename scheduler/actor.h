@@ -29,6 +29,10 @@ struct ActorOptions {
   // Messages queued to one client before it counts as not reading: its requests are then
   // cancelled (their final events wait, and are sent once it reads again).
   uint32_t client_send_queue = 10000;
+  // Bytes of replies queued to one client at most: its socket's queue bound in messages is
+  // derived from it (send_hwm_for() in client_outbox.h: every message of events is at most
+  // kReplyChunkBytes), and past it the client counts as not reading, as above.
+  uint64_t client_send_bytes = uint64_t{64} << 20;
   uint32_t drain_timeout_ms = 30000;  // draining: running requests get this long, then are cancelled
   std::string curve_keys_dir;         // CurveZMQ server keys (runtime/security.h); empty: none
   // Threads that make long text prompts and conversations into ids (and answer tokenize

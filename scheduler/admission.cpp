@@ -1,5 +1,6 @@
 #include "scheduler/admission.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "runtime/sampling_proto.h"
@@ -39,6 +40,10 @@ Status admit_prompt(const v1::Submit& submit, const AdmissionLimits& limits, Req
     case v1::Submit::kTokens: {
       const auto& ids = submit.tokens().ids();
       if (ids.empty()) return Status::invalid("prompt: empty");
+      if (limits.context_length > 0 && static_cast<size_t>(ids.size()) >= limits.context_length) {
+        return Status::invalid("prompt of " + str(ids.size()) + " tokens does not fit the context length " +
+                               str(limits.context_length) + " (it must leave room for one generated token)");
+      }
       TANDEM_RETURN_IF_ERROR(check_ids(ids, limits.vocab_size, "prompt"));
       spec.prompt.assign(ids.begin(), ids.end());
       break;
@@ -88,6 +93,16 @@ Status admit_stops(const v1::Submit& submit, const AdmissionLimits& limits, Requ
 }
 
 }  // namespace
+
+size_t max_client_message_bytes(const AdmissionLimits& limits) {
+  constexpr size_t kFraming = 1024;  // version, scalars, sampling, tags, lengths, CurveZMQ's overhead
+  constexpr size_t kVarint = 5;      // an int32 token id below 2^31, or a length, at most
+  const size_t text = limits.max_prompt_bytes + kMaxChatMessages * 36;
+  const size_t tokens = size_t{limits.context_length > 0 ? limits.context_length - 1 : 0} * kVarint;
+  const size_t stop_sequences = kMaxStopSequences * (kMaxStopSequenceTokens * kVarint + 12);
+  const size_t stop_strings = kMaxStopStrings * (kMaxStopStringBytes + 6);
+  return kFraming + limits.max_request_id_bytes + std::max(text, tokens) + stop_sequences + stop_strings;
+}
 
 Result<RequestSpec> admit_fields(const v1::Submit& submit, const AdmissionLimits& limits) {
   RequestSpec spec;

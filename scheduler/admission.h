@@ -10,16 +10,31 @@
 #include "model/sampling_params.h"
 #include "model/tokenizer.h"
 #include "runtime/status.h"
+#include "runtime/wire.h"
 #include "scheduler/prompt.h"
 
 namespace tandem::scheduler {
 
+// A request id's bytes at most: refusals echo longer ones cut to this (set_refusal).
+using runtime::kMaxRequestIdBytes;
+
 struct AdmissionLimits {
   uint32_t context_length = 0;
   uint32_t vocab_size = 0;
-  size_t max_request_id_bytes = 256;
-  size_t max_prompt_bytes = 1 << 20;  // text prompts
+  size_t max_request_id_bytes = kMaxRequestIdBytes;
+  size_t max_prompt_bytes = runtime::kMaxPromptBytes;  // a text, or a conversation's messages and tools together
 };
+
+// The largest ClientMessage a well-formed client sends under `limits` (its context length and
+// the bounds above and in stops.h and prompt.h), in bytes: the client socket's ZMQ_MAXMSGSIZE.
+// Every field at its bound, with protobuf's framing at its largest:
+//   framing (1 KiB: the version, the scalars, sampling, tags, CurveZMQ's 33 bytes) + request_id
+//   + max(text or conversation: max_prompt_bytes + kMaxChatMessages x 36 bytes of framing,
+//         token ids: (context_length - 1) x 5 bytes)
+//   + stop_token_sequences: kMaxStopSequences x (kMaxStopSequenceTokens x 5 + 12)
+//   + stop_strings: kMaxStopStrings x (kMaxStopStringBytes + 6).
+// A TokenizeQuery is bounded by the same prompt limits, so it is below this too.
+size_t max_client_message_bytes(const AdmissionLimits& limits);
 
 // A validated request, in native types. Everything the scheduler needs and nothing else.
 struct RequestSpec {
@@ -44,6 +59,8 @@ struct RequestSpec {
 //   request_id empty / longer than max_request_id_bytes;
 //   prompt missing (neither text nor tokens) / empty (text "" or no tokens; an empty text
 //   is empty even though it would encode to BOS alone) / text longer than max_prompt_bytes /
+//   a conversation of more than kMaxChatMessages messages or more than max_prompt_bytes /
+//   token ids as many as the context length or more (checked before they are copied) /
 //   text with a tokenizer that cannot encode ("prompt: " + the tokenizer's own message) /
 //   token id X outside the vocabulary of V / "prompt of N tokens does not fit the context
 //   length C" (N >= C: it must leave room for one generated token);

@@ -1,5 +1,6 @@
 #include "scheduler/client_outbox.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "runtime/wire.h"
@@ -7,34 +8,108 @@
 
 namespace tandem::scheduler {
 
+namespace {
+
+// An element's bytes inside a repeated field: its tag and length prefix at most.
+constexpr size_t kElementFraming = 6;
+
+}  // namespace
+
+uint32_t send_hwm_for(uint64_t budget_bytes, uint32_t queue_bound) {
+  const uint64_t messages = budget_bytes / kReplyChunkBytes;
+  return static_cast<uint32_t>(std::clamp<uint64_t>(messages, 16, std::max<uint32_t>(queue_bound, 16)));
+}
+
 ClientOutbox::ClientOutbox(uint32_t queue_bound, Callbacks callbacks)
     : queue_bound_(queue_bound), callbacks_(std::move(callbacks)) {}
 
+v1::SchedulerReply& ClientOutbox::Pending::open() {
+  if (used == 0) used = 1;
+  if (parts.size() < used) parts.resize(used);
+  return parts[used - 1];
+}
+
+void ClientOutbox::Pending::clear() {
+  for (size_t i = 0; i < used; ++i) parts[i].Clear();
+  used = 0;
+  open_bytes = 0;
+}
+
+void ClientOutbox::Pending::add_split(const v1::RequestEvents& events) {
+  // Rare (a non-streaming request's tokens, all at once): allocating here is fine.
+  v1::RequestEvents* piece = nullptr;
+  size_t piece_bytes = 0;
+  auto start_piece = [&] {
+    if (open_bytes > 0) seal();
+    piece = open().mutable_events()->add_requests();
+    piece->set_request_id(events.request_id());
+    piece_bytes = kElementFraming + piece->ByteSizeLong();
+  };
+  start_piece();
+  for (const v1::TokenEvent& t : events.tokens()) {
+    const size_t n = t.ByteSizeLong() + kElementFraming;
+    if (piece_bytes + n > kReplyChunkBytes - kElementFraming) {
+      open_bytes = piece_bytes;
+      start_piece();
+    }
+    *piece->add_tokens() = t;
+    piece_bytes += n;
+  }
+  if (events.has_final()) {
+    const size_t n = events.final().ByteSizeLong() + kElementFraming;
+    if (piece_bytes + n > kReplyChunkBytes - kElementFraming) {
+      open_bytes = piece_bytes;
+      start_piece();
+    }
+    *piece->mutable_final() = events.final();
+    piece_bytes += n;
+  }
+  open_bytes = piece_bytes;
+}
+
 void ClientOutbox::add(const std::string& client, const v1::RequestEvents& events) {
-  v1::SchedulerReply& r = pending_[client];
-  if (r.events().requests_size() == 0) dirty_.push_back(client);
-  *r.mutable_events()->add_requests() = events;
+  Pending& p = pending_[client];
+  if (p.used == 0) dirty_.push_back(client);
+  const size_t n = events.ByteSizeLong() + kElementFraming;
+  if (n > kReplyChunkBytes - kElementFraming) return p.add_split(events);
+  if (p.open_bytes + n > kReplyChunkBytes - kElementFraming) p.seal();
+  *p.open().mutable_events()->add_requests() = events;
+  p.open_bytes += n;
+}
+
+size_t ClientOutbox::pending_bytes(const std::string& client) const {
+  auto it = pending_.find(client);
+  if (it == pending_.end()) return 0;
+  size_t n = 0;
+  for (size_t i = 0; i < it->second.used; ++i) n += it->second.parts[i].ByteSizeLong();
+  return n;
 }
 
 void ClientOutbox::flush(int64_t now_us) {
   for (const std::string& client : dirty_) {
-    v1::SchedulerReply& r = pending_[client];
-    r.set_version(runtime::kProtocolVersion);
-    if (auto st = stalled_.find(client); st != stalled_.end()) {
-      keep_finals(r, st->second, dropped_[client]);
-    } else if (callbacks_.send(client, r).error() == runtime::SendError::kQueueFull) {
-      keep_finals(r, stalled_[client], dropped_[client]);
-      newly_stalled_.push_back(client);
+    Pending& p = pending_[client];
+    size_t sent = 0;
+    if (!stalled_.count(client)) {
+      for (; sent < p.used; ++sent) {
+        p.parts[sent].set_version(runtime::kProtocolVersion);
+        if (callbacks_.send(client, p.parts[sent]).error() == runtime::SendError::kQueueFull) {
+          newly_stalled_.push_back(client);
+          break;
+        }
+      }
     }
-    r.Clear();
+    // A stalled client's, or what did not fit its queue: final events kept, tokens counted.
+    for (size_t i = sent; i < p.used; ++i) keep_finals(p.parts[i], stalled_[client], dropped_[client]);
+    p.clear();
   }
   dirty_.clear();
   // Cancelling a stalled client's requests adds their final events: kept, not sent.
   for (const std::string& client : newly_stalled_) callbacks_.stopped_reading(client);
   newly_stalled_.clear();
   for (const std::string& client : dirty_) {
-    keep_finals(pending_[client], stalled_[client], dropped_[client]);
-    pending_[client].Clear();
+    Pending& p = pending_[client];
+    for (size_t i = 0; i < p.used; ++i) keep_finals(p.parts[i], stalled_[client], dropped_[client]);
+    p.clear();
   }
   dirty_.clear();
   retry_stalled(now_us);
@@ -44,13 +119,31 @@ void ClientOutbox::retry_stalled(int64_t now_us) {
   if (stalled_.empty() || now_us < next_retry_us_) return;
   next_retry_us_ = now_us + kRetryUs;
   for (auto it = stalled_.begin(); it != stalled_.end();) {
-    it->second.set_version(runtime::kProtocolVersion);
-    if (callbacks_.send(it->first, it->second).is_ok() || !callbacks_.known(it->first)) {
+    if (send_kept(it->first, it->second) || !callbacks_.known(it->first)) {
       dropped_.erase(it->first);
       it = stalled_.erase(it);
     } else
       ++it;
   }
+}
+
+bool ClientOutbox::send_kept(const std::string& client, v1::SchedulerReply& kept) {
+  auto* requests = kept.mutable_events()->mutable_requests();
+  while (!requests->empty()) {
+    v1::SchedulerReply chunk;
+    chunk.set_version(runtime::kProtocolVersion);
+    int n = 0;
+    size_t bytes = 0;
+    for (; n < requests->size(); ++n) {
+      const size_t b = requests->Get(n).ByteSizeLong() + kElementFraming;
+      if (n > 0 && bytes + b > kReplyChunkBytes - kElementFraming) break;
+      *chunk.mutable_events()->add_requests() = requests->Get(n);
+      bytes += b;
+    }
+    if (!callbacks_.send(client, chunk).is_ok()) return false;
+    requests->DeleteSubrange(0, n);
+  }
+  return true;
 }
 
 bool ClientOutbox::refuse_submit_if_stalled(const std::string& client, const std::string& request_id) {

@@ -2,8 +2,12 @@
 // message per client per turn of the loop, and what happens when a client stops reading.
 //
 // Contract:
-// - add() only queues; flush() sends one SchedulerReply per client that got events since the
-//   last flush(), in the order the events were added.
+// - add() only queues; flush() sends what each client got since the last flush(), in the order
+//   the events were added: one SchedulerReply, or several when they would pass kReplyChunkBytes
+//   (a request's tokens split over several RequestEvents if need be, its final event in the
+//   last). No message the outbox sends is larger than kReplyChunkBytes, so the messages queued
+//   to one client take at most (its socket's queue bound) x kReplyChunkBytes: the queue bound
+//   is derived from the byte budget (send_hwm_for()).
 // - A send that fails with kQueueFull (the client's socket queue is at its bound: it is not
 //   reading) makes the client stalled. The outbox then calls stopped_reading(client) once: the
 //   caller cancels the client's requests. Of what was being sent, and of what is added for a
@@ -29,8 +33,19 @@
 
 #include "tandem/v1/client.pb.h"
 #include "runtime/event_loop.h"
+#include "runtime/wire.h"
 
 namespace tandem::scheduler {
+
+// The largest message of events sent to a client. A step's events for a few dozen streams fit
+// in one; it is far below what a client accepts, and small enough that a byte budget of a few
+// MiB still leaves a queue of hundreds of messages.
+inline constexpr size_t kReplyChunkBytes = 16 << 10;
+static_assert(kReplyChunkBytes < runtime::kClientReceiveLimitBytes);
+
+// The messages a client's socket may queue so that its queued replies stay within
+// `budget_bytes`: budget / kReplyChunkBytes, at least 16 and at most `queue_bound`.
+uint32_t send_hwm_for(uint64_t budget_bytes, uint32_t queue_bound);
 
 class ClientOutbox {
  public:
@@ -49,6 +64,9 @@ class ClientOutbox {
 
   // `queue_bound`: the messages a client's socket queues before a send reports kQueueFull.
   ClientOutbox(uint32_t queue_bound, Callbacks callbacks);
+
+  // The encoded bytes of what is queued for `client` and not yet sent (for tests).
+  size_t pending_bytes(const std::string& client) const;
 
   // Queues `events` for `client`, sent at the next flush().
   void add(const std::string& client, const v1::RequestEvents& events);
@@ -75,10 +93,24 @@ class ClientOutbox {
   static void keep_finals(const v1::SchedulerReply& from, v1::SchedulerReply& to,
                           std::unordered_map<std::string, uint32_t>& dropped);
   void retry_stalled(int64_t now_us);
+  // Sends `kept` in messages of at most kReplyChunkBytes; what was sent is removed from it.
+  // True when all of it went.
+  bool send_kept(const std::string& client, v1::SchedulerReply& kept);
+
+  // A client's events of this turn: parts[0, used) are the messages to send, the last one open.
+  struct Pending {
+    std::vector<v1::SchedulerReply> parts;  // reused: kept allocated past `used`
+    size_t used = 0;
+    size_t open_bytes = 0;  // the open part's encoded size
+    v1::SchedulerReply& open();
+    void seal() { open_bytes = 0, ++used; }
+    void add_split(const v1::RequestEvents& events);  // one RequestEvents too large for a part
+    void clear();
+  };
 
   uint32_t queue_bound_;
   Callbacks callbacks_;
-  std::unordered_map<std::string, v1::SchedulerReply> pending_;  // per client, reused
+  std::unordered_map<std::string, Pending> pending_;             // per client, reused
   std::vector<std::string> dirty_;                               // clients with pending events
   std::unordered_map<std::string, v1::SchedulerReply> stalled_;  // kept final events
   // Per stalled client: tokens dropped per request id that has not ended yet.

@@ -105,7 +105,14 @@ v1::FinalEvent& set_final(v1::RequestEvents& out, v1::FinishReason reason, v1::E
 
 v1::RequestEvents& set_refusal(v1::RequestEvents& out, const std::string& request_id, v1::ErrorCode code,
                                const std::string& message) {
-  out.set_request_id(request_id);
+  if (request_id.size() <= kMaxRequestIdBytes) {
+    out.set_request_id(request_id);
+  } else {
+    // Cut at a character's start: the id stays valid UTF-8, as a proto3 string must.
+    size_t n = kMaxRequestIdBytes;
+    while (n > 0 && (static_cast<unsigned char>(request_id[n]) & 0xC0) == 0x80) --n;
+    out.set_request_id(request_id.data(), n);
+  }
   set_final(out, v1::FINISH_REASON_ERROR, code, message);
   return out;
 }
@@ -268,11 +275,9 @@ uint64_t Core::random_u64() {
 void Core::submit(const std::string& client, const v1::Submit& submit, int64_t now_us) {
   auto spec = admit_fields(submit, limits_);
   if (!spec) {
-    // An id past the limit is echoed cut to the limit: a client sending 60 MiB ids must not
-    // make the scheduler queue 60 MiB refusals for it.
-    const std::string& id = submit.request_id();
-    reject(client, id.size() > limits_.max_request_id_bytes ? id.substr(0, limits_.max_request_id_bytes) : id,
-           v1::ERROR_CODE_INVALID_ARGUMENT, spec.status().message());
+    // An id past the limit is echoed cut to it (set_refusal): a client sending long ids must
+    // not make the scheduler queue long refusals for it.
+    reject(client, submit.request_id(), v1::ERROR_CODE_INVALID_ARGUMENT, spec.status().message());
     return;
   }
   const std::string k = key(client, spec->id);
@@ -351,6 +356,7 @@ void Core::begin(Request& r) {
 }
 
 void Core::cancel(const std::string& client, const std::string& request_id, int64_t now_us) {
+  if (request_id.size() > limits_.max_request_id_bytes) return;  // no live request has such an id
   auto it = requests_.find(key(client, request_id));
   if (it == requests_.end()) return;  // already finished: its final event is on the way
   finish(*it->second, v1::FINISH_REASON_CANCELLED, v1::ERROR_CODE_UNSPECIFIED, "cancelled by the client", now_us);

@@ -66,7 +66,8 @@ struct WorkerInfo {
 // errors and cancellations, `message`. Usage, timings and held-back text are the caller's.
 v1::FinalEvent& set_final(v1::RequestEvents& out, v1::FinishReason reason, v1::ErrorCode code,
                           const std::string& message);
-// The events of a request refused before it was admitted: its id and an error final event.
+// The events of a request refused before it was admitted: its id (cut to kMaxRequestIdBytes at a
+// character boundary: a refusal never echoes a long id whole) and an error final event.
 v1::RequestEvents& set_refusal(v1::RequestEvents& out, const std::string& request_id, v1::ErrorCode code,
                                const std::string& message);
 

@@ -52,28 +52,35 @@ Result<model::ChatInput> chat_input(const v1::Chat& chat) {
 
 }  // namespace
 
-size_t PromptInput::bytes() const {
-  if (!chat) return text.size();
-  size_t n = chat->tools_json().size();
-  for (const v1::ChatMessage& m : chat->messages())
+size_t chat_bytes(const v1::Chat& chat) {
+  size_t n = chat.tools_json().size();
+  for (const v1::ChatMessage& m : chat.messages())
     n += m.role().size() + m.content().size() + m.name().size() + m.tool_call_id().size() + m.tool_calls_json().size();
   return n;
 }
 
+size_t PromptInput::bytes() const { return chat ? chat_bytes(*chat) : text.size(); }
+
 Result<PromptInput> prompt_input(const std::string& text, const v1::Chat* chat, bool no_bos, size_t max_bytes) {
+  if (chat && chat->messages().empty()) return Status::invalid("messages: empty");
+  if (!chat && text.empty()) return Status::invalid("prompt: empty");
+  if (chat && static_cast<size_t>(chat->messages_size()) > kMaxChatMessages) {
+    return Status::invalid("messages: " + std::to_string(chat->messages_size()) + " messages, at most " +
+                           std::to_string(kMaxChatMessages));
+  }
+  // Checked on the wire message: nothing large is copied before it is known to fit.
+  const size_t bytes = chat ? chat_bytes(*chat) : text.size();
+  if (bytes > max_bytes) {
+    return Status::invalid(std::string(chat ? "messages" : "prompt") + ": " + (chat ? "conversation" : "text") +
+                           " of " + std::to_string(bytes) + " bytes, at most " + std::to_string(max_bytes) +
+                           (chat ? " (messages and tools_json together)" : ""));
+  }
   PromptInput in;
   in.add_bos = !no_bos;
-  if (chat) {
-    if (chat->messages().empty()) return Status::invalid("messages: empty");
+  if (chat)
     in.chat = *chat;
-  } else {
-    if (text.empty()) return Status::invalid("prompt: empty");
+  else
     in.text = text;
-  }
-  if (in.bytes() > max_bytes) {
-    return Status::invalid(std::string(chat ? "messages" : "prompt") + ": " + (chat ? "conversation" : "text") +
-                           " of " + std::to_string(in.bytes()) + " bytes, at most " + std::to_string(max_bytes));
-  }
   return in;
 }
 

@@ -22,10 +22,18 @@ struct PromptInput {
   size_t bytes() const;  // the text, or every message's and the tools' bytes
 };
 
+// A conversation's messages at most: far above any real one, and it bounds the framing a
+// conversation adds to its bytes (max_client_message_bytes in admission.h).
+inline constexpr size_t kMaxChatMessages = 4096;
+
+// Every message's and the tools' bytes (what max_bytes bounds), counted on the wire message.
+size_t chat_bytes(const v1::Chat& chat);
+
 // A Submit's or TokenizeQuery's prompt when it is text or a conversation (not token ids).
-// Errors (kInvalidArgument, naming the field): empty text or no messages, more than
-// `max_bytes`. Nothing is parsed or tokenized here: that is PromptRenderer's (off the planning
-// thread).
+// Errors (kInvalidArgument, naming the field and the limit): empty text or no messages, more
+// than kMaxChatMessages messages, more than `max_bytes` (text, or a conversation's messages
+// and tools together). The limits are checked before anything is copied. Nothing is parsed or
+// tokenized here: that is PromptRenderer's (off the planning thread).
 Result<PromptInput> prompt_input(const std::string& text, const v1::Chat* chat, bool no_bos, size_t max_bytes);
 
 class PromptRenderer {

@@ -86,6 +86,24 @@ inline int wait_for(pid_t pid, std::chrono::milliseconds limit) {
   return -1;
 }
 
+// The scheduler process among `tandem up`'s children (`tandem scheduler ...`); -1 if none.
+inline pid_t scheduler_pid(pid_t up) {
+  std::ifstream children("/proc/" + std::to_string(up) + "/task/" + std::to_string(up) + "/children");
+  for (pid_t p; children >> p;) {
+    const std::string cmdline = slurp("/proc/" + std::to_string(p) + "/cmdline");
+    if (cmdline.find(std::string("\0scheduler\0", 11)) != std::string::npos) return p;
+  }
+  return -1;
+}
+
+// A memory field of /proc/PID/status in KiB ("VmRSS", "VmHWM"); 0 when absent.
+inline uint64_t proc_status_kib(pid_t pid, const std::string& field) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind(field + ":", 0) == 0) return std::stoull(line.substr(field.size() + 1));
+  return 0;
+}
+
 // `tandem up` in the background, ready when constructed (or a test failure), stopped
 // (SIGTERM, then SIGKILL) when the test ends.
 class Deployment {

@@ -285,22 +285,8 @@ TEST(Hardening, AClientThatStopsReadingIsCancelledAndOthersAreUnaffected) {
   }
 }
 
-// The scheduler process among `tandem up`'s children (`tandem scheduler ...`).
-pid_t scheduler_pid(pid_t up) {
-  std::ifstream children("/proc/" + std::to_string(up) + "/task/" + std::to_string(up) + "/children");
-  for (pid_t p; children >> p;) {
-    const std::string cmdline = test::slurp("/proc/" + std::to_string(p) + "/cmdline");
-    if (cmdline.find(std::string("\0scheduler\0", 11)) != std::string::npos) return p;
-  }
-  return -1;
-}
-
-uint64_t rss_kib(pid_t pid) {
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(status, line);)
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6));
-  return 0;
-}
+using test::scheduler_pid;
+uint64_t rss_kib(pid_t pid) { return test::proc_status_kib(pid, "VmRSS"); }
 
 double percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;

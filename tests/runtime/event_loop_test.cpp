@@ -227,6 +227,37 @@ TEST(EventLoop, FullSendQueueIsReportedNotBlocking) {
   EXPECT_LE(ok, 100);
 }
 
+// A message of more frames than max_message_parts: the handler gets the first ones and the
+// count; the rest were released as they were read.
+TEST(EventLoop, FramesPastMaxMessagePartsAreDroppedAndCounted) {
+  EventLoop loop;
+  auto guard = watchdog(loop);
+  const std::string endpoint = ipc("parts.sock");
+  SocketLimits limits;
+  limits.max_message_parts = 2;
+  std::vector<std::pair<size_t, size_t>> seen;  // (frames given, parts counted)
+  std::unique_ptr<Socket> router;
+  router = must(loop.bind(
+      socket_type::router, endpoint,
+      [&](Frames& f) {
+        seen.emplace_back(f.size(), router->last_message_parts());
+        if (seen.size() == 2) loop.stop();
+      },
+      limits));
+  auto dealer = must(loop.connect(
+      socket_type::dealer, endpoint, [](Frames&) {}, "d"));
+  Frames five;
+  for (int i = 0; i < 5; ++i) five.emplace_back(std::string(8, 'x'));
+  ASSERT_TRUE(dealer->send(five).is_ok());
+  ASSERT_TRUE(dealer->send_bytes("one").is_ok());
+  loop.run();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0], std::make_pair(size_t{2}, size_t{6}));  // the identity and five frames
+  EXPECT_EQ(seen[1], std::make_pair(size_t{2}, size_t{2}));
+  dealer.reset();
+  router.reset();
+}
+
 // A peer sending more than max_message_bytes loses its connection (ZeroMQ's doing); the
 // receiver never sees the message and goes on serving its other peers.
 TEST(EventLoop, OversizedMessageDropsOnlyThatPeer) {

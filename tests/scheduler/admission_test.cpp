@@ -222,6 +222,57 @@ TEST(Admission, TextTooLong) {
   EXPECT_EQ(error_of(s, l), "(admitted)");
 }
 
+// #18 item 5: a conversation is bounded in messages and in bytes (messages and tools together),
+// checked before it is copied; a token prompt as long as the context is refused before its ids
+// are copied.
+TEST(Admission, ConversationAndTokenPromptBounds) {
+  AdmissionLimits l = limits();
+  l.max_prompt_bytes = 64;
+  v1::Submit s = valid();
+  v1::Chat* chat = s.mutable_chat();
+  for (size_t i = 0; i < kMaxChatMessages + 1; ++i) chat->add_messages()->set_role("user");
+  EXPECT_EQ(error_of(s, l), "messages: 4097 messages, at most 4096");
+  chat->Clear();
+  chat->add_messages()->set_content(std::string(40, 'c'));
+  chat->set_tools_json(std::string(40, 't'));
+  EXPECT_EQ(error_of(s, l), "messages: conversation of 80 bytes, at most 64 (messages and tools_json together)");
+  v1::Submit t = valid();
+  t.mutable_tokens()->mutable_ids()->Resize(100000, 7);
+  EXPECT_EQ(error_of(t),
+            "prompt of 100000 tokens does not fit the context length 512 (it must leave room for one generated token)");
+}
+
+// The client socket's message bound: the largest Submit at every limit fits it, with room for
+// CurveZMQ's per-message overhead (a MESSAGE command's name, nonce and MAC: 33 bytes).
+TEST(Admission, TheLargestSubmitFitsTheClientMessageBound) {
+  AdmissionLimits l = limits();
+  v1::ClientMessage m;
+  m.set_version(1);
+  v1::Submit& s = *m.mutable_submit();
+  s.set_request_id(std::string(l.max_request_id_bytes, 'r'));
+  v1::Chat* chat = s.mutable_chat();
+  const size_t per = l.max_prompt_bytes / kMaxChatMessages / 5;
+  for (size_t i = 0; i < kMaxChatMessages; ++i) {
+    v1::ChatMessage* msg = chat->add_messages();
+    for (std::string* f : {msg->mutable_role(), msg->mutable_content(), msg->mutable_name(),
+                           msg->mutable_tool_call_id(), msg->mutable_tool_calls_json()})
+      f->assign(per, 'x');
+  }
+  for (size_t i = 0; i < kMaxStopStrings; ++i) s.add_stop_strings(std::string(kMaxStopStringBytes, 's'));
+  for (size_t i = 0; i < kMaxStopSequences; ++i)
+    s.add_stop_token_sequences()->mutable_ids()->Resize(kMaxStopSequenceTokens, 511);
+  s.set_max_tokens(~0u);
+  s.set_priority(-1);
+  s.set_timeout_ms(~0u);
+  s.mutable_sampling()->set_seed(~uint64_t{0});
+  s.mutable_sampling()->set_top_k(-1);
+  EXPECT_LE(m.ByteSizeLong() + 64, max_client_message_bytes(l));
+  // A token prompt of a long context is bound by its ids.
+  l.context_length = 1 << 20;
+  s.mutable_tokens()->mutable_ids()->Resize(static_cast<int>(l.context_length - 1), (1 << 30));
+  EXPECT_LE(m.ByteSizeLong() + 64, max_client_message_bytes(l));
+}
+
 TEST(Admission, TextWithATokenizerThatCannotEncode) {
   ASSERT_FALSE(not_byte_level().can_encode());
   v1::Submit s = valid();

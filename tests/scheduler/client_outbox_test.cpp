@@ -222,5 +222,55 @@ TEST(ClientOutbox, ARequestThatLostTokensNeverEndsWithSuccess) {
   EXPECT_EQ(finals["r3"].finish_reason(), v1::FINISH_REASON_STOP);
 }
 
+// #18 item 5: no message of events is larger than kReplyChunkBytes. Many requests' events are
+// spread over several messages, and one request's tokens (a non-streaming request's, all at once)
+// over several RequestEvents, its final event in the last; nothing is lost or reordered.
+TEST(ClientOutbox, RepliesAreSplitBelowTheChunkSize) {
+  FakeClients f;
+  v1::RequestEvents big;
+  big.set_request_id("big");
+  for (int i = 0; i < 1000; ++i) {
+    v1::TokenEvent* t = big.add_tokens();
+    t->set_id(i);
+    t->set_logprob(-1.5f);
+    for (int k = 0; k < 20; ++k) t->add_top()->set_id(k);
+  }
+  set_final(big, v1::FINISH_REASON_LENGTH, v1::ERROR_CODE_UNSPECIFIED, "");
+  ASSERT_GT(big.ByteSizeLong(), 4 * kReplyChunkBytes);
+  for (int i = 0; i < 2000; ++i) f.outbox.add("a", FakeClients::token_event("s" + std::to_string(i % 50)));
+  f.outbox.add("a", big);
+  f.outbox.add("a", FakeClients::token_event("after"));
+  f.outbox.flush(0);
+  ASSERT_GT(f.sent.size(), 5u);
+  std::vector<int32_t> big_ids;
+  int small = 0, finals = 0;
+  std::string last;
+  for (const auto& s : f.sent) {
+    EXPECT_LE(runtime::to_frame(s.reply).size(), kReplyChunkBytes);
+    for (const auto& ev : s.reply.events().requests()) {
+      if (ev.request_id() == "big") {
+        EXPECT_EQ(finals, 0) << "the final event comes last";
+        for (const auto& t : ev.tokens()) big_ids.push_back(t.id());
+        finals += ev.has_final();
+      } else {
+        small += ev.tokens_size();
+      }
+      last = ev.request_id();
+    }
+  }
+  EXPECT_EQ(finals, 1);
+  EXPECT_EQ(small, 2001);
+  EXPECT_EQ(last, "after");
+  ASSERT_EQ(big_ids.size(), 1000u);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(big_ids[i], i);
+}
+
+TEST(ClientOutbox, TheSendQueueBoundComesFromTheByteBudget) {
+  EXPECT_EQ(send_hwm_for(64 << 20, 10000), 4096u);  // the defaults: 4096 messages of 16 KiB
+  EXPECT_EQ(send_hwm_for(64 << 20, 1000), 1000u);   // --client-send-queue is a cap
+  EXPECT_EQ(send_hwm_for(256 << 10, 10000), 16u);   // the least budget
+  EXPECT_EQ(send_hwm_for(1, 10000), 16u);           // never below 16 messages
+}
+
 }  // namespace
 }  // namespace tandem::scheduler
