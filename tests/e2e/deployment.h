@@ -2,10 +2,13 @@
 // `tandem up` deployment that lives as long as a test.
 #pragma once
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -84,6 +87,19 @@ inline int wait_for(pid_t pid, std::chrono::milliseconds limit) {
   signal_one(pid, SIGKILL);
   waitpid(pid, nullptr, 0);
   return -1;
+}
+
+// A TCP port that was free a moment ago (the kernel's choice for port 0).
+inline int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
 }
 
 // `tandem up` in the background, ready when constructed (or a test failure), stopped
