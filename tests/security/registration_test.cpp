@@ -14,6 +14,7 @@
 #include "runtime/wire.h"
 #include "tandem/v1/worker.pb.h"
 #include "tests/e2e/deployment.h"
+#include "tests/security/greedy.h"
 
 namespace tandem::test {
 namespace {
@@ -118,6 +119,21 @@ TEST(Registration, AKvEndpointMustBeTheWorkersOwnOrAllowed) {
   EXPECT_TRUE(register_as(workers, decode_worker("tcp://10.9.9.8:5600")).accepted()) << "an allowed host";
   EXPECT_TRUE(register_as(workers, decode_worker("tcp://10.9.9.7:5600")).accepted()) << "an allowed endpoint";
   EXPECT_FALSE(register_as(workers, decode_worker("tcp://10.9.9.7:5601")).accepted()) << "not the allowed port";
+}
+
+// tandem up on a tcp:// worker endpoint gives its decode workers ipc:// KV sockets and allows
+// them at the scheduler: the split still hands KV over.
+TEST(Registration, TandemUpOnTcpAllowsItsOwnKvSockets) {
+  const std::string workers = "tcp://127.0.0.1:" + std::to_string(free_port());
+  Deployment d(
+      {"--prefill", "1", "--decode", "1", "--threads", "1", "--kv-memory", "67108864", "--worker-endpoint", workers});
+  ASSERT_TRUE(d.ok());
+  EXPECT_FALSE(greedy_tokens(d).empty());
+  ClientOptions o;
+  o.endpoint = d.endpoint();
+  auto client = Client::connect(o);
+  ASSERT_TRUE(client);
+  EXPECT_GE((*client)->status(std::chrono::seconds(5)).value().handoffs, 1u);
 }
 
 // The resident memory of the scheduler `tandem up` started (pid `up`), in bytes.
