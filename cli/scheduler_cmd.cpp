@@ -2,6 +2,7 @@
 
 #include "cli/commands.h"
 #include "cli/log_file.h"
+#include "scheduler/registration.h"
 
 #include <cstdio>
 
@@ -34,6 +35,10 @@ Status scheduler_options_from(const Args& args, scheduler::ActorOptions& o) {
   TANDEM_RETURN_IF_ERROR(get("worker-liveness", o.worker_liveness));
   TANDEM_RETURN_IF_ERROR(get("drain-timeout-ms", o.drain_timeout_ms));
   TANDEM_RETURN_IF_ERROR(get("prompt-threads", o.prompt_threads));
+  auto kv_bytes = args.integer("max-worker-kv-bytes", static_cast<int64_t>(o.max_worker_kv_bytes));
+  if (!kv_bytes) return kv_bytes.status();
+  o.max_worker_kv_bytes = static_cast<uint64_t>(*kv_bytes);
+  if (auto allow = args.str("kv-endpoint-allow")) o.kv_endpoint_allow = scheduler::split_list(*allow);
   return Status::ok();
 }
 

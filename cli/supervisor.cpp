@@ -71,6 +71,14 @@ std::string cpus_text(const std::vector<int>& cpus) {
   return s;
 }
 
+// Adds `endpoints` to the scheduler's --kv-endpoint-allow (the configured list, if any, kept).
+void allow_kv_endpoints(std::vector<std::string>& argv, const std::vector<std::string>& endpoints) {
+  auto it = std::find(argv.begin(), argv.end(), "--kv-endpoint-allow");
+  if (it == argv.end()) it = argv.insert(argv.end(), {"--kv-endpoint-allow", ""});
+  std::string& list = *(it + 1);
+  for (const std::string& e : endpoints) list += (list.empty() ? "" : ",") + e;
+}
+
 }  // namespace
 
 std::vector<ChildSpec> plan_children(const DeployConfig& c, const Endpoints& ep, const std::string& exe) {
@@ -93,6 +101,7 @@ std::vector<ChildSpec> plan_children(const DeployConfig& c, const Endpoints& ep,
   out.push_back(std::move(s));
   uint32_t index = 0, host_workers = 0;
   for (const WorkerGroup& g : c.workers) host_workers += g.count;
+  std::vector<std::string> kv_sockets;  // the decode workers' KV sockets chosen here
   for (const WorkerGroup& g : c.workers) {
     for (uint32_t k = 0; k < g.count; ++k) {
       ChildSpec w{
@@ -104,8 +113,10 @@ std::vector<ChildSpec> plan_children(const DeployConfig& c, const Endpoints& ep,
       if (g.role != "both") w.argv.insert(w.argv.end(), {"--role", g.role});
       // A decode worker receives KV from prefill workers: on one host, a socket in the
       // private runtime folder (across hosts, give kv_endpoint / --kv-endpoint yourself).
-      if (g.role == "decode" && !g.flags.count("kv-endpoint"))
+      if (g.role == "decode" && !g.flags.count("kv-endpoint")) {
         w.argv.insert(w.argv.end(), {"--kv-endpoint", "ipc://" + ep.runtime_dir + "/kv-" + w.name + ".sock"});
+        kv_sockets.push_back(w.argv.back());
+      }
       log_flags(w.argv, w.name);
       for (const Flag& f : flag_table()) {
         if (f.section != Section::kWorkers) continue;
@@ -118,6 +129,9 @@ std::vector<ChildSpec> plan_children(const DeployConfig& c, const Endpoints& ep,
       out.push_back(std::move(w));
     }
   }
+  // A worker on a tcp:// worker endpoint may name an ipc:// kv_endpoint only if the scheduler
+  // allows it (scheduler/registration.h): these are tandem up's own.
+  if (!kv_sockets.empty() && ep.worker.rfind("ipc://", 0) != 0) allow_kv_endpoints(out[0].argv, kv_sockets);
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include "runtime/wire.h"
 #include "scheduler/client_outbox.h"
 #include "scheduler/prompt_pool.h"
+#include "scheduler/registration.h"
 #include "scheduler/status_reply.h"
 
 namespace tandem::scheduler {
@@ -53,6 +54,9 @@ class Actor final : public Sink {
         core_(options.core, config, renderer, *this),
         client_limits_(client_socket_limits(options, config)),
         outbox_(static_cast<uint32_t>(client_limits_.send_hwm), outbox_callbacks()) {
+    registration_.max_worker_kv_bytes = options.max_worker_kv_bytes ? options.max_worker_kv_bytes : host_mem_total();
+    registration_.min_kv_bytes_per_token = min_kv_bytes_per_token(config);
+    registration_.kv_endpoint_allow = options.kv_endpoint_allow;
     if (options.prompt_threads > 0) {
       // Results come back through the loop, as any message does: the core is this thread's alone.
       pool_ = std::make_unique<PromptPool>(
@@ -411,7 +415,7 @@ class Actor final : public Sink {
       return;
     }
     if (worker_msg_.has_register_()) {
-      on_register(identity, worker_msg_.register_(), now);
+      on_register(identity, worker_msg_.register_(), registering_peer(frames[1]), now);
     } else {
       auto it = worker_by_identity_.find(identity);
       if (it == worker_by_identity_.end()) {
@@ -444,7 +448,31 @@ class Actor final : public Sink {
     send(*workers_, identity, command_);
   }
 
-  void on_register(const std::string& identity, const v1::Register& reg, int64_t now) {
+  // Over ipc:// (inproc:// in the harness) the peer is on this host; over tcp:// ZeroMQ gives
+  // its address as the message's Peer-Address.
+  RegisteringPeer registering_peer(zmq::message_t& frame) const {
+    RegisteringPeer peer;
+    const std::string& ep = options_.worker_endpoint;
+    peer.local = ep.rfind("ipc://", 0) == 0 || ep.rfind("inproc://", 0) == 0;
+    if (!peer.local)
+      if (const char* address = zmq_msg_gets(frame.handle(), "Peer-Address")) peer.address = address;
+    return peer;
+  }
+
+  // The checks of registration.h: a KV pool a worker could hold, a kv_endpoint of its own.
+  std::optional<Refusal> check_kv(const std::string& name, const v1::Register& reg, const RegisteringPeer& peer) {
+    std::optional<Refusal> refusal = check_kv_pool(reg, registration_);
+    if (!refusal && !reg.kv_endpoint().empty())
+      refusal = check_kv_endpoint(reg.kv_endpoint(), peer, registration_.kv_endpoint_allow);
+    if (refusal)
+      spdlog::warn(
+          "scheduler: refused worker {} (pid {}) registering from {}: {} ({} blocks of {} bytes, kv_endpoint {})", name,
+          reg.pid(), peer.local ? "this host" : peer.address, refusal->message, reg.kv_blocks(), reg.block_bytes(),
+          reg.kv_endpoint());
+    return refusal;
+  }
+
+  void on_register(const std::string& identity, const v1::Register& reg, const RegisteringPeer& peer, int64_t now) {
     if (reg.model_fingerprint() != fingerprint_) {
       spdlog::warn("scheduler: refused worker {} (pid {}): model fingerprint {} differs from ours {}", reg.name(),
                    reg.pid(), reg.model_fingerprint(), fingerprint_);
@@ -476,13 +504,8 @@ class Actor final : public Sink {
         return;
       }
     }
-    // The block count sizes the scheduler's own tables: beyond 2^24 blocks (256 Mi tokens of
-    // 16) it is a corrupt or hostile registration, not a worker.
-    if (reg.kv_blocks() == 0 || reg.kv_blocks() > (1u << 24) || reg.block_tokens() == 0 ||
-        reg.block_tokens() % 16 != 0 || reg.block_tokens() > 4096) {
-      refuse(identity, v1::REFUSAL_REASON_KV_POOL,
-             "invalid KV pool: " + std::to_string(reg.kv_blocks()) + " blocks of " +
-                 std::to_string(reg.block_tokens()) + " tokens");
+    if (auto refusal = check_kv(reg.name(), reg, peer)) {
+      refuse(identity, refusal->reason, refusal->message);
       return;
     }
     if (auto old = worker_by_identity_.find(identity); old != worker_by_identity_.end()) {
@@ -616,6 +639,7 @@ class Actor final : public Sink {
   ActorOptions options_;
   PromptRenderer renderer_;
   std::string fingerprint_;
+  RegistrationLimits registration_;
   runtime::EventLoop loop_;
   Core core_;
   runtime::SocketLimits client_limits_;

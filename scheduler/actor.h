@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "runtime/event_loop.h"
 #include "runtime/harness.h"
@@ -35,6 +36,10 @@ struct ActorOptions {
   uint64_t client_send_bytes = uint64_t{64} << 20;
   uint32_t drain_timeout_ms = 30000;  // draining: running requests get this long, then are cancelled
   std::string curve_keys_dir;         // CurveZMQ server keys (runtime/security.h); empty: none
+  // A Register's kv_blocks x block_bytes at most (registration.h); 0: this host's MemTotal.
+  uint64_t max_worker_kv_bytes = 0;
+  // kv_endpoints taken from any worker, beyond its own address (registration.h).
+  std::vector<std::string> kv_endpoint_allow;
   // Threads that make long text prompts and conversations into ids (and answer tokenize
   // queries) off the planning thread (prompt_pool.h); 0: on it.
   uint32_t prompt_threads = 2;

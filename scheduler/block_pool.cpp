@@ -1,5 +1,6 @@
 #include "scheduler/block_pool.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cstring>
 #include <limits>
@@ -22,22 +23,28 @@ void chain_keys(std::span<const int32_t> tokens, uint32_t block_tokens, BlockHas
 }
 
 BlockPool::BlockPool(uint32_t n_blocks, uint32_t block_tokens)
-    : block_tokens_(block_tokens),
-      refs_(n_blocks, 0),
-      published_(n_blocks, 0),
-      key_(n_blocks, 0),
-      parent_(n_blocks, kNone),
-      parent_gen_(n_blocks, 0),
-      gen_(n_blocks, 0),
-      prev_(n_blocks, kNone),
-      next_(n_blocks, kNone),
-      n_free_(n_blocks) {
+    : block_tokens_(block_tokens), total_(n_blocks), n_free_(n_blocks) {
   // Block ids travel as int32_t.
   assert(n_blocks <= static_cast<uint32_t>(std::numeric_limits<int32_t>::max()));
+  track(std::min(n_blocks, kInitialBlocks) - (n_blocks > 0));
+}
+
+void BlockPool::track(uint32_t id) {
+  if (id < tracked() || total_ == 0) return;
+  const uint32_t n =
+      static_cast<uint32_t>(std::min<uint64_t>(total_, std::max<uint64_t>(uint64_t{id} + 1, uint64_t{tracked()} * 2)));
+  refs_.resize(n, 0);
+  published_.resize(n, 0);
+  key_.resize(n, 0);
+  parent_.resize(n, kNone);
+  parent_gen_.resize(n, 0);
+  gen_.resize(n, 0);
+  prev_.resize(n, kNone);
+  next_.resize(n, kNone);
 }
 
 uint32_t BlockPool::next_free(uint32_t from) const {
-  const uint32_t n = total();
+  const uint32_t n = tracked();
   while (from < n && (refs_[from] != 0 || published_[from])) ++from;
   return from;
 }
@@ -79,13 +86,14 @@ bool BlockPool::allocate(uint32_t n, std::vector<int32_t>& table) {
     if (n_free_ > 0) {
       if (!table.empty()) {
         const int64_t after = static_cast<int64_t>(table.back()) + 1;
-        if (after >= 0 && after < total() && refs_[after] == 0 && !published_[after]) id = static_cast<uint32_t>(after);
+        if (after >= 0 && after < total() && is_free(static_cast<uint32_t>(after))) id = static_cast<uint32_t>(after);
       }
       if (id == total()) {
         lowest_free_ = next_free(lowest_free_);
         id = lowest_free_;
       }
       --n_free_;
+      track(id);
     } else {
       // Evict the least recently used cached block (leaves went in before their parents).
       id = static_cast<uint32_t>(lru_head_);
@@ -143,7 +151,7 @@ bool BlockPool::publish(std::span<const int32_t> table, uint32_t index, uint64_t
   const int32_t id = table[index];
   if (!is_used(id) || published_[id] || by_key_.count(key)) return false;
   if (index > 0 && !published_[table[index - 1]]) return false;  // the chain must be reachable
-  if (tokens_.empty()) tokens_.resize(size_t{total()} * block_tokens_);
+  if (tokens_.size() < size_t{tracked()} * block_tokens_) tokens_.resize(size_t{tracked()} * block_tokens_);
   std::memcpy(&tokens_[size_t(id) * block_tokens_], tokens.data() + size_t{index} * block_tokens_,
               block_tokens_ * sizeof(int32_t));
   published_[id] = 1;
@@ -175,7 +183,7 @@ uint32_t BlockPool::match(std::span<const int32_t> tokens, std::span<const uint6
 
 void BlockPool::unpublish(std::span<const int32_t> ids) {
   for (int32_t id : ids) {
-    if (id < 0 || static_cast<uint32_t>(id) >= total() || !published_[id]) continue;
+    if (id < 0 || static_cast<uint32_t>(id) >= tracked() || !published_[id]) continue;
     if (refs_[id] == 0) {  // cached: it becomes free
       lru_remove(id);
       --n_cached_;
@@ -188,8 +196,8 @@ void BlockPool::unpublish(std::span<const int32_t> ids) {
 }
 
 bool BlockPool::consistent() const {
-  uint32_t n_free = 0, n_cached = 0, in_lru = 0;
-  for (uint32_t i = 0; i < total(); ++i) {
+  uint32_t n_free = total() - tracked(), n_cached = 0, in_lru = 0;
+  for (uint32_t i = 0; i < tracked(); ++i) {
     if (refs_[i] != 0) continue;
     if (published_[i]) {
       ++n_cached;

@@ -5,6 +5,10 @@
 //
 // Every block is in exactly one state: free; used (refcount > 0); or cached (refcount 0,
 // holding the KV of a published full block, evictable). free + cached + used = total.
+//
+// Memory follows the ids handed out, not the declared total: per-block state covers the
+// first kInitialBlocks ids and doubles when an id past it is allocated, so a registration
+// that claims 2^24 blocks costs nothing until they are used (#18).
 #pragma once
 
 #include <cstdint>
@@ -19,7 +23,11 @@ class BlockPool {
   // `block_tokens`: tokens per block (the length of a published block's token run).
   explicit BlockPool(uint32_t n_blocks, uint32_t block_tokens = 16);
 
-  uint32_t total() const { return static_cast<uint32_t>(refs_.size()); }
+  // Per-block state is kept for this many ids at first (~2 MiB), then grown by doubling.
+  static constexpr uint32_t kInitialBlocks = 1u << 16;
+
+  uint32_t total() const { return total_; }
+  uint32_t tracked() const { return static_cast<uint32_t>(refs_.size()); }  // ids with state; the rest are free
   uint32_t free() const { return n_free_; }
   uint32_t cached() const { return n_cached_; }
   uint32_t used() const { return total() - n_free_ - n_cached_; }
@@ -68,17 +76,20 @@ class BlockPool {
 
  private:
   static constexpr int32_t kNone = -1;
-  bool is_used(int32_t id) const { return id >= 0 && static_cast<uint32_t>(id) < total() && refs_[id] > 0; }
+  bool is_used(int32_t id) const { return id >= 0 && static_cast<uint32_t>(id) < tracked() && refs_[id] > 0; }
   bool is_cached(int32_t id) const {
-    return id >= 0 && static_cast<uint32_t>(id) < total() && refs_[id] == 0 && published_[id];
+    return id >= 0 && static_cast<uint32_t>(id) < tracked() && refs_[id] == 0 && published_[id];
   }
-  // The lowest free id at or above `from`, or total() when none.
+  bool is_free(uint32_t id) const { return id < total() && (id >= tracked() || (refs_[id] == 0 && !published_[id])); }
+  void track(uint32_t id);  // grows the per-block state to cover `id` (doubling, up to total)
+  // The lowest free id at or above `from`, or total() when none (ids past tracked() are free).
   uint32_t next_free(uint32_t from) const;
   void lru_push_back(int32_t id);
   void lru_remove(int32_t id);
   void drop_key(int32_t id);  // unpublish one block (any state)
 
   uint32_t block_tokens_;
+  uint32_t total_;
   std::vector<uint32_t> refs_;
   std::vector<uint8_t> published_;  // holds a key (used or cached)
   // Per published block: its key, its parent block and the parent's generation when

@@ -889,6 +889,7 @@ bool Core::start_handoff(Request& r, int64_t now_us) {
   v1::KvExpect* e = cmd.mutable_kv_expect();
   e->set_transfer_id(r.transfer_id);
   e->set_nonce(nonce);
+  e->set_scheduler_epoch(epoch_);
   e->set_positions(positions);
   e->set_seq_id(dp->seq_id);
   e->mutable_blocks()->Add(dp->blocks.begin(), dp->blocks.end());
@@ -902,6 +903,7 @@ bool Core::start_handoff(Request& r, int64_t now_us) {
   k->set_dest_endpoint(best->kv_endpoint);
   k->set_dest_public_key(best->kv_public_key);
   k->set_nonce(nonce);
+  k->set_scheduler_epoch(epoch_);
   k->set_positions(positions);
   sink_.send_command(src.worker_id, cmd);
   by_seq_[dp->seq_id] = std::move(dp);

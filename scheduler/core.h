@@ -215,6 +215,9 @@ class Core {
   uint64_t next_seq_ = 1;
   // Transfer ids start at a random base, so they do not repeat across a scheduler restart.
   uint64_t next_transfer_ = (random_u64() >> 1) + 1;
+  // This run's: in every KvExpect and KvSend, so a transfer ordered by an earlier run of the
+  // scheduler (whose ids may meet this run's) is refused by the decode worker.
+  const uint64_t epoch_ = random_u64() | 1;
   uint64_t next_prompt_job_ = 1;
   std::unordered_map<uint64_t, Request*> tokenizing_;  // by prompt job: its ids are being made
   uint32_t decode_workers_ = 0;

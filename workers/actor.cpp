@@ -204,6 +204,7 @@ class Actor {
         Expected& x = expected_[e.transfer_id()];
         x.seq_id = e.seq_id();
         x.nonce = e.nonce();
+        x.scheduler_epoch = e.scheduler_epoch();
         x.positions = e.positions();
         x.blocks.assign(e.blocks().begin(), e.blocks().end());
         x.tail.assign(e.tail_blocks().begin(), e.tail_blocks().end());
@@ -417,6 +418,7 @@ class Actor {
     transfer_.set_version(kVersion);
     transfer_.set_transfer_id(cmd.transfer_id());
     transfer_.set_nonce(cmd.nonce());
+    transfer_.set_scheduler_epoch(cmd.scheduler_epoch());
     transfer_.set_dest_seq_id(cmd.dest_seq_id());
     transfer_.set_positions(cmd.positions());
     transfer_.mutable_tokens()->Add(seq.tokens.begin(), seq.tokens.begin() + cmd.positions());
@@ -465,9 +467,12 @@ class Actor {
     }
     // Another transfer under this id (a guess, a replay, a sender that never saw the KvExpect) is
     // dropped and leaves the expectation in place for the real one.
-    if (transfer_in_.nonce() != x->second.nonce || transfer_in_.positions() != x->second.positions) {
-      spdlog::warn("worker: dropped a KV transfer under id {} whose nonce or positions are not the announced ones",
-                   transfer_in_.transfer_id());
+    if (transfer_in_.nonce() != x->second.nonce || transfer_in_.positions() != x->second.positions ||
+        transfer_in_.scheduler_epoch() != x->second.scheduler_epoch) {
+      spdlog::warn(
+          "worker: dropped a KV transfer under id {} whose nonce, positions or scheduler epoch are not the announced "
+          "ones",
+          transfer_in_.transfer_id());
       return;
     }
     const Expected expected = std::move(x->second);
@@ -520,6 +525,7 @@ class Actor {
   struct Expected {
     uint64_t seq_id = 0;
     uint64_t nonce = 0;
+    uint64_t scheduler_epoch = 0;  // of the scheduler run that announced it
     uint32_t positions = 0;
     std::vector<int32_t> blocks, tail;
   };

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <set>
@@ -287,4 +288,22 @@ TEST(Flags, RangesAreTheSameFromAFlagAndFromTheFile) {
 }
 
 }  // namespace
+// #18 item 1: a scheduler on tcp:// takes an ipc:// kv_endpoint only when allowed; tandem up
+// allows the decode workers' KV sockets it makes itself (and keeps the configured list).
+TEST(PlanChildren, ATcpWorkerEndpointAllowsTheKvSocketsTandemUpMakes) {
+  cli::DeployConfig c;
+  c.model = "m.gguf";
+  c.workers = {cli::WorkerGroup{"prefill"}, cli::WorkerGroup{"decode"}};
+  c.scheduler["kv-endpoint-allow"] = "10.0.0.7";
+  const auto allow_of = [](const cli::ChildSpec& s) {
+    auto it = std::find(s.argv.begin(), s.argv.end(), "--kv-endpoint-allow");
+    return it == s.argv.end() ? std::string("-") : *(it + 1);
+  };
+  EXPECT_EQ(allow_of(cli::plan_children(c, {"ipc://c", "ipc://w", "run"}, "tandem")[0]), "10.0.0.7")
+      << "over ipc:// the decode worker's own socket needs no allowing";
+  const auto children = cli::plan_children(c, {"ipc://c", "tcp://127.0.0.1:5556", "run"}, "tandem");
+  EXPECT_EQ(allow_of(children[0]), "10.0.0.7,ipc://run/kv-worker-1.sock");
+  EXPECT_EQ(std::count(children[0].argv.begin(), children[0].argv.end(), "--kv-endpoint-allow"), 1);
+}
+
 }  // namespace tandem

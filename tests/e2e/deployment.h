@@ -2,10 +2,13 @@
 // `tandem up` deployment that lives as long as a test.
 #pragma once
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -102,6 +105,19 @@ inline uint64_t proc_status_kib(pid_t pid, const std::string& field) {
   for (std::string line; std::getline(status, line);)
     if (line.rfind(field + ":", 0) == 0) return std::stoull(line.substr(field.size() + 1));
   return 0;
+}
+
+// A TCP port that was free a moment ago (the kernel's choice for port 0).
+inline int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
 }
 
 // `tandem up` in the background, ready when constructed (or a test failure), stopped

@@ -133,6 +133,35 @@ TEST(BlockPool, DoubleReleaseIsCaught) {
 
 // Thousands of random allocate/ref/release operations against a plain model of the
 // refcounts; the pool must agree after every one and end with nothing leaked.
+// #18 item 1: a worker's claim of 2^24 blocks costs the scheduler state for the blocks it hands
+// out, not for the claim; past the first kInitialBlocks ids the state grows and stays right.
+TEST(BlockPool, StateFollowsTheIdsHandedOutNotTheTotal) {
+  BlockPool pool(1u << 24);
+  EXPECT_EQ(pool.total(), 1u << 24);
+  EXPECT_EQ(pool.tracked(), BlockPool::kInitialBlocks);
+  Table a, b;
+  ASSERT_TRUE(pool.allocate(BlockPool::kInitialBlocks - 1, a));
+  ASSERT_TRUE(pool.allocate(3, a));  // crosses the first tracked ids, contiguous
+  EXPECT_EQ(a.back(), static_cast<int32_t>(BlockPool::kInitialBlocks + 1));
+  EXPECT_EQ(pool.tracked(), 2 * BlockPool::kInitialBlocks);
+  ASSERT_TRUE(pool.allocate(2, b));
+  EXPECT_EQ(b, (Table{static_cast<int32_t>(BlockPool::kInitialBlocks + 2),
+                      static_cast<int32_t>(BlockPool::kInitialBlocks + 3)}));
+  std::vector<int32_t> tokens(16 * a.size(), 7);
+  EXPECT_TRUE(pool.publish(a, 0, 11, tokens));
+  EXPECT_EQ(pool.free(), (1u << 24) - BlockPool::kInitialBlocks - 4);
+  EXPECT_TRUE(pool.consistent());
+  pool.release(a);
+  pool.release(b);
+  EXPECT_EQ(pool.cached(), 1u);
+  EXPECT_EQ(pool.free() + pool.cached(), pool.total());
+  EXPECT_TRUE(pool.consistent());
+  Table c;
+  ASSERT_TRUE(pool.allocate(1, c));
+  EXPECT_EQ(c, (Table{1})) << "the lowest free id";
+  EXPECT_TRUE(pool.consistent());
+}
+
 TEST(BlockPool, RandomizedAgainstModel) {
   for (uint32_t seed = 1; seed <= 4; ++seed) {
     std::mt19937 rng(seed);

@@ -407,6 +407,20 @@ TEST(CoreSplit, PrefillStreamsTheFirstTokenThenHandsTheKvToTheDecodeWorker) {
   for (const auto& w : h.core->workers()) EXPECT_EQ(w.blocks_free + w.blocks_cached, w.blocks_total);
 }
 
+// #18 item 3: two runs of the scheduler (a restart) order transfers under ids that do not meet
+// and under epochs that differ, so a decode worker never takes a transfer of the other run.
+TEST(CoreSplit, TwoSchedulerRunsGiveDisjointTransferIdsAndTheirOwnEpochs) {
+  auto a = prefilled_split(), b = prefilled_split();
+  const v1::KvExpect ea = a->rec.commands[2][0].kv_expect(), eb = b->rec.commands[2][0].kv_expect();
+  EXPECT_EQ(a->rec.commands[1][0].kv_send().scheduler_epoch(), ea.scheduler_epoch()) << "KvSend carries KvExpect's";
+  EXPECT_NE(ea.scheduler_epoch(), 0u);
+  EXPECT_NE(ea.scheduler_epoch(), eb.scheduler_epoch());
+  // Ids count up from a random 63-bit base: the first 2^32 of each run do not meet.
+  const uint64_t gap =
+      ea.transfer_id() > eb.transfer_id() ? ea.transfer_id() - eb.transfer_id() : eb.transfer_id() - ea.transfer_id();
+  EXPECT_GT(gap, uint64_t{1} << 32) << ea.transfer_id() << " " << eb.transfer_id();
+}
+
 TEST(CoreSplit, PicksTheLeastLoadedDecodeWorkerTiesToFewestRunning) {
   Harness h;
   h.core->add_worker(1, role(Role::kPrefill, 256), h.now);

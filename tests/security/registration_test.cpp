@@ -3,6 +3,9 @@
 // fingerprint, so any peer could read it and register with it next.
 #include <gtest/gtest.h>
 
+#include <dirent.h>
+
+#include <fstream>
 #include <string>
 #include <zmq.hpp>
 
@@ -11,6 +14,7 @@
 #include "runtime/wire.h"
 #include "tandem/v1/worker.pb.h"
 #include "tests/e2e/deployment.h"
+#include "tests/security/greedy.h"
 
 namespace tandem::test {
 namespace {
@@ -45,6 +49,145 @@ TEST(Registration, ARefusalNamesNeitherFingerprint) {
   EXPECT_EQ(message.find(expected), std::string::npos) << "the refusal gives the scheduler's fingerprint: " << message;
   EXPECT_EQ(message.find("guess"), std::string::npos) << message;
   EXPECT_NE(message.find("must load the same model file"), std::string::npos) << message;
+}
+
+std::string fingerprint() {
+  auto file = model::GgufFile::open(model_file("tiny", 1));
+  return model::model_fingerprint(**file, model::read_model_config(**file).value());
+}
+
+// A peer that registers as a worker: the scheduler's reply to a Register of its own making.
+v1::RegisterReply register_as(const std::string& endpoint, const v1::Register& r) {
+  zmq::context_t ctx;
+  zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::linger, 0);
+  dealer.set(zmq::sockopt::rcvtimeo, 10000);
+  dealer.connect(endpoint);
+  v1::WorkerMessage reg;
+  reg.set_version(v1::PROTOCOL_VERSION_CURRENT);
+  *reg.mutable_register_() = r;
+  EXPECT_TRUE(dealer.send(runtime::to_frame(reg), zmq::send_flags::none));
+  zmq::message_t frame;
+  v1::SchedulerCommand c;
+  if (!dealer.recv(frame) || !runtime::parse_frame(frame, c).is_ok() || !c.has_register_reply()) {
+    ADD_FAILURE() << "no RegisterReply";
+    return {};
+  }
+  return c.register_reply();
+}
+
+// The tiny model's registration as a decode worker would send it, KV at `kv_endpoint`.
+v1::Register decode_worker(const std::string& kv_endpoint) {
+  v1::Register r;
+  r.set_role(v1::WORKER_ROLE_DECODE);
+  r.set_model_fingerprint(fingerprint());
+  r.set_kv_blocks(64);
+  r.set_block_tokens(16);
+  r.set_block_bytes(8192);
+  r.set_threads(1);
+  r.set_name("fake");
+  r.set_kv_endpoint(kv_endpoint);
+  return r;
+}
+
+// #18 item 1: a worker could name any kv_endpoint, and prefill workers then pushed other
+// requests' KV there. Now it must be on the address the worker registers from (ipc:// only over
+// ipc://) or listed in [scheduler] kv_endpoint_allow; a refusal says which rule, typed.
+TEST(Registration, AKvEndpointMustBeTheWorkersOwnOrAllowed) {
+  {
+    Deployment d({"--workers", "1", "--threads", "1"});
+    ASSERT_TRUE(d.ok());
+    const v1::RegisterReply far = register_as(d.worker_endpoint(), decode_worker("tcp://10.9.9.9:5600"));
+    EXPECT_FALSE(far.accepted()) << "an ipc:// peer named a KV endpoint on another host";
+    EXPECT_EQ(far.reason(), v1::REFUSAL_REASON_KV_ENDPOINT);
+    EXPECT_NE(far.error_message().find("kv_endpoint_allow"), std::string::npos) << far.error_message();
+    EXPECT_TRUE(register_as(d.worker_endpoint(), decode_worker("ipc://" + d.dir() + "/kv.sock")).accepted());
+    EXPECT_TRUE(register_as(d.worker_endpoint(), decode_worker("tcp://127.0.0.1:5600")).accepted());
+  }
+  const std::string workers = "tcp://127.0.0.1:" + std::to_string(free_port());
+  Deployment d({"--workers", "1", "--threads", "1", "--worker-endpoint", workers, "--kv-endpoint-allow",
+                "10.9.9.8, tcp://10.9.9.7:5600"});
+  ASSERT_TRUE(d.ok());
+  const v1::RegisterReply ipc = register_as(workers, decode_worker("ipc://" + d.dir() + "/kv.sock"));
+  EXPECT_FALSE(ipc.accepted()) << "a tcp:// peer named an ipc:// KV endpoint";
+  EXPECT_EQ(ipc.reason(), v1::REFUSAL_REASON_KV_ENDPOINT);
+  const v1::RegisterReply other = register_as(workers, decode_worker("tcp://10.9.9.9:5600"));
+  EXPECT_FALSE(other.accepted()) << "a peer on 127.0.0.1 named a KV endpoint on 10.9.9.9";
+  EXPECT_EQ(other.reason(), v1::REFUSAL_REASON_KV_ENDPOINT);
+  EXPECT_EQ(other.error_message().find("127.0.0.1"), std::string::npos) << other.error_message();
+  EXPECT_TRUE(register_as(workers, decode_worker("tcp://127.0.0.1:5600")).accepted()) << "its own address";
+  EXPECT_TRUE(register_as(workers, decode_worker("tcp://10.9.9.8:5600")).accepted()) << "an allowed host";
+  EXPECT_TRUE(register_as(workers, decode_worker("tcp://10.9.9.7:5600")).accepted()) << "an allowed endpoint";
+  EXPECT_FALSE(register_as(workers, decode_worker("tcp://10.9.9.7:5601")).accepted()) << "not the allowed port";
+}
+
+// tandem up on a tcp:// worker endpoint gives its decode workers ipc:// KV sockets and allows
+// them at the scheduler: the split still hands KV over.
+TEST(Registration, TandemUpOnTcpAllowsItsOwnKvSockets) {
+  const std::string workers = "tcp://127.0.0.1:" + std::to_string(free_port());
+  Deployment d(
+      {"--prefill", "1", "--decode", "1", "--threads", "1", "--kv-memory", "67108864", "--worker-endpoint", workers});
+  ASSERT_TRUE(d.ok());
+  EXPECT_FALSE(greedy_tokens(d).empty());
+  ClientOptions o;
+  o.endpoint = d.endpoint();
+  auto client = Client::connect(o);
+  ASSERT_TRUE(client);
+  EXPECT_GE((*client)->status(std::chrono::seconds(5)).value().handoffs, 1u);
+}
+
+// The resident memory of the scheduler `tandem up` started (pid `up`), in bytes.
+uint64_t scheduler_rss(pid_t up) {
+  DIR* proc = opendir("/proc");
+  uint64_t rss = 0;
+  while (dirent* e = proc ? readdir(proc) : nullptr) {
+    const std::string pid = e->d_name;
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string stat = slurp("/proc/" + pid + "/stat"), cmd = slurp("/proc/" + pid + "/cmdline");
+    const size_t paren = stat.rfind(')');
+    if (paren == std::string::npos || std::stoi(stat.substr(paren + 4)) != up) continue;
+    const size_t arg1 = cmd.find('\0') + 1;  // `tandem scheduler ...`, not a worker's --scheduler
+    if (cmd.compare(arg1, 10, std::string("scheduler") + '\0') != 0) continue;
+    std::ifstream status("/proc/" + pid + "/status");
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("VmRSS:", 0) == 0) rss = std::stoull(line.substr(6)) * 1024;
+  }
+  if (proc) closedir(proc);
+  return rss;
+}
+
+// #18 item 1: one Register of 2^24 blocks made the scheduler allocate ~0.5 GB for their
+// accounting, and the declared pool was not bounded by anything a worker could hold. Now a pool
+// over --max-worker-kv-bytes (default: this host's MemTotal) or of blocks smaller than the
+// model's KV is refused, and a claim within bounds costs memory only as blocks are used.
+TEST(Registration, AKvPoolIsBoundedAndAHugeClaimCostsTheSchedulerLittle) {
+  Deployment d({"--workers", "1", "--threads", "1"});
+  ASSERT_TRUE(d.ok());
+  v1::Register r = decode_worker("ipc://" + d.dir() + "/kv.sock");
+  r.set_role(v1::WORKER_ROLE_BOTH);
+  r.set_kv_blocks(1u << 24);
+  // 2^24 blocks of the smallest size this model's KV could take (4 bits: 64 bytes per token):
+  // 16 GiB, within the host's memory here or refused; either way the scheduler stays small.
+  r.set_block_bytes(16 * 64);
+  const uint64_t before = scheduler_rss(d.pid());
+  ASSERT_GT(before, 0u);
+  const v1::RegisterReply claim = register_as(d.worker_endpoint(), r);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const uint64_t after = scheduler_rss(d.pid());
+  std::cerr << "scheduler RSS " << before << " -> " << after << "\n";
+  EXPECT_LT(after, before + (uint64_t{32} << 20))
+      << "the scheduler grew from " << before << " to " << after << " bytes on a 2^24-block claim ("
+      << (claim.accepted() ? "accepted" : "refused") << ")";
+
+  r.set_block_bytes(uint64_t{1} << 40);  // 2^64 bytes in all: more than any host
+  const v1::RegisterReply huge = register_as(d.worker_endpoint(), r);
+  EXPECT_FALSE(huge.accepted()) << "a worker claimed 2^64 bytes of KV";
+  EXPECT_EQ(huge.reason(), v1::REFUSAL_REASON_KV_POOL);
+  EXPECT_NE(huge.error_message().find("--max-worker-kv-bytes"), std::string::npos) << huge.error_message();
+  r.set_block_bytes(1);  // a block the model's KV cannot fit in
+  const v1::RegisterReply tiny = register_as(d.worker_endpoint(), r);
+  EXPECT_FALSE(tiny.accepted()) << "a worker claimed 2^24 blocks of 1 byte";
+  EXPECT_EQ(tiny.reason(), v1::REFUSAL_REASON_KV_POOL);
 }
 
 }  // namespace

@@ -1,0 +1,94 @@
+#include "scheduler/registration.h"
+
+#include <fstream>
+#include <sstream>
+
+namespace tandem::scheduler {
+
+namespace {
+
+constexpr uint32_t kMaxBlocks = 1u << 24;  // block ids travel as int32_t; beyond, not a worker
+
+// "tcp://HOST:PORT" -> HOST (brackets of an IPv6 literal removed); nullopt for another form.
+std::optional<std::string> tcp_host(const std::string& endpoint) {
+  if (endpoint.rfind("tcp://", 0) != 0) return std::nullopt;
+  const std::string rest = endpoint.substr(6);
+  const size_t colon = rest.rfind(':');
+  if (colon == std::string::npos || colon == 0) return std::nullopt;
+  std::string host = rest.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return host;
+}
+
+bool loopback(const std::string& host) { return host.rfind("127.", 0) == 0 || host == "::1" || host == "localhost"; }
+
+}  // namespace
+
+uint64_t min_kv_bytes_per_token(const model::ModelConfig& config) {
+  // K and V of every layer's KV heads, 4 bits (half a byte) per element at the least.
+  return uint64_t{config.n_layers} * 2 * config.n_kv_heads * config.head_dim() / 2;
+}
+
+std::optional<Refusal> check_kv_pool(const v1::Register& reg, const RegistrationLimits& limits) {
+  const uint32_t bt = reg.block_tokens();
+  if (reg.kv_blocks() == 0 || reg.kv_blocks() > kMaxBlocks || bt == 0 || bt % 16 != 0 || bt > 4096)
+    return Refusal{v1::REFUSAL_REASON_KV_POOL, "invalid KV pool: " + std::to_string(reg.kv_blocks()) + " blocks of " +
+                                                   std::to_string(bt) +
+                                                   " tokens (1 to 2^24 blocks of 16 to 4096 tokens, a multiple of 16)"};
+  if (reg.block_bytes() < uint64_t{bt} * limits.min_kv_bytes_per_token)
+    return Refusal{v1::REFUSAL_REASON_KV_POOL, "invalid KV pool: " + std::to_string(reg.block_bytes()) +
+                                                   " bytes per block of " + std::to_string(bt) +
+                                                   " tokens is less than this model's KV takes in any format"};
+  // block_bytes < 2^64 / 2^24: the product does not wrap.
+  const unsigned __int128 bytes = static_cast<unsigned __int128>(reg.kv_blocks()) * reg.block_bytes();
+  if (limits.max_worker_kv_bytes && bytes > limits.max_worker_kv_bytes)
+    return Refusal{v1::REFUSAL_REASON_KV_POOL,
+                   "KV pool too large: " + std::to_string(reg.kv_blocks()) + " blocks of " +
+                       std::to_string(reg.block_bytes()) +
+                       " bytes is more than a worker may hold (the scheduler's --max-worker-kv-bytes)"};
+  return std::nullopt;
+}
+
+std::optional<Refusal> check_kv_endpoint(const std::string& endpoint, const RegisteringPeer& peer,
+                                         const std::vector<std::string>& allow) {
+  const std::optional<std::string> host = tcp_host(endpoint);
+  for (const std::string& a : allow)
+    if (a == endpoint || (host && a == *host)) return std::nullopt;
+  if (endpoint.rfind("ipc://", 0) == 0) {
+    if (peer.local) return std::nullopt;
+    return Refusal{v1::REFUSAL_REASON_KV_ENDPOINT,
+                   "kv_endpoint: an ipc:// endpoint is taken only from a worker connected over ipc:// (list it in "
+                   "[scheduler] kv_endpoint_allow otherwise)"};
+  }
+  if (!host)
+    return Refusal{v1::REFUSAL_REASON_KV_ENDPOINT,
+                   "kv_endpoint: must be ipc://PATH or tcp://HOST:PORT (or listed in [scheduler] kv_endpoint_allow)"};
+  if ((!peer.address.empty() && *host == peer.address) || (peer.local && loopback(*host))) return std::nullopt;
+  return Refusal{v1::REFUSAL_REASON_KV_ENDPOINT,
+                 "kv_endpoint: its host must be the address the worker registers from (or listed in [scheduler] "
+                 "kv_endpoint_allow)"};
+}
+
+std::vector<std::string> split_list(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const size_t b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
+    if (b != std::string::npos) out.push_back(item.substr(b, e - b + 1));
+  }
+  return out;
+}
+
+uint64_t host_mem_total(const std::string& meminfo) {
+  std::ifstream in(meminfo);
+  std::string key;
+  uint64_t kb = 0;
+  while (in >> key) {
+    if (key == "MemTotal:" && in >> kb) return kb * 1024;
+    in.ignore(1 << 16, '\n');
+  }
+  return 0;
+}
+
+}  // namespace tandem::scheduler
