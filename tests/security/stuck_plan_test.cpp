@@ -103,13 +103,14 @@ std::string fingerprint_of(const std::string& model) {
   return model::model_fingerprint(**file, model::read_model_config(**file).value());
 }
 
-// `n` requests of 8 tokens at once, prompts differing in their last token from `first` on.
+// `n` requests of 8 tokens at once, prompts of `prompt` tokens differing in their last from `first` on.
 std::vector<std::shared_ptr<Stream>> start_requests(Client& client, int n, int32_t first,
-                                                    std::chrono::milliseconds timeout) {
+                                                    std::chrono::milliseconds timeout, int prompt = 4) {
   std::vector<std::shared_ptr<Stream>> streams;
   for (int i = 0; i < n; ++i) {
     GenerateRequest r;
-    r.prompt_tokens = {5, 6, 7, first + i};
+    for (int t = 0; t + 1 < prompt; ++t) r.prompt_tokens.push_back(5 + (t * (first + i)) % 200);
+    r.prompt_tokens.push_back(first + i);
     r.max_tokens = 8;
     r.ignore_eos = true;
     r.timeout = timeout;
@@ -217,8 +218,9 @@ TEST(StuckPlans, NoHealthyWorkerIsFencedUnderCpuLoad) {
   ASSERT_TRUE(client);
   const auto end = std::chrono::steady_clock::now() + 55s;
   int rounds = 0, served = 0, failed = 0;
-  for (; rounds < 1000 && std::chrono::steady_clock::now() < end; ++rounds) {
-    auto streams = start_requests(*client, 8, 30 + rounds % 50, 0ms);
+  for (; rounds < 100000 && std::chrono::steady_clock::now() < end; ++rounds) {
+    // 300-token prompts: prefill chunks of 256 as well as decodes, in every step-size bucket.
+    auto streams = start_requests(*client, 8, 30 + rounds % 50, 0ms, 300);
     for (auto& s : streams) {
       Event ev;
       for (int i = 0; i < 64 && s->next(ev) && !ev.final; ++i) {
