@@ -59,7 +59,7 @@ void write_seeds(const std::string& dir) {
   std::filesystem::create_directories(dir);
   std::vector<float> x(512);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37 % 101) - 50) / 64.0f;
-  for (uint32_t id : {0u, 1u, 2u, 3u, 6u, 7u, 8u, 12u, 13u, 14u, 30u}) {
+  for (uint32_t id : {0u, 1u, 2u, 3u, 6u, 7u, 8u, 12u, 13u, 14u, 15u, 30u}) {
     const auto type = static_cast<model::TensorType>(id);
     std::vector<std::byte> data(model::row_bytes(type, x.size()));
     model::type_traits(type)->quantize(x.data(), data.data(), static_cast<int64_t>(x.size()));

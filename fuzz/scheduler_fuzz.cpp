@@ -1,9 +1,17 @@
 // libFuzzer target: arbitrary bytes as the scheduler's inbound traffic, through the actor's
 // own handlers (the ones its client and worker ROUTER sockets call): client messages
 // (submit, cancel, heartbeat, status, drain), worker messages (register, heartbeat, step
-// results, KV acknowledgements), wrong frame counts, garbage, and ticks in between. A fresh
-// scheduler per input. Must never crash, hang or trip ASan/UBSan.
+// results, KV acknowledgements), wrong frame counts, garbage, ticks, and time passing with the
+// liveness check (silent workers and clients, per-step deadlines) in between. A fresh scheduler
+// per input, with small limits (queue, per-client requests, send queue) so that a few records
+// reach them. Each peer identity is a real DEALER connected over inproc://, so what the
+// scheduler sends is delivered, and queues up until the input has that peer read: a client that
+// does not read stalls as a real one would. Must never crash, hang or trip ASan/UBSan.
+#include <chrono>
 #include <cstdlib>
+#include <memory>
+#include <vector>
+#include <zmq.hpp>
 
 #include "fuzz/fuzz_input.h"
 #include "model/gguf.h"
@@ -21,7 +29,91 @@ scheduler::ActorOptions options() {
   o.model_path = fuzz::tiny_model();
   o.client_endpoint = "inproc://fuzz-clients";
   o.worker_endpoint = "inproc://fuzz-workers";
+  o.heartbeat_ms = 100;
+  o.worker_liveness = 3;
+  o.client_timeout_ms = 1000;
+  o.client_send_queue = 8;  // with the peer's receive queue, 12 messages until a client stalls
+  o.core.max_queue = 6;
+  o.core.max_client_requests = 4;
   return o;
+}
+
+constexpr int kPeers = 4;  // fuzz::Record::peer is taken modulo 4
+constexpr int kPeerReceiveQueue = 4;
+
+// The peers: per identity "peer-N", a DEALER on the client endpoint and one on the worker
+// endpoint, in the actor's context (inproc:// needs it). Closed before the actor.
+struct Peers {
+  std::vector<std::unique_ptr<zmq::socket_t>> sockets;  // [client 0..3, worker 0..3]
+  explicit Peers(zmq::context_t& ctx) {
+    for (const char* endpoint : {"inproc://fuzz-clients", "inproc://fuzz-workers"}) {
+      for (int i = 0; i < kPeers; ++i) {
+        auto s = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::dealer);
+        s->set(zmq::sockopt::linger, 0);
+        s->set(zmq::sockopt::rcvhwm, kPeerReceiveQueue);
+        s->set(zmq::sockopt::routing_id, "peer-" + std::to_string(i));
+        s->connect(endpoint);
+        sockets.push_back(std::move(s));
+      }
+    }
+  }
+  // Peer `i` reads what was sent to it (a stalled client catching up); bounded.
+  void read(int i) {
+    for (zmq::socket_t* s : {sockets[i].get(), sockets[kPeers + i].get()}) {
+      zmq::message_t m;
+      for (int n = 0; n < 64 && s->recv(m, zmq::recv_flags::dontwait); ++n) {
+      }
+    }
+  }
+};
+
+// Seeds that reach the limits and the liveness paths: a client that does not read its
+// events, a full queue, a worker that heartbeats but never answers its plan.
+void write_limit_seeds(const std::string& dir, const v1::WorkerMessage& both, const v1::ClientMessage& submit) {
+  auto submit_as = [&](const std::string& id, uint32_t max_tokens) {
+    v1::ClientMessage m = submit;
+    m.mutable_submit()->set_request_id(id);
+    m.mutable_submit()->set_max_tokens(max_tokens);
+    m.mutable_submit()->clear_stop_strings();
+    return m;
+  };
+  fuzz::SeedWriter w;
+  // Stalled client: worker peer 0 answers 16 decode steps of one stream; client peer 1 never
+  // reads its events until the end.
+  const v1::ClientMessage long_stream = submit_as("long", 30);
+  w.add(1, 0, {&both}).add(0, 1, {&long_stream}).add(2, 0, {});
+  std::vector<v1::WorkerMessage> results(16);
+  for (uint32_t i = 0; i < results.size(); ++i) {
+    results[i].set_version(1);
+    v1::StepResult* r = results[i].mutable_result();
+    r->set_step_id(i + 1);
+    r->set_epoch(1);
+    v1::SeqResult* sr = r->add_seqs();
+    sr->set_seq_id(1);
+    sr->set_token(5 + static_cast<int32_t>(i));
+    w.add(1, 0, {&results[i]});
+  }
+  w.add(4, 1, {}).add(2, 0, {}).write(dir, "stalled-client");
+  // Full queue: a worker with room for one sequence, submits from three clients past their
+  // per-client limit and the queue's.
+  v1::WorkerMessage small = both;
+  small.mutable_register_()->set_kv_blocks(2);
+  w.add(1, 0, {&small});
+  std::vector<v1::ClientMessage> many;
+  for (int i = 0; i < 10; ++i) many.push_back(submit_as("q" + std::to_string(i), 4));
+  for (int i = 0; i < 10; ++i) w.add(0, static_cast<uint8_t>(1 + i % 3), {&many[i]});
+  w.add(2, 0, {}).write(dir, "full-queue");
+  // Step deadline: worker peer 0 takes a plan, heartbeats on time and never answers: fenced
+  // after the liveness timeout, refused as unknown, registers again.
+  v1::WorkerMessage beat;
+  beat.set_version(1);
+  beat.mutable_heartbeat()->set_epoch(1);
+  w.add(1, 0, {&both}).add(0, 1, {&long_stream}).add(2, 0, {});
+  for (int i = 0; i < 6; ++i) w.add(1, 0, {&beat}).add(3, 0, {});
+  w.add(1, 0, {&beat}).add(1, 0, {&both}).add(2, 0, {}).write(dir, "step-deadline");
+  // A silent worker and a silent client: time passes in steps of 3 periods (held up) and 1.5.
+  w.add(1, 0, {&both}).add(0, 2, {&long_stream}).add(2, 0, {}).add(3, 3, {}).add(3, 1, {}).add(3, 1, {});
+  w.add(3, 1, {}).add(3, 1, {}).add(3, 1, {}).add(3, 1, {}).add(3, 1, {}).write(dir, "silent-peers");
 }
 
 void write_seeds(const std::string& dir) {
@@ -104,6 +196,7 @@ void write_seeds(const std::string& dir) {
       .add(2, 0, {})
       .write(dir, "split-handoff");
   w.add(1, 0, {&both}).add(0, 1, {&submit}).add(0, 3, {&drain}).add(0, 1, {&text}).add(2, 0, {}).write(dir, "drain");
+  write_limit_seeds(dir, both, submit);
 }
 
 }  // namespace
@@ -113,14 +206,24 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) { return fuzz::initialize(wri
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto actor = scheduler::ActorHarness::create(options());
   if (!actor) std::abort();
-  for (const fuzz::Record& r : fuzz::parse(data, size)) {
-    runtime::Frames frames = fuzz::frames_of(r, "peer-" + std::to_string(r.peer));
-    switch (r.kind % 3) {
-      case 0: (*actor)->client(frames); break;
-      case 1: (*actor)->worker(frames); break;
-      default: (*actor)->tick(); break;
+  {
+    Peers peers((*actor)->context());
+    for (const fuzz::Record& r : fuzz::parse(data, size)) {
+      runtime::Frames frames = fuzz::frames_of(r, "peer-" + std::to_string(r.peer));
+      switch (r.kind % 5) {
+        case 0: (*actor)->client(frames); break;
+        case 1: (*actor)->worker(frames); break;
+        case 2: (*actor)->tick(); break;
+        case 3:
+          // 0.75 to 3 heartbeat periods: deaths, fences and silent clients; past 2 periods the
+          // scheduler counts itself held up.
+          (*actor)->pass_time(std::chrono::microseconds(75'000 * (r.peer + 1)));
+          (*actor)->check_liveness();
+          break;
+        default: peers.read(r.peer); break;
+      }
     }
+    (*actor)->tick();
   }
-  (*actor)->tick();
   return 0;
 }

@@ -1,9 +1,11 @@
 // libFuzzer target: arbitrary bytes as a worker's inbound traffic, through the actor's own
 // handlers: the scheduler's commands (registration replies, step plans, KV expectations and
 // send orders, shutdown) and raw multipart KV transfers from other workers (a header, then
-// block frames of any count and size). The worker (role decode, the tiny model, 64 KV
-// blocks) lives across inputs and is made anew every 256, so state carried between inputs
-// is exercised too. Must never crash, hang or trip ASan/UBSan.
+// block frames of any count and size). Three workers (role decode, the tiny model, 64 KV
+// blocks), one per KV format: F32; 8-bit with an F32 window of 2 tail blocks; 4-bit in groups
+// of 32 with the last layer F32 and a window of 1. A record's kind picks the handler (kind % 2)
+// and the worker ((kind / 2) % 3). They live across inputs and are made anew every 256, so
+// state carried between inputs is exercised too. Must never crash, hang or trip ASan/UBSan.
 #include <cstdlib>
 
 #include "fuzz/fuzz_input.h"
@@ -14,7 +16,23 @@ using namespace tandem;
 
 namespace {
 
-worker::WorkerOptions options() {
+constexpr int kFormats = 3;
+
+engine::KvFormat kv_format(int i) {
+  engine::KvFormat f;  // F32
+  if (i == 1) {
+    f.bits = 8;
+    f.f32_window = 2;
+  } else if (i == 2) {
+    f.bits = 4;
+    f.group_size = 32;
+    f.skip_last_layer = true;
+    f.f32_window = 1;
+  }
+  return f;
+}
+
+worker::WorkerOptions options(int format) {
   worker::WorkerOptions o;
   o.model_path = fuzz::tiny_model();
   o.scheduler_endpoint = "inproc://fuzz-scheduler";
@@ -23,7 +41,40 @@ worker::WorkerOptions options() {
   o.threads = 1;
   o.kv_blocks = 64;
   o.name = "fuzz";
+  o.kv_format = kv_format(format);
   return o;
+}
+
+// Plans for the quantized workers (kinds 2 and 4): a 40-token prefill over three blocks with
+// the sequence's tail blocks, decodes that cross into the next block, a release.
+void write_quantized_seeds(const std::string& dir, const v1::SchedulerCommand& reply) {
+  std::vector<v1::SchedulerCommand> plans(6);
+  for (uint32_t i = 0; i < plans.size(); ++i) {
+    plans[i].set_version(1);
+    v1::StepPlan* p = plans[i].mutable_plan();
+    p->set_step_id(i + 1);
+    p->set_epoch(1);
+    v1::SeqPlan* sp = p->add_seqs();
+    sp->set_seq_id(1);
+    sp->set_sample(true);
+    if (i == 0) {
+      for (int t = 0; t < 40; ++t) sp->add_tokens(3 + t);
+      for (int b = 0; b < 3; ++b) sp->add_new_blocks(b);
+      sp->add_tail_blocks(62);
+      sp->add_tail_blocks(63);
+      sp->mutable_sampling()->set_top_p(1.0f);
+    } else {
+      sp->set_start_pos(39 + i);
+      if (i == 5) sp->add_new_blocks(3);
+    }
+  }
+  plans.back().mutable_plan()->add_release(1);
+  for (uint8_t kind : {2, 4}) {
+    fuzz::SeedWriter w;
+    w.add(kind, 0, {&reply});
+    for (const auto& p : plans) w.add(kind, 0, {&p});
+    w.write(dir, kind == 2 ? "q8-tail-plans" : "q4-tail-plans");
+  }
 }
 
 void write_seeds(const std::string& dir) {
@@ -107,9 +158,10 @@ void write_seeds(const std::string& dir) {
       .add(0, 0, {&expect})
       .add(0, 0, {&cont})
       .write(dir, "transfer-then-expect");
+  write_quantized_seeds(dir, reply);
 }
 
-std::unique_ptr<worker::WorkerHarness> g_worker;
+std::unique_ptr<worker::WorkerHarness> g_workers[kFormats];
 uint64_t g_inputs = 0;
 
 }  // namespace
@@ -117,18 +169,21 @@ uint64_t g_inputs = 0;
 extern "C" int LLVMFuzzerInitialize(int*, char***) { return fuzz::initialize(write_seeds); }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  if (!g_worker || ++g_inputs % 256 == 0) {
-    g_worker.reset();
-    auto w = worker::WorkerHarness::create(options());
-    if (!w) std::abort();
-    g_worker = std::move(w.value());
+  if (!g_workers[0] || ++g_inputs % 256 == 0) {
+    for (int i = 0; i < kFormats; ++i) {
+      g_workers[i].reset();
+      auto w = worker::WorkerHarness::create(options(i));
+      if (!w) std::abort();
+      g_workers[i] = std::move(w.value());
+    }
   }
   for (const fuzz::Record& r : fuzz::parse(data, size)) {
     runtime::Frames frames = fuzz::frames_of(r, "");
+    worker::WorkerHarness& w = *g_workers[(r.kind / 2) % kFormats];
     if (r.kind % 2 == 0)
-      g_worker->scheduler(frames);
+      w.scheduler(frames);
     else
-      g_worker->transfer(frames);
+      w.transfer(frames);
   }
   return 0;
 }

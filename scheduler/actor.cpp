@@ -51,7 +51,7 @@ class Actor final : public Sink {
         renderer_(renderer),
         fingerprint_(std::move(fingerprint)),
         loop_(limits(options)),
-        core_(options.core, config, renderer, *this),
+        core_(core_config(options), config, renderer, *this),
         client_limits_(client_socket_limits(options, config)),
         outbox_(static_cast<uint32_t>(client_limits_.send_hwm), outbox_callbacks()) {
     registration_.max_worker_kv_bytes = options.max_worker_kv_bytes ? options.max_worker_kv_bytes : host_mem_total();
@@ -65,6 +65,13 @@ class Actor final : public Sink {
                                 [this, job, ids = std::move(ids)]() mutable { on_prompt(job, std::move(ids)); });
           });
     }
+  }
+
+  // A plan's deadline is never shorter than the time a silent worker is given.
+  static SchedulerConfig core_config(const ActorOptions& options) {
+    SchedulerConfig c = options.core;
+    c.step_deadline_floor_ms = options.heartbeat_ms * options.worker_liveness;
+    return c;
   }
 
   // The send queue per peer is bounded: a client that stops reading is found out (ClientOutbox).
@@ -117,7 +124,7 @@ class Actor final : public Sink {
     }
     liveness_ = loop_.every(std::chrono::milliseconds(options_.heartbeat_ms), [this] { check_liveness(); });
     deadlines_ = loop_.every(std::chrono::milliseconds(10), [this] {
-      core_.tick(runtime::now_us());
+      core_.tick(clock_us());
       flush();
       if (drain_deadline_us_ > 0) check_drain();
     });
@@ -138,11 +145,14 @@ class Actor final : public Sink {
 
   void run() { loop_.run(); }
 
-  // ActorHarness: the handlers the sockets call, fed directly.
+  // ActorHarness: the handlers the sockets call, fed directly, and the loop's clock and context.
   void feed_client(runtime::Frames& frames) { on_client(frames, frames.size()); }
+  void liveness_now() { check_liveness(); }
+  void pass_time(int64_t us) { skew_us_ += us; }
+  zmq::context_t& context() { return loop_.zmq(); }
   void feed_worker(runtime::Frames& frames) { on_worker(frames); }
   void tick_now() {
-    core_.tick(runtime::now_us());
+    core_.tick(clock_us());
     flush();
   }
 
@@ -185,8 +195,11 @@ class Actor final : public Sink {
     outbox_.add(client, events);
   }
 
+  // The loop's clock: steady time, moved on by the fuzz harness (pass_time) only.
+  int64_t clock_us() const { return runtime::now_us() + skew_us_; }
+
   void flush() {
-    outbox_.flush(runtime::now_us());
+    outbox_.flush(clock_us());
     outbox_.trim(client_seen_.size());
   }
 
@@ -209,7 +222,7 @@ class Actor final : public Sink {
     c.stopped_reading = [this](const std::string& client) {
       spdlog::warn("scheduler: a client stopped reading ({} messages queued to it): cancelling its {} requests",
                    client_limits_.send_hwm, core_.live_requests(client));
-      core_.client_gone(client, runtime::now_us(),
+      core_.client_gone(client, clock_us(),
                         "the client stopped reading its events (" + std::to_string(client_limits_.send_hwm) +
                             " messages, up to " + std::to_string(options_.client_send_bytes) + " bytes, queued)");
     };
@@ -242,7 +255,7 @@ class Actor final : public Sink {
   // `parts`: the message's frames, the identity and those the socket dropped included.
   void on_client(runtime::Frames& frames, size_t parts) {
     const int64_t cpu0 = thread_cpu_us();
-    const int64_t now = runtime::now_us();
+    const int64_t now = clock_us();
     if (parts != 2 || frames.size() != 2) {
       if (!frames.empty())
         protocol_error(*clients_, frames[0].to_string(), v1::ERROR_CODE_INVALID_ARGUMENT,
@@ -312,7 +325,7 @@ class Actor final : public Sink {
   // A prompt's ids from the pool: a request's (the core's job) or a tokenize query's.
   void on_prompt(uint64_t job, Result<std::vector<int32_t>> ids) {
     const int64_t cpu0 = thread_cpu_us();
-    const int64_t now = runtime::now_us();
+    const int64_t now = clock_us();
     if (job & kQueryJob) {
       auto it = queries_.find(job);
       if (it == queries_.end()) return;
@@ -401,7 +414,7 @@ class Actor final : public Sink {
 
   void on_worker(runtime::Frames& frames) {
     const int64_t cpu0 = thread_cpu_us();
-    const int64_t now = runtime::now_us();
+    const int64_t now = clock_us();
     if (frames.size() != 2) return;
     const std::string identity = frames[0].to_string();
     if (Status st = runtime::parse_frame(frames[1], worker_msg_); !st) {
@@ -509,9 +522,7 @@ class Actor final : public Sink {
       return;
     }
     if (auto old = worker_by_identity_.find(identity); old != worker_by_identity_.end()) {
-      core_.remove_worker(old->second.id, now);  // re-registration: its old state is gone
-      worker_identity_.erase(old->second.id);
-      worker_by_identity_.erase(old);
+      forget_worker(identity, now);  // re-registration: its old state is gone
     }
     const uint32_t id = next_worker_id_++;
     worker_by_identity_[identity] = WorkerPeer{
@@ -534,7 +545,7 @@ class Actor final : public Sink {
   }
 
   void check_liveness() {
-    const int64_t now = runtime::now_us();
+    const int64_t now = clock_us();
     const int64_t period_us = int64_t{options_.heartbeat_ms} * 1000;
     const int64_t worker_timeout = period_us * options_.worker_liveness;
     // A tick that comes more than a period late means this process itself was held up (an
@@ -544,6 +555,7 @@ class Actor final : public Sink {
       const int64_t held = now - last_liveness_us_ - period_us;
       for (auto& [identity, peer] : worker_by_identity_) peer.last_seen_us += held;
       for (auto& [identity, seen] : client_seen_) seen += held;
+      core_.postpone_step_deadlines(held);
       spdlog::warn("scheduler: held up for {} ms; not counted against silent workers and clients", held / 1000);
     }
     last_liveness_us_ = now;
@@ -551,12 +563,21 @@ class Actor final : public Sink {
     for (auto& [identity, peer] : worker_by_identity_)
       if (now - peer.last_seen_us > worker_timeout) dead.push_back(identity);
     for (const std::string& identity : dead) {
-      const WorkerPeer peer = worker_by_identity_[identity];
+      const WorkerPeer& peer = worker_by_identity_[identity];
       spdlog::warn("scheduler: worker {} (pid {}) silent for {} ms: declared dead", peer.id, peer.pid,
                    (now - peer.last_seen_us) / 1000);
-      core_.remove_worker(peer.id, now);
-      worker_identity_.erase(peer.id);
-      worker_by_identity_.erase(identity);
+      forget_worker(identity, now);
+    }
+    // A worker that heartbeats but sits on a plan (it lost it, its handler threw, it is not a
+    // worker) is fenced as a dead one: its sequences move, its next message is refused as
+    // UNKNOWN_WORKER and a real worker registers again with a clean state.
+    while (const std::optional<Core::Overdue> late = core_.overdue_worker(now)) {
+      const std::string identity = worker_identity_[late->worker_id];
+      spdlog::warn(
+          "scheduler: worker {} (pid {}) fenced: step {} ({} tokens) unanswered for {} ms, past its deadline of {} ms",
+          late->worker_id, worker_by_identity_[identity].pid, late->step_id, late->tokens, late->waited_us / 1000,
+          late->deadline_us / 1000);
+      forget_worker(identity, now);
     }
     std::vector<std::string> gone;
     for (auto& [identity, seen] : client_seen_) {
@@ -574,13 +595,22 @@ class Actor final : public Sink {
     flush();
   }
 
+  // The dead-worker path (a silent worker, a fenced one): its sequences fail over (or end with
+  // UNAVAILABLE when no worker is left) and the scheduler no longer knows its identity.
+  void forget_worker(const std::string& identity, int64_t now) {
+    const uint32_t id = worker_by_identity_[identity].id;
+    core_.remove_worker(id, now);
+    worker_identity_.erase(id);
+    worker_by_identity_.erase(identity);
+  }
+
   // `query_id`: the StatusQuery's, echoed so the client can match the reply to its query.
   void send_status(runtime::Socket& socket, const std::string& identity, uint64_t query_id) {
     reply_.Clear();
     reply_.set_version(kVersion);
     ActorStatus actor;
     actor.query_id = query_id;
-    actor.now_us = runtime::now_us();
+    actor.now_us = clock_us();
     actor.scheduler_cpu_us = cpu_us_;
     actor.planning_stalls = planning_stalls_;
     actor.draining = drain_deadline_us_ > 0;
@@ -597,13 +627,13 @@ class Actor final : public Sink {
 
   // Draining: no new admissions; what runs gets until the deadline, then is cancelled.
   void begin_drain(uint32_t timeout_ms) {
-    drain_deadline_us_ = runtime::now_us() + int64_t{timeout_ms} * 1000 + 1;
+    drain_deadline_us_ = clock_us() + int64_t{timeout_ms} * 1000 + 1;
     spdlog::info("scheduler: draining: {} queued, {} running, {} ms to finish", core_.queued(), core_.running(),
                  timeout_ms);
   }
 
   void check_drain() {
-    const int64_t now = runtime::now_us();
+    const int64_t now = clock_us();
     if (!core_.idle() && now >= drain_deadline_us_) {
       spdlog::warn("scheduler: drain timeout: cancelling {} queued and {} running requests", core_.queued(),
                    core_.running());
@@ -649,6 +679,7 @@ class Actor final : public Sink {
   LastMinute last_minute_;
   int64_t drain_deadline_us_ = 0;  // > 0: draining
   int64_t last_liveness_us_ = 0;   // when check_liveness last ran
+  int64_t skew_us_ = 0;            // ActorHarness::pass_time
   std::unordered_map<std::string, WorkerPeer> worker_by_identity_;
   std::unordered_map<uint32_t, std::string> worker_identity_;
   std::unordered_map<std::string, int64_t> client_seen_;
@@ -702,5 +733,8 @@ ActorHarness::~ActorHarness() = default;
 void ActorHarness::client(runtime::Frames& frames) { actor().feed_client(frames); }
 void ActorHarness::worker(runtime::Frames& frames) { actor().feed_worker(frames); }
 void ActorHarness::tick() { actor().tick_now(); }
+void ActorHarness::check_liveness() { actor().liveness_now(); }
+void ActorHarness::pass_time(std::chrono::microseconds d) { actor().pass_time(d.count()); }
+zmq::context_t& ActorHarness::context() { return actor().context(); }
 
 }  // namespace tandem::scheduler

@@ -2,6 +2,7 @@
 // clients and one for workers. Single-threaded; owns all scheduling state.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -63,6 +64,12 @@ class ActorHarness : runtime::Harness<Actor> {
   void client(runtime::Frames& frames);  // as the client ROUTER delivers: frames[0] is the peer
   void worker(runtime::Frames& frames);  // as the worker ROUTER delivers
   void tick();                           // deadlines, plans, and flushing events
+  // The liveness timer's work: silent workers declared dead, workers past a step deadline
+  // fenced, silent clients' requests cancelled.
+  void check_liveness();
+  void pass_time(std::chrono::microseconds d);  // the actor's clock moves on by `d`
+  // The actor's ZeroMQ context: inproc:// peers (real DEALERs) connect through it.
+  zmq::context_t& context();
 
  private:
   friend class runtime::Harness<Actor>;

@@ -70,13 +70,19 @@ struct Core::Worker {
     uint64_t step_id;
     std::vector<uint64_t> seqs;
     bool queued_behind = false;  // sent while another plan was in flight: the worker should not wait for it
+    uint32_t tokens = 0;         // computed by the plan (a decode counts one): its StepHistory bucket
+    int64_t sent_us = 0;
   };
   std::deque<InFlight> inflight;  // plans sent and not yet answered, in order
   std::vector<uint64_t> to_release;
   uint64_t next_step = 1;
   bool short_of_blocks = false;  // the last plan left a decode out for want of blocks
+  int64_t last_answer_us = 0;    // when its last result came: the next plan's step began then
+  StepHistory step_times;        // for the per-step deadline (overdue_worker)
   WorkerStats stats;
   Worker(uint32_t blocks, uint32_t block_tokens) : pool(blocks, block_tokens) {}
+  // When the worker could begin `plan`: once sent, and once the plan before it was answered.
+  int64_t step_start(const InFlight& plan) const { return std::max(plan.sent_us, last_answer_us); }
 };
 
 namespace {
@@ -563,7 +569,7 @@ bool Core::place(Request& r, int64_t now_us) {
   return true;
 }
 
-bool Core::build_plan(Worker& w) {
+bool Core::build_plan(Worker& w, int64_t now_us) {
   plan_.Clear();
   uint32_t budget = config_.max_batch_tokens, decodes = 0, prefill = 0;
   bool stalled = false;
@@ -656,7 +662,7 @@ bool Core::build_plan(Worker& w) {
   if (plan_.seqs_size() == 0 && plan_.release_size() == 0) return false;
   plan_.set_step_id(w.next_step++);
   for (uint64_t id : seqs) ++by_seq_[id]->inflight;
-  w.inflight.push_back({plan_.step_id(), std::move(seqs), !w.inflight.empty()});
+  w.inflight.push_back({plan_.step_id(), std::move(seqs), !w.inflight.empty(), decodes + prefill, now_us});
   ++stats_.steps;
   stats_.max_step_decode = std::max(stats_.max_step_decode, decodes);
   stats_.max_step_prefill_tokens = std::max(stats_.max_step_prefill_tokens, prefill);
@@ -691,7 +697,7 @@ void Core::schedule(int64_t now_us) {
            "no remaining worker has KV room for " + std::to_string(need) + " tokens", now_us);
   }
   for (auto& [id, w] : workers_)
-    while (w->inflight.size() < config_.pipeline_depth && build_plan(*w)) {
+    while (w->inflight.size() < config_.pipeline_depth && build_plan(*w, now_us)) {
     }
 }
 
@@ -716,6 +722,25 @@ void Core::tick(int64_t now_us) {
   // Debug builds: every worker's blocks are free, cached or in use, and nothing else
   // (free + cached + used = total, the LRU list and key map agree). O(blocks) per tick.
   assert(std::all_of(workers_.begin(), workers_.end(), [](const auto& w) { return w.second->pool.consistent(); }));
+}
+
+std::optional<Core::Overdue> Core::overdue_worker(int64_t now_us) const {
+  const int64_t floor_us = int64_t{config_.step_deadline_floor_ms} * 1000;
+  for (const auto& [id, w] : workers_) {
+    if (w->inflight.empty()) continue;
+    const Worker::InFlight& oldest = w->inflight.front();
+    const int64_t waited = now_us - w->step_start(oldest);
+    const int64_t deadline = w->step_times.deadline_us(oldest.tokens, floor_us);
+    if (waited > deadline) return Overdue{id, oldest.step_id, oldest.tokens, waited, deadline};
+  }
+  return std::nullopt;
+}
+
+void Core::postpone_step_deadlines(int64_t us) {
+  for (auto& [id, w] : workers_) {
+    if (w->last_answer_us) w->last_answer_us += us;
+    for (Worker::InFlight& f : w->inflight) f.sent_us += us;
+  }
 }
 
 void Core::accept_token(Request& r, const v1::SeqResult& s, int64_t now_us) {
@@ -762,6 +787,8 @@ void Core::on_result(uint32_t worker_id, const v1::StepResult& result, int64_t n
   std::vector<uint64_t> seqs = std::move(w.inflight.front().seqs);
   const std::vector<uint64_t>& plan_seqs = seqs_scratch_ = seqs;  // seqs is marked as results come
   const bool queued_behind = w.inflight.front().queued_behind;
+  w.step_times.record(w.inflight.front().tokens, now_us - w.step_start(w.inflight.front()));
+  w.last_answer_us = now_us;
   w.inflight.pop_front();
   ++w.stats.steps;
   w.stats.compute_us += result.compute_us();

@@ -9,6 +9,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "scheduler/admission.h"
 #include "scheduler/block_pool.h"
 #include "scheduler/prompt.h"
+#include "scheduler/step_history.h"
 #include "scheduler/stops.h"
 #include "tandem/v1/client.pb.h"
 #include "tandem/v1/worker.pb.h"
@@ -35,6 +37,9 @@ struct SchedulerConfig {
   uint32_t max_running = 256;          // sequences per worker
   uint32_t pipeline_depth = 2;         // plans in flight per worker (2: the next plan waits at the worker)
   uint32_t handoff_timeout_ms = 5000;  // a KV handoff not acknowledged by then is recomputed elsewhere
+  // The floor of a plan's deadline (overdue_worker): the actor's worker liveness timeout. A
+  // worker's steps are allowed StepHistory::kMultiple times their recent p99, never less.
+  uint32_t step_deadline_floor_ms = 3000;
   // Prefix caching: full prompt blocks stay cached after their sequence ends and later
   // prompts with the same prefix share them. A new request goes to the worker holding its
   // longest cached prefix unless that worker runs more than cache_balance_slack sequences
@@ -149,6 +154,21 @@ class Core {
   // Deadlines, then new plans for every worker with room in its pipeline.
   void tick(int64_t now_us);
 
+  // Per-step deadlines: a worker whose oldest unanswered plan has waited (since the worker
+  // could start it: sent, and the plan before answered) longer than its StepHistory allows,
+  // with step_deadline_floor_ms as the floor. The caller fences it as a dead worker
+  // (remove_worker), so its sequences fail over. None when every worker is within its deadline.
+  struct Overdue {
+    uint32_t worker_id;
+    uint64_t step_id;
+    uint32_t tokens;
+    int64_t waited_us, deadline_us;
+  };
+  std::optional<Overdue> overdue_worker(int64_t now_us) const;
+  // The caller was held up for `us` (its loop did not run, results sat unread): not counted
+  // against any plan in flight.
+  void postpone_step_deadlines(int64_t us);
+
   const CoreStats& stats() const { return stats_; }
   // Waiting requests, those whose prompt is being tokenized included.
   uint32_t queued() const { return static_cast<uint32_t>(queue_.size() + tokenizing_.size()); }
@@ -174,7 +194,7 @@ class Core {
   struct Worker;
   struct Placement;
   void schedule(int64_t now_us);
-  bool build_plan(Worker& w);
+  bool build_plan(Worker& w, int64_t now_us);
   bool place(Request& r, int64_t now_us);
   bool takes_prompts(const Worker& w) const;
   // Prefill done on a prefill worker: reserve blocks on a decode worker and order the KV

@@ -21,6 +21,7 @@ packages=(
   python3-numpy                        # float64 references of the engine and the quantizers (tests/*.py)
   python3-jinja2                       # the reference renderer of chat templates (tests/chat_template_reference.py)
   wamerican                            # the word list trained_model_test checks generated English against
+  stress-ng                            # CPU load beside the no-false-fence test (stuck_plan_test) and scripts/stress-tests.sh
 )
 
 missing=()

@@ -1003,3 +1003,77 @@ TEST(CoreFairness, OneClientsLiveRequestsAreBounded) {
 
 }  // namespace
 }  // namespace tandem::scheduler
+
+namespace tandem::scheduler {
+namespace {
+
+// #18 item 8: a plan unanswered past its deadline names its worker; fenced (removed), the
+// worker's sequences continue on another with no token lost or repeated and one final event.
+TEST(CoreStepDeadline, AnUnansweredPlanIsOverdueAfterTheFloorAndItsSequencesFailOver) {
+  SchedulerConfig sc;
+  sc.step_deadline_floor_ms = 3000;
+  Harness h(sc);
+  h.core->add_worker(1, 64, 16, h.now);
+  h.core->submit("c", h.request("a", 20, 6), h.now);
+  h.core->tick(h.now);
+  ASSERT_FALSE(h.rec.plans[1].empty());
+  const int64_t sent = h.now;
+  h.core->add_worker(2, 64, 16, h.now);
+  EXPECT_FALSE(h.core->overdue_worker(sent + 3'000'000)) << "no history: the floor alone";
+  const auto late = h.core->overdue_worker(sent + 3'000'001);
+  ASSERT_TRUE(late);
+  EXPECT_EQ(late->worker_id, 1u);
+  EXPECT_EQ(late->tokens, 20u);
+  EXPECT_EQ(late->deadline_us, 3'000'000);
+  h.now = sent + 3'000'001;
+  h.core->remove_worker(1, h.now);  // what the actor does with it: the dead-worker path
+  h.rec.plans.erase(1);
+  EXPECT_FALSE(h.core->overdue_worker(h.now));
+  h.core->tick(h.now);
+  h.drain();
+  EXPECT_EQ(h.rec.final_count["a"], 1);
+  EXPECT_EQ(h.rec.finals["a"].finish_reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(h.rec.tokens["a"].size(), 6u);
+}
+
+TEST(CoreStepDeadline, EightTimesTheWorkersP99OnceItHasAHistory) {
+  SchedulerConfig sc;
+  sc.step_deadline_floor_ms = 5;  // below 8 x the 1 ms steps the harness answers in
+  sc.pipeline_depth = 1;
+  Harness h(sc);
+  h.core->add_worker(1, 64, 16, h.now);
+  h.core->submit("c", h.request("a", 4, 40), h.now);
+  h.core->tick(h.now);
+  for (int i = 0; i < 12; ++i) ASSERT_TRUE(h.answer(1));  // 1 ms decode steps
+  ASSERT_EQ(h.rec.plans[1].size(), 1u);
+  const int64_t sent = h.now;
+  EXPECT_FALSE(h.core->overdue_worker(sent + 8'000));
+  const auto late = h.core->overdue_worker(sent + 8'001);
+  ASSERT_TRUE(late);
+  EXPECT_EQ(late->deadline_us, 8'000);
+  h.core->postpone_step_deadlines(1'000);  // the scheduler itself was held up 1 ms
+  EXPECT_FALSE(h.core->overdue_worker(sent + 8'001)) << "time the scheduler was held up counts against no plan";
+  h.drain();
+  EXPECT_EQ(h.rec.final_count["a"], 1);
+}
+
+TEST(CoreStepDeadline, APipelinedPlansClockStartsWhenThePlanBeforeItIsAnswered) {
+  SchedulerConfig sc;
+  sc.step_deadline_floor_ms = 1000;
+  sc.pipeline_depth = 2;
+  Harness h(sc);
+  h.core->add_worker(1, 64, 16, h.now);
+  h.core->submit("c", h.request("a", 4, 40), h.now);
+  h.core->tick(h.now);
+  ASSERT_TRUE(h.answer(1));
+  ASSERT_EQ(h.rec.plans[1].size(), 2u) << "two plans in flight";
+  const int64_t first_sent = h.now;
+  // The first plan is answered 900 ms later; the second, sent long before, has its full second.
+  h.now += 900'000;
+  ASSERT_TRUE(h.answer(1));
+  EXPECT_FALSE(h.core->overdue_worker(h.now + 999'000)) << "waited from " << first_sent;
+  EXPECT_TRUE(h.core->overdue_worker(h.now + 1'000'001));
+}
+
+}  // namespace
+}  // namespace tandem::scheduler
