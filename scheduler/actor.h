@@ -31,6 +31,11 @@ struct ActorOptions {
   uint32_t client_send_queue = 10000;
   uint32_t drain_timeout_ms = 30000;  // draining: running requests get this long, then are cancelled
   std::string curve_keys_dir;         // CurveZMQ server keys (runtime/security.h); empty: none
+  // Allow-lists (runtime/zap.h), with CurveZMQ only; SIGHUP re-reads both. Empty: any holder of
+  // server.pub may connect there. A worker whose key leaves the list is fenced; a client whose
+  // key leaves it has its new requests refused.
+  std::string worker_keys;  // --worker-keys: the keys that may register as workers
+  std::string client_keys;  // --client-keys: the keys that may submit, each with its priority range
   // Threads that make long text prompts and conversations into ids (and answer tokenize
   // queries) off the planning thread (prompt_pool.h); 0: on it.
   uint32_t prompt_threads = 2;
