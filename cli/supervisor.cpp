@@ -107,6 +107,7 @@ std::vector<ChildSpec> plan_children(const DeployConfig& c, const Endpoints& ep,
       if (g.role == "decode" && !g.flags.count("kv-endpoint"))
         w.argv.insert(w.argv.end(), {"--kv-endpoint", "ipc://" + ep.runtime_dir + "/kv-" + w.name + ".sock"});
       log_flags(w.argv, w.name);
+      if (!c.worker_key.empty()) w.argv.insert(w.argv.end(), {"--worker-key", c.worker_key});
       for (const Flag& f : flag_table()) {
         if (f.section != Section::kWorkers) continue;
         auto it = g.flags.find(std::string(f.name));
@@ -140,8 +141,9 @@ class Supervisor {
     say("admin endpoint %s (tandem drain)", ep_.admin.c_str());
     for (Child& c : children_)
       if (!launch(c)) return stop_all(1);
+    // Status queries go to the admin endpoint: the client endpoint may take listed keys only.
     ClientOptions co;
-    co.endpoint = ep_.client;
+    co.endpoint = ep_.admin;
     if (!config_.curve_keys.empty())
       co.curve_server_key = runtime::load_curve_keys(config_.curve_keys, false)->server_public;
     auto client = Client::connect(co);
