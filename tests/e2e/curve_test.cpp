@@ -1,8 +1,6 @@
 // CurveZMQ: a deployment on tcp:// with --curve-keys serves a client that has the
 // scheduler's public key and refuses one (or a worker) that does not.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 
 #include <fstream>
 
@@ -13,19 +11,6 @@ namespace tandem {
 namespace {
 
 using namespace std::chrono_literals;
-
-// A TCP port that was free a moment ago (the kernel's choice for port 0).
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 std::unique_ptr<Client> connect(const std::string& endpoint, const std::string& key) {
   ClientOptions o;
@@ -45,7 +30,7 @@ TEST(Curve, AClientWithoutTheServerKeyIsRefusedAndOneWithItIsServed) {
   std::ifstream(keys + "/server.pub") >> pub;
   ASSERT_EQ(pub.size(), 40u);
 
-  const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(free_port());
+  const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(test::free_port());
   test::Deployment d({"--workers", "1", "--threads", "1", "--endpoint",
                       "tcp://:" + endpoint.substr(endpoint.rfind(':') + 1), "--curve-keys", keys});
   ASSERT_TRUE(d.ok());
