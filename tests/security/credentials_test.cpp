@@ -287,6 +287,13 @@ TEST(Credentials, ADecodeWorkerTakesKvOnlyFromTheSenderTheSchedulerNamed) {
       spawn({TANDEM_TANDEM_BIN, "worker", "--model", model_file("tiny", 1), "--scheduler", endpoint, "--threads", "1",
              "--role", "decode", "--curve-keys", keys.dir(), "--kv-memory", "16777216"},
             dir + "/decode.out");
+  struct Reap {  // the worker dies with the test, whichever assertion ends it
+    pid_t pid;
+    ~Reap() {
+      signal_one(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  } reap{worker};
   // Reads worker messages for up to `limit`, skipping heartbeats; the first other one.
   auto next = [&](std::chrono::milliseconds limit) -> std::optional<v1::WorkerMessage> {
     const auto deadline = std::chrono::steady_clock::now() + limit;
@@ -365,8 +372,6 @@ TEST(Credentials, ADecodeWorkerTakesKvOnlyFromTheSenderTheSchedulerNamed) {
   const auto taken = next(10s);
   ASSERT_TRUE(taken && taken->has_kv_received()) << "the named sender's transfer was not taken";
   EXPECT_EQ(taken->kv_received().transfer_id(), 1u);
-  signal_one(worker, SIGKILL);
-  waitpid(worker, nullptr, 0);
 }
 
 }  // namespace
