@@ -202,10 +202,7 @@ Result<DeployConfig> load_config(const std::string& path) {
   }
   // Relative paths in the file are relative to the file's folder.
   const std::filesystem::path base = std::filesystem::path(path).parent_path();
-  std::vector<std::string*> paths = {&c.model, &c.log_dir, &c.runtime_dir, &c.curve_keys};
-  for (const char* list : {"worker-keys", "client-keys"})
-    if (auto it = c.scheduler.find(list); it != c.scheduler.end()) paths.push_back(&it->second);
-  for (std::string* p : paths)
+  for (std::string* p : {&c.model, &c.log_dir, &c.runtime_dir, &c.curve_keys})
     if (!p->empty() && std::filesystem::path(*p).is_relative() && !base.empty())
       *p = (base / *p).lexically_normal().string();
   return c;
