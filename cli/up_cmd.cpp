@@ -31,6 +31,7 @@ constexpr const char* kNotes =
     "restarted with backoff (given up after --max-restarts crashes in a row). Prints the client endpoint\n"
     "and a ready line once every worker has registered. SIGTERM or Ctrl-C drains (no new requests,\n"
     "running ones finish within --drain-timeout-ms, then are cancelled); a second signal stops at once.\n"
+    "SIGHUP is passed on to the scheduler, which re-reads its allow-lists (--worker-keys, --client-keys).\n"
     "Flags override the config file (see deploy/local.toml); every setting has a key there.\n";
 
 std::string self_exe() {

@@ -374,5 +374,25 @@ TEST(Credentials, ADecodeWorkerTakesKvOnlyFromTheSenderTheSchedulerNamed) {
   EXPECT_EQ(taken->kv_received().transfer_id(), 1u);
 }
 
+// `tandem up --curve-keys DIR` works out of the box (it makes DIR/worker.key and lists it in
+// DIR/workers.allow for its workers), and passes SIGHUP on to the scheduler instead of dying of it.
+TEST(Credentials, TandemUpMakesItsWorkersKeyAndPassesSighupOn) {
+  Keys keys;
+  Deployment d({"--workers", "1", "--threads", "1", "--curve-keys", keys.dir()});
+  ASSERT_TRUE(d.ok());
+  const std::string pub = first_word(keys.dir() + "/worker.pub");
+  ASSERT_EQ(pub.size(), 40u) << "tandem up made no worker key";
+  EXPECT_NE(slurp(keys.dir() + "/workers.allow").find(pub + " worker"), std::string::npos);
+  ASSERT_EQ(signal_one(d.pid(), SIGHUP), 0);
+  std::this_thread::sleep_for(500ms);
+  EXPECT_NE(d.output().find("SIGHUP: the scheduler re-reads its allow-lists"), std::string::npos) << d.output();
+  ClientOptions o;
+  o.endpoint = d.endpoint();
+  o.curve_server_key = keys.server_pub();
+  auto client = Client::connect(o);
+  ASSERT_TRUE(client);
+  EXPECT_EQ(registered(**client, 1, 5s).size(), 1u) << "the deployment did not survive SIGHUP";
+}
+
 }  // namespace
 }  // namespace tandem::test
