@@ -45,10 +45,10 @@ Result<AllowList> AllowList::load(const std::string& path, const std::string& fl
   AllowList list;
   std::string line;
   for (int n = 1; std::getline(f, line); ++n) {
-    // Words up to a comment: '#' starts one at the start of a word, except for a key (Z85 has '#').
+    // Words up to a comment: a word starting with '#' (Z85 keys may hold '#', never first).
     std::istringstream in(line);
     std::vector<std::string> words;
-    for (std::string w; in >> w && (w[0] != '#' || (words.empty() && is_key(w)));) words.push_back(std::move(w));
+    for (std::string w; in >> w && w[0] != '#';) words.push_back(std::move(w));
     if (words.empty()) continue;
     const std::string where = flag + ": " + path + " line " + std::to_string(n);
     if (!is_key(words[0]))

@@ -31,8 +31,8 @@ struct Credential {
 };
 
 // An allow-list file: one credential a line, `KEY NAME [priority=LO..HI]` (KEY: a Z85 public key,
-// the text of NAME.pub); a word starting with `#` starts a comment (but a key may start with
-// `#`: Z85 has it), blank lines are skipped. Names are unique.
+// the text of NAME.pub); a word starting with `#` starts a comment (a Z85 key may contain `#`
+// but never starts with it), blank lines are skipped. Names are unique.
 class AllowList {
  public:
   // Errors name the file and line, never a key. `flag` prefixes them ("--worker-keys").
