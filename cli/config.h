@@ -41,7 +41,9 @@ struct DeployConfig {
   std::string runtime_dir;      // empty: a new $XDG_RUNTIME_DIR (or /tmp)/tandem-<uid>-XXXXXX (cli/runtime_dir.h)
   std::string log_dir;          // empty: children log to this process's stderr
   std::string log_level = "info";
-  std::string curve_keys;                        // CurveZMQ key folder (tandem keys --out DIR); empty: none
+  std::string curve_keys;  // CurveZMQ key folder (tandem keys --out DIR); empty: none
+  // The workers' secret key (--worker-key): set by `tandem up` from curve_keys, not a setting.
+  std::string worker_key;
   std::map<std::string, std::string> scheduler;  // [scheduler] settings: flag (max-queue, ...) -> value
   Supervision supervision;
   std::vector<WorkerGroup> workers = {WorkerGroup{}};

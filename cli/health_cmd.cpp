@@ -147,15 +147,26 @@ int keys_command(int argc, char** argv) {
   if (!args) return fail("keys", args.status());
   if (args->has("help") || !args->has("out")) {
     std::fputs(
-        help_text(kKeys, "usage: tandem keys --out DIR",
+        help_text(kKeys, "usage: tandem keys --out DIR [--name NAME]",
                   "Writes a CurveZMQ key pair for a scheduler: DIR/server.key (secret, 0600: the scheduler's host\n"
                   "only) and DIR/server.pub (what workers and clients need to connect). Run tandem up / scheduler /\n"
-                  "worker / status / generate with --curve-keys DIR.")
+                  "worker / status / generate with --curve-keys DIR.\n"
+                  "With --name NAME: a worker's or a client's key pair DIR/NAME.key (its --worker-key / --client-key)\n"
+                  "and DIR/NAME.pub, and the line to add to the scheduler's --worker-keys or --client-keys file.")
             .c_str(),
         stdout);
     return args->has("help") ? 0 : 2;
   }
-  if (Status st = runtime::write_curve_keys(*args->str("out")); !st) return fail("keys", st);
+  const std::string dir = *args->str("out");
+  if (auto name = args->str("name")) {
+    auto pub = runtime::write_named_key_pair(dir, *name);
+    if (!pub) return fail("keys", pub.status());
+    std::fprintf(stderr, "wrote %s/%s.key and %s/%s.pub; its allow-list line:\n", dir.c_str(), name->c_str(),
+                 dir.c_str(), name->c_str());
+    std::printf("%s %s\n", pub->c_str(), name->c_str());
+    return 0;
+  }
+  if (Status st = runtime::write_curve_keys(dir); !st) return fail("keys", st);
   std::printf("wrote %s/server.key and %s/server.pub\n", args->str("out")->c_str(), args->str("out")->c_str());
   return 0;
 }

@@ -62,6 +62,8 @@ int scheduler_command(int argc, char** argv) {
   o.worker_endpoint = *we;
   o.admin_endpoint = args->str("admin-endpoint").value_or("");
   o.curve_keys_dir = args->str("curve-keys").value_or("");
+  o.worker_keys = args->str("worker-keys").value_or("");
+  o.client_keys = args->str("client-keys").value_or("");
   if (Status st = scheduler_options_from(*args, o); !st) return fail("scheduler", st);
   if (Status st = scheduler::run_scheduler(o); !st) return fail("scheduler", st);
   return 0;

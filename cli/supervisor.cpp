@@ -30,7 +30,12 @@ using std::chrono::milliseconds;
 
 volatile sig_atomic_t g_signals = 0;  // SIGTERM/SIGINT deliveries
 volatile sig_atomic_t g_last_signal = 0;
+volatile sig_atomic_t g_hangups = 0;  // SIGHUP deliveries: passed on to the scheduler
 void on_signal(int sig) {
+  if (sig == SIGHUP) {
+    g_hangups = g_hangups + 1;
+    return;
+  }
   g_last_signal = sig;
   g_signals = g_signals + 1;
 }
@@ -118,6 +123,7 @@ std::vector<ChildSpec> plan_children(const DeployConfig& c, const Endpoints& ep,
         kv_sockets.push_back(w.argv.back());
       }
       log_flags(w.argv, w.name);
+      if (!c.worker_key.empty()) w.argv.insert(w.argv.end(), {"--worker-key", c.worker_key});
       for (const Flag& f : flag_table()) {
         if (f.section != Section::kWorkers) continue;
         auto it = g.flags.find(std::string(f.name));
@@ -154,8 +160,9 @@ class Supervisor {
     say("admin endpoint %s (tandem drain)", ep_.admin.c_str());
     for (Child& c : children_)
       if (!launch(c)) return stop_all(1);
+    // Status queries go to the admin endpoint: the client endpoint may take listed keys only.
     ClientOptions co;
-    co.endpoint = ep_.client;
+    co.endpoint = ep_.admin;
     if (!config_.curve_keys.empty())
       co.curve_server_key = runtime::load_curve_keys(config_.curve_keys, false)->server_public;
     auto client = Client::connect(co);
@@ -219,6 +226,11 @@ class Supervisor {
 
   // The first signal drains, a second stops at once; a drain past its time stops too.
   std::optional<int> on_signals() {
+    if (g_hangups > handled_hangups_) {
+      handled_hangups_ = g_hangups;
+      say("SIGHUP: the scheduler re-reads its allow-lists");
+      if (scheduler().pid > 0) kill(scheduler().pid, SIGHUP);
+    }
     if (g_signals > handled_signals_) {
       handled_signals_ = g_signals;
       if (handled_signals_ == 1) {
@@ -333,7 +345,7 @@ class Supervisor {
   std::unique_ptr<Client> client_;
   Clock::time_point ready_deadline_;
   bool ready_ = false;
-  int handled_signals_ = 0;
+  int handled_signals_ = 0, handled_hangups_ = 0;
   std::optional<Clock::time_point> drain_deadline_;
 };
 
@@ -344,6 +356,7 @@ int supervise(const DeployConfig& config, const Endpoints& ep, std::vector<Child
   sa.sa_handler = on_signal;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);
   return Supervisor(config, ep, std::move(specs)).run();
 }
 

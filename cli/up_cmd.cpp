@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "cli/scheduler_cmd.h"
 #include "cli/supervisor.h"
 #include "cli/worker_cmd.h"
+#include "runtime/security.h"
 
 namespace tandem::cli {
 
@@ -29,6 +31,7 @@ constexpr const char* kNotes =
     "restarted with backoff (given up after --max-restarts crashes in a row). Prints the client endpoint\n"
     "and a ready line once every worker has registered. SIGTERM or Ctrl-C drains (no new requests,\n"
     "running ones finish within --drain-timeout-ms, then are cancelled); a second signal stops at once.\n"
+    "SIGHUP is passed on to the scheduler, which re-reads its allow-lists (--worker-keys, --client-keys).\n"
     "Flags override the config file (see deploy/local.toml); every setting has a key there.\n";
 
 std::string self_exe() {
@@ -86,6 +89,36 @@ std::vector<std::string> runtime_sockets(const Endpoints& ep, const std::vector<
   return names;
 }
 
+// With CurveZMQ the workers need a key the scheduler lists: KEYS/worker.key (made when missing)
+// and, unless worker_keys is set, the allow-list KEYS/workers.allow (made when missing, listing
+// it; add remote workers' keys there and SIGHUP the scheduler).
+Status prepare_worker_credentials(DeployConfig& c) {
+  if (c.curve_keys.empty()) return Status::ok();
+  const std::string key = c.curve_keys + "/worker.key";
+  std::string pub;
+  if (!std::filesystem::exists(key)) {
+    auto made = runtime::write_named_key_pair(c.curve_keys, "worker");
+    if (!made) return Status::invalid("curve_keys: cannot make the workers' key: " + made.status().message());
+    pub = *made;
+  } else {
+    auto pair = runtime::load_key_pair(key);
+    if (!pair) return Status::invalid("curve_keys: " + pair.status().message());
+    pub = pair->client_public;
+  }
+  c.worker_key = key;
+  if (c.scheduler.count("worker-keys")) return Status::ok();
+  const std::string list = c.curve_keys + "/workers.allow";
+  if (!std::filesystem::exists(list)) {
+    std::ofstream f(list);
+    f << "# Workers the scheduler lets in (tandem keys --out DIR --name NAME prints a line); SIGHUP re-reads.\n"
+      << pub << " worker\n";
+    f.close();
+    if (!f) return Status::invalid("curve_keys: cannot write " + list);
+  }
+  c.scheduler["worker-keys"] = list;
+  return Status::ok();
+}
+
 }  // namespace
 
 int up_command(int argc, char** argv) {
@@ -103,6 +136,7 @@ int up_command(int argc, char** argv) {
   }
   if (Status st = apply_flags(*args, config); !st) return fail("up", st);
   if (Status st = check_deployment(config); !st) return fail("up", st);
+  if (Status st = prepare_worker_credentials(config); !st) return fail("up", st);
   if (Status st = check_children(
           plan_children(config, Endpoints{"ipc://client", "ipc://worker", "runtime", "ipc://admin"}, self_exe()));
       !st)

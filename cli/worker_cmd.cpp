@@ -58,6 +58,7 @@ int worker_command(int argc, char** argv) {
   o.scheduler_endpoint = *sched;
   o.name = args->str("name").value_or("");
   o.curve_keys_dir = args->str("curve-keys").value_or("");
+  o.worker_key = args->str("worker-key").value_or("");
   if (Status st = worker_options_from(*args, o); !st) return fail("worker", st);
   auto stop = worker::run_worker(o);
   if (!stop) return fail("worker", stop.status());

@@ -353,7 +353,8 @@ class Core {
   // Makes the DEALER and its monitor, connected (ZeroMQ connects lazily: a scheduler not up
   // yet is not an error).
   Status open() {
-    if (!options_.curve_server_key.empty()) loop_.use_curve({options_.curve_server_key, {}});
+    if (!options_.curve_server_key.empty())
+      loop_.use_curve({options_.curve_server_key, {}, options_.curve_public_key, options_.curve_secret_key});
     auto dealer = loop_.connect(zmq::socket_type::dealer, options_.endpoint,
                                 [this](runtime::Frames& frames) { on_message(frames, driver_->now()); });
     if (!dealer) return Status::invalid("client: " + dealer.status().message());

@@ -328,8 +328,9 @@ Result<std::unique_ptr<Socket>> EventLoop::bind(zmq::socket_type type, const std
 }
 
 Result<std::unique_ptr<Socket>> EventLoop::bind(zmq::socket_type type, const std::string& endpoint,
-                                                Socket::Handler handler, const SocketLimits& limits) {
-  return open(type, endpoint, std::move(handler), {}, true, curve_, limits);
+                                                Socket::Handler handler, const CurveKeys& keys,
+                                                const SocketLimits& limits) {
+  return open(type, endpoint, std::move(handler), {}, true, keys, limits);
 }
 
 Result<std::unique_ptr<Socket>> EventLoop::connect(zmq::socket_type type, const std::string& endpoint,

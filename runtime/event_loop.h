@@ -174,9 +174,9 @@ class EventLoop {
                                        const CurveKeys& keys);
   Result<std::unique_ptr<Socket>> connect(zmq::socket_type type, const std::string& endpoint, Socket::Handler handler,
                                           const CurveKeys& keys);
-  // The same with limits of its own instead of the loop's (a socket facing other peers).
+  // The same with keys and limits of its own instead of the loop's (a socket facing other peers).
   Result<std::unique_ptr<Socket>> bind(zmq::socket_type type, const std::string& endpoint, Socket::Handler handler,
-                                       const SocketLimits& limits);
+                                       const CurveKeys& keys, const SocketLimits& limits);
 
   // Runs fn after `delay` on the loop's thread; cancelled when the returned handle dies.
   class Timer;

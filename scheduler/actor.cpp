@@ -10,6 +10,7 @@
 #include "model/gguf.h"
 #include "runtime/event_loop.h"
 #include "runtime/wire.h"
+#include "runtime/zap.h"
 #include "scheduler/client_outbox.h"
 #include "scheduler/prompt_pool.h"
 #include "scheduler/registration.h"
@@ -95,30 +96,29 @@ class Actor final : public Sink {
   }
 
   Status start() {
-    if (!options_.curve_keys_dir.empty()) {
-      auto keys = runtime::load_curve_keys(options_.curve_keys_dir, /*need_secret=*/true);
-      if (!keys) return keys.status();
-      loop_.use_curve(*keys);
-    }
+    TANDEM_RETURN_IF_ERROR(start_curve());
     auto clients = loop_.bind(
         zmq::socket_type::router, options_.client_endpoint,
-        [this](runtime::Frames& f) { on_client(f, clients_->last_message_parts()); }, client_limits_);
+        [this](runtime::Frames& f) { on_client(f, clients_->last_message_parts()); }, in_domain("client"),
+        client_limits_);
     if (!clients) return clients.status();
     clients_ = std::move(clients.value());
     spdlog::info(
         "scheduler: client messages of at most {} bytes; replies queued to a client: {} messages of at most "
         "{} bytes",
         client_limits_.max_message_bytes, client_limits_.send_hwm, kReplyChunkBytes);
-    auto workers =
-        loop_.bind(zmq::socket_type::router, options_.worker_endpoint, [this](runtime::Frames& f) { on_worker(f); });
+    auto workers = loop_.bind(
+        zmq::socket_type::router, options_.worker_endpoint, [this](runtime::Frames& f) { on_worker(f); },
+        in_domain("worker"));
     if (!workers) return workers.status();
     workers_ = std::move(workers.value());
     if (!options_.admin_endpoint.empty()) {
       if (options_.admin_endpoint.rfind("ipc://", 0) != 0)
         return Status::invalid("--admin-endpoint " + options_.admin_endpoint +
                                ": must be ipc:// (its folder's permissions decide who may drain)");
-      auto admin =
-          loop_.bind(zmq::socket_type::router, options_.admin_endpoint, [this](runtime::Frames& f) { on_admin(f); });
+      auto admin = loop_.bind(
+          zmq::socket_type::router, options_.admin_endpoint, [this](runtime::Frames& f) { on_admin(f); },
+          in_domain("admin"));
       if (!admin) return admin.status();
       admin_ = std::move(admin.value());
     }
@@ -138,12 +138,108 @@ class Actor final : public Sink {
       spdlog::info("scheduler: signal {}, shutting down", sig);
       stop_now();
     });
+    loop_.on_signal({SIGHUP}, [this](int) { reload_allow_lists(); });
     spdlog::info("scheduler: clients on {}, workers on {}, model fingerprint {}", options_.client_endpoint,
                  options_.worker_endpoint, fingerprint_);
     return Status::ok();
   }
 
   void run() { loop_.run(); }
+
+  // CurveZMQ: the server keys, and the ZAP handler with the allow-lists (before any bind: until
+  // the handler exists libzmq lets every CURVE client in).
+  Status start_curve() {
+    if (options_.curve_keys_dir.empty()) {
+      if (!options_.worker_keys.empty() || !options_.client_keys.empty())
+        return Status::invalid("--worker-keys and --client-keys need --curve-keys: without CurveZMQ no key is checked");
+      return Status::ok();
+    }
+    auto keys = runtime::load_curve_keys(options_.curve_keys_dir, /*need_secret=*/true);
+    if (!keys) return keys.status();
+    curve_ = *keys;
+    auto zap = runtime::ZapHandler::start(loop_);
+    if (!zap) return zap.status();
+    zap_ = std::move(zap.value());
+    zap_->allow_any("admin");  // ipc:// only: its folder's permissions decide
+    TANDEM_RETURN_IF_ERROR(load_allow_lists());
+    if (!worker_keys_)
+      spdlog::warn("scheduler: CurveZMQ without --worker-keys: any holder of server.pub may register as a worker");
+    return Status::ok();
+  }
+
+  // The server keys with a ZAP domain; disabled keys (plain sockets) without CurveZMQ.
+  runtime::CurveKeys in_domain(const char* domain) const {
+    runtime::CurveKeys keys = curve_;
+    keys.zap_domain = domain;
+    return keys;
+  }
+
+  // Reads both lists; only when both read well do they replace the ones in force.
+  Status load_allow_lists() {
+    std::shared_ptr<const runtime::AllowList> lists[2];
+    const std::string* paths[2] = {&options_.worker_keys, &options_.client_keys};
+    const char* flags[2] = {"--worker-keys", "--client-keys"};
+    for (int i = 0; i < 2; ++i) {
+      if (paths[i]->empty()) continue;
+      auto list = runtime::AllowList::load(*paths[i], flags[i]);
+      if (!list) return list.status();
+      lists[i] = std::make_shared<const runtime::AllowList>(std::move(list.value()));
+    }
+    worker_keys_ = std::move(lists[0]);
+    client_keys_ = std::move(lists[1]);
+    for (auto [domain, list] : {std::pair{"worker", &worker_keys_}, std::pair{"client", &client_keys_}}) {
+      if (*list)
+        zap_->allow_listed(domain, *list);
+      else
+        zap_->allow_any(domain);
+    }
+    spdlog::info("scheduler: allow-lists: {} worker keys, {} client keys", describe(worker_keys_),
+                 describe(client_keys_));
+    return Status::ok();
+  }
+
+  static std::string describe(const std::shared_ptr<const runtime::AllowList>& list) {
+    return list ? std::to_string(list->size()) : "any";
+  }
+
+  // SIGHUP. A bad file keeps the lists in force. Workers whose key is gone are fenced as dead
+  // ones are (their sequences go elsewhere); connections of removed clients stay, their new
+  // requests are refused.
+  void reload_allow_lists() {
+    if (!zap_) {
+      spdlog::info("scheduler: SIGHUP: no allow-lists without --curve-keys; nothing to reload");
+      return;
+    }
+    if (Status st = load_allow_lists(); !st) {
+      spdlog::error("scheduler: SIGHUP: {}; the allow-lists in force stay", st.message());
+      return;
+    }
+    if (!worker_keys_) return;
+    std::vector<std::string> fenced;
+    for (auto& [identity, peer] : worker_by_identity_)
+      if (!worker_keys_->find_name(peer.credential)) fenced.push_back(identity);
+    const int64_t now = clock_us();
+    for (const std::string& identity : fenced) {
+      const WorkerPeer& peer = worker_by_identity_[identity];
+      spdlog::warn("scheduler: worker {} (pid {}) fenced: its key left the worker allow-list", peer.id, peer.pid);
+      forget_worker(identity, now);
+    }
+    core_.tick(now);
+    flush();
+  }
+
+  // With --client-keys: the Submit's sender must still be listed, and its priority in range.
+  // Empty: admitted; else the refusal's message (naming the range, never another key).
+  std::pair<v1::ErrorCode, std::string> check_credential(const zmq::message_t& frame, const v1::Submit& s) const {
+    if (!client_keys_) return {v1::ERROR_CODE_UNSPECIFIED, {}};
+    const runtime::Credential* c = client_keys_->find_name(runtime::sender_of(frame));
+    if (!c)
+      return {v1::ERROR_CODE_PERMISSION_DENIED, "this client's key is no longer on the scheduler's client allow-list"};
+    if (s.priority() >= c->min_priority && s.priority() <= c->max_priority) return {v1::ERROR_CODE_UNSPECIFIED, {}};
+    return {v1::ERROR_CODE_INVALID_ARGUMENT,
+            "priority " + std::to_string(s.priority()) + " is outside the range this client's key allows: " +
+                std::to_string(c->min_priority) + ".." + std::to_string(c->max_priority)};
+  }
 
   // ActorHarness: the handlers the sockets call, fed directly, and the loop's clock and context.
   void feed_client(runtime::Frames& frames) { on_client(frames, frames.size()); }
@@ -211,6 +307,7 @@ class Actor final : public Sink {
     int64_t last_seen_us;
     std::string kv_format;
     uint64_t weight_bytes, kv_bytes;
+    std::string credential;  // its key's name on the worker allow-list; empty without one
   };
 
   ClientOutbox::Callbacks outbox_callbacks() {
@@ -304,6 +401,11 @@ class Actor final : public Sink {
               s.timeout_ms());
         }
         if (outbox_.refuse_submit_if_stalled(identity, client_msg_.submit().request_id())) break;
+        if (auto [code, why] = check_credential(frames[1], client_msg_.submit()); !why.empty()) {
+          v1::RequestEvents ev;
+          send_events(identity, set_refusal(ev, client_msg_.submit().request_id(), code, why));
+          break;
+        }
         core_.submit(identity, client_msg_.submit(), now);
         break;
       case v1::ClientMessage::kCancel: core_.cancel(identity, client_msg_.cancel().request_id(), now); break;
@@ -428,7 +530,7 @@ class Actor final : public Sink {
       return;
     }
     if (worker_msg_.has_register_()) {
-      on_register(identity, worker_msg_.register_(), registering_peer(frames[1]), now);
+      on_register(identity, worker_msg_.register_(), registering_peer(frames[1]), runtime::sender_of(frames[1]), now);
     } else {
       auto it = worker_by_identity_.find(identity);
       if (it == worker_by_identity_.end()) {
@@ -485,7 +587,17 @@ class Actor final : public Sink {
     return refusal;
   }
 
-  void on_register(const std::string& identity, const v1::Register& reg, const RegisteringPeer& peer, int64_t now) {
+  // `credential`: the name its key has on the worker allow-list (ZAP's User-Id).
+  void on_register(const std::string& identity, const v1::Register& reg, const RegisteringPeer& peer,
+                   const std::string& credential, int64_t now) {
+    // The handshake checked the key; a key removed since (SIGHUP) must not come back on the same
+    // connection.
+    if (worker_keys_ && !worker_keys_->find_name(credential)) {
+      spdlog::warn("scheduler: refused worker {} (pid {}): its key is no longer on the worker allow-list", reg.name(),
+                   reg.pid());
+      refuse(identity, v1::REFUSAL_REASON_CREDENTIAL, "this worker's key is not on the scheduler's worker allow-list");
+      return;
+    }
     if (reg.model_fingerprint() != fingerprint_) {
       spdlog::warn("scheduler: refused worker {} (pid {}): model fingerprint {} differs from ours {}", reg.name(),
                    reg.pid(), reg.model_fingerprint(), fingerprint_);
@@ -525,12 +637,18 @@ class Actor final : public Sink {
       forget_worker(identity, now);  // re-registration: its old state is gone
     }
     const uint32_t id = next_worker_id_++;
-    worker_by_identity_[identity] = WorkerPeer{
-        id, *role, reg.pid(), now, kv_format(reg), reg.weight_bytes(), uint64_t{reg.kv_blocks()} * reg.block_bytes()};
+    worker_by_identity_[identity] = WorkerPeer{id,
+                                               *role,
+                                               reg.pid(),
+                                               now,
+                                               kv_format(reg),
+                                               reg.weight_bytes(),
+                                               uint64_t{reg.kv_blocks()} * reg.block_bytes(),
+                                               credential};
     worker_identity_[id] = identity;
     core_.add_worker(id,
                      WorkerInfo{*role, reg.kv_blocks(), reg.block_tokens(), reg.kv_endpoint(), reg.kv_tail_blocks(),
-                                reg.kv_public_key()},
+                                reg.kv_public_key(), reg.kv_sender_public_key()},
                      now);
     command_.Clear();
     command_.set_version(kVersion);
@@ -673,7 +791,10 @@ class Actor final : public Sink {
   runtime::EventLoop loop_;
   Core core_;
   runtime::SocketLimits client_limits_;
-  std::unique_ptr<runtime::Socket> clients_, workers_, admin_;  // admin_: null without --admin-endpoint
+  runtime::CurveKeys curve_;                  // disabled without --curve-keys
+  std::unique_ptr<runtime::ZapHandler> zap_;  // with --curve-keys; before the sockets it checks
+  std::shared_ptr<const runtime::AllowList> worker_keys_, client_keys_;  // null: any key
+  std::unique_ptr<runtime::Socket> clients_, workers_, admin_;           // admin_: null without --admin-endpoint
   std::unique_ptr<runtime::EventLoop::Timer> liveness_, deadlines_, minute_;
   ClientOutbox outbox_;
   LastMinute last_minute_;

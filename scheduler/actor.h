@@ -41,6 +41,11 @@ struct ActorOptions {
   uint64_t max_worker_kv_bytes = 0;
   // kv_endpoints taken from any worker, beyond its own address (registration.h).
   std::vector<std::string> kv_endpoint_allow;
+  // Allow-lists (runtime/zap.h), with CurveZMQ only; SIGHUP re-reads both. Empty: any holder of
+  // server.pub may connect there. A worker whose key leaves the list is fenced; a client whose
+  // key leaves it has its new requests refused.
+  std::string worker_keys;  // --worker-keys: the keys that may register as workers
+  std::string client_keys;  // --client-keys: the keys that may submit, each with its priority range
   // Threads that make long text prompts and conversations into ids (and answer tokenize
   // queries) off the planning thread (prompt_pool.h); 0: on it.
   uint32_t prompt_threads = 2;

@@ -63,7 +63,7 @@ struct Core::Worker {
   uint32_t block_tokens = 16;
   uint32_t tail_blocks = 0;  // per sequence (WorkerInfo::tail_blocks)
   Role role = Role::kBoth;
-  std::string kv_endpoint, kv_public_key;
+  std::string kv_endpoint, kv_public_key, kv_sender_key;
   BlockPool pool;
   std::vector<Placement*> running;  // in placement order (the newest is preempted first)
   struct InFlight {
@@ -185,6 +185,7 @@ void Core::add_worker(uint32_t worker_id, const WorkerInfo& info, int64_t now_us
   w->role = info.role;
   w->kv_endpoint = info.kv_endpoint;
   w->kv_public_key = info.kv_public_key;
+  w->kv_sender_key = info.kv_sender_key;
   w->tail_blocks = info.tail_blocks;
   w->stats.registered_us = now_us;
   decode_workers_ += info.role == Role::kDecode;
@@ -918,6 +919,8 @@ bool Core::start_handoff(Request& r, int64_t now_us) {
   e->set_nonce(nonce);
   e->set_scheduler_epoch(epoch_);
   e->set_positions(positions);
+  if (auto sender = workers_.find(src.worker_id); sender != workers_.end())
+    e->set_sender_public_key(sender->second->kv_sender_key);
   e->set_seq_id(dp->seq_id);
   e->mutable_blocks()->Add(dp->blocks.begin(), dp->blocks.end());
   e->mutable_tail_blocks()->Add(dp->tail.begin(), dp->tail.end());

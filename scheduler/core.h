@@ -65,6 +65,7 @@ struct WorkerInfo {
   // engine::KvPool::tail_blocks); allocated with the sequence, freed with it.
   uint32_t tail_blocks = 0;
   std::string kv_public_key{};  // kDecode with CurveZMQ: its KV socket's server key
+  std::string kv_sender_key{};  // kPrefill with CurveZMQ: the key its KV sockets connect with
 };
 
 // The one place a final event is made: `out`'s final event with `reason`, `code` and, for

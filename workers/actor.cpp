@@ -15,6 +15,7 @@
 #include "runtime/sampling_proto.h"
 #include "runtime/security.h"
 #include "runtime/wire.h"
+#include "runtime/zap.h"
 #include "tandem/v1/worker.pb.h"
 #include "workers/engine/sampler.h"
 #include "workers/kv_transfer.h"
@@ -57,31 +58,48 @@ class Actor {
         fingerprint_(std::move(fingerprint)),
         sampler_(engine_->config().vocab_size) {}
 
-  Status start() {
-    if (!options_.curve_keys_dir.empty()) {
-      auto keys = runtime::load_curve_keys(options_.curve_keys_dir, /*need_secret=*/false);
-      if (!keys) return keys.status();
-      loop_.use_curve(*keys);
-      curve_ = true;
+  // CurveZMQ: the scheduler's public key and this worker's own key pair (its credential).
+  Status start_curve() {
+    if (options_.curve_keys_dir.empty()) {
+      if (!options_.worker_key.empty()) return Status::invalid("--worker-key needs --curve-keys");
+      return Status::ok();
     }
+    auto keys = runtime::load_curve_keys(options_.curve_keys_dir, /*need_secret=*/false);
+    if (!keys) return keys.status();
+    auto own =
+        options_.worker_key.empty() ? runtime::ephemeral_curve_keys() : runtime::load_key_pair(options_.worker_key);
+    if (!own) return Status::invalid("--worker-key: " + own.status().message());
+    // ephemeral_curve_keys() gives a server pair; either way it becomes this worker's client key.
+    keys->client_public = own->client_secret.empty() ? own->server_public : own->client_public;
+    keys->client_secret = own->client_secret.empty() ? own->server_secret : own->client_secret;
+    own_keys_ = *keys;
+    loop_.use_curve(*keys);
+    curve_ = true;
+    if (options_.role != runtime::Role::kDecode) return Status::ok();
+    // The KV socket is a CURVE server of its own (prefill workers learn its public key from the
+    // scheduler): the scheduler's key pair is not the worker's to hold. Its ZAP domain lets any
+    // key in and names it, so each transfer is checked against its KvExpect's sender.
+    auto zap = runtime::ZapHandler::start(loop_);
+    if (!zap) return zap.status();
+    zap_ = std::move(zap.value());
+    zap_->allow_any("kv");
+    auto kv = runtime::ephemeral_curve_keys();
+    if (!kv) return kv.status();
+    kv_keys_ = *kv;
+    kv_keys_.zap_domain = "kv";
+    return Status::ok();
+  }
+
+  Status start() {
+    TANDEM_RETURN_IF_ERROR(start_curve());
     if (options_.role == runtime::Role::kDecode) {
-      // With CurveZMQ the KV socket is a CURVE server of its own (prefill workers learn its
-      // public key from the scheduler): the scheduler's key pair is not the worker's to hold.
-      if (curve_) {
-        auto keys = runtime::ephemeral_curve_keys();
-        if (!keys) return keys.status();
-        kv_keys_ = *keys;
-      }
       auto kv = loop_.bind(
           zmq::socket_type::pull, options_.kv_endpoint, [this](runtime::Frames& f) { on_transfer(f); }, kv_keys_);
       if (!kv) return kv.status();
       kv_in_ = std::move(kv.value());
       spdlog::info("worker: receiving KV on {}", kv_in_->endpoint());
     }
-    auto socket = loop_.connect(zmq::socket_type::dealer, options_.scheduler_endpoint,
-                                [this](runtime::Frames& f) { on_message(f); });
-    if (!socket) return socket.status();
-    socket_ = std::move(socket.value());
+    TANDEM_RETURN_IF_ERROR(connect_scheduler());
     heartbeat_ = loop_.every(std::chrono::milliseconds(options_.heartbeat_ms), [this] { send_heartbeat(); });
     engine_->set_between_layers([this] { heartbeat_if_due(); });
     loop_.on_signal({SIGINT, SIGTERM}, [this](int sig) {
@@ -118,6 +136,7 @@ class Actor {
     r->set_role(runtime::role_to_proto(options_.role));
     if (kv_in_) r->set_kv_endpoint(kv_in_->endpoint());
     if (kv_in_) r->set_kv_public_key(kv_keys_.server_public);
+    if (curve_ && options_.role != runtime::Role::kDecode) r->set_kv_sender_public_key(own_keys_.client_public);
     r->set_model_fingerprint(fingerprint_);
     r->set_kv_blocks(pool_->n_blocks());
     r->set_block_tokens(pool_->block_tokens());
@@ -133,9 +152,30 @@ class Actor {
     send(out_);
   }
 
+  // A new DEALER to the scheduler (replacing the old one, if any).
+  Status connect_scheduler() {
+    auto socket = loop_.connect(zmq::socket_type::dealer, options_.scheduler_endpoint,
+                                [this](runtime::Frames& f) { on_message(f); });
+    if (!socket) return socket.status();
+    socket_ = std::move(socket.value());
+    return Status::ok();
+  }
+
   void send_heartbeat() {
     if (worker_id_ == 0) {
-      if (++unanswered_registers_ % 3 == 0) send_register();  // the scheduler may have started after us
+      ++unanswered_registers_;
+      // libzmq never retries a connection whose CURVE handshake the scheduler refused (a key not
+      // on its --worker-keys list, yet): a new socket makes a new handshake, which succeeds once
+      // the key is listed and the scheduler has re-read its list (SIGHUP).
+      if (curve_ && unanswered_registers_ % 6 == 0) {
+        spdlog::warn("worker: no answer to registering for {} heartbeats; connecting again (is this worker's key on "
+                     "the scheduler's --worker-keys list?)",
+                     unanswered_registers_);
+        if (Status st = connect_scheduler(); !st) spdlog::error("worker: {}", st.message());
+        send_register();
+      } else if (unanswered_registers_ % 3 == 0) {
+        send_register();  // the scheduler may have started after us
+      }
       return;
     }
     // Its own message: this may run in the middle of a step, while out_ holds a result.
@@ -206,11 +246,14 @@ class Actor {
         x.nonce = e.nonce();
         x.scheduler_epoch = e.scheduler_epoch();
         x.positions = e.positions();
+        x.sender = e.sender_public_key();
         x.blocks.assign(e.blocks().begin(), e.blocks().end());
         x.tail.assign(e.tail_blocks().begin(), e.tail_blocks().end());
-        auto early =
-            std::find_if(early_.begin(), early_.end(), [&](const auto& p) { return p.first == e.transfer_id(); });
-        if (early != early_.end()) {
+        // Every transfer held under this id, until one is taken (a forged one may be among them).
+        for (;;) {
+          auto early =
+              std::find_if(early_.begin(), early_.end(), [&](const auto& p) { return p.first == e.transfer_id(); });
+          if (early == early_.end() || !expected_.count(e.transfer_id())) break;
           runtime::Frames frames = std::move(early->second.frames);
           early_bytes_ -= early->second.bytes;
           early_.erase(early);
@@ -404,9 +447,13 @@ class Actor {
                       cmd.dest_endpoint());
         return;
       }
+      runtime::CurveKeys keys;
+      if (curve_) {  // this worker's own key, which the scheduler told the decode worker to expect
+        keys = own_keys_;
+        keys.server_public = cmd.dest_public_key();
+      }
       auto s = loop_.connect(
-          zmq::socket_type::push, cmd.dest_endpoint(), [](runtime::Frames&) {},
-          runtime::CurveKeys{cmd.dest_public_key(), ""});
+          zmq::socket_type::push, cmd.dest_endpoint(), [](runtime::Frames&) {}, keys);
       if (!s) {
         spdlog::error("worker: cannot reach decode worker at {}: {}", cmd.dest_endpoint(), s.status().message());
         return;
@@ -467,6 +514,18 @@ class Actor {
     }
     // Another transfer under this id (a guess, a replay, a sender that never saw the KvExpect) is
     // dropped and leaves the expectation in place for the real one.
+    // Under CurveZMQ the sender is known by its key (the ZAP handler names it): only the prefill
+    // worker the scheduler chose may fill these blocks.
+    if (!x->second.sender.empty() && runtime::sender_of(frames[0]) != x->second.sender) {
+      if (foreign_transfers_++ == 0)
+        spdlog::warn(
+            "worker: dropped a KV transfer under id {} from a key other than its prefill worker's (logged "
+            "once; the count is in debug logs)",
+            transfer_in_.transfer_id());
+      else
+        spdlog::debug("worker: {} KV transfers from foreign keys dropped", foreign_transfers_);
+      return;
+    }
     if (transfer_in_.nonce() != x->second.nonce || transfer_in_.positions() != x->second.positions ||
         transfer_in_.scheduler_epoch() != x->second.scheduler_epoch) {
       spdlog::warn(
@@ -527,6 +586,7 @@ class Actor {
     uint64_t nonce = 0;
     uint64_t scheduler_epoch = 0;  // of the scheduler run that announced it
     uint32_t positions = 0;
+    std::string sender;  // the sending prefill worker's public key (Z85); empty without CurveZMQ
     std::vector<int32_t> blocks, tail;
   };
   struct Early {
@@ -534,9 +594,12 @@ class Actor {
     int64_t arrived_us = 0;
     size_t bytes = 0;
   };
-  bool curve_ = false;                      // --curve-keys given: every link is CURVE, the KV link too
-  runtime::CurveKeys kv_keys_;              // decode with CurveZMQ: its KV socket's key pair
-  std::unique_ptr<runtime::Socket> kv_in_;  // decode: PULL
+  bool curve_ = false;                        // --curve-keys given: every link is CURVE, the KV link too
+  runtime::CurveKeys own_keys_;               // with CurveZMQ: the scheduler's key and this worker's pair
+  runtime::CurveKeys kv_keys_;                // decode with CurveZMQ: its KV socket's key pair
+  std::unique_ptr<runtime::ZapHandler> zap_;  // decode with CurveZMQ: names each KV sender
+  uint64_t foreign_transfers_ = 0;            // KV transfers dropped for their sender's key
+  std::unique_ptr<runtime::Socket> kv_in_;    // decode: PULL
   struct KvPeer {
     std::unique_ptr<runtime::Socket> socket;
     int64_t last_used_us;

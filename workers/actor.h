@@ -41,6 +41,10 @@ struct WorkerOptions {
   // that is gone would otherwise keep a socket, its reconnect attempts and queued KV forever).
   uint32_t kv_peer_idle_ms = 60000;
   std::string curve_keys_dir;  // the scheduler's CurveZMQ public key (DIR/server.pub); empty: none
+  // With CurveZMQ: this worker's own secret key (tandem keys --name NAME: NAME.key), the credential
+  // the scheduler's --worker-keys names; also the key its KV sockets present. Empty: a key pair
+  // made at start (which only a scheduler without --worker-keys lets in).
+  std::string worker_key;
   // Test seam (`--test-step-delay-ms`): sleep this long before executing each step plan, as a
   // slower machine would. Lets end-to-end tests make races (a cancel against a request's last
   // token) come out one way by construction, whatever the speed of the machine. 0 in service.

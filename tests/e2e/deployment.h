@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
@@ -36,6 +37,19 @@ inline constexpr int kQuickHeartbeatMs = 500;
 inline constexpr int kQuickHeartbeatMs = 200;
 #endif
 inline const std::string kQuickHeartbeat = std::to_string(kQuickHeartbeatMs);
+
+// A TCP port on loopback that was free a moment ago (the kernel's choice for port 0).
+inline int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
 
 // Starts argv[0] with stdout in `out_file` and stderr in `out_file`.err.
 inline pid_t spawn(const std::vector<std::string>& argv, const std::string& out_file) {

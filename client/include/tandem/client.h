@@ -253,6 +253,11 @@ struct ClientOptions {
   // The scheduler's CurveZMQ public key (Z85, 40 characters, the text of its server.pub)
   // when it runs with --curve-keys; empty: no encryption.
   std::string curve_server_key = {};
+  // This client's own CurveZMQ key pair (Z85; the secret is the text of NAME.key from
+  // `tandem keys --name NAME`), when the scheduler lists clients (--client-keys): its name there
+  // decides what the client may do. Empty: a fresh key pair per connection.
+  std::string curve_public_key = {};
+  std::string curve_secret_key = {};
 };
 
 class Client {
