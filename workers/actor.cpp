@@ -168,9 +168,10 @@ class Actor {
       // on its --worker-keys list, yet): a new socket makes a new handshake, which succeeds once
       // the key is listed and the scheduler has re-read its list (SIGHUP).
       if (curve_ && unanswered_registers_ % 6 == 0) {
-        spdlog::warn("worker: no answer to registering for {} heartbeats; connecting again (is this worker's key on "
-                     "the scheduler's --worker-keys list?)",
-                     unanswered_registers_);
+        spdlog::warn(
+            "worker: no answer to registering for {} heartbeats; connecting again (is this worker's key on "
+            "the scheduler's --worker-keys list?)",
+            unanswered_registers_);
         if (Status st = connect_scheduler(); !st) spdlog::error("worker: {}", st.message());
         send_register();
       } else if (unanswered_registers_ % 3 == 0) {

@@ -121,19 +121,6 @@ inline uint64_t proc_status_kib(pid_t pid, const std::string& field) {
   return 0;
 }
 
-// A TCP port that was free a moment ago (the kernel's choice for port 0).
-inline int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 // `tandem up` in the background, ready when constructed (or a test failure), stopped
 // (SIGTERM, then SIGKILL) when the test ends.
 class Deployment {

@@ -243,7 +243,7 @@ TEST(EventLoop, FramesPastMaxMessagePartsAreDroppedAndCounted) {
         seen.emplace_back(f.size(), router->last_message_parts());
         if (seen.size() == 2) loop.stop();
       },
-      limits));
+      CurveKeys{}, limits));
   auto dealer = must(loop.connect(
       socket_type::dealer, endpoint, [](Frames&) {}, "d"));
   Frames five;
