@@ -42,6 +42,11 @@ class Hosts {
   }
   bool ok() const { return ok_; }
   std::string ns(const std::string& n) const { return prefix_ + "-" + n; }
+  // argv run inside host n's namespace.
+  std::vector<std::string> in(const std::string& n, std::vector<std::string> argv) const {
+    argv.insert(argv.begin(), {"/usr/sbin/ip", "netns", "exec", ns(n)});
+    return argv;
+  }
   // Hosts a and b reach each other through s (a router): for KV sent between two workers.
   bool route() const {
     return sh("ip netns exec " + ns("s") + " sysctl -w net.ipv4.ip_forward=1") == 0 &&
@@ -140,20 +145,16 @@ TEST(ManyHosts, SixtyFourStreamsAcrossThreeNetworkNamespacesWithCurve) {
   std::string pub;
   std::ifstream(keys + "/server.pub") >> pub;
 
-  auto in = [&](const std::string& n, std::vector<std::string> argv) {
-    argv.insert(argv.begin(), {"/usr/sbin/ip", "netns", "exec", hosts.ns(n)});
-    return argv;
-  };
   std::vector<pid_t> procs;
   procs.push_back(test::spawn(
-      in("s", {TANDEM_TANDEM_BIN, "scheduler", "--model", model, "--client-endpoint", "tcp://127.0.0.1:5555",
-               "--worker-endpoint", "tcp://*:5556", "--curve-keys", keys, "--log-level", "warn"}),
+      hosts.in("s", {TANDEM_TANDEM_BIN, "scheduler", "--model", model, "--client-endpoint", "tcp://127.0.0.1:5555",
+                     "--worker-endpoint", "tcp://*:5556", "--curve-keys", keys, "--log-level", "warn"}),
       dir + "/scheduler.out"));
   for (auto [n, addr] : {std::pair{"a", "10.77.1.1"}, {"b", "10.77.2.1"}})
-    procs.push_back(test::spawn(
-        in(n, {TANDEM_TANDEM_BIN, "worker", "--model", model, "--scheduler", std::string("tcp://") + addr + ":5556",
-               "--threads", "1", "--kv-memory", "67108864", "--curve-keys", keys, "--log-level", "warn"}),
-        dir + "/worker-" + n + ".out"));
+    procs.push_back(test::spawn(hosts.in(n, {TANDEM_TANDEM_BIN, "worker", "--model", model, "--scheduler",
+                                             std::string("tcp://") + addr + ":5556", "--threads", "1", "--kv-memory",
+                                             "67108864", "--curve-keys", keys, "--log-level", "warn"}),
+                                dir + "/worker-" + n + ".out"));
 
   serve_from(hosts.ns("s"), pub, model, dir, 64, 2);
   for (pid_t p : procs) test::signal_one(p, SIGTERM);
@@ -179,15 +180,11 @@ TEST(ManyHosts, PrefillAndDecodeWorkersOnTwoHostsHandKvOverWithWorkerKeys) {
   }
   std::string pub;
   std::ifstream(keys + "/server.pub") >> pub;
-  auto in = [&](const std::string& n, std::vector<std::string> argv) {
-    argv.insert(argv.begin(), {"/usr/sbin/ip", "netns", "exec", hosts.ns(n)});
-    return argv;
-  };
   std::vector<pid_t> procs;
   procs.push_back(
-      test::spawn(in("s", {TANDEM_TANDEM_BIN, "scheduler", "--model", model, "--client-endpoint",
-                           "tcp://127.0.0.1:5555", "--worker-endpoint", "tcp://*:5556", "--curve-keys", keys,
-                           "--worker-keys", keys + "/workers.allow", "--handoff-timeout-ms", "20000"}),
+      test::spawn(hosts.in("s", {TANDEM_TANDEM_BIN, "scheduler", "--model", model, "--client-endpoint",
+                                 "tcp://127.0.0.1:5555", "--worker-endpoint", "tcp://*:5556", "--curve-keys", keys,
+                                 "--worker-keys", keys + "/workers.allow", "--handoff-timeout-ms", "20000"}),
                   dir + "/scheduler.out"));
   const std::vector<std::string> common = {"--model",     model,      "--threads",    "1",
                                            "--kv-memory", "67108864", "--curve-keys", keys};
@@ -198,8 +195,8 @@ TEST(ManyHosts, PrefillAndDecodeWorkersOnTwoHostsHandKvOverWithWorkerKeys) {
       "decode",          "--worker-key", keys + "/wb.key", "--kv-endpoint",        "tcp://10.77.2.2:5600"};
   a.insert(a.end(), common.begin(), common.end());
   b.insert(b.end(), common.begin(), common.end());
-  procs.push_back(test::spawn(in("a", a), dir + "/worker-a.out"));
-  procs.push_back(test::spawn(in("b", b), dir + "/worker-b.out"));
+  procs.push_back(test::spawn(hosts.in("a", a), dir + "/worker-a.out"));
+  procs.push_back(test::spawn(hosts.in("b", b), dir + "/worker-b.out"));
 
   StatusInfo status;
   serve_from(hosts.ns("s"), pub, model, dir, 16, 2, &status);
