@@ -39,15 +39,45 @@ struct Packed16View {
   uint32_t panels() const { return (n + kPanel - 1) / kPanel; }
 };
 
-// Quantized weights as the GGUF file holds them (mmap'd, never expanded): row r of W[N][K]
-// is K / block_elems ggml blocks at data + r * row_bytes. type: model::TensorType's id, one
-// of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (activations: kAct32) or Q4_K, Q5_K, Q6_K (kAct256).
+// Quantized weights, never expanded. type: model::TensorType's id, one of Q4_0, Q4_1, Q5_0,
+// Q5_1, Q8_0 (activations: kAct32) or Q4_K, Q5_K, Q6_K (kAct256).
+//  - K types: as the GGUF file holds them (mmap'd): row r of W[N][K] is K / 256 ggml blocks at
+//    data + r * row_bytes.
+//  - 32-element types: repacked once at load (tile_quant) into tiles of kQuantTile output
+//    columns x one block, the same bytes as the file's (columns padded to whole tiles), so a
+//    vector register holds one 4-element group of 16 columns and the dot products need no
+//    horizontal sums. Tile t = g * nb + b (column group g, block b; nb = K / 32), in sections:
+//      codes  at data + t * code_bytes: Q8_0 512 bytes, byte 64 i + 4 c + e = w + 128 of element
+//             4 i + e (i < 8) of column c; 4- and 5-bit types 256 bytes, byte 64 i + 4 c + e
+//             holds element 4 i + e (i < 4) of column c in its low nibble and element 4 (i + 4) + e
+//             in its high one (the unsigned code, offset not taken off)
+//      qh     (Q5_0, Q5_1) 8 uint64 per tile: bit 4 c + e of word i = bit 4 of element 4 i + e
+//      d      16 binary16 scales per tile, one per column
+//      m      (Q4_1, Q5_1) 16 binary16 mins per tile
+//    Sections follow each other in that order, each tiles() * its size per tile.
+inline constexpr uint32_t kQuantTile = 16;
 struct QuantView {
   const uint8_t* data = nullptr;
   uint32_t type = 0;
   uint32_t n = 0, k = 0;
-  size_t row_bytes = 0;
+  size_t row_bytes = 0;  // K types only
 };
+// Whether a type is repacked into tiles (the 32-element types).
+bool tiled_type(uint32_t type);
+// Bytes the tiled copy of an [n][k] matrix of a tiled type takes.
+size_t tiled_bytes(uint32_t type, uint32_t n, uint32_t k);
+// Repacks n rows (row_bytes apart, k elements each) into the tiled layout at out (tiled_bytes).
+void tile_quant(const uint8_t* rows, size_t row_bytes, uint32_t type, uint32_t n, uint32_t k, uint8_t* out);
+// The sections of a tiled matrix (qh / m null where the type has none).
+struct TiledSections {
+  const uint8_t* codes = nullptr;
+  const uint64_t* qh = nullptr;
+  const uint16_t* d = nullptr;
+  const uint16_t* m = nullptr;
+  uint32_t nb = 0;          // blocks per column (K / 32)
+  uint32_t code_bytes = 0;  // per tile
+};
+TiledSections tiled_sections(const QuantView& w);
 
 // Activation rows quantized to int8 as ggml's quantize_row_q8_0 (block 32, scale rounded to
 // binary16) or quantize_row_q8_K (block 256, float scale) do it, laid out for the kernels:
@@ -105,14 +135,14 @@ struct Kernels {
   void (*gemm16)(const float* a, size_t lda, uint32_t m, const Packed16View& w, uint32_t p0, uint32_t p1, float* c,
                  size_t ldc);
   // C[r][n] for r < m, n in [n0, n1): the dot product of weight row n with activation row r.
-  // Integer sums are exact; the floats follow one fixed sequence into 16 lanes l (+0 at the
-  // start), then c = the tree [i] += [i + 8], 4, 2, 1 (reduce16). Per weight block b, in order:
-  //  32-element types, element group j (elements 4j..4j+3 of the block) into lane 8 (b % 2) + j,
-  //  with isum_j = sum over the group of w_e a_e (w: the signed weight the scale multiplies,
-  //  q - 8 for Q4_0, q - 16 for Q5_0) and asum_j = sum of a_e:
-  //   Q8_0, Q4_0, Q5_0: l = fma(dw * da, float(isum_j), l)
-  //   Q4_1, Q5_1:       l = fma(dw * da, float(isum_j), l); l = fma(mw * da, float(asum_j), l)
-  //  256-element super-blocks into lane b % 8 (j: the 8 sub-blocks of 32, g: the 16 of 16):
+  // Integer sums are exact, so their order is free; the floats follow one fixed sequence.
+  //  32-element types (tiled; n0 a multiple of kQuantTile): c = 0, then per block b in order,
+  //  with isum = sum over the block of w_e a_e (w: the signed weight the scale multiplies,
+  //  q - 8 for Q4_0, q - 16 for Q5_0) and asum = sum of a_e:
+  //   Q8_0, Q4_0, Q5_0: c = fma(dw * da, float(isum), c)
+  //   Q4_1, Q5_1:       c = fma(dw * da, float(isum), c); c = fma(mw * da, float(asum), c)
+  //  K types: into 16 lanes l (+0 at the start), then c = the tree [i] += [i + 8], 4, 2, 1
+  //  (reduce16); 256-element super-blocks b into lane b % 8 (j: the 8 sub-blocks of 32, g: the 16 of 16):
   //   Q4_K, Q5_K: l = fma(d * da, float(sum_j sc_j sum q a), l); l = fma(-(dmin * da), float(sum_j m_j sum a), l)
   //   Q6_K:       l = fma(d * da, float(sum_g sc_g sum (q - 32) a), l)
   // So a result never depends on m, the n range or the variant.

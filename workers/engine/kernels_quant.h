@@ -56,85 +56,43 @@ inline ActRow act_row(const QuantRows& a, uint32_t r) {
   return {a.qs + size_t{r} * a.k, a.d + size_t{r} * (a.k / a.block), a.sums + size_t{r} * (a.k / 16)};
 }
 
-// 4-bit code j (< 32) of a 32-element block: low nibbles hold 0..15, high nibbles 16..31.
-inline int nib32(const uint8_t* qs, int j) { return (qs[j & 15] >> (4 * (j >> 4))) & 15; }
-inline uint32_t qh32(const uint8_t* qh) {
-  uint32_t h;
-  std::memcpy(&h, qh, 4);
-  return h;
-}
-
-// Code e (< 32) of block b of a 32-element type, with the type's offset taken off: the
-// signed weight the block's scale multiplies. (Affine types: the unsigned code; the min is
-// added apart.)
-template <TensorType kType>
-inline int code32(const uint8_t* row, uint32_t b, int e) {
-  if constexpr (kType == TensorType::kQ8_0) {
-    return reinterpret_cast<const BlockQ8_0*>(row)[b].qs[e];
-  } else if constexpr (kType == TensorType::kQ4_0) {
-    return nib32(reinterpret_cast<const BlockQ4_0*>(row)[b].qs, e) - 8;
-  } else if constexpr (kType == TensorType::kQ4_1) {
-    return nib32(reinterpret_cast<const BlockQ4_1*>(row)[b].qs, e);
-  } else if constexpr (kType == TensorType::kQ5_0) {
-    const auto& w = reinterpret_cast<const BlockQ5_0*>(row)[b];
-    return (nib32(w.qs, e) | (((qh32(w.qh) >> e) & 1) << 4)) - 16;
-  } else {
-    const auto& w = reinterpret_cast<const BlockQ5_1*>(row)[b];
-    return nib32(w.qs, e) | (((qh32(w.qh) >> e) & 1) << 4);
+// The tiled 32-element types (kernels.h, QuantView): the unsigned code minus kCodeOffset is
+// the signed weight the block's scale multiplies; the affine types add min * sum of a apart.
+inline int code_offset(uint32_t type) {
+  switch (static_cast<TensorType>(type)) {
+    case TensorType::kQ8_0: return 128;
+    case TensorType::kQ4_0: return 8;
+    case TensorType::kQ5_0: return 16;
+    default: return 0;
   }
 }
 
-template <TensorType kType>
-inline uint16_t scale32(const uint8_t* row, uint32_t b, bool min) {
-  if constexpr (kType == TensorType::kQ8_0) return reinterpret_cast<const BlockQ8_0*>(row)[b].d;
-  if constexpr (kType == TensorType::kQ4_0) return reinterpret_cast<const BlockQ4_0*>(row)[b].d;
-  if constexpr (kType == TensorType::kQ5_0) return reinterpret_cast<const BlockQ5_0*>(row)[b].d;
-  if constexpr (kType == TensorType::kQ4_1) {
-    const auto& w = reinterpret_cast<const BlockQ4_1*>(row)[b];
-    return min ? w.m : w.d;
-  }
-  if constexpr (kType == TensorType::kQ5_1) {
-    const auto& w = reinterpret_cast<const BlockQ5_1*>(row)[b];
-    return min ? w.m : w.d;
-  }
-  return 0;
-}
-
-template <TensorType kType>
-inline constexpr bool kAffine32 = kType == TensorType::kQ4_1 || kType == TensorType::kQ5_1;
-
-// A 32-element block b: element group j (elements 4j..4j+3) adds to lane 8 (b % 2) + j.
-template <TensorType kType>
-inline void lane32(const uint8_t* row, uint32_t b, const ActRow& a, float* lanes) {
-  const int8_t* q8 = a.qs + 32 * b;
-  const float d = h2f(scale32<kType>(row, b, false)) * a.d[b];
-  float* l = lanes + 8 * (b % 2);
-  for (int j = 0; j < 8; ++j) {
-    int32_t s = 0, sa = 0;
-    for (int e = 4 * j; e < 4 * j + 4; ++e) s += code32<kType>(row, b, e) * q8[e], sa += q8[e];
-    l[j] = std::fma(d, static_cast<float>(s), l[j]);
-    if constexpr (kAffine32<kType>)
-      l[j] = std::fma(h2f(scale32<kType>(row, b, true)) * a.d[b], static_cast<float>(sa), l[j]);
-  }
-}
-
-inline void lane_q8_0(const uint8_t* row, uint32_t b, const ActRow& a, float* l) {
-  lane32<TensorType::kQ8_0>(row, b, a, l);
-}
-inline void lane_q4_0(const uint8_t* row, uint32_t b, const ActRow& a, float* l) {
-  lane32<TensorType::kQ4_0>(row, b, a, l);
-}
-inline void lane_q5_0(const uint8_t* row, uint32_t b, const ActRow& a, float* l) {
-  lane32<TensorType::kQ5_0>(row, b, a, l);
-}
-inline void lane_q4_1(const uint8_t* row, uint32_t b, const ActRow& a, float* l) {
-  lane32<TensorType::kQ4_1>(row, b, a, l);
-}
-inline void lane_q5_1(const uint8_t* row, uint32_t b, const ActRow& a, float* l) {
-  lane32<TensorType::kQ5_1>(row, b, a, l);
+// The unsigned code of element e (< 32) of column c (< kQuantTile) in tile `tile`.
+inline int tile_code(const TiledSections& t, size_t tile, uint32_t c, uint32_t e) {
+  const uint8_t* tc = t.codes + tile * t.code_bytes;
+  const uint32_t i = e / 4, byte = 4 * c + e % 4;
+  int q = t.code_bytes == 512 ? tc[64 * i + byte] : (tc[64 * (i % 4) + byte] >> (i < 4 ? 0 : 4)) & 15;
+  if (t.qh) q |= static_cast<int>((t.qh[tile * 8 + i] >> byte) & 1) << 4;
+  return q;
 }
 
 inline int32_t sum32(const ActRow& a, uint32_t b) { return int32_t{a.s16[2 * b]} + a.s16[2 * b + 1]; }
+
+// Column n of a tiled matrix against one activation row: the chain of kernels.h.
+inline float tiled_dot(const TiledSections& t, uint32_t type, uint32_t n, const ActRow& a) {
+  const uint32_t g = n / kQuantTile, c = n % kQuantTile;
+  const int offset = code_offset(type);
+  float acc = 0.0f;
+  for (uint32_t b = 0; b < t.nb; ++b) {
+    const size_t tile = size_t{g} * t.nb + b;
+    const int32_t asum = sum32(a, b);
+    int32_t isum = -offset * asum;
+    for (uint32_t e = 0; e < 32; ++e) isum += tile_code(t, tile, c, e) * a.qs[32 * b + e];
+    acc = std::fma(h2f(t.d[tile * kQuantTile + c]) * a.d[b], static_cast<float>(isum), acc);
+    if (t.m) acc = std::fma(h2f(t.m[tile * kQuantTile + c]) * a.d[b], static_cast<float>(asum), acc);
+  }
+  return acc;
+}
 
 // Sum over the 8 sub-blocks of m_j times the activations' sum under sub-block j.
 template <class B>
@@ -210,15 +168,10 @@ inline void dispatch_quant(uint32_t type, F&& f) {
 
 using LaneFn = void (*)(const uint8_t* row, uint32_t b, const ActRow& a, float* lanes);
 
-// The block function of a weight type (model::TensorType id); nullptr if not quantized.
+// The block function of a K type (model::TensorType id); nullptr for any other.
 inline LaneFn lane_fn(uint32_t type) {
   using model::TensorType;
   switch (static_cast<TensorType>(type)) {
-    case TensorType::kQ8_0: return lane_q8_0;
-    case TensorType::kQ4_0: return lane_q4_0;
-    case TensorType::kQ5_0: return lane_q5_0;
-    case TensorType::kQ4_1: return lane_q4_1;
-    case TensorType::kQ5_1: return lane_q5_1;
     case TensorType::kQ4_K: return lane_k4<BlockQ4_K>;
     case TensorType::kQ5_K: return lane_k4<BlockQ5_K>;
     case TensorType::kQ6_K: return lane_q6_k;

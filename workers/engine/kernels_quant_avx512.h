@@ -1,14 +1,14 @@
-// AVX-512 VNNI tiles for the quantized types. 32-element types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1): R
-// activation rows x C weight rows per pass over K, each weight block unpacked once for the R
-// rows and each activation block loaded once for the C rows (decode: R = 1, C = 8). A zmm
-// holds two blocks; vpdpbusd's int32 lane j of a block is its element group j (elements
-// 4j..4j+3), so the lanes are exactly those of the scalar definition (kernels.h): the even
-// block's groups in lanes 0..7, the odd one's in 8..15, and the same float fma per lane.
-// Included only by kernels_avx512.cpp (compiled with -mavx512vnni).
+// AVX-512 VNNI kernels for the quantized types. 32-element types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1),
+// tiled at load (kernels.h): a zmm holds one 4-element group of 16 output columns, so vpdpbusd
+// against the group's 4 activation codes broadcast gives each column's partial sum in its own
+// lane, and one float fma per block and 16 columns follows: R activation rows x G tile columns
+// per pass (decode: 1 x 4, else 4 x 2). K types: 4 rows x 4 weight rows per pass from the file's
+// blocks. Included only by kernels_avx512.cpp (compiled with -mavx512vnni).
 #pragma once
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "workers/engine/kernels_quant_simd.h"
@@ -19,129 +19,123 @@ namespace quant512 {
 
 using model::TensorType;
 
-// The 4-bit codes of two Q4_0-layout blocks (16 bytes each: low nibbles elements 0..15, high
-// 16..31) as 64 bytes in element order: each block's bytes twice, shifted 0 and 4.
-inline __m512i nibbles64(const uint8_t* qs0, const uint8_t* qs1) {
-  const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs0));
-  const __m128i q1 = qs1 ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs1)) : _mm_setzero_si128();
-  __m512i z = _mm512_inserti32x4(_mm512_zextsi128_si512(q0), q1, 2);
-  z = _mm512_shuffle_i32x4(z, z, _MM_SHUFFLE(2, 2, 0, 0));
-  z = _mm512_srlv_epi64(z, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0));
-  return _mm512_and_si512(z, _mm512_set1_epi8(15));
-}
-
-// Unsigned codes of blocks b and b + 1 (zero for a missing b + 1): for Q8_0 w + 128 (w ^ 0x80);
-// for the 5-bit types bit 4 of element j from bit j of qh, as a byte mask.
-template <TensorType kType>
-inline __m512i codes64(const uint8_t* row, uint32_t b, bool pair) {
-  if constexpr (kType == TensorType::kQ8_0) {
-    const auto* w = reinterpret_cast<const BlockQ8_0*>(row);
-    const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
-    const __m256i lo = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs)), flip);
-    __m256i hi = _mm256_setzero_si256();
-    if (pair) hi = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b + 1].qs)), flip);
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-  } else {
-    using B =
-        std::conditional_t<kType == TensorType::kQ4_0, BlockQ4_0,
-                           std::conditional_t<kType == TensorType::kQ4_1, BlockQ4_1,
-                                              std::conditional_t<kType == TensorType::kQ5_0, BlockQ5_0, BlockQ5_1>>>;
-    const B* w = reinterpret_cast<const B*>(row);
-    const __m512i nib = nibbles64(w[b].qs, pair ? w[b + 1].qs : nullptr);
-    if constexpr (kType == TensorType::kQ4_0 || kType == TensorType::kQ4_1) {
-      return nib;
-    } else {
-      const uint64_t bits = qh32(w[b].qh) | (pair ? uint64_t{qh32(w[b + 1].qh)} << 32 : 0);
-      return _mm512_or_si512(nib, _mm512_maskz_mov_epi8(_cvtu64_mask64(bits), _mm512_set1_epi8(0x10)));
-    }
-  }
-}
-
-// Lanes 0..7: x0, lanes 8..15: x1.
-inline __m512 pair_ps(float x0, float x1) { return _mm512_insertf32x8(_mm512_set1_ps(x0), _mm256_set1_ps(x1), 1); }
-
-// The offset taken off the unsigned codes, as a shift: 128 (Q8_0), 8 (Q4_0), 16 (Q5_0).
-template <TensorType kType>
-inline constexpr int kOffsetShift = kType == TensorType::kQ8_0   ? 7
-                                    : kType == TensorType::kQ4_0 ? 3
-                                    : kType == TensorType::kQ5_0 ? 4
-                                                                 : 0;
-
-// A pair of blocks of C weight rows, unpacked: the unsigned codes and the scales (and mins)
-// of both blocks as lane vectors. Unpacking costs about as much as the dot products of a few
-// activation rows, so for many rows each column tile is unpacked once into a cache (L1/L2)
-// and every group of rows reads it from there: the same values, so the same results.
-template <int C>
-struct Unpacked32 {
-  __m512i u[C];
-  __m512 sw[C], sm[C];
-};
-
-template <TensorType kType, int C>
-inline void unpack32(const uint8_t* const* rows, uint32_t b, bool pair, Unpacked32<C>& w) {
-#pragma GCC unroll 8
-  for (int j = 0; j < C; ++j) {
-    w.u[j] = codes64<kType>(rows[j], b, pair);
-    const float d1 = pair ? h2f(scale32<kType>(rows[j], b + 1, false)) : 0.0f;
-    w.sw[j] = pair_ps(h2f(scale32<kType>(rows[j], b, false)), d1);
-    if constexpr (kAffine32<kType>) {
-      const float m1 = pair ? h2f(scale32<kType>(rows[j], b + 1, true)) : 0.0f;
-      w.sm[j] = pair_ps(h2f(scale32<kType>(rows[j], b, true)), m1);
-    }
-  }
-}
-
-// R activation rows against C weight rows over all nb blocks. kCache: 0 unpack as it goes,
-// 1 unpack and keep every pair in `cache`, 2 read the pairs from `cache`.
-template <TensorType kType, int R, int C, int kCache>
-inline void tile(const uint8_t* const* rows, const ActRow* act, uint32_t nb, float* c, size_t ldc,
-                 Unpacked32<C>* cache) {
-  __m512 acc[R][C];
+// R activation rows against G tile columns (16 output columns each) from tile column g, over
+// every block: per block, 8 vpdpbusd per (row, tile column), the 4 activation codes of each
+// group broadcast from memory, then one float step per 16 columns (kernels.h's chain, a lane
+// per column). The codes are unsigned; the offset comes off through the integer sum's start
+// value (-offset * sum of a), so the sums are the exact signed ones. `cols` of the last tile
+// column's 16 are stored.
+template <TensorType kType, int R, int G>
+inline void tiles32(const TiledSections& t, uint32_t g, const ActRow* act, float* c, size_t ldc, uint32_t cols) {
+  constexpr bool kQ5 = kType == TensorType::kQ5_0 || kType == TensorType::kQ5_1;
+  constexpr bool kAffine = kType == TensorType::kQ4_1 || kType == TensorType::kQ5_1;
+  const int offset = code_offset(static_cast<uint32_t>(kType));
+  const __m512i m4 = _mm512_set1_epi8(15), x10 = _mm512_set1_epi8(0x10);
+  __m512 acc[R][G];
 #pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int j = 0; j < G; ++j) acc[r][j] = _mm512_setzero_ps();
+  for (uint32_t b = 0; b < t.nb; ++b) {
+    size_t tile[G];
+    for (int j = 0; j < G; ++j) tile[j] = size_t{g + j} * t.nb + b;
+    __m512i p[R][G];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m512i init = _mm512_set1_epi32(-offset * sum32(act[r], b));
+#pragma GCC unroll 4
+      for (int j = 0; j < G; ++j) p[r][j] = init;
+    }
+    auto dot = [&](int i, const __m512i* wv) {
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        int32_t a4;
+        std::memcpy(&a4, act[r].qs + 32 * b + 4 * i, 4);
+        const __m512i av = _mm512_set1_epi32(a4);
+#pragma GCC unroll 4
+        for (int j = 0; j < G; ++j) p[r][j] = _mm512_dpbusd_epi32(p[r][j], wv[j], av);
+      }
+    };
+    if constexpr (kType == TensorType::kQ8_0) {
 #pragma GCC unroll 8
-    for (int j = 0; j < C; ++j) acc[r][j] = _mm512_setzero_ps();
-  const __m512i ones8 = _mm512_set1_epi8(1);
-  for (uint32_t b = 0; b < nb; b += 2) {
-    const bool pair = b + 1 < nb;
-    const __mmask16 lanes = pair ? 0xFFFF : 0x00FF;
-    Unpacked32<C> local;
-    const Unpacked32<C>* w = &local;
-    if constexpr (kCache == 2) {
-      w = &cache[b / 2];
-    } else if constexpr (kCache == 1) {
-      unpack32<kType, C>(rows, b, pair, cache[b / 2]);
-      w = &cache[b / 2];
+      for (int i = 0; i < 8; ++i) {
+        __m512i wv[G];
+        for (int j = 0; j < G; ++j) wv[j] = _mm512_loadu_si512(t.codes + tile[j] * 512 + 64 * i);
+        dot(i, wv);
+      }
     } else {
-      unpack32<kType, C>(rows, b, pair, local);
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        __m512i lo[G], hi[G];
+        for (int j = 0; j < G; ++j) {
+          const __m512i x = _mm512_loadu_si512(t.codes + tile[j] * 256 + 64 * i);
+          lo[j] = _mm512_and_si512(x, m4);
+          hi[j] = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
+          if constexpr (kQ5) {
+            lo[j] = _mm512_mask_or_epi32(lo[j], 0xFFFF, lo[j],
+                                         _mm512_maskz_mov_epi8(_cvtu64_mask64(t.qh[tile[j] * 8 + i]), x10));
+            hi[j] = _mm512_mask_or_epi32(hi[j], 0xFFFF, hi[j],
+                                         _mm512_maskz_mov_epi8(_cvtu64_mask64(t.qh[tile[j] * 8 + i + 4]), x10));
+          }
+        }
+        dot(i, lo);
+        dot(i + 4, hi);
+      }
+    }
+    __m512 dw[G], mw[G];
+    for (int j = 0; j < G; ++j) {
+      dw[j] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.d + tile[j] * 16)));
+      if constexpr (kAffine)
+        mw[j] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.m + tile[j] * 16)));
     }
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
-      const __m512i a =
-          pair ? _mm512_loadu_si512(act[r].qs + 32 * b)
-               : _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(act[r].qs + 32 * b)));
-      const __m512i av = pair ? a : _mm512_inserti64x4(a, _mm256_setzero_si256(), 1);
-      const __m512i s4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones8, av);
-      __m512i init = _mm512_setzero_si512();
-      if constexpr (kOffsetShift<kType> != 0) init = _mm512_sub_epi32(init, _mm512_slli_epi32(s4, kOffsetShift<kType>));
-      const __m512 sa = pair_ps(act[r].d[b], pair ? act[r].d[b + 1] : 0.0f);
-      __m512 s4f;
-      if constexpr (kAffine32<kType>) s4f = _mm512_cvtepi32_ps(s4);
-#pragma GCC unroll 8
-      for (int j = 0; j < C; ++j) {
-        const __m512i p = _mm512_dpbusd_epi32(init, w->u[j], av);
-        acc[r][j] = _mm512_mask3_fmadd_ps(_mm512_mul_ps(w->sw[j], sa), _mm512_cvtepi32_ps(p), acc[r][j], lanes);
-        if constexpr (kAffine32<kType>)
-          acc[r][j] = _mm512_mask3_fmadd_ps(_mm512_mul_ps(w->sm[j], sa), s4f, acc[r][j], lanes);
+      const __m512 da = _mm512_set1_ps(act[r].d[b]);
+#pragma GCC unroll 4
+      for (int j = 0; j < G; ++j) {
+        acc[r][j] = _mm512_fmadd_ps(_mm512_mul_ps(dw[j], da), _mm512_cvtepi32_ps(p[r][j]), acc[r][j]);
+        if constexpr (kAffine)
+          acc[r][j] = _mm512_fmadd_ps(_mm512_mul_ps(mw[j], da), _mm512_set1_ps(static_cast<float>(sum32(act[r], b))),
+                                      acc[r][j]);
       }
     }
   }
+  const __mmask16 last = cols >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << cols) - 1);
   for (int r = 0; r < R; ++r)
-    for (int j = 0; j < C; ++j) {
-      alignas(64) float l[16];
-      _mm512_store_ps(l, acc[r][j]);
-      c[r * ldc + j] = reduce16(l);
-    }
+    for (int j = 0; j < G; ++j) _mm512_mask_storeu_ps(c + r * ldc + 16 * j, j + 1 < G ? 0xFFFF : last, acc[r][j]);
+}
+
+// Rows [0, m) in tiles of 4 (then the rest) against G tile columns from column n.
+template <TensorType kType, int G>
+inline void tile_columns(const TiledSections& t, const QuantRows& a, uint32_t m, uint32_t n, float* c, size_t ldc,
+                         uint32_t cols) {
+  const uint32_t g = n / kQuantTile;
+  ActRow act[4];
+  uint32_t r = 0;
+  for (; r + 4 <= m; r += 4) {
+    for (int i = 0; i < 4; ++i) act[i] = act_row(a, r + i);
+    tiles32<kType, 4, G>(t, g, act, c + size_t{r} * ldc + n, ldc, cols);
+  }
+  for (int i = 0; r + i < m; ++i) act[i] = act_row(a, r + i);
+  float* out = c + size_t{r} * ldc + n;
+  switch (m - r) {
+    case 3: tiles32<kType, 3, G>(t, g, act, out, ldc, cols); break;
+    case 2: tiles32<kType, 2, G>(t, g, act, out, ldc, cols); break;
+    case 1: tiles32<kType, 1, G>(t, g, act, out, ldc, cols); break;
+    default: break;
+  }
+}
+
+// Columns [n0, n1) (n0 a multiple of kQuantTile): 4 tile columns at a time for one row
+// (decode), else 2, then what is left one at a time.
+template <TensorType kType>
+void qgemm_tiles(const QuantRows& a, uint32_t m, const QuantView& w, uint32_t n0, uint32_t n1, float* c, size_t ldc) {
+  const TiledSections t = tiled_sections(w);
+  uint32_t n = n0;
+  if (m == 1)
+    for (; n + 4 * kQuantTile <= n1; n += 4 * kQuantTile) tile_columns<kType, 4>(t, a, m, n, c, ldc, kQuantTile);
+  for (; n + 2 * kQuantTile <= n1; n += 2 * kQuantTile) tile_columns<kType, 2>(t, a, m, n, c, ldc, kQuantTile);
+  for (; n < n1; n += kQuantTile) tile_columns<kType, 1>(t, a, m, n, c, ldc, std::min(kQuantTile, n1 - n));
 }
 
 // The K types, 4 rows x 2 weight rows per pass: chunk ch (64 elements, 64 ch..64 ch + 63) of
@@ -219,7 +213,9 @@ inline void k_scales(const uint8_t* row, uint32_t b, int16_t* sc, int16_t* sum_w
 inline int32_t hsum256(__m256i v) { return quant_simd::hsum(v); }
 
 // A super-block of C weight rows, unpacked: each chunk's codes and pair scales, and the
-// weights of the activation sums (see Unpacked32 for why it is cached).
+// weights of the activation sums. Unpacking costs about as much as the dot products of a few
+// activation rows, so for many rows each column tile is unpacked once into a cache (L1/L2)
+// and every group of rows reads it from there: the same values, so the same results.
 template <int C>
 struct UnpackedK {
   __m512i u[4][C], scv[4][C];
@@ -374,33 +370,25 @@ inline U* unpack_cache(uint32_t units) {
   return cache.data();
 }
 
-// Rows [0, m) of activations against the C weight rows at n: tiles of 4 rows, then the rest.
-// With more than one tile of rows, the weights are unpacked once (kCache).
-template <TensorType kType, int C, bool kSuper>
+// Rows [0, m) of activations against the C K-type weight rows at n: tiles of 4 rows, then the
+// rest. With more than one tile of rows, the weights are unpacked once (kCache).
+template <TensorType kType, int C>
 inline void column(const QuantRows& a, uint32_t m, const QuantView& w, uint32_t n, float* c, size_t ldc) {
   const uint8_t* rows[C];
   for (int j = 0; j < C; ++j) rows[j] = w.data + size_t{n + j} * w.row_bytes;
-  const uint32_t nb = w.k / (kSuper ? 256 : 32);
-  using U = std::conditional_t<kSuper, UnpackedK<C>, Unpacked32<C>>;
-  U* cache = m > 4 ? unpack_cache<U>(kSuper ? nb : (nb + 1) / 2) : nullptr;
+  const uint32_t nb = w.k / 256;
+  UnpackedK<C>* cache = m > 4 ? unpack_cache<UnpackedK<C>>(nb) : nullptr;
   bool filled = false;
   uint32_t r = 0;
   ActRow act[4];
   auto run = [&]<int R>(float* out) {
-    auto go = [&]<int kCache>() {
-      if constexpr (kSuper) {
-        k_tile<kType, R, C, kCache>(rows, act, nb, out, ldc, cache);
-      } else {
-        tile<kType, R, C, kCache>(rows, act, nb, out, ldc, cache);
-      }
-    };
     if (!cache) {
-      go.template operator()<0>();
+      k_tile<kType, R, C, 0>(rows, act, nb, out, ldc, cache);
     } else if (!filled) {
-      go.template operator()<1>();
+      k_tile<kType, R, C, 1>(rows, act, nb, out, ldc, cache);
       filled = true;
     } else {
-      go.template operator()<2>();
+      k_tile<kType, R, C, 2>(rows, act, nb, out, ldc, cache);
     }
   };
   for (; r + 4 <= m; r += 4) {
@@ -420,14 +408,14 @@ inline void column(const QuantRows& a, uint32_t m, const QuantView& w, uint32_t 
 template <TensorType kType>
 void qgemm_tiled(const QuantRows& a, uint32_t m, const QuantView& w, uint32_t n0, uint32_t n1, float* c, size_t ldc) {
   constexpr bool kSuper = kType == TensorType::kQ4_K || kType == TensorType::kQ5_K || kType == TensorType::kQ6_K;
-  constexpr int C = 4;
-  uint32_t n = n0;
-  if constexpr (!kSuper) {  // decode: 8 weight rows share each activation block's preparation
-    if (m < 4)
-      for (; n + 8 <= n1; n += 8) column<kType, 8, kSuper>(a, m, w, n, c, ldc);
+  if constexpr (!kSuper) {
+    qgemm_tiles<kType>(a, m, w, n0, n1, c, ldc);
+  } else {
+    constexpr int C = 4;
+    uint32_t n = n0;
+    for (; n + C <= n1; n += C) column<kType, C>(a, m, w, n, c, ldc);
+    for (; n < n1; ++n) column<kType, 1>(a, m, w, n, c, ldc);
   }
-  for (; n + C <= n1; n += C) column<kType, C, kSuper>(a, m, w, n, c, ldc);
-  for (; n < n1; ++n) column<kType, 1, kSuper>(a, m, w, n, c, ldc);
 }
 
 void qgemm(const QuantRows& a, uint32_t m, const QuantView& w, uint32_t n0, uint32_t n1, float* c, size_t ldc) {

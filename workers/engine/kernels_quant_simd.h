@@ -7,6 +7,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "workers/engine/kernels_quant.h"
@@ -32,64 +33,91 @@ inline int32_t hsum(__m256i v) {
   s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
   return _mm_cvtsi128_si32(s);
 }
-inline __m256i nibbles32(const uint8_t* qs) {  // Q4_0 layout: low nibbles 0..15, high 16..31
-  const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m128i m = _mm_set1_epi8(15);
-  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m), _mm_and_si128(x, m));
-}
-inline __m256i bit4_of(const uint8_t* qh) {  // 0x10 in byte j where bit j of the u32 is set
+// 0x10 in byte j where bit j of a 32-bit word is set.
+inline __m256i bit4_of(uint32_t bits) {
   const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
-  const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh32(qh))), shuf);
+  const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), shuf);
   const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit), _mm256_set1_epi8(0x10));
 }
 
-// The unsigned codes of block b of a 4- or 5-bit 32-element type.
-template <TensorType kType>
-inline __m256i codes_u(const uint8_t* row, uint32_t b) {
-  if constexpr (kType == TensorType::kQ4_0) return nibbles32(reinterpret_cast<const BlockQ4_0*>(row)[b].qs);
-  if constexpr (kType == TensorType::kQ4_1) return nibbles32(reinterpret_cast<const BlockQ4_1*>(row)[b].qs);
-  if constexpr (kType == TensorType::kQ5_0) {
-    const auto& w = reinterpret_cast<const BlockQ5_0*>(row)[b];
-    return _mm256_or_si256(nibbles32(w.qs), bit4_of(w.qh));
-  }
-  if constexpr (kType == TensorType::kQ5_1) {
-    const auto& w = reinterpret_cast<const BlockQ5_1*>(row)[b];
-    return _mm256_or_si256(nibbles32(w.qs), bit4_of(w.qh));
-  }
-  return _mm256_setzero_si256();
+inline __m256i bcast4(const int8_t* a) {  // 4 activation codes into every 32-bit lane
+  int32_t x;
+  std::memcpy(&x, a, 4);
+  return _mm256_set1_epi32(x);
 }
 
-// One row of a 32-element type against one activation row, by the lanes of kernels.h: even
-// blocks into lanes 0..7 (acc[0]), odd ones into 8..15 (acc[1]).
-template <TensorType kType>
-inline float row_dot32(const uint8_t* row, uint32_t nb, const ActRow& a) {
-  constexpr int kOffsetShift = kType == TensorType::kQ4_0 ? 3 : kType == TensorType::kQ5_0 ? 4 : 0;
-  const __m256i ones16 = _mm256_set1_epi16(1), ones8 = _mm256_set1_epi8(1);
-  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-  for (uint32_t b = 0; b < nb; ++b) {
-    const __m256i q8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.qs + 32 * b));
-    __m256i p, s4 = _mm256_setzero_si256();
-    if constexpr (kType == TensorType::kQ8_0) {
-      const __m256i x =
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(reinterpret_cast<const BlockQ8_0*>(row)[b].qs));
-      p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(q8, x)), ones16);
-    } else {
-      p = _mm256_madd_epi16(_mm256_maddubs_epi16(codes_u<kType>(row, b), q8), ones16);
-      s4 = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q8), ones16);
-      if constexpr (kOffsetShift != 0) p = _mm256_sub_epi32(p, _mm256_slli_epi32(s4, kOffsetShift));
+// R activation rows against the 16 columns of tile column g (halves h: columns 8 h..8 h + 7),
+// the chain of kernels.h; `cols` of the 16 are stored.
+template <TensorType kType, int R>
+inline void tiles32(const TiledSections& t, uint32_t g, const ActRow* act, float* c, size_t ldc, uint32_t cols) {
+  const __m256i ones16 = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(15);
+  const int offset = kType == TensorType::kQ8_0 ? 0 : code_offset(static_cast<uint32_t>(kType));
+  __m256 acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  for (uint32_t b = 0; b < t.nb; ++b) {
+    const size_t tile = size_t{g} * t.nb + b;
+    const uint8_t* tc = t.codes + tile * t.code_bytes;
+    __m256i p[R][2];
+    for (int r = 0; r < R; ++r) p[r][0] = p[r][1] = _mm256_set1_epi32(-offset * sum32(act[r], b));
+    for (int i = 0; i < 8; ++i) {
+      for (int h = 0; h < 2; ++h) {
+        if constexpr (kType == TensorType::kQ8_0) {  // signed weights: |w| x (a with w's sign)
+          const __m256i w = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(tc + 64 * i + 32 * h)),
+                                             _mm256_set1_epi8(static_cast<char>(0x80)));
+          const __m256i aw = _mm256_abs_epi8(w);
+          for (int r = 0; r < R; ++r) {
+            const __m256i av = _mm256_sign_epi8(bcast4(act[r].qs + 32 * b + 4 * i), w);
+            p[r][h] = _mm256_add_epi32(p[r][h], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, av), ones16));
+          }
+        } else {
+          const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tc + 64 * (i % 4) + 32 * h));
+          __m256i u = _mm256_and_si256(i < 4 ? x : _mm256_srli_epi16(x, 4), m4);
+          if (t.qh) u = _mm256_or_si256(u, bit4_of(static_cast<uint32_t>(t.qh[tile * 8 + i] >> (32 * h))));
+          for (int r = 0; r < R; ++r) {
+            const __m256i av = bcast4(act[r].qs + 32 * b + 4 * i);
+            p[r][h] = _mm256_add_epi32(p[r][h], _mm256_madd_epi16(_mm256_maddubs_epi16(u, av), ones16));
+          }
+        }
+      }
     }
-    const __m256 d = _mm256_set1_ps(h2f(scale32<kType>(row, b, false)) * a.d[b]);
-    acc[b % 2] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[b % 2]);
-    if constexpr (kAffine32<kType>) {
-      const __m256 m = _mm256_set1_ps(h2f(scale32<kType>(row, b, true)) * a.d[b]);
-      acc[b % 2] = _mm256_fmadd_ps(m, _mm256_cvtepi32_ps(s4), acc[b % 2]);
+    for (int h = 0; h < 2; ++h) {
+      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t.d + tile * 16 + 8 * h)));
+      __m256 mw = _mm256_setzero_ps();
+      if (t.m) mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t.m + tile * 16 + 8 * h)));
+      for (int r = 0; r < R; ++r) {
+        const __m256 da = _mm256_set1_ps(act[r].d[b]);
+        acc[r][h] = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(p[r][h]), acc[r][h]);
+        if (t.m)
+          acc[r][h] =
+              _mm256_fmadd_ps(_mm256_mul_ps(mw, da), _mm256_set1_ps(static_cast<float>(sum32(act[r], b))), acc[r][h]);
+      }
     }
   }
-  alignas(32) float lanes[16];
-  _mm256_store_ps(lanes, acc[0]);
-  _mm256_store_ps(lanes + 8, acc[1]);
-  return reduce16(lanes);
+  for (int r = 0; r < R; ++r) {
+    alignas(32) float out[16];
+    _mm256_store_ps(out, acc[r][0]);
+    _mm256_store_ps(out + 8, acc[r][1]);
+    std::memcpy(c + r * ldc, out, cols * sizeof(float));
+  }
+}
+
+template <TensorType kType>
+void qgemm_tiles(const QuantRows& a, uint32_t m, const QuantView& w, uint32_t n0, uint32_t n1, float* c, size_t ldc) {
+  const TiledSections t = tiled_sections(w);
+  for (uint32_t n = n0; n < n1; n += kQuantTile) {
+    const uint32_t cols = std::min(kQuantTile, n1 - n);
+    uint32_t r = 0;
+    ActRow act[2];
+    for (; r + 2 <= m; r += 2) {
+      act[0] = act_row(a, r), act[1] = act_row(a, r + 1);
+      tiles32<kType, 2>(t, n / kQuantTile, act, c + size_t{r} * ldc + n, ldc, cols);
+    }
+    if (r < m) {
+      act[0] = act_row(a, r);
+      tiles32<kType, 1>(t, n / kQuantTile, act, c + size_t{r} * ldc + n, ldc, cols);
+    }
+  }
 }
 
 // Q4_K / Q5_K super-block b: sum_j sc_j * (sum over sub-block j of q * a).
@@ -167,21 +195,17 @@ inline float row_dot256(const uint8_t* row, uint32_t nb, const ActRow& a) {
 
 template <TensorType kType>
 void qgemm_type(const QuantRows& a, uint32_t m, const QuantView& w, uint32_t n0, uint32_t n1, float* c, size_t ldc) {
-  constexpr bool kSuper = kType == TensorType::kQ4_K || kType == TensorType::kQ5_K || kType == TensorType::kQ6_K;
-  const uint32_t nb = w.k / (kSuper ? 256 : 32);
-  for (uint32_t n = n0; n < n1; ++n) {
-    const uint8_t* row = w.data + size_t{n} * w.row_bytes;
-    if (n + 1 < n1) {  // the next row, while this one computes: another stream for the prefetcher
-      const char* next = reinterpret_cast<const char*>(row + w.row_bytes);
-      for (size_t line = 0; line < w.row_bytes; line += 64) _mm_prefetch(next + line, _MM_HINT_T0);
-    }
-    for (uint32_t r = 0; r < m; ++r) {
-      const ActRow ar = act_row(a, r);
-      if constexpr (kSuper) {
-        c[size_t{r} * ldc + n] = row_dot256<kType>(row, nb, ar);
-      } else {
-        c[size_t{r} * ldc + n] = row_dot32<kType>(row, nb, ar);
+  if constexpr (kType != TensorType::kQ4_K && kType != TensorType::kQ5_K && kType != TensorType::kQ6_K) {
+    qgemm_tiles<kType>(a, m, w, n0, n1, c, ldc);
+  } else {
+    const uint32_t nb = w.k / 256;
+    for (uint32_t n = n0; n < n1; ++n) {
+      const uint8_t* row = w.data + size_t{n} * w.row_bytes;
+      if (n + 1 < n1) {  // the next row, while this one computes: another stream for the prefetcher
+        const char* next = reinterpret_cast<const char*>(row + w.row_bytes);
+        for (size_t line = 0; line < w.row_bytes; line += 64) _mm_prefetch(next + line, _MM_HINT_T0);
       }
+      for (uint32_t r = 0; r < m; ++r) c[size_t{r} * ldc + n] = row_dot256<kType>(row, nb, act_row(a, r));
     }
   }
 }
