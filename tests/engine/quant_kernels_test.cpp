@@ -58,13 +58,9 @@ TEST_P(QuantKernels, VariantsBitwiseEqualBatchInvariantAndCloseToDequantized) {
     for (uint32_t r = 0; r < n; ++r) traits->quantize(&w[size_t{r} * k], wq.data() + r * rb, k);
     std::vector<float> wd(size_t{n} * k);  // the weights the kernels must compute with
     for (uint32_t r = 0; r < n; ++r) traits->dequantize(wq.data() + r * rb, &wd[size_t{r} * k], k);
-    QuantView view{wq.data(), static_cast<uint32_t>(tc.type), n, k, rb};
-    std::vector<uint8_t> tiles;  // the 32-element types run on their load-time tiles
-    if (tiled_type(view.type)) {
-      tiles.resize(tiled_bytes(view.type, n, k));
-      tile_quant(wq.data(), rb, view.type, n, k, tiles.data());
-      view.data = tiles.data();
-    }
+    std::vector<uint8_t> tiles(tiled_bytes(static_cast<uint32_t>(tc.type), n, k));  // as the engine loads them
+    tile_quant(wq.data(), rb, static_cast<uint32_t>(tc.type), n, k, tiles.data());
+    const QuantView view{tiles.data(), static_cast<uint32_t>(tc.type), n, k};
     const auto a = random_vec(size_t{max_m} * k, rng);
     const Acts acts(a, max_m, k, act_block(static_cast<uint32_t>(tc.type)));
 

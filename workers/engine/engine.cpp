@@ -100,14 +100,12 @@ struct Engine::Matrix {
     float* owned = nullptr;  // packed copies (F32 floats, 16-bit elements, quantized tiles) in the weight arena
     size_t bytes = 0;
     kernels::QuantView quant;
-    // Work units for the thread pool: panels, or groups of quant_cols() quantized columns.
+    // Work units for the thread pool: panels, or quantized tile columns.
     uint32_t units() const {
       if (kind == Kind::kF32Rows) return 0;  // cblas_sgemm, outside the pool
-      if (kind == Kind::kQuant) return (n + quant_cols() - 1) / quant_cols();
+      if (kind == Kind::kQuant) return (n + kernels::kQuantTile - 1) / kernels::kQuantTile;
       return (n + kernels::kPanel - 1) / kernels::kPanel;
     }
-    // Tiled types: one tile column; K types: 8 rows.
-    uint32_t quant_cols() const { return kernels::tiled_type(type) ? kernels::kQuantTile : 8; }
   };
   uint32_t n = 0, k = 0;
   std::vector<Part> parts;
@@ -137,7 +135,7 @@ struct Engine::Matrix {
     }
     flush();
     for (const Part& p : m.parts)
-      if ((p.kind != Kind::kQuant || kernels::tiled_type(p.type)) && !p.owned)
+      if (!p.owned)
         return Status::error(Code::kUnavailable, "cannot map " + std::to_string(p.bytes) +
                                                      " bytes for the packed weights: " + std::strerror(errno));
     return m;
@@ -152,17 +150,14 @@ struct Engine::Matrix {
     if (kernels::act_block(p.type) != 0) {
       const GgufTensor& t = *tensors.front();
       p.kind = Kind::kQuant;
-      p.quant = {reinterpret_cast<const uint8_t*>(t.data), p.type, p.n, k,
-                 model::row_bytes(static_cast<TensorType>(p.type), k)};
-      p.bytes = p.quant.row_bytes * p.n;
-      if (kernels::tiled_type(p.type)) {  // repacked once into the kernels' tiles, the same size
-        p.bytes = kernels::tiled_bytes(p.type, p.n, k);
-        p.owned = static_cast<float*>(arena.allocate(p.bytes));
-        if (!p.owned) return p;
-        auto* tiles = reinterpret_cast<uint8_t*>(p.owned);
-        kernels::tile_quant(p.quant.data, p.quant.row_bytes, p.type, p.n, k, tiles);
-        p.quant.data = tiles;
-      }
+      // Repacked once into the kernels' tiles (about the same size as the file's blocks).
+      p.bytes = kernels::tiled_bytes(p.type, p.n, k);
+      p.owned = static_cast<float*>(arena.allocate(p.bytes));
+      if (!p.owned) return p;
+      auto* tiles = reinterpret_cast<uint8_t*>(p.owned);
+      kernels::tile_quant(reinterpret_cast<const uint8_t*>(t.data),
+                          model::row_bytes(static_cast<TensorType>(p.type), k), p.type, p.n, k, tiles);
+      p.quant = {tiles, p.type, p.n, k};
       return p;
     }
     const bool wide = is_16bit(p.type);
@@ -350,7 +345,7 @@ void Engine::matmul(const Matrix& w, const float* a, size_t lda, uint32_t m, flo
           kern.gemm16(a, lda, m, v, lo, hi, out, w.n);
         } else if (p.kind == Kind::kQuant) {
           const ActBuffer& buf = kernels::act_block(p.type) == kernels::kAct32 ? act32_ : act256_;
-          const uint32_t r = p.quant_cols();
+          const uint32_t r = kernels::kQuantTile;
           kern.qgemm(buf.rows, m, p.quant, lo * r, std::min(hi * r, p.n), out, w.n);
         }
       }

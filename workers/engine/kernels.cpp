@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <type_traits>
 
 #include "model/half.h"
 #include "model/quant.h"
@@ -39,39 +40,75 @@ uint32_t act_block(uint32_t type) {
   }
 }
 
-bool tiled_type(uint32_t type) { return act_block(type) == kAct32; }
+bool tiled_type(uint32_t type) { return act_block(type) != 0; }
 
 namespace {
 
 using model::TensorType;
 
+// Bytes per tile of each section (kernels.h, QuantView); 0: the type has none.
 struct TileShape {
-  uint32_t code_bytes;
-  bool qh, m;
+  uint32_t block, codes, qh, q6h, sc, mk, m;
 };
 TileShape tile_shape(uint32_t type) {
-  const auto t = static_cast<TensorType>(type);
-  return {t == TensorType::kQ8_0 ? 512u : 256u, t == TensorType::kQ5_0 || t == TensorType::kQ5_1,
-          t == TensorType::kQ4_1 || t == TensorType::kQ5_1};
+  switch (static_cast<TensorType>(type)) {
+    case TensorType::kQ8_0: return {32, 512, 0, 0, 0, 0, 0};
+    case TensorType::kQ4_0: return {32, 256, 0, 0, 0, 0, 0};
+    case TensorType::kQ4_1: return {32, 256, 0, 0, 0, 0, 32};
+    case TensorType::kQ5_0: return {32, 256, 64, 0, 0, 0, 0};
+    case TensorType::kQ5_1: return {32, 256, 64, 0, 0, 0, 32};
+    case TensorType::kQ4_K: return {256, 2048, 0, 0, 128, 128, 32};
+    case TensorType::kQ5_K: return {256, 2048, 512, 0, 128, 128, 32};
+    default: return {256, 2048, 0, 1024, 256, 0, 0};  // Q6_K
+  }
 }
-size_t tile_count(uint32_t n, uint32_t k) { return size_t{(n + kQuantTile - 1) / kQuantTile} * (k / kAct32); }
-size_t tile_bytes(const TileShape& s) { return s.code_bytes + (s.qh ? 64 : 0) + 32 + (s.m ? 32 : 0); }
+size_t tile_count(const TileShape& s, uint32_t n, uint32_t k) {
+  return size_t{(n + kQuantTile - 1) / kQuantTile} * (k / s.block);
+}
+size_t tile_bytes(const TileShape& s) { return s.codes + s.qh + s.q6h + s.sc + s.mk + 32 + s.m; }
 
-// The unsigned code of element e (< 32) of block b of a row, its 16-bit scale and min.
+// One block of a row (32 or 256 elements): the unsigned codes (the offset not taken off), the
+// sub-block scales and mins (K types) and the 16-bit scale and min (or dmin).
 struct BlockCodes {
-  uint8_t q[32];
+  uint8_t q[256];
+  uint8_t sc[16], mk[8];
   uint16_t d, m;
 };
+template <class B>
+void nibbles_and_bits(const B& w, BlockCodes& out) {
+  for (int e = 0; e < 16; ++e) out.q[e] = w.qs[e] & 15, out.q[e + 16] = static_cast<uint8_t>(w.qs[e] >> 4);
+  if constexpr (requires { w.qh; }) {
+    uint32_t h;
+    std::memcpy(&h, w.qh, 4);
+    for (int e = 0; e < 32; ++e) out.q[e] |= static_cast<uint8_t>(((h >> e) & 1) << 4);
+  }
+  out.d = w.d;
+  if constexpr (requires { w.m; }) out.m = w.m;
+}
+template <class B>
+void k_codes(const B& w, BlockCodes& out) {  // Q4_K, Q5_K
+  for (int j = 0; j < 8; ++j) {
+    model::k_scale_min(j, w.scales, out.sc[j], out.mk[j]);
+    for (int i = 0; i < 32; ++i) {
+      uint8_t q = (w.qs[32 * (j / 2) + i] >> (4 * (j & 1))) & 15;
+      if constexpr (std::is_same_v<B, model::BlockQ5_K>) q |= static_cast<uint8_t>(((w.qh[i] >> j) & 1) << 4);
+      out.q[32 * j + i] = q;
+    }
+  }
+  out.d = w.d, out.m = w.dmin;
+}
+void q6_codes(const model::BlockQ6_K& w, BlockCodes& out) {
+  for (int e = 0; e < 256; ++e) {
+    const int h = e / 128, k = (e % 128) / 32, t = e % 32;
+    const int lo = (w.ql[64 * h + t + 32 * (k & 1)] >> (4 * (k / 2))) & 15;
+    const int hi = (w.qh[32 * h + t] >> (2 * k)) & 3;
+    out.q[e] = static_cast<uint8_t>(lo | (hi << 4));
+  }
+  for (int g = 0; g < 16; ++g) out.sc[g] = static_cast<uint8_t>(w.scales[g]);
+  out.d = w.d;
+}
 BlockCodes block_codes(const uint8_t* row, uint32_t type, uint32_t b) {
   BlockCodes out{};
-  auto nibbles = [&](const uint8_t* qs) {
-    for (int e = 0; e < 16; ++e) out.q[e] = qs[e] & 15, out.q[e + 16] = qs[e] >> 4;
-  };
-  auto high = [&](const uint8_t* qh) {
-    uint32_t h;
-    std::memcpy(&h, qh, 4);
-    for (int e = 0; e < 32; ++e) out.q[e] |= ((h >> e) & 1) << 4;
-  };
   switch (static_cast<TensorType>(type)) {
     case TensorType::kQ8_0: {
       const auto& w = reinterpret_cast<const model::BlockQ8_0*>(row)[b];
@@ -79,76 +116,78 @@ BlockCodes block_codes(const uint8_t* row, uint32_t type, uint32_t b) {
       out.d = w.d;
       break;
     }
-    case TensorType::kQ4_0: {
-      const auto& w = reinterpret_cast<const model::BlockQ4_0*>(row)[b];
-      nibbles(w.qs), out.d = w.d;
-      break;
-    }
-    case TensorType::kQ4_1: {
-      const auto& w = reinterpret_cast<const model::BlockQ4_1*>(row)[b];
-      nibbles(w.qs), out.d = w.d, out.m = w.m;
-      break;
-    }
-    case TensorType::kQ5_0: {
-      const auto& w = reinterpret_cast<const model::BlockQ5_0*>(row)[b];
-      nibbles(w.qs), high(w.qh), out.d = w.d;
-      break;
-    }
-    default: {
-      const auto& w = reinterpret_cast<const model::BlockQ5_1*>(row)[b];
-      nibbles(w.qs), high(w.qh), out.d = w.d, out.m = w.m;
-      break;
-    }
+    case TensorType::kQ4_0: nibbles_and_bits(reinterpret_cast<const model::BlockQ4_0*>(row)[b], out); break;
+    case TensorType::kQ4_1: nibbles_and_bits(reinterpret_cast<const model::BlockQ4_1*>(row)[b], out); break;
+    case TensorType::kQ5_0: nibbles_and_bits(reinterpret_cast<const model::BlockQ5_0*>(row)[b], out); break;
+    case TensorType::kQ5_1: nibbles_and_bits(reinterpret_cast<const model::BlockQ5_1*>(row)[b], out); break;
+    case TensorType::kQ4_K: k_codes(reinterpret_cast<const model::BlockQ4_K*>(row)[b], out); break;
+    case TensorType::kQ5_K: k_codes(reinterpret_cast<const model::BlockQ5_K*>(row)[b], out); break;
+    default: q6_codes(reinterpret_cast<const model::BlockQ6_K*>(row)[b], out); break;
   }
   return out;
 }
 
+// Column c's block into tile `tile` of the sections.
+void scatter(const BlockCodes& bc, const TiledSections& t, const TileShape& s, size_t tile, uint32_t c) {
+  auto* codes = const_cast<uint8_t*>(t.codes) + tile * s.codes;
+  for (uint32_t e = 0; e < s.block; ++e) {
+    const uint32_t j = e / 32, i = e % 32 / 4, byte = 4 * c + e % 4;
+    if (s.codes == 512) {
+      codes[64 * i + byte] = bc.q[e];
+    } else {
+      codes[256 * j + 64 * (i % 4) + byte] |= static_cast<uint8_t>((bc.q[e] & 15) << (i < 4 ? 0 : 4));
+    }
+    if (t.qh && (bc.q[e] & 16)) const_cast<uint64_t*>(t.qh)[tile * (s.qh / 8) + 8 * j + i] |= uint64_t{1} << byte;
+    if (t.q6h)
+      const_cast<uint8_t*>(t.q6h)[tile * s.q6h + 128 * j + 64 * (i / 4) + byte] |=
+          static_cast<uint8_t>((bc.q[e] >> 4) << (2 * (i % 4)));
+  }
+  if (t.sc)
+    for (uint32_t g = 0; g < s.sc / kQuantTile; ++g)
+      const_cast<uint8_t*>(t.sc)[tile * s.sc + kQuantTile * g + c] = bc.sc[g];
+  if (t.mk)
+    for (uint32_t j = 0; j < 8; ++j) const_cast<uint8_t*>(t.mk)[tile * s.mk + 32 * (j / 2) + 2 * c + j % 2] = bc.mk[j];
+  const_cast<uint16_t*>(t.d)[tile * kQuantTile + c] = bc.d;
+  if (t.m) const_cast<uint16_t*>(t.m)[tile * kQuantTile + c] = bc.m;
+}
+
 }  // namespace
 
-size_t tiled_bytes(uint32_t type, uint32_t n, uint32_t k) { return tile_count(n, k) * tile_bytes(tile_shape(type)); }
+size_t tiled_bytes(uint32_t type, uint32_t n, uint32_t k) {
+  const TileShape s = tile_shape(type);
+  return tile_count(s, n, k) * tile_bytes(s);
+}
 
 TiledSections tiled_sections(const QuantView& w) {
   const TileShape s = tile_shape(w.type);
-  const size_t tiles = tile_count(w.n, w.k);
+  const size_t tiles = tile_count(s, w.n, w.k);
   TiledSections out;
-  out.nb = w.k / kAct32;
-  out.code_bytes = s.code_bytes;
+  out.nb = w.k / s.block;
+  out.code_bytes = s.codes;
   const uint8_t* p = w.data;
-  out.codes = p;
-  p += tiles * s.code_bytes;
-  if (s.qh) out.qh = reinterpret_cast<const uint64_t*>(p), p += tiles * 64;
-  out.d = reinterpret_cast<const uint16_t*>(p);
-  p += tiles * 32;
-  if (s.m) out.m = reinterpret_cast<const uint16_t*>(p);
+  auto take = [&](uint32_t bytes) {
+    const uint8_t* at = bytes ? p : nullptr;
+    p += tiles * bytes;
+    return at;
+  };
+  out.codes = take(s.codes);
+  out.qh = reinterpret_cast<const uint64_t*>(take(s.qh));
+  out.q6h = take(s.q6h);
+  out.sc = take(s.sc);
+  out.mk = take(s.mk);
+  out.d = reinterpret_cast<const uint16_t*>(take(32));
+  out.m = reinterpret_cast<const uint16_t*>(take(s.m));
   return out;
 }
 
 void tile_quant(const uint8_t* rows, size_t row_bytes, uint32_t type, uint32_t n, uint32_t k, uint8_t* out) {
   std::memset(out, 0, tiled_bytes(type, n, k));
-  const TiledSections t = tiled_sections({out, type, n, k, row_bytes});
-  auto* codes = const_cast<uint8_t*>(t.codes);
-  auto* qh = const_cast<uint64_t*>(t.qh);
-  auto* d = const_cast<uint16_t*>(t.d);
-  auto* m = const_cast<uint16_t*>(t.m);
-  for (uint32_t col = 0; col < n; ++col) {
-    const uint32_t g = col / kQuantTile, c = col % kQuantTile;
-    for (uint32_t b = 0; b < t.nb; ++b) {
-      const size_t tile = size_t{g} * t.nb + b;
-      const BlockCodes bc = block_codes(rows + size_t{col} * row_bytes, type, b);
-      uint8_t* tc = codes + tile * t.code_bytes;
-      for (uint32_t e = 0; e < 32; ++e) {
-        const uint32_t i = e / 4, at = 64 * (i % 4) + 4 * c + e % 4;
-        if (t.code_bytes == 512) {
-          tc[64 * i + 4 * c + e % 4] = bc.q[e];
-        } else {
-          tc[at] |= static_cast<uint8_t>((bc.q[e] & 15) << (i < 4 ? 0 : 4));
-        }
-        if (qh && (bc.q[e] & 16)) qh[tile * 8 + i] |= uint64_t{1} << (4 * c + e % 4);
-      }
-      d[tile * kQuantTile + c] = bc.d;
-      if (m) m[tile * kQuantTile + c] = bc.m;
-    }
-  }
+  const TileShape s = tile_shape(type);
+  const TiledSections t = tiled_sections({out, type, n, k});
+  for (uint32_t col = 0; col < n; ++col)
+    for (uint32_t b = 0; b < t.nb; ++b)
+      scatter(block_codes(rows + size_t{col} * row_bytes, type, b), t, s, size_t{col / kQuantTile} * t.nb + b,
+              col % kQuantTile);
 }
 
 // ggml's reference quantizers, one block at a time, scattered into the kernels' layout.

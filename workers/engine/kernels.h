@@ -39,42 +39,50 @@ struct Packed16View {
   uint32_t panels() const { return (n + kPanel - 1) / kPanel; }
 };
 
-// Quantized weights, never expanded. type: model::TensorType's id, one of Q4_0, Q4_1, Q5_0,
-// Q5_1, Q8_0 (activations: kAct32) or Q4_K, Q5_K, Q6_K (kAct256).
-//  - K types: as the GGUF file holds them (mmap'd): row r of W[N][K] is K / 256 ggml blocks at
-//    data + r * row_bytes.
-//  - 32-element types: repacked once at load (tile_quant) into tiles of kQuantTile output
-//    columns x one block, the same bytes as the file's (columns padded to whole tiles), so a
-//    vector register holds one 4-element group of 16 columns and the dot products need no
-//    horizontal sums. Tile t = g * nb + b (column group g, block b; nb = K / 32), in sections:
-//      codes  at data + t * code_bytes: Q8_0 512 bytes, byte 64 i + 4 c + e = w + 128 of element
-//             4 i + e (i < 8) of column c; 4- and 5-bit types 256 bytes, byte 64 i + 4 c + e
-//             holds element 4 i + e (i < 4) of column c in its low nibble and element 4 (i + 4) + e
-//             in its high one (the unsigned code, offset not taken off)
-//      qh     (Q5_0, Q5_1) 8 uint64 per tile: bit 4 c + e of word i = bit 4 of element 4 i + e
-//      d      16 binary16 scales per tile, one per column
-//      m      (Q4_1, Q5_1) 16 binary16 mins per tile
-//    Sections follow each other in that order, each tiles() * its size per tile.
+// Quantized weights (type: model::TensorType's id, one of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 with
+// activations in blocks of kAct32, or Q4_K, Q5_K, Q6_K with kAct256), never expanded: repacked
+// once at load (tile_quant) into tiles of kQuantTile output columns x one block (32 or 256
+// elements), so a vector register holds one 4-element group of 16 columns and the dot products
+// need no horizontal sums. Tile t = g * nb + b (column group g, block b, nb blocks per column);
+// columns past N are zero. Sections, each tiles() x its bytes per tile, in this order:
+//   codes  the unsigned codes (offset not taken off). Q8_0: 512 bytes, byte 64 i + 4 c + e =
+//          w + 128 of element 4 i + e (i < 8) of column c. Other types: 256 bytes per 32
+//          elements (sub-block j of a K block at 256 j): byte 64 i + 4 c + e holds element
+//          32 j + 4 i + e (i < 4) in its low nibble and element 32 j + 4 (i + 4) + e in its high
+//          one (Q6_K: the code's low 4 bits)
+//   qh     (Q5_0, Q5_1: 8, Q5_K: 64 uint64 per tile) bit 4 c + e of word 8 j + i = bit 4 of
+//          element 32 j + 4 i + e
+//   q6h    (Q6_K, 1024 bytes) bits 2 s, 2 s + 1 of byte 128 j + 64 h + 4 c + e = bits 4, 5 of
+//          element 32 j + 4 (4 h + s) + e
+//   sc     (K types) Q4_K/Q5_K: byte 16 j + c = the 6-bit scale of sub-block j; Q6_K: byte
+//          16 g + c = the int8 scale of group g (16 elements)
+//   mk     (Q4_K, Q5_K) byte 32 (j / 2) + 2 c + j % 2 = the 6-bit min of sub-block j
+//   d      16 binary16 scales per tile, one per column
+//   m      (Q4_1, Q5_1: the min; Q4_K, Q5_K: dmin) 16 binary16 per tile
+// Q4_K and Q5_K tiles are 2.8 % and 2.3 % larger than the file's blocks (scales and mins a
+// byte each); the others are the same size.
 inline constexpr uint32_t kQuantTile = 16;
 struct QuantView {
-  const uint8_t* data = nullptr;
+  const uint8_t* data = nullptr;  // the tiles
   uint32_t type = 0;
   uint32_t n = 0, k = 0;
-  size_t row_bytes = 0;  // K types only
 };
-// Whether a type is repacked into tiles (the 32-element types).
+// Whether a type runs on tiles (every quantized type).
 bool tiled_type(uint32_t type);
 // Bytes the tiled copy of an [n][k] matrix of a tiled type takes.
 size_t tiled_bytes(uint32_t type, uint32_t n, uint32_t k);
 // Repacks n rows (row_bytes apart, k elements each) into the tiled layout at out (tiled_bytes).
 void tile_quant(const uint8_t* rows, size_t row_bytes, uint32_t type, uint32_t n, uint32_t k, uint8_t* out);
-// The sections of a tiled matrix (qh / m null where the type has none).
+// The sections of a tiled matrix (null where the type has none).
 struct TiledSections {
   const uint8_t* codes = nullptr;
   const uint64_t* qh = nullptr;
+  const uint8_t* q6h = nullptr;
+  const uint8_t* sc = nullptr;
+  const uint8_t* mk = nullptr;
   const uint16_t* d = nullptr;
   const uint16_t* m = nullptr;
-  uint32_t nb = 0;          // blocks per column (K / 32)
+  uint32_t nb = 0;          // blocks per column
   uint32_t code_bytes = 0;  // per tile
 };
 TiledSections tiled_sections(const QuantView& w);

@@ -40,22 +40,9 @@ void gemm16(const float* a, size_t lda, uint32_t m, const Packed16View& w, uint3
 }
 
 void qgemm(const QuantRows& a, uint32_t m, const QuantView& w, uint32_t n0, uint32_t n1, float* c, size_t ldc) {
-  if (tiled_type(w.type)) {
-    const TiledSections t = tiled_sections(w);
-    for (uint32_t n = n0; n < n1; ++n)
-      for (uint32_t r = 0; r < m; ++r) c[size_t{r} * ldc + n] = tiled_dot(t, w.type, n, act_row(a, r));
-    return;
-  }
-  const LaneFn fn = lane_fn(w.type);
-  const uint32_t nb = w.k / model::type_traits(w.type)->block_elems;
-  for (uint32_t n = n0; n < n1; ++n) {
-    const uint8_t* row = w.data + size_t{n} * w.row_bytes;
-    for (uint32_t r = 0; r < m; ++r) {
-      float lanes[16] = {};
-      lanes_scalar(fn, row, 0, nb, act_row(a, r), lanes);
-      c[size_t{r} * ldc + n] = reduce16(lanes);
-    }
-  }
+  const TiledSections t = tiled_sections(w);
+  for (uint32_t n = n0; n < n1; ++n)
+    for (uint32_t r = 0; r < m; ++r) c[size_t{r} * ldc + n] = tiled_dot(t, w.type, n, act_row(a, r));
 }
 
 // Softmax of s[0, n) in place (exp of s - max, 16 lane partial sums); returns 1 / sum.

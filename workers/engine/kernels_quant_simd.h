@@ -1,8 +1,8 @@
-// The quantized dot products (Kernels::qgemm) with 256-bit integer SIMD: compiled into the
-// AVX2 and the AVX-512 translation units (each its own copy, anonymous namespace). Integer
-// sums are exact whatever the order (every partial fits its lane: maddubs pairs <= 2 * 128 *
-// 127, since activation codes are in [-127, 127]), and the float steps are the sequence of
-// kernels_quant.h: so every variant's result equals the scalar reference bit for bit.
+// The quantized dot products (Kernels::qgemm) on the tiled weights with 256-bit integer SIMD
+// (the AVX2 variant): 16 columns as two halves of 8. Integer sums are exact whatever the order
+// (every partial fits its lane: maddubs pairs <= 2 * 128 * 127 since activation codes are in
+// [-127, 127] and the unsigned codes below 64, Q8_0 by sign trick), and the float steps are the
+// sequence of kernels_quant.h: so the result equals the scalar reference bit for bit.
 #pragma once
 
 #include <immintrin.h>
@@ -18,21 +18,6 @@ namespace quant_simd {
 
 using model::TensorType;
 
-inline __m256i dot32(__m256i u, const int8_t* a) {  // 8 int32 partial sums of u (unsigned) x a
-  const __m256i p = _mm256_maddubs_epi16(u, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)));
-  return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-}
-// As dot32, each pair of 16-bit products scaled by its lane of sc16 first.
-inline __m256i dot32_scaled(__m256i u, const int8_t* a, __m256i sc16) {
-  const __m256i p = _mm256_maddubs_epi16(u, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)));
-  return _mm256_madd_epi16(p, sc16);
-}
-inline int32_t hsum(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-  return _mm_cvtsi128_si32(s);
-}
 // 0x10 in byte j where bit j of a 32-bit word is set.
 inline __m256i bit4_of(uint32_t bits) {
   const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
@@ -120,77 +105,86 @@ void qgemm_tiles(const QuantRows& a, uint32_t m, const QuantView& w, uint32_t n0
   }
 }
 
-// Q4_K / Q5_K super-block b: sum_j sc_j * (sum over sub-block j of q * a).
+// The unsigned codes of dwords i and i + 4 of sub-block j, columns 8 h..8 h + 7, of a K-type tile.
 template <TensorType kType>
-inline int32_t k_isum(const uint8_t* row, uint32_t b, const int8_t* q8) {
-  using B = std::conditional_t<kType == TensorType::kQ4_K, BlockQ4_K, BlockQ5_K>;
-  const B& w = reinterpret_cast<const B*>(row)[b];
+inline void k_codes(const TiledSections& t, size_t tile, int j, int i, int h, __m256i& lo, __m256i& hi) {
   const __m256i m4 = _mm256_set1_epi8(15);
-  __m256i qh = _mm256_setzero_si256();
-  if constexpr (kType == TensorType::kQ5_K) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qh));
-  __m256i acc = _mm256_setzero_si256();
-#pragma GCC unroll 4
-  for (int c = 0; c < 4; ++c) {
-    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs + 32 * c));
-    __m256i lo = _mm256_and_si256(x, m4), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
-    if constexpr (kType == TensorType::kQ5_K) {
-      const __m256i bl = _mm256_set1_epi8(static_cast<char>(1 << (2 * c)));
-      const __m256i bh = _mm256_set1_epi8(static_cast<char>(1 << (2 * c + 1)));
-      const __m256i x10 = _mm256_set1_epi8(0x10);
-      lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bl), bl), x10));
-      hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bh), bh), x10));
-    }
-    uint8_t sl, sh, m;
-    model::k_scale_min(2 * c, w.scales, sl, m);
-    model::k_scale_min(2 * c + 1, w.scales, sh, m);
-    acc = _mm256_add_epi32(acc, dot32_scaled(lo, q8 + 64 * c, _mm256_set1_epi16(sl)));
-    acc = _mm256_add_epi32(acc, dot32_scaled(hi, q8 + 64 * c + 32, _mm256_set1_epi16(sh)));
+  const __m256i x =
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.codes + tile * 2048 + 256 * j + 64 * i + 32 * h));
+  lo = _mm256_and_si256(x, m4);
+  hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), m4);
+  if constexpr (kType == TensorType::kQ5_K) {
+    const uint64_t* qh = t.qh + tile * 64 + 8 * j;
+    lo = _mm256_or_si256(lo, bit4_of(static_cast<uint32_t>(qh[i] >> (32 * h))));
+    hi = _mm256_or_si256(hi, bit4_of(static_cast<uint32_t>(qh[i + 4] >> (32 * h))));
+  } else if constexpr (kType == TensorType::kQ6_K) {
+    const uint8_t* q6h = t.q6h + tile * 1024 + 128 * j + 32 * h;
+    const __m256i x30 = _mm256_set1_epi8(0x30);
+    const __m256i y0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q6h));
+    const __m256i y1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q6h + 64));
+    const __m128i shift = _mm_cvtsi32_si128(2 * i);
+    lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(_mm256_srl_epi16(y0, shift), 4), x30));
+    hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(_mm256_srl_epi16(y1, shift), 4), x30));
   }
-  return hsum(acc);
 }
 
-// Q6_K super-block b: sum_g sc_g * (sum over the 16 elements of g of (q - 32) * a).
-inline int32_t q6_isum(const uint8_t* row, uint32_t b, const ActRow& a) {
-  const BlockQ6_K& w = reinterpret_cast<const BlockQ6_K*>(row)[b];
-  const int8_t* q8 = a.qs + 256 * b;
-  const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
-  __m256i acc = _mm256_setzero_si256();
-#pragma GCC unroll 2
-  for (int h = 0; h < 2; ++h) {
-    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qh + 32 * h));
-    const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.ql + 64 * h));
-    const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.ql + 64 * h + 32));
-    const __m256i lo[4] = {_mm256_and_si256(ql0, m4), _mm256_and_si256(ql1, m4),
-                           _mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                           _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4)};
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; ++k) {
-      const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), m2);
-      const __m256i q = _mm256_or_si256(lo[k], _mm256_slli_epi16(hb, 4));
-      const int g = 8 * h + 2 * k;
-      const __m256i sc = _mm256_set_m128i(_mm_set1_epi16(w.scales[g + 1]), _mm_set1_epi16(w.scales[g]));
-      acc = _mm256_add_epi32(acc, dot32_scaled(q, q8 + 128 * h + 32 * k, sc));
-    }
-  }
-  int32_t off = 0;
-  for (int g = 0; g < 16; ++g) off += int32_t{w.scales[g]} * a.s16[16 * b + g];
-  return hsum(acc) - 32 * off;
-}
-
+// One activation row against the 16 columns of K-type tile column g: per super-block the
+// exact integer sums of kernels_quant.h (tiled_dot), then its float steps.
 template <TensorType kType>
-inline float row_dot256(const uint8_t* row, uint32_t nb, const ActRow& a) {
-  float lanes[16] = {};
-  for (uint32_t b = 0; b < nb; ++b) {
-    if constexpr (kType == TensorType::kQ6_K) {
-      const BlockQ6_K& w = reinterpret_cast<const BlockQ6_K*>(row)[b];
-      lanes[b % 8] = std::fma(h2f(w.d) * a.d[b], static_cast<float>(q6_isum(row, b, a)), lanes[b % 8]);
-    } else {
-      using B = std::conditional_t<kType == TensorType::kQ4_K, BlockQ4_K, BlockQ5_K>;
-      const B& w = reinterpret_cast<const B*>(row)[b];
-      k_lane(w, a.d[b], k_isum<kType>(row, b, a.qs + 256 * b), k_min_sum(w, a, b), lanes[b % 8]);
+inline void tiles_k(const TiledSections& t, uint32_t g, const ActRow& a, float* c, uint32_t cols) {
+  constexpr bool kQ6 = kType == TensorType::kQ6_K;
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (uint32_t b = 0; b < t.nb; ++b) {
+    const size_t tile = size_t{g} * t.nb + b;
+    const int8_t* q8 = a.qs + 256 * b;
+    for (int h = 0; h < 2; ++h) {
+      __m256i isum = _mm256_setzero_si256();
+      for (int j = 0; j < 8; ++j) {
+        __m256i plo = _mm256_setzero_si256(), phi = _mm256_setzero_si256();
+        if constexpr (kQ6) {  // the codes' offset 32, per group of 16
+          plo = _mm256_set1_epi32(-32 * a.s16[16 * b + 2 * j]);
+          phi = _mm256_set1_epi32(-32 * a.s16[16 * b + 2 * j + 1]);
+        }
+        for (int i = 0; i < 4; ++i) {
+          __m256i lo, hi;
+          k_codes<kType>(t, tile, j, i, h, lo, hi);
+          plo = _mm256_add_epi32(plo, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, bcast4(q8 + 32 * j + 4 * i)), ones16));
+          phi = _mm256_add_epi32(phi,
+                                 _mm256_madd_epi16(_mm256_maddubs_epi16(hi, bcast4(q8 + 32 * j + 16 + 4 * i)), ones16));
+        }
+        if constexpr (kQ6) {
+          const uint8_t* sc = t.sc + tile * 256 + 8 * h;
+          const __m256i slo = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 32 * j)));
+          const __m256i shi = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 32 * j + 16)));
+          isum = _mm256_add_epi32(isum, _mm256_add_epi32(_mm256_mullo_epi32(plo, slo), _mm256_mullo_epi32(phi, shi)));
+        } else {
+          const __m256i sc = _mm256_cvtepu8_epi32(
+              _mm_loadl_epi64(reinterpret_cast<const __m128i*>(t.sc + tile * 128 + 16 * j + 8 * h)));
+          isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(_mm256_add_epi32(plo, phi), sc));
+        }
+      }
+      const __m256 da = _mm256_set1_ps(a.d[b]);
+      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t.d + tile * 16 + 8 * h)));
+      acc[h] = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(isum), acc[h]);
+      if constexpr (!kQ6) {  // the mins: sum_j m_j * (sum of a under sub-block j), as int16 pairs
+        __m256i msum = _mm256_setzero_si256();
+        for (int k = 0; k < 4; ++k) {
+          const __m256i mk = _mm256_cvtepu8_epi16(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(t.mk + tile * 128 + 32 * k + 16 * h)));
+          const uint32_t pair = static_cast<uint16_t>(sum32(a, 8 * b + 2 * k)) |
+                                uint32_t{static_cast<uint16_t>(sum32(a, 8 * b + 2 * k + 1))} << 16;
+          msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mk, _mm256_set1_epi32(static_cast<int>(pair))));
+        }
+        const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t.m + tile * 16 + 8 * h)));
+        acc[h] = _mm256_fnmadd_ps(_mm256_mul_ps(dm, da), _mm256_cvtepi32_ps(msum), acc[h]);
+      }
     }
   }
-  return reduce16(lanes);
+  alignas(32) float out[16];
+  _mm256_store_ps(out, acc[0]);
+  _mm256_store_ps(out + 8, acc[1]);
+  std::memcpy(c, out, cols * sizeof(float));
 }
 
 template <TensorType kType>
@@ -198,15 +192,10 @@ void qgemm_type(const QuantRows& a, uint32_t m, const QuantView& w, uint32_t n0,
   if constexpr (kType != TensorType::kQ4_K && kType != TensorType::kQ5_K && kType != TensorType::kQ6_K) {
     qgemm_tiles<kType>(a, m, w, n0, n1, c, ldc);
   } else {
-    const uint32_t nb = w.k / 256;
-    for (uint32_t n = n0; n < n1; ++n) {
-      const uint8_t* row = w.data + size_t{n} * w.row_bytes;
-      if (n + 1 < n1) {  // the next row, while this one computes: another stream for the prefetcher
-        const char* next = reinterpret_cast<const char*>(row + w.row_bytes);
-        for (size_t line = 0; line < w.row_bytes; line += 64) _mm_prefetch(next + line, _MM_HINT_T0);
-      }
-      for (uint32_t r = 0; r < m; ++r) c[size_t{r} * ldc + n] = row_dot256<kType>(row, nb, act_row(a, r));
-    }
+    const TiledSections t = tiled_sections(w);
+    for (uint32_t n = n0; n < n1; n += kQuantTile)
+      for (uint32_t r = 0; r < m; ++r)
+        tiles_k<kType>(t, n / kQuantTile, act_row(a, r), c + size_t{r} * ldc + n, std::min(kQuantTile, n1 - n));
   }
 }
 
