@@ -76,7 +76,7 @@ void BM_ReadBandwidth(benchmark::State& state) {
       float acc[16] = {};
       for (size_t i = size_t{b} * 4096; i < size_t{e} * 4096; i += 16)
         for (int j = 0; j < 16; ++j) acc[j] += buf[i + j];
-      sums[t] = std::accumulate(acc, acc + 16, 0.0);
+      sums[t] += std::accumulate(acc, acc + 16, 0.0);
     });
     benchmark::DoNotOptimize(sums.data());
   }

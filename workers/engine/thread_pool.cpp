@@ -1,5 +1,8 @@
 #include "workers/engine/thread_pool.h"
 
+#include <algorithm>
+#include <atomic>
+
 #include <immintrin.h>
 
 namespace tandem::engine {
@@ -55,12 +58,14 @@ void ThreadPool::parallel_for(uint32_t n, FunctionRef<void(uint32_t, uint32_t, u
     fn(0, n, 0);
     return;
   }
-  auto split = [&](uint32_t t) {
-    const uint32_t begin = static_cast<uint32_t>(uint64_t{n} * t / n_);
-    const uint32_t end = static_cast<uint32_t>(uint64_t{n} * (t + 1) / n_);
-    if (begin < end) fn(begin, end, t);
-  };
-  run(split);
+  // Chunks of about n / (4 * threads) units, taken in order by whichever thread is free: a
+  // thread the OS holds up (the scheduler, ZeroMQ and other processes share these cores)
+  // leaves the rest of its share to the others instead of making them wait.
+  const uint32_t chunk = std::max<uint32_t>(1, n / (4 * n_));
+  std::atomic<uint32_t> next{0};
+  run([&](uint32_t t) {
+    for (uint32_t b; (b = next.fetch_add(chunk, std::memory_order_relaxed)) < n;) fn(b, std::min(n, b + chunk), t);
+  });
 }
 
 void ThreadPool::worker_main(uint32_t index) {

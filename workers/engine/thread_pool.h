@@ -48,7 +48,8 @@ class ThreadPool {
   // threads and processes (scheduler, ZeroMQ I/O) get the cores until the next run().
   void rest() { resting_.store(true, std::memory_order_relaxed); }
 
-  // Splits [0, n) into size() contiguous ranges of near-equal length, fn(begin, end, t).
+  // Runs fn(begin, end, t) over [0, n) in contiguous chunks of about n / (4 size()), each
+  // taken by whichever thread t is free (so one thread may run several chunks).
   void parallel_for(uint32_t n, FunctionRef<void(uint32_t, uint32_t, uint32_t)> fn);
 
  private:
