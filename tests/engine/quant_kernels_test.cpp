@@ -4,8 +4,10 @@
 // dequantized weights with the activations within the activation quantization's error.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -101,6 +103,34 @@ INSTANTIATE_TEST_SUITE_P(
                       QuantCase{TensorType::kQ5_1, {64, 576}}, QuantCase{TensorType::kQ4_K, {256, 2304}},
                       QuantCase{TensorType::kQ5_K, {256, 2304}}, QuantCase{TensorType::kQ6_K, {256, 2304}}),
     [](const auto& info) { return std::string(model::ggml_type_name(info.param.type)); });
+
+// Activation quantization: every variant's Kernels::quantize writes quantize_rows' bytes (the
+// scalar definition, ggml's reference quantizers), ties, zero blocks and non-finite values too.
+TEST(QuantKernels, ActivationQuantizationVariantsBitwiseEqual) {
+  std::mt19937 rng(5);
+  const uint32_t k = 768, m = 9;
+  auto a = random_vec(size_t{m} * k, rng);
+  for (uint32_t i = 0; i < k; ++i) a[i] = static_cast<float>(static_cast<int>(i % 255) - 127) + 0.5f;  // halves
+  a[k] = 127.0f;                                                                                       // row 1: scale 1
+  for (uint32_t i = 1; i < 256; ++i) a[k + i] = static_cast<float>(static_cast<int>(i % 200) - 100) / 2;
+  std::fill(&a[2 * k], &a[2 * k + 256], 0.0f);             // row 2: a zero block
+  a[3 * k + 5] = std::numeric_limits<float>::quiet_NaN();  // row 3: NaN, row 4: infinities
+  a[4 * k + 40] = std::numeric_limits<float>::infinity(), a[4 * k + 300] = -a[4 * k + 40];
+  for (uint32_t i = 0; i < k; ++i) a[5 * k + i] *= 1e-30f, a[6 * k + i] *= 1e30f;  // tiny and huge
+  for (uint32_t block : {kAct32, kAct256}) {
+    std::vector<int8_t> q_ref(size_t{m} * k), q(q_ref.size());
+    std::vector<float> d_ref(size_t{m} * k / block), d(d_ref.size());
+    std::vector<int16_t> s_ref(size_t{m} * k / 16), s(s_ref.size());
+    quantize_rows(a.data(), k, 0, m, k, block, q_ref.data(), d_ref.data(), s_ref.data());
+    for (const Kernels* kern : variants()) {
+      std::fill(q.begin(), q.end(), int8_t{99});
+      kern->quantize(a.data(), k, 0, m, k, block, q.data(), d.data(), s.data());
+      EXPECT_EQ(q, q_ref) << kern->name << " block " << block;
+      EXPECT_EQ(std::memcmp(d.data(), d_ref.data(), d.size() * sizeof(float)), 0) << kern->name << " block " << block;
+      EXPECT_EQ(s, s_ref) << kern->name << " block " << block;
+    }
+  }
+}
 
 // F16 and BF16 panels: every variant equals the F32 kernel on the widened weights, bitwise.
 TEST(QuantKernels16, EqualsF32GemmOnWidenedWeights) {

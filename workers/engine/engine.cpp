@@ -307,7 +307,7 @@ void Engine::quantize_activations(const Matrix& w, const float* a, size_t lda, u
     buf.m = m;
     buf.source = a;
     auto part = [&](uint32_t r0, uint32_t r1, uint32_t) {
-      kernels::quantize_rows(a, lda, r0, r1, w.k, block, buf.qs.data(), buf.d.data(), buf.sums.data());
+      kernels_->quantize(a, lda, r0, r1, w.k, block, buf.qs.data(), buf.d.data(), buf.sums.data());
     };
     if (m >= 64) {  // fewer rows cost less than a pass of the pool
       pool_->parallel_for(m, part);

@@ -190,6 +190,20 @@ void tile_quant(const uint8_t* rows, size_t row_bytes, uint32_t type, uint32_t n
               col % kQuantTile);
 }
 
+void quantize_block(const float* x, uint32_t block, int8_t* q, float& d) {
+  if (block == kAct32) {
+    model::BlockQ8_0 blk;
+    model::quantize_row_q8_0(x, &blk, block);
+    d = model::half_to_float(blk.d);
+    std::memcpy(q, blk.qs, block);
+  } else {
+    model::BlockQ8_K blk;
+    model::quantize_row_q8_k(x, &blk, block);
+    d = blk.d;
+    std::memcpy(q, blk.qs, block);
+  }
+}
+
 // ggml's reference quantizers, one block at a time, scattered into the kernels' layout.
 void quantize_rows(const float* a, size_t lda, uint32_t r0, uint32_t r1, uint32_t k, uint32_t block, int8_t* qs,
                    float* d, int16_t* sums) {
@@ -197,19 +211,7 @@ void quantize_rows(const float* a, size_t lda, uint32_t r0, uint32_t r1, uint32_
     const float* x = a + size_t{r} * lda;
     int8_t* q = qs + size_t{r} * k;
     float* dr = d + size_t{r} * (k / block);
-    for (uint32_t b = 0; b < k / block; ++b) {
-      if (block == kAct32) {
-        model::BlockQ8_0 blk;
-        model::quantize_row_q8_0(x + b * block, &blk, block);
-        dr[b] = model::half_to_float(blk.d);
-        std::memcpy(q + b * block, blk.qs, block);
-      } else {
-        model::BlockQ8_K blk;
-        model::quantize_row_q8_k(x + b * block, &blk, block);
-        dr[b] = blk.d;
-        std::memcpy(q + b * block, blk.qs, block);
-      }
-    }
+    for (uint32_t b = 0; b < k / block; ++b) quantize_block(x + size_t{b} * block, block, q + size_t{b} * block, dr[b]);
     int16_t* s = sums + size_t{r} * (k / 16);
     for (uint32_t g = 0; g < k / 16; ++g) {
       int32_t t = 0;

@@ -100,9 +100,12 @@ struct QuantRows {
 };
 // The activation block a weight type takes (kAct32 or kAct256); 0: not a quantized type.
 uint32_t act_block(uint32_t type);
-// Quantizes rows [r0, r1) of A (k floats each, lda apart) into the QuantRows buffers.
+// Quantizes rows [r0, r1) of A (k floats each, lda apart) into the QuantRows buffers: the
+// scalar definition (ggml's reference quantizers); Kernels::quantize gives the same bytes.
 void quantize_rows(const float* a, size_t lda, uint32_t r0, uint32_t r1, uint32_t k, uint32_t block, int8_t* qs,
                    float* d, int16_t* sums);
+// One block of quantize_rows (block elements at x): its codes and scale.
+void quantize_block(const float* x, uint32_t block, int8_t* q, float& d);
 
 // Keys are laid out per block transposed, [head_dim][block_tokens], values [block_tokens][head_dim].
 struct AttentionArgs {
@@ -155,6 +158,9 @@ struct Kernels {
   //   Q6_K:       l = fma(d * da, float(sum_g sc_g sum (q - 32) a), l)
   // So a result never depends on m, the n range or the variant.
   void (*qgemm)(const QuantRows& a, uint32_t m, const QuantView& w, uint32_t n0, uint32_t n1, float* c, size_t ldc);
+  // quantize_rows, bit for bit.
+  void (*quantize)(const float* a, size_t lda, uint32_t r0, uint32_t r1, uint32_t k, uint32_t block, int8_t* qs,
+                   float* d, int16_t* sums);
   // Per query head h: s_j = scale * (fma chain over d of q[d]*k_j[d]); softmax over j with
   // exp_approx(s_j - max) and 16-lane partial sums (lane j % 16, tree-reduced); then
   // out[d] = (fma chain over j of p_j * v_j[d]) * (1 / sum).

@@ -36,6 +36,6 @@ struct V256 {
 
 }  // namespace
 
-extern const Kernels kAvx2Kernels = simd::make_kernels<V256>("avx2", quant_simd::qgemm);
+extern const Kernels kAvx2Kernels = simd::make_kernels<V256>("avx2", quant_simd::qgemm, quantize_rows);
 
 }  // namespace tandem::engine::kernels

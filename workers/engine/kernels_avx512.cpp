@@ -34,6 +34,6 @@ struct V512 {
 
 }  // namespace
 
-extern const Kernels kAvx512Kernels = simd::make_kernels<V512>("avx512", quant512::qgemm);
+extern const Kernels kAvx512Kernels = simd::make_kernels<V512>("avx512", quant512::qgemm, quant512::quantize);
 
 }  // namespace tandem::engine::kernels

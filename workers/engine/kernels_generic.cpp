@@ -149,6 +149,6 @@ void silu_mul(const float* gate, const float* up, float* out, size_t n) {
 
 }  // namespace
 
-extern const Kernels kGenericKernels{"generic", gemm, gemm16, qgemm, attention, silu_mul};
+extern const Kernels kGenericKernels{"generic", gemm, gemm16, qgemm, quantize_rows, attention, silu_mul};
 
 }  // namespace tandem::engine::kernels

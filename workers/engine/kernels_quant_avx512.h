@@ -259,6 +259,92 @@ void qgemm_tiles(const QuantRows& a, uint32_t m, const QuantView& w, uint32_t n0
   for (; n < n1; n += kQuantTile) tile_columns<kType, 1>(t, a, m, n, c, ldc, std::min(kQuantTile, n1 - n));
 }
 
+// std::round (half away from zero) of each lane, exactly: trunc, then one away from zero where
+// the dropped part (exact) is at least 0.5.
+inline __m512 round_away(__m512 v) {
+  const __m512 t = _mm512_roundscale_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __m512 frac = _mm512_abs_ps(_mm512_sub_ps(v, t));
+  const __mmask16 up = _mm512_cmp_ps_mask(frac, _mm512_set1_ps(0.5f), _CMP_GE_OQ);
+  const __m512 one =
+      _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(_mm512_set1_ps(1.0f)),
+                                          _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(INT32_MIN))));
+  return _mm512_mask_add_ps(t, up, t, one);
+}
+
+// ggml's quantize_row_q8_0 of one block of 32 finite values (kernels.cpp: the reference).
+inline void q8_0_block(const float* x, int8_t* q, float& d_out) {
+  const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+  const float d = amax / 127;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  d_out = model::half_to_float(model::float_to_half(d));
+  const __m512 vid = _mm512_set1_ps(id);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(q),
+                   _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(round_away(_mm512_mul_ps(x0, vid)))));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16),
+                   _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(round_away(_mm512_mul_ps(x1, vid)))));
+}
+
+// ggml's quantize_row_q8_K of one block of 256 finite values.
+inline void q8_k_block(const float* x, int8_t* q, float& d_out) {
+  __m512 amax_v = _mm512_setzero_ps();
+  for (int i = 0; i < 256; i += 16) amax_v = _mm512_max_ps(amax_v, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
+  const float amax = _mm512_reduce_max_ps(amax_v);
+  if (amax == 0.0f) {
+    std::memset(q, 0, 256);
+    d_out = 0.0f;
+    return;
+  }
+  float max = 0.0f;  // the first value of magnitude amax, with its sign
+  for (int i = 0; i < 256; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    const __mmask16 at = _mm512_cmp_ps_mask(_mm512_abs_ps(v), _mm512_set1_ps(amax), _CMP_EQ_OQ);
+    if (at) {
+      max = x[i + __builtin_ctz(at)];
+      break;
+    }
+  }
+  const float iscale = -127.f / max;
+  const __m512 vs = _mm512_set1_ps(iscale), magic = _mm512_set1_ps(12582912.0f);
+  for (int i = 0; i < 256; i += 16) {  // nearest_int: the magic number's mantissa, as the reference
+    const __m512i bits = _mm512_castps_si512(_mm512_add_ps(_mm512_mul_ps(vs, _mm512_loadu_ps(x + i)), magic));
+    __m512i v = _mm512_sub_epi32(_mm512_and_si512(bits, _mm512_set1_epi32(0x007fffff)), _mm512_set1_epi32(0x00400000));
+    v = _mm512_min_epi32(v, _mm512_set1_epi32(127));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), _mm512_cvtepi32_epi8(v));
+  }
+  d_out = 1 / iscale;
+}
+
+// quantize_rows (kernels.h) with AVX-512: the same bytes. Blocks holding a NaN or an infinity
+// go to the reference code, whose casts define their bytes.
+void quantize(const float* a, size_t lda, uint32_t r0, uint32_t r1, uint32_t k, uint32_t block, int8_t* qs, float* d,
+              int16_t* sums) {
+  for (uint32_t r = r0; r < r1; ++r) {
+    const float* x = a + size_t{r} * lda;
+    int8_t* q = qs + size_t{r} * k;
+    float* dr = d + size_t{r} * (k / block);
+    for (uint32_t b = 0; b < k / block; ++b) {
+      const float* xb = x + size_t{b} * block;
+      __mmask16 bad = 0;
+      for (uint32_t i = 0; i < block; i += 16)
+        bad |= _mm512_fpclass_ps_mask(_mm512_loadu_ps(xb + i), 0x01 | 0x80 | 0x08 | 0x10);  // NaN, +-inf
+      if (bad) {
+        quantize_block(xb, block, q + size_t{b} * block, dr[b]);
+      } else if (block == kAct32) {
+        q8_0_block(xb, q + size_t{b} * block, dr[b]);
+      } else {
+        q8_k_block(xb, q + size_t{b} * block, dr[b]);
+      }
+    }
+    int16_t* s = sums + size_t{r} * (k / 16);
+    for (uint32_t g = 0; g < k / 16; ++g) {  // sums of 16 codes: vpdpbusd of ones with the codes
+      const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * g));
+      const __m512i w = _mm512_cvtepi8_epi32(c);
+      s[g] = static_cast<int16_t>(_mm512_reduce_add_epi32(w));
+    }
+  }
+}
+
 void qgemm(const QuantRows& a, uint32_t m, const QuantView& w, uint32_t n0, uint32_t n1, float* c, size_t ldc) {
   dispatch_quant(w.type, [&]<TensorType kType>() { qgemm_tiles<kType>(a, m, w, n0, n1, c, ldc); });
 }

@@ -500,8 +500,8 @@ struct Ops : V {
 };
 
 template <class V>
-inline Kernels make_kernels(const char* name, decltype(Kernels::qgemm) qgemm) {
-  return Kernels{name, Ops<V>::gemm, Ops<V>::gemm16, qgemm, Ops<V>::attention, Ops<V>::silu_mul};
+inline Kernels make_kernels(const char* name, decltype(Kernels::qgemm) qgemm, decltype(Kernels::quantize) quantize) {
+  return Kernels{name, Ops<V>::gemm, Ops<V>::gemm16, qgemm, quantize, Ops<V>::attention, Ops<V>::silu_mul};
 }
 
 }  // namespace tandem::engine::kernels::simd
