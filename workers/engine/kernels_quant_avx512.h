@@ -3,7 +3,7 @@
 // against the group's 4 activation codes broadcast gives each column's partial sum in its own
 // lane, and one float fma per block and 16 columns follows: R activation rows x G tile columns
 // per pass (decode: 1 x 4, else 4 x 2). K types the same way, a super-block's sub-block sums
-// scaled by vpmulld into an exact integer sum per lane before its float steps (Q6_K: 4 x 1).
+// scaled by vpmulld into an exact integer sum per lane before its float steps.
 // Included only by kernels_avx512.cpp (compiled with -mavx512vnni).
 #pragma once
 
@@ -254,8 +254,7 @@ void qgemm_tiles(const QuantRows& a, uint32_t m, const QuantView& w, uint32_t n0
   uint32_t n = n0;
   if (m == 1)
     for (; n + 4 * kQuantTile <= n1; n += 4 * kQuantTile) tile_columns<kType, 4>(t, a, m, n, c, ldc, kQuantTile);
-  if constexpr (kType != TensorType::kQ6_K)  // (Q6_K's two sums per sub-block fill the registers)
-    for (; n + 2 * kQuantTile <= n1; n += 2 * kQuantTile) tile_columns<kType, 2>(t, a, m, n, c, ldc, kQuantTile);
+  for (; n + 2 * kQuantTile <= n1; n += 2 * kQuantTile) tile_columns<kType, 2>(t, a, m, n, c, ldc, kQuantTile);
   for (; n < n1; n += kQuantTile) tile_columns<kType, 1>(t, a, m, n, c, ldc, std::min(kQuantTile, n1 - n));
 }
 
