@@ -1,7 +1,7 @@
 // tandem-engine-bench: the engine on the small preset against this machine's limits.
 //
 // Measures, in one run: read bandwidth and OpenBLAS sgemm rate (the machine), prefill
-// tokens/s for chunks of 128 and 512, decode tokens/s at batch 1/4/16/64 with context 512,
+// tokens/s for chunks of 128 and 512, decode tokens/s at batch 1/4/16/64 with context 512 (--decode-context),
 // and the same steps' weight GEMMs alone; then prints the ratios the engine is judged by.
 //
 //   tandem-engine-bench [--model FILE] [google benchmark flags]
@@ -33,6 +33,7 @@ using namespace tandem::engine;
 namespace {
 
 std::string g_model, g_model_f16;
+uint32_t g_decode_context = 512;  // --decode-context
 size_t g_kv_bytes_per_token = 0;
 
 Engine& engine_for(uint32_t threads, GemmBackend gemm = GemmBackend::kPacked) {
@@ -122,7 +123,7 @@ struct DecodeStep {
   std::vector<int32_t> tokens;
   std::vector<SeqStep> step;
   DecodeStep(uint32_t batch, uint32_t ctx) : blocks(batch), tokens(batch), step(batch) {
-    const uint32_t per_seq = ctx / 16;
+    const uint32_t per_seq = (ctx + 15) / 16;
     for (uint32_t b = 0; b < batch; ++b) {
       blocks[b].resize(per_seq);
       std::iota(blocks[b].begin(), blocks[b].end(), static_cast<int32_t>(b * per_seq));
@@ -132,14 +133,14 @@ struct DecodeStep {
   }
 };
 
-// Decode steps of `batch` sequences, each with 511 cached positions (context 512). The
+// Decode steps of `batch` sequences, each with ctx - 1 cached positions (--decode-context, 512). The
 // cache content does not change the work, so it is left as the pool's zeros. Each
 // iteration also runs the same step's weight GEMMs alone (same shapes, threads and
 // kernels), alternating, so the ratio of the two is measured under the same noise.
 void BM_Decode(benchmark::State& state) {
   const uint32_t threads = static_cast<uint32_t>(state.range(0)), batch = static_cast<uint32_t>(state.range(1));
   Engine& e = engine_for(threads, state.range(2) ? GemmBackend::kOpenBlas : GemmBackend::kPacked);
-  const uint32_t ctx = 512, per_seq = ctx / 16;
+  const uint32_t ctx = g_decode_context, per_seq = (ctx + 15) / 16;
   g_kv_bytes_per_token = KvPool::bytes_per_block(e.config()) / 16;
   auto pool = KvPool::create(e.config(), batch * per_seq).value();
   DecodeStep decode(batch, ctx);
@@ -372,7 +373,7 @@ void print_ratios(const Collector& collector) {
         const double step = collector.seconds(run), gemms = collector.counter(run, "gemms_ms") / 1e3;
         // Attention must read every cached key and value once per step: at the measured
         // bandwidth that alone sets a floor on the ratio.
-        const double kv_bytes = double(b) * 512 * double(g_kv_bytes_per_token);
+        const double kv_bytes = double(b) * g_decode_context * double(g_kv_bytes_per_token);
         const double floor_ratio = bw > 0 && gemms > 0 ? (gemms + kv_bytes / (bw * 1e9)) / gemms : 0;
         if (step > 0 && gemms > 0)
           std::printf(
@@ -399,6 +400,9 @@ int main(int argc, char** argv) {
   auto args = cli::Args::parse(argc - 1, argv + 1, cli::kEngineBench, &rest);
   if (!args) return cli::fail("engine-bench", args.status());
   auto kv_threads = args->integer("kv-threads", 2), kv_rounds = args->integer("kv-rounds", 40);
+  auto decode_context = args->integer("decode-context", 512);
+  if (!decode_context) return cli::fail("engine-bench", decode_context.status());
+  g_decode_context = static_cast<uint32_t>(*decode_context);
   if (!kv_threads) return cli::fail("engine-bench", kv_threads.status());
   if (!kv_rounds) return cli::fail("engine-bench", kv_rounds.status());
   const bool kv_only = args->has("kv");

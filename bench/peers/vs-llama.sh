@@ -2,8 +2,8 @@
 # tandem's engine against today's llama.cpp (the npm build, bench/peers/build-llama-cpp.sh) on
 # one GGUF file, the two sides alternated in one run (this machine is shared and noisy: only
 # ratios measured side by side mean anything). Per pair:
-#   tandem-engine-bench --model FILE: prefill 512 (chunk 512), decode at batch 1 and 16 (context
-#     512), 2 threads, packed kernels;
+#   tandem-engine-bench --model FILE: prefill 512 (chunk 512), decode at batch 1 and 16 at context
+#     192 (the longest llama-batched-bench's 128 + 64 reaches; its average is 160), 2 threads;
 #   llama-bench -p 512 -n 128 (pp512, tg128), once as is and once with OMP_WAIT_POLICY=PASSIVE;
 #   llama-batched-bench -npp 128 -ntg 64 -npl 16 (decode tokens/s at 16 sequences).
 # Prints each pair, the medians, and tandem/llama.cpp ratios (median of the per-pair ratios)
@@ -30,7 +30,7 @@ out=$(mktemp -d)
 filter="^(prefill/threads:$threads/chunk:512/openblas:0|decode/threads:$threads/batch:(1|16)/openblas:0)/"
 
 tandem_side() {  # -> "prefill512 decode1 decode16" tokens/s
-  "$build/bench/tandem-engine-bench" --model "$model" --benchmark_filter="$filter" 2>"$out/tandem.err" |
+  "$build/bench/tandem-engine-bench" --model "$model" --decode-context 192 --benchmark_filter="$filter" 2>"$out/tandem.err" |
     awk -v t="$threads" '$2 + 0 > 0 && $3 == "ms" && index($1, "prefill/threads:" t "/chunk:512/openblas:0/") == 1 {p = 512e3 / $2}
          $2 + 0 > 0 && $3 == "ms" && index($1, "decode/threads:" t "/batch:1/openblas:0/") == 1 {d1 = 1e3 / $2}
          $2 + 0 > 0 && $3 == "ms" && index($1, "decode/threads:" t "/batch:16/openblas:0/") == 1 {d16 = 16e3 / $2}

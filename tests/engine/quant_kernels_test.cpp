@@ -166,5 +166,47 @@ TEST(QuantKernels16, EqualsF32GemmOnWidenedWeights) {
   }
 }
 
+// BF16 pair panels with BF16 activations (gemm_bf16): every variant, vdpbf16ps where the CPU has
+// it, equals the scalar definition bit for bit, for every M and a split at a panel; sums that
+// fall below FLT_MIN are flushed the same way; and the result is the dot product of the BF16
+// values within float rounding.
+TEST(QuantKernels16, Bf16PairsVariantsBitwiseEqual) {
+  std::mt19937 rng(9);
+  const uint32_t n = 77, k = 96, max_m = 29;
+  auto w = random_vec(size_t{n} * k, rng);
+  for (uint32_t i = 0; i < k; ++i) w[i] = (i % 2 ? 1e-20f : 3e-19f) * (i % 3 ? 1.0f : -1.0f);  // column 0: tiny
+  w[k + 3] = 1e-39f;                                                                           // a denormal weight
+  std::vector<uint16_t> packed(packed_floats(n, k), 0), row(k);
+  for (uint32_t r = 0; r < n; ++r) {
+    for (uint32_t i = 0; i < k; ++i) row[i] = model::float_to_bf16(w[size_t{r} * k + i]);
+    pack_bf16_pairs_row(row.data(), r, k, packed.data());
+  }
+  auto a = random_vec(size_t{max_m} * k, rng);
+  for (uint32_t i = 0; i < k; ++i) a[i] = 2e-19f * (i % 5 ? 1.0f : -1.0f);  // row 0 x column 0: sums near FLT_MIN
+  a[k + 1] = 1e-40f;                                                        // a denormal activation
+  std::vector<uint16_t> ab(size_t{max_m} * k);
+  round_rows_bf16(a.data(), k, 0, max_m, k, ab.data());
+  const PackedPairsView view{packed.data(), n, k};
+  std::vector<float> ref(size_t{max_m} * n);
+  by_name("generic")->gemm_bf16(ab.data(), max_m, view, 0, view.panels(), ref.data(), n);
+  for (uint32_t r = 1; r < max_m; ++r)
+    for (uint32_t j = 1; j < n; ++j) {
+      double exact = 0, mag = 0;
+      for (uint32_t i = 0; i < k; ++i) {
+        const double x = double{model::bf16_to_float(ab[size_t{r} * k + i])} *
+                         model::bf16_to_float(model::float_to_bf16(w[size_t{j} * k + i]));
+        exact += x, mag += std::fabs(x);
+      }
+      ASSERT_NEAR(ref[size_t{r} * n + j], exact, 1e-5 * mag + 1e-30) << r << " " << j;
+    }
+  for (const Kernels* kern : variants())
+    for (uint32_t m = 1; m <= max_m; ++m) {
+      std::vector<float> c(size_t{m} * n, -1.0f);
+      kern->gemm_bf16(ab.data(), m, view, 0, 1, c.data(), n);
+      kern->gemm_bf16(ab.data(), m, view, 1, view.panels(), c.data(), n);
+      ASSERT_EQ(std::memcmp(c.data(), ref.data(), c.size() * sizeof(float)), 0) << kern->name << " m=" << m;
+    }
+}
+
 }  // namespace
 }  // namespace tandem::engine::kernels

@@ -92,7 +92,7 @@ std::vector<float> rope_table(const ModelConfig& c, const float* freq_factors) {
 // packed panels of 16-bit elements, or quantized rows read in place from the mapped file.
 // Consecutive tensors of one F32/16-bit type share a part; each quantized tensor is one.
 struct Engine::Matrix {
-  enum class Kind { kF32, kF32Rows, k16, kQuant };
+  enum class Kind { kF32, kF32Rows, k16, kBf16Pairs, kQuant };
   struct Part {
     Kind kind = Kind::kF32;
     uint32_t n0 = 0, n = 0;  // its columns [n0, n0 + n) of the matrix
@@ -161,7 +161,8 @@ struct Engine::Matrix {
       return p;
     }
     const bool wide = is_16bit(p.type);
-    p.kind = wide ? Kind::k16 : packed ? Kind::kF32 : Kind::kF32Rows;
+    const bool pairs = p.type == static_cast<uint32_t>(TensorType::kBF16) && k % 2 == 0;
+    p.kind = pairs ? Kind::kBf16Pairs : wide ? Kind::k16 : packed ? Kind::kF32 : Kind::kF32Rows;
     const size_t elems = p.kind == Kind::kF32Rows ? size_t{p.n} * k : kernels::packed_floats(p.n, k);
     const size_t elem_bytes = wide ? 2 : 4;
     p.bytes = elems * elem_bytes;
@@ -171,7 +172,10 @@ struct Engine::Matrix {
     uint32_t n = 0;
     for (const GgufTensor* t : tensors) {
       for (uint64_t r = 0; r < t->dims[1]; ++r, ++n) {
-        if (wide) {  // the file's 16-bit elements, K-major inside each panel
+        if (pairs) {  // the file's BF16 elements, K in pairs inside each panel
+          kernels::pack_bf16_pairs_row(reinterpret_cast<const uint16_t*>(t->data) + r * k, n, k,
+                                       reinterpret_cast<uint16_t*>(p.owned));
+        } else if (wide) {  // the file's 16-bit elements, K-major inside each panel
           const auto* src = reinterpret_cast<const uint16_t*>(t->data) + r * k;
           auto* panel = reinterpret_cast<uint16_t*>(p.owned) + size_t{n / kernels::kPanel} * k * kernels::kPanel;
           for (uint32_t i = 0; i < k; ++i) panel[size_t{i} * kernels::kPanel + n % kernels::kPanel] = src[i];
@@ -297,6 +301,20 @@ double Engine::gemm_flops(uint64_t tokens, uint64_t logit_rows) const {
 // take (on the pool when there are many rows).
 void Engine::quantize_activations(const Matrix& w, const float* a, size_t lda, uint32_t m) {
   for (const Matrix::Part& p : w.parts) {
+    if (p.kind == Matrix::Kind::kBf16Pairs) {
+      if (act_bf16_source_ == a) continue;  // done for an earlier part
+      if (act_bf16_.size() < size_t{m} * w.k) act_bf16_.resize(size_t{m} * w.k);
+      act_bf16_source_ = a;
+      auto part = [&](uint32_t r0, uint32_t r1, uint32_t) {
+        kernels::round_rows_bf16(a, lda, r0, r1, w.k, act_bf16_.data());
+      };
+      if (m >= 64) {
+        pool_->parallel_for(m, part);
+      } else {
+        part(0, m, 0);
+      }
+      continue;
+    }
     const uint32_t block = kernels::act_block(p.type);
     if (block == 0) continue;
     ActBuffer& buf = block == kernels::kAct32 ? act32_ : act256_;
@@ -320,6 +338,7 @@ void Engine::quantize_activations(const Matrix& w, const float* a, size_t lda, u
 void Engine::matmul(const Matrix& w, const float* a, size_t lda, uint32_t m, float* c) {
   using Kind = Matrix::Kind;
   act32_.source = act256_.source = nullptr;
+  act_bf16_source_ = nullptr;
   quantize_activations(w, a, lda, m);
   for (const Matrix::Part& p : w.parts) {
     if (p.kind != Kind::kF32Rows) continue;
@@ -339,6 +358,9 @@ void Engine::matmul(const Matrix& w, const float* a, size_t lda, uint32_t m, flo
         float* out = c + p.n0;
         if (p.kind == Kind::kF32) {
           kern.gemm(a, lda, m, {p.owned, p.n, w.k}, lo, hi, out, w.n);
+        } else if (p.kind == Kind::kBf16Pairs) {
+          const kernels::PackedPairsView v{reinterpret_cast<const uint16_t*>(p.owned), p.n, w.k};
+          kern.gemm_bf16(act_bf16_.data(), m, v, lo, hi, out, w.n);
         } else if (p.kind == Kind::k16) {
           const kernels::Packed16View v{reinterpret_cast<const uint16_t*>(p.owned), p.n, w.k,
                                         p.type == static_cast<uint32_t>(TensorType::kBF16)};

@@ -154,6 +154,8 @@ class Engine {
     const float* source = nullptr;
   };
   ActBuffer act32_, act256_;
+  std::vector<uint16_t> act_bf16_;  // activation rows rounded to BF16 for kBf16Pairs parts
+  const float* act_bf16_source_ = nullptr;
   std::vector<float> x_, xn_, qkv_, attn_, ffn_, logit_in_, logits_;
   std::vector<float> attn_scratch_;  // per thread scores
   std::vector<uint32_t> row_seq_, row_pos_;

@@ -40,6 +40,34 @@ uint32_t act_block(uint32_t type) {
   }
 }
 
+void pack_bf16_pairs_row(const uint16_t* row, uint32_t n, uint32_t k, uint16_t* packed) {
+  uint16_t* panel = packed + size_t{n / kPanel} * k * kPanel;
+  const uint32_t j = n % kPanel;
+  for (uint32_t i = 0; i < k; ++i) {
+    const bool denormal = (row[i] & 0x7F80) == 0;
+    panel[(size_t{i / 2} * kPanel + j) * 2 + i % 2] = denormal ? static_cast<uint16_t>(row[i] & 0x8000) : row[i];
+  }
+}
+
+void round_rows_bf16(const float* a, size_t lda, uint32_t r0, uint32_t r1, uint32_t k, uint16_t* out) {
+  for (uint32_t r = r0; r < r1; ++r) {
+    const float* x = a + size_t{r} * lda;
+    uint16_t* o = out + size_t{r} * k;
+    for (uint32_t i = 0; i < k; ++i) {
+      uint32_t u;
+      std::memcpy(&u, &x[i], 4);
+      uint16_t h;
+      if ((u & 0x7FFFFFFFu) > 0x7F800000u) {
+        h = static_cast<uint16_t>((u >> 16) | 0x40);  // NaN, quieted
+      } else {
+        h = static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+        if ((h & 0x7F80) == 0) h &= 0x8000;  // denormal (or zero): zero of its sign
+      }
+      o[i] = h;
+    }
+  }
+}
+
 bool tiled_type(uint32_t type) { return act_block(type) != 0; }
 
 namespace {

@@ -39,6 +39,20 @@ struct Packed16View {
   uint32_t panels() const { return (n + kPanel - 1) / kPanel; }
 };
 
+// BF16 weights for the pair kernel (Kernels::gemm_bf16), K even: panels of kPanel columns with
+// K in pairs, panel p holding W[p * kPanel + j][2 q + t] at data[((p * K / 2 + q) * kPanel + j) * 2
+// + t], zero-padded past N, denormals as zero: the file's bytes rearranged.
+struct PackedPairsView {
+  const uint16_t* data = nullptr;
+  uint32_t n = 0, k = 0;
+  uint32_t panels() const { return (n + kPanel - 1) / kPanel; }
+};
+// Writes row n (k BF16 elements) of W into its place in a pair-packed buffer.
+void pack_bf16_pairs_row(const uint16_t* row, uint32_t n, uint32_t k, uint16_t* packed);
+// Rounds rows [r0, r1) of A (k floats each, lda apart) to BF16 into out (k per row): nearest,
+// ties to even; NaN stays NaN (quiet); a denormal result becomes zero of its sign.
+void round_rows_bf16(const float* a, size_t lda, uint32_t r0, uint32_t r1, uint32_t k, uint16_t* out);
+
 // Quantized weights (type: model::TensorType's id, one of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 with
 // activations in blocks of kAct32, or Q4_K, Q5_K, Q6_K with kAct256), never expanded: repacked
 // once at load (tile_quant) into tiles of kQuantTile output columns x one block (32 or 256
@@ -142,6 +156,13 @@ struct Kernels {
   //   c = 0; for k in 0..K-1: c = fma(A[m][k], W[n][k], c)
   void (*gemm)(const float* a, size_t lda, uint32_t m, const PackedView& w, uint32_t p0, uint32_t p1, float* c,
                size_t ldc);
+  // C[m][n] for BF16 pair panels and BF16 activation rows (a: m rows of w.k elements): c = 0,
+  // then per pair q of K in order: c = ftz(fma(a[2q+1], W[n][2q+1], c)); c = ftz(fma(a[2q],
+  // W[n][2q], c)), where ftz(x) is the zero of x's sign when |x| < FLT_MIN. That is what AVX-512
+  // BF16's vdpbf16ps computes (odd element first, each sum rounded, denormals flushed), so
+  // where the CPU has it the AVX-512 variant uses it: 32 multiply-adds an instruction.
+  void (*gemm_bf16)(const uint16_t* a, uint32_t m, const PackedPairsView& w, uint32_t p0, uint32_t p1, float* c,
+                    size_t ldc);
   // gemm of 16-bit weights widened to F32: exactly gemm on the widened values (same chain).
   void (*gemm16)(const float* a, size_t lda, uint32_t m, const Packed16View& w, uint32_t p0, uint32_t p1, float* c,
                  size_t ldc);

@@ -17,6 +17,17 @@ struct V256 {
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
   }
   static T round(T x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  // 8 BF16 pairs: the even elements and the odd ones, widened.
+  static void load_pairs(const uint16_t* p, T& even, T& odd) {
+    const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    even = _mm256_castsi256_ps(_mm256_slli_epi32(d, 16));
+    odd = _mm256_castsi256_ps(_mm256_and_si256(d, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  }
+  static T ftz(T x) {  // kernels_scalar.h's ftz
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 tiny = _mm256_cmp_ps(_mm256_andnot_ps(sign, x), _mm256_set1_ps(1.17549435e-38f), _CMP_LT_OQ);
+    return _mm256_blendv_ps(x, _mm256_and_ps(x, sign), tiny);
+  }
   static T neg_abs(T x) { return _mm256_or_ps(x, _mm256_set1_ps(-0.0f)); }
   static T select_ge0(T g, T a, T b) {
     return _mm256_blendv_ps(b, a, _mm256_cmp_ps(g, _mm256_setzero_ps(), _CMP_GE_OQ));
@@ -36,6 +47,7 @@ struct V256 {
 
 }  // namespace
 
-extern const Kernels kAvx2Kernels = simd::make_kernels<V256>("avx2", quant_simd::qgemm, quantize_rows);
+extern const Kernels kAvx2Kernels =
+    simd::make_kernels<V256>("avx2", simd::Ops<V256>::gemm_bf16, quant_simd::qgemm, quantize_rows);
 
 }  // namespace tandem::engine::kernels

@@ -1,3 +1,5 @@
+#include <cstring>
+
 #include "workers/engine/kernels_quant_avx512.h"
 #include "workers/engine/kernels_simd.h"
 
@@ -16,6 +18,16 @@ struct V512 {
     return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
   }
   static T round(T x) { return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  // 16 BF16 pairs: the even elements and the odd ones, widened.
+  static void load_pairs(const uint16_t* p, T& even, T& odd) {
+    const __m512i d = _mm512_loadu_si512(p);
+    even = _mm512_castsi512_ps(_mm512_slli_epi32(d, 16));
+    odd = _mm512_castsi512_ps(_mm512_and_si512(d, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  }
+  static T ftz(T x) {  // kernels_scalar.h's ftz
+    const __mmask16 tiny = _mm512_cmp_ps_mask(_mm512_abs_ps(x), _mm512_set1_ps(1.17549435e-38f), _CMP_LT_OQ);
+    return _mm512_mask_and_ps(x, tiny, x, _mm512_set1_ps(-0.0f));
+  }
   static T neg_abs(T x) {
     return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN)));
   }
@@ -32,8 +44,47 @@ struct V512 {
   static float hmax(T v) { return _mm512_reduce_max_ps(v); }
 };
 
+// gemm_bf16 with vdpbf16ps: MR rows x one panel (32 columns: two vectors of 16 pairs), the
+// rows' activation pairs broadcast as dwords. The instruction is kernels.h's definition.
+template <uint32_t MR>
+void micro_dpbf16(const uint16_t* a, uint32_t k_dim, const uint16_t* panel, float* c, size_t ldc, uint32_t cols) {
+  __m512 acc[MR][2];
+#pragma GCC unroll 16
+  for (uint32_t r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (uint32_t q = 0; q < k_dim / 2; ++q) {
+    const __m512bh w0 = (__m512bh)_mm512_loadu_si512(panel + size_t{q} * kPanel * 2);
+    const __m512bh w1 = (__m512bh)_mm512_loadu_si512(panel + size_t{q} * kPanel * 2 + 32);
+#pragma GCC unroll 16
+    for (uint32_t r = 0; r < MR; ++r) {
+      int32_t pair;
+      std::memcpy(&pair, a + size_t{r} * k_dim + 2 * q, 4);
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], w0, av);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], w1, av);
+    }
+  }
+  simd::Ops<V512>::store_rows<MR>(acc, c, ldc, cols);
+}
+
+void gemm_bf16(const uint16_t* a, uint32_t m, const PackedPairsView& w, uint32_t p0, uint32_t p1, float* c,
+               size_t ldc) {
+  static const bool native = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bf16");
+  }();
+  if (!native) return simd::Ops<V512>::gemm_bf16(a, m, w, p0, p1, c, ldc);
+  for (uint32_t p = p0; p < p1; ++p) {
+    const uint16_t* panel = w.data + static_cast<size_t>(p) * w.k * kPanel;
+    const uint32_t n0 = p * kPanel, cols = std::min(kPanel, w.n - n0);
+    simd::Ops<V512>::pair_rows<V512::kMaxRows>(m, [&]<uint32_t MR>(uint32_t r) {
+      micro_dpbf16<MR>(a + size_t{r} * w.k, w.k, panel, c + r * ldc + n0, ldc, cols);
+    });
+  }
+}
+
 }  // namespace
 
-extern const Kernels kAvx512Kernels = simd::make_kernels<V512>("avx512", quant512::qgemm, quant512::quantize);
+extern const Kernels kAvx512Kernels =
+    simd::make_kernels<V512>("avx512", gemm_bf16, quant512::qgemm, quant512::quantize);
 
 }  // namespace tandem::engine::kernels

@@ -33,6 +33,27 @@ void gemm(const float* a, size_t lda, uint32_t m, const PackedView& w, uint32_t 
   gemm_panels(a, lda, m, w.data, w.n, w.k, p0, p1, c, ldc, [](float x) { return x; });
 }
 
+void gemm_bf16(const uint16_t* a, uint32_t m, const PackedPairsView& w, uint32_t p0, uint32_t p1, float* c,
+               size_t ldc) {
+  using model::bf16_to_float;
+  for (uint32_t p = p0; p < p1; ++p) {
+    const uint16_t* panel = w.data + static_cast<size_t>(p) * w.k * kPanel;
+    const uint32_t n0 = p * kPanel, cols = std::min(kPanel, w.n - n0);
+    for (uint32_t r = 0; r < m; ++r) {
+      const uint16_t* ar = a + size_t{r} * w.k;
+      for (uint32_t j = 0; j < cols; ++j) {
+        float acc = 0.0f;
+        for (uint32_t q = 0; q < w.k / 2; ++q) {
+          const uint16_t* wq = panel + (size_t{q} * kPanel + j) * 2;
+          acc = ftz(std::fma(bf16_to_float(ar[2 * q + 1]), bf16_to_float(wq[1]), acc));
+          acc = ftz(std::fma(bf16_to_float(ar[2 * q]), bf16_to_float(wq[0]), acc));
+        }
+        c[size_t{r} * ldc + n0 + j] = acc;
+      }
+    }
+  }
+}
+
 void gemm16(const float* a, size_t lda, uint32_t m, const Packed16View& w, uint32_t p0, uint32_t p1, float* c,
             size_t ldc) {
   if (w.bf16) return gemm_panels(a, lda, m, w.data, w.n, w.k, p0, p1, c, ldc, model::bf16_to_float);
@@ -149,6 +170,6 @@ void silu_mul(const float* gate, const float* up, float* out, size_t n) {
 
 }  // namespace
 
-extern const Kernels kGenericKernels{"generic", gemm, gemm16, qgemm, quantize_rows, attention, silu_mul};
+extern const Kernels kGenericKernels{"generic", gemm, gemm_bf16, gemm16, qgemm, quantize_rows, attention, silu_mul};
 
 }  // namespace tandem::engine::kernels

@@ -28,6 +28,9 @@ inline float exp_scalar(float x) {
   return p * scale;
 }
 
+// vdpbf16ps's flush of a denormal sum: the zero of x's sign when |x| < FLT_MIN (kernels.h, gemm_bf16).
+inline float ftz(float x) { return std::fabs(x) < 1.17549435e-38f ? std::copysign(0.0f, x) : x; }
+
 // The fixed tree over 16 partial sums: [i] += [i + 8], then 4, 2, 1.
 inline float reduce16(float* l) {
   for (int w = 8; w >= 1; w /= 2)

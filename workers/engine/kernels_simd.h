@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "model/half.h"
 #include "workers/engine/kernels.h"
 #include "workers/engine/kernels_scalar.h"
 
@@ -126,6 +127,64 @@ struct Ops : V {
       const uint32_t n0 = p * kPanel;
       const uint32_t cols = std::min(kPanel, n - n0);
       rows<V::kMaxRows, L>(a, lda, m, panel, k, c + n0, ldc, cols);
+    }
+  }
+
+  // gemm_bf16 (kernels.h) by F32 fmas, each sum flushed as vdpbf16ps does: MR rows x one
+  // panel. (The CPUs without AVX-512 BF16.)
+  template <uint32_t MR>
+  static void micro_pairs(const uint16_t* a, uint32_t k_dim, const uint16_t* panel, float* c, size_t ldc,
+                          uint32_t cols) {
+    T acc[MR][NV];
+    for (uint32_t r = 0; r < MR; ++r)
+      for (uint32_t v = 0; v < NV; ++v) acc[r][v] = V::zero();
+    for (uint32_t q = 0; q < k_dim / 2; ++q) {
+      T even[NV], odd[NV];
+      for (uint32_t v = 0; v < NV; ++v) V::load_pairs(panel + (size_t{q} * kPanel + v * W) * 2, even[v], odd[v]);
+      for (uint32_t r = 0; r < MR; ++r) {
+        const T ao = V::set1(model::bf16_to_float(a[r * k_dim + 2 * q + 1]));
+        const T ae = V::set1(model::bf16_to_float(a[r * k_dim + 2 * q]));
+        for (uint32_t v = 0; v < NV; ++v) {
+          acc[r][v] = V::ftz(V::fma(ao, odd[v], acc[r][v]));
+          acc[r][v] = V::ftz(V::fma(ae, even[v], acc[r][v]));
+        }
+      }
+    }
+    store_rows<MR>(acc, c, ldc, cols);
+  }
+
+  // acc (MR rows x NV vectors) into C, the first `cols` columns.
+  template <uint32_t MR>
+  static void store_rows(const T (&acc)[MR][NV], float* c, size_t ldc, uint32_t cols) {
+    alignas(64) float tmp[kPanel];
+    for (uint32_t r = 0; r < MR; ++r) {
+      for (uint32_t v = 0; v < NV; ++v) V::storeu(tmp + v * W, acc[r][v]);
+      std::copy(tmp, tmp + cols, c + r * ldc);
+    }
+  }
+
+  // Rows [0, m) in groups of MR, the rest as one smaller group: f.template operator()<R>(r0).
+  template <uint32_t MR, class F>
+  static void pair_rows(uint32_t m, F&& f) {
+    uint32_t r = 0;
+    for (; r + MR <= m; r += MR) f.template operator()<MR>(r);
+    if constexpr (MR > 1)
+      if (r < m) pair_tail<MR - 1>(r, m - r, f);
+  }
+  template <uint32_t R, class F>
+  static void pair_tail(uint32_t r, uint32_t left, F& f) {
+    if (left == R) return f.template operator()<R>(r);
+    if constexpr (R > 1) pair_tail<R - 1>(r, left, f);
+  }
+
+  static void gemm_bf16(const uint16_t* a, uint32_t m, const PackedPairsView& w, uint32_t p0, uint32_t p1, float* c,
+                        size_t ldc) {
+    for (uint32_t p = p0; p < p1; ++p) {
+      const uint16_t* panel = w.data + static_cast<size_t>(p) * w.k * kPanel;
+      const uint32_t n0 = p * kPanel, cols = std::min(kPanel, w.n - n0);
+      pair_rows<V::kMaxRows>(m, [&]<uint32_t MR>(uint32_t r) {
+        micro_pairs<MR>(a + size_t{r} * w.k, w.k, panel, c + r * ldc + n0, ldc, cols);
+      });
     }
   }
 
@@ -500,8 +559,9 @@ struct Ops : V {
 };
 
 template <class V>
-inline Kernels make_kernels(const char* name, decltype(Kernels::qgemm) qgemm, decltype(Kernels::quantize) quantize) {
-  return Kernels{name, Ops<V>::gemm, Ops<V>::gemm16, qgemm, quantize, Ops<V>::attention, Ops<V>::silu_mul};
+inline Kernels make_kernels(const char* name, decltype(Kernels::gemm_bf16) gemm_bf16, decltype(Kernels::qgemm) qgemm,
+                            decltype(Kernels::quantize) quantize) {
+  return Kernels{name, Ops<V>::gemm, gemm_bf16, Ops<V>::gemm16, qgemm, quantize, Ops<V>::attention, Ops<V>::silu_mul};
 }
 
 }  // namespace tandem::engine::kernels::simd
