@@ -83,15 +83,6 @@ std::vector<Loaded>& tokenizers() {
   return *all;
 }
 
-bool valid_utf8(std::string_view s) {
-  for (size_t i = 0; i < s.size();) {
-    const size_t n = tandem::runtime::utf8_sequence_length(s, i);
-    if (n == 0) return false;
-    i += n;
-  }
-  return true;
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -106,7 +97,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data + 1), size - 1);
   auto ids = tok.encode(text, EncodeOptions{.add_special = true, .parse_special = parse_special});
   if (!ids) {
-    if (valid_utf8(text)) std::abort();  // only invalid UTF-8 may be refused
+    if (tandem::runtime::utf8_valid(text)) std::abort();  // only invalid UTF-8 may be refused
     return 0;
   }
   for (int32_t id : *ids)

@@ -304,8 +304,8 @@ void ChatOutputParser::run(std::string_view in, ChatDelta& out) {
 size_t ChatOutputParser::step(std::string_view in, ChatDelta& out) {
   switch (state_) {
     case State::kStart:
-      if (!format_.reasoning) {
-        state_ = State::kContentStart;
+      if (!format_.reasoning) {  // blanks are dropped only where something may start at once
+        state_ = format_.tools == ToolCallFormat::kNone ? State::kContent : State::kContentStart;
         return 0;
       }
       [[fallthrough]];
@@ -546,6 +546,7 @@ ToolCallDelta& ChatOutputParser::call_delta(ChatDelta& out) {
 
 std::string_view ChatOutputParser::finish(GenerationEnd end, ChatDelta& out) {
   if (state_ == State::kFinished) return finish_reason_;
+  const bool call_cut = state_ == State::kArguments;
   // A held header is not a call: content, scanned again (which may hold another one).
   while (state_ == State::kHeader || (state_ == State::kBlock && opener_ > 0)) {
     reject(state_ == State::kHeader ? State::kContent : State::kContentStart, out);
@@ -561,7 +562,7 @@ std::string_view ChatOutputParser::finish(GenerationEnd end, ChatDelta& out) {
   held_.clear();
   state_ = State::kFinished;
   switch (end) {
-    case GenerationEnd::kStop: finish_reason_ = n_calls_ > 0 ? "tool_calls" : "stop"; break;
+    case GenerationEnd::kStop: finish_reason_ = n_calls_ > 0 && !call_cut ? "tool_calls" : "stop"; break;
     case GenerationEnd::kLength: finish_reason_ = "length"; break;
     case GenerationEnd::kCancelled: finish_reason_ = "cancelled"; break;
     case GenerationEnd::kError: finish_reason_ = "error"; break;

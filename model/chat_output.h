@@ -28,8 +28,10 @@
 // Semantics:
 //   - Reasoning: `<think>` counts only at the start of the output (after blanks); in a block
 //     opened by the prompt, a repeated `<think>` at its start is dropped. Without `</think>`
-//     everything is reasoning (as vLLM's and llama.cpp's R1 parsers). Blanks at the start of
-//     the output, of the reasoning, and of the content after `</think>` are dropped.
+//     everything is reasoning (as vLLM's and llama.cpp's R1 parsers). Blanks are dropped at
+//     the start of the reasoning, of the content after `</think>` or after a tool call, and
+//     of the output when reasoning or tool calls are on; with neither (kNone, no reasoning)
+//     the content is the text, byte for byte.
 //   - Tool calls: a call starts at its format's opener in the content (never in the
 //     reasoning). The opener and the header up to the first byte of the arguments object are
 //     held back (at most kMaxHeldBytes); when they parse, the call is committed: one delta
@@ -47,8 +49,10 @@
 //     a stop string inside the think block ends the request there, the reasoning so far is
 //     reasoning_content and content is empty. finish() then flushes: held marker prefixes go
 //     to the open text (reasoning or content), a held tool-call header goes to content.
-//     finish_reason: "tool_calls" when the request stopped (EOS or stop string) and a call was
-//     committed; otherwise the scheduler's reason ("stop", "length", ...).
+//     finish_reason: "tool_calls" when the request stopped (EOS or stop string) after a call
+//     was committed and not inside a call's arguments; otherwise the scheduler's reason
+//     ("stop", "length", ...). max_tokens counts every token, the reasoning's too (as OpenAI's
+//     max_completion_tokens).
 //   - Tool call ids are "call_" + 24 hex digits of a hash of (request id, index): the same
 //     request id gives the same ids, streamed or not.
 //
@@ -138,9 +142,11 @@ class ChatOutputParser {
   // `request_id` seeds the tool call ids.
   ChatOutputParser(ChatOutputFormat format, std::string_view request_id);
 
-  // The next piece of the output text (any split, even inside a UTF-8 character or a
-  // marker). Appends what can be released now to `out` (which the caller clears between
-  // chunks, or not: pieces only append).
+  // The next piece of the output text (any split, even inside a marker or a UTF-8
+  // character). Appends what can be released now to `out` (which the caller clears between
+  // chunks, or not: pieces only append). Every byte fed goes to at most one output string;
+  // fed whole UTF-8 characters (as the scheduler's detokenizer sends them), every delta's
+  // strings hold whole characters (held text always starts at an ASCII marker byte).
   void feed(std::string_view text, ChatDelta& out);
   // A generated token and the text the detokenizer gave for it: a bound control marker
   // (ChatOutputFormat::control_markers) whose text is empty is fed as its marker text.
@@ -151,6 +157,8 @@ class ChatOutputParser {
   std::string_view finish(GenerationEnd end, ChatDelta& out);
 
   uint32_t tool_calls_started() const { return n_calls_; }
+  // Bytes held back now: never more than kMaxHeldBytes.
+  size_t held_bytes() const { return held_.size(); }
 
  private:
   // kStart, kReasoningStart and kContentStart drop blanks and look for a marker at that place

@@ -221,8 +221,8 @@ TEST(ChatOutput, ReasoningOnlyAtTheStart) {
   m = parse_every_split(f, "<thi");
   EXPECT_EQ(m.content, "<thi");
   // Without reasoning, <think> is text.
-  m = parse_every_split(format_of(ToolCallFormat::kNone), "<think>x</think>y");
-  EXPECT_EQ(m.content, "<think>x</think>y");
+  m = parse_every_split(format_of(ToolCallFormat::kNone), "\n <think>x</think>y");
+  EXPECT_EQ(m.content, "\n <think>x</think>y");
 }
 
 TEST(ChatOutput, StopStringInsideThinkBlock) {
