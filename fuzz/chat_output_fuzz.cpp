@@ -28,11 +28,11 @@ void check_at(bool ok, const char* what) {
 
 // Merges one delta into `m`, checking its shape.
 void merge_checked(const ChatDelta& d, ChatOutputMessage& m, bool whole_chars) {
-  for (const ToolCallDelta* c = d.tool_calls_begin(); c != d.tool_calls_end(); ++c) {
-    const bool first = c->index == m.tool_calls.size();
-    INVARIANT(first || c->index + 1 == m.tool_calls.size());
-    INVARIANT(first == !c->id.empty() && first == !c->name.empty());
-    if (whole_chars) INVARIANT(utf8_valid(c->arguments));
+  for (const ToolCallDelta& c : d.tool_calls()) {
+    const bool first = c.index == m.tool_calls.size();
+    INVARIANT(first || c.index + 1 == m.tool_calls.size());
+    INVARIANT(first == !c.id.empty() && first == !c.name.empty());
+    if (whole_chars) INVARIANT(utf8_valid(c.arguments));
   }
   if (whole_chars) INVARIANT(utf8_valid(d.content) && utf8_valid(d.reasoning));
   m.merge(d);

@@ -272,9 +272,9 @@ void ChatDelta::clear() {
 void ChatOutputMessage::merge(const ChatDelta& delta) {
   reasoning += delta.reasoning;
   content += delta.content;
-  for (const ToolCallDelta* d = delta.tool_calls_begin(); d != delta.tool_calls_end(); ++d) {
-    if (!d->id.empty()) tool_calls.push_back({d->id, d->name, ""});
-    if (d->index < tool_calls.size()) tool_calls[d->index].arguments += d->arguments;
+  for (const ToolCallDelta& d : delta.tool_calls()) {
+    if (!d.id.empty()) tool_calls.push_back({d.id, d.name, ""});
+    if (d.index < tool_calls.size()) tool_calls[d.index].arguments += d.arguments;
   }
 }
 

@@ -6,13 +6,14 @@
 //
 // Formats (ToolCallFormat), as the templates of ../shared/data/templates/ write them:
 //   kHermes        Qwen 2.5/3, Hermes 2 Pro: <tool_call>{"name": N, "arguments": {...}}</tool_call>
-//   kLlama3Json    Llama 3.1/3.2: {"name": N, "parameters": {...}} as the whole reply (from its
-//                  start, after `<|python_tag|>` anywhere), several separated by `;` or blanks
+//   kLlama3Json    Llama 3.1/3.2: {"name": N, "parameters": {...}} at the start of the reply
+//                  or after `<|python_tag|>` anywhere; several separated by `;` or blanks
 //   kDeepSeekR1    <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>N\n```json\n{...}\n```
-//                  <｜tool▁call▁end｜>...<｜tool▁calls▁end｜>
+//                  <｜tool▁call▁end｜>...<｜tool▁calls▁end｜> (a call without the block's opener too)
 //   kFunctionaryV31  Functionary medium v3.1: <function=N>{...}</function>
-// "arguments" and "parameters" are both accepted as the arguments key of the JSON formats, and
-// Llama's optional leading "type": "function". Not parsed (their text stays content):
+// The JSON formats need "name" before the arguments, as every template writes them; "arguments"
+// and "parameters" are both accepted as the arguments key, and Llama's optional leading
+// "type": "function". Not parsed (their text stays content):
 // Functionary v3.2's `>>>N`, Firefunction's `functools[...]`, Command R's `Action:` block, Llama
 // 3.1's built-in `<|python_tag|>tool.call(...)` and Functionary's `<|python_tag|>` code.
 //
@@ -22,8 +23,10 @@
 // Reasoning is on when the source contains `<think>`; the output starts inside the think block
 // when, after the template's last `add_generation_prompt`, a `<think>` is written with no
 // `</think>` after it (DeepSeek R1 opens the block in the prompt; Qwen 3's `<think>\n\n</think>`
-// for enable_thinking=false does not count). Callers that render the prompt themselves can
-// decide per request with prompt_opens_reasoning().
+// for enable_thinking=false does not count). That is a guess per template: R1's templates open
+// no block after tool results, so a caller that renders the prompt should decide per request
+// with prompt_opens_reasoning(). A request without `tools`, or with tool_choice "none", should
+// get tools = kNone: calls are then content (as vLLM parses calls only when tools are offered).
 //
 // Semantics:
 //   - Reasoning: `<think>` counts only at the start of the output (after blanks); in a block
@@ -39,9 +42,10 @@
 //     arrive, verbatim, up to the `}` that balances it (braces inside strings and escapes do
 //     not count). A header that does not parse (not JSON, a name outside [A-Za-z0-9_.:-]{1,64},
 //     another key, arguments not an object, too long) is content: its opener is released as
-//     content and the bytes after it are scanned again. A committed call stands: a closer that
-//     does not follow (`</tool_call>` missing) ends it and the text from there is content; a
-//     stream that ends inside the arguments leaves them as written (finish_reason says why).
+//     content and the bytes after it are scanned again. A committed call stands: when its
+//     closer does not follow (Hermes' wrapper `}` may be missing), the call ends there and the
+//     text from there is content; a stream that ends inside the arguments leaves them as
+//     written (finish_reason says why).
 //   - Markers split across tokens: only the longest suffix of the text that is a prefix of a
 //     marker is held back; everything before it is released in the same feed.
 //   - Stop strings and max_tokens are applied by the scheduler (scheduler/stops.h) to the raw
@@ -56,12 +60,15 @@
 //   - Tool call ids are "call_" + 24 hex digits of a hash of (request id, index): the same
 //     request id gives the same ids, streamed or not.
 //
-// Cost: O(n) in the output's length; one held buffer per parser, reused; no allocation per
-// feed beyond growth of the caller's ChatDelta strings, which clear() keeps.
+// Cost: O(n) in the output's length (held text is re-parsed once per feed, at most
+// kMaxHeldBytes); one held buffer per parser, reused; no allocation per feed beyond growth of
+// the caller's ChatDelta strings, which clear() keeps, except one copy of the held text when an
+// opener turns out not to be a call.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -112,8 +119,7 @@ struct ChatDelta {
 
   void clear();
   bool empty() const { return reasoning.empty() && content.empty() && n_tool_calls == 0; }
-  const ToolCallDelta* tool_calls_begin() const { return tool_call_storage.data(); }
-  const ToolCallDelta* tool_calls_end() const { return tool_call_storage.data() + n_tool_calls; }
+  std::span<const ToolCallDelta> tool_calls() const { return {tool_call_storage.data(), n_tool_calls}; }
 };
 
 // How the generation ended, as the scheduler reports it.

@@ -45,13 +45,13 @@ ChatOutputMessage run_pieces(const ChatOutputFormat& f, const std::vector<std::s
   ChatDelta delta;
   ChatOutputMessage m;
   const auto check = [&] {
-    for (const ToolCallDelta* d = delta.tool_calls_begin(); d != delta.tool_calls_end(); ++d) {
-      const bool first = d->index == m.tool_calls.size();
-      EXPECT_TRUE(first || d->index + 1 == m.tool_calls.size()) << "index " << d->index;
-      EXPECT_EQ(!d->id.empty(), first);
-      EXPECT_EQ(!d->name.empty(), first);
-      if (first) m.tool_calls.push_back({d->id, d->name, ""});
-      m.tool_calls[d->index].arguments += d->arguments;
+    for (const ToolCallDelta& d : delta.tool_calls()) {
+      const bool first = d.index == m.tool_calls.size();
+      EXPECT_TRUE(first || d.index + 1 == m.tool_calls.size()) << "index " << d.index;
+      EXPECT_EQ(!d.id.empty(), first);
+      EXPECT_EQ(!d.name.empty(), first);
+      if (first) m.tool_calls.push_back({d.id, d.name, ""});
+      m.tool_calls[d.index].arguments += d.arguments;
     }
     m.reasoning += delta.reasoning;
     m.content += delta.content;
