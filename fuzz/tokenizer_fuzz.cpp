@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "model/gguf.h"
+#include "model/make_model.h"
 #include "model/tokenizer.h"
 #include "runtime/utf8.h"
 
@@ -34,14 +35,9 @@ struct Loaded {
 
 std::string byte_level_vocab() {
   tandem::model::GgufWriter w;
-  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
-  std::vector<int32_t> types = {2, 3, 3};
-  for (int b = 0; b < 256; ++b) {
-    char buf[8];
-    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
-    tokens.emplace_back(buf);
-    types.push_back(6);
-  }
+  std::vector<std::string> tokens;
+  std::vector<int32_t> types;
+  tandem::model::append_byte_level_tokens(tokens, types);
   w.add_string("tokenizer.ggml.model", "llama");
   w.add_string_array("tokenizer.ggml.tokens", tokens);
   w.add_i32_array("tokenizer.ggml.token_type", types);

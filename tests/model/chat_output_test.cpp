@@ -6,11 +6,17 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <memory>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "model/chat_template.h"
+#include "model/gguf.h"
+#include "model/make_model.h"
+#include "model/tokenizer.h"
+#include "model/vocab_import.h"
 #include "runtime/json.h"
 #include "runtime/json_value.h"
 #include "tests/test_util.h"
@@ -316,6 +322,100 @@ TEST(ChatOutput, ControlMarkerTokens) {
   EXPECT_EQ(m.content, "Ok.");
   ASSERT_EQ(m.tool_calls.size(), 1u);
   EXPECT_EQ(m.tool_calls[0].name, "f");
+}
+
+// A byte-level vocabulary with Llama 3.1's <|python_tag|> and <think> as control tokens and
+// Qwen's <tool_call> as a user-defined one, in a model file read back.
+struct MarkerVocabulary {
+  std::unique_ptr<GgufFile> file;
+  Tokenizer tokenizer;
+  int32_t python_tag = 0, tool_call = 0, think = 0;
+};
+MarkerVocabulary marker_vocabulary() {
+  std::vector<std::string> tokens;
+  std::vector<int32_t> types;
+  append_byte_level_tokens(tokens, types);
+  MarkerVocabulary v;
+  for (auto [piece, type, id] : {std::tuple{"<|python_tag|>", 3, &v.python_tag},
+                                 std::tuple{"<tool_call>", 4, &v.tool_call}, std::tuple{"<think>", 3, &v.think}}) {
+    *id = static_cast<int32_t>(tokens.size());
+    tokens.emplace_back(piece);
+    types.push_back(type);
+  }
+  const auto value = [](GgufValueType type, auto v, GgufValueType array_type = GgufValueType::kU8) {
+    return GgufValue{type, array_type, std::move(v)};
+  };
+  VocabularyKeys keys;
+  keys.size = static_cast<uint32_t>(tokens.size());
+  keys.keys = {{"tokenizer.ggml.model", value(GgufValueType::kString, std::string("llama"))},
+               {"tokenizer.ggml.tokens", value(GgufValueType::kArray, tokens, GgufValueType::kString)},
+               {"tokenizer.ggml.scores",
+                value(GgufValueType::kArray, std::vector<double>(tokens.size(), 0.0), GgufValueType::kF32)},
+               {"tokenizer.ggml.token_type",
+                value(GgufValueType::kArray, std::vector<int64_t>(types.begin(), types.end()), GgufValueType::kI32)},
+               {"tokenizer.ggml.bos_token_id", value(GgufValueType::kU32, uint64_t{1})},
+               {"tokenizer.ggml.eos_token_id", value(GgufValueType::kU32, uint64_t{2})}};
+  auto config = preset_config("tiny");
+  EXPECT_TRUE(config);
+  config->vocab_size = keys.size;
+  config->tied_embeddings = true;
+  const std::string path = test::temp_dir() + "/markers.gguf";
+  const Status st = make_model(*config, 1, path, TensorType::kF32, std::nullopt, &keys);
+  EXPECT_TRUE(st) << st.to_string();
+  auto file = GgufFile::open(path);
+  EXPECT_TRUE(file) << file.status().to_string();
+  if (!file) return v;
+  v.file = std::move(*file);
+  auto tok = Tokenizer::from_gguf(*v.file);
+  EXPECT_TRUE(tok) << tok.status().to_string();
+  if (tok) v.tokenizer = std::move(*tok);
+  return v;
+}
+
+// The real pipeline: tokens decoded as the scheduler decodes them (control tokens give no
+// text), fed with their ids: bound control markers come back, user-defined ones are text.
+TEST(ChatOutput, BindsControlMarkersOfAVocabulary) {
+  const MarkerVocabulary v = marker_vocabulary();
+  ASSERT_TRUE(v.file);
+  const auto bytes = [](std::string_view s) {
+    std::vector<int32_t> ids;
+    for (unsigned char c : s) ids.push_back(3 + c);
+    return ids;
+  };
+  struct Case {
+    ChatOutputFormat format;
+    std::vector<std::pair<int32_t, std::string>> bound;
+    std::vector<int32_t> ids;
+  };
+  std::vector<int32_t> llama = bytes("Ok.");
+  llama.push_back(v.python_tag);
+  for (int32_t id : bytes(R"({"name": "f", "arguments": {"a": 1}})")) llama.push_back(id);
+  std::vector<int32_t> qwen = {v.think};
+  for (int32_t id : bytes("Hmm.</think>Ok.")) qwen.push_back(id);
+  qwen.push_back(v.tool_call);
+  for (int32_t id : bytes(R"({"name": "f", "arguments": {"a": 1}}</tool_call>)")) qwen.push_back(id);
+  for (const Case& c : {Case{format_of(ToolCallFormat::kLlama3Json), {{v.python_tag, "<|python_tag|>"}}, llama},
+                        Case{format_of(ToolCallFormat::kHermes, true), {{v.think, "<think>"}}, qwen}}) {
+    ChatOutputFormat f = c.format;
+    bind_control_markers(v.tokenizer, f);
+    EXPECT_EQ(f.control_markers, c.bound);
+    StreamDecoder decoder(v.tokenizer);
+    ChatOutputParser parser(f, "r");
+    ChatDelta d;
+    ChatOutputMessage m;
+    std::string piece;
+    for (int32_t id : c.ids) {
+      piece.clear();
+      decoder.push(id, piece);
+      parser.feed_token(id, piece, d);
+    }
+    m.finish_reason = parser.finish(GenerationEnd::kStop, d);
+    m.merge(d);
+    EXPECT_EQ(m.reasoning, f.reasoning ? "Hmm." : "");
+    EXPECT_EQ(m.content, "Ok.");
+    ASSERT_EQ(m.tool_calls.size(), 1u);
+    EXPECT_EQ(m.tool_calls[0].arguments, "{\"a\": 1}");
+  }
 }
 
 TEST(ChatOutput, NoAllocationPerToken) {
