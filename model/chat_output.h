@@ -4,6 +4,15 @@
 // gateway turns each ChatDelta into one SSE chunk. Non-streaming is the same machine fed the
 // whole text (parse_chat_output), so a streamed message and a one-shot message never differ.
 //
+// Use (the gateway): once per model, `fmt = detect_chat_output_format(template source)` and
+// `bind_control_markers(tokenizer, fmt)`; per request (one per choice), a copy with
+// tools = kNone when the request offers no tools or says tool_choice "none", a
+// `ChatOutputParser parser(fmt, request_id)` and one reused ChatDelta: per token event
+// `delta.clear(); parser.feed_token(id, text, delta)` and a chunk when !delta.empty(); on the
+// final event `parser.feed(final.text, delta)` (the scheduler's held-back bytes), then
+// `finish_reason = parser.finish(end, delta)` for the last chunk. Not streaming: the same
+// calls, with ChatOutputMessage::merge() of each delta.
+//
 // Formats (ToolCallFormat), as the templates of ../shared/data/templates/ write them:
 //   kHermes        Qwen 2.5/3, Hermes 2 Pro: <tool_call>{"name": N, "arguments": {...}}</tool_call>
 //   kLlama3Json    Llama 3.1/3.2: {"name": N, "parameters": {...}} at the start of the reply
@@ -221,7 +230,9 @@ class ChatOutputParser {
   std::string_view finish_reason_;
 };
 
-// The whole output at once: the same machine fed everything, then finished.
+// The whole output at once: the same machine fed everything, then finished. For text that
+// holds its markers; a control-token marker is not in the detokenized text, so a caller with
+// token events feeds them through feed_token() (and merges the deltas) instead.
 ChatOutputMessage parse_chat_output(const ChatOutputFormat& format, std::string_view request_id, std::string_view text,
                                     GenerationEnd end);
 
