@@ -116,6 +116,26 @@ TEST(ChatOutput, HermesCallAfterContent) {
   EXPECT_EQ(m.tool_calls[0].id.size(), 5u + 24u);
 }
 
+TEST(ChatOutput, HoldsBackOnlyTheLongestMarkerPrefix) {
+  ChatOutputParser parser(format_of(ToolCallFormat::kHermes, true), "r");
+  ChatDelta d;
+  parser.feed("<think>a </thin", d);
+  EXPECT_EQ(d.reasoning, "a ");
+  EXPECT_EQ(parser.held_bytes(), 6u);
+  parser.feed("g</", d);
+  EXPECT_EQ(d.reasoning, "a </thing");
+  EXPECT_EQ(parser.held_bytes(), 2u);
+  parser.feed("think>x <<tool_", d);
+  EXPECT_EQ(d.content, "x <");
+  EXPECT_EQ(parser.held_bytes(), 6u);
+  parser.feed("call", d);
+  EXPECT_EQ(parser.held_bytes(), 10u);
+  parser.feed("s>", d);  // not the marker after all: released at once
+  EXPECT_EQ(d.content, "x <<tool_calls>");
+  EXPECT_EQ(parser.held_bytes(), 0u);
+  EXPECT_EQ(parser.finish(GenerationEnd::kStop, d), "stop");
+}
+
 TEST(ChatOutput, ArgumentStringsWithBracesAndEscapes) {
   const std::string args = R"({"q": "a } b { \" \\", "n": {"x": "]", "y": [{"z": "\\\""}]}, "u": "\u00e9 ü"})";
   ASSERT_TRUE(valid_json(args));
