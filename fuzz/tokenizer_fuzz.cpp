@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "model/gguf.h"
+#include "model/make_model.h"
 #include "model/tokenizer.h"
 #include "runtime/utf8.h"
 
@@ -34,14 +35,9 @@ struct Loaded {
 
 std::string byte_level_vocab() {
   tandem::model::GgufWriter w;
-  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
-  std::vector<int32_t> types = {2, 3, 3};
-  for (int b = 0; b < 256; ++b) {
-    char buf[8];
-    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
-    tokens.emplace_back(buf);
-    types.push_back(6);
-  }
+  std::vector<std::string> tokens;
+  std::vector<int32_t> types;
+  tandem::model::append_byte_level_tokens(tokens, types);
   w.add_string("tokenizer.ggml.model", "llama");
   w.add_string_array("tokenizer.ggml.tokens", tokens);
   w.add_i32_array("tokenizer.ggml.token_type", types);
@@ -83,15 +79,6 @@ std::vector<Loaded>& tokenizers() {
   return *all;
 }
 
-bool valid_utf8(std::string_view s) {
-  for (size_t i = 0; i < s.size();) {
-    const size_t n = tandem::runtime::utf8_sequence_length(s, i);
-    if (n == 0) return false;
-    i += n;
-  }
-  return true;
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -106,7 +93,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data + 1), size - 1);
   auto ids = tok.encode(text, EncodeOptions{.add_special = true, .parse_special = parse_special});
   if (!ids) {
-    if (valid_utf8(text)) std::abort();  // only invalid UTF-8 may be refused
+    if (tandem::runtime::utf8_valid(text)) std::abort();  // only invalid UTF-8 may be refused
     return 0;
   }
   for (int32_t id : *ids)

@@ -214,16 +214,11 @@ void add_hyper_parameters(GgufWriter& w, const ModelConfig& c, bool f16) {
 
 // Byte-level vocabulary: <unk>, <s>, </s>, the 256 byte tokens, then unused fillers.
 void add_vocabulary(GgufWriter& w, const ModelConfig& c) {
-  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
-  std::vector<int32_t> types = {2, 3, 3};
+  std::vector<std::string> tokens;
+  std::vector<int32_t> types;
   tokens.reserve(c.vocab_size);
   types.reserve(c.vocab_size);
-  for (int b = 0; b < 256; ++b) {
-    char buf[8];
-    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
-    tokens.emplace_back(buf);
-    types.push_back(6);
-  }
+  append_byte_level_tokens(tokens, types);
   for (uint32_t i = 0; tokens.size() < c.vocab_size; ++i) {
     tokens.push_back("<unused" + std::to_string(i) + ">");
     types.push_back(5);
@@ -308,6 +303,17 @@ void add_tensors(GgufWriter& w, const ModelConfig& c, uint64_t seed, bool f16) {
 }
 
 }  // namespace
+
+void append_byte_level_tokens(std::vector<std::string>& tokens, std::vector<int32_t>& types) {
+  tokens.insert(tokens.end(), {"<unk>", "<s>", "</s>"});
+  types.insert(types.end(), {2, 3, 3});
+  for (int b = 0; b < 256; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+    tokens.emplace_back(buf);
+    types.push_back(6);
+  }
+}
 
 Status make_model(const ModelConfig& config, uint64_t seed, const std::string& path, TensorType weights,
                   const std::optional<Llama3Rope>& llama3, const VocabularyKeys* vocabulary) {

@@ -46,6 +46,11 @@ std::vector<float> llama3_rope_factors(const Llama3Rope& rope, uint32_t head_dim
 // F16 files hold the same draws rounded to half precision.
 // `vocabulary` (model/vocab_import.h) replaces the byte-level vocabulary with a real one: its
 // keys are written as given; config.vocab_size must be its size.
+// The byte-level vocabulary's first 259 tokens, appended with their token types: <unk> (2),
+// <s> and </s> (3, control), then the byte tokens <0x00>..<0xFF> (6). make_model's vocabulary
+// starts so; tests build vocabularies on it.
+void append_byte_level_tokens(std::vector<std::string>& tokens, std::vector<int32_t>& types);
+
 Status make_model(const ModelConfig& config, uint64_t seed, const std::string& path,
                   TensorType weights = TensorType::kF32, const std::optional<Llama3Rope>& llama3 = std::nullopt,
                   const VocabularyKeys* vocabulary = nullptr);

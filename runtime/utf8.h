@@ -47,6 +47,16 @@ inline size_t utf8_sequence_length(std::string_view s, size_t i) {
   return l.len;
 }
 
+// True when `s` is well-formed UTF-8 throughout.
+inline bool utf8_valid(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = utf8_sequence_length(s, i);
+    if (n == 0) return false;
+    i += n;
+  }
+  return true;
+}
+
 // Appends code point `cp` (at most U+10FFFF) as UTF-8; a surrogate gets its 3-byte form, which is
 // not well-formed UTF-8 (callers that must stay valid keep surrogates out).
 inline void append_utf8(std::string& out, uint32_t cp) {

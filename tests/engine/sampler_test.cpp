@@ -17,30 +17,7 @@
 #include <set>
 #include <vector>
 
-// Counts allocations, to prove sample() does not allocate after construction. (malloc
-// and free back both operators; GCC's mismatch warning does not see that.)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-namespace {
-std::atomic<long> g_allocations{0};
-void* counted_malloc(std::size_t size) noexcept {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  return std::malloc(size == 0 ? 1 : size);
-}
-}  // namespace
-
-void* operator new(std::size_t size) {
-  if (void* p = counted_malloc(size)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t size) { return operator new(size); }
-void* operator new(std::size_t size, const std::nothrow_t&) noexcept { return counted_malloc(size); }
-void* operator new[](std::size_t size, const std::nothrow_t&) noexcept { return counted_malloc(size); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+#include "tests/counted_allocations.h"  // sample() allocates nothing after construction
 
 namespace tandem::engine {
 namespace {
@@ -663,9 +640,9 @@ TEST(SamplerAlloc, SampleDoesNotAllocate) {
   long allocations = 0;
   for (const auto& c : configs) {
     for (uint64_t pos = 0; pos < 20; ++pos) {
-      const long before = g_allocations.load();
+      const long before = test::g_allocations.load();
       const Sample out = s.sample(l, c, pos, hist);
-      allocations += g_allocations.load() - before;
+      allocations += test::g_allocations.load() - before;
       ASSERT_LT(out.token, static_cast<int32_t>(v));
     }
   }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "model/chat_output.h"
 #include "model/gguf.h"
 #include "model/tokenizer.h"
 #include "tests/test_util.h"
@@ -436,6 +437,54 @@ TEST(StopStringMatcher, BuildErrors) {
   EXPECT_TRUE(
       StopStringMatcher::build(std::vector<std::string>(kMaxStopStrings, std::string(kMaxStopStringBytes, 'z')), false)
           .is_ok());
+}
+
+// The gateway's pipeline: stop strings cut the raw text (here, as the scheduler's StopStringMatcher
+// does) before the chat output parser splits it, so a stop string applies in every state. Each
+// split of the text into two pieces gives the same message.
+model::ChatOutputMessage stop_then_parse(std::string_view text, const std::string& stop,
+                                         const model::ChatOutputFormat& format, size_t split) {
+  auto stops = StopStringMatcher::build({stop}, false);
+  EXPECT_TRUE(stops);
+  model::ChatOutputParser parser(format, "req");
+  model::ChatDelta delta;
+  model::ChatOutputMessage m;
+  std::string emit;
+  bool stopped = false;
+  for (std::string_view piece : {text.substr(0, split), text.substr(split)}) {
+    if (stopped) break;
+    emit.clear();
+    stopped = stops->feed(piece, emit);
+    parser.feed(emit, delta);
+  }
+  emit.clear();
+  stops->flush(emit);
+  parser.feed(emit, delta);
+  m.finish_reason = parser.finish(stopped ? model::GenerationEnd::kStop : model::GenerationEnd::kLength, delta);
+  m.merge(delta);
+  return m;
+}
+
+TEST(StopStringMatcher, StopInsideAThinkBlockEndsTheRequestThere) {
+  const model::ChatOutputFormat r1{model::ToolCallFormat::kDeepSeekR1, true, true, {}};
+  const std::string text = "Let me think. FINAL: no.</think>\n\nThe answer is 4.";
+  for (size_t split = 0; split <= text.size(); ++split) {
+    const model::ChatOutputMessage m = stop_then_parse(text, "FINAL", r1, split);
+    EXPECT_EQ(m.reasoning, "Let me think. ") << split;
+    EXPECT_EQ(m.content, "") << split;
+    EXPECT_EQ(m.finish_reason, "stop") << split;
+  }
+  // The same stop string in the content ends it there, after the whole reasoning.
+  const model::ChatOutputMessage m = stop_then_parse("Think.</think>Answer FINAL more", "FINAL", r1, 9);
+  EXPECT_EQ(m.reasoning, "Think.");
+  EXPECT_EQ(m.content, "Answer ");
+  // Inside a call's arguments: the call is cut, and the finish reason is "stop", not "tool_calls".
+  const model::ChatOutputFormat hermes{model::ToolCallFormat::kHermes, false, false, {}};
+  const model::ChatOutputMessage cut =
+      stop_then_parse("<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": \"STOP\"}}</tool_call>", "STOP", hermes, 20);
+  ASSERT_EQ(cut.tool_calls.size(), 1u);
+  EXPECT_EQ(cut.tool_calls[0].arguments, "{\"a\": \"");
+  EXPECT_EQ(cut.finish_reason, "stop");
 }
 
 }  // namespace
