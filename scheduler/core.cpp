@@ -49,7 +49,7 @@ struct Core::Request {
   bool queued = false;
   uint64_t prompt_job = 0;  // > 0 while its prompt is being made into ids (Core::tokenizing_)
   uint64_t order = 0;
-  int64_t arrival_us = 0, scheduled_us = -1, first_token_us = -1, deadline_us = 0;
+  int64_t arrival_us = 0, scheduled_us = -1, first_token_us = -1, last_token_us = -1, deadline_us = 0;
   StopTokenMatcher stop_tokens;
   StopStringMatcher stop_strings;
   Detokenizer detok;
@@ -127,7 +127,7 @@ Core::Core(SchedulerConfig config, model::ModelConfig model, const model::Tokeni
     : Core(config, model, PromptRenderer(tokenizer, std::nullopt), sink) {}
 
 Core::Core(SchedulerConfig config, model::ModelConfig model, PromptRenderer renderer, Sink& sink)
-    : config_(config), model_(model), renderer_(std::move(renderer)), sink_(sink) {
+    : config_(config), model_(model), renderer_(std::move(renderer)), sink_(sink), metrics_(model.context_length) {
   limits_.context_length = model_.context_length;
   limits_.vocab_size = model_.vocab_size;
 }
@@ -235,6 +235,7 @@ void Core::remove_worker(uint32_t worker_id, int64_t now_us) {
 
 void Core::reject(const std::string& client, const std::string& request_id, v1::ErrorCode code,
                   const std::string& message) {
+  metrics_.refuse(code);
   v1::RequestEvents ev;
   sink_.send_events(client, set_refusal(ev, request_id, code, message));
 }
@@ -471,6 +472,10 @@ void Core::finish(Request& r, v1::FinishReason reason, v1::ErrorCode code, const
   t->set_queue_ms((scheduled - r.arrival_us) / 1e3);
   t->set_ttft_ms(r.first_token_us >= 0 ? (r.first_token_us - r.arrival_us) / 1e3 : 0.0);
   t->set_total_ms((now_us - r.arrival_us) / 1e3);
+  metrics_.e2e[static_cast<size_t>(end_reason(reason))].observe(double(now_us - r.arrival_us) / 1e6);
+  metrics_.queue.observe(double(scheduled - r.arrival_us) / 1e6);
+  metrics_.prompt_tokens.observe(r.prompt_len);
+  metrics_.generation_tokens.observe(r.generated);
   sink_.send_events(r.client, *out);
   ++stats_.finished;
   if (auto it = live_per_client_.find(r.client); it != live_per_client_.end() && --it->second == 0)
@@ -748,7 +753,13 @@ void Core::accept_token(Request& r, const v1::SeqResult& s, int64_t now_us) {
   const int32_t token = s.token();
   r.tokens.push_back(token);
   ++r.generated;
-  if (r.first_token_us < 0) r.first_token_us = now_us;
+  if (r.first_token_us < 0) {
+    r.first_token_us = now_us;
+    metrics_.ttft.observe(double(now_us - r.arrival_us) / 1e6);
+  } else {
+    metrics_.inter_token.observe(double(now_us - r.last_token_us) / 1e6);
+  }
+  r.last_token_us = now_us;
   v1::RequestEvents* out = &r.held;
   if (r.spec.stream) {
     events_.Clear();
@@ -955,6 +966,7 @@ void Core::on_kv_received(uint32_t worker_id, const v1::KvReceived& ack, int64_t
   end_handoff(*r);
   stats_.handoff_bytes += ack.bytes();
   const double ms = double(now_us - r->transfer_start_us) / 1e3;
+  metrics_.handoff.observe(ms / 1e3);
   if (stats_.handoff_ms.size() < kHandoffTimes)
     stats_.handoff_ms.push_back(ms);
   else
