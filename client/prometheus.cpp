@@ -2,19 +2,23 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 
 namespace tandem::client_detail {
 
 namespace {
 
-// Go's ParseFloat reads what std::to_chars writes (the shortest form that reads back exactly).
+// Whole numbers below 2^53 (counts, token totals) as integers; others as the shortest form that
+// reads back exactly (std::to_chars), which Go's ParseFloat reads.
 void append_number(std::string& out, double v) {
+  char buf[32];
   if (std::isnan(v)) {
     out += "NaN";
   } else if (std::isinf(v)) {
     out += v > 0 ? "+Inf" : "-Inf";
+  } else if (v == std::floor(v) && std::fabs(v) < 9007199254740992.0) {
+    out.append(buf, std::to_chars(buf, buf + sizeof buf, static_cast<int64_t>(v)).ptr);
   } else {
-    char buf[32];
     out.append(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
   }
 }

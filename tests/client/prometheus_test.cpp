@@ -51,10 +51,11 @@ TEST(PrometheusText, ASeriesWithoutLabelsHasNoBraces) {
   v1::MetricFamily* c = r.add_families();
   c->set_name("tandem:generation_tokens_total");
   c->set_type(v1::METRIC_TYPE_COUNTER);
+  c->add_metrics()->set_value(100000);
   c->add_metrics()->set_value(1e20);
   EXPECT_EQ(prometheus_text(r),
             "# HELP tandem:generation_tokens_total \n# TYPE tandem:generation_tokens_total counter\n"
-            "tandem:generation_tokens_total 1e+20\n");
+            "tandem:generation_tokens_total 100000\ntandem:generation_tokens_total 1e+20\n");
 }
 
 }  // namespace
