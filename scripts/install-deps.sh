@@ -25,6 +25,7 @@ packages=(
   prometheus                           # promtool check metrics on tandem status --prometheus (metrics_test)
   python3-zmq python3-protobuf         # the Python client (client/python), over Debian's pyzmq and protobuf
   python3-venv python3-pip             # its install test: a venv with --system-site-packages, pip --no-build-isolation
+  python3-setuptools python3-wheel     # what that pip builds it with, offline
 )
 
 missing=()
