@@ -46,6 +46,7 @@ struct Core::Request {
   uint32_t keys_block_tokens = 0;
   uint32_t cached_prompt = 0;  // prompt tokens served from the cache at the first placement
   bool placed_once = false;
+  bool begun = false;  // its prompt passed admission (begin()): it counts in the e2e metrics
   bool queued = false;
   uint64_t prompt_job = 0;  // > 0 while its prompt is being made into ids (Core::tokenizing_)
   uint64_t order = 0;
@@ -357,6 +358,7 @@ Core::Request& Core::add_request(const std::string& client, const std::string& k
 }
 
 void Core::begin(Request& r) {
+  r.begun = true;
   r.tokens = r.spec.prompt;
   r.tokens.reserve(r.tokens.size() + r.spec.max_tokens);
   r.prompt_len = static_cast<uint32_t>(r.tokens.size());
@@ -472,15 +474,23 @@ void Core::finish(Request& r, v1::FinishReason reason, v1::ErrorCode code, const
   t->set_queue_ms((scheduled - r.arrival_us) / 1e3);
   t->set_ttft_ms(r.first_token_us >= 0 ? (r.first_token_us - r.arrival_us) / 1e3 : 0.0);
   t->set_total_ms((now_us - r.arrival_us) / 1e3);
-  metrics_.e2e[static_cast<size_t>(end_reason(reason))].observe(double(now_us - r.arrival_us) / 1e6);
-  metrics_.queue.observe(double(scheduled - r.arrival_us) / 1e6);
-  metrics_.prompt_tokens.observe(r.prompt_len);
-  metrics_.generation_tokens.observe(r.generated);
+  record_end(r, reason, code, scheduled, now_us);
   sink_.send_events(r.client, *out);
   ++stats_.finished;
   if (auto it = live_per_client_.find(r.client); it != live_per_client_.end() && --it->second == 0)
     live_per_client_.erase(it);
   requests_.erase(r.key);  // destroys r
+}
+
+void Core::record_end(const Request& r, v1::FinishReason reason, v1::ErrorCode code, int64_t scheduled_us,
+                      int64_t now_us) {
+  // A prompt refused once its ids came (made off the planning thread) is a refusal, as the same
+  // prompt refused at submit would be.
+  if (!r.begun && reason == v1::FINISH_REASON_ERROR) return metrics_.refuse(code);
+  metrics_.e2e[static_cast<size_t>(end_reason(reason))].observe(double(now_us - r.arrival_us) / 1e6);
+  metrics_.queue.observe(double(scheduled_us - r.arrival_us) / 1e6);
+  metrics_.prompt_tokens.observe(r.prompt_len);
+  metrics_.generation_tokens.observe(r.generated);
 }
 
 bool Core::place(Request& r, int64_t now_us) {

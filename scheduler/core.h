@@ -216,6 +216,9 @@ class Core {
   void finish(Request& r, v1::FinishReason reason, v1::ErrorCode code, const std::string& message, int64_t now_us,
               v1::RequestEvents* carry = nullptr);
   void reject(const std::string& client, const std::string& request_id, v1::ErrorCode code, const std::string& message);
+  // The metrics of a request's end: e2e by reason, queue time, token counts; or a refusal when its
+  // prompt was refused after it was taken (its ids came from the prompt threads).
+  void record_end(const Request& r, v1::FinishReason reason, v1::ErrorCode code, int64_t scheduled_us, int64_t now_us);
   // Refuses (with its final event) a request that cannot be taken now: a duplicate id, a full
   // queue, no worker that takes prompts. True when refused.
   bool refuse_unservable(const std::string& client, const std::string& k, const RequestSpec& spec);

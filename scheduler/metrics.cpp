@@ -131,8 +131,9 @@ void fill_requests(const Core& core, ReplyBuilder& b) {
   for (EndReason r : {EndReason::kStop, EndReason::kLength})
     ReplyBuilder::series(success, {{"finished_reason", end_reason_label(r)}})
         .set_value(double(m.e2e[static_cast<size_t>(r)].count()));
-  v1::MetricFamily& refused = b.family("request_refused_total", kCounter,
-                                       "Submits refused before they were taken, by error code (never in e2e).");
+  v1::MetricFamily& refused =
+      b.family("request_refused_total", kCounter,
+               "Requests refused (at submit, or when their prompt was checked), by error code; not in e2e.");
   for (int c = v1::ERROR_CODE_INVALID_ARGUMENT; c <= v1::ERROR_CODE_PERMISSION_DENIED; ++c) {
     std::string code = v1::ErrorCode_Name(static_cast<v1::ErrorCode>(c)).substr(sizeof "ERROR_CODE_" - 1);
     std::transform(code.begin(), code.end(), code.begin(), [](unsigned char ch) { return std::tolower(ch); });
@@ -142,7 +143,7 @@ void fill_requests(const Core& core, ReplyBuilder& b) {
   b.histogram("inter_token_latency_seconds", "Time between two tokens of a request, in seconds.", m.inter_token);
   v1::MetricFamily& e2e =
       b.family("e2e_request_latency_seconds", v1::METRIC_TYPE_HISTOGRAM,
-               "Time from arrival to the final event, in seconds, of every request taken, by how it ended.");
+               "Time from arrival to the final event, in seconds, of every request admitted, by how it ended.");
   e2e.mutable_bucket_bounds()->Add(m.e2e[0].bounds().begin(), m.e2e[0].bounds().end());
   for (size_t r = 0; r < kEndReasons; ++r)
     m.e2e[r].fill(ReplyBuilder::series(e2e, {{"finish_reason", end_reason_label(static_cast<EndReason>(r))}}));

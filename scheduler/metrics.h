@@ -41,8 +41,9 @@ std::vector<double> request_latency_buckets();  // e2e_request_latency_seconds, 
 // request_generation_tokens, up to the context length.
 std::vector<double> one_two_five_buckets(uint32_t max);
 
-// The `finish_reason` label of e2e_request_latency_seconds: every request the core took ends
-// with one of these (refusals at the door are counted apart, by error code).
+// The `finish_reason` label of e2e_request_latency_seconds: every request admitted (its prompt
+// checked) ends with one of these; refusals, at submit or when the prompt's ids came, are counted
+// apart, by error code.
 enum class EndReason : uint8_t { kStop, kLength, kCancelled, kError };
 inline constexpr size_t kEndReasons = 4;
 const char* end_reason_label(EndReason reason);  // "stop", "length", "cancelled", "error"

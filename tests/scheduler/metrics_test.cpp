@@ -161,5 +161,39 @@ TEST(Metrics, AScriptedRequestMovesEachValueByWhatItsClockSays) {
   EXPECT_LT(r.ByteSizeLong(), 8u << 10);
 }
 
+// Prompts made into ids off the planning thread: one refused when its ids come counts as a
+// refusal, as the same prompt refused inline at submit would; one cancelled while it waits for its
+// ids was admitted as a request and ends in e2e as cancelled.
+struct AsyncRecorder : Recorder {
+  std::vector<uint64_t> jobs;
+  bool renders_async() const override { return true; }
+  void render_async(uint64_t job, PromptInput) override { jobs.push_back(job); }
+};
+
+TEST(Metrics, APromptRefusedWhenItsIdsComeIsARefusalNotAnEnd) {
+  auto f = model::GgufFile::open(test::model_file("tiny", 1));
+  AsyncRecorder rec;
+  Core core({}, model::read_model_config(**f).value(), model::Tokenizer::from_gguf(**f).value(), rec);
+  int64_t now = 1'000'000;
+  core.add_worker(1, 64, 16, now);
+  for (const char* id : {"refused", "cancelled"}) {
+    v1::Submit s;
+    s.set_request_id(id);
+    s.set_text(std::string(600, 'a'));  // past inline_prompt_bytes: to the prompt threads
+    s.set_max_tokens(4);
+    core.submit("c", s, now);
+  }
+  ASSERT_EQ(rec.jobs.size(), 2u);
+  core.on_prompt(rec.jobs[0], Status::invalid("prompt of 600 tokens does not fit"), now += 1000);
+  core.cancel("c", "cancelled", now += 1000);
+  ASSERT_EQ(rec.finals.at("refused").error_code(), v1::ERROR_CODE_INVALID_ARGUMENT);
+  ASSERT_EQ(rec.finals.at("cancelled").finish_reason(), v1::FINISH_REASON_CANCELLED);
+  v1::MetricsReply r;
+  fill_metrics_reply(core, "tiny", 1, r);
+  EXPECT_EQ(series(r, "request_refused_total", "code", "invalid_argument").value(), 1);
+  EXPECT_EQ(series(r, "e2e_request_latency_seconds", "finish_reason", "error").count(), 0u);
+  EXPECT_EQ(series(r, "e2e_request_latency_seconds", "finish_reason", "cancelled").count(), 1u);
+}
+
 }  // namespace
 }  // namespace tandem::scheduler
