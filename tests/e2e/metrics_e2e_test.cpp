@@ -157,7 +157,8 @@ TEST(Metrics, ValuesMoveWithTheRequestsThatRan) {
   expect_promtool_accepts(after);
 }
 
-// `tandem status --prometheus` prints the client library's text: promtool accepts it.
+// `tandem status --prometheus` prints the client library's text, on the client and the admin
+// endpoint: promtool accepts it.
 TEST(Metrics, StatusPrometheusPrintsWhatPromtoolAccepts) {
   Deployment d({"--workers", "1", "--threads", "1"});
   ASSERT_TRUE(d.ok());
@@ -171,6 +172,11 @@ TEST(Metrics, StatusPrometheusPrintsWhatPromtoolAccepts) {
   EXPECT_EQ(sample(text, "tandem:generation_tokens_total"), 4);
   EXPECT_EQ(sample(text, "tandem:time_to_first_token_seconds_count"), 1);
   expect_promtool_accepts(text);
+  // The admin endpoint answers the same query (the metrics of a deployment whose clients use CurveZMQ).
+  const pid_t admin =
+      test::spawn({TANDEM_TANDEM_BIN, "status", "--endpoint", d.admin_endpoint(), "--prometheus"}, out + ".admin");
+  ASSERT_EQ(test::wait_for(admin, 20s), 0) << test::slurp(out + ".admin.err");
+  EXPECT_EQ(sample(test::slurp(out + ".admin"), "tandem:generation_tokens_total"), 4);
 }
 
 // Prefill and decode workers: each handoff is counted, with its time, and every worker has its series.

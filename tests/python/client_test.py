@@ -151,6 +151,8 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(TandemError) as e:
             self.c.tokenize(messages=[{"role": "asistant", "content": "x"}])
         self.assertEqual(e.exception.code, "INVALID_ARGUMENT")
+        with self.assertRaises(TypeError):
+            self.c.generate(b"bytes are neither text nor token ids")
         with self.assertRaises(TandemError) as e:
             Client("")
         self.assertEqual(e.exception.code, "INVALID_ARGUMENT")

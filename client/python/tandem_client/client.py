@@ -286,6 +286,8 @@ class Client:
         A request the library refuses (a duplicate live id, a closed client, over the wire's
         limits) gets its final error event at once. `timeout`: seconds from arrival at the
         scheduler (None: no deadline)."""
+        if isinstance(prompt, (bytes, bytearray)):
+            raise TypeError("prompt: text (str) or token ids (a sequence of int), not bytes")
         request_id = id if id is not None else self._next_id()
         s = Stream(request_id, self)
         m = client_pb2.ClientMessage(version=PROTOCOL_VERSION)
