@@ -1,5 +1,5 @@
 // tandem status: the scheduler's view of the service (workers, queue, totals), as a table
-// or as one JSON object.
+// or as one JSON object; with --prometheus, its metrics in Prometheus' text format.
 #include <cstdio>
 #include <string>
 #include <type_traits>
@@ -127,6 +127,12 @@ int status_command(int argc, char** argv) {
   if (Status st = apply_curve_flag(*args, options); !st) return fail("status", st);
   auto client = Client::connect(options);
   if (!client) return fail("status", client.status());
+  if (args->has("prometheus")) {
+    auto text = (*client)->metrics_text(std::chrono::milliseconds(*timeout_ms));
+    if (!text) return fail("status", text.status());
+    std::fputs(text->c_str(), stdout);
+    return 0;
+  }
   auto info = (*client)->status(std::chrono::milliseconds(*timeout_ms));
   if (!info) return fail("status", info.status());
   if (args->has("json")) {

@@ -21,6 +21,7 @@
 #include <unordered_map>
 
 #include "client/harness.h"
+#include "client/prometheus.h"
 #include "runtime/event_loop.h"
 #include "runtime/mutex.h"
 #include "runtime/sampling_proto.h"
@@ -434,16 +435,21 @@ class Core {
   }
 
   // A tokenize query's answer: the ids (none with count_only) and their count.
-  using TokenizePromise = std::promise<Result<Tokenized>>;
   std::future<Result<Tokenized>> post_tokenize(const TokenizeRequest& request, bool count_only,
                                                std::chrono::milliseconds timeout) {
-    auto reply = std::make_shared<TokenizePromise>();
-    auto future = reply->get_future();
-    const Clock::time_point due = driver_->now() + at_most_never(timeout);
-    if (!gate_->post(
-            [reply, due, request, count_only](Core& core) { core.on_tokenize(reply, due, request, count_only); }))
-      reply->set_value(Status::error(Code::kUnavailable, gate_->why_closed()));
-    return future;
+    return post_query<Tokenized>(
+        timeout, [request, count_only](uint64_t id) { return tokenize_message(request, id, count_only); },
+        &Core::tokenize_waiters_, "tokenize");
+  }
+
+  // A metrics query's answer: the Prometheus text.
+  std::future<Result<std::string>> post_metrics(std::chrono::milliseconds timeout) {
+    return post_query<std::string>(
+        timeout,
+        [](uint64_t id) {
+          return client_message([&](v1::ClientMessage& m) { m.mutable_metrics()->set_query_id(id); });
+        },
+        &Core::metrics_waiters_, "metrics");
   }
 
   // ---- the loop's thread (ClientHarness calls these directly) ----
@@ -501,10 +507,63 @@ class Core {
     Sink sink;
     std::shared_ptr<void> deadline;  // the timer that ends it past its deadline and grace
   };
-  struct TokenizeWaiter {
-    std::shared_ptr<TokenizePromise> reply;
+  // A query the scheduler answers by query id (tokenize, metrics), waiting for its reply.
+  template <class T>
+  struct QueryWaiter {
+    std::shared_ptr<std::promise<Result<T>>> reply;
     std::shared_ptr<void> timeout;
   };
+  template <class T>
+  using QueryWaiters = std::unordered_map<uint64_t, QueryWaiter<T>>;
+  using MessageFor = std::function<std::string(uint64_t query_id)>;
+
+  // Sends message(a new query id) from the loop and returns the future its reply (or
+  // UNAVAILABLE: the client closed, the send failed, no reply by `timeout`) is set in.
+  template <class T>
+  std::future<Result<T>> post_query(std::chrono::milliseconds timeout, MessageFor message,
+                                    QueryWaiters<T> Core::*waiters, const char* what) {
+    auto reply = std::make_shared<std::promise<Result<T>>>();
+    auto future = reply->get_future();
+    const Clock::time_point due = driver_->now() + at_most_never(timeout);
+    if (!gate_->post([reply, due, message = std::move(message), waiters, what](Core& core) {
+          core.on_query(reply, due, message, waiters, what);
+        }))
+      reply->set_value(Status::error(Code::kUnavailable, gate_->why_closed()));
+    return future;
+  }
+
+  template <class T>
+  void on_query(std::shared_ptr<std::promise<Result<T>>> reply, Clock::time_point due, const MessageFor& message,
+                QueryWaiters<T> Core::*waiters, const char* what) {
+    if (closing_) return reply->set_value(Status::error(Code::kUnavailable, gate_->why_closed()));
+    const uint64_t query_id = ++last_query_id_;
+    if (!send(message(query_id)))
+      return reply->set_value(
+          Status::error(Code::kUnavailable, "cannot send to the scheduler at " + options_.endpoint));
+    auto timeout = driver_->after(until(due, driver_->now()), [this, query_id, waiters, what] {
+      answer_query(
+          this->*waiters, query_id,
+          Result<T>(Status::error(Code::kUnavailable,
+                                  std::string("no ") + what + " reply from the scheduler at " + options_.endpoint)));
+    });
+    (this->*waiters)[query_id] = QueryWaiter<T>{std::move(reply), std::move(timeout)};
+  }
+
+  template <class T>
+  static void answer_query(QueryWaiters<T>& waiters, uint64_t query_id, Result<T> result) {
+    auto it = waiters.find(query_id);
+    if (it == waiters.end()) return;  // answered or timed out already
+    QueryWaiter<T> w = std::move(it->second);
+    waiters.erase(it);
+    w.reply->set_value(std::move(result));
+  }
+
+  template <class T>
+  static void fail_queries(QueryWaiters<T>& waiters, Code code, const std::string& message) {
+    QueryWaiters<T> failing;
+    failing.swap(waiters);
+    for (auto& [id, w] : failing) w.reply->set_value(Status::error(code, message));
+  }
   struct Waiter {
     uint64_t query_id = 0;
     std::shared_ptr<std::promise<Result<StatusInfo>>> reply;  // null: a liveness probe
@@ -586,28 +645,6 @@ class Core {
     add_waiter(last_query_id_, due, std::move(reply));
   }
 
-  void on_tokenize(std::shared_ptr<TokenizePromise> reply, Clock::time_point due, const TokenizeRequest& request,
-                   bool count_only) {
-    if (closing_) return reply->set_value(Status::error(Code::kUnavailable, gate_->why_closed()));
-    const uint64_t query_id = ++last_query_id_;
-    if (!send(tokenize_message(request, query_id, count_only)))
-      return reply->set_value(
-          Status::error(Code::kUnavailable, "cannot send to the scheduler at " + options_.endpoint));
-    auto timeout = driver_->after(until(due, driver_->now()), [this, query_id] {
-      answer_tokenize(
-          query_id, Status::error(Code::kUnavailable, "no tokenize reply from the scheduler at " + options_.endpoint));
-    });
-    tokenize_waiters_[query_id] = TokenizeWaiter{std::move(reply), std::move(timeout)};
-  }
-
-  void answer_tokenize(uint64_t query_id, Result<Tokenized> result) {
-    auto it = tokenize_waiters_.find(query_id);
-    if (it == tokenize_waiters_.end()) return;  // answered or timed out already
-    TokenizeWaiter w = std::move(it->second);
-    tokenize_waiters_.erase(it);
-    w.reply->set_value(std::move(result));
-  }
-
   void add_waiter(uint64_t query_id, Clock::time_point due, std::shared_ptr<std::promise<Result<StatusInfo>>> reply) {
     auto timeout = driver_->after(until(due, driver_->now()), [this, query_id] {
       auto it = find_waiter(query_id);
@@ -675,9 +712,8 @@ class Core {
     for (Waiter& w : waiters)
       if (w.reply) w.reply->set_value(Status::error(code, message));
     probe_outstanding_ = false;
-    std::unordered_map<uint64_t, TokenizeWaiter> tokenizing;
-    tokenizing.swap(tokenize_waiters_);
-    for (auto& [id, w] : tokenizing) w.reply->set_value(Status::error(code, message));
+    fail_queries(tokenize_waiters_, code, message);
+    fail_queries(metrics_waiters_, code, message);
   }
 
   void on_reply(const v1::SchedulerReply& reply) {
@@ -708,9 +744,14 @@ class Core {
       case v1::SchedulerReply::kTokenized: {
         const v1::TokenizeReply& t = reply.tokenized();
         if (t.error_code() != v1::ERROR_CODE_UNSPECIFIED)
-          return answer_tokenize(t.query_id(), Status::error(from_wire(t.error_code()), t.error_message()));
-        return answer_tokenize(t.query_id(), Tokenized{{t.ids().begin(), t.ids().end()}, t.count()});
+          return answer_query(tokenize_waiters_, t.query_id(),
+                              Result<Tokenized>(Status::error(from_wire(t.error_code()), t.error_message())));
+        return answer_query(tokenize_waiters_, t.query_id(),
+                            Result<Tokenized>(Tokenized{{t.ids().begin(), t.ids().end()}, t.count()}));
       }
+      case v1::SchedulerReply::kMetrics:
+        return answer_query(metrics_waiters_, reply.metrics().query_id(),
+                            Result<std::string>(prometheus_text(reply.metrics())));
       case v1::SchedulerReply::kError: {
         // Not tied to a request: this client and the scheduler disagree on the protocol, so
         // nothing in flight can be trusted to finish.
@@ -736,8 +777,9 @@ class Core {
   const std::string heartbeat_wire_;
   std::unique_ptr<runtime::Socket> dealer_, monitor_;
   std::unordered_map<std::string, Live> live_;
-  std::deque<Waiter> waiters_;  // status queries in send order (the scheduler answers in order)
-  std::unordered_map<uint64_t, TokenizeWaiter> tokenize_waiters_;  // by query id
+  std::deque<Waiter> waiters_;                // status queries in send order (the scheduler answers in order)
+  QueryWaiters<Tokenized> tokenize_waiters_;  // by query id
+  QueryWaiters<std::string> metrics_waiters_;
   uint64_t last_query_id_ = 0;
   bool probe_outstanding_ = false;
   bool closing_ = false;             // shutdown() has run
@@ -930,6 +972,16 @@ Result<size_t> Client::count_tokens(const TokenizeRequest& request, std::chrono:
   auto r = tokenize_query(*core_, request, true, timeout, "count_tokens");
   if (!r) return r.status();
   return r->count;
+}
+
+Result<std::string> Client::metrics_text() { return metrics_text(core_->options().request_timeout); }
+
+Result<std::string> Client::metrics_text(std::chrono::milliseconds timeout) {
+  if (core_->on_loop_thread())
+    return Status::error(Code::kInternal, "metrics_text() called from an event callback (the client's I/O thread)");
+  if (timeout.count() <= 0) return Status::invalid("metrics_text: timeout must be positive");
+  timeout = client_detail::at_most_never(timeout);
+  return wait_reply(core_->post_metrics(timeout), timeout, "metrics_text");
 }
 
 struct ClientHarness::Impl {

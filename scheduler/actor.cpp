@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include <csignal>
+#include <filesystem>
 #include <optional>
 #include <unordered_map>
 
@@ -47,10 +48,12 @@ std::string kv_format(const v1::Register& reg) {
 
 class Actor final : public Sink {
  public:
-  Actor(const ActorOptions& options, model::ModelConfig config, const PromptRenderer& renderer, std::string fingerprint)
+  Actor(const ActorOptions& options, model::ModelConfig config, const PromptRenderer& renderer, std::string fingerprint,
+        std::string model_name)
       : options_(options),
         renderer_(renderer),
         fingerprint_(std::move(fingerprint)),
+        model_name_(std::move(model_name)),
         loop_(limits(options)),
         core_(core_config(options), config, renderer, *this),
         client_limits_(client_socket_limits(options, config)),
@@ -400,8 +403,12 @@ class Actor final : public Sink {
               s.sampling().seed(), s.stop_token_sequences_size(), s.stop_strings_size(), s.stream(), s.priority(),
               s.timeout_ms());
         }
-        if (outbox_.refuse_submit_if_stalled(identity, client_msg_.submit().request_id())) break;
+        if (outbox_.refuse_submit_if_stalled(identity, client_msg_.submit().request_id())) {
+          core_.count_refusal(v1::ERROR_CODE_OVERLOADED);
+          break;
+        }
         if (auto [code, why] = check_credential(frames[1], client_msg_.submit()); !why.empty()) {
+          core_.count_refusal(code);
           v1::RequestEvents ev;
           send_events(identity, set_refusal(ev, client_msg_.submit().request_id(), code, why));
           break;
@@ -412,6 +419,7 @@ class Actor final : public Sink {
       case v1::ClientMessage::kHeartbeat: break;
       case v1::ClientMessage::kStatus: send_status(*clients_, identity, client_msg_.status().query_id()); break;
       case v1::ClientMessage::kTokenize: on_tokenize(identity, client_msg_.tokenize()); break;
+      case v1::ClientMessage::kMetrics: send_metrics(*clients_, identity, client_msg_.metrics().query_id()); break;
       case v1::ClientMessage::kDrain:
         protocol_error(*clients_, identity, v1::ERROR_CODE_PERMISSION_DENIED,
                        "Drain is not taken on the client endpoint: send it to the scheduler's admin endpoint "
@@ -499,6 +507,7 @@ class Actor final : public Sink {
     }
     switch (client_msg_.body_case()) {
       case v1::ClientMessage::kStatus: send_status(*admin_, identity, client_msg_.status().query_id()); return;
+      case v1::ClientMessage::kMetrics: send_metrics(*admin_, identity, client_msg_.metrics().query_id()); return;
       case v1::ClientMessage::kHeartbeat: return;
       case v1::ClientMessage::kDrain:
         if (drain_deadline_us_ == 0) {
@@ -510,7 +519,8 @@ class Actor final : public Sink {
         return;
       default:
         protocol_error(*admin_, identity, v1::ERROR_CODE_INVALID_ARGUMENT,
-                       "the admin endpoint takes Drain, StatusQuery and Heartbeat; requests go to the client endpoint");
+                       "the admin endpoint takes Drain, StatusQuery, MetricsQuery and Heartbeat; requests go to the "
+                       "client endpoint");
     }
   }
 
@@ -743,6 +753,14 @@ class Actor final : public Sink {
     send(socket, identity, reply_);
   }
 
+  // The MetricsReply: a few KiB (about 0.3 KiB more per worker), sent as the StatusReply is.
+  void send_metrics(runtime::Socket& socket, const std::string& identity, uint64_t query_id) {
+    reply_.Clear();
+    reply_.set_version(kVersion);
+    fill_metrics_reply(core_, model_name_, query_id, *reply_.mutable_metrics());
+    send(socket, identity, reply_);
+  }
+
   // Draining: no new admissions; what runs gets until the deadline, then is cancelled.
   void begin_drain(uint32_t timeout_ms) {
     drain_deadline_us_ = clock_us() + int64_t{timeout_ms} * 1000 + 1;
@@ -766,6 +784,7 @@ class Actor final : public Sink {
   }
 
   void refuse_while_draining(const std::string& identity, const std::string& request_id) {
+    core_.count_refusal(v1::ERROR_CODE_UNAVAILABLE);
     v1::RequestEvents ev;
     send_events(identity, set_refusal(ev, request_id, v1::ERROR_CODE_UNAVAILABLE,
                                       "the scheduler is draining: it admits no new requests"));
@@ -787,6 +806,7 @@ class Actor final : public Sink {
   ActorOptions options_;
   PromptRenderer renderer_;
   std::string fingerprint_;
+  std::string model_name_;  // metrics' model_name label: general.name, else the file's stem
   RegistrationLimits registration_;
   runtime::EventLoop loop_;
   Core core_;
@@ -829,7 +849,9 @@ Result<std::unique_ptr<Actor>> start_actor(const ActorOptions& options) {
   if (!tokenizer) return tokenizer.status();
   const std::string fingerprint = model::model_fingerprint(**file, *config);
   const PromptRenderer renderer(std::move(tokenizer.value()), (*file)->get_string("tokenizer.chat_template"));
-  auto actor = std::make_unique<Actor>(options, *config, renderer, fingerprint);
+  std::string name = (*file)->get_string("general.name").value_or("");
+  if (name.empty()) name = std::filesystem::path(options.model_path).stem().string();
+  auto actor = std::make_unique<Actor>(options, *config, renderer, fingerprint, std::move(name));
   TANDEM_RETURN_IF_ERROR(actor->start());
   return actor;
 }

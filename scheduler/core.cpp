@@ -46,10 +46,11 @@ struct Core::Request {
   uint32_t keys_block_tokens = 0;
   uint32_t cached_prompt = 0;  // prompt tokens served from the cache at the first placement
   bool placed_once = false;
+  bool begun = false;  // its prompt passed admission (begin()): it counts in the e2e metrics
   bool queued = false;
   uint64_t prompt_job = 0;  // > 0 while its prompt is being made into ids (Core::tokenizing_)
   uint64_t order = 0;
-  int64_t arrival_us = 0, scheduled_us = -1, first_token_us = -1, deadline_us = 0;
+  int64_t arrival_us = 0, scheduled_us = -1, first_token_us = -1, last_token_us = -1, deadline_us = 0;
   StopTokenMatcher stop_tokens;
   StopStringMatcher stop_strings;
   Detokenizer detok;
@@ -127,7 +128,7 @@ Core::Core(SchedulerConfig config, model::ModelConfig model, const model::Tokeni
     : Core(config, model, PromptRenderer(tokenizer, std::nullopt), sink) {}
 
 Core::Core(SchedulerConfig config, model::ModelConfig model, PromptRenderer renderer, Sink& sink)
-    : config_(config), model_(model), renderer_(std::move(renderer)), sink_(sink) {
+    : config_(config), model_(model), renderer_(std::move(renderer)), sink_(sink), metrics_(model.context_length) {
   limits_.context_length = model_.context_length;
   limits_.vocab_size = model_.vocab_size;
 }
@@ -235,6 +236,7 @@ void Core::remove_worker(uint32_t worker_id, int64_t now_us) {
 
 void Core::reject(const std::string& client, const std::string& request_id, v1::ErrorCode code,
                   const std::string& message) {
+  metrics_.refuse(code);
   v1::RequestEvents ev;
   sink_.send_events(client, set_refusal(ev, request_id, code, message));
 }
@@ -356,6 +358,7 @@ Core::Request& Core::add_request(const std::string& client, const std::string& k
 }
 
 void Core::begin(Request& r) {
+  r.begun = true;
   r.tokens = r.spec.prompt;
   r.tokens.reserve(r.tokens.size() + r.spec.max_tokens);
   r.prompt_len = static_cast<uint32_t>(r.tokens.size());
@@ -471,11 +474,23 @@ void Core::finish(Request& r, v1::FinishReason reason, v1::ErrorCode code, const
   t->set_queue_ms((scheduled - r.arrival_us) / 1e3);
   t->set_ttft_ms(r.first_token_us >= 0 ? (r.first_token_us - r.arrival_us) / 1e3 : 0.0);
   t->set_total_ms((now_us - r.arrival_us) / 1e3);
+  record_end(r, reason, code, scheduled, now_us);
   sink_.send_events(r.client, *out);
   ++stats_.finished;
   if (auto it = live_per_client_.find(r.client); it != live_per_client_.end() && --it->second == 0)
     live_per_client_.erase(it);
   requests_.erase(r.key);  // destroys r
+}
+
+void Core::record_end(const Request& r, v1::FinishReason reason, v1::ErrorCode code, int64_t scheduled_us,
+                      int64_t now_us) {
+  // A prompt refused once its ids came (made off the planning thread) is a refusal, as the same
+  // prompt refused at submit would be.
+  if (!r.begun && reason == v1::FINISH_REASON_ERROR) return metrics_.refuse(code);
+  metrics_.e2e[static_cast<size_t>(end_reason(reason))].observe(double(now_us - r.arrival_us) / 1e6);
+  metrics_.queue.observe(double(scheduled_us - r.arrival_us) / 1e6);
+  metrics_.prompt_tokens.observe(r.prompt_len);
+  metrics_.generation_tokens.observe(r.generated);
 }
 
 bool Core::place(Request& r, int64_t now_us) {
@@ -748,7 +763,13 @@ void Core::accept_token(Request& r, const v1::SeqResult& s, int64_t now_us) {
   const int32_t token = s.token();
   r.tokens.push_back(token);
   ++r.generated;
-  if (r.first_token_us < 0) r.first_token_us = now_us;
+  if (r.first_token_us < 0) {
+    r.first_token_us = now_us;
+    metrics_.ttft.observe(double(now_us - r.arrival_us) / 1e6);
+  } else {
+    metrics_.inter_token.observe(double(now_us - r.last_token_us) / 1e6);
+  }
+  r.last_token_us = now_us;
   v1::RequestEvents* out = &r.held;
   if (r.spec.stream) {
     events_.Clear();
@@ -955,6 +976,7 @@ void Core::on_kv_received(uint32_t worker_id, const v1::KvReceived& ack, int64_t
   end_handoff(*r);
   stats_.handoff_bytes += ack.bytes();
   const double ms = double(now_us - r->transfer_start_us) / 1e3;
+  metrics_.handoff.observe(ms / 1e3);
   if (stats_.handoff_ms.size() < kHandoffTimes)
     stats_.handoff_ms.push_back(ms);
   else

@@ -19,6 +19,7 @@
 #include "runtime/role.h"
 #include "scheduler/admission.h"
 #include "scheduler/block_pool.h"
+#include "scheduler/metrics.h"
 #include "scheduler/prompt.h"
 #include "scheduler/step_history.h"
 #include "scheduler/stops.h"
@@ -171,6 +172,12 @@ class Core {
   void postpone_step_deadlines(int64_t us);
 
   const CoreStats& stats() const { return stats_; }
+  const RequestMetrics& metrics() const { return metrics_; }
+  // A submit the caller refused before it reached the core (draining, a credential's limits, a
+  // stalled client): counted with the core's own refusals.
+  void count_refusal(v1::ErrorCode code) { metrics_.refuse(code); }
+  // Requests that have not had their final event (waiting, tokenizing, placed, handing off).
+  uint32_t live_requests() const { return static_cast<uint32_t>(requests_.size()); }
   // Waiting requests, those whose prompt is being tokenized included.
   uint32_t queued() const { return static_cast<uint32_t>(queue_.size() + tokenizing_.size()); }
   uint32_t running() const;
@@ -209,6 +216,9 @@ class Core {
   void finish(Request& r, v1::FinishReason reason, v1::ErrorCode code, const std::string& message, int64_t now_us,
               v1::RequestEvents* carry = nullptr);
   void reject(const std::string& client, const std::string& request_id, v1::ErrorCode code, const std::string& message);
+  // The metrics of a request's end: e2e by reason, queue time, token counts; or a refusal when its
+  // prompt was refused after it was taken (its ids came from the prompt threads).
+  void record_end(const Request& r, v1::FinishReason reason, v1::ErrorCode code, int64_t scheduled_us, int64_t now_us);
   // Refuses (with its final event) a request that cannot be taken now: a duplicate id, a full
   // queue, no worker that takes prompts. True when refused.
   bool refuse_unservable(const std::string& client, const std::string& k, const RequestSpec& spec);
@@ -233,6 +243,7 @@ class Core {
   AdmissionLimits limits_;
   Sink& sink_;
   CoreStats stats_;
+  RequestMetrics metrics_;
   uint64_t next_seq_ = 1;
   // Transfer ids start at a random base, so they do not repeat across a scheduler restart.
   uint64_t next_transfer_ = (random_u64() >> 1) + 1;

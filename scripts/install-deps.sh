@@ -22,6 +22,10 @@ packages=(
   python3-jinja2                       # the reference renderer of chat templates (tests/chat_template_reference.py)
   wamerican                            # the word list trained_model_test checks generated English against
   stress-ng                            # CPU load beside the no-false-fence test (stuck_plan_test) and scripts/stress-tests.sh
+  prometheus                           # promtool check metrics on tandem status --prometheus (metrics_test)
+  python3-zmq python3-protobuf         # the Python client (client/python), over Debian's pyzmq and protobuf
+  python3-venv python3-pip             # its install test: a venv with --system-site-packages, pip --no-build-isolation
+  python3-setuptools python3-wheel     # what that pip builds it with, offline
 )
 
 missing=()

@@ -648,6 +648,38 @@ TEST(Client, TokenizeWithoutAReplyIsUnavailableAtItsTimeout) {
   EXPECT_NE(r.status().message().find("no tokenize reply"), std::string::npos) << r.status().message();
 }
 
+// A MetricsQuery answered with a MetricsReply: the text is rendered from it; a reply to another
+// query id answers nothing; no reply is UNAVAILABLE at the timeout.
+TEST(Client, MetricsTextRendersTheReplyToItsQuery) {
+  FakeScheduler fake;
+  auto client = connect(fake);
+  std::thread scheduler([&] {
+    auto got = fake.recv();
+    ASSERT_TRUE(got && got->msg.has_metrics());
+    v1::SchedulerReply r;
+    v1::MetricsReply* m = r.mutable_metrics();
+    m->set_query_id(got->msg.metrics().query_id() + 100);  // a stale reply: ignored
+    fake.send(got->identity, r);
+    m->set_query_id(got->msg.metrics().query_id());
+    v1::MetricFamily* f = m->add_families();
+    f->set_name("tandem:generation_tokens_total");
+    f->set_help("Tokens generated.");
+    f->set_type(v1::METRIC_TYPE_COUNTER);
+    f->add_metrics()->set_value(42);
+    fake.send(got->identity, r);
+  });
+  auto text = client->metrics_text(5s);
+  scheduler.join();
+  ASSERT_TRUE(text) << text.status().to_string();
+  EXPECT_EQ(*text,
+            "# HELP tandem:generation_tokens_total Tokens generated.\n"
+            "# TYPE tandem:generation_tokens_total counter\ntandem:generation_tokens_total 42\n");
+  auto none = client->metrics_text(200ms);
+  ASSERT_FALSE(none);
+  EXPECT_EQ(none.status().code(), Code::kUnavailable);
+  EXPECT_NE(none.status().message().find("no metrics reply"), std::string::npos) << none.status().message();
+}
+
 TEST(Client, StatusRoundTrip) {
   FakeScheduler fake;
   auto client = connect(fake);

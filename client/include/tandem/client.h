@@ -294,6 +294,13 @@ class Client {
   // How many ids tokenize() would return (the ids themselves are not sent).
   Result<size_t> count_tokens(const TokenizeRequest& request, std::chrono::milliseconds timeout);
   Result<size_t> count_tokens(const TokenizeRequest& request);
+  // The scheduler's metrics in Prometheus' text format (version 0.0.4: what a /metrics endpoint
+  // serves): vLLM's names under "tandem:" (docs/ARCHITECTURE.md lists them). UNAVAILABLE when no
+  // reply comes within `timeout` (default: ClientOptions::request_timeout). Not from an event
+  // callback. Needs a scheduler of this build or later (an older one takes the query for a
+  // protocol error, which ends what this client has in flight).
+  Result<std::string> metrics_text(std::chrono::milliseconds timeout);
+  Result<std::string> metrics_text();
 
  private:
   explicit Client(std::unique_ptr<client_detail::Core> core);
