@@ -1,8 +1,9 @@
-// The scheduler's pure core: every request's lifecycle, per-worker KV block accounting,
-// step planning (decodes first, then prefill chunks under a token budget), stop
-// detection and the events sent to clients. No sockets and no clocks: the actor feeds it
-// messages and the time, and a Sink receives what it decides to send. Tested with
-// scripted worker results (tests/scheduler/core_test.cpp).
+// The scheduler's pure core: every request's lifecycle, step planning (one token-budget loop
+// over the running sequences), stop detection and the events sent to clients. Each worker's
+// KV blocks are its KvCacheManager's (kv_cache_manager.h): the core asks for slots and
+// preempts when told no. No sockets and no clocks: the actor feeds it messages and the time,
+// and a Sink receives what it decides to send. Tested with scripted worker results
+// (tests/scheduler/core_test.cpp).
 #pragma once
 
 #include <cstdint>
@@ -18,7 +19,7 @@
 #include "model/tokenizer.h"
 #include "runtime/role.h"
 #include "scheduler/admission.h"
-#include "scheduler/block_pool.h"
+#include "scheduler/kv_cache_manager.h"
 #include "scheduler/prompt.h"
 #include "scheduler/step_history.h"
 #include "scheduler/stops.h"
