@@ -536,98 +536,106 @@ bool Core::place(Request& r, int64_t now_us) {
   return true;
 }
 
+uint32_t Core::tokens_wanted(const Worker& w, const Request& r) const {
+  if (r.fed < r.target) return std::min(config_.prefill_chunk, r.target - r.fed);  // a prompt: a chunk
+  // A decode: one position past those computed (the worker feeds the token it sampled). A
+  // prefill worker's sequences decode elsewhere (handoff).
+  return w.role != Role::kPrefill && r.samples_planned < r.spec.max_tokens ? 1 : 0;
+}
+
+void Core::order_for_step(const Worker& w) {
+  // Decoding sequences first, then prompts, each in placement order: a stream advances in
+  // every step and a prompt chunk only takes what the decodes left (Sarathi-Serve's
+  // stall-free batching). A placement preemption retires is nulled here (preempt_for).
+  snapshot_.clear();
+  prompts_.clear();
+  for (Placement* q : w.running) (q->owner && q->owner->fed >= q->owner->target ? snapshot_ : prompts_).push_back(q);
+  snapshot_.insert(snapshot_.end(), prompts_.begin(), prompts_.end());
+}
+
+Core::Slots Core::preempt_for(Worker& w, Placement& p, uint32_t positions, const std::vector<uint64_t>& seqs) {
+  // Out of blocks: the newest sequence not already in this step goes back to the queue
+  // (recompute). If that is this one, it waits itself; else its blocks come back now, or
+  // when its plans in flight do. While an earlier victim's blocks are still on their way
+  // back, wait for them instead of preempting more.
+  bool returning = false;
+  for (const Placement* q : w.running) returning |= !q->owner && q->kv.blocks() > 0;
+  Placement* victim = nullptr;
+  for (auto it = w.running.rbegin(); it != w.running.rend() && !victim && !returning; ++it)
+    if ((*it)->owner && std::find(seqs.begin(), seqs.end(), (*it)->seq_id) == seqs.end()) victim = *it;
+  if (!victim) return Slots::kShort;
+  ++stats_.preemptions;
+  // Retiring destroys the victim's placement here (its source, if any, is another worker's).
+  std::replace(snapshot_.begin(), snapshot_.end(), victim, static_cast<Placement*>(nullptr));
+  requeue(*victim->owner);
+  if (victim == &p) return Slots::kPreempted;
+  return w.kv.allocate_slots(p.kv, positions) ? Slots::kReserved : Slots::kShort;
+}
+
+void Core::plan_tokens(Worker& w, Placement& p, Request& r, uint32_t n, std::vector<uint64_t>& seqs) {
+  v1::SeqPlan* s = plan_.add_seqs();
+  s->set_seq_id(p.seq_id);
+  for (int32_t b : w.kv.take_unsent(p.kv)) s->add_new_blocks(b);
+  seqs.push_back(p.seq_id);
+  ++p.inflight;  // the plan goes out: it has a sequence
+  const bool prompt = r.fed < r.target;
+  // A prompt's tokens travel; a decode's one is the worker's own last sample.
+  if (prompt) s->mutable_tokens()->Add(r.tokens.begin() + r.fed, r.tokens.begin() + r.fed + n);
+  s->set_start_pos(r.fed);
+  const bool sample = !prompt || r.fed + n == r.target;  // a prompt's last chunk samples
+  s->set_sample(sample);
+  if (!p.appeared) {
+    model::to_proto(r.spec.sampling, s->mutable_sampling());
+    s->set_logprobs(r.spec.logprobs);
+    // A cached prefix: the worker takes its tokens as the sequence's history.
+    if (r.fed > 0) s->mutable_history()->Add(r.tokens.begin(), r.tokens.begin() + r.fed);
+    const std::span<const int32_t> tail = w.kv.tail(p.kv);
+    s->mutable_tail_blocks()->Add(tail.begin(), tail.end());
+    p.appeared = true;
+  }
+  r.fed += n;
+  if (sample) ++r.samples_planned;
+  publish(w, p, r);
+}
+
+// One token-budget loop (vLLM v1's scheduler): each running sequence asks for
+// min(its goal - computed, chunk, budget) tokens, 1 for a decode and a chunk for a prompt,
+// in the order order_for_step gives; there is no prefill phase and no decode phase.
 bool Core::build_plan(Worker& w, int64_t now_us) {
   plan_.Clear();
   uint32_t budget = config_.max_batch_tokens, decodes = 0, prefill = 0;
   bool stalled = false;
   std::vector<uint64_t> seqs;
-  auto add = [&](Placement& p) -> v1::SeqPlan* {
-    v1::SeqPlan* s = plan_.add_seqs();
-    s->set_seq_id(p.seq_id);
-    for (int32_t b : w.kv.take_unsent(p.kv)) s->add_new_blocks(b);
-    seqs.push_back(p.seq_id);
-    return s;
-  };
-  // Decodes first: every running stream advances in every step. Preemption may retire
-  // placements while we go, so walk a snapshot and look each one up again.
-  snapshot_.clear();
-  if (w.role != Role::kPrefill)  // a prefill worker's sequences decode elsewhere (handoff)
-    for (const Placement* q : w.running) snapshot_.push_back(q->seq_id);
-  for (uint64_t id : snapshot_) {
-    auto found = by_seq_.find(id);
-    if (found == by_seq_.end()) continue;
-    Placement& p = *found->second;
+  order_for_step(w);
+  for (Placement* q : snapshot_) {
+    if (!q) continue;  // preempted while this step was built
+    Placement& p = *q;
     Request* r = p.owner;
-    if (!r || !p.ready || r->fed < r->target || r->samples_planned >= r->spec.max_tokens) continue;
+    if (!r || !p.ready) continue;
+    const uint32_t want = tokens_wanted(w, *r);
+    if (want == 0) continue;
+    const bool prompt = r->fed < r->target;
     if (budget == 0) {
-      ++stats_.decode_stalls;
+      stats_.decode_stalls += !prompt;  // a stream left out of a step it was ready for
       continue;
     }
-    bool ok = w.kv.allocate_slots(p.kv, r->fed + 1);
-    if (!ok) {
-      // Out of blocks: the newest sequence not already in this step goes back to the queue
-      // (recompute). If that is this one, it waits itself; else its blocks come back now,
-      // or when its plans in flight do. While an earlier victim's blocks are still on
-      // their way back, wait for them instead of preempting more.
-      bool returning = false;
-      for (const Placement* q : w.running) returning |= !q->owner && q->kv.blocks() > 0;
-      Placement* victim = nullptr;
-      for (auto it = w.running.rbegin(); it != w.running.rend() && !victim && !returning; ++it)
-        if ((*it)->owner && std::find(seqs.begin(), seqs.end(), (*it)->seq_id) == seqs.end()) victim = *it;
-      if (victim) {
-        ++stats_.preemptions;
-        const bool self = victim == &p;
-        requeue(*victim->owner);
-        if (self) continue;
-        ok = w.kv.allocate_slots(p.kv, r->fed + 1);
-      }
-    }
-    if (!ok) {
+    const uint32_t n = std::min(want, budget);
+    const Slots slots = w.kv.allocate_slots(p.kv, r->fed + n) ? Slots::kReserved : preempt_for(w, p, r->fed + n, seqs);
+    if (slots == Slots::kPreempted) continue;
+    if (slots == Slots::kShort) {
       ++stats_.decode_stalls;
       stalled = true;
       continue;
     }
-    v1::SeqPlan* s = add(p);
-    s->set_start_pos(r->fed);
-    s->set_sample(true);
-    ++r->fed;
-    ++r->samples_planned;
-    --budget;
-    ++decodes;
-    publish(w, p, *r);
-  }
-  // Then prompt chunks, oldest placement first, within what is left of the budget.
-  for (size_t i = 0; i < w.running.size() && budget > 0; ++i) {
-    Placement& p = *w.running[i];
-    Request* r = p.owner;
-    if (!r || !p.ready || r->fed >= r->target) continue;
-    const uint32_t chunk = std::min({config_.prefill_chunk, r->target - r->fed, budget});
-    v1::SeqPlan* s = add(p);
-    s->mutable_tokens()->Add(r->tokens.begin() + r->fed, r->tokens.begin() + r->fed + chunk);
-    s->set_start_pos(r->fed);
-    const bool last = r->fed + chunk == r->target;
-    s->set_sample(last);
-    if (!p.appeared) {
-      model::to_proto(r->spec.sampling, s->mutable_sampling());
-      s->set_logprobs(r->spec.logprobs);
-      // A cached prefix: the worker takes its tokens as the sequence's history.
-      if (r->fed > 0) s->mutable_history()->Add(r->tokens.begin(), r->tokens.begin() + r->fed);
-      const std::span<const int32_t> tail = w.kv.tail(p.kv);
-      s->mutable_tail_blocks()->Add(tail.begin(), tail.end());
-      p.appeared = true;
-    }
-    r->fed += chunk;
-    publish(w, p, *r);
-    if (last) ++r->samples_planned;
-    budget -= chunk;
-    prefill += chunk;
+    plan_tokens(w, p, *r, n, seqs);
+    budget -= n;
+    (prompt ? prefill : decodes) += n;
   }
   w.short_of_blocks = stalled;
   for (uint64_t id : w.to_release) plan_.add_release(id);
   w.to_release.clear();
   if (plan_.seqs_size() == 0 && plan_.release_size() == 0) return false;
   plan_.set_step_id(w.next_step++);
-  for (uint64_t id : seqs) ++by_seq_[id]->inflight;
   w.inflight.push_back({plan_.step_id(), std::move(seqs), !w.inflight.empty(), decodes + prefill, now_us});
   ++stats_.steps;
   stats_.max_step_decode = std::max(stats_.max_step_decode, decodes);

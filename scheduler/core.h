@@ -197,6 +197,15 @@ class Core {
   struct Placement;
   void schedule(int64_t now_us);
   bool build_plan(Worker& w, int64_t now_us);
+  // build_plan's parts: the tokens a sequence asks of this step (0: none), the order the
+  // step visits the worker's sequences (into snapshot_), KV slots for a sequence's first
+  // `positions` positions once the pool said no (preempting the newest other sequence), and the
+  // sequence's entry in plan_ for `n` tokens.
+  uint32_t tokens_wanted(const Worker& w, const Request& r) const;
+  void order_for_step(const Worker& w);
+  enum class Slots { kReserved, kShort, kPreempted };  // kPreempted: this sequence went back to the queue
+  Slots preempt_for(Worker& w, Placement& p, uint32_t positions, const std::vector<uint64_t>& seqs);
+  void plan_tokens(Worker& w, Placement& p, Request& r, uint32_t n, std::vector<uint64_t>& seqs);
   bool place(Request& r, int64_t now_us);
   bool takes_prompts(const Worker& w) const;
   // Prefill done on a prefill worker: reserve blocks on a decode worker and order the KV
@@ -250,8 +259,9 @@ class Core {
   std::unordered_map<uint64_t, std::unique_ptr<Placement>> by_seq_;
   v1::RequestEvents events_;  // reused for every event message: no allocation per token
   v1::StepPlan plan_;
-  std::vector<uint64_t> snapshot_;  // sequence ids of a worker's placements, for build_plan
-  std::deque<Request*> queue_;      // waiting for a worker, by priority then arrival
+  std::vector<Placement*> snapshot_;  // a worker's placements in build_plan's order
+  std::vector<Placement*> prompts_;   // order_for_step's scratch (capacity kept)
+  std::deque<Request*> queue_;        // waiting for a worker, by priority then arrival
 };
 
 }  // namespace tandem::scheduler
