@@ -64,6 +64,7 @@ struct Core::Worker {
     std::vector<uint64_t> seqs;
     bool queued_behind = false;  // sent while another plan was in flight: the worker should not wait for it
     uint32_t tokens = 0;         // computed by the plan (a decode counts one): its StepHistory bucket
+    uint32_t prompt_tokens = 0;  // of which prompt tokens (the rest are decodes): for its StepCost
     int64_t sent_us = 0;
   };
   std::deque<InFlight> inflight;  // plans sent and not yet answered, in order
@@ -72,6 +73,7 @@ struct Core::Worker {
   bool short_of_blocks = false;  // the last plan left a decode out for want of blocks
   int64_t last_answer_us = 0;    // when its last result came: the next plan's step began then
   StepHistory step_times;        // for the per-step deadline (overdue_worker)
+  StepCost cost;                 // for the step-time target (prompt_allowance)
   WorkerStats stats;
   Worker(const WorkerInfo& info, const SchedulerConfig& config)
       : kv(info.kv_blocks, info.block_tokens, info.tail_blocks, config.prefix_cache, config.block_hash) {}
@@ -543,14 +545,22 @@ uint32_t Core::tokens_wanted(const Worker& w, const Request& r) const {
   return w.role != Role::kPrefill && r.samples_planned < r.spec.max_tokens ? 1 : 0;
 }
 
-void Core::order_for_step(const Worker& w) {
+uint32_t Core::order_for_step(const Worker& w) {
   // Decoding sequences first, then prompts, each in placement order: a stream advances in
   // every step and a prompt chunk only takes what the decodes left (Sarathi-Serve's
   // stall-free batching). A placement preemption retires is nulled here (preempt_for).
   snapshot_.clear();
   prompts_.clear();
   for (Placement* q : w.running) (q->owner && q->owner->fed >= q->owner->target ? snapshot_ : prompts_).push_back(q);
+  const auto decoding = static_cast<uint32_t>(snapshot_.size());
   snapshot_.insert(snapshot_.end(), prompts_.begin(), prompts_.end());
+  return decoding;
+}
+
+uint32_t Core::prompt_allowance(const Worker& w, uint32_t decoding) const {
+  if (config_.target_step_ms == 0 || decoding == 0) return UINT32_MAX;
+  const std::optional<uint32_t> fits = w.cost.prompt_tokens_within(int64_t{config_.target_step_ms} * 1000, decoding);
+  return fits ? std::max(*fits, SchedulerConfig::kMinPromptTokens) : UINT32_MAX;  // prompts always progress
 }
 
 Core::Slots Core::preempt_for(Worker& w, Placement& p, uint32_t positions, const std::vector<uint64_t>& seqs) {
@@ -606,7 +616,7 @@ bool Core::build_plan(Worker& w, int64_t now_us) {
   uint32_t budget = config_.max_batch_tokens, decodes = 0, prefill = 0;
   bool stalled = false;
   std::vector<uint64_t> seqs;
-  order_for_step(w);
+  uint32_t prompt_room = prompt_allowance(w, order_for_step(w));
   for (Placement* q : snapshot_) {
     if (!q) continue;  // preempted while this step was built
     Placement& p = *q;
@@ -619,7 +629,8 @@ bool Core::build_plan(Worker& w, int64_t now_us) {
       stats_.decode_stalls += !prompt;  // a stream left out of a step it was ready for
       continue;
     }
-    const uint32_t n = std::min(want, budget);
+    const uint32_t n = std::min({want, budget, prompt ? prompt_room : 1u});
+    if (n == 0) continue;
     const Slots slots = w.kv.allocate_slots(p.kv, r->fed + n) ? Slots::kReserved : preempt_for(w, p, r->fed + n, seqs);
     if (slots == Slots::kPreempted) continue;
     if (slots == Slots::kShort) {
@@ -630,13 +641,14 @@ bool Core::build_plan(Worker& w, int64_t now_us) {
     plan_tokens(w, p, *r, n, seqs);
     budget -= n;
     (prompt ? prefill : decodes) += n;
+    if (prompt) prompt_room -= n;
   }
   w.short_of_blocks = stalled;
   for (uint64_t id : w.to_release) plan_.add_release(id);
   w.to_release.clear();
   if (plan_.seqs_size() == 0 && plan_.release_size() == 0) return false;
   plan_.set_step_id(w.next_step++);
-  w.inflight.push_back({plan_.step_id(), std::move(seqs), !w.inflight.empty(), decodes + prefill, now_us});
+  w.inflight.push_back({plan_.step_id(), std::move(seqs), !w.inflight.empty(), decodes + prefill, prefill, now_us});
   ++stats_.steps;
   stats_.max_step_decode = std::max(stats_.max_step_decode, decodes);
   stats_.max_step_prefill_tokens = std::max(stats_.max_step_prefill_tokens, prefill);
@@ -760,7 +772,15 @@ void Core::on_result(uint32_t worker_id, const v1::StepResult& result, int64_t n
   std::vector<uint64_t> seqs = std::move(w.inflight.front().seqs);
   const std::vector<uint64_t>& plan_seqs = seqs_scratch_ = seqs;  // seqs is marked as results come
   const bool queued_behind = w.inflight.front().queued_behind;
-  w.step_times.record(w.inflight.front().tokens, now_us - w.step_start(w.inflight.front()));
+  {
+    const Worker::InFlight& f = w.inflight.front();
+    const int64_t wall_us = now_us - w.step_start(f);
+    w.step_times.record(f.tokens, wall_us);
+    // The worker's own compute time when it reports one: the network and the pipeline are not the step's cost.
+    if (result.error_code() == v1::ERROR_CODE_UNSPECIFIED)
+      w.cost.record(f.prompt_tokens, f.tokens - f.prompt_tokens,
+                    result.compute_us() > 0 ? result.compute_us() : wall_us);
+  }
   w.last_answer_us = now_us;
   w.inflight.pop_front();
   ++w.stats.steps;

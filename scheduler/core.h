@@ -21,6 +21,7 @@
 #include "scheduler/admission.h"
 #include "scheduler/kv_cache_manager.h"
 #include "scheduler/prompt.h"
+#include "scheduler/step_cost.h"
 #include "scheduler/step_history.h"
 #include "scheduler/stops.h"
 #include "tandem/v1/client.pb.h"
@@ -33,8 +34,14 @@ struct SchedulerConfig {
   // Live (queued, tokenizing or running) requests of one client; past it that client's submit
   // gets OVERLOADED while others are served. 0: no limit but max_queue.
   uint32_t max_client_requests = 1024;
-  uint32_t max_batch_tokens = 512;     // tokens per step (decodes count one each)
-  uint32_t prefill_chunk = 256;        // prompt tokens of one sequence per step
+  uint32_t max_batch_tokens = 512;  // tokens per step (decodes count one each)
+  uint32_t prefill_chunk = 256;     // prompt tokens of one sequence per step
+  // The step-time target (0: off). While sequences decode on a worker, its steps take at most
+  // as many prompt tokens as its recent steps say fit in this time besides the decodes
+  // (StepCost), and never fewer than kMinPromptTokens. max_batch_tokens and prefill_chunk
+  // still bound every step; a worker with nothing decoding fills them (time to first token).
+  uint32_t target_step_ms = 0;
+  static constexpr uint32_t kMinPromptTokens = 16;
   uint32_t max_running = 256;          // sequences per worker
   uint32_t pipeline_depth = 2;         // plans in flight per worker (2: the next plan waits at the worker)
   uint32_t handoff_timeout_ms = 5000;  // a KV handoff not acknowledged by then is recomputed elsewhere
@@ -202,7 +209,10 @@ class Core {
   // `positions` positions once the pool said no (preempting the newest other sequence), and the
   // sequence's entry in plan_ for `n` tokens.
   uint32_t tokens_wanted(const Worker& w, const Request& r) const;
-  void order_for_step(const Worker& w);
+  // The order the step visits; returns how many sequences are decoding.
+  uint32_t order_for_step(const Worker& w);
+  // Prompt tokens this step may take besides `decoding` decodes (SchedulerConfig::target_step_ms).
+  uint32_t prompt_allowance(const Worker& w, uint32_t decoding) const;
   enum class Slots { kReserved, kShort, kPreempted };  // kPreempted: this sequence went back to the queue
   Slots preempt_for(Worker& w, Placement& p, uint32_t positions, const std::vector<uint64_t>& seqs);
   void plan_tokens(Worker& w, Placement& p, Request& r, uint32_t n, std::vector<uint64_t>& seqs);
