@@ -17,6 +17,7 @@ Status scheduler_options_from(const Args& args, scheduler::ActorOptions& o) {
   };
   TANDEM_RETURN_IF_ERROR(get("max-batch-tokens", o.core.max_batch_tokens));
   TANDEM_RETURN_IF_ERROR(get("prefill-chunk", o.core.prefill_chunk));
+  TANDEM_RETURN_IF_ERROR(get("target-step-ms", o.core.target_step_ms));
   TANDEM_RETURN_IF_ERROR(get("max-queue", o.core.max_queue));
   TANDEM_RETURN_IF_ERROR(get("max-client-requests", o.core.max_client_requests));
   TANDEM_RETURN_IF_ERROR(get("max-running", o.core.max_running));

@@ -15,14 +15,10 @@ namespace tandem::scheduler {
 struct Core::Placement {
   uint64_t seq_id = 0;
   uint32_t worker_id = 0;
-  std::vector<int32_t> blocks;
-  std::vector<int32_t> tail;       // the worker's tail_blocks for this sequence (F32 window)
-  size_t blocks_sent = 0;          // blocks the worker has been told about
+  KvSeq kv;                        // its blocks (only the worker's KvCacheManager changes them)
   uint32_t inflight = 0;           // plans in flight that include this sequence
   bool appeared = false;           // named in a plan: the worker holds state for it
   bool ready = true;               // false while its KV is on the way from a prefill worker
-  uint32_t published = 0;          // leading blocks offered to the prefix cache
-  bool publish_stopped = false;    // a block's key was taken by another copy: the chain ends
   Request* owner = nullptr;        // null once the request finished or moved
   Request* sending_for = nullptr;  // a handoff's source: pinned until the decode side has the KV
 };
@@ -42,9 +38,8 @@ struct Core::Request {
   uint64_t transfer_id = 0;
   int64_t transfer_start_us = 0;
   bool awaiting_handoff = false;  // in handoffs_waiting_
-  std::vector<uint64_t> keys;     // chained keys of the full blocks of `tokens` (prefix cache)
-  uint32_t keys_block_tokens = 0;
-  uint32_t cached_prompt = 0;  // prompt tokens served from the cache at the first placement
+  PrefixKeys keys;                // chained keys of the full blocks of `tokens` (prefix cache)
+  uint32_t cached_prompt = 0;     // prompt tokens served from the cache at the first placement
   bool placed_once = false;
   bool begun = false;  // its prompt passed admission (begin()): it counts in the e2e metrics
   bool queued = false;
@@ -61,17 +56,16 @@ struct Core::Request {
 
 struct Core::Worker {
   uint32_t id = 0;
-  uint32_t block_tokens = 16;
-  uint32_t tail_blocks = 0;  // per sequence (WorkerInfo::tail_blocks)
   Role role = Role::kBoth;
   std::string kv_endpoint, kv_public_key, kv_sender_key;
-  BlockPool pool;
+  KvCacheManager kv;
   std::vector<Placement*> running;  // in placement order (the newest is preempted first)
   struct InFlight {
     uint64_t step_id;
     std::vector<uint64_t> seqs;
     bool queued_behind = false;  // sent while another plan was in flight: the worker should not wait for it
     uint32_t tokens = 0;         // computed by the plan (a decode counts one): its StepHistory bucket
+    uint32_t prompt_tokens = 0;  // of which prompt tokens (the rest are decodes): for its StepCost
     int64_t sent_us = 0;
   };
   std::deque<InFlight> inflight;  // plans sent and not yet answered, in order
@@ -80,8 +74,10 @@ struct Core::Worker {
   bool short_of_blocks = false;  // the last plan left a decode out for want of blocks
   int64_t last_answer_us = 0;    // when its last result came: the next plan's step began then
   StepHistory step_times;        // for the per-step deadline (overdue_worker)
+  StepCost cost;                 // for the step-time target (prompt_allowance)
   WorkerStats stats;
-  Worker(uint32_t blocks, uint32_t block_tokens) : pool(blocks, block_tokens) {}
+  Worker(const WorkerInfo& info, const SchedulerConfig& config)
+      : kv(info.kv_blocks, info.block_tokens, info.tail_blocks, config.prefix_cache, config.block_hash) {}
   // When the worker could begin `plan`: once sent, and once the plan before it was answered.
   int64_t step_start(const InFlight& plan) const { return std::max(plan.sent_us, last_answer_us); }
 };
@@ -90,7 +86,6 @@ namespace {
 
 // A sequence of a plan whose result came (on_result marks the plan's list): no sequence has it.
 constexpr uint64_t kAnswered = ~uint64_t{0};
-uint32_t blocks_for(uint32_t tokens, uint32_t block_tokens) { return (tokens + block_tokens - 1) / block_tokens; }
 
 constexpr size_t kHandoffTimes = 4096;
 
@@ -152,8 +147,8 @@ uint32_t Core::running() const {
 std::vector<Core::WorkerView> Core::workers() const {
   std::vector<WorkerView> out;
   for (const auto& [id, w] : workers_)
-    out.push_back({id, w->pool.total(), w->pool.free(), static_cast<uint32_t>(w->running.size()), &w->stats, w->role,
-                   w->pool.cached(), w->pool.evictions()});
+    out.push_back({id, w->kv.total(), w->kv.free(), static_cast<uint32_t>(w->running.size()), &w->stats, w->role,
+                   w->kv.cached(), w->kv.evictions()});
   return out;
 }
 
@@ -180,14 +175,12 @@ uint32_t Core::live_requests(const std::string& client) const {
 }
 
 void Core::add_worker(uint32_t worker_id, const WorkerInfo& info, int64_t now_us) {
-  auto w = std::make_unique<Worker>(info.kv_blocks, info.block_tokens);
+  auto w = std::make_unique<Worker>(info, config_);
   w->id = worker_id;
-  w->block_tokens = info.block_tokens;
   w->role = info.role;
   w->kv_endpoint = info.kv_endpoint;
   w->kv_public_key = info.kv_public_key;
   w->kv_sender_key = info.kv_sender_key;
-  w->tail_blocks = info.tail_blocks;
   w->stats.registered_us = now_us;
   decode_workers_ += info.role == Role::kDecode;
   workers_[worker_id] = std::move(w);
@@ -264,9 +257,9 @@ bool Core::refuse_unservable(const std::string& client, const std::string& k, co
 }
 
 std::string Core::exceeds_kv(const RequestSpec& spec) const {
-  uint32_t largest = 0;
+  uint64_t largest = 0;
   for (const auto& [id, w] : workers_)
-    if (w->role != Role::kPrefill) largest = std::max(largest, w->pool.total() * w->block_tokens);
+    if (w->role != Role::kPrefill) largest = std::max(largest, w->kv.capacity_tokens());
   const uint32_t need = static_cast<uint32_t>(spec.prompt.size()) + spec.max_tokens;
   if (need <= largest) return "";
   return "prompt + max_tokens = " + std::to_string(need) + " tokens exceeds the KV cache of the largest worker (" +
@@ -420,8 +413,7 @@ void Core::retire(Placement& p) {
   auto wit = workers_.find(p.worker_id);
   if (wit != workers_.end()) {
     Worker& w = *wit->second;
-    w.pool.release(p.blocks);
-    w.pool.release(p.tail);
+    w.kv.free(p.kv);
     if (p.appeared) w.to_release.push_back(p.seq_id);
     w.running.erase(std::find(w.running.begin(), w.running.end(), &p));
     w.stats.running = static_cast<uint32_t>(w.running.size());
@@ -499,7 +491,7 @@ bool Core::place(Request& r, int64_t now_us) {
   // to compute: its logits give the next token).
   struct Candidate {
     Worker* w;
-    std::vector<int32_t> hit;
+    PrefixHit hit;
   };
   std::vector<Candidate> candidates;
   for (auto& [id, w] : workers_) {
@@ -509,24 +501,9 @@ bool Core::place(Request& r, int64_t now_us) {
     if ((!takes_prompts(*w) && !(decode && config_.prefix_cache)) || w->running.size() >= config_.max_running ||
         w->short_of_blocks)
       continue;
-    std::vector<int32_t> hit;
-    if (config_.prefix_cache) {
-      if (r.keys_block_tokens != w->block_tokens) {
-        r.keys.clear();
-        r.keys_block_tokens = w->block_tokens;
-      }
-      chain_keys(r.tokens, w->block_tokens, config_.block_hash, r.keys);
-      const size_t usable = std::min<size_t>(r.keys.size(), (target - 1) / w->block_tokens);
-      w->pool.match(r.tokens, std::span<const uint64_t>(r.keys).first(usable), hit);
-    }
-    uint32_t hit_cached = 0;  // shared blocks that stop being available
-    for (int32_t b : hit) hit_cached += w->pool.cached_block(b);
-    // Headroom for the running sequences to grow (a block for every fourth of them), so a
-    // new placement does not at once force a preemption: no thrashing.
-    const uint32_t headroom = static_cast<uint32_t>(w->running.size() + 3) / 4;
-    const uint32_t fresh = blocks_for(target + 1, w->block_tokens) - static_cast<uint32_t>(hit.size()) + w->tail_blocks;
-    if (w->pool.available() < fresh + hit_cached + headroom) continue;
-    if (decode && (hit.empty() || target - hit.size() * w->block_tokens > config_.prefill_chunk)) continue;
+    PrefixHit hit = w->kv.match_prefix(r.tokens, r.keys);
+    if (!w->kv.has_room(hit, target, static_cast<uint32_t>(w->running.size()))) continue;
+    if (decode && (hit.empty() || target - w->kv.hit_tokens(hit) > config_.prefill_chunk)) continue;
     candidates.push_back({w.get(), std::move(hit)});
   }
   // The least loaded of the workers that take prompts; the longest cached prefix anywhere,
@@ -537,11 +514,11 @@ bool Core::place(Request& r, int64_t now_us) {
     const size_t run = c.w->running.size();
     const bool decode = c.w->role == Role::kDecode;
     if (!decode && (!least || run < least->w->running.size() ||
-                    (run == least->w->running.size() && c.w->pool.available() > least->w->pool.available())))
+                    (run == least->w->running.size() && c.w->kv.available() > least->w->kv.available())))
       least = &c;
-    if (!longest || c.hit.size() > longest->hit.size() ||
-        (c.hit.size() == longest->hit.size() && (longest->w->role == Role::kDecode) > decode) ||
-        (c.hit.size() == longest->hit.size() && (longest->w->role == Role::kDecode) == decode &&
+    if (!longest || c.hit.blocks() > longest->hit.blocks() ||
+        (c.hit.blocks() == longest->hit.blocks() && (longest->w->role == Role::kDecode) > decode) ||
+        (c.hit.blocks() == longest->hit.blocks() && (longest->w->role == Role::kDecode) == decode &&
          run < longest->w->running.size()))
       longest = &c;
   }
@@ -557,17 +534,8 @@ bool Core::place(Request& r, int64_t now_us) {
   p->seq_id = next_seq_++;
   p->worker_id = best->id;
   p->owner = &r;
-  p->blocks = chosen.hit;
-  best->pool.ref(p->blocks);
-  if (!best->pool.allocate(blocks_for(target, best->block_tokens) - static_cast<uint32_t>(chosen.hit.size()),
-                           p->blocks) ||
-      !best->pool.allocate(best->tail_blocks, p->tail)) {
-    best->pool.release(p->blocks);
-    best->pool.release(p->tail);
-    return false;
-  }
-  const uint32_t cached = static_cast<uint32_t>(chosen.hit.size()) * best->block_tokens;
-  p->published = static_cast<uint32_t>(chosen.hit.size());
+  if (!best->kv.allocate_slots(p->kv, target, chosen.hit)) return false;
+  const uint32_t cached = best->kv.hit_tokens(chosen.hit);
   best->running.push_back(p.get());
   best->stats.running = static_cast<uint32_t>(best->running.size());
   if (!r.placed_once) {
@@ -585,100 +553,117 @@ bool Core::place(Request& r, int64_t now_us) {
   return true;
 }
 
+uint32_t Core::tokens_wanted(const Worker& w, const Request& r) const {
+  if (r.fed < r.target) return std::min(config_.prefill_chunk, r.target - r.fed);  // a prompt: a chunk
+  // A decode: one position past those computed (the worker feeds the token it sampled). A
+  // prefill worker's sequences decode elsewhere (handoff).
+  return w.role != Role::kPrefill && r.samples_planned < r.spec.max_tokens ? 1 : 0;
+}
+
+uint32_t Core::order_for_step(const Worker& w) {
+  // Decoding sequences first, then prompts, each in placement order: a stream advances in
+  // every step and a prompt chunk only takes what the decodes left (Sarathi-Serve's
+  // stall-free batching). A placement preemption retires is nulled here (preempt_for).
+  snapshot_.clear();
+  prompts_.clear();
+  for (Placement* q : w.running) (q->owner && q->owner->fed >= q->owner->target ? snapshot_ : prompts_).push_back(q);
+  const auto decoding = static_cast<uint32_t>(snapshot_.size());
+  snapshot_.insert(snapshot_.end(), prompts_.begin(), prompts_.end());
+  return decoding;
+}
+
+uint32_t Core::prompt_allowance(const Worker& w, uint32_t decoding) const {
+  if (config_.target_step_ms == 0 || decoding == 0) return UINT32_MAX;
+  const std::optional<uint32_t> fits = w.cost.prompt_tokens_within(int64_t{config_.target_step_ms} * 1000, decoding);
+  return fits ? std::max(*fits, SchedulerConfig::kMinPromptTokens) : UINT32_MAX;  // prompts always progress
+}
+
+Core::Slots Core::preempt_for(Worker& w, Placement& p, uint32_t positions, const std::vector<uint64_t>& seqs) {
+  // Out of blocks: the newest sequence not already in this step goes back to the queue
+  // (recompute). If that is this one, it waits itself; else its blocks come back now, or
+  // when its plans in flight do. While an earlier victim's blocks are still on their way
+  // back, wait for them instead of preempting more.
+  bool returning = false;
+  for (const Placement* q : w.running) returning |= !q->owner && q->kv.blocks() > 0;
+  Placement* victim = nullptr;
+  for (auto it = w.running.rbegin(); it != w.running.rend() && !victim && !returning; ++it)
+    if ((*it)->owner && std::find(seqs.begin(), seqs.end(), (*it)->seq_id) == seqs.end()) victim = *it;
+  if (!victim) return Slots::kShort;
+  ++stats_.preemptions;
+  // Retiring destroys the victim's placement here (its source, if any, is another worker's).
+  std::replace(snapshot_.begin(), snapshot_.end(), victim, static_cast<Placement*>(nullptr));
+  requeue(*victim->owner);
+  if (victim == &p) return Slots::kPreempted;
+  return w.kv.allocate_slots(p.kv, positions) ? Slots::kReserved : Slots::kShort;
+}
+
+void Core::plan_tokens(Worker& w, Placement& p, Request& r, uint32_t n, std::vector<uint64_t>& seqs) {
+  v1::SeqPlan* s = plan_.add_seqs();
+  s->set_seq_id(p.seq_id);
+  for (int32_t b : w.kv.take_unsent(p.kv)) s->add_new_blocks(b);
+  seqs.push_back(p.seq_id);
+  ++p.inflight;  // the plan goes out: it has a sequence
+  const bool prompt = r.fed < r.target;
+  // A prompt's tokens travel; a decode's one is the worker's own last sample.
+  if (prompt) s->mutable_tokens()->Add(r.tokens.begin() + r.fed, r.tokens.begin() + r.fed + n);
+  s->set_start_pos(r.fed);
+  const bool sample = !prompt || r.fed + n == r.target;  // a prompt's last chunk samples
+  s->set_sample(sample);
+  if (!p.appeared) {
+    model::to_proto(r.spec.sampling, s->mutable_sampling());
+    s->set_logprobs(r.spec.logprobs);
+    // A cached prefix: the worker takes its tokens as the sequence's history.
+    if (r.fed > 0) s->mutable_history()->Add(r.tokens.begin(), r.tokens.begin() + r.fed);
+    const std::span<const int32_t> tail = w.kv.tail(p.kv);
+    s->mutable_tail_blocks()->Add(tail.begin(), tail.end());
+    p.appeared = true;
+  }
+  r.fed += n;
+  if (sample) ++r.samples_planned;
+  publish(w, p, r);
+}
+
+// One token-budget loop (vLLM v1's scheduler): each running sequence asks for
+// min(its goal - computed, chunk, budget) tokens, 1 for a decode and a chunk for a prompt,
+// in the order order_for_step gives; there is no prefill phase and no decode phase.
 bool Core::build_plan(Worker& w, int64_t now_us) {
   plan_.Clear();
   uint32_t budget = config_.max_batch_tokens, decodes = 0, prefill = 0;
   bool stalled = false;
   std::vector<uint64_t> seqs;
-  auto add = [&](Placement& p) -> v1::SeqPlan* {
-    v1::SeqPlan* s = plan_.add_seqs();
-    s->set_seq_id(p.seq_id);
-    for (size_t i = p.blocks_sent; i < p.blocks.size(); ++i) s->add_new_blocks(p.blocks[i]);
-    p.blocks_sent = p.blocks.size();
-    seqs.push_back(p.seq_id);
-    return s;
-  };
-  // Decodes first: every running stream advances in every step. Preemption may retire
-  // placements while we go, so walk a snapshot and look each one up again.
-  snapshot_.clear();
-  if (w.role != Role::kPrefill)  // a prefill worker's sequences decode elsewhere (handoff)
-    for (const Placement* q : w.running) snapshot_.push_back(q->seq_id);
-  for (uint64_t id : snapshot_) {
-    auto found = by_seq_.find(id);
-    if (found == by_seq_.end()) continue;
-    Placement& p = *found->second;
+  uint32_t prompt_room = prompt_allowance(w, order_for_step(w));
+  for (Placement* q : snapshot_) {
+    if (!q) continue;  // preempted while this step was built
+    Placement& p = *q;
     Request* r = p.owner;
-    if (!r || !p.ready || r->fed < r->target || r->samples_planned >= r->spec.max_tokens) continue;
+    if (!r || !p.ready) continue;
+    const uint32_t want = tokens_wanted(w, *r);
+    if (want == 0) continue;
+    const bool prompt = r->fed < r->target;
     if (budget == 0) {
-      ++stats_.decode_stalls;
+      stats_.decode_stalls += !prompt;  // a stream left out of a step it was ready for
       continue;
     }
-    const uint32_t need = blocks_for(r->fed + 1, w.block_tokens);
-    bool ok = p.blocks.size() >= need || w.pool.allocate(need - static_cast<uint32_t>(p.blocks.size()), p.blocks);
-    if (!ok) {
-      // Out of blocks: the newest sequence not already in this step goes back to the queue
-      // (recompute). If that is this one, it waits itself; else its blocks come back now,
-      // or when its plans in flight do. While an earlier victim's blocks are still on
-      // their way back, wait for them instead of preempting more.
-      bool returning = false;
-      for (const Placement* q : w.running) returning |= !q->owner && !q->blocks.empty();
-      Placement* victim = nullptr;
-      for (auto it = w.running.rbegin(); it != w.running.rend() && !victim && !returning; ++it)
-        if ((*it)->owner && std::find(seqs.begin(), seqs.end(), (*it)->seq_id) == seqs.end()) victim = *it;
-      if (victim) {
-        ++stats_.preemptions;
-        const bool self = victim == &p;
-        requeue(*victim->owner);
-        if (self) continue;
-        ok = w.pool.allocate(need - static_cast<uint32_t>(p.blocks.size()), p.blocks);
-      }
-    }
-    if (!ok) {
+    const uint32_t n = std::min({want, budget, prompt ? prompt_room : 1u});
+    if (n == 0) continue;
+    const Slots slots = w.kv.allocate_slots(p.kv, r->fed + n) ? Slots::kReserved : preempt_for(w, p, r->fed + n, seqs);
+    if (slots == Slots::kPreempted) continue;
+    if (slots == Slots::kShort) {
       ++stats_.decode_stalls;
       stalled = true;
       continue;
     }
-    v1::SeqPlan* s = add(p);
-    s->set_start_pos(r->fed);
-    s->set_sample(true);
-    ++r->fed;
-    ++r->samples_planned;
-    --budget;
-    ++decodes;
-    publish(w, p, *r);
-  }
-  // Then prompt chunks, oldest placement first, within what is left of the budget.
-  for (size_t i = 0; i < w.running.size() && budget > 0; ++i) {
-    Placement& p = *w.running[i];
-    Request* r = p.owner;
-    if (!r || !p.ready || r->fed >= r->target) continue;
-    const uint32_t chunk = std::min({config_.prefill_chunk, r->target - r->fed, budget});
-    v1::SeqPlan* s = add(p);
-    s->mutable_tokens()->Add(r->tokens.begin() + r->fed, r->tokens.begin() + r->fed + chunk);
-    s->set_start_pos(r->fed);
-    const bool last = r->fed + chunk == r->target;
-    s->set_sample(last);
-    if (!p.appeared) {
-      model::to_proto(r->spec.sampling, s->mutable_sampling());
-      s->set_logprobs(r->spec.logprobs);
-      // A cached prefix: the worker takes its tokens as the sequence's history.
-      if (r->fed > 0) s->mutable_history()->Add(r->tokens.begin(), r->tokens.begin() + r->fed);
-      s->mutable_tail_blocks()->Add(p.tail.begin(), p.tail.end());
-      p.appeared = true;
-    }
-    r->fed += chunk;
-    publish(w, p, *r);
-    if (last) ++r->samples_planned;
-    budget -= chunk;
-    prefill += chunk;
+    plan_tokens(w, p, *r, n, seqs);
+    budget -= n;
+    (prompt ? prefill : decodes) += n;
+    if (prompt) prompt_room -= n;
   }
   w.short_of_blocks = stalled;
   for (uint64_t id : w.to_release) plan_.add_release(id);
   w.to_release.clear();
   if (plan_.seqs_size() == 0 && plan_.release_size() == 0) return false;
   plan_.set_step_id(w.next_step++);
-  for (uint64_t id : seqs) ++by_seq_[id]->inflight;
-  w.inflight.push_back({plan_.step_id(), std::move(seqs), !w.inflight.empty(), decodes + prefill, now_us});
+  w.inflight.push_back({plan_.step_id(), std::move(seqs), !w.inflight.empty(), decodes + prefill, prefill, now_us});
   ++stats_.steps;
   stats_.max_step_decode = std::max(stats_.max_step_decode, decodes);
   stats_.max_step_prefill_tokens = std::max(stats_.max_step_prefill_tokens, prefill);
@@ -706,8 +691,7 @@ void Core::schedule(int64_t now_us) {
     // A request no worker could ever hold (its worker left) ends now instead of waiting forever.
     const uint32_t need = static_cast<uint32_t>(r.prompt_len) + r.spec.max_tokens;
     bool fits = false;
-    for (const auto& [id, w] : workers_)
-      fits |= w->role != Role::kPrefill && blocks_for(need, w->block_tokens) + w->tail_blocks <= w->pool.total();
+    for (const auto& [id, w] : workers_) fits |= w->role != Role::kPrefill && w->kv.can_ever_fit(need);
     if (fits) break;
     finish(r, v1::FINISH_REASON_ERROR, v1::ERROR_CODE_UNAVAILABLE,
            "no remaining worker has KV room for " + std::to_string(need) + " tokens", now_us);
@@ -737,7 +721,7 @@ void Core::tick(int64_t now_us) {
   schedule(now_us);
   // Debug builds: every worker's blocks are free, cached or in use, and nothing else
   // (free + cached + used = total, the LRU list and key map agree). O(blocks) per tick.
-  assert(std::all_of(workers_.begin(), workers_.end(), [](const auto& w) { return w.second->pool.consistent(); }));
+  assert(std::all_of(workers_.begin(), workers_.end(), [](const auto& w) { return w.second->kv.consistent(); }));
 }
 
 std::optional<Core::Overdue> Core::overdue_worker(int64_t now_us) const {
@@ -809,7 +793,15 @@ void Core::on_result(uint32_t worker_id, const v1::StepResult& result, int64_t n
   std::vector<uint64_t> seqs = std::move(w.inflight.front().seqs);
   const std::vector<uint64_t>& plan_seqs = seqs_scratch_ = seqs;  // seqs is marked as results come
   const bool queued_behind = w.inflight.front().queued_behind;
-  w.step_times.record(w.inflight.front().tokens, now_us - w.step_start(w.inflight.front()));
+  {
+    const Worker::InFlight& f = w.inflight.front();
+    const int64_t wall_us = now_us - w.step_start(f);
+    w.step_times.record(f.tokens, wall_us);
+    // The worker's own compute time when it reports one: the network and the pipeline are not the step's cost.
+    if (result.error_code() == v1::ERROR_CODE_UNSPECIFIED)
+      w.cost.record(f.prompt_tokens, f.tokens - f.prompt_tokens,
+                    result.compute_us() > 0 ? result.compute_us() : wall_us);
+  }
   w.last_answer_us = now_us;
   w.inflight.pop_front();
   ++w.stats.steps;
@@ -823,10 +815,7 @@ void Core::on_result(uint32_t worker_id, const v1::StepResult& result, int64_t n
   if (result.error_code() != v1::ERROR_CODE_UNSPECIFIED) {
     for (uint64_t id : seqs) {  // what the failed step should have written cannot be shared
       auto it = by_seq_.find(id);
-      if (it != by_seq_.end()) {
-        w.pool.unpublish(it->second->blocks);
-        it->second->publish_stopped = true;
-      }
+      if (it != by_seq_.end()) w.kv.distrust(it->second->kv);
     }
     for (uint64_t id : seqs) {
       auto it = by_seq_.find(id);
@@ -873,23 +862,11 @@ void Core::on_result(uint32_t worker_id, const v1::StepResult& result, int64_t n
 }
 
 void Core::publish(Worker& w, Placement& p, Request& r) {
-  if (!config_.prefix_cache || p.publish_stopped || !p.ready) return;
+  if (!p.ready) return;
   // Tokens the worker will have computed once this plan runs (the token a pipelined decode
   // feeds may not be known here yet).
   const uint32_t known = std::min<uint32_t>(r.fed, static_cast<uint32_t>(r.tokens.size()));
-  const uint32_t full = known / w.block_tokens;
-  if (full <= p.published) return;
-  if (r.keys_block_tokens != w.block_tokens) {
-    r.keys.clear();
-    r.keys_block_tokens = w.block_tokens;
-  }
-  chain_keys(std::span<const int32_t>(r.tokens).first(known), w.block_tokens, config_.block_hash, r.keys);
-  for (; p.published < full; ++p.published) {
-    if (!w.pool.publish(p.blocks, p.published, r.keys[p.published], r.tokens)) {
-      p.publish_stopped = true;
-      return;
-    }
-  }
+  w.kv.publish(p.kv, r.tokens, known, r.keys);
 }
 
 bool Core::start_handoff(Request& r, int64_t now_us) {
@@ -901,9 +878,8 @@ bool Core::start_handoff(Request& r, int64_t now_us) {
   double best_load = 0;
   for (auto& [id, w] : workers_) {
     if (w->role != Role::kDecode || w->running.size() >= config_.max_running || w->short_of_blocks) continue;
-    const uint32_t headroom = static_cast<uint32_t>(w->running.size() + 3) / 4;
-    if (w->pool.available() < blocks_for(positions + 1, w->block_tokens) + w->tail_blocks + headroom) continue;
-    const double load = double(w->pool.used()) / double(w->pool.total());
+    if (!w->kv.has_room({}, positions, static_cast<uint32_t>(w->running.size()))) continue;
+    const double load = w->kv.load();
     if (!best || load < best_load || (load == best_load && w->running.size() < best->running.size())) {
       best = w.get();
       best_load = load;
@@ -911,18 +887,13 @@ bool Core::start_handoff(Request& r, int64_t now_us) {
   }
   if (!best) return false;
   auto dp = std::make_unique<Placement>();
-  if (!best->pool.allocate(blocks_for(positions, best->block_tokens), dp->blocks) ||
-      !best->pool.allocate(best->tail_blocks, dp->tail)) {
-    best->pool.release(dp->blocks);
-    best->pool.release(dp->tail);
-    return false;
-  }
+  if (!best->kv.allocate_slots(dp->kv, positions)) return false;
   dp->seq_id = next_seq_++;
   dp->worker_id = best->id;
   dp->owner = &r;
   dp->ready = false;
   dp->appeared = true;  // KvExpect tells the worker about it: it must be told to forget it
-  dp->blocks_sent = dp->blocks.size();
+  best->kv.mark_sent(dp->kv);
   best->running.push_back(dp.get());
   best->stats.running = static_cast<uint32_t>(best->running.size());
 
@@ -943,8 +914,9 @@ bool Core::start_handoff(Request& r, int64_t now_us) {
   if (auto sender = workers_.find(src.worker_id); sender != workers_.end())
     e->set_sender_public_key(sender->second->kv_sender_key);
   e->set_seq_id(dp->seq_id);
-  e->mutable_blocks()->Add(dp->blocks.begin(), dp->blocks.end());
-  e->mutable_tail_blocks()->Add(dp->tail.begin(), dp->tail.end());
+  const std::span<const int32_t> blocks = best->kv.blocks(dp->kv), tail = best->kv.tail(dp->kv);
+  e->mutable_blocks()->Add(blocks.begin(), blocks.end());
+  e->mutable_tail_blocks()->Add(tail.begin(), tail.end());
   sink_.send_command(best->id, cmd);
   cmd.Clear();
   v1::KvSend* k = cmd.mutable_kv_send();

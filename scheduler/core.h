@@ -1,8 +1,9 @@
-// The scheduler's pure core: every request's lifecycle, per-worker KV block accounting,
-// step planning (decodes first, then prefill chunks under a token budget), stop
-// detection and the events sent to clients. No sockets and no clocks: the actor feeds it
-// messages and the time, and a Sink receives what it decides to send. Tested with
-// scripted worker results (tests/scheduler/core_test.cpp).
+// The scheduler's pure core: every request's lifecycle, step planning (one token-budget loop
+// over the running sequences), stop detection and the events sent to clients. Each worker's
+// KV blocks are its KvCacheManager's (kv_cache_manager.h): the core asks for slots and
+// preempts when told no. No sockets and no clocks: the actor feeds it messages and the time,
+// and a Sink receives what it decides to send. Tested with scripted worker results
+// (tests/scheduler/core_test.cpp).
 #pragma once
 
 #include <cstdint>
@@ -18,9 +19,10 @@
 #include "model/tokenizer.h"
 #include "runtime/role.h"
 #include "scheduler/admission.h"
-#include "scheduler/block_pool.h"
+#include "scheduler/kv_cache_manager.h"
 #include "scheduler/metrics.h"
 #include "scheduler/prompt.h"
+#include "scheduler/step_cost.h"
 #include "scheduler/step_history.h"
 #include "scheduler/stops.h"
 #include "tandem/v1/client.pb.h"
@@ -33,8 +35,14 @@ struct SchedulerConfig {
   // Live (queued, tokenizing or running) requests of one client; past it that client's submit
   // gets OVERLOADED while others are served. 0: no limit but max_queue.
   uint32_t max_client_requests = 1024;
-  uint32_t max_batch_tokens = 512;     // tokens per step (decodes count one each)
-  uint32_t prefill_chunk = 256;        // prompt tokens of one sequence per step
+  uint32_t max_batch_tokens = 512;  // tokens per step (decodes count one each)
+  uint32_t prefill_chunk = 256;     // prompt tokens of one sequence per step
+  // The step-time target (0: off). While sequences decode on a worker, its steps take at most
+  // as many prompt tokens as its recent steps say fit in this time besides the decodes
+  // (StepCost), and never fewer than kMinPromptTokens. max_batch_tokens and prefill_chunk
+  // still bound every step; a worker with nothing decoding fills them (time to first token).
+  uint32_t target_step_ms = 0;
+  static constexpr uint32_t kMinPromptTokens = 16;
   uint32_t max_running = 256;          // sequences per worker
   uint32_t pipeline_depth = 2;         // plans in flight per worker (2: the next plan waits at the worker)
   uint32_t handoff_timeout_ms = 5000;  // a KV handoff not acknowledged by then is recomputed elsewhere
@@ -203,6 +211,18 @@ class Core {
   struct Placement;
   void schedule(int64_t now_us);
   bool build_plan(Worker& w, int64_t now_us);
+  // build_plan's parts: the tokens a sequence asks of this step (0: none), the order the
+  // step visits the worker's sequences (into snapshot_), KV slots for a sequence's first
+  // `positions` positions once the pool said no (preempting the newest other sequence), and the
+  // sequence's entry in plan_ for `n` tokens.
+  uint32_t tokens_wanted(const Worker& w, const Request& r) const;
+  // The order the step visits; returns how many sequences are decoding.
+  uint32_t order_for_step(const Worker& w);
+  // Prompt tokens this step may take besides `decoding` decodes (SchedulerConfig::target_step_ms).
+  uint32_t prompt_allowance(const Worker& w, uint32_t decoding) const;
+  enum class Slots { kReserved, kShort, kPreempted };  // kPreempted: this sequence went back to the queue
+  Slots preempt_for(Worker& w, Placement& p, uint32_t positions, const std::vector<uint64_t>& seqs);
+  void plan_tokens(Worker& w, Placement& p, Request& r, uint32_t n, std::vector<uint64_t>& seqs);
   bool place(Request& r, int64_t now_us);
   bool takes_prompts(const Worker& w) const;
   // Prefill done on a prefill worker: reserve blocks on a decode worker and order the KV
@@ -260,8 +280,9 @@ class Core {
   std::unordered_map<uint64_t, std::unique_ptr<Placement>> by_seq_;
   v1::RequestEvents events_;  // reused for every event message: no allocation per token
   v1::StepPlan plan_;
-  std::vector<uint64_t> snapshot_;  // sequence ids of a worker's placements, for build_plan
-  std::deque<Request*> queue_;      // waiting for a worker, by priority then arrival
+  std::vector<Placement*> snapshot_;  // a worker's placements in build_plan's order
+  std::vector<Placement*> prompts_;   // order_for_step's scratch (capacity kept)
+  std::deque<Request*> queue_;        // waiting for a worker, by priority then arrival
 };
 
 }  // namespace tandem::scheduler

@@ -1,0 +1,108 @@
+// The scheduler core's CPU per step: scheduler::Core driven by an instant fake worker with N
+// concurrent streams (prompts of 64 tokens, 256 generated, a finished stream replaced at once,
+// so prompt chunks join decodes as in serving). One iteration = one worker result taken in
+// (on_result) and the next plan built (tick): what the planning thread spends per step.
+// No sockets, no model weights: the tiny preset's vocabulary and metadata only.
+#include <benchmark/benchmark.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/gguf.h"
+#include "model/make_model.h"
+#include "model/model_config.h"
+#include "model/tokenizer.h"
+#include "scheduler/core.h"
+
+namespace tandem::scheduler {
+namespace {
+
+constexpr uint32_t kPromptTokens = 64, kMaxTokens = 256;
+
+// Records the plans' sampling sequences (in reused vectors) and which requests finished.
+struct FakeWorker : Sink {
+  struct Plan {
+    uint64_t step_id = 0;
+    std::vector<uint64_t> sampled;
+  };
+  std::array<Plan, 8> ring;
+  size_t head = 0, size = 0;
+  std::vector<std::string> finished;
+  void send_plan(uint32_t, const v1::StepPlan& plan) override {
+    Plan& p = ring[(head + size++) % ring.size()];
+    p.step_id = plan.step_id();
+    p.sampled.clear();
+    for (const v1::SeqPlan& s : plan.seqs())
+      if (s.sample()) p.sampled.push_back(s.seq_id());
+  }
+  void send_events(const std::string&, const v1::RequestEvents& ev) override {
+    if (ev.has_final()) finished.push_back(ev.request_id());
+  }
+  void send_command(uint32_t, const v1::SchedulerCommand&) override {}
+};
+
+struct Model {
+  model::ModelConfig config;
+  model::Tokenizer tokenizer;
+  Model() {
+    auto preset = model::preset_config("tiny");
+    const std::string path = (std::filesystem::temp_directory_path() / "tandem-core-bench-tiny.gguf").string();
+    if (!preset || !model::make_model(*preset, 1, path, model::TensorType::kF32)) std::abort();
+    auto f = model::GgufFile::open(path);
+    config = model::read_model_config(**f).value();
+    tokenizer = model::Tokenizer::from_gguf(**f).value();
+    std::filesystem::remove(path);
+  }
+};
+
+v1::Submit request(uint64_t n) {
+  v1::Submit s;
+  s.set_request_id("r" + std::to_string(n));
+  for (uint32_t i = 0; i < kPromptTokens; ++i) s.mutable_tokens()->add_ids(3 + static_cast<int32_t>((i + n) % 200));
+  s.set_max_tokens(kMaxTokens);
+  s.set_ignore_eos(true);
+  s.set_stream(true);
+  return s;
+}
+
+void BM_CoreStep(benchmark::State& state) {
+  static const Model model;
+  const auto streams = static_cast<uint32_t>(state.range(0));
+  FakeWorker worker;
+  Core core(SchedulerConfig{}, model.config, model.tokenizer, worker);
+  core.add_worker(1, streams * (model.config.context_length / 16 + 2), 16, 0);
+  int64_t now = 1'000'000;
+  uint64_t next = 0;
+  for (; next < streams; ++next) core.submit("c", request(next), now);
+  core.tick(now);
+  v1::StepResult result;
+  for (auto _ : state) {
+    if (worker.size == 0) state.SkipWithError("no plan in flight");
+    const FakeWorker::Plan& p = worker.ring[worker.head];
+    worker.head = (worker.head + 1) % worker.ring.size();
+    --worker.size;
+    result.Clear();
+    result.set_step_id(p.step_id);
+    for (uint64_t id : p.sampled) {
+      v1::SeqResult* r = result.add_seqs();
+      r->set_seq_id(id);
+      r->set_token(3 + static_cast<int32_t>(id % 250));
+    }
+    now += 1000;
+    core.on_result(1, result, now);
+    for (; !worker.finished.empty(); worker.finished.pop_back()) core.submit("c", request(next++), now);
+    core.tick(now);
+  }
+  state.counters["steps"] = static_cast<double>(core.stats().steps);
+  state.counters["streams_running"] = core.running();
+}
+BENCHMARK(BM_CoreStep)->Arg(64)->Arg(256)->Unit(benchmark::kNanosecond);
+
+}  // namespace
+}  // namespace tandem::scheduler
+
+BENCHMARK_MAIN();

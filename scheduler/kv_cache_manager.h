@@ -1,0 +1,142 @@
+// One worker's KV cache as the scheduler accounts it: the block pool (block_pool.h), each
+// sequence's block table and F32 tail blocks, the headroom rule for new sequences, and the
+// prefix cache (chained keys, matching, publishing). The only code that touches block ids:
+// the planner asks for slots and gets yes or no (vLLM v1's KVCacheManager.allocate_slots
+// returns None and the scheduler preempts), and reads a sequence's ids only to send them.
+// Pure: no sockets, no clocks.
+//
+// Room left for other layer kinds (not built; the interface does not change for them):
+// - Recurrent layers (Mamba/RWKV-style state, the hybrid-cache issue): a KvSeq will also hold
+//   one fixed-size state slot per recurrent layer group, taken by its first allocate_slots and
+//   returned by free, like the tail blocks today; match_prefix then only matches at positions
+//   where a state checkpoint was published.
+// - Windowed layers (sliding-window attention, the rotated-KV issue): allocate_slots(seq, n)
+//   will also release the blocks of a windowed group whose positions all fall before
+//   n - window (never published blocks: their keys stay valid only as a whole chain), so a
+//   sequence's footprint stops growing at the window; trim only ever drops the newest blocks,
+//   which no window has released.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "scheduler/block_pool.h"
+
+namespace tandem::scheduler {
+
+class KvCacheManager;
+
+// A request's chained prefix keys (chain_keys), kept across its placements: extended, never
+// recomputed, while the workers it meets have the same block size.
+class PrefixKeys {
+ private:
+  friend class KvCacheManager;
+  std::vector<uint64_t> keys_;
+  uint32_t block_tokens_ = 0;
+};
+
+// The cached blocks holding a prompt's longest known prefix on one worker (match_prefix).
+class PrefixHit {
+ public:
+  uint32_t blocks() const { return static_cast<uint32_t>(blocks_.size()); }
+  bool empty() const { return blocks_.empty(); }
+
+ private:
+  friend class KvCacheManager;
+  std::vector<int32_t> blocks_;
+};
+
+// One sequence's KV on one worker: its block table, its tail blocks and what of it was sent
+// to the worker and published to the prefix cache. Opaque: only KvCacheManager changes it.
+class KvSeq {
+ public:
+  bool empty() const { return blocks_.empty() && tail_.empty(); }  // holds no block
+  uint32_t blocks() const { return static_cast<uint32_t>(blocks_.size()); }
+
+ private:
+  friend class KvCacheManager;
+  std::vector<int32_t> blocks_;
+  std::vector<int32_t> tail_;     // the worker's tail_blocks for this sequence (F32 window)
+  size_t blocks_sent_ = 0;        // leading blocks the worker has been told about
+  bool started_ = false;          // took its prefix and tail blocks (the first allocate_slots)
+  uint32_t published_ = 0;        // leading blocks offered to the prefix cache
+  bool publish_stopped_ = false;  // a block's key was taken by another copy, or its KV failed
+};
+
+class KvCacheManager {
+ public:
+  // `tail_blocks`: blocks each sequence takes besides its positions' (WorkerInfo::tail_blocks).
+  // `prefix_cache` off: match_prefix finds nothing and publish offers nothing.
+  KvCacheManager(uint32_t n_blocks, uint32_t block_tokens, uint32_t tail_blocks, bool prefix_cache, BlockHash hash);
+
+  uint32_t block_tokens() const { return block_tokens_; }
+  uint32_t total() const { return pool_.total(); }
+  uint32_t free() const { return pool_.free(); }
+  uint32_t cached() const { return pool_.cached(); }
+  uint32_t used() const { return pool_.used(); }
+  uint64_t evictions() const { return pool_.evictions(); }
+  uint32_t available() const { return pool_.available(); }  // free + cached (evictable)
+  double load() const { return double(pool_.used()) / double(pool_.total()); }
+  // Tokens the whole pool holds (the admission check's figure; tail blocks not counted).
+  uint64_t capacity_tokens() const { return uint64_t{pool_.total()} * block_tokens_; }
+  // A sequence of `positions` positions fits this worker when it has the pool to itself.
+  bool can_ever_fit(uint32_t positions) const;
+
+  // The blocks holding the longest cached prefix of `tokens`, leaving at least one position to
+  // compute (its logits give the next token). Extends `keys` as needed. Refs nothing.
+  PrefixHit match_prefix(std::span<const int32_t> tokens, PrefixKeys& keys) const;
+  uint32_t hit_tokens(const PrefixHit& hit) const { return hit.blocks() * block_tokens_; }
+  // The headroom rule: a new sequence of `positions` positions sharing `hit` may start here
+  // when the pool has blocks for it plus its next token, the hit's cached blocks (they stop
+  // being evictable), and a block for every fourth of the `running` sequences (they grow: no
+  // placement that at once forces a preemption).
+  bool has_room(const PrefixHit& hit, uint32_t positions, uint32_t running) const;
+
+  // Makes `seq` hold slots for its first `positions` positions. Its first call starts it with
+  // `prefix`'s blocks (shared) and takes its tail blocks too. False when the pool cannot:
+  // `seq` is then as it was (nothing taken, a fresh one holds nothing).
+  [[nodiscard]] bool allocate_slots(KvSeq& seq, uint32_t positions, const PrefixHit& prefix = {}) {
+    if (seq.started_ && seq.blocks_.size() >= blocks_for(positions)) return true;  // every decode but one a block
+    return allocate_more(seq, positions, prefix);
+  }
+  // Gives back every block of `seq` (shared ones lose a reference; published ones stay cached).
+  void free(KvSeq& seq);
+  // Keeps slots for `seq`'s first `positions` positions only and frees the blocks past them
+  // (rejected draft tokens; `positions` is never inside the prefix it started with). A dropped block that was published
+  // is unpublished first, so no rejected token stays findable in the prefix cache. Blocks not yet sent are just
+  // forgotten.
+  void trim(KvSeq& seq, uint32_t positions);
+
+  // Offers `seq`'s full blocks among its first `known` positions (of `tokens`) to the prefix
+  // cache, once each; stops for good at a block whose key another copy holds.
+  void publish(KvSeq& seq, std::span<const int32_t> tokens, uint32_t known, PrefixKeys& keys);
+  // `seq`'s blocks hold KV that cannot be trusted (a failed step): unpublished, never again.
+  void distrust(KvSeq& seq);
+
+  // What goes to the worker: blocks not sent before (marks them sent), every block, the tail.
+  std::span<const int32_t> take_unsent(KvSeq& seq) {
+    const auto unsent = std::span<const int32_t>(seq.blocks_).subspan(seq.blocks_sent_);
+    seq.blocks_sent_ = seq.blocks_.size();
+    return unsent;
+  }
+  std::span<const int32_t> blocks(const KvSeq& seq) const { return seq.blocks_; }
+  std::span<const int32_t> tail(const KvSeq& seq) const { return seq.tail_; }
+  // Every block of `seq` counts as sent (a KvExpect named them all).
+  void mark_sent(KvSeq& seq) { seq.blocks_sent_ = seq.blocks_.size(); }
+
+  bool consistent() const { return pool_.consistent(); }  // BlockPool::consistent
+
+ private:
+  uint32_t blocks_for(uint32_t positions) const { return (positions + block_tokens_ - 1) / block_tokens_; }
+  bool allocate_more(KvSeq& seq, uint32_t positions, const PrefixHit& prefix);
+  void extend_keys(std::span<const int32_t> tokens, PrefixKeys& keys) const;
+
+  BlockPool pool_;
+  uint32_t block_tokens_;
+  uint32_t tail_blocks_;
+  bool prefix_cache_;
+  BlockHash hash_;
+};
+
+}  // namespace tandem::scheduler
