@@ -184,7 +184,15 @@ TEST(QuantKernels16, Bf16PairsVariantsBitwiseEqual) {
   auto a = random_vec(size_t{max_m} * k, rng);
   for (uint32_t i = 0; i < k; ++i) a[i] = 2e-19f * (i % 5 ? 1.0f : -1.0f);  // row 0 x column 0: sums near FLT_MIN
   a[k + 1] = 1e-40f;                                                        // a denormal activation
-  std::vector<uint16_t> ab(size_t{max_m} * k);
+  a[2 * k + 7] = std::numeric_limits<float>::quiet_NaN(), a[2 * k + 8] = -std::numeric_limits<float>::infinity();
+  a[2 * k + 9] = 1.00390625f, a[2 * k + 10] = 1.01171875f;  // ties: to even, down and up
+  std::vector<uint16_t> ab(size_t{max_m} * k), ab_v(ab.size());
+  round_rows_bf16(a.data(), k, 0, max_m, k, ab.data());
+  for (const Kernels* kern : variants()) {  // the activation rounding, every variant
+    kern->round_bf16(a.data(), k, 0, max_m, k, ab_v.data());
+    ASSERT_EQ(ab_v, ab) << kern->name;
+  }
+  a[2 * k + 7] = a[2 * k + 8] = 0.0f;  // finite again for the products
   round_rows_bf16(a.data(), k, 0, max_m, k, ab.data());
   const PackedPairsView view{packed.data(), n, k};
   std::vector<float> ref(size_t{max_m} * n);

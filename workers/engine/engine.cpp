@@ -306,7 +306,7 @@ void Engine::quantize_activations(const Matrix& w, const float* a, size_t lda, u
       if (act_bf16_.size() < size_t{m} * w.k) act_bf16_.resize(size_t{m} * w.k);
       act_bf16_source_ = a;
       auto part = [&](uint32_t r0, uint32_t r1, uint32_t) {
-        kernels::round_rows_bf16(a, lda, r0, r1, w.k, act_bf16_.data());
+        kernels_->round_bf16(a, lda, r0, r1, w.k, act_bf16_.data());
       };
       if (m >= 64) {
         pool_->parallel_for(m, part);

@@ -179,6 +179,8 @@ struct Kernels {
   //   Q6_K:       l = fma(d * da, float(sum_g sc_g sum (q - 32) a), l)
   // So a result never depends on m, the n range or the variant.
   void (*qgemm)(const QuantRows& a, uint32_t m, const QuantView& w, uint32_t n0, uint32_t n1, float* c, size_t ldc);
+  // round_rows_bf16, bit for bit.
+  void (*round_bf16)(const float* a, size_t lda, uint32_t r0, uint32_t r1, uint32_t k, uint16_t* out);
   // quantize_rows, bit for bit.
   void (*quantize)(const float* a, size_t lda, uint32_t r0, uint32_t r1, uint32_t k, uint32_t block, int8_t* qs,
                    float* d, int16_t* sums);

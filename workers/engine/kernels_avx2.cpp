@@ -48,6 +48,6 @@ struct V256 {
 }  // namespace
 
 extern const Kernels kAvx2Kernels =
-    simd::make_kernels<V256>("avx2", simd::Ops<V256>::gemm_bf16, quant_simd::qgemm, quantize_rows);
+    simd::make_kernels<V256>("avx2", simd::Ops<V256>::gemm_bf16, quant_simd::qgemm, round_rows_bf16, quantize_rows);
 
 }  // namespace tandem::engine::kernels

@@ -82,9 +82,31 @@ void gemm_bf16(const uint16_t* a, uint32_t m, const PackedPairsView& w, uint32_t
   }
 }
 
+// round_rows_bf16 (kernels.h) 16 floats at a time, the same integer steps.
+void round_bf16(const float* a, size_t lda, uint32_t r0, uint32_t r1, uint32_t k, uint16_t* out) {
+  const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
+  const __m512i exp_mask = _mm512_set1_epi32(0x7F80), sign = _mm512_set1_epi32(0x8000);
+  for (uint32_t r = r0; r < r1; ++r) {
+    const float* x = a + size_t{r} * lda;
+    uint16_t* o = out + size_t{r} * k;
+    uint32_t i = 0;
+    for (; i + 16 <= k; i += 16) {
+      const __m512i u = _mm512_castps_si512(_mm512_loadu_ps(x + i));
+      const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
+      const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+      __m512i h = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), odd), 16);
+      const __mmask16 tiny = _mm512_cmpeq_epi32_mask(_mm512_and_si512(h, exp_mask), _mm512_setzero_si512());
+      h = _mm512_mask_and_epi32(h, tiny, h, sign);
+      h = _mm512_mask_or_epi32(h, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + i), _mm512_cvtepi32_epi16(h));
+    }
+    if (i < k) round_rows_bf16(x + i, lda, 0, 1, k - i, o + i);
+  }
+}
+
 }  // namespace
 
 extern const Kernels kAvx512Kernels =
-    simd::make_kernels<V512>("avx512", gemm_bf16, quant512::qgemm, quant512::quantize);
+    simd::make_kernels<V512>("avx512", gemm_bf16, quant512::qgemm, round_bf16, quant512::quantize);
 
 }  // namespace tandem::engine::kernels

@@ -170,6 +170,7 @@ void silu_mul(const float* gate, const float* up, float* out, size_t n) {
 
 }  // namespace
 
-extern const Kernels kGenericKernels{"generic", gemm, gemm_bf16, gemm16, qgemm, quantize_rows, attention, silu_mul};
+extern const Kernels kGenericKernels{"generic",       gemm,          gemm_bf16, gemm16,  qgemm,
+                                     round_rows_bf16, quantize_rows, attention, silu_mul};
 
 }  // namespace tandem::engine::kernels

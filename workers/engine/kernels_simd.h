@@ -163,13 +163,17 @@ struct Ops : V {
     }
   }
 
-  // Rows [0, m) in groups of MR, the rest as one smaller group: f.template operator()<R>(r0).
+  // Rows [0, m) in groups of at most MR, as even as possible (16 rows: 8 + 8, not 12 + 4, so
+  // no group is too small to hide the multiply-add latency): f.template operator()<R>(r0).
   template <uint32_t MR, class F>
   static void pair_rows(uint32_t m, F&& f) {
+    const uint32_t groups = (m + MR - 1) / MR;
     uint32_t r = 0;
-    for (; r + MR <= m; r += MR) f.template operator()<MR>(r);
-    if constexpr (MR > 1)
-      if (r < m) pair_tail<MR - 1>(r, m - r, f);
+    for (uint32_t g = 0; g < groups; ++g) {
+      const uint32_t size = (m - r) / (groups - g);  // the larger groups last
+      pair_tail<MR>(r, size, f);
+      r += size;
+    }
   }
   template <uint32_t R, class F>
   static void pair_tail(uint32_t r, uint32_t left, F& f) {
@@ -560,8 +564,9 @@ struct Ops : V {
 
 template <class V>
 inline Kernels make_kernels(const char* name, decltype(Kernels::gemm_bf16) gemm_bf16, decltype(Kernels::qgemm) qgemm,
-                            decltype(Kernels::quantize) quantize) {
-  return Kernels{name, Ops<V>::gemm, gemm_bf16, Ops<V>::gemm16, qgemm, quantize, Ops<V>::attention, Ops<V>::silu_mul};
+                            decltype(Kernels::round_bf16) round_bf16, decltype(Kernels::quantize) quantize) {
+  return Kernels{name,       Ops<V>::gemm, gemm_bf16,         Ops<V>::gemm16,  qgemm,
+                 round_bf16, quantize,     Ops<V>::attention, Ops<V>::silu_mul};
 }
 
 }  // namespace tandem::engine::kernels::simd
