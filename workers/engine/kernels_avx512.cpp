@@ -44,6 +44,12 @@ struct V512 {
   static float hmax(T v) { return _mm512_reduce_max_ps(v); }
 };
 
+// How far ahead of the weights being multiplied the BF16 kernel asks for them (into the next
+// panel, which follows in memory). With 16 rows a core has so much to compute per cache line
+// that the hardware prefetcher falls behind: streaming 57 MB of weights at M=16 went from 135
+// to 215 GMAC/s on one core here (1 KiB ahead: no gain; 32 KiB: a little less).
+constexpr size_t kPrefetchBytes = 16384;
+
 // gemm_bf16 with vdpbf16ps: MR rows x one panel (32 columns: two vectors of 16 pairs), the
 // rows' activation pairs broadcast as dwords. The instruction is kernels.h's definition.
 template <uint32_t MR>
@@ -54,6 +60,9 @@ void micro_dpbf16(const uint16_t* a, uint32_t k_dim, const uint16_t* panel, floa
   for (uint32_t q = 0; q < k_dim / 2; ++q) {
     const __m512bh w0 = (__m512bh)_mm512_loadu_si512(panel + size_t{q} * kPanel * 2);
     const __m512bh w1 = (__m512bh)_mm512_loadu_si512(panel + size_t{q} * kPanel * 2 + 32);
+    const char* ahead = reinterpret_cast<const char*>(panel + size_t{q} * kPanel * 2) + kPrefetchBytes;
+    __builtin_prefetch(ahead, 0, 3);
+    __builtin_prefetch(ahead + 64, 0, 3);
 #pragma GCC unroll 16
     for (uint32_t r = 0; r < MR; ++r) {
       int32_t pair;
