@@ -83,8 +83,10 @@ class Actor final : public Sink {
   }
 
   // The client socket's: inbound messages of one frame, at most the largest Submit a client
-  // may send under the admission limits; outbound, the queue bound that keeps a client's
-  // queued replies within client_send_bytes.
+  // may send under the admission limits, and no more than that over all the frames of one
+  // message (max_multipart_bytes left at one frame's worth: ZeroMQ drops a peer whose message
+  // of many small frames passes it); outbound, the queue bound that keeps a client's queued
+  // replies within client_send_bytes.
   static runtime::SocketLimits client_socket_limits(const ActorOptions& options, const model::ModelConfig& config) {
     runtime::SocketLimits l = limits(options);
     AdmissionLimits admission;
