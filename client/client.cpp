@@ -504,11 +504,13 @@ class Core {
   struct TokenizeWaiter {
     std::shared_ptr<TokenizePromise> reply;
     std::shared_ptr<void> timeout;
+    std::vector<int32_t> ids;  // of the parts received so far (a reply over 16 KiB comes in parts)
   };
   struct Waiter {
     uint64_t query_id = 0;
     std::shared_ptr<std::promise<Result<StatusInfo>>> reply;  // null: a liveness probe
     std::shared_ptr<void> timeout;
+    std::optional<v1::StatusReply> partial;  // the parts received so far of a reply in parts
   };
 
   // A refused request's final event is delivered at once, on the calling thread.
@@ -598,6 +600,19 @@ class Core {
           query_id, Status::error(Code::kUnavailable, "no tokenize reply from the scheduler at " + options_.endpoint));
     });
     tokenize_waiters_[query_id] = TokenizeWaiter{std::move(reply), std::move(timeout)};
+  }
+
+  // A tokenize reply or a part of one (`more`: the ids continue in the next).
+  void on_tokenized(const v1::TokenizeReply& t) {
+    if (t.error_code() != v1::ERROR_CODE_UNSPECIFIED)
+      return answer_tokenize(t.query_id(), Status::error(from_wire(t.error_code()), t.error_message()));
+    auto it = tokenize_waiters_.find(t.query_id());
+    if (it == tokenize_waiters_.end()) return;  // answered or timed out already
+    std::vector<int32_t>& ids = it->second.ids;
+    ids.insert(ids.end(), t.ids().begin(), t.ids().end());
+    if (ids.size() > t.count())
+      return answer_tokenize(t.query_id(), Status::error(Code::kInternal, "tokenize reply: more ids than its count"));
+    if (!t.more()) answer_tokenize(t.query_id(), Tokenized{std::move(ids), t.count()});
   }
 
   void answer_tokenize(uint64_t query_id, Result<Tokenized> result) {
@@ -702,15 +717,16 @@ class Core {
         // timed out here matches no waiter and is dropped.
         const uint64_t id = reply.status().query_id();
         auto it = id == 0 ? waiters_.begin() : find_waiter(id);
-        if (it != waiters_.end()) answer(it, from_wire(reply.status()));
+        if (it == waiters_.end()) return;
+        if (!it->partial && !reply.status().more()) return answer(it, from_wire(reply.status()));
+        if (!it->partial)
+          it->partial = reply.status();
+        else
+          for (const v1::WorkerStatus& w : reply.status().workers()) *it->partial->add_workers() = w;
+        if (!reply.status().more()) answer(it, from_wire(*it->partial));
         return;
       }
-      case v1::SchedulerReply::kTokenized: {
-        const v1::TokenizeReply& t = reply.tokenized();
-        if (t.error_code() != v1::ERROR_CODE_UNSPECIFIED)
-          return answer_tokenize(t.query_id(), Status::error(from_wire(t.error_code()), t.error_message()));
-        return answer_tokenize(t.query_id(), Tokenized{{t.ids().begin(), t.ids().end()}, t.count()});
-      }
+      case v1::SchedulerReply::kTokenized: return on_tokenized(reply.tokenized());
       case v1::SchedulerReply::kError: {
         // Not tied to a request: this client and the scheduler disagree on the protocol, so
         // nothing in flight can be trusted to finish.

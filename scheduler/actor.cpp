@@ -481,7 +481,33 @@ class Actor final : public Sink {
                                                                  : v1::ERROR_CODE_INVALID_ARGUMENT);
       r->set_error_message(ids.status().message());
     }
-    send(*clients_, waiter.identity, reply_);
+    send_query_reply(*clients_, waiter.identity);
+  }
+
+  // Sends reply_ (a query's) in messages of at most kReplyChunkBytes, as events are: what a
+  // client's socket queues stays within its byte budget (queue bound x kReplyChunkBytes). A
+  // tokenize reply larger than the whole budget is refused instead (OVERLOADED, naming it). A
+  // client whose queue is full is not reading: the rest of the reply is dropped (its query
+  // times out on its side) and its requests' events find the queue full too (ClientOutbox).
+  void send_query_reply(runtime::Socket& socket, const std::string& identity) {
+    split_query_reply(reply_, kReplyChunkBytes, reply_parts_);
+    const size_t queue_bound = static_cast<size_t>(client_limits_.send_hwm);
+    if (&socket == clients_.get() && reply_parts_.size() > queue_bound && reply_.has_tokenized()) {
+      v1::TokenizeReply* r = reply_.mutable_tokenized();
+      r->clear_ids();
+      r->set_error_code(v1::ERROR_CODE_OVERLOADED);
+      r->set_error_message("the reply (" + std::to_string(reply_parts_.size()) + " messages of up to " +
+                           std::to_string(kReplyChunkBytes) + " bytes) is larger than this client's send budget (" +
+                           std::to_string(queue_bound) + " messages, --client-send-bytes " +
+                           std::to_string(options_.client_send_bytes) + "): ask for the count only");
+      split_query_reply(reply_, kReplyChunkBytes, reply_parts_);
+    }
+    for (const v1::SchedulerReply& part : reply_parts_) {
+      if (runtime::SendResult st = try_send(socket, identity, part); !st) {
+        spdlog::debug("scheduler: a query reply to a client was dropped: {}", st.message());
+        return;
+      }
+    }
   }
 
   // A handler's thread CPU time since `cpu0`, counted as a planning stall past 1 ms.
@@ -742,7 +768,7 @@ class Actor final : public Sink {
       return WorkerPeerInfo{peer.pid, peer.last_seen_us, peer.weight_bytes, peer.kv_bytes};
     };
     fill_status_reply(core_, actor, *reply_.mutable_status());
-    send(socket, identity, reply_);
+    send_query_reply(socket, identity);
   }
 
   // Draining: no new admissions; what runs gets until the deadline, then is cancelled.
@@ -812,6 +838,7 @@ class Actor final : public Sink {
   v1::ClientMessage client_msg_;
   v1::WorkerMessage worker_msg_;
   v1::SchedulerReply reply_;
+  std::vector<v1::SchedulerReply> reply_parts_;  // reply_ in messages of at most kReplyChunkBytes
   v1::SchedulerCommand command_;
   std::unordered_map<uint64_t, TokenizeWaiter> queries_;  // tokenize queries on the pool, by job
   uint64_t next_query_job_ = 1;

@@ -86,6 +86,12 @@ class RawPeer {
     s->mutable_sampling()->set_top_logprobs(top_logprobs);
     send(m);
   }
+  void tokenize(uint64_t query_id, const std::string& text) {
+    v1::ClientMessage m;
+    m.mutable_tokenize()->set_query_id(query_id);
+    m.mutable_tokenize()->set_text(text);
+    send(m);
+  }
   void heartbeat() {
     v1::ClientMessage m;
     m.mutable_heartbeat();
@@ -134,17 +140,30 @@ Received read_until_final(RawPeer& peer, size_t requests, std::chrono::milliseco
   return got;
 }
 
-// The service still serves: a request of another client gets all its tokens.
-void expect_serving(const std::string& endpoint, const std::string& server_key = {}) {
+// A client library connection (null, and a failure, when it cannot connect).
+std::unique_ptr<Client> client_at(const std::string& endpoint, const std::string& server_key = {}) {
   ClientOptions o;
   o.endpoint = endpoint;
   o.curve_server_key = server_key;
   auto c = Client::connect(o);
-  ASSERT_TRUE(c) << c.status().to_string();
+  EXPECT_TRUE(c) << c.status().to_string();
+  return c ? std::move(c).value() : nullptr;
+}
+
+TokenizeRequest text_query(std::string text) {
+  TokenizeRequest q;
+  q.text = std::move(text);
+  return q;
+}
+
+// The service still serves: a request of another client gets all its tokens.
+void expect_serving(const std::string& endpoint, const std::string& server_key = {}) {
+  auto c = client_at(endpoint, server_key);
+  ASSERT_TRUE(c);
   GenerateRequest r;
   r.prompt_tokens = {3, 4, 5};
   r.max_tokens = 4;
-  auto s = (*c)->generate(r);
+  auto s = c->generate(r);
   Event e;
   int tokens = 0;
   while (s->next(e) && !e.final) ++tokens;
@@ -303,6 +322,82 @@ TEST_F(ClientSize, AClientThatStopsReadingHoldsAtMostItsByteBudget) {
   std::printf("the client that stopped reading got %zu bytes in %zu messages; %d of 16 requests ended early\n",
               got.bytes, got.messages, ended_early);
   EXPECT_GT(ended_early, 0) << "the budget was never reached: the test shows nothing";
+  expect_serving(d_->endpoint());
+}
+
+// A text that the tiny model's vocabulary makes into about one id per 2 bytes.
+std::string many_token_text(size_t bytes) {
+  std::string text;
+  for (uint32_t i = 0; text.size() < bytes; ++i) text += std::to_string(i * 7919 % 100000) + (i % 3 ? " " : ", ");
+  return text;
+}
+
+// #18 item 5: tokenize replies are split as events are (a reply to a 1 MiB text can be several
+// MiB: past the client's budget on its own), and the client library puts them together.
+TEST_F(ClientSize, ALargeTokenizeReplyArrivesSplitAndWhole) {
+  start();
+  const std::string text = many_token_text(400 << 10);
+  RawPeer peer(d_->endpoint());
+  peer.tokenize(9, text);
+  size_t messages = 0, largest = 0, ids = 0, count = 0;
+  for (bool more = true; more;) {
+    auto frame = peer.recv(30s);
+    ASSERT_TRUE(frame) << "the reply ended after " << messages << " messages";
+    v1::SchedulerReply r;
+    ASSERT_TRUE(runtime::parse_frame(*frame, r).is_ok());
+    ASSERT_TRUE(r.has_tokenized());
+    ASSERT_EQ(r.tokenized().error_message(), "");
+    EXPECT_EQ(r.tokenized().query_id(), 9u);
+    ++messages, largest = std::max(largest, frame->size());
+    ids += static_cast<size_t>(r.tokenized().ids_size());
+    count = r.tokenized().count(), more = r.tokenized().more();
+  }
+  std::printf("a %zu-byte text: %zu ids in %zu messages of at most %zu bytes\n", text.size(), ids, messages, largest);
+  EXPECT_EQ(ids, count);
+  EXPECT_GT(ids, size_t{100000});
+  EXPECT_GT(messages, 10u);
+  EXPECT_LE(largest, kReplyChunkBytes);
+  auto c = client_at(d_->endpoint());
+  ASSERT_TRUE(c);
+  auto got = c->tokenize(text_query(text), 30s);
+  ASSERT_TRUE(got) << got.status().to_string();
+  EXPECT_EQ(got->size(), count);
+}
+
+// A client that asks for large tokenize replies and never reads them holds at most its byte
+// budget of them: before they were split, each queued reply was the whole reply (400 KB
+// here), and the queue bound derived from the budget (48 messages of 16 KiB) held 40 of them.
+// A reply larger than the whole budget is refused, saying so.
+TEST_F(ClientSize, AClientThatNeverReadsItsTokenizeRepliesHoldsAtMostItsByteBudget) {
+  constexpr size_t kBudget = 768 << 10;
+  start({"--client-send-bytes", std::to_string(kBudget)});
+  const std::string text = many_token_text(400 << 10);
+  RawPeer slow(d_->endpoint(), /*rcvhwm=*/1);
+  for (uint64_t q = 1; q <= 40; ++q) slow.tokenize(q, text);
+  // Served meanwhile; then the queries are all answered (the pool answers in order).
+  expect_serving(d_->endpoint());
+  auto c = client_at(d_->endpoint());
+  ASSERT_TRUE(c);
+  auto probed = c->tokenize(text_query(text), 60s);
+  ASSERT_TRUE(probed) << probed.status().to_string() << "\n" << d_->output();
+  std::this_thread::sleep_for(500ms);
+  size_t bytes = 0, messages = 0;
+  while (auto frame = slow.recv(2s)) bytes += frame->size(), ++messages;
+  std::printf("the client that did not read got %zu bytes in %zu messages; the scheduler's peak grew by %llu KiB\n",
+              bytes, messages, static_cast<unsigned long long>(peak_growth_kib()));
+  EXPECT_GT(messages, 0u);
+  EXPECT_LT(bytes, kBudget + (512 << 10));
+  // (The scheduler's working memory for 40 texts of 400 KB being tokenized is most of this.)
+  EXPECT_LT(peak_growth_kib(), kRssMarginKib);
+  const TokenizeRequest probe = text_query(many_token_text((1 << 20) - 64));
+  auto refused = c->tokenize(probe, 60s);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.status().code(), Code::kOverloaded);
+  EXPECT_NE(refused.status().message().find("larger than this client's send budget"), std::string::npos)
+      << refused.status().message();
+  auto counted = c->count_tokens(probe, 60s);  // the count is still given
+  ASSERT_TRUE(counted) << counted.status().to_string();
+  EXPECT_EQ(*counted, probe.text.size() + 1);
   expect_serving(d_->endpoint());
 }
 
