@@ -57,7 +57,6 @@ class Actor final : public Sink {
         outbox_(static_cast<uint32_t>(client_limits_.send_hwm), outbox_callbacks()) {
     registration_.max_worker_kv_bytes = options.max_worker_kv_bytes ? options.max_worker_kv_bytes : host_mem_total();
     registration_.min_kv_bytes_per_token = min_kv_bytes_per_token(config);
-    registration_.kv_endpoint_allow = options.kv_endpoint_allow;
     if (options.prompt_threads > 0) {
       // Results come back through the loop, as any message does: the core is this thread's alone.
       pool_ = std::make_unique<PromptPool>(
@@ -98,6 +97,7 @@ class Actor final : public Sink {
   }
 
   Status start() {
+    TANDEM_RETURN_IF_ERROR(load_kv_endpoint_allow());
     TANDEM_RETURN_IF_ERROR(start_curve());
     auto clients = loop_.bind(
         zmq::socket_type::router, options_.client_endpoint,
@@ -204,26 +204,48 @@ class Actor final : public Sink {
     return list ? std::to_string(list->size()) : "any";
   }
 
-  // SIGHUP. A bad file keeps the lists in force. Workers whose key is gone are fenced as dead
-  // ones are (their sequences go elsewhere); connections of removed clients stay, their new
-  // requests are refused.
+  // --kv-endpoint-allow and the entries of --kv-endpoint-allow-file. A file that cannot be read
+  // leaves the list in force.
+  Status load_kv_endpoint_allow() {
+    std::vector<std::string> allow = options_.kv_endpoint_allow;
+    if (!options_.kv_endpoint_allow_file.empty()) {
+      auto listed = read_allow_file(options_.kv_endpoint_allow_file);
+      if (!listed) return listed.status();
+      allow.insert(allow.end(), listed->begin(), listed->end());
+      spdlog::info("scheduler: kv_endpoint allow-list: {} entries", allow.size());
+    }
+    registration_.kv_endpoint_allow = std::move(allow);
+    return Status::ok();
+  }
+
+  // SIGHUP: the kv_endpoint allow-list and the key allow-lists. A bad file keeps its list in
+  // force. Workers whose key is gone, or whose kv_endpoint is no longer allowed, are fenced as
+  // dead ones are (their sequences go elsewhere); connections of removed clients stay, their
+  // new requests are refused.
   void reload_allow_lists() {
+    std::vector<std::pair<std::string, const char*>> fenced;  // identity, why
+    if (Status st = load_kv_endpoint_allow(); !st) {
+      spdlog::error("scheduler: SIGHUP: {}; the kv_endpoint allow-list in force stays", st.message());
+    } else {
+      for (const auto& [identity, peer] : worker_by_identity_)
+        if (!peer.kv_endpoint.empty() &&
+            check_kv_endpoint(peer.kv_endpoint, peer.from, registration_.kv_endpoint_allow))
+          fenced.emplace_back(identity, "its kv_endpoint is no longer allowed");
+    }
     if (!zap_) {
-      spdlog::info("scheduler: SIGHUP: no allow-lists without --curve-keys; nothing to reload");
-      return;
-    }
-    if (Status st = load_allow_lists(); !st) {
+      spdlog::info("scheduler: SIGHUP: no key allow-lists without --curve-keys");
+    } else if (Status st = load_allow_lists(); !st) {
       spdlog::error("scheduler: SIGHUP: {}; the allow-lists in force stay", st.message());
-      return;
+    } else if (worker_keys_) {
+      for (const auto& [identity, peer] : worker_by_identity_)
+        if (!worker_keys_->find_name(peer.credential))
+          fenced.emplace_back(identity, "its key left the worker allow-list");
     }
-    if (!worker_keys_) return;
-    std::vector<std::string> fenced;
-    for (auto& [identity, peer] : worker_by_identity_)
-      if (!worker_keys_->find_name(peer.credential)) fenced.push_back(identity);
     const int64_t now = clock_us();
-    for (const std::string& identity : fenced) {
-      const WorkerPeer& peer = worker_by_identity_[identity];
-      spdlog::warn("scheduler: worker {} (pid {}) fenced: its key left the worker allow-list", peer.id, peer.pid);
+    for (const auto& [identity, why] : fenced) {
+      auto it = worker_by_identity_.find(identity);
+      if (it == worker_by_identity_.end()) continue;  // fenced for both reasons
+      spdlog::warn("scheduler: worker {} (pid {}) fenced: {}", it->second.id, it->second.pid, why);
       forget_worker(identity, now);
     }
     core_.tick(now);
@@ -309,7 +331,9 @@ class Actor final : public Sink {
     int64_t last_seen_us;
     std::string kv_format;
     uint64_t weight_bytes, kv_bytes;
-    std::string credential;  // its key's name on the worker allow-list; empty without one
+    std::string credential;   // its key's name on the worker allow-list; empty without one
+    std::string kv_endpoint;  // as registered, and where from: checked again when the allow-list changes
+    RegisteringPeer from;
   };
 
   ClientOutbox::Callbacks outbox_callbacks() {
@@ -672,7 +696,9 @@ class Actor final : public Sink {
                                                kv_format(reg),
                                                reg.weight_bytes(),
                                                uint64_t{reg.kv_blocks()} * reg.block_bytes(),
-                                               credential};
+                                               credential,
+                                               reg.kv_endpoint(),
+                                               peer};
     worker_identity_[id] = identity;
     core_.add_worker(id,
                      WorkerInfo{*role, reg.kv_blocks(), reg.block_tokens(), reg.kv_endpoint(), reg.kv_tail_blocks(),
