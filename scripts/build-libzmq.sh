@@ -64,14 +64,15 @@ dpkg-source -q -x "$dsc" "$src" 2>&1 | grep -v -e "^gpgv:" -e "^dpkg-source: war
 [ -d "$src/src" ] || { echo "build-libzmq: dpkg-source -x $dsc failed" >&2; exit 1; }
 for p in "${patches[@]}"; do patch -s -p1 -d "$src" <"$p"; done
 
-# 3. Build and install: static, position-independent (tandem's executables are PIE), CurveZMQ
-#    through libsodium as Debian's build has it; no tests, docs, perf tools or draft API. Always
-#    with the system's default compilers, whatever the build tree that asked uses.
+# 3. Build and install: static, position-independent (tandem's executables are PIE), and shared
+#    from the same objects (for the sanitizer builds: see CMakeLists.txt), CurveZMQ through
+#    libsodium as Debian's build has it; no tests, docs, perf tools or draft API. Always with
+#    the system's default compilers, whatever the build tree that asked uses.
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 env -u CC -u CXX -u CFLAGS -u CXXFLAGS -u LDFLAGS cmake -S "$src" -B "$cache/libzmq-build-$key" \
   -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$prefix" -DCMAKE_INSTALL_LIBDIR=lib \
-  -DBUILD_SHARED=OFF -DBUILD_STATIC=ON -DBUILD_TESTS=OFF -DWITH_PERF_TOOL=OFF -DWITH_DOCS=OFF \
+  -DBUILD_SHARED=ON -DBUILD_STATIC=ON -DBUILD_TESTS=OFF -DWITH_PERF_TOOL=OFF -DWITH_DOCS=OFF \
   -DWITH_DOC=OFF -DENABLE_DRAFTS=OFF -DENABLE_CPACK=OFF -DWITH_LIBSODIUM=ON -DENABLE_CURVE=ON \
   -DWITH_LIBBSD=OFF -DENABLE_WS=OFF "${launcher[@]}" >"$cache/libzmq-build-$key.log" 2>&1 ||
   { tail -30 "$cache/libzmq-build-$key.log"; exit 1; }
