@@ -40,6 +40,7 @@ Status scheduler_options_from(const Args& args, scheduler::ActorOptions& o) {
   if (!kv_bytes) return kv_bytes.status();
   o.max_worker_kv_bytes = static_cast<uint64_t>(*kv_bytes);
   if (auto allow = args.str("kv-endpoint-allow")) o.kv_endpoint_allow = scheduler::split_list(*allow);
+  o.kv_endpoint_allow_file = args.str("kv-endpoint-allow-file").value_or("");
   return Status::ok();
 }
 

@@ -147,8 +147,9 @@ namespace {
 // signals, reaps exits, restarts crashed workers and follows readiness.
 class Supervisor {
  public:
-  Supervisor(const DeployConfig& config, const Endpoints& ep, std::vector<ChildSpec> specs)
-      : config_(config), sv_(config.supervision), ep_(ep) {
+  Supervisor(const DeployConfig& config, const Endpoints& ep, std::vector<ChildSpec> specs,
+             std::function<void()> on_hangup)
+      : config_(config), sv_(config.supervision), ep_(ep), on_hangup_(std::move(on_hangup)) {
     for (ChildSpec& s : specs) {
       children_.emplace_back();
       children_.back().spec = std::move(s);
@@ -228,6 +229,7 @@ class Supervisor {
   std::optional<int> on_signals() {
     if (g_hangups > handled_hangups_) {
       handled_hangups_ = g_hangups;
+      if (on_hangup_) on_hangup_();
       say("SIGHUP: the scheduler re-reads its allow-lists");
       if (scheduler().pid > 0) kill(scheduler().pid, SIGHUP);
     }
@@ -341,6 +343,7 @@ class Supervisor {
   const DeployConfig& config_;
   const Supervision& sv_;
   const Endpoints& ep_;
+  const std::function<void()> on_hangup_;
   std::vector<Child> children_;  // the scheduler first
   std::unique_ptr<Client> client_;
   Clock::time_point ready_deadline_;
@@ -351,13 +354,14 @@ class Supervisor {
 
 }  // namespace
 
-int supervise(const DeployConfig& config, const Endpoints& ep, std::vector<ChildSpec> specs) {
+int supervise(const DeployConfig& config, const Endpoints& ep, std::vector<ChildSpec> specs,
+              std::function<void()> on_hangup) {
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGHUP, &sa, nullptr);
-  return Supervisor(config, ep, std::move(specs)).run();
+  return Supervisor(config, ep, std::move(specs), std::move(on_hangup)).run();
 }
 
 }  // namespace tandem::cli

@@ -6,6 +6,7 @@
 // admitting, finishes or cancels what runs, exits); a second signal stops at once.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -32,7 +33,9 @@ std::vector<ChildSpec> plan_children(const DeployConfig& config, const Endpoints
 // Runs the deployment until it is drained or stopped. Prints one line per start, stop and
 // restart on stdout ("tandem: ..."). Returns the process exit code: 0 after a drain or a
 // clean scheduler exit, 1 when the scheduler died, nothing became ready, or every worker
-// was given up.
-int supervise(const DeployConfig& config, const Endpoints& endpoints, std::vector<ChildSpec> children);
+// was given up. `on_hangup`, if given, runs on each SIGHUP before it is passed on to the
+// scheduler (to rewrite the files the scheduler re-reads then).
+int supervise(const DeployConfig& config, const Endpoints& endpoints, std::vector<ChildSpec> children,
+              std::function<void()> on_hangup = {});
 
 }  // namespace tandem::cli

@@ -19,6 +19,7 @@
 #include "cli/supervisor.h"
 #include "cli/worker_cmd.h"
 #include "runtime/security.h"
+#include "scheduler/registration.h"
 
 namespace tandem::cli {
 
@@ -31,7 +32,8 @@ constexpr const char* kNotes =
     "restarted with backoff (given up after --max-restarts crashes in a row). Prints the client endpoint\n"
     "and a ready line once every worker has registered. SIGTERM or Ctrl-C drains (no new requests,\n"
     "running ones finish within --drain-timeout-ms, then are cancelled); a second signal stops at once.\n"
-    "SIGHUP is passed on to the scheduler, which re-reads its allow-lists (--worker-keys, --client-keys).\n"
+    "SIGHUP re-reads kv_endpoint_allow from the config file and passes the signal on to the scheduler,\n"
+    "which re-reads its allow-lists (that one, --worker-keys, --client-keys).\n"
     "Flags override the config file (see deploy/local.toml); every setting has a key there.\n";
 
 std::string self_exe() {
@@ -119,6 +121,52 @@ Status prepare_worker_credentials(DeployConfig& c) {
   return Status::ok();
 }
 
+// [scheduler] kv_endpoint_allow (with tandem up's own KV sockets) reaches the scheduler through
+// a file in the runtime folder, which SIGHUP rewrites from the config file before the scheduler
+// re-reads it: the list reloads with the key allow-lists. Its first line marks it as tandem's:
+// a file of that name that is not is never overwritten.
+constexpr const char* kKvAllowFile = "kv-endpoint.allow";
+constexpr const char* kKvAllowHeader =
+    "# tandem up: [scheduler] kv_endpoint_allow and its own KV sockets; rewritten on SIGHUP\n";
+
+// Moves the scheduler's --kv-endpoint-allow (in `argv`) into the file at `path` and gives the
+// scheduler --kv-endpoint-allow-file instead.
+Status write_kv_allow(const std::string& path, std::vector<std::string>& argv) {
+  std::string list;
+  if (auto it = std::find(argv.begin(), argv.end(), "--kv-endpoint-allow"); it != argv.end()) {
+    list = *(it + 1);
+    argv.erase(it, it + 2);
+  }
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0) {
+    std::ifstream in(path);
+    std::string first;
+    std::getline(in, first);
+    if (!S_ISREG(st.st_mode) || first + "\n" != kKvAllowHeader)
+      return Status::invalid(path + " exists and is not tandem up's: remove it or use another runtime folder");
+  }
+  std::ofstream f(path, std::ios::trunc);
+  f << kKvAllowHeader;
+  for (const std::string& entry : scheduler::split_list(list)) f << entry << "\n";
+  f.close();
+  if (!f) return Status::invalid("cannot write " + path);
+  argv.insert(argv.end(), {"--kv-endpoint-allow-file", path});
+  return Status::ok();
+}
+
+// The deployment as the config file and the flags describe it now (for SIGHUP).
+Result<DeployConfig> reload_config(const Args& args) {
+  DeployConfig config;
+  if (auto path = args.str("config")) {
+    auto loaded = load_config(*path);
+    if (!loaded) return loaded.status();
+    config = std::move(loaded.value());
+  }
+  TANDEM_RETURN_IF_ERROR(apply_flags(args, config));
+  TANDEM_RETURN_IF_ERROR(check_deployment(config));
+  return config;
+}
+
 }  // namespace
 
 int up_command(int argc, char** argv) {
@@ -153,7 +201,19 @@ int up_command(int argc, char** argv) {
   const Endpoints ep = endpoints_in(config, runtime->path());
   std::vector<ChildSpec> children = plan_children(config, ep, self_exe());
   const std::vector<std::string> sockets = runtime_sockets(ep, children);
-  const int code = supervise(config, ep, std::move(children));
+  const std::string kv_allow = runtime->path() + "/" + kKvAllowFile;
+  if (Status st = write_kv_allow(kv_allow, children[0].argv); !st) {
+    runtime->remove(sockets);
+    return fail("up", st);
+  }
+  const int code = supervise(config, ep, std::move(children), [&] {
+    auto fresh = reload_config(*args);
+    std::vector<ChildSpec> now = fresh ? plan_children(*fresh, ep, self_exe()) : std::vector<ChildSpec>{};
+    Status st = fresh ? write_kv_allow(kv_allow, now[0].argv) : fresh.status();
+    if (!st)
+      std::fprintf(stderr, "tandem: SIGHUP: %s; the kv_endpoint allow-list in force stays\n", st.message().c_str());
+  });
+  ::unlink(kv_allow.c_str());
   runtime->remove(sockets);
   return code;
 }

@@ -512,6 +512,7 @@ class Core {
   struct QueryWaiter {
     std::shared_ptr<std::promise<Result<T>>> reply;
     std::shared_ptr<void> timeout;
+    std::vector<int32_t> ids;  // of the parts received so far (a reply over 16 KiB comes in parts)
   };
   template <class T>
   using QueryWaiters = std::unordered_map<uint64_t, QueryWaiter<T>>;
@@ -568,6 +569,7 @@ class Core {
     uint64_t query_id = 0;
     std::shared_ptr<std::promise<Result<StatusInfo>>> reply;  // null: a liveness probe
     std::shared_ptr<void> timeout;
+    std::optional<v1::StatusReply> partial;  // the parts received so far of a reply in parts
   };
 
   // A refused request's final event is delivered at once, on the calling thread.
@@ -643,6 +645,23 @@ class Core {
       return reply->set_value(
           Status::error(Code::kUnavailable, "cannot send to the scheduler at " + options_.endpoint));
     add_waiter(last_query_id_, due, std::move(reply));
+  }
+
+  // A tokenize reply or a part of one (`more`: the ids continue in the next).
+  void on_tokenized(const v1::TokenizeReply& t) {
+    if (t.error_code() != v1::ERROR_CODE_UNSPECIFIED)
+      return answer_query(tokenize_waiters_, t.query_id(),
+                          Result<Tokenized>(Status::error(from_wire(t.error_code()), t.error_message())));
+    auto it = tokenize_waiters_.find(t.query_id());
+    if (it == tokenize_waiters_.end()) return;  // answered or timed out already
+    std::vector<int32_t>& ids = it->second.ids;
+    ids.insert(ids.end(), t.ids().begin(), t.ids().end());
+    if (ids.size() > t.count())
+      return answer_query(tokenize_waiters_, t.query_id(),
+                          Result<Tokenized>(Status::error(Code::kInternal, "tokenize reply: more ids than its count")));
+    if (t.more()) return;
+    std::vector<int32_t> all = std::move(ids);
+    answer_query(tokenize_waiters_, t.query_id(), Result<Tokenized>(Tokenized{std::move(all), t.count()}));
   }
 
   void add_waiter(uint64_t query_id, Clock::time_point due, std::shared_ptr<std::promise<Result<StatusInfo>>> reply) {
@@ -738,17 +757,16 @@ class Core {
         // timed out here matches no waiter and is dropped.
         const uint64_t id = reply.status().query_id();
         auto it = id == 0 ? waiters_.begin() : find_waiter(id);
-        if (it != waiters_.end()) answer(it, from_wire(reply.status()));
+        if (it == waiters_.end()) return;
+        if (!it->partial && !reply.status().more()) return answer(it, from_wire(reply.status()));
+        if (!it->partial)
+          it->partial = reply.status();
+        else
+          for (const v1::WorkerStatus& w : reply.status().workers()) *it->partial->add_workers() = w;
+        if (!reply.status().more()) answer(it, from_wire(*it->partial));
         return;
       }
-      case v1::SchedulerReply::kTokenized: {
-        const v1::TokenizeReply& t = reply.tokenized();
-        if (t.error_code() != v1::ERROR_CODE_UNSPECIFIED)
-          return answer_query(tokenize_waiters_, t.query_id(),
-                              Result<Tokenized>(Status::error(from_wire(t.error_code()), t.error_message())));
-        return answer_query(tokenize_waiters_, t.query_id(),
-                            Result<Tokenized>(Tokenized{{t.ids().begin(), t.ids().end()}, t.count()}));
-      }
+      case v1::SchedulerReply::kTokenized: return on_tokenized(reply.tokenized());
       case v1::SchedulerReply::kMetrics:
         return answer_query(metrics_waiters_, reply.metrics().query_id(),
                             Result<std::string>(prometheus_text(reply.metrics())));

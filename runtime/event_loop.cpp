@@ -116,6 +116,9 @@ Status Socket::configure(zmq::socket_type type, const std::string& identity, con
 
   int64_t max_bytes = l.max_message_bytes;
   TANDEM_RETURN_IF_ERROR(set(ZMQ_MAXMSGSIZE, &max_bytes, sizeof(max_bytes), "ZMQ_MAXMSGSIZE"));
+  int64_t max_total = l.max_multipart_bytes >= 0 ? l.max_multipart_bytes : max_bytes + ZMQ_TANDEM_FRAME_OVERHEAD;
+  TANDEM_RETURN_IF_ERROR(
+      set(ZMQ_TANDEM_MAX_MULTIPART_BYTES, &max_total, sizeof(max_total), "ZMQ_TANDEM_MAX_MULTIPART_BYTES"));
   TANDEM_RETURN_IF_ERROR(set_int(ZMQ_SNDHWM, l.send_hwm, "ZMQ_SNDHWM"));
   TANDEM_RETURN_IF_ERROR(set_int(ZMQ_RCVHWM, l.recv_hwm, "ZMQ_RCVHWM"));
   TANDEM_RETURN_IF_ERROR(set_int(ZMQ_LINGER, l.linger_ms, "ZMQ_LINGER"));

@@ -36,10 +36,15 @@ struct SocketLimits {
   // ZMQ_HANDSHAKE_IVL: a peer that has not finished the ZMTP (and CURVE) handshake by then is
   // dropped, so half-open connections cannot pile up (libzmq's default is 30 s).
   int handshake_ivl_ms = 10000;
+  // ZMQ_TANDEM_MAX_MULTIPART_BYTES (tandem's libzmq patch, third_party/libzmq/): the most one
+  // inbound message may take over all its frames, each charged ZMQ_TANDEM_FRAME_OVERHEAD (64)
+  // on top of its payload; past it ZeroMQ drops the peer as it reads, so a message of many
+  // small (or empty) frames is never held whole. Negative: one frame's worth,
+  // max_message_bytes + 64 (every tandem message but a KV transfer is one frame).
+  int64_t max_multipart_bytes = -1;
   // Frames of one inbound message the handler is given at most (0: no bound). Past it the
   // rest are read and released one by one, not kept: the handler gets the first
   // max_message_parts frames and Socket::last_message_parts() says how many there were.
-  // (ZeroMQ itself still holds a multipart message whole until its last frame has arrived.)
   size_t max_message_parts = 0;
 };
 

@@ -60,7 +60,6 @@ class Actor final : public Sink {
         outbox_(static_cast<uint32_t>(client_limits_.send_hwm), outbox_callbacks()) {
     registration_.max_worker_kv_bytes = options.max_worker_kv_bytes ? options.max_worker_kv_bytes : host_mem_total();
     registration_.min_kv_bytes_per_token = min_kv_bytes_per_token(config);
-    registration_.kv_endpoint_allow = options.kv_endpoint_allow;
     if (options.prompt_threads > 0) {
       // Results come back through the loop, as any message does: the core is this thread's alone.
       pool_ = std::make_unique<PromptPool>(
@@ -86,8 +85,10 @@ class Actor final : public Sink {
   }
 
   // The client socket's: inbound messages of one frame, at most the largest Submit a client
-  // may send under the admission limits; outbound, the queue bound that keeps a client's
-  // queued replies within client_send_bytes.
+  // may send under the admission limits, and no more than that over all the frames of one
+  // message (max_multipart_bytes left at one frame's worth: ZeroMQ drops a peer whose message
+  // of many small frames passes it); outbound, the queue bound that keeps a client's queued
+  // replies within client_send_bytes.
   static runtime::SocketLimits client_socket_limits(const ActorOptions& options, const model::ModelConfig& config) {
     runtime::SocketLimits l = limits(options);
     AdmissionLimits admission;
@@ -99,6 +100,7 @@ class Actor final : public Sink {
   }
 
   Status start() {
+    TANDEM_RETURN_IF_ERROR(load_kv_endpoint_allow());
     TANDEM_RETURN_IF_ERROR(start_curve());
     auto clients = loop_.bind(
         zmq::socket_type::router, options_.client_endpoint,
@@ -205,26 +207,48 @@ class Actor final : public Sink {
     return list ? std::to_string(list->size()) : "any";
   }
 
-  // SIGHUP. A bad file keeps the lists in force. Workers whose key is gone are fenced as dead
-  // ones are (their sequences go elsewhere); connections of removed clients stay, their new
-  // requests are refused.
+  // --kv-endpoint-allow and the entries of --kv-endpoint-allow-file. A file that cannot be read
+  // leaves the list in force.
+  Status load_kv_endpoint_allow() {
+    std::vector<std::string> allow = options_.kv_endpoint_allow;
+    if (!options_.kv_endpoint_allow_file.empty()) {
+      auto listed = read_allow_file(options_.kv_endpoint_allow_file);
+      if (!listed) return listed.status();
+      allow.insert(allow.end(), listed->begin(), listed->end());
+      spdlog::info("scheduler: kv_endpoint allow-list: {} entries", allow.size());
+    }
+    registration_.kv_endpoint_allow = std::move(allow);
+    return Status::ok();
+  }
+
+  // SIGHUP: the kv_endpoint allow-list and the key allow-lists. A bad file keeps its list in
+  // force. Workers whose key is gone, or whose kv_endpoint is no longer allowed, are fenced as
+  // dead ones are (their sequences go elsewhere); connections of removed clients stay, their
+  // new requests are refused.
   void reload_allow_lists() {
+    std::vector<std::pair<std::string, const char*>> fenced;  // identity, why
+    if (Status st = load_kv_endpoint_allow(); !st) {
+      spdlog::error("scheduler: SIGHUP: {}; the kv_endpoint allow-list in force stays", st.message());
+    } else {
+      for (const auto& [identity, peer] : worker_by_identity_)
+        if (!peer.kv_endpoint.empty() &&
+            check_kv_endpoint(peer.kv_endpoint, peer.from, registration_.kv_endpoint_allow))
+          fenced.emplace_back(identity, "its kv_endpoint is no longer allowed");
+    }
     if (!zap_) {
-      spdlog::info("scheduler: SIGHUP: no allow-lists without --curve-keys; nothing to reload");
-      return;
-    }
-    if (Status st = load_allow_lists(); !st) {
+      spdlog::info("scheduler: SIGHUP: no key allow-lists without --curve-keys");
+    } else if (Status st = load_allow_lists(); !st) {
       spdlog::error("scheduler: SIGHUP: {}; the allow-lists in force stay", st.message());
-      return;
+    } else if (worker_keys_) {
+      for (const auto& [identity, peer] : worker_by_identity_)
+        if (!worker_keys_->find_name(peer.credential))
+          fenced.emplace_back(identity, "its key left the worker allow-list");
     }
-    if (!worker_keys_) return;
-    std::vector<std::string> fenced;
-    for (auto& [identity, peer] : worker_by_identity_)
-      if (!worker_keys_->find_name(peer.credential)) fenced.push_back(identity);
     const int64_t now = clock_us();
-    for (const std::string& identity : fenced) {
-      const WorkerPeer& peer = worker_by_identity_[identity];
-      spdlog::warn("scheduler: worker {} (pid {}) fenced: its key left the worker allow-list", peer.id, peer.pid);
+    for (const auto& [identity, why] : fenced) {
+      auto it = worker_by_identity_.find(identity);
+      if (it == worker_by_identity_.end()) continue;  // fenced for both reasons
+      spdlog::warn("scheduler: worker {} (pid {}) fenced: {}", it->second.id, it->second.pid, why);
       forget_worker(identity, now);
     }
     core_.tick(now);
@@ -310,7 +334,9 @@ class Actor final : public Sink {
     int64_t last_seen_us;
     std::string kv_format;
     uint64_t weight_bytes, kv_bytes;
-    std::string credential;  // its key's name on the worker allow-list; empty without one
+    std::string credential;   // its key's name on the worker allow-list; empty without one
+    std::string kv_endpoint;  // as registered, and where from: checked again when the allow-list changes
+    RegisteringPeer from;
   };
 
   ClientOutbox::Callbacks outbox_callbacks() {
@@ -487,7 +513,33 @@ class Actor final : public Sink {
                                                                  : v1::ERROR_CODE_INVALID_ARGUMENT);
       r->set_error_message(ids.status().message());
     }
-    send(*clients_, waiter.identity, reply_);
+    send_query_reply(*clients_, waiter.identity);
+  }
+
+  // Sends reply_ (a query's) in messages of at most kReplyChunkBytes, as events are: what a
+  // client's socket queues stays within its byte budget (queue bound x kReplyChunkBytes). A
+  // tokenize reply larger than the whole budget is refused instead (OVERLOADED, naming it). A
+  // client whose queue is full is not reading: the rest of the reply is dropped (its query
+  // times out on its side) and its requests' events find the queue full too (ClientOutbox).
+  void send_query_reply(runtime::Socket& socket, const std::string& identity) {
+    split_query_reply(reply_, kReplyChunkBytes, reply_parts_);
+    const size_t queue_bound = static_cast<size_t>(client_limits_.send_hwm);
+    if (&socket == clients_.get() && reply_parts_.size() > queue_bound && reply_.has_tokenized()) {
+      v1::TokenizeReply* r = reply_.mutable_tokenized();
+      r->clear_ids();
+      r->set_error_code(v1::ERROR_CODE_OVERLOADED);
+      r->set_error_message("the reply (" + std::to_string(reply_parts_.size()) + " messages of up to " +
+                           std::to_string(kReplyChunkBytes) + " bytes) is larger than this client's send budget (" +
+                           std::to_string(queue_bound) + " messages, --client-send-bytes " +
+                           std::to_string(options_.client_send_bytes) + "): ask for the count only");
+      split_query_reply(reply_, kReplyChunkBytes, reply_parts_);
+    }
+    for (const v1::SchedulerReply& part : reply_parts_) {
+      if (runtime::SendResult st = try_send(socket, identity, part); !st) {
+        spdlog::debug("scheduler: a query reply to a client was dropped: {}", st.message());
+        return;
+      }
+    }
   }
 
   // A handler's thread CPU time since `cpu0`, counted as a planning stall past 1 ms.
@@ -654,7 +706,9 @@ class Actor final : public Sink {
                                                kv_format(reg),
                                                reg.weight_bytes(),
                                                uint64_t{reg.kv_blocks()} * reg.block_bytes(),
-                                               credential};
+                                               credential,
+                                               reg.kv_endpoint(),
+                                               peer};
     worker_identity_[id] = identity;
     core_.add_worker(id,
                      WorkerInfo{*role, reg.kv_blocks(), reg.block_tokens(), reg.kv_endpoint(), reg.kv_tail_blocks(),
@@ -750,15 +804,16 @@ class Actor final : public Sink {
       return WorkerPeerInfo{peer.pid, peer.last_seen_us, peer.weight_bytes, peer.kv_bytes};
     };
     fill_status_reply(core_, actor, *reply_.mutable_status());
-    send(socket, identity, reply_);
+    send_query_reply(socket, identity);
   }
 
-  // The MetricsReply: a few KiB (about 0.3 KiB more per worker), sent as the StatusReply is.
+  // The MetricsReply: a few KiB (about 0.3 KiB more per worker), sent as the StatusReply is
+  // (one part below 16 KiB, counted in the client's byte budget).
   void send_metrics(runtime::Socket& socket, const std::string& identity, uint64_t query_id) {
     reply_.Clear();
     reply_.set_version(kVersion);
     fill_metrics_reply(core_, model_name_, query_id, *reply_.mutable_metrics());
-    send(socket, identity, reply_);
+    send_query_reply(socket, identity);
   }
 
   // Draining: no new admissions; what runs gets until the deadline, then is cancelled.
@@ -830,6 +885,7 @@ class Actor final : public Sink {
   v1::ClientMessage client_msg_;
   v1::WorkerMessage worker_msg_;
   v1::SchedulerReply reply_;
+  std::vector<v1::SchedulerReply> reply_parts_;  // reply_ in messages of at most kReplyChunkBytes
   v1::SchedulerCommand command_;
   std::unordered_map<uint64_t, TokenizeWaiter> queries_;  // tokenize queries on the pool, by job
   uint64_t next_query_job_ = 1;

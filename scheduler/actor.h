@@ -39,8 +39,11 @@ struct ActorOptions {
   std::string curve_keys_dir;         // CurveZMQ server keys (runtime/security.h); empty: none
   // A Register's kv_blocks x block_bytes at most (registration.h); 0: this host's MemTotal.
   uint64_t max_worker_kv_bytes = 0;
-  // kv_endpoints taken from any worker, beyond its own address (registration.h).
+  // kv_endpoints taken from any worker, beyond its own address (registration.h): these and the
+  // entries of kv_endpoint_allow_file (read_allow_file), which SIGHUP re-reads; a decode worker
+  // whose kv_endpoint is no longer allowed then is fenced.
   std::vector<std::string> kv_endpoint_allow;
+  std::string kv_endpoint_allow_file;
   // Allow-lists (runtime/zap.h), with CurveZMQ only; SIGHUP re-reads both. Empty: any holder of
   // server.pub may connect there. A worker whose key leaves the list is fenced; a client whose
   // key leaves it has its new requests refused.

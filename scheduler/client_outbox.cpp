@@ -1,5 +1,7 @@
 #include "scheduler/client_outbox.h"
 
+#include <google/protobuf/io/coded_stream.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -14,6 +16,77 @@ namespace {
 constexpr size_t kElementFraming = 6;
 
 }  // namespace
+
+namespace {
+
+// The bytes a part's encoding may grow by past the sum of its pieces: the length prefixes of
+// the body and of a packed field.
+constexpr size_t kPrefixSlack = 16;
+
+void split_ids(const v1::SchedulerReply& whole, size_t max_bytes, std::vector<v1::SchedulerReply>& parts) {
+  const v1::TokenizeReply& t = whole.tokenized();
+  auto open_part = [&] {
+    v1::SchedulerReply& p = parts.emplace_back();
+    p.set_version(whole.version());
+    v1::TokenizeReply* r = p.mutable_tokenized();
+    r->set_query_id(t.query_id());
+    r->set_count(t.count());
+    r->set_more(true);
+    return r;
+  };
+  v1::TokenizeReply* part = open_part();
+  const size_t fixed = parts.back().ByteSizeLong() + kPrefixSlack;
+  size_t bytes = fixed;
+  for (int32_t id : t.ids()) {
+    const size_t size = google::protobuf::io::CodedOutputStream::VarintSize32SignExtended(id);
+    if (bytes + size > max_bytes) {
+      part = open_part();
+      bytes = fixed;
+    }
+    part->add_ids(id);
+    bytes += size;
+  }
+  part->clear_more();
+}
+
+void split_workers(const v1::SchedulerReply& whole, size_t max_bytes, std::vector<v1::SchedulerReply>& parts) {
+  const v1::StatusReply& s = whole.status();
+  v1::SchedulerReply& first = parts.emplace_back(whole);
+  first.mutable_status()->clear_workers();
+  first.mutable_status()->set_more(true);
+  v1::StatusReply* part = first.mutable_status();
+  size_t bytes = first.ByteSizeLong() + kPrefixSlack;
+  for (const v1::WorkerStatus& w : s.workers()) {
+    const size_t w_bytes = w.ByteSizeLong();
+    const size_t size = 1 + google::protobuf::io::CodedOutputStream::VarintSize64(w_bytes) + w_bytes;
+    if (bytes + size > max_bytes && part->workers_size() > 0) {
+      v1::SchedulerReply& next = parts.emplace_back();
+      next.set_version(whole.version());
+      part = next.mutable_status();
+      part->set_query_id(s.query_id());
+      part->set_more(true);
+      bytes = next.ByteSizeLong() + kPrefixSlack;
+    }
+    *part->add_workers() = w;
+    bytes += size;
+  }
+  part->clear_more();
+}
+
+}  // namespace
+
+void split_query_reply(const v1::SchedulerReply& whole, size_t max_bytes, std::vector<v1::SchedulerReply>& parts) {
+  parts.clear();
+  if (whole.ByteSizeLong() <= max_bytes) {
+    parts.push_back(whole);
+  } else if (whole.has_tokenized()) {
+    split_ids(whole, max_bytes, parts);
+  } else if (whole.has_status()) {
+    split_workers(whole, max_bytes, parts);
+  } else {
+    parts.push_back(whole);
+  }
+}
 
 uint32_t send_hwm_for(uint64_t budget_bytes, uint32_t queue_bound) {
   const uint64_t messages = budget_bytes / kReplyChunkBytes;

@@ -47,6 +47,15 @@ static_assert(kReplyChunkBytes < runtime::kClientReceiveLimitBytes);
 // `budget_bytes`: budget / kReplyChunkBytes, at least 16 and at most `queue_bound`.
 uint32_t send_hwm_for(uint64_t budget_bytes, uint32_t queue_bound);
 
+// Splits the reply to a query (a StatusReply or a TokenizeReply; anything else stays whole)
+// into `parts` (cleared first) of at most `max_bytes` encoded each, so that query
+// replies too keep a client's queue within its byte budget: a status's workers and a tokenize
+// reply's ids continue in later parts under the same query_id, every other field in the
+// first part (a TokenizeReply's count in each), `more` set on every part but the last. A
+// reply that fits is one part, unchanged. `max_bytes` must leave room for a part's fixed
+// fields and one worker (at least 1 KiB).
+void split_query_reply(const v1::SchedulerReply& whole, size_t max_bytes, std::vector<v1::SchedulerReply>& parts);
+
 class ClientOutbox {
  public:
   // At most every 20 ms: often enough that a client that reads again soon gets its final

@@ -80,6 +80,17 @@ std::vector<std::string> split_list(const std::string& list) {
   return out;
 }
 
+Result<std::vector<std::string>> read_allow_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::invalid("--kv-endpoint-allow-file " + path + ": cannot read it");
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);) {
+    for (const std::string& entry : split_list(line.substr(0, line.find('#')))) out.push_back(entry);
+  }
+  if (in.bad()) return Status::invalid("--kv-endpoint-allow-file " + path + ": read error");
+  return out;
+}
+
 uint64_t host_mem_total(const std::string& meminfo) {
   std::ifstream in(meminfo);
   std::string key;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/model_config.h"
+#include "runtime/status.h"
 #include "tandem/v1/worker.pb.h"
 
 namespace tandem::scheduler {
@@ -54,6 +55,10 @@ std::optional<Refusal> check_kv_endpoint(const std::string& endpoint, const Regi
 
 // "a, b ,c" -> {"a", "b", "c"} (the flag's and the TOML key's form).
 std::vector<std::string> split_list(const std::string& list);
+
+// The entries of a --kv-endpoint-allow-file: each line a list as split_list takes it, text
+// after '#' ignored. kInvalidArgument naming the file when it cannot be read.
+Result<std::vector<std::string>> read_allow_file(const std::string& path);
 
 // /proc/meminfo's MemTotal in bytes; 0 when it cannot be read.
 uint64_t host_mem_total(const std::string& meminfo = "/proc/meminfo");

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Installs tandem's build and test dependencies from Debian's packages (Debian 12).
-# Idempotent: only missing packages are installed; a second run does nothing.
+# Idempotent: only missing packages are installed; a second run does nothing. Then builds
+# tandem's libzmq (scripts/build-libzmq.sh) if this machine does not have it yet.
 set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config
-  libzmq3-dev cppzmq-dev               # transport between actors
+  cppzmq-dev libsodium-dev             # transport between actors: cppzmq headers; libzmq itself is
+                                       # built by scripts/build-libzmq.sh (Debian's source + a patch)
+  dpkg-dev patch                       # build-libzmq.sh: unpacking and patching the source package
   libprotobuf-dev protobuf-compiler    # the wire format (proto/)
   libboost-dev                         # Asio event loops
   libopenblas-dev                      # BLAS (sgemm rate reference, optional GEMM backend)
@@ -32,12 +35,16 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && { echo "install-deps: all ${#packages[@]} packages present"; exit 0; }
-
-echo "install-deps: installing ${missing[*]}"
-sudo=""
-[ "$(id -u)" -ne 0 ] && sudo="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-echo "install-deps: done"
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+else
+  echo "install-deps: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  echo "install-deps: done"
+fi
+# libzmq with tandem's patch, built once per machine (nothing to do when it is there).
+bash "$(dirname "$0")/build-libzmq.sh"

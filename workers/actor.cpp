@@ -93,8 +93,12 @@ class Actor {
   Status start() {
     TANDEM_RETURN_IF_ERROR(start_curve());
     if (options_.role == runtime::Role::kDecode) {
+      // A transfer is many frames: bounded as a whole by the largest this pool can take.
+      runtime::SocketLimits limits = loop_.limits();
+      limits.max_multipart_bytes = static_cast<int64_t>(max_transfer_bytes(*pool_, engine_->config().context_length));
       auto kv = loop_.bind(
-          zmq::socket_type::pull, options_.kv_endpoint, [this](runtime::Frames& f) { on_transfer(f); }, kv_keys_);
+          zmq::socket_type::pull, options_.kv_endpoint, [this](runtime::Frames& f) { on_transfer(f); }, kv_keys_,
+          limits);
       if (!kv) return kv.status();
       kv_in_ = std::move(kv.value());
       spdlog::info("worker: receiving KV on {}", kv_in_->endpoint());

@@ -1,5 +1,6 @@
 #include "workers/kv_transfer.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -16,6 +17,14 @@ void for_each_region(const engine::KvPool& pool, Fn fn) {
       for (uint32_t kv = 0; kv < 2; ++kv) fn(l, h, kv);
 }
 }  // namespace
+
+uint64_t max_transfer_bytes(const engine::KvPool& pool, uint32_t context_length) {
+  const uint64_t blocks =
+      std::min<uint64_t>(transfer_blocks(context_length, pool.block_tokens()), pool.n_blocks()) + pool.tail_blocks();
+  const uint64_t frames = 1 + uint64_t{pool.n_layers()} * pool.n_kv_heads() * 2 * blocks;
+  const uint64_t header = 4096 + 5 * (uint64_t{context_length} + blocks + 3 * pool.n_layers());
+  return blocks * pool.block_bytes() + header + frames * ZMQ_TANDEM_FRAME_OVERHEAD;
+}
 
 void pack_transfer(engine::KvPool& pool, std::span<const int32_t> positions_blocks, std::span<const int32_t> tail,
                    v1::KvTransfer& header, runtime::Frames& out) {

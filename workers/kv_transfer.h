@@ -23,6 +23,13 @@ inline uint32_t transfer_blocks(uint32_t positions, uint32_t block_tokens) {
   return (positions + block_tokens - 1) / block_tokens;
 }
 
+// The most a transfer into `pool` of a sequence of up to `context_length` positions takes as
+// ZeroMQ counts a message (payloads plus ZMQ_TANDEM_FRAME_OVERHEAD a frame): every block it
+// can carry, one frame per block and region at worst (no two blocks consecutive), and a
+// header with a token (5 bytes at most) per position and a run per block. The decode worker's
+// KV socket drops a peer that sends a larger message as it reads it.
+uint64_t max_transfer_bytes(const engine::KvPool& pool, uint32_t context_length);
+
 // Appends the frames of a transfer of `blocks` (the sequence's first blocks, enough for
 // header.positions()) to `out`: the header (its run_blocks and region_block_bytes filled
 // here) and the raw frames. The pool's memory must stay as it is until ZeroMQ has sent

@@ -637,6 +637,48 @@ TEST(Client, TokenizeAndCountTokensRoundTrip) {
   scheduler.join();
 }
 
+// Replies over 16 KiB come in parts (the scheduler's split_query_reply): the client puts a
+// status's workers and a tokenize reply's ids together, in order. Here three parts each.
+TEST(Client, StatusAndTokenizeRepliesInPartsAreJoined) {
+  FakeScheduler fake;
+  auto client = connect(fake);
+  std::thread scheduler([&] {
+    for (int i = 0; i < 2; ++i) {
+      auto got = fake.recv();
+      ASSERT_TRUE(got);
+      for (int part = 0; part < 3; ++part) {
+        v1::SchedulerReply r;
+        if (got->msg.has_status()) {
+          v1::StatusReply* s = r.mutable_status();
+          s->set_query_id(got->msg.status().query_id());
+          if (part == 0) s->set_queued(4);  // the other fields come in the first part only
+          for (uint32_t w = 1; w <= 200; ++w) s->add_workers()->set_worker_id(part * 200 + w);
+          s->set_more(part < 2);
+        } else {
+          v1::TokenizeReply* t = r.mutable_tokenized();
+          t->set_query_id(got->msg.tokenize().query_id());
+          for (int32_t id = 0; id < 1000; ++id) t->add_ids(part * 1000 + id);
+          t->set_count(3000);
+          t->set_more(part < 2);
+        }
+        fake.send(got->identity, r);
+      }
+    }
+  });
+  auto st = client->status(5s);
+  ASSERT_TRUE(st) << st.status().to_string();
+  EXPECT_EQ(st->queued, 4u);
+  ASSERT_EQ(st->workers.size(), 600u);
+  for (uint32_t w = 0; w < 600; ++w) EXPECT_EQ(st->workers[w].id, w + 1);
+  TokenizeRequest t;
+  t.text = "hello";
+  auto ids = client->tokenize(t, 5s);
+  ASSERT_TRUE(ids) << ids.status().to_string();
+  ASSERT_EQ(ids->size(), 3000u);
+  for (int32_t i = 0; i < 3000; ++i) ASSERT_EQ((*ids)[static_cast<size_t>(i)], i);
+  scheduler.join();
+}
+
 TEST(Client, TokenizeWithoutAReplyIsUnavailableAtItsTimeout) {
   FakeScheduler fake;
   auto client = connect(fake);

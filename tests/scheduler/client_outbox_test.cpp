@@ -272,5 +272,73 @@ TEST(ClientOutbox, TheSendQueueBoundComesFromTheByteBudget) {
   EXPECT_EQ(send_hwm_for(1, 10000), 16u);           // never below 16 messages
 }
 
+// Query replies are split as events are (#18 item 5): a tokenize reply's ids and a status's
+// workers continue in parts of at most the chunk size, in order, under the same query id.
+TEST(SplitQueryReply, ATokenizeReplyComesInPartsOfAtMostTheChunkSize) {
+  v1::SchedulerReply whole;
+  whole.set_version(runtime::kProtocolVersion);
+  v1::TokenizeReply* t = whole.mutable_tokenized();
+  t->set_query_id(77);
+  for (int32_t i = 0; i < 200000; ++i) t->add_ids(i * 7919 % 128000);
+  t->set_count(200000);
+  std::vector<v1::SchedulerReply> parts;
+  split_query_reply(whole, kReplyChunkBytes, parts);
+  ASSERT_GT(parts.size(), 30u);
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    EXPECT_LE(parts[i].ByteSizeLong(), kReplyChunkBytes) << i;
+    if (i + 1 == parts.size()) break;
+    EXPECT_GT(parts[i].ByteSizeLong(), kReplyChunkBytes - 64) << i << " of " << parts.size();  // full
+    const v1::TokenizeReply& p = parts[i].tokenized();
+    EXPECT_EQ(p.query_id(), 77u);
+    EXPECT_EQ(p.count(), 200000u);
+    EXPECT_TRUE(p.more()) << i;
+    ids.insert(ids.end(), p.ids().begin(), p.ids().end());
+  }
+  EXPECT_FALSE(parts.back().tokenized().more());
+  ids.insert(ids.end(), parts.back().tokenized().ids().begin(), parts.back().tokenized().ids().end());
+  EXPECT_EQ(ids, std::vector<int32_t>(t->ids().begin(), t->ids().end()));
+  // One that fits is one part, as it was.
+  t->mutable_ids()->Truncate(100);
+  split_query_reply(whole, kReplyChunkBytes, parts);
+  ASSERT_EQ(parts.size(), 1u);
+  EXPECT_EQ(parts[0].SerializeAsString(), whole.SerializeAsString());
+}
+
+TEST(SplitQueryReply, AStatusWithManyWorkersComesInParts) {
+  v1::SchedulerReply whole;
+  whole.set_version(runtime::kProtocolVersion);
+  v1::StatusReply* s = whole.mutable_status();
+  s->set_query_id(5);
+  s->set_queued(3);
+  s->set_ready(true);
+  for (uint32_t i = 0; i < 1000; ++i) {
+    v1::WorkerStatus* w = s->add_workers();
+    w->set_worker_id(i + 1);
+    w->set_role("decode");
+    w->set_pid(100000 + i);
+    w->set_alive(true);
+    w->set_kv_blocks_total(1 << 24);
+    w->set_steps(uint64_t{1} << 40);
+    w->set_idle_share(0.5);
+    w->set_weight_bytes(uint64_t{1} << 34);
+  }
+  std::vector<v1::SchedulerReply> parts;
+  split_query_reply(whole, kReplyChunkBytes, parts);
+  ASSERT_GE(parts.size(), 3u);
+  v1::StatusReply joined = parts[0].status();
+  EXPECT_EQ(joined.queued(), 3u);
+  EXPECT_TRUE(joined.ready());
+  for (size_t i = 0; i < parts.size(); ++i) {
+    EXPECT_LE(parts[i].ByteSizeLong(), kReplyChunkBytes) << i;
+    EXPECT_EQ(parts[i].status().query_id(), 5u);
+    EXPECT_EQ(parts[i].status().more(), i + 1 < parts.size()) << i;
+    if (i > 0)
+      for (const auto& w : parts[i].status().workers()) *joined.add_workers() = w;
+  }
+  joined.clear_more();
+  EXPECT_EQ(joined.SerializeAsString(), s->SerializeAsString());
+}
+
 }  // namespace
 }  // namespace tandem::scheduler

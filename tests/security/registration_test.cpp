@@ -5,8 +5,12 @@
 
 #include <dirent.h>
 
+#include <csignal>
+
 #include <fstream>
+#include <functional>
 #include <string>
+#include <thread>
 #include <zmq.hpp>
 
 #include "model/gguf.h"
@@ -56,24 +60,40 @@ std::string fingerprint() {
   return model::model_fingerprint(**file, model::read_model_config(**file).value());
 }
 
-// A peer that registers as a worker: the scheduler's reply to a Register of its own making.
-v1::RegisterReply register_as(const std::string& endpoint, const v1::Register& r) {
-  zmq::context_t ctx;
-  zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
-  dealer.set(zmq::sockopt::linger, 0);
-  dealer.set(zmq::sockopt::rcvtimeo, 10000);
-  dealer.connect(endpoint);
-  v1::WorkerMessage reg;
-  reg.set_version(v1::PROTOCOL_VERSION_CURRENT);
-  *reg.mutable_register_() = r;
-  EXPECT_TRUE(dealer.send(runtime::to_frame(reg), zmq::send_flags::none));
-  zmq::message_t frame;
-  v1::SchedulerCommand c;
-  if (!dealer.recv(frame) || !runtime::parse_frame(frame, c).is_ok() || !c.has_register_reply()) {
-    ADD_FAILURE() << "no RegisterReply";
-    return {};
+// A peer on the worker endpoint that speaks as a worker of its own making.
+class FakeWorker {
+ public:
+  explicit FakeWorker(const std::string& endpoint) {
+    dealer_.set(zmq::sockopt::linger, 0);
+    dealer_.set(zmq::sockopt::rcvtimeo, 10000);
+    dealer_.connect(endpoint);
   }
-  return c.register_reply();
+  // Sends `body` (set on a WorkerMessage) and returns the scheduler's RegisterReply to it.
+  v1::RegisterReply ask(const std::function<void(v1::WorkerMessage&)>& body) {
+    v1::WorkerMessage m;
+    m.set_version(v1::PROTOCOL_VERSION_CURRENT);
+    body(m);
+    EXPECT_TRUE(dealer_.send(runtime::to_frame(m), zmq::send_flags::none));
+    zmq::message_t frame;
+    v1::SchedulerCommand c;
+    if (!dealer_.recv(frame) || !runtime::parse_frame(frame, c).is_ok() || !c.has_register_reply()) {
+      ADD_FAILURE() << "no RegisterReply";
+      return {};
+    }
+    return c.register_reply();
+  }
+  v1::RegisterReply register_as(const v1::Register& r) {
+    return ask([&](v1::WorkerMessage& m) { *m.mutable_register_() = r; });
+  }
+
+ private:
+  zmq::context_t ctx_;
+  zmq::socket_t dealer_{ctx_, zmq::socket_type::dealer};
+};
+
+// The scheduler's reply to a Register of a peer's own making.
+v1::RegisterReply register_as(const std::string& endpoint, const v1::Register& r) {
+  return FakeWorker(endpoint).register_as(r);
 }
 
 // The tiny model's registration as a decode worker would send it, KV at `kv_endpoint`.
@@ -119,6 +139,49 @@ TEST(Registration, AKvEndpointMustBeTheWorkersOwnOrAllowed) {
   EXPECT_TRUE(register_as(workers, decode_worker("tcp://10.9.9.8:5600")).accepted()) << "an allowed host";
   EXPECT_TRUE(register_as(workers, decode_worker("tcp://10.9.9.7:5600")).accepted()) << "an allowed endpoint";
   EXPECT_FALSE(register_as(workers, decode_worker("tcp://10.9.9.7:5601")).accepted()) << "not the allowed port";
+}
+
+// #18 item 11: [scheduler] kv_endpoint_allow reloads on SIGHUP with the key allow-lists: tandem
+// up re-reads it from its config file (into the file the scheduler's --kv-endpoint-allow-file
+// names) and passes the signal on. A newly listed host is taken at the next registration; a
+// decode worker registered under a host no longer listed is fenced (its next message is answered
+// "register first"); a config that no longer parses keeps the list in force.
+TEST(Registration, KvEndpointAllowReloadsOnSighupFromTheConfigFile) {
+  const std::string config = temp_dir() + "/deploy.toml";
+  auto write_config = [&](const std::string& text) { std::ofstream(config) << text; };
+  write_config("[scheduler]\nkv_endpoint_allow = \"10.9.9.8\"\n");
+  const std::string workers = "tcp://127.0.0.1:" + std::to_string(free_port());
+  Deployment d({"--config", config, "--workers", "1", "--threads", "1", "--worker-endpoint", workers});
+  ASSERT_TRUE(d.ok());
+  // A decode worker on the listed host, registered and staying connected.
+  FakeWorker held(workers);
+  const v1::RegisterReply accepted = held.register_as(decode_worker("tcp://10.9.9.8:5600"));
+  ASSERT_TRUE(accepted.accepted()) << accepted.error_message();
+  EXPECT_FALSE(register_as(workers, decode_worker("tcp://10.9.9.6:5600")).accepted()) << "not listed yet";
+
+  write_config("[scheduler]\nkv_endpoint_allow = \"10.9.9.6\"  # 10.9.9.8 no longer\n");
+  ASSERT_EQ(signal_one(d.pid(), SIGHUP), 0);
+  bool taken = false;
+  for (int i = 0; i < 50 && !taken; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    taken = register_as(workers, decode_worker("tcp://10.9.9.6:5600")).accepted();
+  }
+  EXPECT_TRUE(taken) << "the host added to kv_endpoint_allow was not taken after SIGHUP\n" << d.output();
+  // Fenced: its next message is answered "register first".
+  const v1::RegisterReply fenced = held.ask([](v1::WorkerMessage& m) { m.mutable_heartbeat(); });
+  EXPECT_EQ(fenced.reason(), v1::REFUSAL_REASON_UNKNOWN_WORKER) << fenced.DebugString();
+  EXPECT_FALSE(register_as(workers, decode_worker("tcp://10.9.9.8:5600")).accepted()) << "no longer listed";
+
+  write_config("[scheduler\nkv_endpoint_allow = \"10.9.9.5\"\n");
+  ASSERT_EQ(signal_one(d.pid(), SIGHUP), 0);
+  std::string err;
+  for (int i = 0; i < 50 && err.find("allow-list in force stays") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    err = slurp(d.dir() + "/up.out.err");
+  }
+  EXPECT_NE(err.find("the kv_endpoint allow-list in force stays"), std::string::npos) << err;
+  EXPECT_TRUE(register_as(workers, decode_worker("tcp://10.9.9.6:5600")).accepted()) << "the list in force";
+  EXPECT_FALSE(greedy_tokens(d).empty()) << "the deployment serves on";
 }
 
 // tandem up on a tcp:// worker endpoint gives its decode workers ipc:// KV sockets and allows

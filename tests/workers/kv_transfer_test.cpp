@@ -135,6 +135,35 @@ TEST(KvTransfer, MismatchesAreRefusedAndThePoolIsUntouched) {
 
 // 8-bit KV with an F32 window: the sender's tail blocks follow its positions' blocks and
 // land in the receiver's tail; a receiver whose format keeps no window refuses.
+// The decode worker's KV socket drops a message over max_transfer_bytes (ZeroMQ counts 64
+// bytes a frame besides its payload): the largest legitimate transfer, a whole context in
+// blocks none of which are consecutive (a frame per block and region), with its tail and a
+// token per position, fits it, and the bound is not much more than the blocks' bytes.
+TEST(KvTransfer, TheLargestTransferFitsTheKvSocketsBound) {
+  const model::ModelConfig config = tiny_config();
+  auto pool = engine::KvPool::create(config, 128, 16, engine::KvFormat{8, 64}).value();
+  const uint32_t context = config.context_length;
+  const uint32_t blocks = transfer_blocks(context, pool->block_tokens());
+  ASSERT_LE(2 * blocks + pool->tail_blocks(), pool->n_blocks());
+  std::vector<int32_t> from, tail;
+  for (uint32_t i = 0; i < blocks; ++i) from.push_back(static_cast<int32_t>(2 * i));  // no runs
+  for (uint32_t i = 0; i < pool->tail_blocks(); ++i) tail.push_back(static_cast<int32_t>(2 * blocks + 2 * i + 1));
+  v1::KvTransfer header;
+  header.set_transfer_id(~uint64_t{0});
+  header.set_nonce(~uint64_t{0});
+  header.set_scheduler_epoch(~uint64_t{0});
+  header.set_positions(context);
+  header.set_tail_end(context);
+  for (uint32_t i = 0; i < context; ++i) header.add_tokens(static_cast<int32_t>(config.vocab_size - 1));
+  runtime::Frames frames;
+  pack_transfer(*pool, from, tail, header, frames);
+  uint64_t counted = 0;
+  for (const zmq::message_t& f : frames) counted += f.size() + ZMQ_TANDEM_FRAME_OVERHEAD;
+  const uint64_t bound = max_transfer_bytes(*pool, context);
+  EXPECT_LE(counted, bound);
+  EXPECT_LT(bound, counted + 64 * 1024) << "the bound is far above the largest transfer";
+}
+
 TEST(KvTransfer, TheTailTravelsWithTheBlocks) {
   const model::ModelConfig config = tiny_config();
   const engine::KvFormat q8{8, 64};
