@@ -18,7 +18,7 @@ RequestTracker::RequestTracker(BenchRequest request, std::function<void()> on_fi
 }
 
 void RequestTracker::finish(Outcome outcome, std::string finish_reason, std::string error, uint32_t input_tokens,
-                            uint32_t cached_tokens) {
+                            uint32_t cached_tokens, uint32_t output_tokens) {
   if (done_.load(std::memory_order_relaxed)) return;
   finished_at_ = Clock::now();
   record_.outcome = outcome;
@@ -26,6 +26,7 @@ void RequestTracker::finish(Outcome outcome, std::string finish_reason, std::str
   record_.error = std::move(error);
   if (input_tokens > 0) record_.input_tokens = input_tokens;
   record_.cached_tokens = cached_tokens;
+  record_.output_tokens = output_tokens;
   done_.store(true, std::memory_order_release);
   if (on_finish_) on_finish_();
 }
