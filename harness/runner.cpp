@@ -161,7 +161,10 @@ class Runner {
     }
     uint64_t tokens = 0;
     for (const auto& t : trackers_)
-      if (t->finished()) tokens += t->token_times().size();
+      if (t->finished()) {  // the server's usage count when it sent one, as the summary counts
+        const uint32_t reported = t->record().output_tokens;
+        tokens += reported > 0 ? reported : t->token_times().size();
+      }
     const double secs = std::chrono::duration<double>(now - t0_).count();
     load_.progress(done, load_.num_requests, secs > 0 ? static_cast<double>(tokens) / secs : 0);
   }

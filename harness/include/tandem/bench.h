@@ -38,11 +38,12 @@ enum class Outcome { kCompleted, kCancelled, kFailed };
 
 struct RequestRecord {
   uint64_t index = 0;
-  double start_s = 0;  // send time since the run began
-  uint32_t input_tokens = 0, output_tokens = 0;
+  double start_s = 0;                            // send time since the run began
+  uint32_t input_tokens = 0, output_tokens = 0;  // output: usage.completion_tokens, else the arrivals
   uint32_t cached_tokens = 0;  // prompt tokens the server served from its prefix cache (tandem reports it)
-  double ttft_ms = 0, tpot_ms = 0, e2e_ms = 0;  // ttft/tpot 0 when there was no (second) token
-  std::vector<double> itl_ms;
+  // ttft/tpot 0 when there was no (second) arrival; tpot: first-to-last arrival / (output_tokens - 1)
+  double ttft_ms = 0, tpot_ms = 0, e2e_ms = 0;
+  std::vector<double> itl_ms;   // between arrivals (chunks)
   std::vector<double> token_s;  // token arrival times since the run began (for plots)
   std::string finish_reason, error;
   Outcome outcome = Outcome::kFailed;
@@ -183,7 +184,8 @@ struct Summary {
   double duration_s = 0;
   uint64_t completed = 0, failed = 0, cancelled = 0;
   std::vector<std::pair<std::string, uint64_t>> errors;  // reason, count; most frequent first
-  // Input: of completed and cancelled requests; output: every streamed token of the run.
+  // Input: of completed and cancelled requests; output: of every request of the run, the server's
+  // usage count where it sent one (completed requests), else the streamed tokens.
   uint64_t input_tokens = 0, output_tokens = 0;
   uint64_t cached_input_tokens = 0;  // of input_tokens, served from the server's prefix cache
   double requests_per_s = 0, input_tokens_per_s = 0, output_tokens_per_s = 0;
