@@ -1,5 +1,5 @@
 // tandem bench: load-test tandem (through the client library) or any OpenAI-compatible
-// /v1/completions server, print a table, write the summary and per-request records as JSON.
+// /v1/completions or /v1/chat/completions server, print a table, write the summary and per-request records as JSON.
 #include <unistd.h>
 
 #include <cstdio>
@@ -18,7 +18,7 @@ namespace tandem::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: tandem bench (--endpoint E | --openai-url URL --model NAME [--token-prompts]) [flags]\n"
+    "usage: tandem bench (--endpoint E | --openai-url URL --model NAME [--token-prompts | --openai-chat]) [flags]\n"
     "load: at least one of --rate / --concurrency, one of --num-requests / --duration";
 constexpr const char* kNotes = "exit status: 0 ok (even with failed requests), 1 the run could not be made, 2 usage\n";
 
@@ -59,6 +59,7 @@ Result<std::unique_ptr<bench::Target>> make_target(const Args& args) {
   o.url = *args.str("openai-url");
   o.model = args.str("model").value_or("");
   o.token_prompts = args.has("token-prompts");
+  o.chat = args.has("openai-chat");
   return bench::make_openai_target(o);
 }
 
@@ -93,6 +94,8 @@ int bench_command(int argc, char** argv) {
   }
   if (args->has("endpoint") == args->has("openai-url"))
     return fail("bench", Status::invalid("give exactly one of --endpoint E or --openai-url URL"));
+  if (args->has("openai-chat") && !args->has("openai-url"))
+    return fail("bench", Status::invalid("--openai-chat needs --openai-url URL"));
   if (args->has("sweep-concurrency") && args->has("sweep-rate"))
     return fail("bench", Status::invalid("give at most one of --sweep-concurrency and --sweep-rate"));
 

@@ -1,11 +1,13 @@
-// The OpenAI-compatible target: POST /v1/completions with stream:true over HTTP/1.1 (Boost.Beast
-// on the target's own I/O thread, keep-alive connections pooled), each SSE chunk with text one token.
+// The OpenAI-compatible target: POST /v1/completions or /v1/chat/completions with stream:true over
+// HTTP/1.1 (Boost.Beast on the target's own I/O thread, keep-alive connections pooled), each SSE
+// chunk with text one token arrival, the final usage chunk the token counts.
 #include <utility>  // before Asio: Boost 1.74's awaitable.hpp uses std::exchange without it
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <limits>
 #include <optional>
+#include <string_view>
 #include <thread>
 
 #include "runtime/json.h"
@@ -63,7 +65,8 @@ class OpenAITarget final : public Target {
 
   void start(std::shared_ptr<RequestTracker> tracker) override;
   std::string describe() const override {
-    return "openai http://" + url_.host + ":" + url_.port + url_.prefix + " " + options_.model;
+    return std::string(options_.chat ? "openai-chat" : "openai") + " http://" + url_.host + ":" + url_.port +
+           url_.prefix + " " + options_.model;
   }
 
   // Pool of idle keep-alive connections (I/O thread only).
@@ -82,35 +85,61 @@ class OpenAITarget final : public Target {
   std::thread thread_;
 };
 
+// The JSON body: greedy, streamed, with the usage chunk at the end.
+std::string request_body(const OpenAIOptions& options, const BenchRequest& b) {
+  std::string body = "{\"model\":";
+  append_json_string(body, options.model);
+  if (options.chat) {
+    body += ",\"messages\":[{\"role\":\"user\",\"content\":";
+    append_json_string(body, b.prompt_text);
+    body += "}]";
+  } else if (options.token_prompts && !b.prompt_tokens.empty()) {
+    body += ",\"prompt\":[";
+    for (size_t i = 0; i < b.prompt_tokens.size(); ++i) body += (i ? "," : "") + std::to_string(b.prompt_tokens[i]);
+    body += ']';
+  } else {
+    body += ",\"prompt\":";
+    append_json_string(body, b.prompt_text);
+  }
+  body += ",\"max_tokens\":" + std::to_string(b.max_tokens);
+  body += ",\"stream\":true,\"stream_options\":{\"include_usage\":true},\"temperature\":0";
+  if (b.ignore_eos) body += ",\"ignore_eos\":true";
+  body += '}';
+  return body;
+}
+
+// A usage count in [0, 2^32) or nothing.
+std::optional<uint32_t> count(const JsonValue& v) {
+  if (!v.is_number() || !(v.as_double() >= 0) || v.as_double() > UINT32_MAX) return std::nullopt;
+  return static_cast<uint32_t>(v.as_double());
+}
+
+// Whether a chunk's choice is a token arrival. Completions: a "text" field, even empty (a token
+// that ends inside a UTF-8 sequence), but not an empty closing chunk with the finish reason
+// (llama.cpp's server sends one after the last token; vLLM puts the reason on the last token's
+// chunk). Chat: non-empty delta "content", "reasoning_content" or "reasoning" (not the role-only
+// first chunk nor the closing one).
+bool is_token(const JsonValue& choice, bool chat, bool has_reason) {
+  auto nonempty = [](const JsonValue& v) { return v.is_string() && !v.as_string().empty(); };
+  if (!chat) return choice["text"].is_string() && !(has_reason && choice["text"].as_string().empty());
+  const JsonValue& delta = choice["delta"];
+  return nonempty(delta["content"]) || nonempty(delta["reasoning_content"]) || nonempty(delta["reasoning"]);
+}
+
 // One request on one connection; lives on the target's I/O thread only.
 class HttpSession : public std::enable_shared_from_this<HttpSession> {
  public:
   HttpSession(OpenAITarget& target, std::shared_ptr<RequestTracker> tracker, std::unique_ptr<beast::tcp_stream> stream,
               bool reused)
       : target_(target), tracker_(std::move(tracker)), stream_(std::move(stream)), reused_(reused) {
-    const BenchRequest& b = tracker_->request();
-    std::string body = "{\"model\":";
-    append_json_string(body, target_.options_.model);
-    body += ",\"prompt\":";
-    if (target_.options_.token_prompts && !b.prompt_tokens.empty()) {
-      body += '[';
-      for (size_t i = 0; i < b.prompt_tokens.size(); ++i) body += (i ? "," : "") + std::to_string(b.prompt_tokens[i]);
-      body += ']';
-    } else {
-      append_json_string(body, b.prompt_text);
-    }
-    body += ",\"max_tokens\":" + std::to_string(b.max_tokens);
-    body += ",\"stream\":true,\"stream_options\":{\"include_usage\":true},\"temperature\":0";
-    if (b.ignore_eos) body += ",\"ignore_eos\":true";
-    body += '}';
+    req_.body() = request_body(target_.options_, tracker_->request());
     req_.method(http::verb::post);
-    req_.target(target_.url_.prefix + "/v1/completions");
+    req_.target(target_.url_.prefix + (target_.options_.chat ? "/v1/chat/completions" : "/v1/completions"));
     req_.version(11);
     req_.set(http::field::host, target_.url_.host + ":" + target_.url_.port);
     req_.set(http::field::content_type, "application/json");
     req_.set(http::field::accept, "text/event-stream");
     req_.keep_alive(true);
-    req_.body() = std::move(body);
     req_.prepare_payload();
   }
 
@@ -210,31 +239,29 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       if (line_.compare(0, 5, "data:") == 0) {
         size_t p = 5;
         while (p < line_.size() && line_[p] == ' ') ++p;
-        handle_data(line_.substr(p));
+        handle_data(std::string_view(line_).substr(p));
       }
       line_.clear();
     }
   }
 
-  void handle_data(const std::string& payload) {
+  void handle_data(std::string_view payload) {
     if (payload == "[DONE]") return;  // the end of the stream comes with the end of the body
     auto chunk = runtime::parse_json(payload);
     if (!chunk) return fail("malformed SSE chunk: " + chunk.status().message());
     if (const JsonValue* error = chunk->find("error"); error && !error->is_null()) {
       const JsonValue& msg = (*error)["message"];
-      return fail("server error: " + (msg.is_string() ? msg.as_string() : payload.substr(0, 200)));
+      return fail("server error: " + (msg.is_string() ? msg.as_string() : std::string(payload.substr(0, 200))));
     }
     const JsonValue& choice = (*chunk)["choices"][0];
     const JsonValue& reason = choice["finish_reason"];
     const bool has_reason = reason.is_string() && !reason.as_string().empty();
     if (has_reason) finish_reason_ = reason.as_string();
-    const JsonValue& prompt_tokens = (*chunk)["usage"]["prompt_tokens"];
-    if (prompt_tokens.is_number() && prompt_tokens.as_double() >= 0 && prompt_tokens.as_double() <= UINT32_MAX)
-      prompt_tokens_ = static_cast<uint32_t>(prompt_tokens.as_double());
-    if (!choice["text"].is_string()) return;  // e.g. the usage chunk
-    // A closing chunk: empty text with the finish reason (llama.cpp's server sends one after the
-    // last token; vLLM puts the reason on the last token's chunk instead).
-    if (has_reason && choice["text"].as_string().empty()) return;
+    const JsonValue& usage = (*chunk)["usage"];
+    if (auto n = count(usage["prompt_tokens"])) prompt_tokens_ = *n;
+    if (auto n = count(usage["completion_tokens"])) completion_tokens_ = *n;
+    if (auto n = count(usage["prompt_tokens_details"]["cached_tokens"])) cached_tokens_ = *n;
+    if (!is_token(choice, target_.options_.chat, has_reason)) return;  // e.g. the usage chunk
     const uint32_t n = tracker_->token();
     const uint32_t cancel_after = tracker_->request().cancel_after;
     if (cancel_after > 0 && n == cancel_after) {
@@ -258,7 +285,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     } else {
       stream_->close();
     }
-    tracker_->finish(outcome, reason, std::move(error), prompt_tokens_);
+    tracker_->finish(outcome, reason, std::move(error), prompt_tokens_, cached_tokens_,
+                     outcome == Outcome::kCompleted ? completion_tokens_ : 0);
   }
 
   OpenAITarget& target_;
@@ -274,7 +302,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   std::string line_;        // the SSE line being assembled
   std::string error_body_;  // body of a non-200 reply (bounded)
   std::string finish_reason_ = "length";
-  uint32_t prompt_tokens_ = 0;
+  uint32_t prompt_tokens_ = 0, cached_tokens_ = 0;
+  uint32_t completion_tokens_ = 0;  // usage.completion_tokens; 0: count the arrivals
 };
 
 void OpenAITarget::start(std::shared_ptr<RequestTracker> tracker) {
@@ -292,6 +321,8 @@ Result<std::unique_ptr<Target>> make_openai_target(const OpenAIOptions& options)
   auto url = parse_url(options.url);
   if (!url) return url.status();
   if (options.model.empty()) return Status::invalid("--model NAME is required with --openai-url");
+  if (options.chat && options.token_prompts)
+    return Status::invalid("--token-prompts cannot be used with --openai-chat (chat messages are text)");
   return std::unique_ptr<Target>(new OpenAITarget(options, std::move(url.value())));
 }
 

@@ -18,7 +18,7 @@ RequestTracker::RequestTracker(BenchRequest request, std::function<void()> on_fi
 }
 
 void RequestTracker::finish(Outcome outcome, std::string finish_reason, std::string error, uint32_t input_tokens,
-                            uint32_t cached_tokens) {
+                            uint32_t cached_tokens, uint32_t output_tokens) {
   if (done_.load(std::memory_order_relaxed)) return;
   finished_at_ = Clock::now();
   record_.outcome = outcome;
@@ -26,6 +26,7 @@ void RequestTracker::finish(Outcome outcome, std::string finish_reason, std::str
   record_.error = std::move(error);
   if (input_tokens > 0) record_.input_tokens = input_tokens;
   record_.cached_tokens = cached_tokens;
+  record_.output_tokens = output_tokens;
   done_.store(true, std::memory_order_release);
   if (on_finish_) on_finish_();
 }
@@ -160,7 +161,10 @@ class Runner {
     }
     uint64_t tokens = 0;
     for (const auto& t : trackers_)
-      if (t->finished()) tokens += t->token_times().size();
+      if (t->finished()) {  // the server's usage count when it sent one, as the summary counts
+        const uint32_t reported = t->record().output_tokens;
+        tokens += reported > 0 ? reported : t->token_times().size();
+      }
     const double secs = std::chrono::duration<double>(now - t0_).count();
     load_.progress(done, load_.num_requests, secs > 0 ? static_cast<double>(tokens) / secs : 0);
   }

@@ -38,7 +38,8 @@ RequestRecord record_of(const RequestTracker& t, Clock::time_point t0) {
     return r;
   }
   const auto& times = t.token_times();
-  r.output_tokens = static_cast<uint32_t>(times.size());
+  // The server's count when it sent one (a chunk may carry several tokens), else the arrivals.
+  if (r.output_tokens == 0) r.output_tokens = static_cast<uint32_t>(times.size());
   r.e2e_ms = ms_between(t.sent(), t.finished_at());
   if (!times.empty()) r.ttft_ms = ms_between(t.sent(), times.front());
   r.itl_ms.reserve(times.size());
@@ -47,7 +48,9 @@ RequestRecord record_of(const RequestTracker& t, Clock::time_point t0) {
     if (i > 0) r.itl_ms.push_back(ms_between(times[i - 1], times[i]));
     r.token_s.push_back(std::chrono::duration<double>(times[i] - t0).count());
   }
-  if (times.size() > 1) r.tpot_ms = ms_between(times.front(), times.back()) / static_cast<double>(times.size() - 1);
+  // Time per output token after the first, over the server's count (vLLM's benchmark does so).
+  if (times.size() > 1 && r.output_tokens > 1)
+    r.tpot_ms = ms_between(times.front(), times.back()) / static_cast<double>(r.output_tokens - 1);
   return r;
 }
 
@@ -85,11 +88,12 @@ Summary summarize(const std::vector<std::shared_ptr<RequestTracker>>& trackers, 
     switch (r.outcome) {
       case Outcome::kCompleted: {
         ++s.completed;
-        if (r.output_tokens > 0) ttft.push_back(r.ttft_ms);
+        const bool streamed = !r.token_s.empty();  // a first token arrived (TTFT is measured)
+        if (streamed) ttft.push_back(r.ttft_ms);
         itl.insert(itl.end(), r.itl_ms.begin(), r.itl_ms.end());
-        if (r.output_tokens > 1) tpot.push_back(r.tpot_ms);
+        if (r.token_s.size() > 1 && r.output_tokens > 1) tpot.push_back(r.tpot_ms);
         e2e.push_back(r.e2e_ms);
-        const bool ttft_ok = load.slo_ttft_ms <= 0 || (r.output_tokens > 0 && r.ttft_ms <= load.slo_ttft_ms);
+        const bool ttft_ok = load.slo_ttft_ms <= 0 || (streamed && r.ttft_ms <= load.slo_ttft_ms);
         const bool tpot_ok = load.slo_tpot_ms <= 0 || r.tpot_ms <= load.slo_tpot_ms;
         if (ttft_ok && tpot_ok) ++good;
         break;

@@ -91,6 +91,8 @@ Result<Workload> Workload::create(WorkloadOptions options) {
       if (!entry) return Status::invalid(where + entry.status().message());
       if (entry->text.empty() && entry->tokens.empty())
         return Status::invalid(where + "needs \"prompt\" or \"prompt_tokens\"");
+      if (options.text_prompts && entry->text.empty())
+        return Status::invalid(where + "needs a text \"prompt\": this target sends text (chat, or no --token-prompts)");
       w.dataset_.push_back(std::move(entry.value()));
     }
     if (w.dataset_.empty()) return Status::invalid("--dataset " + options.dataset + " has no requests");

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tests/e2e/deployment.h"
 
@@ -99,6 +101,23 @@ TEST(BenchE2E, CancellationsAgainstTandemAreCounted) {
   }
   EXPECT_EQ(records, kRequests);
   EXPECT_EQ(cancelled_finals, kRequests) << "the harness's cancelled count must equal the cancelled final events";
+}
+
+// --openai-chat is a flag of the OpenAI target: without --openai-url, or with --token-prompts
+// (chat messages are text), the command refuses to run with a usage error naming the problem.
+TEST(BenchE2E, OpenAIChatFlagIsCheckedBeforeAnythingRuns) {
+  const std::string out = test::temp_dir() + "/bench-chat.out";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--endpoint", "ipc:///nonexistent/bench.sock", "--openai-chat"}, "--openai-chat needs --openai-url URL"},
+      {{"--openai-url", "http://127.0.0.1:9", "--model", "m", "--openai-chat", "--token-prompts"},
+       "--token-prompts cannot be used with --openai-chat"}};
+  for (const auto& [flags, message] : cases) {
+    std::vector<std::string> argv = {TANDEM_TANDEM_BIN, "bench", "--num-requests", "1", "--concurrency", "1"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    const pid_t pid = spawn(argv, out);
+    EXPECT_EQ(wait_for(pid, 30s), 2) << message;
+    EXPECT_NE(slurp(out + ".err").find(message), std::string::npos) << slurp(out + ".err");
+  }
 }
 
 }  // namespace

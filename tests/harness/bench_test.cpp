@@ -1,8 +1,12 @@
 // tandem bench against a mock OpenAI SSE server on 127.0.0.1: the measured timings match
 // the scripted ones, failures and cancellations are counted, and the bookkeeping is fast.
 //
-// The mock reads each request's "prompt" as its script: "TTFT_MS,ITL_MS" streams max_tokens
-// chunks with those delays; "error" answers HTTP 500; "drop" sends two chunks and closes.
+// The mock reads each request's "prompt" (or, on /v1/chat/completions, its message's "content")
+// as its script: "TTFT_MS,ITL_MS" streams max_tokens chunks with those delays; "error" answers
+// HTTP 500; "drop" sends two chunks and closes. Suffixes: ",c" a closing chunk of its own,
+// ",kN" a usage chunk claiming N tokens per chunk, ",n" no usage chunk. Chat streams as vLLM
+// does: a role-only chunk at once, then the first half of the tokens as "reasoning_content"
+// deltas and the rest as "content".
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -72,6 +76,11 @@ class MockServer {
     std::lock_guard<std::mutex> lock(mu_);
     return sent_;
   }
+  // Each request's target and body, in arrival order.
+  std::vector<std::pair<std::string, std::string>> requests() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return requests_;
+  }
 
  private:
   void accept() {
@@ -109,8 +118,13 @@ class MockServer {
       http::read(s, buf, req, ec);
       if (ec) return;
       const auto t0 = std::chrono::steady_clock::now();
-      const std::string prompt = field(req.body(), "prompt");
+      const bool chat = req.target() == "/v1/chat/completions";
+      const std::string prompt = field(req.body(), chat ? "content" : "prompt");
       const int max_tokens = std::max(1, std::atoi(field(req.body(), "max_tokens").c_str()));
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        requests_.emplace_back(std::string(req.target()), req.body());
+      }
       if (prompt == "error") {
         const std::string reply =
             "HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nboom!";
@@ -122,38 +136,56 @@ class MockServer {
           "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
       asio::write(s, asio::buffer(head), ec);
       if (ec) return;
-      int ttft = 0, itl = 0;
-      std::sscanf(prompt.c_str(), "%d,%d", &ttft, &itl);
-      std::vector<double> writes;
-      for (int i = 0; i < max_tokens; ++i) {
-        if (prompt == "drop" && i == 2) {
-          s.shutdown(tcp::socket::shutdown_both, ec);
-          s.close(ec);
-          return;
-        }
-        std::this_thread::sleep_until(t0 + std::chrono::milliseconds(ttft + i * itl));
-        // A prompt ending in ",c": the finish reason comes in a closing chunk of its own with
-        // empty text (llama.cpp's server), not with the last token (vLLM).
-        const bool closing = prompt.size() > 2 && prompt.compare(prompt.size() - 2, 2, ",c") == 0;
-        std::string ev = "data: {\"id\":\"x\",\"choices\":[{\"index\":0,\"text\":\"t\",\"finish_reason\":";
-        ev += i + 1 == max_tokens && !closing ? "\"length\"" : "null";
-        ev += "}]}\n\n";
-        if (!write_chunk(s, ev)) return;
-        writes.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-        if (i + 1 == max_tokens && closing &&
-            !write_chunk(
-                s, "data: {\"id\":\"x\",\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":\"length\"}]}\n\n"))
-          return;
-      }
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        sent_.push_back(std::move(writes));
-      }
-      if (!write_chunk(
-              s, "data: {\"id\":\"x\",\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":1}}\n\n"))
+      if (chat && !write_chunk(s,
+                               "data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,"
+                               "\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n"))
         return;
+      if (!stream(s, t0, prompt, max_tokens, chat)) return;
+      const size_t k = prompt.find(",k");
+      const int per_chunk = k == std::string::npos ? 1 : std::atoi(prompt.c_str() + k + 2);
+      const std::string usage =
+          "data: {\"id\":\"x\",\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":" +
+          std::to_string(max_tokens * per_chunk) + ",\"prompt_tokens_details\":{\"cached_tokens\":3}}}\n\n";
+      if (prompt.find(",n") == std::string::npos && !write_chunk(s, usage)) return;
       if (!write_chunk(s, "data: [DONE]\n\n") || !write_chunk(s, "")) return;
     }
+  }
+
+  // The token chunks of one scripted request; false when the connection is gone (or dropped).
+  bool stream(tcp::socket& s, std::chrono::steady_clock::time_point t0, const std::string& prompt, int max_tokens,
+              bool chat) {
+    int ttft = 0, itl = 0;
+    std::sscanf(prompt.c_str(), "%d,%d", &ttft, &itl);
+    // ",c": the finish reason comes in a closing chunk of its own with empty text (llama.cpp's
+    // server), not with the last token (vLLM).
+    const bool closing = prompt.find(",c") != std::string::npos;
+    std::vector<double> writes;
+    for (int i = 0; i < max_tokens; ++i) {
+      if (prompt == "drop" && i == 2) {
+        boost::system::error_code ec;
+        s.shutdown(tcp::socket::shutdown_both, ec);
+        s.close(ec);
+        return false;
+      }
+      std::this_thread::sleep_until(t0 + std::chrono::milliseconds(ttft + i * itl));
+      std::string ev = "data: {\"id\":\"x\",\"choices\":[{\"index\":0,";
+      if (chat)
+        ev += i < max_tokens / 2 ? "\"delta\":{\"reasoning_content\":\"t\"}" : "\"delta\":{\"content\":\"t\"}";
+      else
+        ev += "\"text\":\"t\"";
+      ev += ",\"finish_reason\":";
+      ev += i + 1 == max_tokens && !closing ? "\"length\"" : "null";
+      ev += "}]}\n\n";
+      if (!write_chunk(s, ev)) return false;
+      writes.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    const std::string close = chat ? "\"delta\":{}" : "\"text\":\"\"";
+    if (closing && !write_chunk(s, "data: {\"id\":\"x\",\"choices\":[{\"index\":0," + close +
+                                       ",\"finish_reason\":\"length\"}]}\n\n"))
+      return false;
+    std::lock_guard<std::mutex> lock(mu_);
+    sent_.push_back(std::move(writes));
+    return true;
   }
 
   asio::io_context io_;
@@ -164,7 +196,8 @@ class MockServer {
   std::atomic<int> accepted_{0};
   std::mutex mu_;
   std::vector<std::shared_ptr<tcp::socket>> sockets_;
-  std::vector<std::vector<double>> sent_;  // guarded by mu_
+  std::vector<std::vector<double>> sent_;                      // guarded by mu_
+  std::vector<std::pair<std::string, std::string>> requests_;  // guarded by mu_
   std::vector<std::thread> connections_;
 };
 
@@ -175,10 +208,11 @@ std::string write_dataset(const std::vector<std::string>& prompts, uint32_t outp
   return path;
 }
 
-std::unique_ptr<Target> openai(const MockServer& server) {
+std::unique_ptr<Target> openai(const MockServer& server, bool chat = false) {
   OpenAIOptions o;
   o.url = server.url();
   o.model = "mock";
+  o.chat = chat;
   o.read_timeout = 10000ms;
   auto t = make_openai_target(o);
   EXPECT_TRUE(t) << t.status().to_string();
@@ -252,7 +286,8 @@ class LatenessProbe {
   std::thread thread_;
 };
 
-TEST(Bench, PercentilesMatchAScriptedServer) {
+// Ten requests to /v1/completions or /v1/chat/completions: every latency figure matches the mock's.
+void expect_percentiles_match(bool chat) {
   // Ten requests, one at a time: TTFT 20..65 ms, ITL 20..29 ms, 4 tokens each.
   std::vector<std::string> prompts;
   for (int i = 0; i < 10; ++i) prompts.push_back(std::to_string(20 + 5 * i) + "," + std::to_string(20 + i));
@@ -278,7 +313,7 @@ TEST(Bench, PercentilesMatchAScriptedServer) {
   double allowed = tol;
   for (int attempt = 1; attempt <= 3; ++attempt) {
     MockServer server;
-    auto target = openai(server);
+    auto target = openai(server, chat);
     LatenessProbe probe;
     auto run_s = run(*target, *workload, lo);
     // An interval is off by the lateness of both its ends: the tolerance grows by twice the
@@ -313,6 +348,32 @@ TEST(Bench, PercentilesMatchAScriptedServer) {
   std::printf("%s", summary_table(*s).c_str());
 }
 
+TEST(Bench, PercentilesMatchAScriptedServer) { expect_percentiles_match(false); }
+
+// Chat: the role-only first chunk is no token (TTFT is the first reasoning delta's), reasoning
+// and content deltas both are.
+TEST(Bench, ChatPercentilesMatchAScriptedServer) { expect_percentiles_match(true); }
+
+// `n` requests for 50 tokens, each cancelled after its 3rd: all counted as cancelled, 3 tokens each.
+void expect_cut_after_three(Target& target, LoadOptions lo, uint64_t n) {
+  WorkloadOptions co;
+  co.dataset = write_dataset({"0,5"}, 50);
+  co.text_prompts = true;
+  co.cancel_fraction = 1.0;
+  co.cancel_after = 3;
+  auto cw = Workload::create(co);
+  ASSERT_TRUE(cw);
+  lo.num_requests = n;
+  auto c = run(target, *cw, lo);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->cancelled, n);
+  EXPECT_EQ(c->completed + c->failed, 0u);
+  for (const auto& r : c->records) {
+    EXPECT_EQ(r.output_tokens, 3u);
+    EXPECT_EQ(r.finish_reason, "cancelled");
+  }
+}
+
 TEST(Bench, HttpErrorsDroppedConnectionsAndCancellationsAreCounted) {
   MockServer server;
   auto target = openai(server);
@@ -337,22 +398,7 @@ TEST(Bench, HttpErrorsDroppedConnectionsAndCancellationsAreCounted) {
     }
 
   // Cancellation: every request is cut after 3 of its 50 tokens by closing its connection.
-  WorkloadOptions co;
-  co.dataset = write_dataset({"0,5"}, 50);
-  co.text_prompts = true;
-  co.cancel_fraction = 1.0;
-  co.cancel_after = 3;
-  auto cw = Workload::create(co);
-  ASSERT_TRUE(cw);
-  lo.num_requests = 6;
-  auto c = run(*target, *cw, lo);
-  ASSERT_TRUE(c);
-  EXPECT_EQ(c->cancelled, 6u);
-  EXPECT_EQ(c->completed + c->failed, 0u);
-  for (const auto& r : c->records) {
-    EXPECT_EQ(r.output_tokens, 3u);
-    EXPECT_EQ(r.finish_reason, "cancelled");
-  }
+  expect_cut_after_three(*target, lo, 6);
 }
 
 // A closing chunk with empty text and a finish reason (llama.cpp's server) is not a token.
@@ -371,6 +417,49 @@ TEST(Bench, AClosingChunkWithoutTextIsNotCountedAsAToken) {
     EXPECT_EQ(r.output_tokens, 5u);
     EXPECT_EQ(r.finish_reason, "length");
   }
+}
+
+// Output tokens are the usage chunk's completion_tokens when the server sends one (a chunk may
+// carry several tokens: ",k3" claims 3 per chunk), the streamed chunks otherwise (",n").
+TEST(Bench, OutputTokensComeFromTheUsageChunk) {
+  for (const bool chat : {false, true}) {
+    SCOPED_TRACE(chat ? "chat" : "completions");
+    MockServer server;
+    auto target = openai(server, chat);
+    LoadOptions lo;
+    lo.concurrency = 1;
+    lo.num_requests = 3;
+    auto s = run_prompts(*target, {"0,2,k3", "0,2,n", "0,2,c"}, 4, lo);
+    ASSERT_TRUE(s) << s.status().to_string();
+    EXPECT_EQ(s->completed, 3u);
+    ASSERT_EQ(s->records.size(), 3u);
+    EXPECT_EQ(s->records[0].output_tokens, 12u) << "usage.completion_tokens";
+    EXPECT_NEAR(s->records[0].tpot_ms, (s->records[0].token_s.back() - s->records[0].token_s.front()) * 1000 / 11, 1e-3)
+        << "TPOT over the server's count";
+    EXPECT_EQ(s->records[1].output_tokens, 4u) << "no usage chunk: the chunks";
+    EXPECT_EQ(s->records[2].output_tokens, 4u) << "a closing chunk is no token";
+    EXPECT_EQ(s->output_tokens, 20u);
+    EXPECT_EQ(s->itl_ms.count, 9u) << "3 gaps between the 4 chunks of each request";
+    EXPECT_EQ(s->cached_input_tokens, 6u) << "usage.prompt_tokens_details.cached_tokens";
+    for (const auto& r : s->records) EXPECT_EQ(r.finish_reason, "length");
+    const auto requests = server.requests();
+    ASSERT_EQ(requests.size(), 3u);
+    EXPECT_EQ(requests[0].first, chat ? "/v1/chat/completions" : "/v1/completions");
+    const std::string& body = requests[0].second;
+    EXPECT_NE(body.find("\"stream\":true,\"stream_options\":{\"include_usage\":true}"), std::string::npos) << body;
+    EXPECT_EQ(body.find("\"messages\":[{\"role\":\"user\",\"content\":\"0,2,k3\"}]") != std::string::npos, chat)
+        << body;
+    EXPECT_EQ(body.find("\"prompt\":") == std::string::npos, chat) << body;
+  }
+}
+
+// A chat request cancelled mid-stream counts the deltas that arrived, reasoning ones too.
+TEST(Bench, ChatCancellationCountsTheDeltasSoFar) {
+  MockServer server;
+  auto target = openai(server, true);
+  LoadOptions lo;
+  lo.concurrency = 2;
+  expect_cut_after_three(*target, lo, 4);
 }
 
 TEST(Bench, UnreachableServerFailsEveryRequestQuickly) {
@@ -511,6 +600,20 @@ TEST(Bench, LoadShapesAndWorkloadsAreValidated) {
   auto refused = Workload::create(all_prefix);
   ASSERT_FALSE(refused);
   EXPECT_NE(refused.status().message().find("--shared-prefix"), std::string::npos);
+  std::ofstream(bad.dataset) << "{\"prompt_tokens\": [4, 5]}\n";
+  bad.text_prompts = true;
+  auto ids_only = Workload::create(bad);
+  ASSERT_FALSE(ids_only) << "a text-only target cannot send a line of token ids";
+  EXPECT_NE(ids_only.status().message().find("bad.jsonl:1: needs a text \"prompt\""), std::string::npos)
+      << ids_only.status().message();
+  OpenAIOptions chat_ids;
+  chat_ids.url = "http://127.0.0.1:1";
+  chat_ids.model = "m";
+  chat_ids.chat = chat_ids.token_prompts = true;
+  auto refused_chat = make_openai_target(chat_ids);
+  ASSERT_FALSE(refused_chat);
+  EXPECT_NE(refused_chat.status().message().find("--token-prompts cannot be used with --openai-chat"),
+            std::string::npos);
   MockServer server;
   auto target = openai(server);
   LoadOptions none;

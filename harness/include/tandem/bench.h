@@ -1,5 +1,5 @@
 // tandem bench, the library (tandem_harness, harness/): a load generator that drives a Target (tandem through the
-// client library, or any OpenAI-compatible /v1/completions server over HTTP/1.1 + SSE)
+// client library, or any OpenAI-compatible /v1/completions or /v1/chat/completions server over HTTP/1.1 + SSE)
 // with a synthetic or recorded workload and measures every request's stream.
 //
 // Bookkeeping is cheap by construction: per streamed token the harness pushes one
@@ -38,11 +38,12 @@ enum class Outcome { kCompleted, kCancelled, kFailed };
 
 struct RequestRecord {
   uint64_t index = 0;
-  double start_s = 0;  // send time since the run began
-  uint32_t input_tokens = 0, output_tokens = 0;
+  double start_s = 0;                            // send time since the run began
+  uint32_t input_tokens = 0, output_tokens = 0;  // output: usage.completion_tokens, else the arrivals
   uint32_t cached_tokens = 0;  // prompt tokens the server served from its prefix cache (tandem reports it)
-  double ttft_ms = 0, tpot_ms = 0, e2e_ms = 0;  // ttft/tpot 0 when there was no (second) token
-  std::vector<double> itl_ms;
+  // ttft/tpot 0 when there was no (second) arrival; tpot: first-to-last arrival / (output_tokens - 1)
+  double ttft_ms = 0, tpot_ms = 0, e2e_ms = 0;
+  std::vector<double> itl_ms;   // between arrivals (chunks)
   std::vector<double> token_s;  // token arrival times since the run began (for plots)
   std::string finish_reason, error;
   Outcome outcome = Outcome::kFailed;
@@ -64,14 +65,16 @@ class RequestTracker {
   // `finish_reason`: "stop", "length", "cancelled" or "error"; `error` says why a request failed.
   // `input_tokens`: the server's count when it reported one (0: keep the workload's).
   // `cached_tokens`: of those, served from the server's prefix cache.
+  // `output_tokens`: the server's count of generated tokens when it reported one (OpenAI
+  // `usage.completion_tokens`; 0: the number of token() calls). A chunk may carry several tokens.
   void finish(Outcome outcome, std::string finish_reason, std::string error = {}, uint32_t input_tokens = 0,
-              uint32_t cached_tokens = 0);
+              uint32_t cached_tokens = 0, uint32_t output_tokens = 0);
   bool finished() const { return done_.load(std::memory_order_acquire); }
 
   Clock::time_point sent() const { return sent_; }
   Clock::time_point finished_at() const { return finished_at_; }
   const std::vector<Clock::time_point>& token_times() const { return token_times_; }
-  // What finish() was told (outcome, finish_reason, error, input and cached tokens), read
+  // What finish() was told (outcome, finish_reason, error, input, cached and output tokens), read
   // once finished(); summarize() adds the rest.
   const RequestRecord& record() const { return record_; }
 
@@ -101,12 +104,18 @@ struct OpenAIOptions {
   std::string url;                                // http://host:port (an optional path prefix before /v1 is kept)
   std::string model;                              // the "model" field
   bool token_prompts = false;                     // send prompts as token-id arrays
+  bool chat = false;                              // POST /v1/chat/completions with one user message
   std::chrono::milliseconds read_timeout{60000};  // a stream silent this long fails
 };
-// HTTP/1.1 over Boost.Beast on its own I/O thread with a keep-alive connection pool; POST
-// /v1/completions with stream:true; every SSE `data:` chunk with a "text" field counts as one
-// token (as vLLM and llama.cpp stream), `data: [DONE]` ends it. Cancelling closes the connection.
-// Errors: a URL that is not http://host[:port][/prefix].
+// HTTP/1.1 over Boost.Beast on its own I/O thread with a keep-alive connection pool; stream:true
+// with stream_options.include_usage. POST /v1/completions: every SSE `data:` chunk with a "text"
+// field is one token arrival (as vLLM and llama.cpp stream). chat: POST /v1/chat/completions with
+// messages [{"role":"user","content":prompt}]; a chat.completion.chunk whose choices[0].delta has
+// non-empty "content", "reasoning_content" or "reasoning" is one arrival (the role-only first chunk
+// is not). `data: [DONE]` ends it. Output tokens are the final usage chunk's completion_tokens when
+// the server sends one, else the arrivals; prompt_tokens and prompt_tokens_details.cached_tokens
+// likewise. Cancelling closes the connection.
+// Errors: a URL that is not http://host[:port][/prefix]; no model; chat with token_prompts.
 Result<std::unique_ptr<Target>> make_openai_target(const OpenAIOptions& options);
 
 // Lengths: fixed (lo == hi) or uniform in [lo, hi].
@@ -124,7 +133,7 @@ struct WorkloadOptions {
   double cancel_fraction = 0;  // share of requests cancelled after cancel_after tokens
   uint32_t cancel_after = 1;
   bool ignore_eos = false;
-  bool text_prompts = false;  // synthetic prompts as words (a text-only OpenAI target)
+  bool text_prompts = false;  // synthetic prompts as words, dataset lines need "prompt" (a text-only OpenAI target)
   uint64_t seed = 0;
 };
 
@@ -175,7 +184,8 @@ struct Summary {
   double duration_s = 0;
   uint64_t completed = 0, failed = 0, cancelled = 0;
   std::vector<std::pair<std::string, uint64_t>> errors;  // reason, count; most frequent first
-  // Input: of completed and cancelled requests; output: every streamed token of the run.
+  // Input: of completed and cancelled requests; output: of every request of the run, the server's
+  // usage count where it sent one (completed requests), else the streamed tokens.
   uint64_t input_tokens = 0, output_tokens = 0;
   uint64_t cached_input_tokens = 0;  // of input_tokens, served from the server's prefix cache
   double requests_per_s = 0, input_tokens_per_s = 0, output_tokens_per_s = 0;
