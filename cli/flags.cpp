@@ -40,6 +40,7 @@ constexpr Word<Command> kCommandWords[] = {
     {"tokenize", kTokenize},
     {"detokenize", kDetokenize},
     {"chat-template", kChatTemplate},
+    {"gateway", kGateway},
 };
 constexpr Word<FlagType> kTypeWords[] = {
     {"int", FlagType::kInt},       {"real", FlagType::kReal},     {"text", FlagType::kText},

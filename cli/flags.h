@@ -35,6 +35,7 @@ enum Command : uint32_t {
   kTokenize = 1u << 14,
   kDetokenize = 1u << 15,
   kChatTemplate = 1u << 16,
+  kGateway = 1u << 17,
 };
 
 enum class FlagType {

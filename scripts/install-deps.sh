@@ -7,7 +7,8 @@ packages=(
   build-essential cmake pkg-config
   libzmq3-dev cppzmq-dev               # transport between actors
   libprotobuf-dev protobuf-compiler    # the wire format (proto/)
-  libboost-dev                         # Asio event loops
+  libboost-dev                         # Asio event loops; Beast (the HTTP gateway)
+  nlohmann-json3-dev libssl-dev        # the HTTP gateway: JSON request bodies, TLS
   libopenblas-dev                      # BLAS (sgemm rate reference, optional GEMM backend)
   libspdlog-dev                        # logging
   libtomlplusplus-dev                  # the flag table (cli/flags.toml) and tandem up --config
