@@ -106,6 +106,9 @@ struct Gateway {
 
 // The state of one completion request (its choices) on a connection.
 struct Call {
+  // The session, held while the call runs: events reach it through a weak pointer, and no
+  // I/O need be pending on the connection meanwhile. Released when the call ends.
+  std::shared_ptr<void> session;
   ApiRequest request;
   std::shared_ptr<Feed> feed;
   std::optional<ResponseFormat> format;
@@ -433,6 +436,7 @@ void Session<Stream>::completion(ApiKind kind, const std::string& body) {
   if (principal_.empty()) principal_ = parsed.request.user.substr(0, 64);
   call_ = std::make_unique<Call>();
   Call& c = *call_;
+  c.session = this->shared_from_this();
   c.request = std::move(parsed.request);
   const size_t n = c.request.requests.size();
   for (size_t i = 0; i < n; ++i) c.ids.push_back(n == 1 ? id_ : id_ + "-" + std::to_string(i));
@@ -548,6 +552,7 @@ void Session<Stream>::client_gone(const char* why) {
   cancel_running();
   spdlog::info("gateway: {} cancelled: {}", id_, why);
   access_log(499);  // nginx's "client closed request"
+  call_.reset();    // the caller's handler still holds the session
   close();
 }
 

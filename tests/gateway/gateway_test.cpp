@@ -282,6 +282,64 @@ TEST(Gateway, WithoutAReadySchedulerRequestsGet503) {
   EXPECT_NE(r.body.find("not ready"), std::string::npos) << r.body;
 }
 
+// 100 streams whose clients close mid-stream (each as its first token event arrives): every
+// request is cancelled, and within a second no KV block is in use but cached ones.
+TEST(Gateway, StreamsClosedMidStreamAreCancelledAndTheirBlocksFreedWithinASecond) {
+  test::Deployment d(kDeploy);
+  ASSERT_TRUE(d.ok());
+  GatewayProcess g(d.endpoint(), test::model_file("tiny", 1));
+  const std::string body = "{\"prompt\":\"Once upon a time\",\"max_tokens\":400,\"ignore_eos\":true,\"stream\":true}";
+  std::vector<pollfd> fds;
+  for (int i = 0; i < 100; ++i) {
+    const int fd = connect_to(g.port());
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(send_all(fd,
+                         "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         "Content-Length: " +
+                             std::to_string(body.size()) + "\r\n\r\n" + body));
+    fds.push_back(pollfd{fd, POLLIN, 0});
+  }
+  size_t open = fds.size();
+  const auto deadline = std::chrono::steady_clock::now() + 120s;
+  char buf[65536];
+  while (open > 0 && std::chrono::steady_clock::now() < deadline) {
+    ASSERT_GE(::poll(fds.data(), fds.size(), 1000), 0);
+    for (pollfd& p : fds) {
+      if (p.fd < 0 || !(p.revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      const ssize_t n = ::recv(p.fd, buf, sizeof buf, 0);
+      ASSERT_GT(n, 0) << "the gateway closed a stream" << g.log();
+      if (std::string_view(buf, static_cast<size_t>(n)).find("data: ") == std::string_view::npos) continue;
+      ::close(p.fd);  // mid-stream: 400 tokens asked for, one seen
+      p.fd = -1;
+      --open;
+    }
+  }
+  ASSERT_EQ(open, 0u) << "streams that never began";
+  const auto closed = std::chrono::steady_clock::now();
+  ClientOptions o;
+  o.endpoint = d.endpoint();
+  auto client = Client::connect(o).value();
+  StatusInfo st;
+  uint32_t in_use = 1;
+  while (std::chrono::steady_clock::now() - closed < 1s) {
+    st = client->status().value();
+    in_use = 0;
+    for (const WorkerInfo& w : st.workers) in_use += w.kv_blocks_total - w.kv_blocks_free - w.kv_blocks_cached;
+    if (in_use == 0 && st.running == 0 && st.queued == 0) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(in_use, 0u);
+  EXPECT_EQ(st.running, 0u);
+  EXPECT_EQ(st.queued, 0u);
+  EXPECT_LT(std::chrono::steady_clock::now() - closed, 1s);
+  EXPECT_LT(st.tokens_generated, 100u * 400u / 2) << "the requests ran on instead of being cancelled";
+  std::this_thread::sleep_for(200ms);
+  const std::string log = g.log();
+  size_t cancelled = 0;
+  for (size_t at = 0; (at = log.find("cancelled: the client closed", at)) != std::string::npos; ++at) ++cancelled;
+  EXPECT_EQ(cancelled, 100u) << log.substr(0, 4000);
+}
+
 TEST(Gateway, TokenizeAndDetokenizeRoundTrip) {
   test::Deployment d(kDeploy);
   ASSERT_TRUE(d.ok());
