@@ -511,10 +511,11 @@ void Session<Stream>::submit() {
 
 // While a call runs, a read waits on the connection: the client closing it (EOF, reset) is
 // seen at once and cancels the call, mid-stream or still queued. Bytes that arrive (a
-// pipelined next request) are kept for the next parse.
+// pipelined next request) are kept for the next parse, and end the watch: with a request
+// waiting in the buffer a disconnect is seen at the next write instead.
 template <class Stream>
 void Session<Stream>::watch() {
-  if (watching_ || gone_ || closed_) return;
+  if (watching_ || gone_ || closed_ || buffer_.size() > 0) return;
   watching_ = true;
   stream_.async_read_some(buffer_.prepare(4096),
                           [self = this->shared_from_this()](beast::error_code ec, size_t n) { self->on_watch(ec, n); });
@@ -528,10 +529,7 @@ void Session<Stream>::on_watch(beast::error_code ec, size_t n) {
     return close();
   }
   buffer_.commit(n);
-  if (call_) {
-    if (buffer_.size() < g_.options.max_header_bytes) watch();
-    return;
-  }
+  if (call_) return;  // a pipelined request: kept for after this call (whose disconnect a write now tells)
   if (read_after_watch_) {
     read_after_watch_ = false;
     start_parse();

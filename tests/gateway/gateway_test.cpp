@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -107,6 +108,42 @@ Reply http(int port, const std::string& method, const std::string& path, const s
   Reply r = parse_reply(read_all(fd));
   ::close(fd);
   return r;
+}
+
+// One response read from a kept-alive connection: by Content-Length, or a chunked body to its
+// terminator. Empty status when the connection closed first.
+Reply read_response(int fd, std::string& carry) {
+  char buf[65536];
+  auto more = [&] {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n > 0) carry.append(buf, static_cast<size_t>(n));
+    return n > 0;
+  };
+  size_t end;
+  while ((end = carry.find("\r\n\r\n")) == std::string::npos)
+    if (!more()) return {};
+  Reply r = parse_reply(carry.substr(0, end + 4));
+  const size_t cl = r.head.find("Content-Length: ");
+  if (cl != std::string::npos) {
+    const size_t len = std::stoul(r.head.substr(cl + 16));
+    while (carry.size() < end + 4 + len)
+      if (!more()) return {};
+    r.body = carry.substr(end + 4, len);
+    carry.erase(0, end + 4 + len);
+    return r;
+  }
+  size_t term;
+  while ((term = carry.find("\r\n0\r\n\r\n", end)) == std::string::npos)
+    if (!more()) return {};
+  r.body = carry.substr(end + 4, term - end - 4);
+  carry.erase(0, term + 7);
+  return r;
+}
+
+std::string post_request(const std::string& path, const std::string& body, const std::string& headers = "") {
+  return "POST " + path +
+         " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+         "\r\n" + headers + "\r\n" + body;
 }
 
 // `tandem gateway` in the background, accepting and ready when constructed.
@@ -338,6 +375,99 @@ TEST(Gateway, StreamsClosedMidStreamAreCancelledAndTheirBlocksFreedWithinASecond
   size_t cancelled = 0;
   for (size_t at = 0; (at = log.find("cancelled: the client closed", at)) != std::string::npos; ++at) ++cancelled;
   EXPECT_EQ(cancelled, 100u) << log.substr(0, 4000);
+}
+
+// Several requests, streamed and not, on one kept-alive connection.
+TEST(Gateway, AKeptAliveConnectionServesRequestAfterRequest) {
+  test::Deployment d(kDeploy);
+  ASSERT_TRUE(d.ok());
+  GatewayProcess g(d.endpoint(), test::model_file("tiny", 1));
+  const int fd = connect_to(g.port());
+  ASSERT_GE(fd, 0);
+  std::string carry;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(send_all(fd, post_request("/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":3}")));
+    const Reply plain = read_response(fd, carry);
+    EXPECT_EQ(plain.status, 200) << plain.body;
+    EXPECT_NE(plain.body.find("\"completion_tokens\":3"), std::string::npos) << plain.body;
+    ASSERT_TRUE(send_all(fd, post_request("/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":3,\"stream\":true}")));
+    const Reply streamed = read_response(fd, carry);
+    EXPECT_EQ(streamed.status, 200);
+    EXPECT_NE(streamed.body.find("data: [DONE]"), std::string::npos) << streamed.body;
+  }
+  // Two requests sent at once (pipelined) are answered in order.
+  ASSERT_TRUE(send_all(fd, post_request("/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":2}") +
+                               "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"));
+  EXPECT_NE(read_response(fd, carry).body.find("text_completion"), std::string::npos);
+  EXPECT_NE(read_response(fd, carry).body.find("\"object\":\"list\""), std::string::npos);
+  ::close(fd);
+}
+
+// Limits: a body past --max-body-bytes is 413, a header past 16 KiB 431, a request not
+// received within --read-timeout-ms 408 (slow-loris), an idle connection is closed; other
+// clients are served meanwhile.
+TEST(Gateway, OversizedAndSlowRequestsGetClear4xxAndOthersAreServed) {
+  test::Deployment d(kDeploy);
+  ASSERT_TRUE(d.ok());
+  GatewayProcess g(d.endpoint(), test::model_file("tiny", 1),
+                   {"--max-body-bytes", "65536", "--read-timeout-ms", "800"});
+  {
+    const int fd = connect_to(g.port());
+    send_all(fd,
+             "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n\r\n" + std::string(4096, ' '));
+    const Reply r = parse_reply(read_all(fd));
+    EXPECT_EQ(r.status, 413) << r.head;
+    EXPECT_NE(r.body.find("exceeds 65536 bytes"), std::string::npos) << r.body;
+    ::close(fd);
+  }
+  const auto curl = test::run_command(
+      "head -c 200000 /dev/zero | tr '\\0' ' ' > big.json; curl -s -o /dev/null -w '%{http_code}' "
+      "--data-binary @big.json " +
+      g.url() + "/completions");
+  EXPECT_EQ(curl.out, "413") << curl.err;
+  {
+    const Reply r = http(g.port(), "GET", "/v1/models", "", "X-Flood: " + std::string(20000, 'a') + "\r\n");
+    EXPECT_EQ(r.status, 431) << r.head;
+  }
+  const int slow = connect_to(g.port()), idle = connect_to(g.port());
+  const auto start = std::chrono::steady_clock::now();
+  send_all(slow, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Le");
+  EXPECT_EQ(http(g.port(), "GET", "/v1/models").status, 200);  // served while the slow one hangs
+  const Reply r = parse_reply(read_all(slow));
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(r.status, 408) << r.head;
+  EXPECT_GE(waited, 700ms);
+  EXPECT_LT(waited, 5s);
+  EXPECT_EQ(read_all(idle), "");  // closed without a word
+  ::close(slow);
+  ::close(idle);
+  EXPECT_EQ(http(g.port(), "GET", "/health").status, 200);
+}
+
+TEST(Gateway, ApiKeysAreRequiredAndNameTheCallerInTheAccessLog) {
+  test::Deployment d(kDeploy);
+  ASSERT_TRUE(d.ok());
+  const std::string keys = test::temp_dir() + "/keys";
+  {
+    std::ofstream f(keys);
+    f << "# who may call\nsk-0123456789abcdef alice\nsk-fedcba9876543210\n";
+  }
+  GatewayProcess g(d.endpoint(), test::model_file("tiny", 1), {"--api-key-file", keys});
+  const std::string body = "{\"prompt\":\"a\",\"max_tokens\":2}";
+  const Reply none = http(g.port(), "POST", "/v1/completions", body);
+  EXPECT_EQ(none.status, 401);
+  EXPECT_NE(none.head.find("WWW-Authenticate: Bearer"), std::string::npos) << none.head;
+  EXPECT_NE(none.body.find("invalid_api_key"), std::string::npos) << none.body;
+  EXPECT_EQ(http(g.port(), "POST", "/v1/completions", body, "Authorization: Bearer sk-0123456789abcdeX\r\n").status,
+            401);
+  EXPECT_EQ(http(g.port(), "POST", "/v1/completions", body, "Authorization: Bearer sk-0123456789abcdef\r\n").status,
+            200);
+  EXPECT_EQ(http(g.port(), "GET", "/v1/models", "", "Authorization: Bearer sk-fedcba9876543210\r\n").status, 200);
+  EXPECT_EQ(http(g.port(), "GET", "/health").status, 200);  // probes need no key
+  std::this_thread::sleep_for(100ms);
+  EXPECT_NE(g.log().find("\"POST /v1/completions\" 200 "), std::string::npos);
+  EXPECT_NE(g.log().find("principal=alice"), std::string::npos) << g.log();
+  EXPECT_NE(g.log().find("principal=key-3"), std::string::npos) << g.log();
 }
 
 TEST(Gateway, TokenizeAndDetokenizeRoundTrip) {
