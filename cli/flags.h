@@ -49,7 +49,7 @@ enum class FlagType {
 };
 
 // Where a setting lives in a deployment file. kNone: command line only.
-enum class Section { kNone, kTop, kScheduler, kSupervisor, kWorkers };
+enum class Section { kNone, kTop, kScheduler, kSupervisor, kWorkers, kGateway };
 
 struct Flag {
   std::string name;  // without "--"; empty for a TOML-only key

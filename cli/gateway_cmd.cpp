@@ -28,6 +28,7 @@ Status gateway_options_from(const Args& args, gateway::GatewayOptions& o) {
   TANDEM_RETURN_IF_ERROR(apply_curve_flag(args, o.client));
   o.model_path = *model;
   o.listen = args.str("listen").value_or(o.listen);
+  TANDEM_RETURN_IF_ERROR(gateway::check_listen(o.listen));
   o.model_name = args.str("model-name").value_or("");
   o.api_key_file = args.str("api-key-file").value_or("");
   o.tls_cert = args.str("tls-cert").value_or("");

@@ -838,6 +838,8 @@ Status load_tls(Gateway& g) {
 
 }  // namespace
 
+Status check_listen(const std::string& listen) { return parse_listen(listen).status(); }
+
 Status run_gateway(const GatewayOptions& options, const std::function<void(const std::string&)>& on_listening) {
   auto model = load_served_model(options.model_path, options.model_name);
   if (!model) return model.status();

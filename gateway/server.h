@@ -32,6 +32,9 @@ struct GatewayOptions {
   std::chrono::milliseconds ready_poll{500};  // how often the scheduler's readiness is asked
 };
 
+// Errors: `listen` is not HOST:PORT with an IP address (IPv6 in brackets) and a port 0..65535.
+[[nodiscard]] Status check_listen(const std::string& listen);
+
 // Runs the gateway until SIGTERM or SIGINT. `on_listening` is called with the bound address
 // ("http://127.0.0.1:8000") once it accepts. Errors: the model file, a key or TLS file that
 // does not load, an address that does not bind (nothing is served then).

@@ -470,6 +470,35 @@ TEST(Gateway, ApiKeysAreRequiredAndNameTheCallerInTheAccessLog) {
   EXPECT_NE(g.log().find("principal=key-3"), std::string::npos) << g.log();
 }
 
+// `tandem up --http` starts the gateway with the deployment and restarts it when it dies.
+TEST(Gateway, TandemUpHttpStartsTheGatewaySupervised) {
+  const int port = test::free_port();
+  test::Deployment d({"--workers", "1", "--threads", "1", "--http", "127.0.0.1:" + std::to_string(port), "--model-name",
+                      "served", "--restart-backoff-ms", "100"});
+  ASSERT_TRUE(d.ok());
+  auto served = [&] {
+    const Reply r = http(port, "POST", "/v1/completions", "{\"model\":\"served\",\"prompt\":\"a\",\"max_tokens\":2}");
+    return r.status == 200 && r.body.find("\"completion_tokens\":2") != std::string::npos;
+  };
+  auto wait_served = [&] {
+    for (auto until = std::chrono::steady_clock::now() + 20s; std::chrono::steady_clock::now() < until;
+         std::this_thread::sleep_for(50ms))
+      if (served()) return true;
+    return false;
+  };
+  ASSERT_TRUE(wait_served()) << d.output();
+  pid_t gateway = -1;
+  std::ifstream children("/proc/" + std::to_string(d.pid()) + "/task/" + std::to_string(d.pid()) + "/children");
+  for (pid_t p; children >> p;)
+    if (test::slurp("/proc/" + std::to_string(p) + "/cmdline").find(std::string("\0gateway\0", 9)) != std::string::npos)
+      gateway = p;
+  ASSERT_GT(gateway, 0) << d.output();
+  test::signal_one(gateway, SIGKILL);
+  std::this_thread::sleep_for(200ms);
+  EXPECT_TRUE(wait_served()) << d.output();
+  EXPECT_NE(d.output().find("gateway (pid " + std::to_string(gateway) + ") exited"), std::string::npos) << d.output();
+}
+
 TEST(Gateway, TokenizeAndDetokenizeRoundTrip) {
   test::Deployment d(kDeploy);
   ASSERT_TRUE(d.ok());
