@@ -499,6 +499,33 @@ TEST(Gateway, TandemUpHttpStartsTheGatewaySupervised) {
   EXPECT_NE(d.output().find("gateway (pid " + std::to_string(gateway) + ") exited"), std::string::npos) << d.output();
 }
 
+// HTTPS with --tls-cert/--tls-key (a self-signed certificate made here): whole and streamed
+// responses, and a plain-HTTP client on the TLS port is refused without disturbing others.
+TEST(Gateway, ServesHttpsWithTheGivenCertificate) {
+  const std::string dir = test::temp_dir();
+  const auto made = test::run_command("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost -keyout " +
+                                      dir + "/key.pem -out " + dir + "/cert.pem");
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  test::Deployment d(kDeploy);
+  ASSERT_TRUE(d.ok());
+  GatewayProcess g(d.endpoint(), test::model_file("tiny", 1),
+                   {"--tls-cert", dir + "/cert.pem", "--tls-key", dir + "/key.pem"}, /*wait_ready=*/false);
+  const std::string curl = "curl -s --cacert " + dir + "/cert.pem --resolve localhost:" + std::to_string(g.port()) +
+                           ":127.0.0.1 https://localhost:" + std::to_string(g.port());
+  test::CommandOutput whole;
+  for (int i = 0; i < 100; ++i) {  // until the gateway has heard the scheduler is ready
+    whole = test::run_command(curl + "/v1/completions -d '{\"prompt\":\"a\",\"max_tokens\":3}'");
+    if (whole.out.find("\"completion_tokens\":3") != std::string::npos) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_NE(whole.out.find("\"completion_tokens\":3"), std::string::npos) << whole.out << whole.err;
+  const auto streamed =
+      test::run_command(curl + "/v1/completions -N -d '{\"prompt\":\"a\",\"max_tokens\":3,\"stream\":true}'");
+  EXPECT_NE(streamed.out.find("data: [DONE]"), std::string::npos) << streamed.out << streamed.err;
+  EXPECT_EQ(http(g.port(), "GET", "/v1/models").status, 0);  // plain HTTP: no HTTP answer
+  EXPECT_EQ(test::run_command(curl + "/health -o /dev/null -w '%{http_code}'").out, "200");
+}
+
 TEST(Gateway, TokenizeAndDetokenizeRoundTrip) {
   test::Deployment d(kDeploy);
   ASSERT_TRUE(d.ok());
