@@ -9,7 +9,7 @@ packages=(
   libprotobuf-dev protobuf-compiler    # the wire format (proto/)
   libboost-dev                         # Asio event loops; Beast (the HTTP gateway)
   nlohmann-json3-dev libssl-dev        # the HTTP gateway: JSON request bodies, TLS
-  openssl curl nodejs npm              # gateway tests: a self-signed certificate, curl -N, the pinned openai npm SDK
+  openssl curl                         # gateway tests: a self-signed certificate, curl -N
   libopenblas-dev                      # BLAS (sgemm rate reference, optional GEMM backend)
   libspdlog-dev                        # logging
   libtomlplusplus-dev                  # the flag table (cli/flags.toml) and tandem up --config
