@@ -18,5 +18,6 @@ int keys_command(int argc, char** argv);
 int tokenize_command(int argc, char** argv);
 int detokenize_command(int argc, char** argv);
 int chat_template_command(int argc, char** argv);
+int gateway_command(int argc, char** argv);
 
 }  // namespace tandem::cli

@@ -95,6 +95,7 @@ Status set_setting(const Flag& f, const std::string& value, DeployConfig& c, Wor
         return Status::error(Code::kInternal, "--" + name + ": no field for this top-level key");
       return Status::ok();
     case Section::kScheduler: c.scheduler[name] = value; return Status::ok();
+    case Section::kGateway: c.gateway[name] = value; return Status::ok();
     case Section::kSupervisor:
       if (uint32_t* field = supervision_field(c.supervision, name))
         *field = static_cast<uint32_t>(std::stoul(value));
@@ -147,11 +148,13 @@ Status parse_top(const toml::table& root, DeployConfig& c) {
   bool workers_seen = false;
   for (const auto& [k, v] : root) {
     const std::string key(k.str());
-    if (key == "scheduler" || key == "supervisor") {
+    if (key == "scheduler" || key == "supervisor" || key == "gateway") {
       const toml::table* t = v.as_table();
       if (!t) return Status::invalid(key + ": must be a table ([" + key + "])" + where(v.source()));
-      TANDEM_RETURN_IF_ERROR(
-          parse_table(*t, key == "scheduler" ? Section::kScheduler : Section::kSupervisor, key + ".", c, nullptr));
+      const Section section = key == "scheduler"    ? Section::kScheduler
+                              : key == "supervisor" ? Section::kSupervisor
+                                                    : Section::kGateway;
+      TANDEM_RETURN_IF_ERROR(parse_table(*t, section, key + ".", c, nullptr));
     } else if (key == "workers") {
       const toml::array* a = v.as_array();
       if (!a || !a->is_array_of_tables())
@@ -276,6 +279,8 @@ Status check_deployment(const DeployConfig& c) {
     if (auto keys = runtime::load_curve_keys(c.curve_keys, /*need_secret=*/true); !keys)
       return Status::invalid("curve_keys: " + keys.status().message());
   if (c.worker_count() == 0) return Status::invalid("workers: at least one worker is needed");
+  if (!c.gateway.empty() && !c.gateway.count("http"))
+    return Status::invalid("gateway: settings without an address (--http HOST:PORT or http = in [gateway])");
   const int cores = available_cpus();
   uint32_t threads = 0;
   for (size_t i = 0; i < c.workers.size(); ++i) {

@@ -45,6 +45,9 @@ struct DeployConfig {
   // The workers' secret key (--worker-key): set by `tandem up` from curve_keys, not a setting.
   std::string worker_key;
   std::map<std::string, std::string> scheduler;  // [scheduler] settings: flag (max-queue, ...) -> value
+  // [gateway] settings: `tandem up` flag (http, model-name, ...) -> value; the gateway runs
+  // when "http" (its HOST:PORT) is set.
+  std::map<std::string, std::string> gateway;
   Supervision supervision;
   std::vector<WorkerGroup> workers = {WorkerGroup{}};
   // More worker threads than cores is refused unless this is set (tests and benchmarks on

@@ -40,6 +40,7 @@ constexpr Word<Command> kCommandWords[] = {
     {"tokenize", kTokenize},
     {"detokenize", kDetokenize},
     {"chat-template", kChatTemplate},
+    {"gateway", kGateway},
 };
 constexpr Word<FlagType> kTypeWords[] = {
     {"int", FlagType::kInt},       {"real", FlagType::kReal},     {"text", FlagType::kText},
@@ -47,10 +48,8 @@ constexpr Word<FlagType> kTypeWords[] = {
     {"repeat", FlagType::kRepeat},
 };
 constexpr Word<Section> kSectionWords[] = {
-    {"top", Section::kTop},
-    {"scheduler", Section::kScheduler},
-    {"supervisor", Section::kSupervisor},
-    {"workers", Section::kWorkers},
+    {"top", Section::kTop},         {"scheduler", Section::kScheduler}, {"supervisor", Section::kSupervisor},
+    {"workers", Section::kWorkers}, {"gateway", Section::kGateway},
 };
 
 // The value of the word `text` in `words`; nullptr when it is none of them.
@@ -287,6 +286,7 @@ std::string_view section_name(Section section) {
     case Section::kScheduler: return "scheduler";
     case Section::kSupervisor: return "supervisor";
     case Section::kWorkers: return "workers";
+    case Section::kGateway: return "gateway";
     default: return "";
   }
 }

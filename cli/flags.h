@@ -35,6 +35,7 @@ enum Command : uint32_t {
   kTokenize = 1u << 14,
   kDetokenize = 1u << 15,
   kChatTemplate = 1u << 16,
+  kGateway = 1u << 17,
 };
 
 enum class FlagType {
@@ -48,7 +49,7 @@ enum class FlagType {
 };
 
 // Where a setting lives in a deployment file. kNone: command line only.
-enum class Section { kNone, kTop, kScheduler, kSupervisor, kWorkers };
+enum class Section { kNone, kTop, kScheduler, kSupervisor, kWorkers, kGateway };
 
 struct Flag {
   std::string name;  // without "--"; empty for a TOML-only key

@@ -22,6 +22,7 @@ constexpr const char* kUsage =
     "  tokenize    text -> token ids with a model's vocabulary (--model FILE --text T [--json])\n"
     "  detokenize  token ids -> text, exactly (--model FILE --ids 1,2,3)\n"
     "  chat-template  render a conversation with a chat template (--model FILE | --template F --messages JSON)\n"
+    "  gateway     serve the OpenAI API over HTTP in front of a running service (--endpoint E --model FILE)\n"
     "  scheduler   run the scheduler actor alone (what `up` starts)\n"
     "  worker      run one worker actor alone (what `up` starts)\n"
     "\n"
@@ -47,6 +48,7 @@ int main(int argc, char** argv) {
   if (!std::strcmp(cmd, "tokenize")) return tandem::cli::tokenize_command(argc - 2, argv + 2);
   if (!std::strcmp(cmd, "detokenize")) return tandem::cli::detokenize_command(argc - 2, argv + 2);
   if (!std::strcmp(cmd, "chat-template")) return tandem::cli::chat_template_command(argc - 2, argv + 2);
+  if (!std::strcmp(cmd, "gateway")) return tandem::cli::gateway_command(argc - 2, argv + 2);
   if (!std::strcmp(cmd, "scheduler")) return tandem::cli::scheduler_command(argc - 2, argv + 2);
   if (!std::strcmp(cmd, "worker")) return tandem::cli::worker_command(argc - 2, argv + 2);
   std::fprintf(stderr, "tandem: unknown command '%s'\n\n%s", cmd, kUsage);

@@ -138,6 +138,17 @@ std::vector<ChildSpec> plan_children(const DeployConfig& c, const Endpoints& ep,
   // A worker on a tcp:// worker endpoint may name an ipc:// kv_endpoint only if the scheduler
   // allows it (scheduler/registration.h): these are tandem up's own.
   if (!kv_sockets.empty() && ep.worker.rfind("ipc://", 0) != 0) allow_kv_endpoints(out[0].argv, kv_sockets);
+  out[0].worker = false;
+  if (c.gateway.count("http")) {
+    // A client of the scheduler like any other; restarted as a worker is when it exits.
+    ChildSpec g{"gateway", {exe, "gateway", "--endpoint", ep.client, "--model", c.model}, {}, /*worker=*/false};
+    log_flags(g.argv, g.name);
+    for (const Flag& f : flag_table())
+      if (f.section == Section::kGateway)
+        if (auto it = c.gateway.find(std::string(f.name)); it != c.gateway.end())
+          g.argv.insert(g.argv.end(), {it->first == "http" ? "--listen" : "--" + it->first, it->second});
+    out.push_back(std::move(g));
+  }
   return out;
 }
 
@@ -274,9 +285,10 @@ class Supervisor {
       }
       worker_exited(c, pid, status, ran_s);
     }
-    if (!drain_deadline_ &&
-        std::all_of(children_.begin() + 1, children_.end(), [](const Child& c) { return c.given_up || c.stopped; }) &&
-        std::any_of(children_.begin() + 1, children_.end(), [](const Child& c) { return c.given_up; })) {
+    auto done = [](const Child& c) { return !c.spec.worker || c.given_up || c.stopped; };
+    auto lost = [](const Child& c) { return c.spec.worker && c.given_up; };
+    if (!drain_deadline_ && std::all_of(children_.begin(), children_.end(), done) &&
+        std::any_of(children_.begin(), children_.end(), lost)) {
       say("no worker left to run: stopping the deployment");
       return stop_all(1);
     }
@@ -307,7 +319,7 @@ class Supervisor {
     for (Child& c : children_) {
       if (drain_deadline_ || c.pid >= 0 || c.given_up || c.stopped || &c == &scheduler() || Clock::now() < c.restart_at)
         continue;
-      c.registered = false;
+      c.registered = !c.spec.worker;  // only workers register with the scheduler
       if (!launch(c)) c.given_up = true;
     }
   }

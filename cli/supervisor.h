@@ -19,6 +19,7 @@ struct ChildSpec {
   std::string name;               // "scheduler", "worker-0", ...
   std::vector<std::string> argv;  // argv[0] is the executable's path
   std::vector<int> cpus;          // pinned with sched_setaffinity before exec; empty: not pinned
+  bool worker = true;             // false: the scheduler (first) or the HTTP gateway (last)
 };
 
 struct Endpoints {
@@ -27,7 +28,8 @@ struct Endpoints {
   std::string admin;        // ipc:// in the runtime folder: where `tandem drain` goes
 };
 
-// The children of `config`: the scheduler first, then every worker, running `exe`.
+// The children of `config`: the scheduler first, then every worker, then the HTTP gateway
+// when [gateway] has an address, running `exe`.
 std::vector<ChildSpec> plan_children(const DeployConfig& config, const Endpoints& endpoints, const std::string& exe);
 
 // Runs the deployment until it is drained or stopped. Prints one line per start, stop and

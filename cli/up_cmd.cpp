@@ -14,6 +14,7 @@
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/config.h"
+#include "cli/gateway_cmd.h"
 #include "cli/runtime_dir.h"
 #include "cli/scheduler_cmd.h"
 #include "cli/supervisor.h"
@@ -34,6 +35,7 @@ constexpr const char* kNotes =
     "running ones finish within --drain-timeout-ms, then are cancelled); a second signal stops at once.\n"
     "SIGHUP re-reads kv_endpoint_allow from the config file and passes the signal on to the scheduler,\n"
     "which re-reads its allow-lists (that one, --worker-keys, --client-keys).\n"
+    "--http HOST:PORT (or [gateway] http) also starts the OpenAI-compatible HTTP gateway, restarted as a worker is.\n"
     "Flags override the config file (see deploy/local.toml); every setting has a key there.\n";
 
 std::string self_exe() {
@@ -48,10 +50,16 @@ Status check_children(const std::vector<ChildSpec>& children) {
   for (const ChildSpec& child : children) {
     std::vector<char*> argv;
     for (size_t i = 2; i < child.argv.size(); ++i) argv.push_back(const_cast<char*>(child.argv[i].c_str()));
-    const bool is_scheduler = child.argv[1] == "scheduler";
-    auto args = Args::parse(static_cast<int>(argv.size()), argv.data(), is_scheduler ? kScheduler : kWorker);
+    const bool is_scheduler = child.argv[1] == "scheduler", is_gateway = child.argv[1] == "gateway";
+    auto args = Args::parse(static_cast<int>(argv.size()), argv.data(),
+                            is_scheduler ? kScheduler
+                            : is_gateway ? kGateway
+                                         : kWorker);
     if (!args) return args.status();
-    if (is_scheduler) {
+    if (is_gateway) {
+      gateway::GatewayOptions o;
+      TANDEM_RETURN_IF_ERROR(gateway_options_from(*args, o));
+    } else if (is_scheduler) {
       scheduler::ActorOptions o;
       TANDEM_RETURN_IF_ERROR(scheduler_options_from(*args, o));
     } else {

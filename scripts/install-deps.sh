@@ -10,7 +10,9 @@ packages=(
                                        # built by scripts/build-libzmq.sh (Debian's source + a patch)
   dpkg-dev patch                       # build-libzmq.sh: unpacking and patching the source package
   libprotobuf-dev protobuf-compiler    # the wire format (proto/)
-  libboost-dev                         # Asio event loops
+  libboost-dev                         # Asio event loops; Beast (the HTTP gateway)
+  nlohmann-json3-dev libssl-dev        # the HTTP gateway: JSON request bodies, TLS
+  openssl curl                         # gateway tests: a self-signed certificate, curl -N
   libopenblas-dev                      # BLAS (sgemm rate reference, optional GEMM backend)
   libspdlog-dev                        # logging
   libtomlplusplus-dev                  # the flag table (cli/flags.toml) and tandem up --config

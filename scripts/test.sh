@@ -72,7 +72,7 @@ if CC=clang CXX=clang++ build asan "${sanitize_flags[@]}" -DTANDEM_FUZZ=ON; then
   bash scripts/lint.sh build/asan || status=1
   # tokenizer_fuzz also runs the real vocabularies the test fixture fetches (npm).
   tests/data/fetch-llama-tree.sh build/asan/llama-tree >/dev/null || status=1
-  for t in scheduler_fuzz worker_fuzz client_fuzz chat_template_fuzz chat_output_fuzz tokenizer_fuzz gguf_fuzz; do
+  for t in scheduler_fuzz worker_fuzz client_fuzz chat_template_fuzz chat_output_fuzz tokenizer_fuzz gguf_fuzz gateway_fuzz; do
     found=$(mktemp -d)
     if build/asan/fuzz/$t -max_total_time=20 -timeout=10 -rss_limit_mb=4096 "$found" "fuzz/corpus/$t" >"build/$t.log" 2>&1; then
       echo "fuzz: $t: $(grep -o 'Done [0-9]* runs in [0-9]* second' "build/$t.log"), no crash"

@@ -217,6 +217,9 @@ TEST(Flags, FlagAndFileReachTheChildrenAlike) {
 
     std::vector<std::string> argv = {"--" + std::string(f.name)};
     if (f.type != FlagType::kSwitch) argv.push_back(value);
+    // The gateway runs (and takes its settings) only with an address.
+    const bool gateway = f.section == Section::kGateway, needs_http = gateway && f.name != "http";
+    if (needs_http) argv.insert(argv.end(), {"--http", "127.0.0.1:8000"});
     auto args = parse(argv, cli::kUp);
     ASSERT_TRUE(args) << args.status().to_string();
     cli::DeployConfig from_flags;
@@ -230,6 +233,7 @@ TEST(Flags, FlagAndFileReachTheChildrenAlike) {
       file << (f.section == Section::kWorkers ? "[[workers]]\n"
                                               : "[" + std::string(cli::section_name(f.section)) + "]\n");
       file << f.toml_key << " = " << toml_literal(f, value) << "\n";
+      if (needs_http) file << "http = \"127.0.0.1:8000\"\n";
     }
     auto from_file = cli::load_config(path);
     ASSERT_TRUE(from_file) << from_file.status().to_string();
@@ -250,13 +254,16 @@ TEST(Flags, FlagAndFileReachTheChildrenAlike) {
       continue;  // the supervisor's own setting: no child takes it
     }
     // The child that takes it has it in its argv, exactly once, as its parser reads it.
-    const cli::ChildSpec& child = f.section == Section::kWorkers ? a.back() : a.front();
+    const cli::ChildSpec& child = f.section == Section::kWorkers || gateway ? a.back() : a.front();
     std::vector<std::string> rest(child.argv.begin() + 2, child.argv.end());
-    auto child_args = parse(rest, f.section == Section::kWorkers ? cli::kWorker : cli::kScheduler);
+    auto child_args = parse(rest, f.section == Section::kWorkers ? cli::kWorker
+                                  : gateway                      ? cli::kGateway
+                                                                 : cli::kScheduler);
     ASSERT_TRUE(child_args) << child_args.status().to_string();
-    ASSERT_TRUE(child_args->has(std::string(f.name)));
-    if (f.type != FlagType::kSwitch) EXPECT_EQ(*child_args->str(std::string(f.name)), value);
-    EXPECT_EQ(child_args->all(std::string(f.name)).size(), f.type == FlagType::kSwitch ? 0u : 1u);
+    const std::string name = f.name == "http" ? "listen" : std::string(f.name);  // the gateway's --listen
+    ASSERT_TRUE(child_args->has(name));
+    if (f.type != FlagType::kSwitch) EXPECT_EQ(*child_args->str(name), value);
+    EXPECT_EQ(child_args->all(name).size(), f.type == FlagType::kSwitch ? 0u : 1u);
     ++checked;
   }
   EXPECT_GE(checked, 25);
