@@ -12,6 +12,7 @@
 #include "runtime/event_loop.h"
 #include "runtime/wire.h"
 #include "runtime/zap.h"
+#include "scheduler/actor_wire.h"
 #include "scheduler/client_outbox.h"
 #include "scheduler/prompt_pool.h"
 #include "scheduler/registration.h"
@@ -256,20 +257,21 @@ class Actor final : public Sink {
   }
 
   // Sink
-  void send_plan(uint32_t worker_id, const v1::StepPlan& plan) override {
+  void send_plan(uint32_t worker_id, const StepPlan& plan) override {
     auto it = worker_identity_.find(worker_id);
     if (it == worker_identity_.end()) return;
     command_.Clear();
     command_.set_version(kVersion);
-    *command_.mutable_plan() = plan;
+    to_proto(plan, *command_.mutable_plan());
     command_.mutable_plan()->set_epoch(worker_id);  // a worker's epoch is its registration's id
     send(*workers_, it->second, command_);
   }
 
-  void send_command(uint32_t worker_id, const v1::SchedulerCommand& command) override {
+  void send_command(uint32_t worker_id, const Command& command) override {
     auto it = worker_identity_.find(worker_id);
     if (it == worker_identity_.end()) return;
-    command_ = command;
+    command_.Clear();
+    to_proto(command, command_);
     command_.set_version(kVersion);
     if (command_.has_kv_expect()) command_.mutable_kv_expect()->set_epoch(worker_id);
     if (command_.has_kv_send()) command_.mutable_kv_send()->set_epoch(worker_id);
@@ -552,10 +554,14 @@ class Actor final : public Sink {
       peer.last_seen_us = now;
       // Fencing: a result or an ack of an earlier registration of this peer (it was declared
       // dead, e.g. stopped, and came back) must not touch what was re-placed meanwhile.
-      if (worker_msg_.has_result() && worker_msg_.result().epoch() == peer.id)
-        core_.on_result(peer.id, worker_msg_.result(), now);
-      if (worker_msg_.has_kv_received() && worker_msg_.kv_received().epoch() == peer.id)
-        core_.on_kv_received(peer.id, worker_msg_.kv_received(), now);
+      if (worker_msg_.has_result() && worker_msg_.result().epoch() == peer.id) {
+        from_proto(worker_msg_.result(), result_);
+        core_.on_result(peer.id, result_, now);
+      }
+      if (worker_msg_.has_kv_received() && worker_msg_.kv_received().epoch() == peer.id) {
+        from_proto(worker_msg_.kv_received(), ack_);
+        core_.on_kv_received(peer.id, ack_, now);
+      }
     }
     core_.tick(now);
     flush();
@@ -831,6 +837,8 @@ class Actor final : public Sink {
   v1::WorkerMessage worker_msg_;
   v1::SchedulerReply reply_;
   v1::SchedulerCommand command_;
+  StepResult result_;  // worker_msg_'s, for the core (reused: capacity kept)
+  KvReceived ack_;
   std::unordered_map<uint64_t, TokenizeWaiter> queries_;  // tokenize queries on the pool, by job
   uint64_t next_query_job_ = 1;
   // Last: destroyed first, its threads joined before anything their results would touch.

@@ -20,6 +20,7 @@
 #include "runtime/role.h"
 #include "scheduler/admission.h"
 #include "scheduler/kv_cache_manager.h"
+#include "scheduler/messages.h"
 #include "scheduler/metrics.h"
 #include "scheduler/prompt.h"
 #include "scheduler/step_cost.h"
@@ -90,10 +91,10 @@ v1::RequestEvents& set_refusal(v1::RequestEvents& out, const std::string& reques
 class Sink {
  public:
   virtual ~Sink() = default;
-  virtual void send_plan(uint32_t worker_id, const v1::StepPlan& plan) = 0;
+  virtual void send_plan(uint32_t worker_id, const StepPlan& plan) = 0;
   virtual void send_events(const std::string& client, const v1::RequestEvents& events) = 0;
   // KvExpect to a decode worker, KvSend to a prefill worker (the version is the actor's).
-  virtual void send_command(uint32_t worker_id, const v1::SchedulerCommand& command) = 0;
+  virtual void send_command(uint32_t worker_id, const Command& command) = 0;
   // Prompts made into ids off the planning thread: when renders_async(), render_async hands a
   // prompt over and the Sink's owner calls Core::on_prompt(job, ids) later, once per job (a
   // job whose request ended meanwhile is ignored there). Otherwise the core renders inline.
@@ -158,9 +159,9 @@ class Core {
   void cancel_all(const std::string& message, int64_t now_us);
 
   // A worker's step result (results come back in plan order per worker).
-  void on_result(uint32_t worker_id, const v1::StepResult& result, int64_t now_us);
+  void on_result(uint32_t worker_id, const StepResult& result, int64_t now_us);
   // A decode worker has the KV of a handed-off sequence (or refused it).
-  void on_kv_received(uint32_t worker_id, const v1::KvReceived& ack, int64_t now_us);
+  void on_kv_received(uint32_t worker_id, const KvReceived& ack, int64_t now_us);
   // Deadlines, then new plans for every worker with room in its pipeline.
   void tick(int64_t now_us);
 
@@ -246,7 +247,7 @@ class Core {
   std::string exceeds_kv(const RequestSpec& spec) const;
   Request& add_request(const std::string& client, const std::string& k, RequestSpec spec, int64_t now_us);
   void begin(Request& r);  // its prompt known and admitted: into the queue
-  void accept_token(Request& r, const v1::SeqResult& s, int64_t now_us);
+  void accept_token(Request& r, const SeqResult& s, int64_t now_us);
   void requeue(Request& r);
   void enqueue(Request& r);
   void detach(Request& r);
@@ -279,7 +280,7 @@ class Core {
   std::unordered_map<std::string, uint32_t> live_per_client_;           // requests_ per client
   std::unordered_map<uint64_t, std::unique_ptr<Placement>> by_seq_;
   v1::RequestEvents events_;  // reused for every event message: no allocation per token
-  v1::StepPlan plan_;
+  StepPlan plan_;
   std::vector<Placement*> snapshot_;  // a worker's placements in build_plan's order
   std::vector<Placement*> prompts_;   // order_for_step's scratch (capacity kept)
   std::deque<Request*> queue_;        // waiting for a worker, by priority then arrival

@@ -1,0 +1,92 @@
+// What the scheduler core emits and takes, as plain structs: no protobuf in the core's
+// interface. The actor alone maps them to and from the wire (scheduler/actor_wire.h), one
+// function per message. Fields mean what their namesakes in proto/tandem/v1/worker.proto
+// and client.proto mean; the finish reason and error code are the wire's enums (plain C++
+// enums: the protocol's one list of each).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "model/sampling_params.h"
+#include "tandem/v1/common.pb.h"
+
+namespace tandem::scheduler {
+
+// One sequence's part of a step (v1::SeqPlan).
+struct SeqPlan {
+  uint64_t seq_id = 0;
+  std::vector<int32_t> tokens;  // empty: the worker feeds its own last sample (a decode)
+  uint32_t start_pos = 0;
+  std::vector<int32_t> new_blocks;
+  bool sample = false;
+  // The sequence's first appearance on the worker: sampling, logprobs, history and
+  // tail_blocks are set (on the wire, sampling is present only then).
+  bool first = false;
+  model::SamplingParams sampling;
+  bool logprobs = false;
+  std::vector<int32_t> history, tail_blocks;
+  void clear();  // keeps the vectors' capacity
+};
+
+// One step for one worker (v1::StepPlan; its epoch is the actor's).
+struct StepPlan {
+  uint64_t step_id = 0;
+  std::vector<SeqPlan> seqs;
+  std::vector<uint64_t> release;
+  // A cleared entry appended to seqs, reusing a previous plan's buffers: no allocation per
+  // sequence per step once warm.
+  SeqPlan& add_seq();
+  void clear();
+
+ private:
+  std::vector<SeqPlan> spare_;
+};
+
+// A decode worker reserves a handed-off sequence's blocks (v1::KvExpect; epoch is the actor's).
+struct KvExpect {
+  uint64_t transfer_id = 0, seq_id = 0, nonce = 0, scheduler_epoch = 0;
+  std::vector<int32_t> blocks, tail_blocks;
+  uint32_t positions = 0;
+  std::string sender_public_key;
+};
+
+// A prefill worker sends a sequence's KV (v1::KvSend; epoch is the actor's).
+struct KvSend {
+  uint64_t transfer_id = 0, seq_id = 0, dest_seq_id = 0, nonce = 0, scheduler_epoch = 0;
+  std::string dest_endpoint, dest_public_key;
+  uint32_t positions = 0;
+};
+
+// What the core orders a worker besides plans (a v1::SchedulerCommand body).
+using Command = std::variant<KvExpect, KvSend>;
+
+// A worker's answer for one sequence (v1::SeqResult).
+struct SeqResult {
+  uint64_t seq_id = 0;
+  int32_t token = -1;  // -1: the plan did not ask to sample
+  float logprob = 0.0f;
+  std::vector<int32_t> top_ids;
+  std::vector<float> top_logprobs;
+};
+
+// A worker's answer for one step (v1::StepResult).
+struct StepResult {
+  uint64_t step_id = 0;
+  std::vector<SeqResult> seqs;
+  v1::ErrorCode error_code = v1::ERROR_CODE_UNSPECIFIED;  // the step failed as a whole
+  std::string error_message;
+  uint64_t compute_us = 0, idle_us = 0;
+};
+
+// A decode worker has a handed-off sequence's KV, or refused it (v1::KvReceived).
+struct KvReceived {
+  uint64_t transfer_id = 0, seq_id = 0, bytes = 0;
+  v1::ErrorCode error_code = v1::ERROR_CODE_UNSPECIFIED;
+  std::string error_message;
+};
+
+}  // namespace tandem::scheduler
