@@ -45,8 +45,13 @@ struct FakeWorker : Sink {
     for (const SeqPlan& s : plan.seqs)
       if (s.sample) p.sampled.push_back(s.seq_id);
   }
-  void send_events(const std::string&, const v1::RequestEvents& ev) override {
-    if (ev.has_final()) finished.push_back(ev.request_id());
+  v1::RequestEvents wire_events;
+  void send_events(const std::string&, const RequestEvents& ev) override {
+    if (wire) {
+      wire_events.Clear();
+      to_proto(ev, wire_events);
+    }
+    if (ev.final) finished.push_back(ev.request_id);
   }
   void send_command(uint32_t, const Command&) override {}
 };

@@ -284,16 +284,18 @@ class Actor final : public Sink {
 
   // Events are coalesced per client and sent when the current turn of the loop ends
   // (flush()): one message per client per step, not one per token.
-  void send_events(const std::string& client, const v1::RequestEvents& events) override {
-    if (events.has_final() && spdlog::should_log(spdlog::level::debug)) {
-      const v1::FinalEvent& f = events.final();
+  void send_events(const std::string& client, const RequestEvents& events) override {
+    if (events.final && spdlog::should_log(spdlog::level::debug)) {
+      const FinalEvent& f = *events.final;
       spdlog::debug(
           "scheduler: request {} finished: {} {} prompt {} completion {} queue {:.1f} ms ttft {:.1f} ms total {:.1f} "
           "ms",
-          events.request_id(), v1::FinishReason_Name(f.finish_reason()), f.error_message(), f.usage().prompt_tokens(),
-          f.usage().completion_tokens(), f.timings().queue_ms(), f.timings().ttft_ms(), f.timings().total_ms());
+          events.request_id, v1::FinishReason_Name(f.finish_reason), f.error_message, f.prompt_tokens,
+          f.completion_tokens, f.queue_ms, f.ttft_ms, f.total_ms);
     }
-    outbox_.add(client, events);
+    events_wire_.Clear();
+    to_proto(events, events_wire_);
+    outbox_.add(client, events_wire_);
   }
 
   // The loop's clock: steady time, moved on by the fuzz harness (pass_time) only.
@@ -411,7 +413,7 @@ class Actor final : public Sink {
         }
         if (auto [code, why] = check_credential(frames[1], client_msg_.submit()); !why.empty()) {
           core_.count_refusal(code);
-          v1::RequestEvents ev;
+          RequestEvents ev;
           send_events(identity, set_refusal(ev, client_msg_.submit().request_id(), code, why));
           break;
         }
@@ -791,7 +793,7 @@ class Actor final : public Sink {
 
   void refuse_while_draining(const std::string& identity, const std::string& request_id) {
     core_.count_refusal(v1::ERROR_CODE_UNAVAILABLE);
-    v1::RequestEvents ev;
+    RequestEvents ev;
     send_events(identity, set_refusal(ev, request_id, v1::ERROR_CODE_UNAVAILABLE,
                                       "the scheduler is draining: it admits no new requests"));
   }
@@ -839,6 +841,7 @@ class Actor final : public Sink {
   v1::SchedulerCommand command_;
   StepResult result_;  // worker_msg_'s, for the core (reused: capacity kept)
   KvReceived ack_;
+  v1::RequestEvents events_wire_;                         // send_events' (reused)
   std::unordered_map<uint64_t, TokenizeWaiter> queries_;  // tokenize queries on the pool, by job
   uint64_t next_query_job_ = 1;
   // Last: destroyed first, its threads joined before anything their results would touch.

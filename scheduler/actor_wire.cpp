@@ -142,4 +142,81 @@ void from_proto(const v1::KvReceived& ack, KvReceived& out) {
   out = KvReceived{ack.transfer_id(), ack.seq_id(), ack.bytes(), ack.error_code(), ack.error_message()};
 }
 
+void to_proto(const RequestEvents& events, v1::RequestEvents& out) {
+  out.set_request_id(events.request_id);
+  for (const TokenEvent& t : events.tokens) {
+    v1::TokenEvent& o = *out.add_tokens();
+    o.set_id(t.id);
+    o.set_text(t.text);
+    o.set_logprob(t.logprob);
+    for (const TokenEvent::Top& top : t.top) {
+      v1::TopLogprob& p = *o.add_top();
+      p.set_id(top.id);
+      p.set_logprob(top.logprob);
+    }
+  }
+  if (!events.final) return;
+  const FinalEvent& f = *events.final;
+  v1::FinalEvent& o = *out.mutable_final();
+  o.set_finish_reason(f.finish_reason);
+  o.set_error_code(f.error_code);
+  o.set_error_message(f.error_message);
+  o.set_text(f.text);
+  if (!f.accounted) return;
+  v1::Usage& u = *o.mutable_usage();
+  u.set_prompt_tokens(f.prompt_tokens);
+  u.set_completion_tokens(f.completion_tokens);
+  u.set_cached_prompt_tokens(f.cached_prompt_tokens);
+  v1::Timings& t = *o.mutable_timings();
+  t.set_queue_ms(f.queue_ms);
+  t.set_ttft_ms(f.ttft_ms);
+  t.set_total_ms(f.total_ms);
+}
+
+void from_proto(const v1::RequestEvents& events, RequestEvents& out) {
+  out.clear();
+  out.request_id = events.request_id();
+  for (const v1::TokenEvent& o : events.tokens()) {
+    TokenEvent& t = out.add_token();
+    t.id = o.id();
+    t.text = o.text();
+    t.logprob = o.logprob();
+    for (const v1::TopLogprob& p : o.top()) t.top.push_back({p.id(), p.logprob()});
+  }
+  if (!events.has_final()) return;
+  const v1::FinalEvent& o = events.final();
+  FinalEvent& f = out.final.emplace();
+  f.finish_reason = o.finish_reason();
+  f.error_code = o.error_code();
+  f.error_message = o.error_message();
+  f.text = o.text();
+  f.accounted = o.has_usage() || o.has_timings();
+  f.prompt_tokens = o.usage().prompt_tokens();
+  f.completion_tokens = o.usage().completion_tokens();
+  f.cached_prompt_tokens = o.usage().cached_prompt_tokens();
+  f.queue_ms = o.timings().queue_ms();
+  f.ttft_ms = o.timings().ttft_ms();
+  f.total_ms = o.timings().total_ms();
+}
+
+v1::FinalEvent& set_final(v1::RequestEvents& out, v1::FinishReason reason, v1::ErrorCode code,
+                          const std::string& message) {
+  RequestEvents plain;
+  const FinalEvent& f = set_final(plain, reason, code, message);
+  v1::FinalEvent& o = *out.mutable_final();
+  o.set_finish_reason(f.finish_reason);
+  o.set_error_code(f.error_code);
+  o.set_error_message(f.error_message);
+  return o;
+}
+
+v1::RequestEvents& set_refusal(v1::RequestEvents& out, const std::string& request_id, v1::ErrorCode code,
+                               const std::string& message) {
+  RequestEvents plain;
+  set_refusal(plain, request_id, code, message);
+  out.set_request_id(plain.request_id);
+  set_final(out, plain.final->finish_reason, plain.final->error_code, plain.final->error_message);
+  return out;
+}
+
 }  // namespace tandem::scheduler

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "scheduler/messages.h"
+#include "tandem/v1/client.pb.h"
 #include "tandem/v1/worker.pb.h"
 
 namespace tandem::scheduler {
@@ -23,5 +24,15 @@ void from_proto(const v1::StepResult& result, StepResult& out);
 
 void to_proto(const KvReceived& ack, v1::KvReceived& out);
 void from_proto(const v1::KvReceived& ack, KvReceived& out);
+
+// Appends to `out` (a part of a coalesced reply may carry several requests' events).
+void to_proto(const RequestEvents& events, v1::RequestEvents& out);
+void from_proto(const v1::RequestEvents& events, RequestEvents& out);
+
+// The wire forms of set_final and set_refusal (messages.h) for events the actor makes itself.
+v1::FinalEvent& set_final(v1::RequestEvents& out, v1::FinishReason reason, v1::ErrorCode code,
+                          const std::string& message);
+v1::RequestEvents& set_refusal(v1::RequestEvents& out, const std::string& request_id, v1::ErrorCode code,
+                               const std::string& message);
 
 }  // namespace tandem::scheduler

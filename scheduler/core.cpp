@@ -50,7 +50,7 @@ struct Core::Request {
   StopStringMatcher stop_strings;
   Detokenizer detok;
   std::string text, emit;
-  v1::RequestEvents held;  // tokens of a non-streaming request, sent with the final event
+  RequestEvents held;  // tokens of a non-streaming request, sent with the final event
   explicit Request(const model::Tokenizer& t) : detok(t) {}
 };
 
@@ -95,29 +95,6 @@ void erase_one(std::vector<T>& v, const T& x) {
 }
 
 }  // namespace
-
-v1::FinalEvent& set_final(v1::RequestEvents& out, v1::FinishReason reason, v1::ErrorCode code,
-                          const std::string& message) {
-  v1::FinalEvent& f = *out.mutable_final();
-  f.set_finish_reason(reason);
-  f.set_error_code(code);
-  if (reason == v1::FINISH_REASON_ERROR || reason == v1::FINISH_REASON_CANCELLED) f.set_error_message(message);
-  return f;
-}
-
-v1::RequestEvents& set_refusal(v1::RequestEvents& out, const std::string& request_id, v1::ErrorCode code,
-                               const std::string& message) {
-  if (request_id.size() <= kMaxRequestIdBytes) {
-    out.set_request_id(request_id);
-  } else {
-    // Cut at a character's start: the id stays valid UTF-8, as a proto3 string must.
-    size_t n = kMaxRequestIdBytes;
-    while (n > 0 && (static_cast<unsigned char>(request_id[n]) & 0xC0) == 0x80) --n;
-    out.set_request_id(request_id.data(), n);
-  }
-  set_final(out, v1::FINISH_REASON_ERROR, code, message);
-  return out;
-}
 
 Core::Core(SchedulerConfig config, model::ModelConfig model, const model::Tokenizer& tokenizer, Sink& sink)
     : Core(config, model, PromptRenderer(tokenizer, std::nullopt), sink) {}
@@ -230,7 +207,7 @@ void Core::remove_worker(uint32_t worker_id, int64_t now_us) {
 void Core::reject(const std::string& client, const std::string& request_id, v1::ErrorCode code,
                   const std::string& message) {
   metrics_.refuse(code);
-  v1::RequestEvents ev;
+  RequestEvents ev;
   sink_.send_events(client, set_refusal(ev, request_id, code, message));
 }
 
@@ -343,7 +320,7 @@ Core::Request& Core::add_request(const std::string& client, const std::string& k
   r->arrival_us = now_us;
   r->deadline_us = r->spec.timeout_ms ? now_us + int64_t{r->spec.timeout_ms} * 1000 : 0;
   r->order = stats_.requests++;
-  r->held.set_request_id(r->spec.id);
+  r->held.request_id = r->spec.id;
   Request& raw = *r;
   requests_[k] = std::move(r);
   ++live_per_client_[client];
@@ -432,7 +409,7 @@ void Core::requeue(Request& r) {
 }
 
 void Core::finish(Request& r, v1::FinishReason reason, v1::ErrorCode code, const std::string& message, int64_t now_us,
-                  v1::RequestEvents* carry) {
+                  RequestEvents* carry) {
   if (r.queued) {
     queue_.erase(std::find(queue_.begin(), queue_.end(), &r));
     r.queued = false;
@@ -442,30 +419,29 @@ void Core::finish(Request& r, v1::FinishReason reason, v1::ErrorCode code, const
     sink_.cancel_render(r.prompt_job);
   }
   detach(r);
-  v1::RequestEvents* out = carry;
+  RequestEvents* out = carry;
   if (!out) {
     out = r.spec.stream ? &events_ : &r.held;
     if (r.spec.stream) {
-      events_.Clear();
-      events_.set_request_id(r.spec.id);
+      events_.clear();
+      events_.request_id = r.spec.id;
     }
   }
-  v1::FinalEvent* f = &set_final(*out, reason, code, message);
+  FinalEvent& f = set_final(*out, reason, code, message);
   // Bytes still held back: an incomplete character, or text that might have begun a stop string.
   r.text.clear();
   r.emit.clear();
   r.detok.flush(r.text);
   if (!r.stop_strings.feed(r.text, r.emit)) r.stop_strings.flush(r.emit);
-  f->set_text(r.emit);
-  v1::Usage* u = f->mutable_usage();
-  u->set_prompt_tokens(r.prompt_len);
-  u->set_completion_tokens(r.generated);
-  u->set_cached_prompt_tokens(r.cached_prompt);
-  v1::Timings* t = f->mutable_timings();
+  f.text = r.emit;
+  f.accounted = true;
+  f.prompt_tokens = r.prompt_len;
+  f.completion_tokens = r.generated;
+  f.cached_prompt_tokens = r.cached_prompt;
   const int64_t scheduled = r.scheduled_us >= 0 ? r.scheduled_us : now_us;
-  t->set_queue_ms((scheduled - r.arrival_us) / 1e3);
-  t->set_ttft_ms(r.first_token_us >= 0 ? (r.first_token_us - r.arrival_us) / 1e3 : 0.0);
-  t->set_total_ms((now_us - r.arrival_us) / 1e3);
+  f.queue_ms = (scheduled - r.arrival_us) / 1e3;
+  f.ttft_ms = r.first_token_us >= 0 ? (r.first_token_us - r.arrival_us) / 1e3 : 0.0;
+  f.total_ms = (now_us - r.arrival_us) / 1e3;
   record_end(r, reason, code, scheduled, now_us);
   sink_.send_events(r.client, *out);
   ++stats_.finished;
@@ -755,25 +731,22 @@ void Core::accept_token(Request& r, const SeqResult& s, int64_t now_us) {
     metrics_.inter_token.observe(double(now_us - r.last_token_us) / 1e6);
   }
   r.last_token_us = now_us;
-  v1::RequestEvents* out = &r.held;
+  RequestEvents* out = &r.held;
   if (r.spec.stream) {
-    events_.Clear();
-    events_.set_request_id(r.spec.id);
+    events_.clear();
+    events_.request_id = r.spec.id;
     out = &events_;
   }
-  v1::TokenEvent* ev = out->add_tokens();
-  ev->set_id(token);
-  if (r.spec.logprobs) ev->set_logprob(s.logprob);
-  for (size_t i = 0; i < s.top_ids.size() && i < s.top_logprobs.size(); ++i) {
-    v1::TopLogprob* t = ev->add_top();
-    t->set_id(s.top_ids[i]);
-    t->set_logprob(s.top_logprobs[i]);
-  }
+  TokenEvent& ev = out->add_token();
+  ev.id = token;
+  if (r.spec.logprobs) ev.logprob = s.logprob;
+  for (size_t i = 0; i < s.top_ids.size() && i < s.top_logprobs.size(); ++i)
+    ev.top.push_back({s.top_ids[i], s.top_logprobs[i]});
   r.text.clear();
   r.emit.clear();
   r.detok.push(token, r.text);
   const bool stop_string = r.stop_strings.feed(r.text, r.emit);
-  ev->set_text(r.emit);
+  ev.text = r.emit;
 
   const bool stop_tokens = !r.stop_tokens.empty() && r.stop_tokens.feed(token) > 0;
   const bool eos = renderer_.tokenizer().is_eog(token) && !r.spec.ignore_eos;  // eos, eot, eom, <|im_end|>, ...

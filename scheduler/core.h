@@ -78,21 +78,12 @@ struct WorkerInfo {
   std::string kv_sender_key{};  // kPrefill with CurveZMQ: the key its KV sockets connect with
 };
 
-// The one place a final event is made: `out`'s final event with `reason`, `code` and, for
-// errors and cancellations, `message`. Usage, timings and held-back text are the caller's.
-v1::FinalEvent& set_final(v1::RequestEvents& out, v1::FinishReason reason, v1::ErrorCode code,
-                          const std::string& message);
-// The events of a request refused before it was admitted: its id (cut to kMaxRequestIdBytes at a
-// character boundary: a refusal never echoes a long id whole) and an error final event.
-v1::RequestEvents& set_refusal(v1::RequestEvents& out, const std::string& request_id, v1::ErrorCode code,
-                               const std::string& message);
-
 // What the core sends. The actor serializes and routes; tests record.
 class Sink {
  public:
   virtual ~Sink() = default;
   virtual void send_plan(uint32_t worker_id, const StepPlan& plan) = 0;
-  virtual void send_events(const std::string& client, const v1::RequestEvents& events) = 0;
+  virtual void send_events(const std::string& client, const RequestEvents& events) = 0;
   // KvExpect to a decode worker, KvSend to a prefill worker (the version is the actor's).
   virtual void send_command(uint32_t worker_id, const Command& command) = 0;
   // Prompts made into ids off the planning thread: when renders_async(), render_async hands a
@@ -235,7 +226,7 @@ class Core {
   void publish(Worker& w, Placement& p, Request& r);
   // Sends the final event (in `carry`, after its tokens, when given) and forgets the request.
   void finish(Request& r, v1::FinishReason reason, v1::ErrorCode code, const std::string& message, int64_t now_us,
-              v1::RequestEvents* carry = nullptr);
+              RequestEvents* carry = nullptr);
   void reject(const std::string& client, const std::string& request_id, v1::ErrorCode code, const std::string& message);
   // The metrics of a request's end: e2e by reason, queue time, token counts; or a refusal when its
   // prompt was refused after it was taken (its ids came from the prompt threads).
@@ -279,7 +270,7 @@ class Core {
   std::unordered_map<std::string, std::unique_ptr<Request>> requests_;  // by key(client, id)
   std::unordered_map<std::string, uint32_t> live_per_client_;           // requests_ per client
   std::unordered_map<uint64_t, std::unique_ptr<Placement>> by_seq_;
-  v1::RequestEvents events_;  // reused for every event message: no allocation per token
+  RequestEvents events_;  // reused for every event message: no allocation per token
   StepPlan plan_;
   std::vector<Placement*> snapshot_;  // a worker's placements in build_plan's order
   std::vector<Placement*> prompts_;   // order_for_step's scratch (capacity kept)

@@ -1,5 +1,7 @@
 #include "scheduler/messages.h"
 
+#include "scheduler/admission.h"
+
 namespace tandem::scheduler {
 
 void SeqPlan::clear() {
@@ -26,6 +28,47 @@ void StepPlan::clear() {
   release.clear();
   for (SeqPlan& s : seqs) spare_.push_back(std::move(s));
   seqs.clear();
+}
+
+TokenEvent& RequestEvents::add_token() {
+  if (spare_.empty()) return tokens.emplace_back();
+  tokens.push_back(std::move(spare_.back()));
+  spare_.pop_back();
+  TokenEvent& t = tokens.back();
+  t.id = 0;
+  t.text.clear();
+  t.logprob = 0.0f;
+  t.top.clear();
+  return t;
+}
+
+void RequestEvents::clear() {
+  request_id.clear();
+  for (TokenEvent& t : tokens) spare_.push_back(std::move(t));
+  tokens.clear();
+  final.reset();
+}
+
+FinalEvent& set_final(RequestEvents& out, v1::FinishReason reason, v1::ErrorCode code, const std::string& message) {
+  FinalEvent& f = out.final.emplace();
+  f.finish_reason = reason;
+  f.error_code = code;
+  if (reason == v1::FINISH_REASON_ERROR || reason == v1::FINISH_REASON_CANCELLED) f.error_message = message;
+  return f;
+}
+
+RequestEvents& set_refusal(RequestEvents& out, const std::string& request_id, v1::ErrorCode code,
+                           const std::string& message) {
+  if (request_id.size() <= kMaxRequestIdBytes) {
+    out.request_id = request_id;
+  } else {
+    // Cut at a character's start: the id stays valid UTF-8, as a proto3 string must.
+    size_t n = kMaxRequestIdBytes;
+    while (n > 0 && (static_cast<unsigned char>(request_id[n]) & 0xC0) == 0x80) --n;
+    out.request_id.assign(request_id.data(), n);
+  }
+  set_final(out, v1::FINISH_REASON_ERROR, code, message);
+  return out;
 }
 
 }  // namespace tandem::scheduler

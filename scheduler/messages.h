@@ -89,4 +89,50 @@ struct KvReceived {
   std::string error_message;
 };
 
+// One token streamed to a client (v1::TokenEvent).
+struct TokenEvent {
+  struct Top {
+    int32_t id = 0;
+    float logprob = 0.0f;
+  };
+  int32_t id = 0;
+  std::string text;  // whole UTF-8 characters only
+  float logprob = 0.0f;
+  std::vector<Top> top;
+};
+
+// A request's end (v1::FinalEvent, with its Usage and Timings).
+struct FinalEvent {
+  v1::FinishReason finish_reason = v1::FINISH_REASON_UNSPECIFIED;
+  v1::ErrorCode error_code = v1::ERROR_CODE_UNSPECIFIED;
+  std::string error_message;
+  // Usage and timings: set for a request that was taken (not for a refusal: on the wire,
+  // a refusal's final event has neither).
+  bool accounted = false;
+  uint32_t prompt_tokens = 0, completion_tokens = 0, cached_prompt_tokens = 0;
+  double queue_ms = 0, ttft_ms = 0, total_ms = 0;
+  std::string text;  // bytes held back until the end
+};
+
+// What one request's client is told (v1::RequestEvents).
+struct RequestEvents {
+  std::string request_id;
+  std::vector<TokenEvent> tokens;
+  std::optional<FinalEvent> final;
+  // An entry appended to tokens, reusing an earlier event's buffers (see StepPlan::add_seq).
+  TokenEvent& add_token();
+  void clear();
+
+ private:
+  std::vector<TokenEvent> spare_;
+};
+
+// The one place a final event is made: `out`'s final event with `reason`, `code` and, for
+// errors and cancellations, `message`. Usage, timings and held-back text are the caller's.
+FinalEvent& set_final(RequestEvents& out, v1::FinishReason reason, v1::ErrorCode code, const std::string& message);
+// The events of a request refused before it was admitted: its id (cut to kMaxRequestIdBytes at a
+// character boundary: a refusal never echoes a long id whole) and an error final event.
+RequestEvents& set_refusal(RequestEvents& out, const std::string& request_id, v1::ErrorCode code,
+                           const std::string& message);
+
 }  // namespace tandem::scheduler

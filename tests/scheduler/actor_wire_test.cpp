@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "scheduler/admission.h"
+
 namespace tandem::scheduler {
 namespace {
 
@@ -160,6 +162,69 @@ TEST(ActorWire, KvReceivedRoundTrips) {
   EXPECT_EQ(back.bytes, a.bytes);
   EXPECT_EQ(back.error_code, a.error_code);
   EXPECT_EQ(back.error_message, a.error_message);
+}
+
+TEST(ActorWire, RequestEventsRoundTrip) {
+  RequestEvents ev;
+  ev.request_id = "r-1";
+  TokenEvent& t = ev.add_token();
+  t.id = 42;
+  t.text = "h\xc3\xa9";
+  t.logprob = -0.25f;
+  t.top = {{42, -0.25f}, {43, -2.0f}};
+  ev.add_token().id = 43;  // t may move: not read after this
+  FinalEvent& f = set_final(ev, v1::FINISH_REASON_CANCELLED, v1::ERROR_CODE_UNSPECIFIED, "deadline exceeded");
+  f.text = "held";
+  f.accounted = true;
+  f.prompt_tokens = 10;
+  f.completion_tokens = 2;
+  f.cached_prompt_tokens = 8;
+  f.queue_ms = 1.5;
+  f.ttft_ms = 20.25;
+  f.total_ms = 31.0;
+  v1::RequestEvents wire;
+  to_proto(ev, wire);
+  RequestEvents back;
+  from_proto(through_bytes(wire), back);
+  EXPECT_EQ(back.request_id, ev.request_id);
+  ASSERT_EQ(back.tokens.size(), 2u);
+  EXPECT_EQ(back.tokens[0].id, 42);
+  EXPECT_EQ(back.tokens[0].text, "h\xc3\xa9");
+  EXPECT_EQ(back.tokens[0].logprob, -0.25f);
+  ASSERT_EQ(back.tokens[0].top.size(), 2u);
+  EXPECT_EQ(back.tokens[0].top[1].id, 43);
+  EXPECT_EQ(back.tokens[0].top[1].logprob, -2.0f);
+  EXPECT_EQ(back.tokens[1].id, 43);
+  ASSERT_TRUE(back.final);
+  const FinalEvent& b = *back.final;
+  EXPECT_EQ(b.finish_reason, v1::FINISH_REASON_CANCELLED);
+  EXPECT_EQ(b.error_message, "deadline exceeded");
+  EXPECT_EQ(b.text, "held");
+  EXPECT_TRUE(b.accounted);
+  EXPECT_EQ(b.prompt_tokens, 10u);
+  EXPECT_EQ(b.completion_tokens, 2u);
+  EXPECT_EQ(b.cached_prompt_tokens, 8u);
+  EXPECT_EQ(b.queue_ms, 1.5);
+  EXPECT_EQ(b.ttft_ms, 20.25);
+  EXPECT_EQ(b.total_ms, 31.0);
+}
+
+TEST(ActorWire, RefusalHasNoUsageOnTheWire) {
+  RequestEvents ev;
+  set_refusal(ev, std::string(300, 'x'), v1::ERROR_CODE_OVERLOADED, "full");
+  v1::RequestEvents wire;
+  to_proto(ev, wire);
+  EXPECT_EQ(wire.request_id().size(), kMaxRequestIdBytes);
+  EXPECT_EQ(wire.final().error_code(), v1::ERROR_CODE_OVERLOADED);
+  EXPECT_EQ(wire.final().error_message(), "full");
+  EXPECT_FALSE(wire.final().has_usage());
+  EXPECT_FALSE(wire.final().has_timings());
+  v1::RequestEvents direct;  // the actor's own refusals: the same message
+  set_refusal(direct, std::string(300, 'x'), v1::ERROR_CODE_OVERLOADED, "full");
+  EXPECT_EQ(direct.SerializeAsString(), wire.SerializeAsString());
+  RequestEvents back;
+  from_proto(wire, back);
+  EXPECT_FALSE(back.final->accounted);
 }
 
 }  // namespace

@@ -29,7 +29,8 @@ struct Recorder : Sink {
     plans[worker].push_back(plan);
     history.push_back(plan);
   }
-  void send_events(const std::string&, const v1::RequestEvents& ev) override {
+  void send_events(const std::string&, const RequestEvents& plain) override {
+    const v1::RequestEvents ev = test_wire::wire(plain);
     for (const auto& t : ev.tokens()) tokens[ev.request_id()].push_back(t);
     if (ev.has_final()) {
       finals[ev.request_id()] = ev.final();

@@ -46,7 +46,8 @@ struct Recorder : Sink {
   std::map<std::string, v1::FinalEvent> finals;
   void send_plan(uint32_t, const StepPlan& plan) override { plans.push_back(test_wire::wire(plan)); }
   void send_command(uint32_t, const Command&) override {}
-  void send_events(const std::string&, const v1::RequestEvents& ev) override {
+  void send_events(const std::string&, const RequestEvents& plain) override {
+    const v1::RequestEvents ev = test_wire::wire(plain);
     if (ev.has_final()) finals[ev.request_id()] = ev.final();
   }
 };

@@ -58,8 +58,8 @@ struct CostHarness : Sink {
     core->add_worker(1, 4000, 16, now);
   }
   void send_plan(uint32_t, const StepPlan& plan) override { plans.push_back(test_wire::wire(plan)); }
-  void send_events(const std::string&, const v1::RequestEvents& ev) override {
-    if (ev.has_final()) finished[ev.request_id()] = true;
+  void send_events(const std::string&, const RequestEvents& ev) override {
+    if (ev.final) finished[ev.request_id] = true;
   }
   void send_command(uint32_t, const Command&) override {}
 

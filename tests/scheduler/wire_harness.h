@@ -16,6 +16,11 @@ inline v1::SchedulerCommand wire(const Command& command) {
   to_proto(command, out);
   return out;
 }
+inline v1::RequestEvents wire(const RequestEvents& events) {
+  v1::RequestEvents out;
+  to_proto(events, out);
+  return out;
+}
 inline StepResult plain(const v1::StepResult& result) {
   StepResult out;
   from_proto(result, out);
