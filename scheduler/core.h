@@ -27,7 +27,6 @@
 #include "scheduler/step_history.h"
 #include "scheduler/stops.h"
 #include "tandem/v1/client.pb.h"
-#include "tandem/v1/worker.pb.h"
 
 namespace tandem::scheduler {
 
@@ -78,7 +77,7 @@ struct WorkerInfo {
   std::string kv_sender_key{};  // kPrefill with CurveZMQ: the key its KV sockets connect with
 };
 
-// What the core sends. The actor serializes and routes; tests record.
+// What the core sends. The actor maps it to the wire (actor_wire.h) and routes it; tests record.
 class Sink {
  public:
   virtual ~Sink() = default;
