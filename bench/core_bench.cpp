@@ -42,7 +42,7 @@ struct FakeWorker : Sink {
     Plan& p = ring[(head + size++) % ring.size()];
     p.step_id = plan.step_id;
     p.sampled.clear();
-    for (const SeqPlan& s : plan.seqs)
+    for (const SeqPlan& s : plan.seqs())
       if (s.sample) p.sampled.push_back(s.seq_id);
   }
   v1::RequestEvents wire_events;
@@ -111,7 +111,10 @@ void run_core(benchmark::State& state, bool wire) {
     } else {
       plain.step_id = result.step_id();
       plain.seqs.resize(result.seqs_size());
-      for (int i = 0; i < result.seqs_size(); ++i) plain.seqs[i] = {result.seqs(i).seq_id(), result.seqs(i).token()};
+      for (int i = 0; i < result.seqs_size(); ++i) {
+        plain.seqs[i].seq_id = result.seqs(i).seq_id();
+        plain.seqs[i].token = result.seqs(i).token();
+      }
     }
     core.on_result(1, plain, now);
     for (; !worker.finished.empty(); worker.finished.pop_back()) core.submit("c", request(next++), now);

@@ -15,7 +15,7 @@ void assign(const Field& from, std::vector<T>& to) {
 void to_proto(const StepPlan& plan, v1::StepPlan& out) {
   out.Clear();
   out.set_step_id(plan.step_id);
-  for (const SeqPlan& s : plan.seqs) {
+  for (const SeqPlan& s : plan.seqs()) {
     v1::SeqPlan& o = *out.add_seqs();
     o.set_seq_id(s.seq_id);
     o.mutable_tokens()->Add(s.tokens.begin(), s.tokens.end());
@@ -144,7 +144,7 @@ void from_proto(const v1::KvReceived& ack, KvReceived& out) {
 
 void to_proto(const RequestEvents& events, v1::RequestEvents& out) {
   out.set_request_id(events.request_id);
-  for (const TokenEvent& t : events.tokens) {
+  for (const TokenEvent& t : events.tokens()) {
     v1::TokenEvent& o = *out.add_tokens();
     o.set_id(t.id);
     o.set_text(t.text);

@@ -638,7 +638,7 @@ bool Core::build_plan(Worker& w, int64_t now_us) {
   w.short_of_blocks = stalled;
   plan_.release.assign(w.to_release.begin(), w.to_release.end());
   w.to_release.clear();
-  if (plan_.seqs.empty() && plan_.release.empty()) return false;
+  if (plan_.seqs().empty() && plan_.release.empty()) return false;
   plan_.step_id = w.next_step++;
   w.inflight.push_back({plan_.step_id, std::move(seqs), !w.inflight.empty(), decodes + prefill, prefill, now_us});
   ++stats_.steps;

@@ -16,25 +16,21 @@ void SeqPlan::clear() {
 }
 
 SeqPlan& StepPlan::add_seq() {
-  if (spare_.empty()) return seqs.emplace_back();
-  seqs.push_back(std::move(spare_.back()));
-  spare_.pop_back();
-  seqs.back().clear();
-  return seqs.back();
+  if (used_ == seqs_.size()) seqs_.emplace_back();
+  SeqPlan& s = seqs_[used_++];
+  s.clear();
+  return s;
 }
 
 void StepPlan::clear() {
   step_id = 0;
   release.clear();
-  for (SeqPlan& s : seqs) spare_.push_back(std::move(s));
-  seqs.clear();
+  used_ = 0;
 }
 
 TokenEvent& RequestEvents::add_token() {
-  if (spare_.empty()) return tokens.emplace_back();
-  tokens.push_back(std::move(spare_.back()));
-  spare_.pop_back();
-  TokenEvent& t = tokens.back();
+  if (used_ == tokens_.size()) tokens_.emplace_back();
+  TokenEvent& t = tokens_[used_++];
   t.id = 0;
   t.text.clear();
   t.logprob = 0.0f;
@@ -44,8 +40,7 @@ TokenEvent& RequestEvents::add_token() {
 
 void RequestEvents::clear() {
   request_id.clear();
-  for (TokenEvent& t : tokens) spare_.push_back(std::move(t));
-  tokens.clear();
+  used_ = 0;
   final.reset();
 }
 

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <variant>
 #include <vector>
@@ -35,15 +36,16 @@ struct SeqPlan {
 // One step for one worker (v1::StepPlan; its epoch is the actor's).
 struct StepPlan {
   uint64_t step_id = 0;
-  std::vector<SeqPlan> seqs;
   std::vector<uint64_t> release;
-  // A cleared entry appended to seqs, reusing a previous plan's buffers: no allocation per
-  // sequence per step once warm.
+  std::span<const SeqPlan> seqs() const { return {seqs_.data(), used_}; }
+  // A cleared entry appended to seqs(), reusing a previous plan's entry in place (its
+  // buffers kept): no allocation and no move per sequence per step once warm.
   SeqPlan& add_seq();
   void clear();
 
  private:
-  std::vector<SeqPlan> spare_;
+  std::vector<SeqPlan> seqs_;  // [0, used_) are this plan's
+  size_t used_ = 0;
 };
 
 // A decode worker reserves a handed-off sequence's blocks (v1::KvExpect; epoch is the actor's).
@@ -117,14 +119,15 @@ struct FinalEvent {
 // What one request's client is told (v1::RequestEvents).
 struct RequestEvents {
   std::string request_id;
-  std::vector<TokenEvent> tokens;
   std::optional<FinalEvent> final;
-  // An entry appended to tokens, reusing an earlier event's buffers (see StepPlan::add_seq).
+  std::span<const TokenEvent> tokens() const { return {tokens_.data(), used_}; }
+  // An entry appended to tokens(), reused in place as StepPlan::add_seq's.
   TokenEvent& add_token();
   void clear();
 
  private:
-  std::vector<TokenEvent> spare_;
+  std::vector<TokenEvent> tokens_;
+  size_t used_ = 0;
 };
 
 // The one place a final event is made: `out`'s final event with `reason`, `code` and, for

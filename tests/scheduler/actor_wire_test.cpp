@@ -63,9 +63,9 @@ TEST(ActorWire, StepPlanRoundTrips) {
   StepPlan back;
   from_proto(through_bytes(wire), back);
   EXPECT_EQ(back.step_id, plan.step_id);
-  ASSERT_EQ(back.seqs.size(), 2u);
-  expect_same(back.seqs[0], plan.seqs[0]);
-  expect_same(back.seqs[1], plan.seqs[1]);
+  ASSERT_EQ(back.seqs().size(), 2u);
+  expect_same(back.seqs()[0], plan.seqs()[0]);
+  expect_same(back.seqs()[1], plan.seqs()[1]);
   EXPECT_EQ(back.release, plan.release);
 }
 
@@ -77,7 +77,7 @@ TEST(ActorWire, ReusedPlanForgetsThePreviousOne) {
   s.history = {4};
   plan.release = {5};
   plan.clear();
-  EXPECT_TRUE(plan.seqs.empty());
+  EXPECT_TRUE(plan.seqs().empty());
   EXPECT_TRUE(plan.release.empty());
   const SeqPlan& again = plan.add_seq();
   EXPECT_TRUE(again.tokens.empty());
@@ -187,14 +187,14 @@ TEST(ActorWire, RequestEventsRoundTrip) {
   RequestEvents back;
   from_proto(through_bytes(wire), back);
   EXPECT_EQ(back.request_id, ev.request_id);
-  ASSERT_EQ(back.tokens.size(), 2u);
-  EXPECT_EQ(back.tokens[0].id, 42);
-  EXPECT_EQ(back.tokens[0].text, "h\xc3\xa9");
-  EXPECT_EQ(back.tokens[0].logprob, -0.25f);
-  ASSERT_EQ(back.tokens[0].top.size(), 2u);
-  EXPECT_EQ(back.tokens[0].top[1].id, 43);
-  EXPECT_EQ(back.tokens[0].top[1].logprob, -2.0f);
-  EXPECT_EQ(back.tokens[1].id, 43);
+  ASSERT_EQ(back.tokens().size(), 2u);
+  EXPECT_EQ(back.tokens()[0].id, 42);
+  EXPECT_EQ(back.tokens()[0].text, "h\xc3\xa9");
+  EXPECT_EQ(back.tokens()[0].logprob, -0.25f);
+  ASSERT_EQ(back.tokens()[0].top.size(), 2u);
+  EXPECT_EQ(back.tokens()[0].top[1].id, 43);
+  EXPECT_EQ(back.tokens()[0].top[1].logprob, -2.0f);
+  EXPECT_EQ(back.tokens()[1].id, 43);
   ASSERT_TRUE(back.final);
   const FinalEvent& b = *back.final;
   EXPECT_EQ(b.finish_reason, v1::FINISH_REASON_CANCELLED);
