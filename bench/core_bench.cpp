@@ -16,6 +16,7 @@
 #include "model/make_model.h"
 #include "model/model_config.h"
 #include "model/tokenizer.h"
+#include "scheduler/actor_wire.h"
 #include "scheduler/core.h"
 
 namespace tandem::scheduler {
@@ -24,7 +25,11 @@ namespace {
 constexpr uint32_t kPromptTokens = 64, kMaxTokens = 256;
 
 // Records the plans' sampling sequences (in reused vectors) and which requests finished.
+// With `wire`, each plan and result also goes through the actor's protobuf mapping
+// (actor_wire.h), as in serving: the core's CPU plus the actor's mapping.
 struct FakeWorker : Sink {
+  bool wire = false;
+  v1::StepPlan wire_plan;
   struct Plan {
     uint64_t step_id = 0;
     std::vector<uint64_t> sampled;
@@ -32,17 +37,23 @@ struct FakeWorker : Sink {
   std::array<Plan, 8> ring;
   size_t head = 0, size = 0;
   std::vector<std::string> finished;
-  void send_plan(uint32_t, const v1::StepPlan& plan) override {
+  void send_plan(uint32_t, const StepPlan& plan) override {
+    if (wire) to_proto(plan, wire_plan);
     Plan& p = ring[(head + size++) % ring.size()];
-    p.step_id = plan.step_id();
+    p.step_id = plan.step_id;
     p.sampled.clear();
-    for (const v1::SeqPlan& s : plan.seqs())
-      if (s.sample()) p.sampled.push_back(s.seq_id());
+    for (const SeqPlan& s : plan.seqs())
+      if (s.sample) p.sampled.push_back(s.seq_id);
   }
-  void send_events(const std::string&, const v1::RequestEvents& ev) override {
-    if (ev.has_final()) finished.push_back(ev.request_id());
+  v1::RequestEvents wire_events;
+  void send_events(const std::string&, const RequestEvents& ev) override {
+    if (wire) {
+      wire_events.Clear();
+      to_proto(ev, wire_events);
+    }
+    if (ev.final) finished.push_back(ev.request_id);
   }
-  void send_command(uint32_t, const v1::SchedulerCommand&) override {}
+  void send_command(uint32_t, const Command&) override {}
 };
 
 struct Model {
@@ -69,10 +80,11 @@ v1::Submit request(uint64_t n) {
   return s;
 }
 
-void BM_CoreStep(benchmark::State& state) {
+void run_core(benchmark::State& state, bool wire) {
   static const Model model;
   const auto streams = static_cast<uint32_t>(state.range(0));
   FakeWorker worker;
+  worker.wire = wire;
   Core core(SchedulerConfig{}, model.config, model.tokenizer, worker);
   core.add_worker(1, streams * (model.config.context_length / 16 + 2), 16, 0);
   int64_t now = 1'000'000;
@@ -80,6 +92,7 @@ void BM_CoreStep(benchmark::State& state) {
   for (; next < streams; ++next) core.submit("c", request(next), now);
   core.tick(now);
   v1::StepResult result;
+  StepResult plain;
   for (auto _ : state) {
     if (worker.size == 0) state.SkipWithError("no plan in flight");
     const FakeWorker::Plan& p = worker.ring[worker.head];
@@ -93,14 +106,28 @@ void BM_CoreStep(benchmark::State& state) {
       r->set_token(3 + static_cast<int32_t>(id % 250));
     }
     now += 1000;
-    core.on_result(1, result, now);
+    if (wire) {
+      from_proto(result, plain);
+    } else {
+      plain.step_id = result.step_id();
+      plain.seqs.resize(result.seqs_size());
+      for (int i = 0; i < result.seqs_size(); ++i) {
+        plain.seqs[i].seq_id = result.seqs(i).seq_id();
+        plain.seqs[i].token = result.seqs(i).token();
+      }
+    }
+    core.on_result(1, plain, now);
     for (; !worker.finished.empty(); worker.finished.pop_back()) core.submit("c", request(next++), now);
     core.tick(now);
   }
   state.counters["steps"] = static_cast<double>(core.stats().steps);
   state.counters["streams_running"] = core.running();
 }
+void BM_CoreStep(benchmark::State& state) { run_core(state, false); }
 BENCHMARK(BM_CoreStep)->Arg(64)->Arg(256)->Unit(benchmark::kNanosecond);
+// The same with the actor's protobuf mapping of every plan and result (actor_wire.h).
+void BM_CoreStepWire(benchmark::State& state) { run_core(state, true); }
+BENCHMARK(BM_CoreStepWire)->Arg(64)->Arg(256)->Unit(benchmark::kNanosecond);
 
 }  // namespace
 }  // namespace tandem::scheduler

@@ -12,6 +12,7 @@
 #include "runtime/event_loop.h"
 #include "runtime/wire.h"
 #include "runtime/zap.h"
+#include "scheduler/actor_wire.h"
 #include "scheduler/client_outbox.h"
 #include "scheduler/prompt_pool.h"
 #include "scheduler/registration.h"
@@ -280,20 +281,21 @@ class Actor final : public Sink {
   }
 
   // Sink
-  void send_plan(uint32_t worker_id, const v1::StepPlan& plan) override {
+  void send_plan(uint32_t worker_id, const StepPlan& plan) override {
     auto it = worker_identity_.find(worker_id);
     if (it == worker_identity_.end()) return;
     command_.Clear();
     command_.set_version(kVersion);
-    *command_.mutable_plan() = plan;
+    to_proto(plan, *command_.mutable_plan());
     command_.mutable_plan()->set_epoch(worker_id);  // a worker's epoch is its registration's id
     send(*workers_, it->second, command_);
   }
 
-  void send_command(uint32_t worker_id, const v1::SchedulerCommand& command) override {
+  void send_command(uint32_t worker_id, const Command& command) override {
     auto it = worker_identity_.find(worker_id);
     if (it == worker_identity_.end()) return;
-    command_ = command;
+    command_.Clear();
+    to_proto(command, command_);
     command_.set_version(kVersion);
     if (command_.has_kv_expect()) command_.mutable_kv_expect()->set_epoch(worker_id);
     if (command_.has_kv_send()) command_.mutable_kv_send()->set_epoch(worker_id);
@@ -306,16 +308,18 @@ class Actor final : public Sink {
 
   // Events are coalesced per client and sent when the current turn of the loop ends
   // (flush()): one message per client per step, not one per token.
-  void send_events(const std::string& client, const v1::RequestEvents& events) override {
-    if (events.has_final() && spdlog::should_log(spdlog::level::debug)) {
-      const v1::FinalEvent& f = events.final();
+  void send_events(const std::string& client, const RequestEvents& events) override {
+    if (events.final && spdlog::should_log(spdlog::level::debug)) {
+      const FinalEvent& f = *events.final;
       spdlog::debug(
           "scheduler: request {} finished: {} {} prompt {} completion {} queue {:.1f} ms ttft {:.1f} ms total {:.1f} "
           "ms",
-          events.request_id(), v1::FinishReason_Name(f.finish_reason()), f.error_message(), f.usage().prompt_tokens(),
-          f.usage().completion_tokens(), f.timings().queue_ms(), f.timings().ttft_ms(), f.timings().total_ms());
+          events.request_id, v1::FinishReason_Name(f.finish_reason), f.error_message, f.prompt_tokens,
+          f.completion_tokens, f.queue_ms, f.ttft_ms, f.total_ms);
     }
-    outbox_.add(client, events);
+    events_wire_.Clear();
+    to_proto(events, events_wire_);
+    outbox_.add(client, events_wire_);
   }
 
   // The loop's clock: steady time, moved on by the fuzz harness (pass_time) only.
@@ -435,7 +439,7 @@ class Actor final : public Sink {
         }
         if (auto [code, why] = check_credential(frames[1], client_msg_.submit()); !why.empty()) {
           core_.count_refusal(code);
-          v1::RequestEvents ev;
+          RequestEvents ev;
           send_events(identity, set_refusal(ev, client_msg_.submit().request_id(), code, why));
           break;
         }
@@ -604,10 +608,14 @@ class Actor final : public Sink {
       peer.last_seen_us = now;
       // Fencing: a result or an ack of an earlier registration of this peer (it was declared
       // dead, e.g. stopped, and came back) must not touch what was re-placed meanwhile.
-      if (worker_msg_.has_result() && worker_msg_.result().epoch() == peer.id)
-        core_.on_result(peer.id, worker_msg_.result(), now);
-      if (worker_msg_.has_kv_received() && worker_msg_.kv_received().epoch() == peer.id)
-        core_.on_kv_received(peer.id, worker_msg_.kv_received(), now);
+      if (worker_msg_.has_result() && worker_msg_.result().epoch() == peer.id) {
+        from_proto(worker_msg_.result(), result_);
+        core_.on_result(peer.id, result_, now);
+      }
+      if (worker_msg_.has_kv_received() && worker_msg_.kv_received().epoch() == peer.id) {
+        from_proto(worker_msg_.kv_received(), ack_);
+        core_.on_kv_received(peer.id, ack_, now);
+      }
     }
     core_.tick(now);
     flush();
@@ -840,7 +848,7 @@ class Actor final : public Sink {
 
   void refuse_while_draining(const std::string& identity, const std::string& request_id) {
     core_.count_refusal(v1::ERROR_CODE_UNAVAILABLE);
-    v1::RequestEvents ev;
+    RequestEvents ev;
     send_events(identity, set_refusal(ev, request_id, v1::ERROR_CODE_UNAVAILABLE,
                                       "the scheduler is draining: it admits no new requests"));
   }
@@ -887,6 +895,9 @@ class Actor final : public Sink {
   v1::SchedulerReply reply_;
   std::vector<v1::SchedulerReply> reply_parts_;  // reply_ in messages of at most kReplyChunkBytes
   v1::SchedulerCommand command_;
+  StepResult result_;  // worker_msg_'s, for the core (reused: capacity kept)
+  KvReceived ack_;
+  v1::RequestEvents events_wire_;                         // send_events' (reused)
   std::unordered_map<uint64_t, TokenizeWaiter> queries_;  // tokenize queries on the pool, by job
   uint64_t next_query_job_ = 1;
   // Last: destroyed first, its threads joined before anything their results would touch.

@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "runtime/wire.h"
-#include "scheduler/core.h"
+#include "scheduler/actor_wire.h"
 
 namespace tandem::scheduler {
 

@@ -50,7 +50,7 @@ struct Core::Request {
   StopStringMatcher stop_strings;
   Detokenizer detok;
   std::string text, emit;
-  v1::RequestEvents held;  // tokens of a non-streaming request, sent with the final event
+  RequestEvents held;  // tokens of a non-streaming request, sent with the final event
   explicit Request(const model::Tokenizer& t) : detok(t) {}
 };
 
@@ -95,29 +95,6 @@ void erase_one(std::vector<T>& v, const T& x) {
 }
 
 }  // namespace
-
-v1::FinalEvent& set_final(v1::RequestEvents& out, v1::FinishReason reason, v1::ErrorCode code,
-                          const std::string& message) {
-  v1::FinalEvent& f = *out.mutable_final();
-  f.set_finish_reason(reason);
-  f.set_error_code(code);
-  if (reason == v1::FINISH_REASON_ERROR || reason == v1::FINISH_REASON_CANCELLED) f.set_error_message(message);
-  return f;
-}
-
-v1::RequestEvents& set_refusal(v1::RequestEvents& out, const std::string& request_id, v1::ErrorCode code,
-                               const std::string& message) {
-  if (request_id.size() <= kMaxRequestIdBytes) {
-    out.set_request_id(request_id);
-  } else {
-    // Cut at a character's start: the id stays valid UTF-8, as a proto3 string must.
-    size_t n = kMaxRequestIdBytes;
-    while (n > 0 && (static_cast<unsigned char>(request_id[n]) & 0xC0) == 0x80) --n;
-    out.set_request_id(request_id.data(), n);
-  }
-  set_final(out, v1::FINISH_REASON_ERROR, code, message);
-  return out;
-}
 
 Core::Core(SchedulerConfig config, model::ModelConfig model, const model::Tokenizer& tokenizer, Sink& sink)
     : Core(config, model, PromptRenderer(tokenizer, std::nullopt), sink) {}
@@ -230,7 +207,7 @@ void Core::remove_worker(uint32_t worker_id, int64_t now_us) {
 void Core::reject(const std::string& client, const std::string& request_id, v1::ErrorCode code,
                   const std::string& message) {
   metrics_.refuse(code);
-  v1::RequestEvents ev;
+  RequestEvents ev;
   sink_.send_events(client, set_refusal(ev, request_id, code, message));
 }
 
@@ -343,7 +320,7 @@ Core::Request& Core::add_request(const std::string& client, const std::string& k
   r->arrival_us = now_us;
   r->deadline_us = r->spec.timeout_ms ? now_us + int64_t{r->spec.timeout_ms} * 1000 : 0;
   r->order = stats_.requests++;
-  r->held.set_request_id(r->spec.id);
+  r->held.request_id = r->spec.id;
   Request& raw = *r;
   requests_[k] = std::move(r);
   ++live_per_client_[client];
@@ -432,7 +409,7 @@ void Core::requeue(Request& r) {
 }
 
 void Core::finish(Request& r, v1::FinishReason reason, v1::ErrorCode code, const std::string& message, int64_t now_us,
-                  v1::RequestEvents* carry) {
+                  RequestEvents* carry) {
   if (r.queued) {
     queue_.erase(std::find(queue_.begin(), queue_.end(), &r));
     r.queued = false;
@@ -442,30 +419,29 @@ void Core::finish(Request& r, v1::FinishReason reason, v1::ErrorCode code, const
     sink_.cancel_render(r.prompt_job);
   }
   detach(r);
-  v1::RequestEvents* out = carry;
+  RequestEvents* out = carry;
   if (!out) {
     out = r.spec.stream ? &events_ : &r.held;
     if (r.spec.stream) {
-      events_.Clear();
-      events_.set_request_id(r.spec.id);
+      events_.clear();
+      events_.request_id = r.spec.id;
     }
   }
-  v1::FinalEvent* f = &set_final(*out, reason, code, message);
+  FinalEvent& f = set_final(*out, reason, code, message);
   // Bytes still held back: an incomplete character, or text that might have begun a stop string.
   r.text.clear();
   r.emit.clear();
   r.detok.flush(r.text);
   if (!r.stop_strings.feed(r.text, r.emit)) r.stop_strings.flush(r.emit);
-  f->set_text(r.emit);
-  v1::Usage* u = f->mutable_usage();
-  u->set_prompt_tokens(r.prompt_len);
-  u->set_completion_tokens(r.generated);
-  u->set_cached_prompt_tokens(r.cached_prompt);
-  v1::Timings* t = f->mutable_timings();
+  f.text = r.emit;
+  f.accounted = true;
+  f.prompt_tokens = r.prompt_len;
+  f.completion_tokens = r.generated;
+  f.cached_prompt_tokens = r.cached_prompt;
   const int64_t scheduled = r.scheduled_us >= 0 ? r.scheduled_us : now_us;
-  t->set_queue_ms((scheduled - r.arrival_us) / 1e3);
-  t->set_ttft_ms(r.first_token_us >= 0 ? (r.first_token_us - r.arrival_us) / 1e3 : 0.0);
-  t->set_total_ms((now_us - r.arrival_us) / 1e3);
+  f.queue_ms = (scheduled - r.arrival_us) / 1e3;
+  f.ttft_ms = r.first_token_us >= 0 ? (r.first_token_us - r.arrival_us) / 1e3 : 0.0;
+  f.total_ms = (now_us - r.arrival_us) / 1e3;
   record_end(r, reason, code, scheduled, now_us);
   sink_.send_events(r.client, *out);
   ++stats_.finished;
@@ -598,24 +574,25 @@ Core::Slots Core::preempt_for(Worker& w, Placement& p, uint32_t positions, const
 }
 
 void Core::plan_tokens(Worker& w, Placement& p, Request& r, uint32_t n, std::vector<uint64_t>& seqs) {
-  v1::SeqPlan* s = plan_.add_seqs();
-  s->set_seq_id(p.seq_id);
-  for (int32_t b : w.kv.take_unsent(p.kv)) s->add_new_blocks(b);
+  SeqPlan& s = plan_.add_seq();
+  s.seq_id = p.seq_id;
+  for (int32_t b : w.kv.take_unsent(p.kv)) s.new_blocks.push_back(b);
   seqs.push_back(p.seq_id);
   ++p.inflight;  // the plan goes out: it has a sequence
   const bool prompt = r.fed < r.target;
   // A prompt's tokens travel; a decode's one is the worker's own last sample.
-  if (prompt) s->mutable_tokens()->Add(r.tokens.begin() + r.fed, r.tokens.begin() + r.fed + n);
-  s->set_start_pos(r.fed);
+  if (prompt) s.tokens.assign(r.tokens.begin() + r.fed, r.tokens.begin() + r.fed + n);
+  s.start_pos = r.fed;
   const bool sample = !prompt || r.fed + n == r.target;  // a prompt's last chunk samples
-  s->set_sample(sample);
+  s.sample = sample;
   if (!p.appeared) {
-    model::to_proto(r.spec.sampling, s->mutable_sampling());
-    s->set_logprobs(r.spec.logprobs);
+    s.first = true;
+    s.sampling = r.spec.sampling;
+    s.logprobs = r.spec.logprobs;
     // A cached prefix: the worker takes its tokens as the sequence's history.
-    if (r.fed > 0) s->mutable_history()->Add(r.tokens.begin(), r.tokens.begin() + r.fed);
+    if (r.fed > 0) s.history.assign(r.tokens.begin(), r.tokens.begin() + r.fed);
     const std::span<const int32_t> tail = w.kv.tail(p.kv);
-    s->mutable_tail_blocks()->Add(tail.begin(), tail.end());
+    s.tail_blocks.assign(tail.begin(), tail.end());
     p.appeared = true;
   }
   r.fed += n;
@@ -627,7 +604,7 @@ void Core::plan_tokens(Worker& w, Placement& p, Request& r, uint32_t n, std::vec
 // min(its goal - computed, chunk, budget) tokens, 1 for a decode and a chunk for a prompt,
 // in the order order_for_step gives; there is no prefill phase and no decode phase.
 bool Core::build_plan(Worker& w, int64_t now_us) {
-  plan_.Clear();
+  plan_.clear();
   uint32_t budget = config_.max_batch_tokens, decodes = 0, prefill = 0;
   bool stalled = false;
   std::vector<uint64_t> seqs;
@@ -659,11 +636,11 @@ bool Core::build_plan(Worker& w, int64_t now_us) {
     if (prompt) prompt_room -= n;
   }
   w.short_of_blocks = stalled;
-  for (uint64_t id : w.to_release) plan_.add_release(id);
+  plan_.release.assign(w.to_release.begin(), w.to_release.end());
   w.to_release.clear();
-  if (plan_.seqs_size() == 0 && plan_.release_size() == 0) return false;
-  plan_.set_step_id(w.next_step++);
-  w.inflight.push_back({plan_.step_id(), std::move(seqs), !w.inflight.empty(), decodes + prefill, prefill, now_us});
+  if (plan_.seqs().empty() && plan_.release.empty()) return false;
+  plan_.step_id = w.next_step++;
+  w.inflight.push_back({plan_.step_id, std::move(seqs), !w.inflight.empty(), decodes + prefill, prefill, now_us});
   ++stats_.steps;
   stats_.max_step_decode = std::max(stats_.max_step_decode, decodes);
   stats_.max_step_prefill_tokens = std::max(stats_.max_step_prefill_tokens, prefill);
@@ -743,8 +720,8 @@ void Core::postpone_step_deadlines(int64_t us) {
   }
 }
 
-void Core::accept_token(Request& r, const v1::SeqResult& s, int64_t now_us) {
-  const int32_t token = s.token();
+void Core::accept_token(Request& r, const SeqResult& s, int64_t now_us) {
+  const int32_t token = s.token;
   r.tokens.push_back(token);
   ++r.generated;
   if (r.first_token_us < 0) {
@@ -754,25 +731,22 @@ void Core::accept_token(Request& r, const v1::SeqResult& s, int64_t now_us) {
     metrics_.inter_token.observe(double(now_us - r.last_token_us) / 1e6);
   }
   r.last_token_us = now_us;
-  v1::RequestEvents* out = &r.held;
+  RequestEvents* out = &r.held;
   if (r.spec.stream) {
-    events_.Clear();
-    events_.set_request_id(r.spec.id);
+    events_.clear();
+    events_.request_id = r.spec.id;
     out = &events_;
   }
-  v1::TokenEvent* ev = out->add_tokens();
-  ev->set_id(token);
-  if (r.spec.logprobs) ev->set_logprob(s.logprob());
-  for (int i = 0; i < s.top_ids_size() && i < s.top_logprobs_size(); ++i) {
-    v1::TopLogprob* t = ev->add_top();
-    t->set_id(s.top_ids(i));
-    t->set_logprob(s.top_logprobs(i));
-  }
+  TokenEvent& ev = out->add_token();
+  ev.id = token;
+  if (r.spec.logprobs) ev.logprob = s.logprob;
+  for (size_t i = 0; i < s.top_ids.size() && i < s.top_logprobs.size(); ++i)
+    ev.top.push_back({s.top_ids[i], s.top_logprobs[i]});
   r.text.clear();
   r.emit.clear();
   r.detok.push(token, r.text);
   const bool stop_string = r.stop_strings.feed(r.text, r.emit);
-  ev->set_text(r.emit);
+  ev.text = r.emit;
 
   const bool stop_tokens = !r.stop_tokens.empty() && r.stop_tokens.feed(token) > 0;
   const bool eos = renderer_.tokenizer().is_eog(token) && !r.spec.ignore_eos;  // eos, eot, eom, <|im_end|>, ...
@@ -785,11 +759,11 @@ void Core::accept_token(Request& r, const v1::SeqResult& s, int64_t now_us) {
   }
 }
 
-void Core::on_result(uint32_t worker_id, const v1::StepResult& result, int64_t now_us) {
+void Core::on_result(uint32_t worker_id, const StepResult& result, int64_t now_us) {
   auto wit = workers_.find(worker_id);
   if (wit == workers_.end()) return;
   Worker& w = *wit->second;
-  if (w.inflight.empty() || w.inflight.front().step_id != result.step_id()) return;  // stale
+  if (w.inflight.empty() || w.inflight.front().step_id != result.step_id) return;  // stale
   std::vector<uint64_t> seqs = std::move(w.inflight.front().seqs);
   const std::vector<uint64_t>& plan_seqs = seqs_scratch_ = seqs;  // seqs is marked as results come
   const bool queued_behind = w.inflight.front().queued_behind;
@@ -798,21 +772,20 @@ void Core::on_result(uint32_t worker_id, const v1::StepResult& result, int64_t n
     const int64_t wall_us = now_us - w.step_start(f);
     w.step_times.record(f.tokens, wall_us);
     // The worker's own compute time when it reports one: the network and the pipeline are not the step's cost.
-    if (result.error_code() == v1::ERROR_CODE_UNSPECIFIED)
-      w.cost.record(f.prompt_tokens, f.tokens - f.prompt_tokens,
-                    result.compute_us() > 0 ? result.compute_us() : wall_us);
+    if (result.error_code == v1::ERROR_CODE_UNSPECIFIED)
+      w.cost.record(f.prompt_tokens, f.tokens - f.prompt_tokens, result.compute_us > 0 ? result.compute_us : wall_us);
   }
   w.last_answer_us = now_us;
   w.inflight.pop_front();
   ++w.stats.steps;
-  w.stats.compute_us += result.compute_us();
+  w.stats.compute_us += result.compute_us;
   // Idle time counts against the pipeline only when the plan was already on its way while
   // the previous step ran; waiting because there was no work is not a bubble.
-  if (queued_behind) w.stats.idle_us += result.idle_us();
+  if (queued_behind) w.stats.idle_us += result.idle_us;
   // The plan is answered: its sequences are no longer in flight there.
   for (uint64_t id : seqs)
     if (auto it = by_seq_.find(id); it != by_seq_.end()) --it->second->inflight;
-  if (result.error_code() != v1::ERROR_CODE_UNSPECIFIED) {
+  if (result.error_code != v1::ERROR_CODE_UNSPECIFIED) {
     for (uint64_t id : seqs) {  // what the failed step should have written cannot be shared
       auto it = by_seq_.find(id);
       if (it != by_seq_.end()) w.kv.distrust(it->second->kv);
@@ -821,21 +794,21 @@ void Core::on_result(uint32_t worker_id, const v1::StepResult& result, int64_t n
       auto it = by_seq_.find(id);
       if (it != by_seq_.end() && it->second->owner)
         finish(*it->second->owner, v1::FINISH_REASON_ERROR, v1::ERROR_CODE_INTERNAL,
-               "worker " + std::to_string(worker_id) + " failed the step: " + result.error_message(), now_us);
+               "worker " + std::to_string(worker_id) + " failed the step: " + result.error_message, now_us);
     }
   } else {
-    for (const v1::SeqResult& s : result.seqs()) {
+    for (const SeqResult& s : result.seqs) {
       // A worker answers only for the sequences of this plan, each once (a result for another
       // worker's sequence, or a second one for the same, is dropped), with a token of the
       // vocabulary (one outside would fail the next batch that embeds it).
-      const auto mine = std::find(seqs.begin(), seqs.end(), s.seq_id());
+      const auto mine = std::find(seqs.begin(), seqs.end(), s.seq_id);
       if (mine == seqs.end()) continue;
       *mine = kAnswered;
-      auto it = by_seq_.find(s.seq_id());
-      if (it == by_seq_.end() || !it->second->owner || s.token() < 0) continue;
-      if (static_cast<uint32_t>(s.token()) >= model_.vocab_size) {
+      auto it = by_seq_.find(s.seq_id);
+      if (it == by_seq_.end() || !it->second->owner || s.token < 0) continue;
+      if (static_cast<uint32_t>(s.token) >= model_.vocab_size) {
         finish(*it->second->owner, v1::FINISH_REASON_ERROR, v1::ERROR_CODE_INTERNAL,
-               "worker " + std::to_string(worker_id) + " returned token id " + std::to_string(s.token()) +
+               "worker " + std::to_string(worker_id) + " returned token id " + std::to_string(s.token) +
                    ", outside the vocabulary (" + std::to_string(model_.vocab_size) + " tokens)",
                now_us);
         continue;
@@ -847,7 +820,7 @@ void Core::on_result(uint32_t worker_id, const v1::StepResult& result, int64_t n
       // The prompt is done on a prefill worker and the request goes on: hand it off. (The
       // token already went to the client: time to first token does not wait for this.)
       if (w.role != Role::kPrefill) continue;
-      it = by_seq_.find(s.seq_id());
+      it = by_seq_.find(s.seq_id);
       if (it == by_seq_.end() || it->second->owner != r || r->fed < r->target) continue;
       if (!start_handoff(*r, now_us)) {
         r->awaiting_handoff = true;
@@ -905,48 +878,46 @@ bool Core::start_handoff(Request& r, int64_t now_us) {
   r.transfer_start_us = now_us;
   const uint64_t nonce = random_u64();
 
-  v1::SchedulerCommand cmd;
-  v1::KvExpect* e = cmd.mutable_kv_expect();
-  e->set_transfer_id(r.transfer_id);
-  e->set_nonce(nonce);
-  e->set_scheduler_epoch(epoch_);
-  e->set_positions(positions);
+  KvExpect e;
+  e.transfer_id = r.transfer_id;
+  e.nonce = nonce;
+  e.scheduler_epoch = epoch_;
+  e.positions = positions;
   if (auto sender = workers_.find(src.worker_id); sender != workers_.end())
-    e->set_sender_public_key(sender->second->kv_sender_key);
-  e->set_seq_id(dp->seq_id);
+    e.sender_public_key = sender->second->kv_sender_key;
+  e.seq_id = dp->seq_id;
   const std::span<const int32_t> blocks = best->kv.blocks(dp->kv), tail = best->kv.tail(dp->kv);
-  e->mutable_blocks()->Add(blocks.begin(), blocks.end());
-  e->mutable_tail_blocks()->Add(tail.begin(), tail.end());
-  sink_.send_command(best->id, cmd);
-  cmd.Clear();
-  v1::KvSend* k = cmd.mutable_kv_send();
-  k->set_transfer_id(r.transfer_id);
-  k->set_seq_id(src.seq_id);
-  k->set_dest_seq_id(dp->seq_id);
-  k->set_dest_endpoint(best->kv_endpoint);
-  k->set_dest_public_key(best->kv_public_key);
-  k->set_nonce(nonce);
-  k->set_scheduler_epoch(epoch_);
-  k->set_positions(positions);
-  sink_.send_command(src.worker_id, cmd);
+  e.blocks.assign(blocks.begin(), blocks.end());
+  e.tail_blocks.assign(tail.begin(), tail.end());
+  sink_.send_command(best->id, Command(std::move(e)));
+  KvSend k;
+  k.transfer_id = r.transfer_id;
+  k.seq_id = src.seq_id;
+  k.dest_seq_id = dp->seq_id;
+  k.dest_endpoint = best->kv_endpoint;
+  k.dest_public_key = best->kv_public_key;
+  k.nonce = nonce;
+  k.scheduler_epoch = epoch_;
+  k.positions = positions;
+  sink_.send_command(src.worker_id, Command(std::move(k)));
   by_seq_[dp->seq_id] = std::move(dp);
   return true;
 }
 
-void Core::on_kv_received(uint32_t worker_id, const v1::KvReceived& ack, int64_t now_us) {
-  auto it = by_seq_.find(ack.seq_id());
+void Core::on_kv_received(uint32_t worker_id, const KvReceived& ack, int64_t now_us) {
+  auto it = by_seq_.find(ack.seq_id);
   if (it == by_seq_.end()) return;  // cancelled meanwhile: its blocks are already free
   Placement& dp = *it->second;
   Request* r = dp.owner;
-  if (dp.worker_id != worker_id || !r || r->transfer_id != ack.transfer_id() || !r->source) return;
-  if (ack.error_code() != v1::ERROR_CODE_UNSPECIFIED) {
+  if (dp.worker_id != worker_id || !r || r->transfer_id != ack.transfer_id || !r->source) return;
+  if (ack.error_code != v1::ERROR_CODE_UNSPECIFIED) {
     finish(*r, v1::FINISH_REASON_ERROR, v1::ERROR_CODE_INTERNAL,
-           "KV handoff to worker " + std::to_string(worker_id) + " failed: " + ack.error_message(), now_us);
+           "KV handoff to worker " + std::to_string(worker_id) + " failed: " + ack.error_message, now_us);
     return;
   }
   dp.ready = true;  // joins the decode worker's next step
   end_handoff(*r);
-  stats_.handoff_bytes += ack.bytes();
+  stats_.handoff_bytes += ack.bytes;
   const double ms = double(now_us - r->transfer_start_us) / 1e3;
   metrics_.handoff.observe(ms / 1e3);
   if (stats_.handoff_ms.size() < kHandoffTimes)

@@ -20,13 +20,13 @@
 #include "runtime/role.h"
 #include "scheduler/admission.h"
 #include "scheduler/kv_cache_manager.h"
+#include "scheduler/messages.h"
 #include "scheduler/metrics.h"
 #include "scheduler/prompt.h"
 #include "scheduler/step_cost.h"
 #include "scheduler/step_history.h"
 #include "scheduler/stops.h"
 #include "tandem/v1/client.pb.h"
-#include "tandem/v1/worker.pb.h"
 
 namespace tandem::scheduler {
 
@@ -77,23 +77,14 @@ struct WorkerInfo {
   std::string kv_sender_key{};  // kPrefill with CurveZMQ: the key its KV sockets connect with
 };
 
-// The one place a final event is made: `out`'s final event with `reason`, `code` and, for
-// errors and cancellations, `message`. Usage, timings and held-back text are the caller's.
-v1::FinalEvent& set_final(v1::RequestEvents& out, v1::FinishReason reason, v1::ErrorCode code,
-                          const std::string& message);
-// The events of a request refused before it was admitted: its id (cut to kMaxRequestIdBytes at a
-// character boundary: a refusal never echoes a long id whole) and an error final event.
-v1::RequestEvents& set_refusal(v1::RequestEvents& out, const std::string& request_id, v1::ErrorCode code,
-                               const std::string& message);
-
-// What the core sends. The actor serializes and routes; tests record.
+// What the core sends. The actor maps it to the wire (actor_wire.h) and routes it; tests record.
 class Sink {
  public:
   virtual ~Sink() = default;
-  virtual void send_plan(uint32_t worker_id, const v1::StepPlan& plan) = 0;
-  virtual void send_events(const std::string& client, const v1::RequestEvents& events) = 0;
+  virtual void send_plan(uint32_t worker_id, const StepPlan& plan) = 0;
+  virtual void send_events(const std::string& client, const RequestEvents& events) = 0;
   // KvExpect to a decode worker, KvSend to a prefill worker (the version is the actor's).
-  virtual void send_command(uint32_t worker_id, const v1::SchedulerCommand& command) = 0;
+  virtual void send_command(uint32_t worker_id, const Command& command) = 0;
   // Prompts made into ids off the planning thread: when renders_async(), render_async hands a
   // prompt over and the Sink's owner calls Core::on_prompt(job, ids) later, once per job (a
   // job whose request ended meanwhile is ignored there). Otherwise the core renders inline.
@@ -158,9 +149,9 @@ class Core {
   void cancel_all(const std::string& message, int64_t now_us);
 
   // A worker's step result (results come back in plan order per worker).
-  void on_result(uint32_t worker_id, const v1::StepResult& result, int64_t now_us);
+  void on_result(uint32_t worker_id, const StepResult& result, int64_t now_us);
   // A decode worker has the KV of a handed-off sequence (or refused it).
-  void on_kv_received(uint32_t worker_id, const v1::KvReceived& ack, int64_t now_us);
+  void on_kv_received(uint32_t worker_id, const KvReceived& ack, int64_t now_us);
   // Deadlines, then new plans for every worker with room in its pipeline.
   void tick(int64_t now_us);
 
@@ -234,7 +225,7 @@ class Core {
   void publish(Worker& w, Placement& p, Request& r);
   // Sends the final event (in `carry`, after its tokens, when given) and forgets the request.
   void finish(Request& r, v1::FinishReason reason, v1::ErrorCode code, const std::string& message, int64_t now_us,
-              v1::RequestEvents* carry = nullptr);
+              RequestEvents* carry = nullptr);
   void reject(const std::string& client, const std::string& request_id, v1::ErrorCode code, const std::string& message);
   // The metrics of a request's end: e2e by reason, queue time, token counts; or a refusal when its
   // prompt was refused after it was taken (its ids came from the prompt threads).
@@ -246,7 +237,7 @@ class Core {
   std::string exceeds_kv(const RequestSpec& spec) const;
   Request& add_request(const std::string& client, const std::string& k, RequestSpec spec, int64_t now_us);
   void begin(Request& r);  // its prompt known and admitted: into the queue
-  void accept_token(Request& r, const v1::SeqResult& s, int64_t now_us);
+  void accept_token(Request& r, const SeqResult& s, int64_t now_us);
   void requeue(Request& r);
   void enqueue(Request& r);
   void detach(Request& r);
@@ -278,8 +269,8 @@ class Core {
   std::unordered_map<std::string, std::unique_ptr<Request>> requests_;  // by key(client, id)
   std::unordered_map<std::string, uint32_t> live_per_client_;           // requests_ per client
   std::unordered_map<uint64_t, std::unique_ptr<Placement>> by_seq_;
-  v1::RequestEvents events_;  // reused for every event message: no allocation per token
-  v1::StepPlan plan_;
+  RequestEvents events_;  // reused for every event message: no allocation per token
+  StepPlan plan_;
   std::vector<Placement*> snapshot_;  // a worker's placements in build_plan's order
   std::vector<Placement*> prompts_;   // order_for_step's scratch (capacity kept)
   std::deque<Request*> queue_;        // waiting for a worker, by priority then arrival

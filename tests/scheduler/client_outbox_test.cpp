@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "runtime/wire.h"
-#include "scheduler/core.h"
+#include "scheduler/actor_wire.h"
 
 namespace tandem::scheduler {
 namespace {

@@ -1,6 +1,7 @@
 // The scheduler's pure core, driven by scripted workers: plans, interleaving, stops,
 // cancellation at every stage, preemption, and block accounting that never leaks.
 #include "scheduler/core.h"
+#include "tests/scheduler/wire_harness.h"
 
 #include <gtest/gtest.h>
 
@@ -22,12 +23,14 @@ struct Recorder : Sink {
   std::map<std::string, int> final_count;
   std::vector<v1::StepPlan> history;
   std::map<uint32_t, std::vector<v1::SchedulerCommand>> commands;  // KvExpect / KvSend per worker
-  void send_command(uint32_t worker, const v1::SchedulerCommand& c) override { commands[worker].push_back(c); }
-  void send_plan(uint32_t worker, const v1::StepPlan& plan) override {
+  void send_command(uint32_t worker, const Command& c) override { commands[worker].push_back(test_wire::wire(c)); }
+  void send_plan(uint32_t worker, const StepPlan& p) override {
+    const v1::StepPlan plan = test_wire::wire(p);
     plans[worker].push_back(plan);
     history.push_back(plan);
   }
-  void send_events(const std::string&, const v1::RequestEvents& ev) override {
+  void send_events(const std::string&, const RequestEvents& plain) override {
+    const v1::RequestEvents ev = test_wire::wire(plain);
     for (const auto& t : ev.tokens()) tokens[ev.request_id()].push_back(t);
     if (ev.has_final()) {
       finals[ev.request_id()] = ev.final();
@@ -80,7 +83,7 @@ struct Harness {
       r->set_token(token ? token(sp) : fake_token(sp.start_pos() + n));
     }
     now += 1000;
-    core->on_result(worker, res, now);
+    core->on_result(worker, test_wire::plain(res), now);
     core->tick(now);
     return true;
   }
@@ -112,7 +115,7 @@ struct Harness {
         ack.set_error_message("format differs");
       }
       now += 100;
-      core->on_kv_received(worker, ack, now);
+      core->on_kv_received(worker, test_wire::plain(ack), now);
       ++n;
     }
     core->tick(now);
@@ -831,7 +834,7 @@ TEST(CorePrompts, LongTextIsTokenizedOffThePlanningThreadThenRuns) {
       r->set_token(5);
     }
     h.now += 1000;
-    h.core->on_result(1, res, h.now);
+    h.core->on_result(1, test_wire::plain(res), h.now);
     h.core->tick(h.now);
   }
   EXPECT_EQ(h.rec.finals["long"].finish_reason(), v1::FINISH_REASON_LENGTH);
@@ -921,7 +924,7 @@ TEST(CoreResults, AResultCountsOnlyForItsPlansSequencesOnceWithAVocabularyToken)
     s->set_seq_id(id);
     s->set_token(7);
   }
-  h.core->on_result(1, res, h.now += 1000);
+  h.core->on_result(1, test_wire::plain(res), h.now += 1000);
   EXPECT_EQ(h.rec.tokens["a"].size() + h.rec.tokens["b"].size(), 1u)
       << "worker 1 wrote into worker 2's sequence, or its own twice";
   const std::string on_1 = h.rec.tokens["a"].empty() ? "b" : "a";
@@ -935,7 +938,7 @@ TEST(CoreResults, AResultCountsOnlyForItsPlansSequencesOnceWithAVocabularyToken)
   auto* s = bad.add_seqs();
   s->set_seq_id(seq_on_2);
   s->set_token(static_cast<int32_t>(h.config.vocab_size));
-  h.core->on_result(2, bad, h.now += 1000);
+  h.core->on_result(2, test_wire::plain(bad), h.now += 1000);
   ASSERT_EQ(h.rec.final_count[on_2], 1);
   EXPECT_EQ(h.rec.finals[on_2].finish_reason(), v1::FINISH_REASON_ERROR);
   EXPECT_NE(h.rec.finals[on_2].error_message().find("outside the vocabulary"), std::string::npos)

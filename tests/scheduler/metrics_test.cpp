@@ -11,6 +11,7 @@
 
 #include "model/gguf.h"
 #include "scheduler/core.h"
+#include "tests/scheduler/wire_harness.h"
 #include "tests/test_util.h"
 
 namespace tandem::scheduler {
@@ -43,9 +44,10 @@ TEST(Histogram, BoundariesAreVllms) {
 struct Recorder : Sink {
   std::deque<v1::StepPlan> plans;
   std::map<std::string, v1::FinalEvent> finals;
-  void send_plan(uint32_t, const v1::StepPlan& plan) override { plans.push_back(plan); }
-  void send_command(uint32_t, const v1::SchedulerCommand&) override {}
-  void send_events(const std::string&, const v1::RequestEvents& ev) override {
+  void send_plan(uint32_t, const StepPlan& plan) override { plans.push_back(test_wire::wire(plan)); }
+  void send_command(uint32_t, const Command&) override {}
+  void send_events(const std::string&, const RequestEvents& plain) override {
+    const v1::RequestEvents ev = test_wire::wire(plain);
     if (ev.has_final()) finals[ev.request_id()] = ev.final();
   }
 };
@@ -107,7 +109,7 @@ TEST(Metrics, AScriptedRequestMovesEachValueByWhatItsClockSays) {
         sampled = true;
       }
       if (sampled) now += after_us;
-      core.on_result(1, res, now);
+      core.on_result(1, test_wire::plain(res), now);
       core.tick(now);
     }
   };

@@ -11,6 +11,7 @@
 
 #include "model/gguf.h"
 #include "scheduler/core.h"
+#include "tests/scheduler/wire_harness.h"
 #include "tests/test_util.h"
 
 namespace tandem::scheduler {
@@ -56,11 +57,11 @@ struct CostHarness : Sink {
     core = std::make_unique<Core>(sc, model, tokenizer, *this);
     core->add_worker(1, 4000, 16, now);
   }
-  void send_plan(uint32_t, const v1::StepPlan& plan) override { plans.push_back(plan); }
-  void send_events(const std::string&, const v1::RequestEvents& ev) override {
-    if (ev.has_final()) finished[ev.request_id()] = true;
+  void send_plan(uint32_t, const StepPlan& plan) override { plans.push_back(test_wire::wire(plan)); }
+  void send_events(const std::string&, const RequestEvents& ev) override {
+    if (ev.final) finished[ev.request_id] = true;
   }
-  void send_command(uint32_t, const v1::SchedulerCommand&) override {}
+  void send_command(uint32_t, const Command&) override {}
 
   void submit(const std::string& id, uint32_t prompt, uint32_t max_tokens) {
     v1::Submit s;
@@ -89,7 +90,7 @@ struct CostHarness : Sink {
     const int64_t us = kFixed + kPerDecode * decodes + per_prompt * prompt;
     res.set_compute_us(static_cast<uint64_t>(us));
     now += us;
-    core->on_result(1, res, now);
+    core->on_result(1, test_wire::plain(res), now);
     core->tick(now);
     return {prompt, us};
   }
