@@ -115,6 +115,10 @@ struct Call {
   std::vector<std::string> ids;
   std::vector<ChoiceResult> choices;
   std::vector<bool> role_sent;
+  // Chat output split into reasoning, content and tool calls (model/chat_output.h): one parser
+  // per choice when the model's format has markers; empty: the text is content, as is.
+  std::vector<model::ChatOutputParser> parsers;
+  model::ChatDelta delta;  // reused for every token
   std::vector<std::pair<uint32_t, Event>> batch;
   Usage usage;
   size_t done = 0;
@@ -190,9 +194,13 @@ class Session : public Waker, public std::enable_shared_from_this<Session<Stream
   void on_watch(beast::error_code ec, size_t n);
   void client_gone(const char* why);
   void cancel_running();
+  void start_parsers();
   void process(uint32_t i, Event& ev);
+  void process_parsed(uint32_t i, Event& ev);
+  void finish_parsed(uint32_t i, const FinalEvent& fin);
   void process_final(uint32_t i, Event& ev);
   void begin_stream();
+  void open_choice(uint32_t i);
   void flush();
   void end_call();
 
@@ -442,6 +450,7 @@ void Session<Stream>::completion(ApiKind kind, const std::string& body) {
   for (size_t i = 0; i < n; ++i) c.ids.push_back(n == 1 ? id_ : id_ + "-" + std::to_string(i));
   c.choices.resize(n);
   c.role_sent.assign(n, false);
+  if (kind == ApiKind::kChat) start_parsers();
   c.batch.reserve(64);
   c.feed = std::make_shared<Feed>(g_.io.get_executor(), this->weak_from_this());
   const std::string prefix = kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-";
@@ -579,20 +588,84 @@ void Session<Stream>::begin_stream() {
       id_ + "\r\nTransfer-Encoding: chunked\r\nConnection: " + (keep_alive_ ? "keep-alive" : "close") + "\r\n\r\n";
 }
 
+// A parser per choice when the model's template has think or tool-call markers; calls are
+// parsed only when the request offers tools (and tool_choice is not "none": api.cpp then drops
+// them), as vLLM's --enable-auto-tool-choice.
 template <class Stream>
-void Session<Stream>::process(uint32_t i, Event& ev) {
+void Session<Stream>::start_parsers() {
   Call& c = *call_;
-  if (ev.final) return process_final(i, ev);
+  model::ChatOutputFormat format = g_.model.chat_output;
+  if (c.request.requests.front().tools_json.empty()) format.tools = model::ToolCallFormat::kNone;
+  if (format.tools == model::ToolCallFormat::kNone && !format.reasoning) return;
+  c.parsers.reserve(c.ids.size());
+  for (size_t i = 0; i < c.ids.size(); ++i) {
+    c.parsers.emplace_back(format, c.ids[i]);
+    c.choices[i].parsed = true;
+  }
+}
+
+// A token through the choice's parser: a streamed chunk when it released something (or has
+// logprobs to carry); not streaming, the message grows.
+template <class Stream>
+void Session<Stream>::process_parsed(uint32_t i, Event& ev) {
+  Call& c = *call_;
+  c.delta.clear();
+  c.parsers[i].feed_token(ev.token.id, ev.token.text, c.delta);
   if (!c.request.stream) {
-    c.choices[i].text += ev.token.text;
+    c.choices[i].message.merge(c.delta);
     if (c.request.logprobs >= 0) c.choices[i].tokens.push_back(std::move(ev.token));
     return;
   }
+  open_choice(i);
+  if (!c.delta.empty() || c.request.logprobs >= 0) c.format->delta_chunk(c.pending, i, c.delta, &ev.token);
+}
+
+// The end of a parsed choice: the scheduler's held-back text, then what the parser still held,
+// and the finish_reason it says ("tool_calls" after a call).
+template <class Stream>
+void Session<Stream>::finish_parsed(uint32_t i, const FinalEvent& fin) {
+  Call& c = *call_;
+  c.delta.clear();
+  c.parsers[i].feed(fin.text, c.delta);
+  model::GenerationEnd end = model::GenerationEnd::kError;
+  switch (fin.reason) {
+    case FinishReason::kStop: end = model::GenerationEnd::kStop; break;
+    case FinishReason::kLength: end = model::GenerationEnd::kLength; break;
+    case FinishReason::kCancelled: end = model::GenerationEnd::kCancelled; break;
+    case FinishReason::kError: break;
+  }
+  const std::string_view reason = c.parsers[i].finish(end, c.delta);
+  if (!c.request.stream) {
+    c.choices[i].message.merge(c.delta);
+    c.choices[i].message.finish_reason = reason;
+    return;
+  }
+  if (!c.delta.empty()) c.format->delta_chunk(c.pending, i, c.delta, nullptr);
+  c.format->finish_chunk(c.pending, i, openai_finish_reason(reason));
+}
+
+// The stream's head and, in chat, the choice's first delta (its role), each once.
+template <class Stream>
+void Session<Stream>::open_choice(uint32_t i) {
+  Call& c = *call_;
   begin_stream();
   if (c.request.kind == ApiKind::kChat && !c.role_sent[i]) {
     c.format->role_chunk(c.pending, i);
     c.role_sent[i] = true;
   }
+}
+
+template <class Stream>
+void Session<Stream>::process(uint32_t i, Event& ev) {
+  Call& c = *call_;
+  if (ev.final) return process_final(i, ev);
+  if (!c.parsers.empty()) return process_parsed(i, ev);
+  if (!c.request.stream) {
+    c.choices[i].text += ev.token.text;
+    if (c.request.logprobs >= 0) c.choices[i].tokens.push_back(std::move(ev.token));
+    return;
+  }
+  open_choice(i);
   c.format->token_chunk(c.pending, i, ev.token);
 }
 
@@ -617,12 +690,11 @@ void Session<Stream>::process_final(uint32_t i, Event& ev) {
   }
   if (error) {
     ResponseFormat::error_event(c.pending, error_from_final(choice.fin));
+  } else if (!c.parsers.empty()) {
+    if (c.request.stream) open_choice(i);
+    finish_parsed(i, choice.fin);
   } else if (c.request.stream) {
-    begin_stream();
-    if (c.request.kind == ApiKind::kChat && !c.role_sent[i]) {
-      c.format->role_chunk(c.pending, i);
-      c.role_sent[i] = true;
-    }
+    open_choice(i);
     if (!choice.fin.text.empty()) c.format->text_chunk(c.pending, i, choice.fin.text);
     c.format->finish_chunk(c.pending, i, choice.fin.reason);
   } else {
@@ -846,6 +918,12 @@ Status run_gateway(const GatewayOptions& options, const std::function<void(const
   auto listen = parse_listen(options.listen);
   if (!listen) return listen.status();
   Gateway g(options, std::move(model.value()));
+  const model::ChatOutputFormat& chat = g.model.chat_output;
+  spdlog::info("gateway: chat output: tool calls {} (when a request offers tools), reasoning {}",
+               model::tool_call_format_name(chat.tools),
+               !chat.reasoning            ? "off"
+               : chat.starts_in_reasoning ? "on (opened by the prompt)"
+                                          : "on");
   if (!options.api_key_file.empty()) {
     auto keys = ApiKeys::load(options.api_key_file);
     if (!keys) return keys.status();

@@ -8,7 +8,10 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,6 +48,95 @@ std::string chat_model() {
     return out;
   }();
   return path;
+}
+
+// What the scripted model (make-model --script-file) writes after any chat prompt: a think block
+// and a Hermes tool call, as Qwen 3 writes them (compact JSON and the newlines the model's
+// bigram chain can spell with distinct tokens of the Qwen 3 vocabulary).
+constexpr const char* kToolArguments = R"({"where":{"city":"Paris"},"days":[1,2]})";
+const std::string kToolScript = std::string("<think>The user wants the weather.\n</think>\n\n<tool_call>\n") +
+                                R"({"name":"get_weather","arguments":)" + kToolArguments + "}\n</tool_call>";
+// The same with a call whose arguments are not an object: content, as vLLM's parsers leave it.
+const std::string kMalformedScript =
+    "<think>Checking.</think>\n\n<tool_call>\n"
+    R"({"name":"get_weather","arguments":oops})"
+    "\n</tool_call>";
+constexpr const char* kWeatherTool =
+    R"([{"type":"function","function":{"name":"get_weather","description":"The weather of a city",)"
+    R"("parameters":{"type":"object","properties":{"where":{"type":"object"},"days":{"type":"array"}}}}}])";
+
+// A model on the Qwen 3 vocabulary (from the npm_tokenizers fixture) whose greedy output after
+// any chat prompt is `script`, then <|im_end|>; made once per script and process.
+std::string scripted_model(const std::string& script) {
+  static std::map<std::string, std::string> made;
+  std::string& path = made[script];
+  if (!path.empty()) return path;
+  const std::string dir = test::temp_dir() + "/scripted-" + std::to_string(made.size());
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/script.txt", std::ios::binary) << script;
+  const auto r =
+      test::run_command(std::string(TANDEM_TANDEM_BIN) + " make-model --vocab-from " + TANDEM_NPM_TOKENIZERS_DIR +
+                        "/qwen3/tokenizer.json --script-file " + dir + "/script.txt --out " + dir + "/scripted.gguf");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  path = dir + "/scripted.gguf";
+  return path;
+}
+
+// The JSON objects of an SSE stream's `data:` events, [DONE] left out.
+std::vector<nlohmann::json> sse_events(const std::string& body) {
+  std::vector<nlohmann::json> out;
+  for (size_t at = 0; (at = body.find("data: ", at)) != std::string::npos;) {
+    const size_t end = body.find("\n\n", at);
+    const std::string event = body.substr(at + 6, end - at - 6);
+    at = end;
+    if (event != "[DONE]") out.push_back(nlohmann::json::parse(event, nullptr, false));
+  }
+  return out;
+}
+
+// A chat message as a stream's deltas build it: reasoning, content, calls by index, and how
+// many deltas carried a piece of call 0's arguments.
+struct StreamedMessage {
+  std::string reasoning, content, finish_reason;
+  std::vector<nlohmann::json> calls;
+  int argument_pieces = 0, events_after_finish = 0;
+  bool usage = false;
+};
+
+StreamedMessage streamed_message(const std::string& body) {
+  StreamedMessage m;
+  for (const nlohmann::json& e : sse_events(body)) {
+    if (e.contains("usage") && e["usage"].is_object()) m.usage = true;
+    if (!e.contains("choices") || e["choices"].empty()) continue;
+    if (!m.finish_reason.empty()) ++m.events_after_finish;
+    const nlohmann::json& choice = e["choices"][0];
+    const nlohmann::json& d = choice["delta"];
+    if (choice["finish_reason"].is_string()) m.finish_reason = choice["finish_reason"];
+    if (d.contains("reasoning_content")) m.reasoning += d["reasoning_content"].get<std::string>();
+    if (d.contains("content") && d["content"].is_string()) m.content += d["content"].get<std::string>();
+    for (const nlohmann::json& call : d.value("tool_calls", nlohmann::json::array())) {
+      const size_t index = call["index"];
+      if (index >= m.calls.size()) m.calls.resize(index + 1, nlohmann::json::object());
+      nlohmann::json& c = m.calls[index];
+      if (call.contains("id")) {
+        EXPECT_FALSE(c.contains("id")) << "a call's id came twice: " << body;
+        c["id"] = call["id"];
+        c["type"] = call["type"];
+        c["name"] = call["function"]["name"];
+        c["arguments"] = "";
+      }
+      if (call["function"].contains("arguments")) {
+        const std::string piece = call["function"]["arguments"];
+        c["arguments"] = c.value("arguments", "") + piece;
+        if (index == 0 && !piece.empty()) ++m.argument_pieces;
+      }
+    }
+  }
+  return m;
+}
+
+std::string chat_body(const std::string& extra) {
+  return R"({"messages":[{"role":"user","content":"What is the weather in Paris?"}],"max_tokens":200)" + extra + "}";
 }
 
 // A connected loopback TCP socket with receive and send timeouts; -1 on failure.
@@ -225,6 +317,22 @@ TEST(Gateway, TheOpenAISdkDrivesCompletionsAndChatStreamingAndNot) {
   EXPECT_NE(r.out.find("ok: models lists the served model"), std::string::npos) << r.out;
 }
 
+// The SDK (and its stream helper) reads the scripted model's think block and tool call.
+TEST(Gateway, TheOpenAISdkReadsToolCallsAndReasoningStreamingAndNot) {
+  const char* sdk = std::getenv("TANDEM_OPENAI_SDK");
+  ASSERT_TRUE(sdk) << "TANDEM_OPENAI_SDK (the npm ci install of tests/gateway/openai-sdk) is not set";
+  const std::string model = scripted_model(kToolScript);
+  test::Deployment d(kDeploy, model);
+  ASSERT_TRUE(d.ok());
+  GatewayProcess g(d.endpoint(), model, {"--model-name", "scripted"});
+  const auto r =
+      test::run_command("NODE_PATH=" + test::shell_quote(std::string(sdk) + "/node_modules") + " node " +
+                        test::shell_quote(std::string(TANDEM_SOURCE_DIR) + "/tests/gateway/openai-sdk/sdk_test.cjs") +
+                        " " + g.url() + " scripted tools " + test::shell_quote(kToolArguments));
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err << g.log();
+  EXPECT_NE(r.out.find("ok: streamed chat with tools"), std::string::npos) << r.out;
+}
+
 // `curl -N` streams one event per token, and the tokens are those `tandem generate` gets for
 // the same greedy request.
 TEST(Gateway, ACurlStreamCarriesTheTokensOfTandemGenerate) {
@@ -247,6 +355,119 @@ TEST(Gateway, ACurlStreamCarriesTheTokensOfTandemGenerate) {
   // which the tiny model's random bytes give): the same escaping of the same bytes.
   const std::string escaped = runtime::json_string(gen.out.substr(0, gen.out.size() - 1));
   EXPECT_EQ(sse.text, escaped.substr(1, escaped.size() - 2)) << curl.out;
+}
+
+// A model whose chat template writes Hermes tool calls and think blocks (Qwen 3's) gets its
+// output split: reasoning_content, content, and tool_calls with the arguments streamed in
+// pieces; finish_reason "tool_calls". Streamed and whole responses agree.
+TEST(Gateway, ChatSplitsReasoningAndReturnsToolCallsStreamingAndNot) {
+  const std::string model = scripted_model(kToolScript);
+  test::Deployment d(kDeploy, model);
+  ASSERT_TRUE(d.ok());
+  GatewayProcess g(d.endpoint(), model);
+  const std::string tools = std::string(",\"tools\":") + kWeatherTool;
+  const Reply whole = http(g.port(), "POST", "/v1/chat/completions", chat_body(tools));
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  const nlohmann::json r = nlohmann::json::parse(whole.body);
+  const nlohmann::json& choice = r["choices"][0];
+  const nlohmann::json& message = choice["message"];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls") << whole.body;
+  EXPECT_EQ(message["reasoning_content"], "The user wants the weather.\n") << whole.body;
+  EXPECT_TRUE(message["content"].is_null()) << whole.body;
+  ASSERT_EQ(message["tool_calls"].size(), 1u) << whole.body;
+  const nlohmann::json& call = message["tool_calls"][0];
+  EXPECT_EQ(call["type"], "function");
+  EXPECT_EQ(call["function"]["name"], "get_weather");
+  EXPECT_EQ(call["function"]["arguments"], kToolArguments);
+  const std::string id = call["id"];
+  EXPECT_EQ(id.rfind("call_", 0), 0u) << id;
+  EXPECT_EQ(id.size(), 29u) << id;
+
+  const Reply streamed = http(g.port(), "POST", "/v1/chat/completions",
+                              chat_body(tools + R"(,"stream":true,"stream_options":{"include_usage":true})"));
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  const StreamedMessage m = streamed_message(streamed.body);
+  EXPECT_EQ(m.reasoning, "The user wants the weather.\n") << streamed.body;
+  EXPECT_EQ(m.content, "") << streamed.body;
+  EXPECT_EQ(m.finish_reason, "tool_calls") << streamed.body;
+  ASSERT_EQ(m.calls.size(), 1u) << streamed.body;
+  EXPECT_EQ(m.calls[0]["name"], "get_weather");
+  EXPECT_EQ(m.calls[0]["type"], "function");
+  EXPECT_EQ(m.calls[0]["arguments"], kToolArguments) << streamed.body;
+  EXPECT_GT(m.argument_pieces, 3) << "the arguments were not streamed as they came: " << streamed.body;
+  EXPECT_TRUE(m.usage) << streamed.body;
+  EXPECT_EQ(m.events_after_finish, 0) << streamed.body;
+  EXPECT_NE(streamed.body.find("data: [DONE]"), std::string::npos);
+
+  // Without tools the call is content (reasoning is still split), as vLLM parses calls only
+  // when tools are offered; tool_choice "none" is the same.
+  for (const std::string extra : {std::string(), tools + R"(,"tool_choice":"none")"}) {
+    const nlohmann::json plain =
+        nlohmann::json::parse(http(g.port(), "POST", "/v1/chat/completions", chat_body(extra)).body);
+    EXPECT_EQ(plain["choices"][0]["message"]["content"], kToolScript.substr(kToolScript.find("<tool_call>"))) << plain;
+    EXPECT_EQ(plain["choices"][0]["message"]["reasoning_content"], "The user wants the weather.\n") << plain;
+    EXPECT_FALSE(plain["choices"][0]["message"].contains("tool_calls")) << plain;
+    EXPECT_EQ(plain["choices"][0]["finish_reason"], "stop") << plain;
+  }
+  // /v1/completions is raw text, as vLLM's.
+  const nlohmann::json raw =
+      nlohmann::json::parse(http(g.port(), "POST", "/v1/completions", R"({"prompt":"Hi","max_tokens":200})").body);
+  EXPECT_EQ(raw["choices"][0]["text"], kToolScript) << raw;
+}
+
+// A stop string inside the think block ends the request there: the reasoning before it, no
+// content, finish_reason "stop"; max_tokens ends it as "length" with the reasoning so far.
+TEST(Gateway, AStopStringInsideTheThinkBlockEndsTheRequest) {
+  const std::string model = scripted_model(kToolScript);
+  test::Deployment d(kDeploy, model);
+  ASSERT_TRUE(d.ok());
+  GatewayProcess g(d.endpoint(), model);
+  const std::string ask = std::string(",\"tools\":") + kWeatherTool + R"(,"stop":["weather"])";
+  const nlohmann::json whole =
+      nlohmann::json::parse(http(g.port(), "POST", "/v1/chat/completions", chat_body(ask)).body);
+  EXPECT_EQ(whole["choices"][0]["finish_reason"], "stop") << whole;
+  EXPECT_EQ(whole["choices"][0]["message"]["reasoning_content"], "The user wants the ") << whole;
+  EXPECT_EQ(whole["choices"][0]["message"]["content"], "") << whole;
+  EXPECT_FALSE(whole["choices"][0]["message"].contains("tool_calls")) << whole;
+  const Reply streamed = http(g.port(), "POST", "/v1/chat/completions", chat_body(ask + R"(,"stream":true)"));
+  const StreamedMessage m = streamed_message(streamed.body);
+  EXPECT_EQ(m.reasoning, "The user wants the ") << streamed.body;
+  EXPECT_EQ(m.content, "") << streamed.body;
+  EXPECT_EQ(m.finish_reason, "stop") << streamed.body;
+  EXPECT_TRUE(m.calls.empty()) << streamed.body;
+  // Cut by max_tokens inside the call's arguments: the call so far, finish_reason "length".
+  const nlohmann::json cut =
+      nlohmann::json::parse(http(g.port(), "POST", "/v1/chat/completions",
+                                 R"({"messages":[{"role":"user","content":"Weather?"}],"max_tokens":26,"tools":)" +
+                                     std::string(kWeatherTool) + "}")
+                                .body);
+  EXPECT_EQ(cut["choices"][0]["finish_reason"], "length") << cut;
+  ASSERT_EQ(cut["choices"][0]["message"]["tool_calls"].size(), 1u) << cut;
+  const std::string partial = cut["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"];
+  EXPECT_EQ(std::string(kToolArguments).rfind(partial, 0), 0u) << partial;
+  EXPECT_LT(partial.size(), std::string(kToolArguments).size()) << partial;
+}
+
+// A tool call whose arguments are not a JSON object comes back as content, finish_reason "stop".
+TEST(Gateway, AMalformedToolCallComesBackAsContent) {
+  const std::string model = scripted_model(kMalformedScript);
+  test::Deployment d(kDeploy, model);
+  ASSERT_TRUE(d.ok());
+  GatewayProcess g(d.endpoint(), model);
+  const std::string tools = std::string(",\"tools\":") + kWeatherTool;
+  const std::string call = kMalformedScript.substr(kMalformedScript.find("<tool_call>"));
+  const nlohmann::json whole =
+      nlohmann::json::parse(http(g.port(), "POST", "/v1/chat/completions", chat_body(tools)).body);
+  EXPECT_EQ(whole["choices"][0]["message"]["content"], call) << whole;
+  EXPECT_EQ(whole["choices"][0]["message"]["reasoning_content"], "Checking.") << whole;
+  EXPECT_FALSE(whole["choices"][0]["message"].contains("tool_calls")) << whole;
+  EXPECT_EQ(whole["choices"][0]["finish_reason"], "stop") << whole;
+  const Reply streamed = http(g.port(), "POST", "/v1/chat/completions", chat_body(tools + R"(,"stream":true)"));
+  const StreamedMessage m = streamed_message(streamed.body);
+  EXPECT_EQ(m.content, call) << streamed.body;
+  EXPECT_EQ(m.reasoning, "Checking.") << streamed.body;
+  EXPECT_TRUE(m.calls.empty()) << streamed.body;
+  EXPECT_EQ(m.finish_reason, "stop") << streamed.body;
 }
 
 TEST(Gateway, BadRequestsGetTheOpenAIErrorObjectAndTheGatewayKeepsServing) {
