@@ -454,6 +454,13 @@ TEST(Gateway, OversizedAndSlowRequestsGetClear4xxAndOthersAreServed) {
   EXPECT_EQ(http(g.port(), "GET", "/health").status, 200);
 }
 
+// An --api-key-file holding `lines`.
+std::string key_file(const std::string& lines) {
+  const std::string path = test::temp_dir() + "/keys";
+  std::ofstream(path) << lines;
+  return path;
+}
+
 // The value of the sample `series` (name and labels, as printed) in a Prometheus text; -1 when absent.
 double sample_value(const std::string& text, const std::string& series) {
   const size_t at = text.find("\n" + series + " ");
@@ -707,12 +714,8 @@ TEST(Gateway, AFullSchedulerQueueIs429) {
 TEST(Gateway, MetricsServeTheSchedulersAndTheGatewaysSeriesWithoutAKey) {
   test::Deployment d(kDeploy);
   ASSERT_TRUE(d.ok());
-  const std::string keys = test::temp_dir() + "/keys";
-  {
-    std::ofstream f(keys);
-    f << "sk-0123456789abcdef alice\n";
-  }
-  GatewayProcess g(d.endpoint(), test::model_file("tiny", 1), {"--api-key-file", keys});
+  GatewayProcess g(d.endpoint(), test::model_file("tiny", 1),
+                   {"--api-key-file", key_file("sk-0123456789abcdef alice\n")});
   EXPECT_EQ(http(g.port(), "POST", "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":3}").status, 401);
   EXPECT_EQ(http(g.port(), "POST", "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":3,\"ignore_eos\":true}",
                  "Authorization: Bearer sk-0123456789abcdef\r\n")
@@ -747,12 +750,8 @@ TEST(Gateway, MetricsServeTheSchedulersAndTheGatewaysSeriesWithoutAKey) {
 TEST(Gateway, ApiKeysAreRequiredAndNameTheCallerInTheAccessLog) {
   test::Deployment d(kDeploy);
   ASSERT_TRUE(d.ok());
-  const std::string keys = test::temp_dir() + "/keys";
-  {
-    std::ofstream f(keys);
-    f << "# who may call\nsk-0123456789abcdef alice\nsk-fedcba9876543210\n";
-  }
-  GatewayProcess g(d.endpoint(), test::model_file("tiny", 1), {"--api-key-file", keys});
+  GatewayProcess g(d.endpoint(), test::model_file("tiny", 1),
+                   {"--api-key-file", key_file("# who may call\nsk-0123456789abcdef alice\nsk-fedcba9876543210\n")});
   const std::string body = "{\"prompt\":\"a\",\"max_tokens\":2}";
   const Reply none = http(g.port(), "POST", "/v1/completions", body);
   EXPECT_EQ(none.status, 401);
