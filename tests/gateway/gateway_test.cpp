@@ -568,6 +568,42 @@ TEST(Gateway, TenThousandIdleConnectionsAreHeldCheaplyAndClosedAtTheReadTimeout)
   EXPECT_GT(completion_ms(g.port()), 0);
 }
 
+// Requests that are not HTTP, or whose framing lies: 400 naming the problem; a chunked body
+// past --max-body-bytes 413 (the limit counts decoded bytes, whatever the framing); a body
+// that is not UTF-8 JSON 400; a JSON array of a million ids within the limit 400, not a crash.
+TEST(Gateway, MalformedFramingAndPathologicalBodiesGetClear4xx) {
+  test::Deployment d(kDeploy);
+  ASSERT_TRUE(d.ok());
+  GatewayProcess g(d.endpoint(), test::model_file("tiny", 1), {"--max-body-bytes", "65536"});
+  auto raw = [&](const std::string& bytes) {
+    const int fd = connect_to(g.port());
+    send_all(fd, bytes);
+    const Reply r = parse_reply(read_all(fd));
+    ::close(fd);
+    return r;
+  };
+  const Reply garbage = raw("GARBAGE\r\n\r\n");
+  EXPECT_EQ(garbage.status, 400) << garbage.head;
+  EXPECT_NE(garbage.body.find("malformed HTTP request"), std::string::npos) << garbage.body;
+  EXPECT_EQ(raw("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: ten\r\n\r\n").status, 400);
+  EXPECT_EQ(raw("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n").status,
+            400);
+  std::string chunked = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+  for (int i = 0; i < 40; ++i) chunked += "1000\r\n" + std::string(4096, ' ') + "\r\n";  // 160 KiB
+  const Reply big = raw(chunked + "0\r\n\r\n");
+  EXPECT_EQ(big.status, 413) << big.head;
+  EXPECT_NE(big.body.find("exceeds 65536 bytes"), std::string::npos) << big.body;
+  const Reply latin1 = http(g.port(), "POST", "/v1/completions", "{\"prompt\":\"caf\xe9\",\"max_tokens\":2}");
+  EXPECT_EQ(latin1.status, 400) << latin1.body;
+  EXPECT_NE(latin1.body.find("not valid JSON"), std::string::npos) << latin1.body;
+  std::string ids = "{\"prompt\":[1";
+  for (int i = 0; i < 30000; ++i) ids += ",1";
+  const Reply many = http(g.port(), "POST", "/v1/completions", ids + "],\"max_tokens\":2}");
+  EXPECT_EQ(many.status, 400) << many.body.substr(0, 300);
+  EXPECT_NE(many.body.find("\"error\""), std::string::npos) << many.body.substr(0, 300);
+  EXPECT_EQ(http(g.port(), "POST", "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":2}").status, 200);
+}
+
 // Out of descriptors (a gateway started with `ulimit -n` low): accept fails with EMFILE; the
 // gateway keeps serving the connections it has, retries accepting every 100 ms without
 // spinning, says so once, and accepts again when descriptors free.
