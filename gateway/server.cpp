@@ -323,7 +323,8 @@ void Session<Stream>::handle() {
   keep_alive_ = req.keep_alive();
   principal_.clear();
   // Probes and Prometheus' scrapes need no key (as vLLM: its --api-key guards /v1 alone).
-  const bool probe = target_ == "/health" || target_ == "/ready" || target_ == "/metrics";
+  const std::string_view path = std::string_view(target_).substr(0, target_.find('?'));
+  const bool probe = path == "/health" || path == "/ready" || path == "/metrics";
   if (!g_.keys.empty() && !probe) {
     const std::string* name =
         g_.keys.find(std::string_view(req[http::field::authorization].data(), req[http::field::authorization].size()));
