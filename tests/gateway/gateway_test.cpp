@@ -4,14 +4,18 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -238,15 +242,19 @@ std::string post_request(const std::string& path, const std::string& body, const
          "\r\n" + headers + "\r\n" + body;
 }
 
-// `tandem gateway` in the background, accepting and ready when constructed.
+// `tandem gateway` in the background, accepting and ready when constructed. `wrapper` is
+// prepended to its argv (a shell that lowers its limits and execs it: the pid stays its own).
 class GatewayProcess {
  public:
   GatewayProcess(const std::string& endpoint, const std::string& model, std::vector<std::string> extra = {},
-                 bool wait_ready = true) {
+                 bool wait_ready = true, std::vector<std::string> wrapper = {}) {
     port_ = test::free_port();
     out_ = test::temp_dir() + "/gateway.out";
-    std::vector<std::string> argv = {TANDEM_TANDEM_BIN, "gateway", "--endpoint", endpoint,
-                                     "--model",         model,     "--listen",   "127.0.0.1:" + std::to_string(port_)};
+    std::vector<std::string> argv = std::move(wrapper);
+    for (const std::string& a :
+         {std::string(TANDEM_TANDEM_BIN), std::string("gateway"), std::string("--endpoint"), endpoint,
+          std::string("--model"), model, std::string("--listen"), "127.0.0.1:" + std::to_string(port_)})
+      argv.push_back(a);
     argv.insert(argv.end(), extra.begin(), extra.end());
     pid_ = test::spawn(argv, out_);
     const auto deadline = std::chrono::steady_clock::now() + 30s;
@@ -265,6 +273,7 @@ class GatewayProcess {
     }
   }
   int port() const { return port_; }
+  pid_t pid() const { return pid_; }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/v1"; }
   // Its log lines (spdlog writes them to stdout) and stderr.
   std::string log() const { return test::slurp(out_) + test::slurp(out_ + ".err"); }
@@ -665,15 +674,342 @@ TEST(Gateway, OversizedAndSlowRequestsGetClear4xxAndOthersAreServed) {
   EXPECT_EQ(http(g.port(), "GET", "/health").status, 200);
 }
 
+// An --api-key-file holding `lines`.
+std::string key_file(const std::string& lines) {
+  const std::string path = test::temp_dir() + "/keys";
+  std::ofstream(path) << lines;
+  return path;
+}
+
+// The value of the sample `series` (name and labels, as printed) in a Prometheus text; -1 when absent.
+double sample_value(const std::string& text, const std::string& series) {
+  const size_t at = text.find("\n" + series + " ");
+  return at == std::string::npos ? -1 : std::stod(text.substr(at + series.size() + 2));
+}
+
+// How often `needle` occurs in `text`.
+size_t occurrences(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = 0; (at = text.find(needle, at)) != std::string::npos; at += needle.size()) ++n;
+  return n;
+}
+
+// The CPU time (user + system) a process has used, in seconds.
+double cpu_seconds(pid_t pid) {
+  const std::string stat = test::slurp("/proc/" + std::to_string(pid) + "/stat");
+  std::istringstream rest(stat.substr(stat.rfind(')') + 2));
+  std::string field;
+  for (int i = 3; i < 14; ++i) rest >> field;  // state .. cmajflt: fields 3..13
+  double utime = 0, stime = 0;
+  rest >> utime >> stime;
+  return (utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+size_t open_descriptors(pid_t pid) {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd"))
+    ++n;
+  return n;
+}
+
+// The wall time of a short completion on its own connection; -1 when it was not a 200.
+double completion_ms(int port) {
+  const auto start = std::chrono::steady_clock::now();
+  const Reply r = http(port, "POST", "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":4,\"ignore_eos\":true}");
+  if (r.status != 200) return -1;
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+// 10,000 connections from a process of their own (tests/gateway/idle_connections.py) that send
+// nothing or the start of a header: the gateway holds them at a bounded cost in memory, serves
+// another client meanwhile at its usual latency, and closes them all at --read-timeout-ms (408
+// to those that had begun a request).
+TEST(Gateway, TenThousandIdleConnectionsAreHeldCheaplyAndClosedAtTheReadTimeout) {
+  constexpr int kIdle = 10000;
+  rlimit nofile{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &nofile), 0);
+  if (nofile.rlim_max != RLIM_INFINITY && nofile.rlim_max < kIdle + 256)
+    GTEST_SKIP() << "needs a hard RLIMIT_NOFILE (ulimit -Hn) of at least " << kIdle + 256 << " for the gateway and "
+                 << "the client process; this one is " << nofile.rlim_max;
+  test::Deployment d(kDeploy);
+  ASSERT_TRUE(d.ok());
+  GatewayProcess g(d.endpoint(), test::model_file("tiny", 1), {"--read-timeout-ms", "10000"});
+  std::vector<double> before;
+  for (int i = 0; i < 5; ++i) before.push_back(completion_ms(g.port()));
+  const uint64_t rss_before = test::proc_status_kib(g.pid(), "VmRSS");
+
+  const std::string out = test::temp_dir() + "/idle.out";
+  const pid_t idle =
+      test::spawn({"/usr/bin/python3", std::string(TANDEM_SOURCE_DIR) + "/tests/gateway/idle_connections.py",
+                   std::to_string(g.port()), std::to_string(kIdle), "2", "60"},
+                  out);
+  ASSERT_GT(idle, 0);
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (test::slurp(out).find("open ") == std::string::npos && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(50ms);
+  const auto opened = std::chrono::steady_clock::now();
+  ASSERT_NE(test::slurp(out).find("open 10000"), std::string::npos) << test::slurp(out) << test::slurp(out + ".err");
+  // Every one accepted: the gateway's gauge counts them (and this scrape's own).
+  auto open_now = [&] {
+    return sample_value(http(g.port(), "GET", "/metrics").body, "tandem:gateway_open_connections");
+  };
+  double open = 0;
+  for (int i = 0; i < 100 && (open = open_now()) <= kIdle; ++i) std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(open, kIdle + 1);
+  std::vector<double> during;
+  for (int i = 0; i < 5; ++i) during.push_back(completion_ms(g.port()));
+  const uint64_t rss_during = test::proc_status_kib(g.pid(), "VmRSS");
+  const auto served = std::chrono::steady_clock::now();
+  EXPECT_LT(served - opened, 8s) << "measured too slowly: the first idle connections may have timed out already";
+
+  ASSERT_EQ(test::wait_for(idle, 90s), 0) << test::slurp(out) << test::slurp(out + ".err");
+  const std::string said = test::slurp(out);
+  const uint64_t hwm = test::proc_status_kib(g.pid(), "VmHWM");
+  std::sort(before.begin(), before.end());
+  std::sort(during.begin(), during.end());
+  std::cout << "[ measured ] " << said << "[ measured ] completion ms median before " << before[2] << ", with " << kIdle
+            << " idle connections " << during[2] << " (max " << during[4] << "); gateway VmRSS " << rss_before
+            << " KiB before, " << rss_during << " KiB with them (+" << (rss_during - rss_before) * 1024 / kIdle
+            << " bytes each), VmHWM " << hwm << " KiB\n";
+  EXPECT_GT(before[0], 0);
+  EXPECT_GT(during[0], 0) << "a completion failed while the idle connections were open";
+  // Usual latency: the median within 4x (a 2-core machine shared with the client process).
+  EXPECT_LT(during[2], 4 * before[2] + 100) << "before " << before[2] << " ms";
+  // Memory: at most 4 KiB a connection (a session, its timer, a 512-byte read buffer, Asio's
+  // reactor state: ~2.4 KiB measured), 40 MiB for the 10,000. A 4 KiB drain buffer in each
+  // session made it 6.5 KiB.
+  EXPECT_LT(hwm, rss_before + kIdle * 4) << "KiB";
+  EXPECT_NE(said.find("closed 10000 of 10000, 408 answers 5000"), std::string::npos) << said;
+  // Closed at the timeout (10 s from each one's accept; the 408s half-close and drain for 1 s).
+  const double last = std::stod(said.substr(said.find("last at ") + 8));
+  EXPECT_GT(last, 7.0) << said;
+  EXPECT_LT(last, 20.0) << said;
+  for (int i = 0; i < 100 && (open = open_now()) != 1; ++i) std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(open, 1);
+  EXPECT_GT(completion_ms(g.port()), 0);
+}
+
+// Requests that are not HTTP, or whose framing lies: 400 naming the problem; a chunked body
+// past --max-body-bytes 413 (the limit counts decoded bytes, whatever the framing); a body
+// that is not UTF-8 JSON 400; a JSON array of a million ids within the limit 400, not a crash.
+TEST(Gateway, MalformedFramingAndPathologicalBodiesGetClear4xx) {
+  test::Deployment d(kDeploy);
+  ASSERT_TRUE(d.ok());
+  GatewayProcess g(d.endpoint(), test::model_file("tiny", 1), {"--max-body-bytes", "65536"});
+  auto raw = [&](const std::string& bytes) {
+    const int fd = connect_to(g.port());
+    send_all(fd, bytes);
+    const Reply r = parse_reply(read_all(fd));
+    ::close(fd);
+    return r;
+  };
+  const Reply garbage = raw("GARBAGE\r\n\r\n");
+  EXPECT_EQ(garbage.status, 400) << garbage.head;
+  EXPECT_NE(garbage.body.find("malformed HTTP request"), std::string::npos) << garbage.body;
+  EXPECT_EQ(raw("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: ten\r\n\r\n").status, 400);
+  EXPECT_EQ(raw("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n").status,
+            400);
+  std::string chunked = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+  for (int i = 0; i < 40; ++i) chunked += "1000\r\n" + std::string(4096, ' ') + "\r\n";  // 160 KiB
+  const Reply big = raw(chunked + "0\r\n\r\n");
+  EXPECT_EQ(big.status, 413) << big.head;
+  EXPECT_NE(big.body.find("exceeds 65536 bytes"), std::string::npos) << big.body;
+  const Reply latin1 = http(g.port(), "POST", "/v1/completions", "{\"prompt\":\"caf\xe9\",\"max_tokens\":2}");
+  EXPECT_EQ(latin1.status, 400) << latin1.body;
+  EXPECT_NE(latin1.body.find("not valid JSON"), std::string::npos) << latin1.body;
+  std::string ids = "{\"prompt\":[1";
+  for (int i = 0; i < 30000; ++i) ids += ",1";
+  const Reply many = http(g.port(), "POST", "/v1/completions", ids + "],\"max_tokens\":2}");
+  EXPECT_EQ(many.status, 400) << many.body.substr(0, 300);
+  EXPECT_NE(many.body.find("\"error\""), std::string::npos) << many.body.substr(0, 300);
+  EXPECT_EQ(http(g.port(), "POST", "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":2}").status, 200);
+}
+
+// Out of descriptors (a gateway started with `ulimit -n` low): accept fails with EMFILE; the
+// gateway keeps serving the connections it has, retries accepting every 100 ms without
+// spinning, says so once, and accepts again when descriptors free.
+TEST(Gateway, OutOfDescriptorsTheOpenConnectionsAreServedAndAcceptIsRetried) {
+  test::Deployment d(kDeploy);
+  ASSERT_TRUE(d.ok());
+  constexpr int kLimit = 64;
+  GatewayProcess g(d.endpoint(), test::model_file("tiny", 1), {"--read-timeout-ms", "60000"}, true,
+                   {"/bin/sh", "-c", "ulimit -n " + std::to_string(kLimit) + " && exec \"$@\"", "sh"});
+  EXPECT_NE(g.log().find("open-file limit (RLIMIT_NOFILE) 64"), std::string::npos) << g.log();
+  const int kept = connect_to(g.port());
+  ASSERT_GE(kept, 0);
+  std::string carry;
+  ASSERT_TRUE(send_all(kept, post_request("/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":2}")));
+  EXPECT_EQ(read_response(kept, carry).status, 200);
+  // More connections than descriptors left: the kernel completes them (its backlog), the
+  // gateway cannot accept the last ones.
+  const size_t left = kLimit - open_descriptors(g.pid());
+  std::vector<int> flood;
+  for (size_t i = 0; i < left + 16; ++i) flood.push_back(connect_to(g.port()));
+  for (int i = 0; i < 100 && g.log().find("accept failed") == std::string::npos; ++i) std::this_thread::sleep_for(20ms);
+  ASSERT_NE(g.log().find("accept failed: Too many open files"), std::string::npos) << g.log();
+  const double cpu = cpu_seconds(g.pid());
+  std::this_thread::sleep_for(1s);
+  EXPECT_LT(cpu_seconds(g.pid()) - cpu, 0.2) << "the gateway spins while out of descriptors";
+  // The connection it has is served.
+  ASSERT_TRUE(send_all(kept, post_request("/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":2}")));
+  const Reply served = read_response(kept, carry);
+  EXPECT_EQ(served.status, 200);
+  EXPECT_NE(served.body.find("\"completion_tokens\":2"), std::string::npos) << served.body;
+  EXPECT_EQ(occurrences(g.log(), "accept failed"), 1u) << "logged once per run of failures, not per retry";
+  // Descriptors free: the backlog is accepted and new clients are served.
+  for (int fd : flood) ::close(fd);
+  Reply after;
+  for (int i = 0; i < 100 && after.status != 200; ++i) {
+    after = http(g.port(), "GET", "/metrics");
+    if (after.status != 200) std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(after.status, 200);
+  EXPECT_NE(g.log().find("accepting again after"), std::string::npos) << g.log();
+  EXPECT_EQ(after.body.find("tandem:gateway_accept_failures_total 0\n"), std::string::npos) << after.body;
+  ::close(kept);
+}
+
+// Header floods: thousands of header lines past 16 KiB get 431 and the connection closes (a
+// keep-alive request too); thousands under it are only bytes and are served; others are
+// served meanwhile.
+TEST(Gateway, HeaderFloodsGet431AndCloseTheConnectionWhileOthersAreServed) {
+  test::Deployment d(kDeploy);
+  ASSERT_TRUE(d.ok());
+  GatewayProcess g(d.endpoint(), test::model_file("tiny", 1));
+  std::string lines;
+  for (int i = 0; i < 4000; ++i) lines += "X-Flood-" + std::to_string(i) + ": v\r\n";  // ~57 KiB
+  const int flood = connect_to(g.port());
+  ASSERT_GE(flood, 0);
+  ASSERT_TRUE(send_all(flood, "GET /v1/models HTTP/1.1\r\nHost: x\r\n" + lines + "\r\n"));
+  const int other = connect_to(g.port());
+  std::string carry;
+  ASSERT_TRUE(send_all(other, post_request("/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":2}")));
+  EXPECT_EQ(read_response(other, carry).status, 200);
+  const auto start = std::chrono::steady_clock::now();
+  const std::string raw = read_all(flood);  // to the gateway's close
+  const Reply r = parse_reply(raw);
+  EXPECT_EQ(r.status, 431) << raw.substr(0, 300);
+  EXPECT_NE(r.head.find("Connection: close"), std::string::npos) << r.head;
+  EXPECT_NE(r.body.find("the header exceeds 16384 bytes"), std::string::npos) << r.body;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s) << "the connection was not closed";
+  ::close(flood);
+  // 2500 lines of 6 bytes: under the limit, an ordinary request.
+  std::string small;
+  for (int i = 0; i < 2500; ++i) small += "a: b\r\n";
+  const Reply ok = http(g.port(), "GET", "/v1/models", "", small);
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  ASSERT_TRUE(send_all(other, post_request("/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":2}")));
+  EXPECT_EQ(read_response(other, carry).status, 200);
+  ::close(other);
+}
+
+// 40 requests sent at once on one connection (completions of 1..5 tokens and /v1/models, in
+// turn) come back in the order sent.
+TEST(Gateway, ManyPipelinedRequestsAreAnsweredInOrder) {
+  test::Deployment d(kDeploy);
+  ASSERT_TRUE(d.ok());
+  GatewayProcess g(d.endpoint(), test::model_file("tiny", 1));
+  const int fd = connect_to(g.port());
+  ASSERT_GE(fd, 0);
+  std::string all;
+  for (int i = 0; i < 40; ++i)
+    all += i % 3 == 2
+               ? std::string("GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+               : post_request("/v1/completions", "{\"prompt\":\"a\",\"ignore_eos\":true,\"max_tokens\":" +
+                                                     std::to_string(1 + i % 5) + (i % 2 ? ",\"stream\":true}" : "}"));
+  ASSERT_TRUE(send_all(fd, all));
+  std::string carry;
+  for (int i = 0; i < 40; ++i) {
+    const Reply r = read_response(fd, carry);
+    ASSERT_EQ(r.status, 200) << "response " << i;
+    if (i % 3 == 2) {
+      EXPECT_NE(r.body.find("\"object\":\"list\""), std::string::npos) << i << ": " << r.body;
+    } else if (i % 2) {
+      EXPECT_EQ(sse_text(r.body).token_events, 1 + i % 5) << i << ": " << r.body;
+    } else {
+      EXPECT_NE(r.body.find("\"completion_tokens\":" + std::to_string(1 + i % 5) + ","), std::string::npos)
+          << i << ": " << r.body;
+    }
+  }
+  ::close(fd);
+}
+
+// The scheduler's queue full (--max-running 1, --max-queue 1: one runs, one waits): the next
+// request is 429 with a rate_limit_error, and the waiting one is served once room is made.
+TEST(Gateway, AFullSchedulerQueueIs429) {
+  test::Deployment d(
+      {"--workers", "1", "--threads", "1", "--max-running", "1", "--max-queue", "1", "--test-step-delay-ms", "20"});
+  ASSERT_TRUE(d.ok());
+  GatewayProcess g(d.endpoint(), test::model_file("tiny", 1));
+  const int running = connect_to(g.port());
+  ASSERT_TRUE(send_all(
+      running,
+      post_request("/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":500,\"ignore_eos\":true,\"stream\":true}")));
+  char buf[4096];
+  const ssize_t got = ::recv(running, buf, sizeof buf, 0);
+  ASSERT_GT(got, 0);
+  ASSERT_EQ(std::string(buf, 12), "HTTP/1.1 200") << std::string(buf, static_cast<size_t>(got));  // it runs
+  const int waiting = connect_to(g.port());
+  ASSERT_TRUE(send_all(waiting, post_request("/v1/completions", "{\"prompt\":\"b\",\"max_tokens\":2}")));
+  Reply full;
+  for (int i = 0; i < 50 && full.status != 429; ++i) {  // until the waiting one is queued
+    full = http(g.port(), "POST", "/v1/completions", "{\"prompt\":\"c\",\"max_tokens\":2}");
+    if (full.status != 429) std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(full.status, 429) << full.body;
+  EXPECT_NE(full.body.find("\"type\":\"rate_limit_error\""), std::string::npos) << full.body;
+  ::close(running);  // cancelled: the waiting one runs
+  std::string carry;
+  const Reply served = read_response(waiting, carry);
+  EXPECT_EQ(served.status, 200) << served.body;
+  ::close(waiting);
+  EXPECT_EQ(http(g.port(), "POST", "/v1/completions", "{\"prompt\":\"c\",\"max_tokens\":2}").status, 200);
+}
+
+// GET /metrics: the scheduler's series and the gateway's own in Prometheus' text format,
+// without an API key (as vLLM's /metrics) when keys guard the rest; POST is 405.
+TEST(Gateway, MetricsServeTheSchedulersAndTheGatewaysSeriesWithoutAKey) {
+  test::Deployment d(kDeploy);
+  ASSERT_TRUE(d.ok());
+  GatewayProcess g(d.endpoint(), test::model_file("tiny", 1),
+                   {"--api-key-file", key_file("sk-0123456789abcdef alice\n")});
+  EXPECT_EQ(http(g.port(), "POST", "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":3}").status, 401);
+  EXPECT_EQ(http(g.port(), "POST", "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":3,\"ignore_eos\":true}",
+                 "Authorization: Bearer sk-0123456789abcdef\r\n")
+                .status,
+            200);
+  const Reply m = http(g.port(), "GET", "/metrics");
+  ASSERT_EQ(m.status, 200) << m.body;
+  EXPECT_NE(m.head.find("Content-Type: text/plain; version=0.0.4; charset=utf-8"), std::string::npos) << m.head;
+  EXPECT_NE(m.body.find("tandem:generation_tokens_total{model_name=\"tandem-tiny\"} 3\n"), std::string::npos) << m.body;
+  EXPECT_NE(m.body.find("# TYPE tandem:time_to_first_token_seconds histogram"), std::string::npos);
+  EXPECT_NE(m.body.find("# TYPE tandem:gateway_http_requests_total counter\n"), std::string::npos) << m.body;
+  EXPECT_GE(sample_value(m.body, "tandem:gateway_http_requests_total{code=\"200\"}"), 1);  // and /ready's
+  EXPECT_NE(m.body.find("tandem:gateway_http_requests_total{code=\"401\"} 1\n"), std::string::npos) << m.body;
+  EXPECT_GE(sample_value(m.body, "tandem:gateway_connections_total"), 3);
+  EXPECT_GE(sample_value(m.body, "tandem:gateway_open_connections"), 1);
+  EXPECT_NE(m.body.find("tandem:gateway_accept_failures_total 0\n"), std::string::npos) << m.body;
+  EXPECT_EQ(http(g.port(), "POST", "/metrics").status, 405);
+  EXPECT_EQ(http(g.port(), "GET", "/metrics?name[]=x").status, 200);  // a query string changes nothing
+  // Many scrapes at once: each gets the whole text (one scheduler query serves those waiting).
+  std::vector<int> fds;
+  for (int i = 0; i < 20; ++i) {
+    fds.push_back(connect_to(g.port()));
+    send_all(fds.back(), "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  }
+  for (int fd : fds) {
+    const Reply r = parse_reply(read_all(fd));
+    EXPECT_EQ(r.status, 200);
+    EXPECT_NE(r.body.find("tandem:gateway_accept_failures_total"), std::string::npos);
+    ::close(fd);
+  }
+}
+
 TEST(Gateway, ApiKeysAreRequiredAndNameTheCallerInTheAccessLog) {
   test::Deployment d(kDeploy);
   ASSERT_TRUE(d.ok());
-  const std::string keys = test::temp_dir() + "/keys";
-  {
-    std::ofstream f(keys);
-    f << "# who may call\nsk-0123456789abcdef alice\nsk-fedcba9876543210\n";
-  }
-  GatewayProcess g(d.endpoint(), test::model_file("tiny", 1), {"--api-key-file", keys});
+  GatewayProcess g(d.endpoint(), test::model_file("tiny", 1),
+                   {"--api-key-file", key_file("# who may call\nsk-0123456789abcdef alice\nsk-fedcba9876543210\n")});
   const std::string body = "{\"prompt\":\"a\",\"max_tokens\":2}";
   const Reply none = http(g.port(), "POST", "/v1/completions", body);
   EXPECT_EQ(none.status, 401);
