@@ -15,8 +15,9 @@ Hugging Face's Qwen3.5 modeling code), not from tandem's engine. Weights come fr
       teacher-forces llama.cpp's greedy continuations (bench/peers/llama-reference.cpp's JSONL:
       top-5 log-probabilities per generated token) and reports top-1 agreement and the largest
       log-probability difference
-  qwen35-reference.py --make-random OUT.gguf --preset tiny [--seed N]
-      a small random qwen35 file with llama.cpp's tensor names, shapes and metadata
+  qwen35-reference.py --make-random OUT.gguf --preset tiny [--seed N] [--layers LFLLF...]
+      a small random qwen35 file with llama.cpp's tensor names, shapes and metadata; --layers
+      writes an explicit attention.recurrent_layers pattern (L linear, F full attention)
 
 Needs numpy only (Debian's python3-numpy).
 """
@@ -369,10 +370,10 @@ def random_tensors(p, rng):
     norm = lambda n: 1.0 + 0.25 * rng.standard_normal(n)  # GGUF stores HF's (1 + w): ~1
     out.append(("token_embd.weight", rng.standard_normal((p["vocab"], dim))))
     kd, vd = p["h_k"] * p["d_state"], p["h_v"] * p["d_state"]
-    for i in range(p["n_layers"]):
+    for i, recurrent in enumerate(layer_pattern(p)):
         b = f"blk.{i}."
         out.append((b + "attn_norm.weight", norm(dim)))
-        if (i + 1) % p["interval"] != 0:
+        if recurrent:
             out += [(b + "attn_qkv.weight", mat(dim, 2 * kd + vd)), (b + "attn_gate.weight", mat(dim, vd)),
                     (b + "ssm_conv1d.weight", rng.standard_normal((2 * kd + vd, p["d_conv"])) / 2.0),
                     # decay rates from e^-0.005 to ~e^-3 per token: some heads remember past a chunk
@@ -390,6 +391,13 @@ def random_tensors(p, rng):
                 (b + "ffn_down.weight", mat(p["n_ff"], dim)), (b + "ffn_up.weight", mat(dim, p["n_ff"]))]
     out += [("output_norm.weight", norm(dim)), ("output.weight", mat(dim, p["vocab"]))]
     return out
+
+
+def layer_pattern(p):
+    """True = Gated DeltaNet: the explicit pattern if given, else llama.cpp's interval rule."""
+    if p.get("layers"):
+        return p["layers"]
+    return [(i + 1) % p["interval"] != 0 for i in range(p["n_layers"])]
 
 
 def metadata(p, name):
@@ -416,7 +424,7 @@ def metadata(p, name):
         ("tokenizer.ggml.token_type", "i32[]", types), ("tokenizer.ggml.bos_token_id", "u32", 1),
         ("tokenizer.ggml.eos_token_id", "u32", 2), ("tokenizer.ggml.unknown_token_id", "u32", 0),
         ("tokenizer.ggml.add_bos_token", "bool", True), ("tokenizer.ggml.add_eos_token", "bool", False),
-    ]
+    ] + ([(a + "attention.recurrent_layers", "bool[]", p["layers"])] if p.get("layers") else [])
 
 
 _TYPES = {"u32": (4, "<I"), "i32": (5, "<i"), "f32": (6, "<f"), "bool": (7, "<?"), "str": (8, None)}
@@ -450,10 +458,14 @@ def write_gguf(path, kv, tensors):
         f.write(bytes(head) + b"".join(blobs))
 
 
-def make_random(path, preset, seed):
+def make_random(path, preset, seed, layers=None):
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r} (presets: {', '.join(PRESETS)})")
-    p = PRESETS[preset]
+    p = dict(PRESETS[preset])
+    if layers:
+        if set(layers) - set("LF"):
+            raise ValueError(f"--layers {layers!r}: one letter per layer, L (Gated DeltaNet) or F (full attention)")
+        p["layers"], p["n_layers"] = [ch == "L" for ch in layers], len(layers)
     write_gguf(path, metadata(p, f"qwen35-reference-{preset}"), random_tensors(p, np.random.default_rng(seed)))
     print(f"{path}: random qwen35 preset {preset}, seed {seed}")
 
@@ -471,9 +483,11 @@ def main():
     ap.add_argument("--make-random", metavar="OUT")
     ap.add_argument("--preset", default="tiny")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--layers", help="with --make-random: the layer pattern, e.g. LFLF, written as "
+                    "attention.recurrent_layers (default: full_attention_interval 4)")
     a = ap.parse_args()
     if a.make_random:
-        make_random(a.make_random, a.preset, a.seed)
+        make_random(a.make_random, a.preset, a.seed, a.layers)
         return 0
     if not a.model:
         ap.error("MODEL.gguf is required")

@@ -96,6 +96,19 @@ class Qwen35ReferenceTest(unittest.TestCase):
         for i in range(3):
             self.assertTrue((g.tensors[f"blk.{i}.ssm_a"] < 0).all(), "ssm_a holds -exp(A_log)")
 
+    def test_an_explicit_layer_pattern_is_written_and_read(self):
+        path = os.path.join(self.dir.name, "pattern.gguf")
+        subprocess.run([sys.executable, SCRIPT, "--make-random", path, "--layers", "FLLFL", "--seed", "2"],
+                       check=True, stdout=subprocess.DEVNULL)
+        g = ref.Gguf(path)
+        self.assertEqual(g.kv["qwen35.attention.recurrent_layers"], [False, True, True, False, True])
+        model = ref.Model(g)
+        self.assertEqual(model.c.recurrent, [False, True, True, False, True])
+        self.assertIn("blk.0.attn_q.weight", g.tensors)
+        self.assertIn("blk.4.ssm_a", g.tensors)
+        with redirect_stdout(io.StringIO()) as out:
+            self.assertTrue(ref.self_check(model, 100, 2), out.getvalue())
+
     def test_reproduces_llama_cpps_continuations_of_the_same_file(self):
         with open(self.path, "rb") as f:
             digest = hashlib.sha256(f.read()).hexdigest()
