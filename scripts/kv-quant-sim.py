@@ -164,7 +164,7 @@ class Format:
     def layer_quantized(self, layer, n_layers):
         return self.scheme != "f32" and not (self.skip_last and layer + 1 == n_layers)
 
-    def vector_bytes(self, d, group=16):
+    def vector_bytes(self, d, group=64):
         """Bytes one stored head vector (one K or one V row) takes."""
         if self.scheme == "f32":
             return 4 * d
