@@ -32,7 +32,6 @@ this file); torch is imported by the model modes.
 import argparse
 import importlib.util
 import math
-import struct
 
 import numpy as np
 
@@ -137,10 +136,6 @@ def lloyd_max(d, bits, tol=1e-15, max_iter=200000):
     m0, m1, m2 = _cell_moments(lo, hi, d)
     mse = float((m2 - 2 * levels * m1 + levels**2 * m0).sum())
     return levels, bounds, mse, it
-
-
-def f32(x):
-    return struct.unpack("f", struct.pack("f", x))[0]
 
 
 # ---------------------------------------------------------------- formats and their bytes
