@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <new>
@@ -616,6 +617,48 @@ TEST(SamplerReference, FlatTailBeyondTheSortedHead) {
     EXPECT_GT(check_against_reference(l, p, {}, 2000), variant == 0 ? 40 : 15);
   }
 }
+
+// ---------------------------------------------------------------------------------------
+// Bitwise unchanged: a fingerprint of (token, logprob bits, top list) over many configurations
+// of the parameters that predate the stage split (recorded before it, at commit 26afe3f).
+
+uint64_t fingerprint_existing_params() {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the results
+  auto mix = [&h](uint64_t x) {
+    for (int b = 0; b < 8; ++b) h = (h ^ ((x >> (8 * b)) & 0xFF)) * 1099511628211ull;
+  };
+  std::mt19937 rng(4242);
+  for (int trial = 0; trial < 48; ++trial) {
+    const uint32_t v = trial % 4 == 0 ? 49152 : 1000 + 37 * trial;
+    auto l = random_logits(v, 500 + trial, trial % 3 ? 1.5f : 4.0f);
+    if (trial % 7 == 3) l[trial] = std::numeric_limits<float>::quiet_NaN();
+    if (trial % 11 == 5) l[2 * trial] = kInf;
+    SamplingParams p = temp(trial % 5 == 0 ? 0.0f : (trial % 5 == 1 ? 1.0f : 0.25f + 0.05f * trial), trial);
+    p.top_k = std::vector<int32_t>{0, 1, 7, 64, 999}[trial % 5];
+    p.top_p = trial % 3 == 2 ? 0.8f : 1.0f;
+    p.min_p = trial % 4 == 3 ? 0.03f : 0.0f;
+    p.repetition_penalty = trial % 2 ? 1.25f : (trial % 6 == 4 ? 0.8f : 1.0f);
+    p.top_logprobs = trial % kMaxTopLogprobs;
+    std::vector<int32_t> hist;
+    for (int i = 0; i < 40; ++i) hist.push_back(static_cast<int32_t>(rng() % v));
+    Sampler s(v);
+    for (uint64_t pos = 0; pos < 16; ++pos) {
+      const Sample out = s.sample(l, p, pos, hist);
+      uint32_t bits;
+      std::memcpy(&bits, &out.logprob, 4);
+      mix(static_cast<uint32_t>(out.token));
+      mix(bits);
+      for (const TokenLogprob& t : out.top) {
+        std::memcpy(&bits, &t.logprob, 4);
+        mix(static_cast<uint32_t>(t.token));
+        mix(bits);
+      }
+    }
+  }
+  return h;
+}
+
+TEST(SamplerGolden, ExistingParamsBitwiseUnchanged) { EXPECT_EQ(fingerprint_existing_params(), 0xd128e3811a75c5e0ull); }
 
 // ---------------------------------------------------------------------------------------
 // No allocation in sample()
