@@ -42,6 +42,7 @@ struct ModelLimits {
   std::string name;             // the only `model` a request may name (another is 404)
   uint32_t context_length = 0;  // prompt + max_tokens may not exceed it
   uint32_t max_n = 16;          // n (choices per prompt) and prompts x n are bounded by it
+  uint32_t vocab_size = 0;      // logit_bias ids must be below it (0: left to the scheduler)
 };
 
 // One parsed request. `requests` holds one GenerateRequest per choice, prompt-major:
