@@ -77,8 +77,8 @@ inline std::vector<int32_t> prompt_of(uint32_t len, uint32_t salt) {
   return p;
 }
 
-// n greedy requests (ignore_eos; request i from greedy(i): prompt and max_tokens) started
-// on `client`, with the tokens the engine alone gives each (the tiny model, seed 1).
+// n greedy requests (ignore_eos; request i from greedy(i): prompt, max_tokens, sampling)
+// started on `client`, with the tokens the engine alone gives each (the tiny model, seed 1).
 struct GreedyRun {
   std::vector<std::shared_ptr<Stream>> streams;
   std::vector<std::vector<int32_t>> want;
@@ -93,6 +93,10 @@ inline GreedyRun start_greedy(Client& client, uint32_t n, const std::function<Ge
     engine::GenerateOptions opt;
     opt.max_tokens = r.max_tokens;
     opt.ignore_eos = true;
+    opt.sampling = {r.temperature,        r.top_k, r.top_p,        r.min_p,
+                    r.repetition_penalty, r.seed,  r.top_logprobs, r.presence_penalty,
+                    r.frequency_penalty,  {}};
+    for (const auto& [token, bias] : r.logit_bias) opt.sampling.logit_bias.push_back({token, bias});
     run.want.push_back(engine::generate(*engine, r.prompt_tokens, opt).value().tokens);
     requests.push_back(std::move(r));
   }
