@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "client/sampling.h"
 #include "tandem/client.h"
 #include "tests/e2e/deployment.h"
 #include "workers/engine/engine.h"
@@ -93,10 +94,7 @@ inline GreedyRun start_greedy(Client& client, uint32_t n, const std::function<Ge
     engine::GenerateOptions opt;
     opt.max_tokens = r.max_tokens;
     opt.ignore_eos = true;
-    opt.sampling = {r.temperature,        r.top_k, r.top_p,        r.min_p,
-                    r.repetition_penalty, r.seed,  r.top_logprobs, r.presence_penalty,
-                    r.frequency_penalty,  {}};
-    for (const auto& [token, bias] : r.logit_bias) opt.sampling.logit_bias.push_back({token, bias});
+    opt.sampling = sampling_params(r);
     run.want.push_back(engine::generate(*engine, r.prompt_tokens, opt).value().tokens);
     requests.push_back(std::move(r));
   }
