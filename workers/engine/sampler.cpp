@@ -36,7 +36,9 @@
 // is built lazily: the tokens above a threshold (set so the rest holds < 5% of the mass,
 // or under half of 1 - top_p) are sorted up front; lighter tokens are sorted in bands,
 // only when a walk reaches them. Each band lies entirely below the previous one, so the
-// result is exactly the full (prob desc, id asc) order.
+// result is exactly the full (prob desc, id asc) order. The presence / frequency stage is
+// two passes over the generated tokens (count, then apply and clear), at most the context
+// length: small next to a vocabulary pass, and no state survives the call.
 
 #include "workers/engine/sampler.h"
 
@@ -537,7 +539,10 @@ Sample Sampler::sample(std::span<const float> logits, const SamplingParams& para
   Sanitized in = sanitize(logits, v, n);
   if (in.max == -kInf) return nothing_possible(n, n_top);
 
-  // 2. The raw log-softmax normalizer and top list, before anything reshapes v.
+  // 2. The raw log-softmax normalizer and top list, before anything reshapes v. At
+  // temperature 1 over the whole vocabulary with nothing reshaping the logits, the sampling
+  // weights are exactly the raw exp(logit - max) terms (same function, same summation order),
+  // so take_all()'s sum is reused below instead of a pass here.
   const Stages stages = active_stages(params, n, history, generated, in.inf_mode);
   const bool reuse_norm = params.temperature == 1.0f && !stages.reshapes() && !stages.top_k;
   double log_norm = 0.0;
@@ -552,8 +557,8 @@ Sample Sampler::sample(std::span<const float> logits, const SamplingParams& para
     changed |= penalize_occurrences(v, n, generated, params.presence_penalty, params.frequency_penalty, counts_.data());
   if (changed) in.max = sanitize_and_max(v, v, n, &in.arg);  // (already sanitized)
 
-  // 6. Greedy: the lowest id holding the max. 7-11. Otherwise temperature, top-k, top-p,
-  // min-p and the draw.
+  // 6. Greedy: the lowest id holding the max. 7. Otherwise temperature, top-k, top-p, min-p
+  // and the draw.
   uint32_t token = in.arg;
   if (params.temperature > 0.0f) {
     Candidates candidates(v, order_.data(), n, in.max, params);
