@@ -7,7 +7,8 @@
 #
 #   bench/step-target.sh BUILD [TARGETS] [ROUNDS]    e.g. bench/step-target.sh build/release "0 100" 3
 #
-# TARGETS are --target-step-ms values (0: off). The small preset is made in models/ when missing;
+# TARGETS are --target-step-ms values (0: off); EXTRA="--prefill-chunk 64 ..." adds flags to
+# `tandem up`. The small preset is made in models/ when missing;
 # MODEL=FILE runs another model (a quick check of the script with the tiny preset).
 set -uo pipefail
 build=${1:?usage: bench/step-target.sh BUILD [TARGETS] [ROUNDS]}
@@ -21,7 +22,7 @@ trap 'rm -rf "$dir"' EXIT
 
 run() {  # target round -> one line
   local ep=ipc://$dir/ep-$1-$2 up
-  "$tandem" up --model "$model" --workers 1 --threads 2 --endpoint "$ep" --target-step-ms "$1" --log-level warn \
+  "$tandem" up --model "$model" --workers 1 --threads 2 --endpoint "$ep" --target-step-ms "$1" ${EXTRA:-} --log-level warn \
     >"$dir/up.log" 2>&1 &
   up=$!
   for _ in $(seq 1 120); do  # until the worker has registered

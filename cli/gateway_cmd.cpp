@@ -17,7 +17,8 @@ constexpr const char* kUsage =
     "usage: tandem gateway --endpoint E --model FILE [--listen HOST:PORT] [--model-name NAME] [flags]";
 constexpr const char* kNotes =
     "Serves POST /v1/completions, /v1/chat/completions (streaming with \"stream\": true), /tokenize, /detokenize,\n"
-    "GET /v1/models, /health, /ready. Prints \"tandem gateway: listening on URL\" once it accepts; SIGTERM stops it.\n";
+    "GET /v1/models, /health, /ready, /metrics (Prometheus). Prints \"tandem gateway: listening on URL\" once it\n"
+    "accepts; SIGTERM stops it.\n";
 
 }  // namespace
 

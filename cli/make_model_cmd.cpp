@@ -5,6 +5,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,7 +23,9 @@ namespace {
 constexpr const char* kUsage =
     "usage: tandem make-model --preset tiny|small [flags] --out FILE\n"
     "       tandem make-model --vocab-from VOCAB.gguf|tokenizer.json [--pre NAME] [flags] --out FILE\n"
-    "       tandem make-model --from IN.gguf --dtype TYPE --out FILE   (as llama-quantize IN FILE TYPE)";
+    "       tandem make-model --from IN.gguf --dtype TYPE --out FILE   (as llama-quantize IN FILE TYPE)\n"
+    "       tandem make-model --vocab-from VOCAB --script-file TEXT [--script-after TEXT] --out FILE   (a test\n"
+    "         fixture whose greedy output is TEXT's text: model/make_model.h)";
 
 // --rope-scaling: "linear:F", "yarn:F[:N]" set the config's rope.scaling keys; "llama3[:F[:N]]"
 // asks for rope_freqs.weight. Leaves both untouched on error.
@@ -99,6 +103,45 @@ Result<std::optional<model::VocabularyKeys>> vocabulary_flags(const Args& args) 
   return std::optional<model::VocabularyKeys>(std::move(*keys));
 }
 
+// --script-file: the tiny preset's shape (one layer, --arch, --context, default 4096) with the
+// scripted weights of model/make_model.h for --vocab-from's vocabulary. The vocabulary's tokenizer
+// is read back from a metadata-only file beside `out` to spell the script.
+Status write_scripted(const Args& args, const std::string& out, model::FileType type) {
+  if (type != model::FileType::kF16 && type != model::FileType::kF32)
+    return Status::invalid("--script-file writes F16 matrices; it takes no --dtype");
+  auto vocab = vocabulary_flags(args);
+  if (!vocab) return vocab.status();
+  if (!*vocab) return Status::invalid("--script-file needs --vocab-from (a real vocabulary to spell the script with)");
+  const std::string script_path = *args.str("script-file");
+  std::ifstream in(script_path, std::ios::binary);
+  if (!in) return Status::invalid("--script-file: cannot read " + script_path);
+  const std::string script((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string vocab_file = out + ".vocab.tmp." + std::to_string(getpid());
+  model::GgufWriter w;
+  for (const auto& [key, value] : (*vocab)->keys) w.add_value(key, value);
+  Status st = w.write(vocab_file);
+  auto file = st ? model::GgufFile::open(vocab_file) : Result<std::unique_ptr<model::GgufFile>>(st);
+  std::remove(vocab_file.c_str());
+  if (!file) return file.status();
+  auto tokenizer = model::Tokenizer::from_gguf(**file);
+  if (!tokenizer) return tokenizer.status();
+  const std::string after = args.str("script-after").value_or("<|im_start|>assistant\n");
+  auto avoid = tokenizer->encode(after, model::EncodeOptions{.add_special = false, .parse_special = true});
+  if (!avoid) return avoid.status();
+  auto chain = model::spell_without_repeats(*tokenizer, script, *avoid);
+  if (!chain) return chain.status();
+  if (tokenizer->eos_id() < 0) return Status::invalid("--script-file: the vocabulary has no end token");
+  chain->push_back(tokenizer->eos_id());
+  auto config = model::preset_config("tiny");
+  if (!config) return config.status();
+  config->n_layers = 1;
+  config->context_length = 4096;
+  std::optional<model::Llama3Rope> llama3;
+  TANDEM_RETURN_IF_ERROR(apply_shape_flags(args, *config, llama3));
+  config->name = "tandem-scripted";
+  return model::make_scripted_model(*config, *chain, out, **vocab);
+}
+
 // A preset's random weights: written directly as F32 or F16; any other type is the F32 file
 // quantized as llama-quantize would (through a temporary file beside `out`).
 Status write_preset(const Args& args, const std::string& out, model::FileType type) {
@@ -166,10 +209,17 @@ int make_model_command(int argc, char** argv) {
     std::fprintf(stderr, "tandem make-model: wrote %s (%s as %s)\n", out->c_str(), from->c_str(), dtype->c_str());
     return 0;
   }
-  if (Status st = write_preset(*args, written, type); !st) return fail("make-model", st);
+  const bool scripted = args->has("script-file");
+  if (Status st = scripted ? write_scripted(*args, written, type) : write_preset(*args, written, type); !st)
+    return fail("make-model", st);
   if (Status st = split ? split_output(*args, written, *out) : Status::ok(); !st) return fail("make-model", st);
-  std::fprintf(stderr, "tandem make-model: wrote %s (%s, %s, seed %s)\n", out->c_str(),
-               args->str("preset").value_or("tiny").c_str(), dtype->c_str(), args->str("seed").value_or("1").c_str());
+  if (scripted) {
+    std::fprintf(stderr, "tandem make-model: wrote %s (scripted: %s)\n", out->c_str(),
+                 args->str("script-file")->c_str());
+  } else {
+    std::fprintf(stderr, "tandem make-model: wrote %s (%s, %s, seed %s)\n", out->c_str(),
+                 args->str("preset").value_or("tiny").c_str(), dtype->c_str(), args->str("seed").value_or("1").c_str());
+  }
   return 0;
 }
 

@@ -46,6 +46,10 @@ const char* openai_finish_reason(FinishReason reason) {
   return "error";
 }
 
+std::string_view openai_finish_reason(std::string_view parser_reason) {
+  return parser_reason == "cancelled" ? "abort" : parser_reason;
+}
+
 ApiError error_from_final(const FinalEvent& fin) {
   ApiError e;
   e.message = fin.error_message.empty() ? std::string(fin.error_code) : fin.error_message;
@@ -177,6 +181,55 @@ void ResponseFormat::token_chunk(std::string& out, uint32_t index, const TokenEv
   out += ",\"finish_reason\":null}]}\n\n";
 }
 
+void ResponseFormat::delta_chunk(std::string& out, uint32_t index, const model::ChatDelta& delta,
+                                 const TokenEvent* token) const {
+  out += prefix_;
+  append_int(out, index);
+  out += ",\"delta\":{";
+  const char* sep = "";
+  if (!delta.reasoning.empty()) {
+    out += "\"reasoning_content\":";
+    append_json_string(out, delta.reasoning);
+    sep = ",";
+  }
+  if (!delta.content.empty()) {
+    out += sep;
+    out += "\"content\":";
+    append_json_string(out, delta.content);
+    sep = ",";
+  }
+  if (delta.n_tool_calls > 0) {
+    out += sep;
+    out += "\"tool_calls\":[";
+    for (const model::ToolCallDelta& call : delta.tool_calls()) {
+      out += out.back() == '[' ? "{\"index\":" : ",{\"index\":";
+      append_int(out, call.index);
+      if (!call.id.empty()) {
+        out += ",\"id\":";
+        append_json_string(out, call.id);
+        out += ",\"type\":\"function\",\"function\":{\"name\":";
+        append_json_string(out, call.name);
+        out += ',';
+      } else {
+        out += ",\"function\":{";
+      }
+      out += "\"arguments\":";
+      append_json_string(out, call.arguments);
+      out += "}}";
+    }
+    out += ']';
+  }
+  out += "},\"logprobs\":";
+  if (token != nullptr && logprobs_ >= 0) {
+    out += "{\"content\":[";
+    append_logprobs(out, *token, 0);
+    out += "]}";
+  } else {
+    out += "null";
+  }
+  out += ",\"finish_reason\":null}]}\n\n";
+}
+
 void ResponseFormat::text_chunk(std::string& out, uint32_t index, const std::string& text) const {
   out += prefix_;
   append_int(out, index);
@@ -187,12 +240,51 @@ void ResponseFormat::text_chunk(std::string& out, uint32_t index, const std::str
 }
 
 void ResponseFormat::finish_chunk(std::string& out, uint32_t index, FinishReason reason) const {
+  finish_chunk(out, index, std::string_view(openai_finish_reason(reason)));
+}
+
+void ResponseFormat::finish_chunk(std::string& out, uint32_t index, std::string_view reason) const {
   out += prefix_;
   append_int(out, index);
   out += kind_ == ApiKind::kChat ? ",\"delta\":{}" : ",\"text\":\"\"";
   out += ",\"logprobs\":null,\"finish_reason\":\"";
-  out += openai_finish_reason(reason);
+  out += reason;
   out += "\"}]}\n\n";
+}
+
+// content is null when the message is only tool calls (as OpenAI's); reasoning_content and
+// tool_calls are there when not empty.
+void ResponseFormat::append_message(std::string& out, const ChoiceResult& c) const {
+  out += ",\"message\":{\"role\":\"assistant\",\"content\":";
+  if (!c.parsed) {
+    append_json_string(out, c.text);
+    out += '}';
+    return;
+  }
+  const model::ChatOutputMessage& m = c.message;
+  if (m.content.empty() && !m.tool_calls.empty()) {
+    out += "null";
+  } else {
+    append_json_string(out, m.content);
+  }
+  if (!m.reasoning.empty()) {
+    out += ",\"reasoning_content\":";
+    append_json_string(out, m.reasoning);
+  }
+  if (!m.tool_calls.empty()) {
+    out += ",\"tool_calls\":[";
+    for (size_t k = 0; k < m.tool_calls.size(); ++k) {
+      out += k ? ",{\"id\":" : "{\"id\":";
+      append_json_string(out, m.tool_calls[k].id);
+      out += ",\"type\":\"function\",\"function\":{\"name\":";
+      append_json_string(out, m.tool_calls[k].name);
+      out += ",\"arguments\":";
+      append_json_string(out, m.tool_calls[k].arguments);
+      out += "}}";
+    }
+    out += ']';
+  }
+  out += '}';
 }
 
 void ResponseFormat::usage_chunk(std::string& out, const Usage& usage) const {
@@ -217,9 +309,7 @@ std::string ResponseFormat::full(const std::vector<ChoiceResult>& choices, const
     out += i ? ",{\"index\":" : "{\"index\":";
     append_int(out, i);
     if (chat) {
-      out += ",\"message\":{\"role\":\"assistant\",\"content\":";
-      append_json_string(out, c.text);
-      out += '}';
+      append_message(out, c);
     } else {
       out += ",\"text\":";
       append_json_string(out, c.text);
@@ -255,7 +345,7 @@ std::string ResponseFormat::full(const std::vector<ChoiceResult>& choices, const
              "],\"text_offset\":[" + offs + "]}";
     }
     out += ",\"finish_reason\":\"";
-    out += openai_finish_reason(c.fin.reason);
+    out += c.parsed ? openai_finish_reason(c.message.finish_reason) : openai_finish_reason(c.fin.reason);
     out += "\"}";
   }
   out += "],\"usage\":";

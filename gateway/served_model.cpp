@@ -13,7 +13,11 @@ Result<ServedModel> load_served_model(const std::string& path, const std::string
   if (!file) return file.status();
   auto tokenizer = model::Tokenizer::from_gguf(**file);
   if (!tokenizer) return tokenizer.status();
-  ServedModel out{ModelLimits{}, std::move(tokenizer.value())};
+  ServedModel out{ModelLimits{}, std::move(tokenizer.value()), {}};
+  if (auto chat_template = (*file)->get_string("tokenizer.chat_template")) {
+    out.chat_output = model::detect_chat_output_format(*chat_template);
+    model::bind_control_markers(out.tokenizer, out.chat_output);
+  }
   const std::string arch = (*file)->get_string("general.architecture").value_or("llama");
   const auto context = (*file)->get_uint(arch + ".context_length");
   if (!context || *context == 0 || *context > UINT32_MAX)

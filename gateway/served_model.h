@@ -1,5 +1,6 @@
 // What the gateway knows of the model and of its callers: the model file's metadata (its
-// name, context length and vocabulary; no tensor is read) and the API keys it accepts.
+// name, context length, vocabulary and chat template; no tensor is read) and the API keys it
+// accepts.
 #pragma once
 
 #include <string>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "gateway/api.h"
+#include "model/chat_output.h"
 #include "model/tokenizer.h"
 #include "tandem/status.h"
 
@@ -15,6 +17,9 @@ namespace tandem::gateway {
 struct ServedModel {
   ModelLimits limits;
   model::Tokenizer tokenizer;  // detokenize and the logprobs' token pieces
+  // How chat output is split (model/chat_output.h), detected from tokenizer.chat_template:
+  // tools kNone and no reasoning (no template, or one without markers) = the text is content.
+  model::ChatOutputFormat chat_output;
 };
 
 // `name`: the served name; "" = general.name, else the file's stem. Errors: the file's

@@ -16,6 +16,7 @@
 #include <set>
 #include <thread>
 
+#include "gateway/http_metrics.h"
 #include "gateway/response.h"
 #include "gateway/served_model.h"
 #include "runtime/json.h"
@@ -78,6 +79,7 @@ class Feed {
 struct Gateway {
   explicit Gateway(GatewayOptions o, ServedModel m) : options(std::move(o)), model(std::move(m)) {}
 
+  HttpCounters counters;  // before io: sessions that io's destruction ends still count out
   asio::io_context io{1};
   GatewayOptions options;
   ServedModel model;
@@ -88,6 +90,11 @@ struct Gateway {
   std::atomic<bool> reachable{false}, ready{false}, draining{false};
   std::set<std::string> ignored_logged;
   std::mt19937_64 rng{std::random_device{}()};
+  // Scrapes of GET /metrics waiting for the scheduler's answer: one query is in flight however
+  // many scrapers ask (the endpoint needs no key), and every waiter gets its answer.
+  std::vector<std::function<void(const Result<std::string>&)>> metrics_waiters;
+  // Where error responses' unread request bytes are read to and dropped, by any connection.
+  std::array<char, 4096> discard;
 
   // "req-" and 16 hex digits: the id of the request in the access log, the X-Request-Id
   // header, the response's id and the Submit's request id (so scheduler and worker logs join).
@@ -115,6 +122,10 @@ struct Call {
   std::vector<std::string> ids;
   std::vector<ChoiceResult> choices;
   std::vector<bool> role_sent;
+  // Chat output split into reasoning, content and tool calls (model/chat_output.h): one parser
+  // per choice when the model's format has markers; empty: the text is content, as is.
+  std::vector<model::ChatOutputParser> parsers;
+  model::ChatDelta delta;  // reused for every token
   std::vector<std::pair<uint32_t, Event>> batch;
   Usage usage;
   size_t done = 0;
@@ -135,7 +146,9 @@ class Session : public Waker, public std::enable_shared_from_this<Session<Stream
   Session(Gateway& g, tcp::socket socket) : g_(g), stream_(make_stream(g, std::move(socket))), timer_(g.io) {
     beast::error_code ec;
     peer_ = beast::get_lowest_layer(stream_).remote_endpoint(ec).address().to_string(ec);
+    ++g_.counters.open_connections;
   }
+  ~Session() override { --g_.counters.open_connections; }
 
   void start() {
     if constexpr (kTls) {
@@ -172,7 +185,8 @@ class Session : public Waker, public std::enable_shared_from_this<Session<Stream
   void route(const http::request<http::string_body>& req);
 
   // Writing a whole response; `close` ends the connection after it.
-  void respond(http::status status, std::string body, bool close = false);
+  void respond(http::status status, std::string body, bool close = false,
+               const char* content_type = "application/json");
   void respond_error(const ApiError& e, bool close = false) {
     respond(static_cast<http::status>(e.status), error_body(e), close);
   }
@@ -190,9 +204,13 @@ class Session : public Waker, public std::enable_shared_from_this<Session<Stream
   void on_watch(beast::error_code ec, size_t n);
   void client_gone(const char* why);
   void cancel_running();
+  void start_parsers();
   void process(uint32_t i, Event& ev);
+  void process_parsed(uint32_t i, Event& ev);
+  void finish_parsed(uint32_t i, const FinalEvent& fin);
   void process_final(uint32_t i, Event& ev);
   void begin_stream();
+  void open_choice(uint32_t i);
   void flush();
   void end_call();
 
@@ -200,6 +218,7 @@ class Session : public Waker, public std::enable_shared_from_this<Session<Stream
   void tokenize(const std::string& body);
   void detokenize(const std::string& body);
   void models();
+  void metrics();
 
   Gateway& g_;
   Stream stream_;
@@ -215,7 +234,6 @@ class Session : public Waker, public std::enable_shared_from_this<Session<Stream
   Clock::time_point t0_;
   bool keep_alive_ = true;
   std::unique_ptr<Call> call_;
-  std::array<char, 4096> drain_buf_;
 };
 
 template <class Stream>
@@ -312,7 +330,9 @@ void Session<Stream>::handle() {
   target_ = std::string(req.target().substr(0, 256));
   keep_alive_ = req.keep_alive();
   principal_.clear();
-  const bool probe = target_ == "/health" || target_ == "/ready";
+  // Probes and Prometheus' scrapes need no key (as vLLM: its --api-key guards /v1 alone).
+  const std::string_view path = std::string_view(target_).substr(0, target_.find('?'));
+  const bool probe = path == "/health" || path == "/ready" || path == "/metrics";
   if (!g_.keys.empty() && !probe) {
     const std::string* name =
         g_.keys.find(std::string_view(req[http::field::authorization].data(), req[http::field::authorization].size()));
@@ -346,6 +366,7 @@ void Session<Stream>::route(const http::request<http::string_body>& req) {
         ApiError{503, g_.draining ? "the service is draining" : "the service is not ready", "service_unavailable"});
   }
   if (path == "/v1/models") return get ? models() : wrong_method("GET");
+  if (path == "/metrics") return get ? metrics() : wrong_method("GET");
   if (path == "/v1/completions") return post ? completion(ApiKind::kCompletion, req.body()) : wrong_method("POST");
   if (path == "/v1/chat/completions") return post ? completion(ApiKind::kChat, req.body()) : wrong_method("POST");
   if (path == "/tokenize") return post ? tokenize(req.body()) : wrong_method("POST");
@@ -354,10 +375,10 @@ void Session<Stream>::route(const http::request<http::string_body>& req) {
 }
 
 template <class Stream>
-void Session<Stream>::respond(http::status status, std::string body, bool close) {
+void Session<Stream>::respond(http::status status, std::string body, bool close, const char* content_type) {
   res_.version(11);
   res_.result(status);
-  res_.set(http::field::content_type, "application/json");
+  res_.set(http::field::content_type, content_type);
   res_.set(http::field::server, "tandem-gateway");
   res_.set("X-Request-Id", id_);
   res_.keep_alive(keep_alive_ && !close);
@@ -381,6 +402,7 @@ void Session<Stream>::on_written(beast::error_code ec, bool close) {
 
 template <class Stream>
 void Session<Stream>::access_log(unsigned status) {
+  g_.counters.count_response(status);
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0_).count();
   uint64_t prompt = 0, completion = 0;
   if (call_) prompt = call_->usage.prompt_tokens, completion = call_->usage.completion_tokens;
@@ -416,7 +438,7 @@ void Session<Stream>::close_after_send() {
 
 template <class Stream>
 void Session<Stream>::drain() {
-  socket().async_read_some(asio::buffer(drain_buf_), [self = this->shared_from_this()](beast::error_code ec, size_t) {
+  socket().async_read_some(asio::buffer(g_.discard), [self = this->shared_from_this()](beast::error_code ec, size_t) {
     if (ec) return self->close();
     self->drain();
   });
@@ -442,6 +464,7 @@ void Session<Stream>::completion(ApiKind kind, const std::string& body) {
   for (size_t i = 0; i < n; ++i) c.ids.push_back(n == 1 ? id_ : id_ + "-" + std::to_string(i));
   c.choices.resize(n);
   c.role_sent.assign(n, false);
+  if (kind == ApiKind::kChat) start_parsers();
   c.batch.reserve(64);
   c.feed = std::make_shared<Feed>(g_.io.get_executor(), this->weak_from_this());
   const std::string prefix = kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-";
@@ -579,20 +602,84 @@ void Session<Stream>::begin_stream() {
       id_ + "\r\nTransfer-Encoding: chunked\r\nConnection: " + (keep_alive_ ? "keep-alive" : "close") + "\r\n\r\n";
 }
 
+// A parser per choice when the model's template has think or tool-call markers; calls are
+// parsed only when the request offers tools (and tool_choice is not "none": api.cpp then drops
+// them), as vLLM's --enable-auto-tool-choice.
 template <class Stream>
-void Session<Stream>::process(uint32_t i, Event& ev) {
+void Session<Stream>::start_parsers() {
   Call& c = *call_;
-  if (ev.final) return process_final(i, ev);
+  model::ChatOutputFormat format = g_.model.chat_output;
+  if (c.request.requests.front().tools_json.empty()) format.tools = model::ToolCallFormat::kNone;
+  if (format.tools == model::ToolCallFormat::kNone && !format.reasoning) return;
+  c.parsers.reserve(c.ids.size());
+  for (size_t i = 0; i < c.ids.size(); ++i) {
+    c.parsers.emplace_back(format, c.ids[i]);
+    c.choices[i].parsed = true;
+  }
+}
+
+// A token through the choice's parser: a streamed chunk when it released something (or has
+// logprobs to carry); not streaming, the message grows.
+template <class Stream>
+void Session<Stream>::process_parsed(uint32_t i, Event& ev) {
+  Call& c = *call_;
+  c.delta.clear();
+  c.parsers[i].feed_token(ev.token.id, ev.token.text, c.delta);
   if (!c.request.stream) {
-    c.choices[i].text += ev.token.text;
+    c.choices[i].message.merge(c.delta);
     if (c.request.logprobs >= 0) c.choices[i].tokens.push_back(std::move(ev.token));
     return;
   }
+  open_choice(i);
+  if (!c.delta.empty() || c.request.logprobs >= 0) c.format->delta_chunk(c.pending, i, c.delta, &ev.token);
+}
+
+// The end of a parsed choice: the scheduler's held-back text, then what the parser still held,
+// and the finish_reason it says ("tool_calls" after a call).
+template <class Stream>
+void Session<Stream>::finish_parsed(uint32_t i, const FinalEvent& fin) {
+  Call& c = *call_;
+  c.delta.clear();
+  c.parsers[i].feed(fin.text, c.delta);
+  model::GenerationEnd end = model::GenerationEnd::kError;
+  switch (fin.reason) {
+    case FinishReason::kStop: end = model::GenerationEnd::kStop; break;
+    case FinishReason::kLength: end = model::GenerationEnd::kLength; break;
+    case FinishReason::kCancelled: end = model::GenerationEnd::kCancelled; break;
+    case FinishReason::kError: break;
+  }
+  const std::string_view reason = c.parsers[i].finish(end, c.delta);
+  if (!c.request.stream) {
+    c.choices[i].message.merge(c.delta);
+    c.choices[i].message.finish_reason = reason;
+    return;
+  }
+  if (!c.delta.empty()) c.format->delta_chunk(c.pending, i, c.delta, nullptr);
+  c.format->finish_chunk(c.pending, i, openai_finish_reason(reason));
+}
+
+// The stream's head and, in chat, the choice's first delta (its role), each once.
+template <class Stream>
+void Session<Stream>::open_choice(uint32_t i) {
+  Call& c = *call_;
   begin_stream();
   if (c.request.kind == ApiKind::kChat && !c.role_sent[i]) {
     c.format->role_chunk(c.pending, i);
     c.role_sent[i] = true;
   }
+}
+
+template <class Stream>
+void Session<Stream>::process(uint32_t i, Event& ev) {
+  Call& c = *call_;
+  if (ev.final) return process_final(i, ev);
+  if (!c.parsers.empty()) return process_parsed(i, ev);
+  if (!c.request.stream) {
+    c.choices[i].text += ev.token.text;
+    if (c.request.logprobs >= 0) c.choices[i].tokens.push_back(std::move(ev.token));
+    return;
+  }
+  open_choice(i);
   c.format->token_chunk(c.pending, i, ev.token);
 }
 
@@ -617,12 +704,11 @@ void Session<Stream>::process_final(uint32_t i, Event& ev) {
   }
   if (error) {
     ResponseFormat::error_event(c.pending, error_from_final(choice.fin));
+  } else if (!c.parsers.empty()) {
+    if (c.request.stream) open_choice(i);
+    finish_parsed(i, choice.fin);
   } else if (c.request.stream) {
-    begin_stream();
-    if (c.request.kind == ApiKind::kChat && !c.role_sent[i]) {
-      c.format->role_chunk(c.pending, i);
-      c.role_sent[i] = true;
-    }
+    open_choice(i);
     if (!choice.fin.text.empty()) c.format->text_chunk(c.pending, i, choice.fin.text);
     c.format->finish_chunk(c.pending, i, choice.fin.reason);
   } else {
@@ -687,6 +773,30 @@ void Session<Stream>::models() {
   respond(http::status::ok, std::move(body));
 }
 
+// The scheduler's metrics (asked off this thread, one query for every scrape waiting), then
+// the gateway's own. The scheduler not answering is a 503: the scrape fails, `up` says so.
+template <class Stream>
+void Session<Stream>::metrics() {
+  const bool asking = !g_.metrics_waiters.empty();
+  g_.metrics_waiters.push_back([self = this->shared_from_this()](const Result<std::string>& text) {
+    if (!text)
+      return self->respond_error(
+          ApiError{503, "the scheduler's metrics did not come: " + text.status().message(), "service_unavailable"});
+    std::string body = text.value();
+    append_http_metrics(self->g_.counters, body);
+    self->respond(http::status::ok, std::move(body), false, kPrometheusContentType);
+  });
+  if (asking) return;
+  asio::post(g_.blocking, [&g = g_] {
+    auto text = g.client->metrics_text();
+    asio::post(g.io, [&g, text = std::move(text)] {
+      auto waiters = std::move(g.metrics_waiters);
+      g.metrics_waiters.clear();
+      for (auto& answer : waiters) answer(text);
+    });
+  });
+}
+
 template <class Stream>
 void Session<Stream>::tokenize(const std::string& body) {
   TokenizeBody parsed = parse_tokenize(body, g_.model.limits);
@@ -724,20 +834,24 @@ void Session<Stream>::detokenize(const std::string& body) {
   respond(http::status::ok, out + "}");
 }
 
-// Accepts connections until the gateway stops; a failed accept (out of descriptors) is
-// retried after a pause instead of ending the loop.
+// Accepts connections until the gateway stops. A failed accept (out of descriptors: EMFILE,
+// ENFILE) leaves the connection in the kernel's backlog and is retried after kAcceptPause,
+// not at once (the listening socket stays readable: an immediate retry would spin); the open
+// connections are served meanwhile. Logged once per run of failures, not per retry.
 class Listener : public std::enable_shared_from_this<Listener> {
  public:
+  static constexpr std::chrono::milliseconds kAcceptPause{100};
+
   Listener(Gateway& g, tcp::acceptor acceptor) : g_(g), acceptor_(std::move(acceptor)), pause_(g.io) {}
   void accept() {
     acceptor_.async_accept([self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted || !self->acceptor_.is_open()) return;
-      if (ec) {
-        spdlog::warn("gateway: accept failed: {}; retrying", ec.message());
-        self->pause_.expires_after(std::chrono::milliseconds(100));
-        self->pause_.async_wait([self](beast::error_code) { self->accept(); });
-        return;
+      if (ec) return self->failed(ec);
+      if (self->failures_ > 0) {
+        spdlog::info("gateway: accepting again after {} failed attempts", self->failures_);
+        self->failures_ = 0;
       }
+      ++self->g_.counters.accepted;
       socket.set_option(tcp::no_delay(true), ec);
       if (self->g_.tls)
         std::make_shared<Session<ssl::stream<tcp::socket>>>(self->g_, std::move(socket))->start();
@@ -752,9 +866,19 @@ class Listener : public std::enable_shared_from_this<Listener> {
   }
 
  private:
+  void failed(beast::error_code ec) {
+    ++g_.counters.accept_failures;
+    if (failures_++ == 0)
+      spdlog::warn("gateway: accept failed: {}; serving the open connections and retrying every {} ms", ec.message(),
+                   kAcceptPause.count());
+    pause_.expires_after(kAcceptPause);
+    pause_.async_wait([self = shared_from_this()](beast::error_code) { self->accept(); });
+  }
+
   Gateway& g_;
   tcp::acceptor acceptor_;
   asio::steady_timer pause_;
+  uint64_t failures_ = 0;  // in the current run of failed accepts
 };
 
 // Asks the scheduler for its state every `period` until stopped; the gateway answers
@@ -812,13 +936,19 @@ Result<tcp::endpoint> parse_listen(const std::string& listen) {
   return tcp::endpoint(address, static_cast<uint16_t>(p));
 }
 
-// Up to the hard limit: every connection is a descriptor.
+// Up to the hard limit: every connection is a descriptor. Logged once: the limit bounds the
+// connections open at once (past it accepts fail and are retried, see Listener).
 void raise_nofile_limit() {
   rlimit r{};
-  if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0) return;
+  const rlim_t soft = r.rlim_cur;
+  if (r.rlim_cur < r.rlim_max) {
     r.rlim_cur = r.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &r);
+    if (setrlimit(RLIMIT_NOFILE, &r) != 0) r.rlim_cur = soft;
   }
+  auto shown = [](rlim_t v) { return v == RLIM_INFINITY ? std::string("unlimited") : std::to_string(v); };
+  spdlog::info("gateway: open-file limit (RLIMIT_NOFILE) {} (soft was {}, hard {}): the connections it can hold",
+               shown(r.rlim_cur), shown(soft), shown(r.rlim_max));
 }
 
 Status load_tls(Gateway& g) {
@@ -846,6 +976,12 @@ Status run_gateway(const GatewayOptions& options, const std::function<void(const
   auto listen = parse_listen(options.listen);
   if (!listen) return listen.status();
   Gateway g(options, std::move(model.value()));
+  const model::ChatOutputFormat& chat = g.model.chat_output;
+  spdlog::info("gateway: chat output: tool calls {} (when a request offers tools), reasoning {}",
+               model::tool_call_format_name(chat.tools),
+               !chat.reasoning            ? "off"
+               : chat.starts_in_reasoning ? "on (opened by the prompt)"
+                                          : "on");
   if (!options.api_key_file.empty()) {
     auto keys = ApiKeys::load(options.api_key_file);
     if (!keys) return keys.status();

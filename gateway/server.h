@@ -1,8 +1,8 @@
 // tandem's OpenAI-compatible HTTP gateway: an actor process of its own that speaks HTTP/1.1
 // (Boost.Beast on one Asio thread, many keep-alive connections, optional TLS) to OpenAI
 // clients and is one client of the scheduler through libtandem-client. It reads only the
-// model file's metadata (name, context length, vocabulary) and adds no path into the
-// scheduler: messages go as the client library's chat submission, ids as tokens.
+// model file's metadata (name, context length, vocabulary, chat template) and adds no path
+// into the scheduler: messages go as the client library's chat submission, ids as tokens.
 #pragma once
 
 #include <chrono>

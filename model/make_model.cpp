@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdio>
 #include <thread>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace tandem::model {
@@ -335,6 +337,132 @@ Status make_model(const ModelConfig& config, uint64_t seed, const std::string& p
     w.add_tensor(std::string(kRopeFreqs), {f.size()}, TensorType::kF32, f.data(), f.size() * sizeof(float));
   }
   add_tensors(w, config, seed, f16);
+  return w.write(path);
+}
+
+namespace {
+
+constexpr size_t kMaxScriptBytes = 4096;
+constexpr uint64_t kMaxSpellSteps = 2'000'000;  // tokens tried before the search gives up
+
+// Depth-first search for a spelling of text[pos..] with unused tokens, longest first.
+class Speller {
+ public:
+  Speller(std::string_view text, const std::unordered_map<std::string, std::vector<int32_t>>& by_text, size_t max_len)
+      : text_(text), by_text_(by_text), max_len_(max_len) {}
+
+  bool spell(size_t pos) {
+    furthest_ = std::max(furthest_, pos);
+    if (pos == text_.size()) return true;
+    for (size_t len = std::min(max_len_, text_.size() - pos); len > 0; --len) {
+      const auto it = by_text_.find(std::string(text_.substr(pos, len)));
+      if (it == by_text_.end()) continue;
+      for (int32_t id : it->second) {
+        if (++steps_ > kMaxSpellSteps) return false;
+        if (!used_.insert(id).second) continue;
+        out_.push_back(id);
+        if (spell(pos + len)) return true;
+        out_.pop_back();
+        used_.erase(id);
+      }
+    }
+    return false;
+  }
+  std::vector<int32_t>& tokens() { return out_; }
+  size_t furthest() const { return furthest_; }
+
+ private:
+  std::string_view text_;
+  const std::unordered_map<std::string, std::vector<int32_t>>& by_text_;
+  size_t max_len_;
+  std::unordered_set<int32_t> used_;
+  std::vector<int32_t> out_;
+  size_t furthest_ = 0;
+  uint64_t steps_ = 0;
+};
+
+}  // namespace
+
+Result<std::vector<int32_t>> spell_without_repeats(const Tokenizer& tokenizer, std::string_view text,
+                                                   const std::vector<int32_t>& avoid) {
+  if (text.empty() || text.size() > kMaxScriptBytes)
+    return Status::invalid("script: the text must have 1 to " + std::to_string(kMaxScriptBytes) + " bytes, not " +
+                           std::to_string(text.size()));
+  const std::unordered_set<int32_t> avoided(avoid.begin(), avoid.end());
+  std::unordered_map<std::string, std::vector<int32_t>> by_text;
+  size_t max_len = 0;
+  std::string piece;
+  for (uint32_t t = 0; t < tokenizer.vocab_size(); ++t) {
+    const int32_t id = static_cast<int32_t>(t);
+    piece.clear();
+    tokenizer.append_token_text(id, false, piece);
+    if (piece.empty() || avoided.count(id) || tokenizer.is_eog(id) || text.find(piece) == std::string_view::npos)
+      continue;
+    max_len = std::max(max_len, piece.size());
+    by_text[piece].push_back(id);
+  }
+  Speller speller(text, by_text, max_len);
+  if (!speller.spell(0))
+    return Status::invalid("script: no spelling of the text with distinct tokens was found (got to byte " +
+                           std::to_string(speller.furthest()) + " of " + std::to_string(text.size()) +
+                           "); shorten the text or vary its repeated parts");
+  return std::move(speller.tokens());
+}
+
+Status make_scripted_model(ModelConfig config, const std::vector<int32_t>& chain, const std::string& path,
+                           const VocabularyKeys& vocabulary) {
+  const uint64_t vocab = vocabulary.size;
+  std::unordered_map<int32_t, uint32_t> dim_of;  // chain token -> its embedding dimension
+  for (size_t i = 0; i < chain.size(); ++i) {
+    if (chain[i] < 0 || static_cast<uint64_t>(chain[i]) >= vocab)
+      return Status::invalid("make-model: scripted token " + std::to_string(chain[i]) + " is outside the vocabulary");
+    if (!dim_of.emplace(chain[i], static_cast<uint32_t>(i + 1)).second)
+      return Status::invalid("make-model: scripted token " + std::to_string(chain[i]) + " comes twice");
+  }
+  if (chain.empty()) return Status::invalid("make-model: the script is empty");
+  config.vocab_size = vocabulary.size;
+  config.dim = std::max<uint32_t>(64, (static_cast<uint32_t>(chain.size()) + 32) / 32 * 32);
+  config.key_length = 0;
+  TANDEM_RETURN_IF_ERROR(check_config(config, std::nullopt, false));
+  const uint64_t dim = config.dim;
+  constexpr float kLogitScale = 16.0f;
+  GgufWriter w;
+  add_hyper_parameters(w, config, /*f16=*/true);
+  for (const auto& [key, value] : vocabulary.keys) w.add_value(key, value);
+  std::vector<uint16_t> halves(dim * vocab, float_to_half(0.0f));
+  std::vector<float> floats;
+  const uint16_t one = float_to_half(1.0f), scale = float_to_half(kLogitScale);
+  for (uint64_t t = 0; t < vocab; ++t) {  // the last chain token (the end) embeds as "start"
+    const auto it = dim_of.find(static_cast<int32_t>(t));
+    halves[t * dim + (it == dim_of.end() || it->second == chain.size() ? 0 : it->second)] = one;
+  }
+  auto add_half = [&](std::string_view name, uint64_t in, uint64_t out) {
+    if (in * out > halves.size()) halves.resize(in * out, float_to_half(0.0f));
+    w.add_tensor(std::string(name), {in, out}, TensorType::kF16, halves.data(), in * out * sizeof(uint16_t));
+  };
+  auto add_floats = [&](const std::string& name, uint64_t n, float v) {
+    floats.assign(n, v);
+    w.add_tensor(name, {n}, TensorType::kF32, floats.data(), n * sizeof(float));
+  };
+  add_half(kTokenEmbd, dim, vocab);
+  std::fill(halves.begin(), halves.end(), float_to_half(0.0f));
+  for (uint32_t i = 0; i < config.n_layers; ++i) {
+    for (const TensorSpec& t : config.arch->layer_tensors) {
+      if (t.presence == Presence::kRare) continue;
+      const uint64_t in = dim_size(t.in, config);
+      const std::string name = layer_tensor(i, t.role);
+      const bool norm = t.role == LayerTensor::kAttnQNorm || t.role == LayerTensor::kAttnKNorm ||
+                        (t.vector && tensor_kind(t.role) != "bias");
+      if (t.vector) {
+        add_floats(name, in, norm ? 1.0f : 0.0f);
+      } else {
+        add_half(name, in, dim_size(t.out, config));  // zero: the residual stream is the embedding
+      }
+    }
+  }
+  add_floats(std::string(kOutputNorm), dim, 1.0f);
+  for (size_t i = 0; i < chain.size(); ++i) halves[static_cast<uint64_t>(chain[i]) * dim + i] = scale;
+  add_half(kOutput, dim, vocab);
   return w.write(path);
 }
 

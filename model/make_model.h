@@ -10,6 +10,7 @@
 #include "runtime/status.h"
 #include "model/gguf.h"
 #include "model/model_config.h"
+#include "model/tokenizer.h"
 #include "model/vocab_import.h"
 
 namespace tandem::model {
@@ -54,5 +55,29 @@ void append_byte_level_tokens(std::vector<std::string>& tokens, std::vector<int3
 Status make_model(const ModelConfig& config, uint64_t seed, const std::string& path,
                   TensorType weights = TensorType::kF32, const std::optional<Llama3Rope>& llama3 = std::nullopt,
                   const VocabularyKeys* vocabulary = nullptr);
+
+// A test fixture (`tandem make-model --script-file`): a model whose greedy output is a given
+// text, so end-to-end tests see a real model emit what random weights never do (think blocks,
+// tool calls). It is a bigram chain: every attention and FFN output projection is zero, so the
+// final hidden state is the current token's embedding, normalized; chain token i (of n) embeds
+// one-hot in dimension i + 1, every other token in dimension 0; output.weight's row for the
+// next chain token (the first after dimension 0, the end token after the last) has 16 in the
+// current token's dimension, every other logit is 0. The model therefore writes the chain after
+// any prompt whose last token is not in it, then the end token. The chain never repeats a token
+// (a bigram has one successor per token), so the text is spelled by spell_without_repeats().
+
+// Tokens of `tokenizer` whose texts (as the detokenizer writes them, no special pieces)
+// concatenate to `text`, no id twice and none of `avoid` (longer tokens are tried first, by
+// depth-first search). Errors (kInvalidArgument): empty text, longer than 4096 bytes, or no
+// such spelling found within a bounded search (the message names how far it got).
+Result<std::vector<int32_t>> spell_without_repeats(const Tokenizer& tokenizer, std::string_view text,
+                                                   const std::vector<int32_t>& avoid);
+
+// Writes the scripted model of `vocabulary` (see above) to `path`: `chain` is the output, its
+// last element the end token. config.dim is set to fit the chain (a multiple of 32, at least
+// 64); config's other shape fields are used as given; matrices F16. Errors: repeated tokens or
+// ids outside the vocabulary (kInvalidArgument), the file (kModelFile).
+Status make_scripted_model(ModelConfig config, const std::vector<int32_t>& chain, const std::string& path,
+                           const VocabularyKeys& vocabulary);
 
 }  // namespace tandem::model

@@ -4,11 +4,18 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,6 +52,95 @@ std::string chat_model() {
     return out;
   }();
   return path;
+}
+
+// What the scripted model (make-model --script-file) writes after any chat prompt: a think block
+// and a Hermes tool call, as Qwen 3 writes them (compact JSON and the newlines the model's
+// bigram chain can spell with distinct tokens of the Qwen 3 vocabulary).
+constexpr const char* kToolArguments = R"({"where":{"city":"Paris"},"days":[1,2]})";
+const std::string kToolScript = std::string("<think>The user wants the weather.\n</think>\n\n<tool_call>\n") +
+                                R"({"name":"get_weather","arguments":)" + kToolArguments + "}\n</tool_call>";
+// The same with a call whose arguments are not an object: content, as vLLM's parsers leave it.
+const std::string kMalformedScript =
+    "<think>Checking.</think>\n\n<tool_call>\n"
+    R"({"name":"get_weather","arguments":oops})"
+    "\n</tool_call>";
+constexpr const char* kWeatherTool =
+    R"([{"type":"function","function":{"name":"get_weather","description":"The weather of a city",)"
+    R"("parameters":{"type":"object","properties":{"where":{"type":"object"},"days":{"type":"array"}}}}}])";
+
+// A model on the Qwen 3 vocabulary (from the npm_tokenizers fixture) whose greedy output after
+// any chat prompt is `script`, then <|im_end|>; made once per script and process.
+std::string scripted_model(const std::string& script) {
+  static std::map<std::string, std::string> made;
+  std::string& path = made[script];
+  if (!path.empty()) return path;
+  const std::string dir = test::temp_dir() + "/scripted-" + std::to_string(made.size());
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/script.txt", std::ios::binary) << script;
+  const auto r =
+      test::run_command(std::string(TANDEM_TANDEM_BIN) + " make-model --vocab-from " + TANDEM_NPM_TOKENIZERS_DIR +
+                        "/qwen3/tokenizer.json --script-file " + dir + "/script.txt --out " + dir + "/scripted.gguf");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  path = dir + "/scripted.gguf";
+  return path;
+}
+
+// The JSON objects of an SSE stream's `data:` events, [DONE] left out.
+std::vector<nlohmann::json> sse_events(const std::string& body) {
+  std::vector<nlohmann::json> out;
+  for (size_t at = 0; (at = body.find("data: ", at)) != std::string::npos;) {
+    const size_t end = body.find("\n\n", at);
+    const std::string event = body.substr(at + 6, end - at - 6);
+    at = end;
+    if (event != "[DONE]") out.push_back(nlohmann::json::parse(event, nullptr, false));
+  }
+  return out;
+}
+
+// A chat message as a stream's deltas build it: reasoning, content, calls by index, and how
+// many deltas carried a piece of call 0's arguments.
+struct StreamedMessage {
+  std::string reasoning, content, finish_reason;
+  std::vector<nlohmann::json> calls;
+  int argument_pieces = 0, events_after_finish = 0;
+  bool usage = false;
+};
+
+StreamedMessage streamed_message(const std::string& body) {
+  StreamedMessage m;
+  for (const nlohmann::json& e : sse_events(body)) {
+    if (e.contains("usage") && e["usage"].is_object()) m.usage = true;
+    if (!e.contains("choices") || e["choices"].empty()) continue;
+    if (!m.finish_reason.empty()) ++m.events_after_finish;
+    const nlohmann::json& choice = e["choices"][0];
+    const nlohmann::json& d = choice["delta"];
+    if (choice["finish_reason"].is_string()) m.finish_reason = choice["finish_reason"];
+    if (d.contains("reasoning_content")) m.reasoning += d["reasoning_content"].get<std::string>();
+    if (d.contains("content") && d["content"].is_string()) m.content += d["content"].get<std::string>();
+    for (const nlohmann::json& call : d.value("tool_calls", nlohmann::json::array())) {
+      const size_t index = call["index"];
+      if (index >= m.calls.size()) m.calls.resize(index + 1, nlohmann::json::object());
+      nlohmann::json& c = m.calls[index];
+      if (call.contains("id")) {
+        EXPECT_FALSE(c.contains("id")) << "a call's id came twice: " << body;
+        c["id"] = call["id"];
+        c["type"] = call["type"];
+        c["name"] = call["function"]["name"];
+        c["arguments"] = "";
+      }
+      if (call["function"].contains("arguments")) {
+        const std::string piece = call["function"]["arguments"];
+        c["arguments"] = c.value("arguments", "") + piece;
+        if (index == 0 && !piece.empty()) ++m.argument_pieces;
+      }
+    }
+  }
+  return m;
+}
+
+std::string chat_body(const std::string& extra) {
+  return R"({"messages":[{"role":"user","content":"What is the weather in Paris?"}],"max_tokens":200)" + extra + "}";
 }
 
 // A connected loopback TCP socket with receive and send timeouts; -1 on failure.
@@ -146,15 +242,19 @@ std::string post_request(const std::string& path, const std::string& body, const
          "\r\n" + headers + "\r\n" + body;
 }
 
-// `tandem gateway` in the background, accepting and ready when constructed.
+// `tandem gateway` in the background, accepting and ready when constructed. `wrapper` is
+// prepended to its argv (a shell that lowers its limits and execs it: the pid stays its own).
 class GatewayProcess {
  public:
   GatewayProcess(const std::string& endpoint, const std::string& model, std::vector<std::string> extra = {},
-                 bool wait_ready = true) {
+                 bool wait_ready = true, std::vector<std::string> wrapper = {}) {
     port_ = test::free_port();
     out_ = test::temp_dir() + "/gateway.out";
-    std::vector<std::string> argv = {TANDEM_TANDEM_BIN, "gateway", "--endpoint", endpoint,
-                                     "--model",         model,     "--listen",   "127.0.0.1:" + std::to_string(port_)};
+    std::vector<std::string> argv = std::move(wrapper);
+    for (const std::string& a :
+         {std::string(TANDEM_TANDEM_BIN), std::string("gateway"), std::string("--endpoint"), endpoint,
+          std::string("--model"), model, std::string("--listen"), "127.0.0.1:" + std::to_string(port_)})
+      argv.push_back(a);
     argv.insert(argv.end(), extra.begin(), extra.end());
     pid_ = test::spawn(argv, out_);
     const auto deadline = std::chrono::steady_clock::now() + 30s;
@@ -173,6 +273,7 @@ class GatewayProcess {
     }
   }
   int port() const { return port_; }
+  pid_t pid() const { return pid_; }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/v1"; }
   // Its log lines (spdlog writes them to stdout) and stderr.
   std::string log() const { return test::slurp(out_) + test::slurp(out_ + ".err"); }
@@ -223,6 +324,22 @@ TEST(Gateway, TheOpenAISdkDrivesCompletionsAndChatStreamingAndNot) {
                         " " + g.url() + " tiny-chat");
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err << g.log();
   EXPECT_NE(r.out.find("ok: models lists the served model"), std::string::npos) << r.out;
+}
+
+// The SDK (and its stream helper) reads the scripted model's think block and tool call.
+TEST(Gateway, TheOpenAISdkReadsToolCallsAndReasoningStreamingAndNot) {
+  const char* sdk = std::getenv("TANDEM_OPENAI_SDK");
+  ASSERT_TRUE(sdk) << "TANDEM_OPENAI_SDK (the npm ci install of tests/gateway/openai-sdk) is not set";
+  const std::string model = scripted_model(kToolScript);
+  test::Deployment d(kDeploy, model);
+  ASSERT_TRUE(d.ok());
+  GatewayProcess g(d.endpoint(), model, {"--model-name", "scripted"});
+  const auto r =
+      test::run_command("NODE_PATH=" + test::shell_quote(std::string(sdk) + "/node_modules") + " node " +
+                        test::shell_quote(std::string(TANDEM_SOURCE_DIR) + "/tests/gateway/openai-sdk/sdk_test.cjs") +
+                        " " + g.url() + " scripted tools " + test::shell_quote(kToolArguments));
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err << g.log();
+  EXPECT_NE(r.out.find("ok: streamed chat with tools"), std::string::npos) << r.out;
 }
 
 // `curl -N` streams one event per token, and the tokens are those `tandem generate` gets for
@@ -287,6 +404,119 @@ TEST(Gateway, LogitBiasForcesATokenAndPenaltiesAreAccepted) {
                                "\"presence_penalty\":-2}");
   ASSERT_EQ(penalized.status, 200) << penalized.body;
   EXPECT_NE(penalized.body.find("\"completion_tokens\":24"), std::string::npos) << penalized.body;
+}
+
+// A model whose chat template writes Hermes tool calls and think blocks (Qwen 3's) gets its
+// output split: reasoning_content, content, and tool_calls with the arguments streamed in
+// pieces; finish_reason "tool_calls". Streamed and whole responses agree.
+TEST(Gateway, ChatSplitsReasoningAndReturnsToolCallsStreamingAndNot) {
+  const std::string model = scripted_model(kToolScript);
+  test::Deployment d(kDeploy, model);
+  ASSERT_TRUE(d.ok());
+  GatewayProcess g(d.endpoint(), model);
+  const std::string tools = std::string(",\"tools\":") + kWeatherTool;
+  const Reply whole = http(g.port(), "POST", "/v1/chat/completions", chat_body(tools));
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  const nlohmann::json r = nlohmann::json::parse(whole.body);
+  const nlohmann::json& choice = r["choices"][0];
+  const nlohmann::json& message = choice["message"];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls") << whole.body;
+  EXPECT_EQ(message["reasoning_content"], "The user wants the weather.\n") << whole.body;
+  EXPECT_TRUE(message["content"].is_null()) << whole.body;
+  ASSERT_EQ(message["tool_calls"].size(), 1u) << whole.body;
+  const nlohmann::json& call = message["tool_calls"][0];
+  EXPECT_EQ(call["type"], "function");
+  EXPECT_EQ(call["function"]["name"], "get_weather");
+  EXPECT_EQ(call["function"]["arguments"], kToolArguments);
+  const std::string id = call["id"];
+  EXPECT_EQ(id.rfind("call_", 0), 0u) << id;
+  EXPECT_EQ(id.size(), 29u) << id;
+
+  const Reply streamed = http(g.port(), "POST", "/v1/chat/completions",
+                              chat_body(tools + R"(,"stream":true,"stream_options":{"include_usage":true})"));
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  const StreamedMessage m = streamed_message(streamed.body);
+  EXPECT_EQ(m.reasoning, "The user wants the weather.\n") << streamed.body;
+  EXPECT_EQ(m.content, "") << streamed.body;
+  EXPECT_EQ(m.finish_reason, "tool_calls") << streamed.body;
+  ASSERT_EQ(m.calls.size(), 1u) << streamed.body;
+  EXPECT_EQ(m.calls[0]["name"], "get_weather");
+  EXPECT_EQ(m.calls[0]["type"], "function");
+  EXPECT_EQ(m.calls[0]["arguments"], kToolArguments) << streamed.body;
+  EXPECT_GT(m.argument_pieces, 3) << "the arguments were not streamed as they came: " << streamed.body;
+  EXPECT_TRUE(m.usage) << streamed.body;
+  EXPECT_EQ(m.events_after_finish, 0) << streamed.body;
+  EXPECT_NE(streamed.body.find("data: [DONE]"), std::string::npos);
+
+  // Without tools the call is content (reasoning is still split), as vLLM parses calls only
+  // when tools are offered; tool_choice "none" is the same.
+  for (const std::string extra : {std::string(), tools + R"(,"tool_choice":"none")"}) {
+    const nlohmann::json plain =
+        nlohmann::json::parse(http(g.port(), "POST", "/v1/chat/completions", chat_body(extra)).body);
+    EXPECT_EQ(plain["choices"][0]["message"]["content"], kToolScript.substr(kToolScript.find("<tool_call>"))) << plain;
+    EXPECT_EQ(plain["choices"][0]["message"]["reasoning_content"], "The user wants the weather.\n") << plain;
+    EXPECT_FALSE(plain["choices"][0]["message"].contains("tool_calls")) << plain;
+    EXPECT_EQ(plain["choices"][0]["finish_reason"], "stop") << plain;
+  }
+  // /v1/completions is raw text, as vLLM's.
+  const nlohmann::json raw =
+      nlohmann::json::parse(http(g.port(), "POST", "/v1/completions", R"({"prompt":"Hi","max_tokens":200})").body);
+  EXPECT_EQ(raw["choices"][0]["text"], kToolScript) << raw;
+}
+
+// A stop string inside the think block ends the request there: the reasoning before it, no
+// content, finish_reason "stop"; max_tokens ends it as "length" with the reasoning so far.
+TEST(Gateway, AStopStringInsideTheThinkBlockEndsTheRequest) {
+  const std::string model = scripted_model(kToolScript);
+  test::Deployment d(kDeploy, model);
+  ASSERT_TRUE(d.ok());
+  GatewayProcess g(d.endpoint(), model);
+  const std::string ask = std::string(",\"tools\":") + kWeatherTool + R"(,"stop":["weather"])";
+  const nlohmann::json whole =
+      nlohmann::json::parse(http(g.port(), "POST", "/v1/chat/completions", chat_body(ask)).body);
+  EXPECT_EQ(whole["choices"][0]["finish_reason"], "stop") << whole;
+  EXPECT_EQ(whole["choices"][0]["message"]["reasoning_content"], "The user wants the ") << whole;
+  EXPECT_EQ(whole["choices"][0]["message"]["content"], "") << whole;
+  EXPECT_FALSE(whole["choices"][0]["message"].contains("tool_calls")) << whole;
+  const Reply streamed = http(g.port(), "POST", "/v1/chat/completions", chat_body(ask + R"(,"stream":true)"));
+  const StreamedMessage m = streamed_message(streamed.body);
+  EXPECT_EQ(m.reasoning, "The user wants the ") << streamed.body;
+  EXPECT_EQ(m.content, "") << streamed.body;
+  EXPECT_EQ(m.finish_reason, "stop") << streamed.body;
+  EXPECT_TRUE(m.calls.empty()) << streamed.body;
+  // Cut by max_tokens inside the call's arguments: the call so far, finish_reason "length".
+  const nlohmann::json cut =
+      nlohmann::json::parse(http(g.port(), "POST", "/v1/chat/completions",
+                                 R"({"messages":[{"role":"user","content":"Weather?"}],"max_tokens":26,"tools":)" +
+                                     std::string(kWeatherTool) + "}")
+                                .body);
+  EXPECT_EQ(cut["choices"][0]["finish_reason"], "length") << cut;
+  ASSERT_EQ(cut["choices"][0]["message"]["tool_calls"].size(), 1u) << cut;
+  const std::string partial = cut["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"];
+  EXPECT_EQ(std::string(kToolArguments).rfind(partial, 0), 0u) << partial;
+  EXPECT_LT(partial.size(), std::string(kToolArguments).size()) << partial;
+}
+
+// A tool call whose arguments are not a JSON object comes back as content, finish_reason "stop".
+TEST(Gateway, AMalformedToolCallComesBackAsContent) {
+  const std::string model = scripted_model(kMalformedScript);
+  test::Deployment d(kDeploy, model);
+  ASSERT_TRUE(d.ok());
+  GatewayProcess g(d.endpoint(), model);
+  const std::string tools = std::string(",\"tools\":") + kWeatherTool;
+  const std::string call = kMalformedScript.substr(kMalformedScript.find("<tool_call>"));
+  const nlohmann::json whole =
+      nlohmann::json::parse(http(g.port(), "POST", "/v1/chat/completions", chat_body(tools)).body);
+  EXPECT_EQ(whole["choices"][0]["message"]["content"], call) << whole;
+  EXPECT_EQ(whole["choices"][0]["message"]["reasoning_content"], "Checking.") << whole;
+  EXPECT_FALSE(whole["choices"][0]["message"].contains("tool_calls")) << whole;
+  EXPECT_EQ(whole["choices"][0]["finish_reason"], "stop") << whole;
+  const Reply streamed = http(g.port(), "POST", "/v1/chat/completions", chat_body(tools + R"(,"stream":true)"));
+  const StreamedMessage m = streamed_message(streamed.body);
+  EXPECT_EQ(m.content, call) << streamed.body;
+  EXPECT_EQ(m.reasoning, "Checking.") << streamed.body;
+  EXPECT_TRUE(m.calls.empty()) << streamed.body;
+  EXPECT_EQ(m.finish_reason, "stop") << streamed.body;
 }
 
 TEST(Gateway, BadRequestsGetTheOpenAIErrorObjectAndTheGatewayKeepsServing) {
@@ -491,15 +721,342 @@ TEST(Gateway, OversizedAndSlowRequestsGetClear4xxAndOthersAreServed) {
   EXPECT_EQ(http(g.port(), "GET", "/health").status, 200);
 }
 
+// An --api-key-file holding `lines`.
+std::string key_file(const std::string& lines) {
+  const std::string path = test::temp_dir() + "/keys";
+  std::ofstream(path) << lines;
+  return path;
+}
+
+// The value of the sample `series` (name and labels, as printed) in a Prometheus text; -1 when absent.
+double sample_value(const std::string& text, const std::string& series) {
+  const size_t at = text.find("\n" + series + " ");
+  return at == std::string::npos ? -1 : std::stod(text.substr(at + series.size() + 2));
+}
+
+// How often `needle` occurs in `text`.
+size_t occurrences(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = 0; (at = text.find(needle, at)) != std::string::npos; at += needle.size()) ++n;
+  return n;
+}
+
+// The CPU time (user + system) a process has used, in seconds.
+double cpu_seconds(pid_t pid) {
+  const std::string stat = test::slurp("/proc/" + std::to_string(pid) + "/stat");
+  std::istringstream rest(stat.substr(stat.rfind(')') + 2));
+  std::string field;
+  for (int i = 3; i < 14; ++i) rest >> field;  // state .. cmajflt: fields 3..13
+  double utime = 0, stime = 0;
+  rest >> utime >> stime;
+  return (utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+size_t open_descriptors(pid_t pid) {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd"))
+    ++n;
+  return n;
+}
+
+// The wall time of a short completion on its own connection; -1 when it was not a 200.
+double completion_ms(int port) {
+  const auto start = std::chrono::steady_clock::now();
+  const Reply r = http(port, "POST", "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":4,\"ignore_eos\":true}");
+  if (r.status != 200) return -1;
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+// 10,000 connections from a process of their own (tests/gateway/idle_connections.py) that send
+// nothing or the start of a header: the gateway holds them at a bounded cost in memory, serves
+// another client meanwhile at its usual latency, and closes them all at --read-timeout-ms (408
+// to those that had begun a request).
+TEST(Gateway, TenThousandIdleConnectionsAreHeldCheaplyAndClosedAtTheReadTimeout) {
+  constexpr int kIdle = 10000;
+  rlimit nofile{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &nofile), 0);
+  if (nofile.rlim_max != RLIM_INFINITY && nofile.rlim_max < kIdle + 256)
+    GTEST_SKIP() << "needs a hard RLIMIT_NOFILE (ulimit -Hn) of at least " << kIdle + 256 << " for the gateway and "
+                 << "the client process; this one is " << nofile.rlim_max;
+  test::Deployment d(kDeploy);
+  ASSERT_TRUE(d.ok());
+  GatewayProcess g(d.endpoint(), test::model_file("tiny", 1), {"--read-timeout-ms", "10000"});
+  std::vector<double> before;
+  for (int i = 0; i < 5; ++i) before.push_back(completion_ms(g.port()));
+  const uint64_t rss_before = test::proc_status_kib(g.pid(), "VmRSS");
+
+  const std::string out = test::temp_dir() + "/idle.out";
+  const pid_t idle =
+      test::spawn({"/usr/bin/python3", std::string(TANDEM_SOURCE_DIR) + "/tests/gateway/idle_connections.py",
+                   std::to_string(g.port()), std::to_string(kIdle), "2", "60"},
+                  out);
+  ASSERT_GT(idle, 0);
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (test::slurp(out).find("open ") == std::string::npos && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(50ms);
+  const auto opened = std::chrono::steady_clock::now();
+  ASSERT_NE(test::slurp(out).find("open 10000"), std::string::npos) << test::slurp(out) << test::slurp(out + ".err");
+  // Every one accepted: the gateway's gauge counts them (and this scrape's own).
+  auto open_now = [&] {
+    return sample_value(http(g.port(), "GET", "/metrics").body, "tandem:gateway_open_connections");
+  };
+  double open = 0;
+  for (int i = 0; i < 100 && (open = open_now()) <= kIdle; ++i) std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(open, kIdle + 1);
+  std::vector<double> during;
+  for (int i = 0; i < 5; ++i) during.push_back(completion_ms(g.port()));
+  const uint64_t rss_during = test::proc_status_kib(g.pid(), "VmRSS");
+  const auto served = std::chrono::steady_clock::now();
+  EXPECT_LT(served - opened, 8s) << "measured too slowly: the first idle connections may have timed out already";
+
+  ASSERT_EQ(test::wait_for(idle, 90s), 0) << test::slurp(out) << test::slurp(out + ".err");
+  const std::string said = test::slurp(out);
+  const uint64_t hwm = test::proc_status_kib(g.pid(), "VmHWM");
+  std::sort(before.begin(), before.end());
+  std::sort(during.begin(), during.end());
+  std::cout << "[ measured ] " << said << "[ measured ] completion ms median before " << before[2] << ", with " << kIdle
+            << " idle connections " << during[2] << " (max " << during[4] << "); gateway VmRSS " << rss_before
+            << " KiB before, " << rss_during << " KiB with them (+" << (rss_during - rss_before) * 1024 / kIdle
+            << " bytes each), VmHWM " << hwm << " KiB\n";
+  EXPECT_GT(before[0], 0);
+  EXPECT_GT(during[0], 0) << "a completion failed while the idle connections were open";
+  // Usual latency: the median within 4x (a 2-core machine shared with the client process).
+  EXPECT_LT(during[2], 4 * before[2] + 100) << "before " << before[2] << " ms";
+  // Memory: at most 4 KiB a connection (a session, its timer, a 512-byte read buffer, Asio's
+  // reactor state: ~2.4 KiB measured), 40 MiB for the 10,000. A 4 KiB drain buffer in each
+  // session made it 6.5 KiB.
+  EXPECT_LT(hwm, rss_before + kIdle * 4) << "KiB";
+  EXPECT_NE(said.find("closed 10000 of 10000, 408 answers 5000"), std::string::npos) << said;
+  // Closed at the timeout (10 s from each one's accept; the 408s half-close and drain for 1 s).
+  const double last = std::stod(said.substr(said.find("last at ") + 8));
+  EXPECT_GT(last, 7.0) << said;
+  EXPECT_LT(last, 20.0) << said;
+  for (int i = 0; i < 100 && (open = open_now()) != 1; ++i) std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(open, 1);
+  EXPECT_GT(completion_ms(g.port()), 0);
+}
+
+// Requests that are not HTTP, or whose framing lies: 400 naming the problem; a chunked body
+// past --max-body-bytes 413 (the limit counts decoded bytes, whatever the framing); a body
+// that is not UTF-8 JSON 400; a JSON array of a million ids within the limit 400, not a crash.
+TEST(Gateway, MalformedFramingAndPathologicalBodiesGetClear4xx) {
+  test::Deployment d(kDeploy);
+  ASSERT_TRUE(d.ok());
+  GatewayProcess g(d.endpoint(), test::model_file("tiny", 1), {"--max-body-bytes", "65536"});
+  auto raw = [&](const std::string& bytes) {
+    const int fd = connect_to(g.port());
+    send_all(fd, bytes);
+    const Reply r = parse_reply(read_all(fd));
+    ::close(fd);
+    return r;
+  };
+  const Reply garbage = raw("GARBAGE\r\n\r\n");
+  EXPECT_EQ(garbage.status, 400) << garbage.head;
+  EXPECT_NE(garbage.body.find("malformed HTTP request"), std::string::npos) << garbage.body;
+  EXPECT_EQ(raw("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: ten\r\n\r\n").status, 400);
+  EXPECT_EQ(raw("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n").status,
+            400);
+  std::string chunked = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+  for (int i = 0; i < 40; ++i) chunked += "1000\r\n" + std::string(4096, ' ') + "\r\n";  // 160 KiB
+  const Reply big = raw(chunked + "0\r\n\r\n");
+  EXPECT_EQ(big.status, 413) << big.head;
+  EXPECT_NE(big.body.find("exceeds 65536 bytes"), std::string::npos) << big.body;
+  const Reply latin1 = http(g.port(), "POST", "/v1/completions", "{\"prompt\":\"caf\xe9\",\"max_tokens\":2}");
+  EXPECT_EQ(latin1.status, 400) << latin1.body;
+  EXPECT_NE(latin1.body.find("not valid JSON"), std::string::npos) << latin1.body;
+  std::string ids = "{\"prompt\":[1";
+  for (int i = 0; i < 30000; ++i) ids += ",1";
+  const Reply many = http(g.port(), "POST", "/v1/completions", ids + "],\"max_tokens\":2}");
+  EXPECT_EQ(many.status, 400) << many.body.substr(0, 300);
+  EXPECT_NE(many.body.find("\"error\""), std::string::npos) << many.body.substr(0, 300);
+  EXPECT_EQ(http(g.port(), "POST", "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":2}").status, 200);
+}
+
+// Out of descriptors (a gateway started with `ulimit -n` low): accept fails with EMFILE; the
+// gateway keeps serving the connections it has, retries accepting every 100 ms without
+// spinning, says so once, and accepts again when descriptors free.
+TEST(Gateway, OutOfDescriptorsTheOpenConnectionsAreServedAndAcceptIsRetried) {
+  test::Deployment d(kDeploy);
+  ASSERT_TRUE(d.ok());
+  constexpr int kLimit = 64;
+  GatewayProcess g(d.endpoint(), test::model_file("tiny", 1), {"--read-timeout-ms", "60000"}, true,
+                   {"/bin/sh", "-c", "ulimit -n " + std::to_string(kLimit) + " && exec \"$@\"", "sh"});
+  EXPECT_NE(g.log().find("open-file limit (RLIMIT_NOFILE) 64"), std::string::npos) << g.log();
+  const int kept = connect_to(g.port());
+  ASSERT_GE(kept, 0);
+  std::string carry;
+  ASSERT_TRUE(send_all(kept, post_request("/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":2}")));
+  EXPECT_EQ(read_response(kept, carry).status, 200);
+  // More connections than descriptors left: the kernel completes them (its backlog), the
+  // gateway cannot accept the last ones.
+  const size_t left = kLimit - open_descriptors(g.pid());
+  std::vector<int> flood;
+  for (size_t i = 0; i < left + 16; ++i) flood.push_back(connect_to(g.port()));
+  for (int i = 0; i < 100 && g.log().find("accept failed") == std::string::npos; ++i) std::this_thread::sleep_for(20ms);
+  ASSERT_NE(g.log().find("accept failed: Too many open files"), std::string::npos) << g.log();
+  const double cpu = cpu_seconds(g.pid());
+  std::this_thread::sleep_for(1s);
+  EXPECT_LT(cpu_seconds(g.pid()) - cpu, 0.2) << "the gateway spins while out of descriptors";
+  // The connection it has is served.
+  ASSERT_TRUE(send_all(kept, post_request("/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":2}")));
+  const Reply served = read_response(kept, carry);
+  EXPECT_EQ(served.status, 200);
+  EXPECT_NE(served.body.find("\"completion_tokens\":2"), std::string::npos) << served.body;
+  EXPECT_EQ(occurrences(g.log(), "accept failed"), 1u) << "logged once per run of failures, not per retry";
+  // Descriptors free: the backlog is accepted and new clients are served.
+  for (int fd : flood) ::close(fd);
+  Reply after;
+  for (int i = 0; i < 100 && after.status != 200; ++i) {
+    after = http(g.port(), "GET", "/metrics");
+    if (after.status != 200) std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(after.status, 200);
+  EXPECT_NE(g.log().find("accepting again after"), std::string::npos) << g.log();
+  EXPECT_EQ(after.body.find("tandem:gateway_accept_failures_total 0\n"), std::string::npos) << after.body;
+  ::close(kept);
+}
+
+// Header floods: thousands of header lines past 16 KiB get 431 and the connection closes (a
+// keep-alive request too); thousands under it are only bytes and are served; others are
+// served meanwhile.
+TEST(Gateway, HeaderFloodsGet431AndCloseTheConnectionWhileOthersAreServed) {
+  test::Deployment d(kDeploy);
+  ASSERT_TRUE(d.ok());
+  GatewayProcess g(d.endpoint(), test::model_file("tiny", 1));
+  std::string lines;
+  for (int i = 0; i < 4000; ++i) lines += "X-Flood-" + std::to_string(i) + ": v\r\n";  // ~57 KiB
+  const int flood = connect_to(g.port());
+  ASSERT_GE(flood, 0);
+  ASSERT_TRUE(send_all(flood, "GET /v1/models HTTP/1.1\r\nHost: x\r\n" + lines + "\r\n"));
+  const int other = connect_to(g.port());
+  std::string carry;
+  ASSERT_TRUE(send_all(other, post_request("/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":2}")));
+  EXPECT_EQ(read_response(other, carry).status, 200);
+  const auto start = std::chrono::steady_clock::now();
+  const std::string raw = read_all(flood);  // to the gateway's close
+  const Reply r = parse_reply(raw);
+  EXPECT_EQ(r.status, 431) << raw.substr(0, 300);
+  EXPECT_NE(r.head.find("Connection: close"), std::string::npos) << r.head;
+  EXPECT_NE(r.body.find("the header exceeds 16384 bytes"), std::string::npos) << r.body;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s) << "the connection was not closed";
+  ::close(flood);
+  // 2500 lines of 6 bytes: under the limit, an ordinary request.
+  std::string small;
+  for (int i = 0; i < 2500; ++i) small += "a: b\r\n";
+  const Reply ok = http(g.port(), "GET", "/v1/models", "", small);
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  ASSERT_TRUE(send_all(other, post_request("/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":2}")));
+  EXPECT_EQ(read_response(other, carry).status, 200);
+  ::close(other);
+}
+
+// 40 requests sent at once on one connection (completions of 1..5 tokens and /v1/models, in
+// turn) come back in the order sent.
+TEST(Gateway, ManyPipelinedRequestsAreAnsweredInOrder) {
+  test::Deployment d(kDeploy);
+  ASSERT_TRUE(d.ok());
+  GatewayProcess g(d.endpoint(), test::model_file("tiny", 1));
+  const int fd = connect_to(g.port());
+  ASSERT_GE(fd, 0);
+  std::string all;
+  for (int i = 0; i < 40; ++i)
+    all += i % 3 == 2
+               ? std::string("GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+               : post_request("/v1/completions", "{\"prompt\":\"a\",\"ignore_eos\":true,\"max_tokens\":" +
+                                                     std::to_string(1 + i % 5) + (i % 2 ? ",\"stream\":true}" : "}"));
+  ASSERT_TRUE(send_all(fd, all));
+  std::string carry;
+  for (int i = 0; i < 40; ++i) {
+    const Reply r = read_response(fd, carry);
+    ASSERT_EQ(r.status, 200) << "response " << i;
+    if (i % 3 == 2) {
+      EXPECT_NE(r.body.find("\"object\":\"list\""), std::string::npos) << i << ": " << r.body;
+    } else if (i % 2) {
+      EXPECT_EQ(sse_text(r.body).token_events, 1 + i % 5) << i << ": " << r.body;
+    } else {
+      EXPECT_NE(r.body.find("\"completion_tokens\":" + std::to_string(1 + i % 5) + ","), std::string::npos)
+          << i << ": " << r.body;
+    }
+  }
+  ::close(fd);
+}
+
+// The scheduler's queue full (--max-running 1, --max-queue 1: one runs, one waits): the next
+// request is 429 with a rate_limit_error, and the waiting one is served once room is made.
+TEST(Gateway, AFullSchedulerQueueIs429) {
+  test::Deployment d(
+      {"--workers", "1", "--threads", "1", "--max-running", "1", "--max-queue", "1", "--test-step-delay-ms", "20"});
+  ASSERT_TRUE(d.ok());
+  GatewayProcess g(d.endpoint(), test::model_file("tiny", 1));
+  const int running = connect_to(g.port());
+  ASSERT_TRUE(send_all(
+      running,
+      post_request("/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":500,\"ignore_eos\":true,\"stream\":true}")));
+  char buf[4096];
+  const ssize_t got = ::recv(running, buf, sizeof buf, 0);
+  ASSERT_GT(got, 0);
+  ASSERT_EQ(std::string(buf, 12), "HTTP/1.1 200") << std::string(buf, static_cast<size_t>(got));  // it runs
+  const int waiting = connect_to(g.port());
+  ASSERT_TRUE(send_all(waiting, post_request("/v1/completions", "{\"prompt\":\"b\",\"max_tokens\":2}")));
+  Reply full;
+  for (int i = 0; i < 50 && full.status != 429; ++i) {  // until the waiting one is queued
+    full = http(g.port(), "POST", "/v1/completions", "{\"prompt\":\"c\",\"max_tokens\":2}");
+    if (full.status != 429) std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(full.status, 429) << full.body;
+  EXPECT_NE(full.body.find("\"type\":\"rate_limit_error\""), std::string::npos) << full.body;
+  ::close(running);  // cancelled: the waiting one runs
+  std::string carry;
+  const Reply served = read_response(waiting, carry);
+  EXPECT_EQ(served.status, 200) << served.body;
+  ::close(waiting);
+  EXPECT_EQ(http(g.port(), "POST", "/v1/completions", "{\"prompt\":\"c\",\"max_tokens\":2}").status, 200);
+}
+
+// GET /metrics: the scheduler's series and the gateway's own in Prometheus' text format,
+// without an API key (as vLLM's /metrics) when keys guard the rest; POST is 405.
+TEST(Gateway, MetricsServeTheSchedulersAndTheGatewaysSeriesWithoutAKey) {
+  test::Deployment d(kDeploy);
+  ASSERT_TRUE(d.ok());
+  GatewayProcess g(d.endpoint(), test::model_file("tiny", 1),
+                   {"--api-key-file", key_file("sk-0123456789abcdef alice\n")});
+  EXPECT_EQ(http(g.port(), "POST", "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":3}").status, 401);
+  EXPECT_EQ(http(g.port(), "POST", "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":3,\"ignore_eos\":true}",
+                 "Authorization: Bearer sk-0123456789abcdef\r\n")
+                .status,
+            200);
+  const Reply m = http(g.port(), "GET", "/metrics");
+  ASSERT_EQ(m.status, 200) << m.body;
+  EXPECT_NE(m.head.find("Content-Type: text/plain; version=0.0.4; charset=utf-8"), std::string::npos) << m.head;
+  EXPECT_NE(m.body.find("tandem:generation_tokens_total{model_name=\"tandem-tiny\"} 3\n"), std::string::npos) << m.body;
+  EXPECT_NE(m.body.find("# TYPE tandem:time_to_first_token_seconds histogram"), std::string::npos);
+  EXPECT_NE(m.body.find("# TYPE tandem:gateway_http_requests_total counter\n"), std::string::npos) << m.body;
+  EXPECT_GE(sample_value(m.body, "tandem:gateway_http_requests_total{code=\"200\"}"), 1);  // and /ready's
+  EXPECT_NE(m.body.find("tandem:gateway_http_requests_total{code=\"401\"} 1\n"), std::string::npos) << m.body;
+  EXPECT_GE(sample_value(m.body, "tandem:gateway_connections_total"), 3);
+  EXPECT_GE(sample_value(m.body, "tandem:gateway_open_connections"), 1);
+  EXPECT_NE(m.body.find("tandem:gateway_accept_failures_total 0\n"), std::string::npos) << m.body;
+  EXPECT_EQ(http(g.port(), "POST", "/metrics").status, 405);
+  EXPECT_EQ(http(g.port(), "GET", "/metrics?name[]=x").status, 200);  // a query string changes nothing
+  // Many scrapes at once: each gets the whole text (one scheduler query serves those waiting).
+  std::vector<int> fds;
+  for (int i = 0; i < 20; ++i) {
+    fds.push_back(connect_to(g.port()));
+    send_all(fds.back(), "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  }
+  for (int fd : fds) {
+    const Reply r = parse_reply(read_all(fd));
+    EXPECT_EQ(r.status, 200);
+    EXPECT_NE(r.body.find("tandem:gateway_accept_failures_total"), std::string::npos);
+    ::close(fd);
+  }
+}
+
 TEST(Gateway, ApiKeysAreRequiredAndNameTheCallerInTheAccessLog) {
   test::Deployment d(kDeploy);
   ASSERT_TRUE(d.ok());
-  const std::string keys = test::temp_dir() + "/keys";
-  {
-    std::ofstream f(keys);
-    f << "# who may call\nsk-0123456789abcdef alice\nsk-fedcba9876543210\n";
-  }
-  GatewayProcess g(d.endpoint(), test::model_file("tiny", 1), {"--api-key-file", keys});
+  GatewayProcess g(d.endpoint(), test::model_file("tiny", 1),
+                   {"--api-key-file", key_file("# who may call\nsk-0123456789abcdef alice\nsk-fedcba9876543210\n")});
   const std::string body = "{\"prompt\":\"a\",\"max_tokens\":2}";
   const Reply none = http(g.port(), "POST", "/v1/completions", body);
   EXPECT_EQ(none.status, 401);

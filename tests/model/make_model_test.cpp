@@ -9,6 +9,7 @@
 
 #include "tests/test_util.h"
 #include "model/gguf.h"
+#include "model/half.h"
 #include "model/tokenizer.h"
 
 namespace tandem::model {
@@ -319,6 +320,48 @@ TEST(MakeModelTest, RopeScalingKeysAndLlama3Factors) {
   c.arch = find_architecture("qwen2");  // llama.cpp reads rope_freqs for llama only
   EXPECT_NE(make_model(c, 1, dir + "/q.gguf", TensorType::kF32, Llama3Rope{}).message().find("no rope_freqs"),
             std::string::npos);
+}
+
+}  // namespace
+}  // namespace tandem::model
+
+namespace tandem::model {
+namespace {
+
+// The scripted fixture: spelled with distinct tokens only, never with an avoided one; its
+// weights are the bigram chain make_model.h describes.
+TEST(MakeModelTest, ScriptedModelSpellsWithDistinctTokensAndChainsThem) {
+  auto file = GgufFile::open(test::model_file("tiny", 1)).value();
+  const Tokenizer tok = Tokenizer::from_gguf(*file).value();
+  const int32_t a = 'a' + 3, b = 'b' + 3, c = 'c' + 3;  // the byte-level vocabulary: byte + 3
+  EXPECT_EQ(spell_without_repeats(tok, "abc", {}).value(), (std::vector<int32_t>{a, b, c}));
+  const Status repeated = spell_without_repeats(tok, "abca", {}).status();
+  EXPECT_NE(repeated.message().find("no spelling of the text with distinct tokens"), std::string::npos)
+      << repeated.message();
+  EXPECT_FALSE(spell_without_repeats(tok, "abc", {b}).is_ok());
+  EXPECT_FALSE(spell_without_repeats(tok, "", {}).is_ok());
+
+  const VocabularyKeys vocab = read_vocabulary({test::model_file("tiny", 1), "", ""}).value();
+  ModelConfig config = preset_config("tiny").value();
+  config.n_layers = 1;
+  const std::string path = test::temp_dir() + "/scripted.gguf";
+  EXPECT_FALSE(make_scripted_model(config, {a, b, a, 2}, path, vocab).is_ok());  // a twice
+  ASSERT_TRUE(make_scripted_model(config, {a, b, c, 2}, path, vocab).is_ok());
+  auto scripted = GgufFile::open(path).value();
+  const ModelConfig read = read_model_config(*scripted).value();
+  ASSERT_EQ(read.dim, 64u);
+  auto at = [&](const char* name, int32_t row, uint32_t col) {
+    const GgufTensor* t = scripted->tensor(name);
+    return half_to_float(reinterpret_cast<const uint16_t*>(t->data)[static_cast<size_t>(row) * read.dim + col]);
+  };
+  EXPECT_EQ(at("token_embd.weight", a, 1), 1.0f);  // chain token i: dimension i + 1
+  EXPECT_EQ(at("token_embd.weight", c, 3), 1.0f);
+  EXPECT_EQ(at("token_embd.weight", 'z' + 3, 0), 1.0f);  // any other token: dimension 0
+  EXPECT_EQ(at("output.weight", a, 0), 16.0f);           // after any other token: the first
+  EXPECT_EQ(at("output.weight", b, 1), 16.0f);           // after a: b
+  EXPECT_EQ(at("output.weight", 2, 3), 16.0f);           // after c: the end token
+  EXPECT_EQ(at("output.weight", b, 0), 0.0f);
+  EXPECT_EQ(at("blk.0.attn_output.weight", 0, 0), 0.0f);
 }
 
 }  // namespace

@@ -1,11 +1,13 @@
 // Drives tandem's HTTP gateway with the official OpenAI SDK (the version package-lock.json
 // pins): completions and chat, streaming and not, logprobs, and the SDK's errors for a bad
-// value and an unknown model. Prints "ok: ..." per check; exits 1 at the first that fails.
+// value and an unknown model; or (MODE "tools") tool calls and reasoning_content from a model
+// that writes a think block and a get_weather call (make-model --script-file: ARGUMENTS is the
+// call's arguments' JSON). Prints "ok: ..." per check; exits 1 at the first that fails.
 //
-//   NODE_PATH=DEST/node_modules node sdk_test.cjs BASE_URL MODEL
+//   NODE_PATH=DEST/node_modules node sdk_test.cjs BASE_URL MODEL [tools ARGUMENTS]
 const { OpenAI } = require('openai');
 
-const [baseURL, model] = process.argv.slice(2);
+const [baseURL, model, mode, toolArguments] = process.argv.slice(2);
 const client = new OpenAI({ baseURL, apiKey: process.env.TANDEM_API_KEY || 'none', maxRetries: 0, timeout: 60000 });
 
 function check(cond, what, detail) {
@@ -86,7 +88,45 @@ async function errors() {
   check(models.data.length === 1 && models.data[0].id === model, 'models lists the served model', models.data);
 }
 
+async function tools() {
+  const ask = {
+    model,
+    messages: [{ role: 'user', content: 'What is the weather in Paris?' }],
+    tools: [{ type: 'function', function: { name: 'get_weather', description: 'The weather of a city',
+                                            parameters: { type: 'object', properties: { where: { type: 'object' } } } } }],
+  };
+  const expected = JSON.parse(toolArguments);
+  const c = await client.chat.completions.create(ask);
+  const message = c.choices[0].message;
+  check(c.choices[0].finish_reason === 'tool_calls' && message.content === null &&
+            message.reasoning_content === 'The user wants the weather.\n',
+        'chat with tools: reasoning_content, no content, finish_reason tool_calls', c);
+  const call = message.tool_calls && message.tool_calls[0];
+  check(message.tool_calls.length === 1 && call.type === 'function' && /^call_/.test(call.id) &&
+            call.function.name === 'get_weather' &&
+            JSON.stringify(JSON.parse(call.function.arguments)) === JSON.stringify(expected),
+        'chat with tools: one get_weather call with its arguments', message.tool_calls);
+  // The SDK's stream helper accumulates the calls' deltas; reasoning_content is summed here.
+  const stream = client.chat.completions.stream(ask);
+  let reasoning = '', argumentDeltas = 0;
+  stream.on('chunk', (chunk) => {
+    const delta = chunk.choices.length ? chunk.choices[0].delta : {};
+    reasoning += delta.reasoning_content || '';
+  });
+  stream.on('tool_calls.function.arguments.delta', () => ++argumentDeltas);
+  const done = await stream.finalChatCompletion();
+  const streamed = done.choices[0];
+  const scall = streamed.message.tool_calls && streamed.message.tool_calls[0];
+  check(streamed.finish_reason === 'tool_calls' && reasoning === 'The user wants the weather.\n' &&
+            streamed.message.tool_calls.length === 1 && scall.function.name === 'get_weather' &&
+            scall.function.arguments === call.function.arguments && scall.id.startsWith('call_') &&
+            argumentDeltas > 3,
+        'streamed chat with tools: the stream helper assembles the same call from ' + argumentDeltas + ' deltas',
+        { streamed, reasoning, argumentDeltas });
+}
+
 (async () => {
+  if (mode === 'tools') return tools();
   await completions();
   await chat();
   await errors();

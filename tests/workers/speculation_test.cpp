@@ -1,0 +1,122 @@
+// Speculative decoding's pure parts: prompt-lookup drafts, greedy-exact acceptance, the draft
+// budget and the per-sequence draft length.
+#include "workers/speculation.h"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+namespace tandem::workers {
+namespace {
+
+std::vector<int32_t> draft_of(const std::vector<int32_t>& history, NgramConfig config = {}, size_t room = 4) {
+  std::vector<int32_t> out(room, -1);
+  out.resize(ngram_draft(history, config, out));
+  return out;
+}
+
+TEST(NgramDraft, ProposesWhatFollowedTheLatestOccurrenceOfTheLongestSuffix) {
+  // "5 6" occurs twice before the end; the latest one is followed by 9 1 5 6.
+  EXPECT_EQ(draft_of({5, 6, 7, 8, 5, 6, 9, 1, 5, 6}), (std::vector<int32_t>{9, 1, 5, 6}));
+  // The 3-gram "1 5 6" wins over the 2-gram's later occurrence.
+  EXPECT_EQ(draft_of({1, 5, 6, 3, 5, 6, 4, 1, 5, 6}), (std::vector<int32_t>{3, 5, 6, 4}));
+  // At most out.size() drafts, and no more than the history holds after the occurrence.
+  EXPECT_EQ(draft_of({5, 6, 7, 5, 6}, {}, 2), (std::vector<int32_t>{7, 5}));
+  EXPECT_EQ(draft_of({5, 6, 7, 5, 6}, {}, 8), (std::vector<int32_t>{7, 5, 6}));
+}
+
+TEST(NgramDraft, NothingWithoutAnEarlierOccurrenceOrBelowMinN) {
+  EXPECT_TRUE(draft_of({1, 2, 3, 4, 5}).empty());
+  EXPECT_TRUE(draft_of({}).empty());
+  EXPECT_TRUE(draft_of({7}).empty());
+  // Only the last token repeats: min_n 2 finds nothing, min_n 1 does.
+  EXPECT_TRUE(draft_of({4, 9, 3, 4}).empty());
+  EXPECT_EQ(draft_of({4, 9, 3, 4}, NgramConfig{3, 1, 4}), (std::vector<int32_t>{9, 3, 4}));
+  // A run of one token: the suffix's occurrence one step back, followed by the same token.
+  EXPECT_EQ(draft_of({2, 2, 2}, NgramConfig{3, 1, 4}), (std::vector<int32_t>{2}));
+}
+
+TEST(AcceptedPrefix, TheLongestPrefixEqualToTheSamples) {
+  const std::array<int32_t, 3> drafts{4, 5, 6};
+  EXPECT_EQ(accepted_prefix(drafts, std::array<int32_t, 4>{4, 5, 6, 7}), 3u);
+  EXPECT_EQ(accepted_prefix(drafts, std::array<int32_t, 4>{4, 5, 1, 6}), 2u);
+  EXPECT_EQ(accepted_prefix(drafts, std::array<int32_t, 4>{1, 5, 6, 7}), 0u);  // later matches do not count
+  EXPECT_EQ(accepted_prefix({}, std::array<int32_t, 1>{4}), 0u);
+}
+
+TEST(DraftBudget, AcceptedDraftsPlusTheCorrectionNeverPassTheRemainingTokensOrTheContext) {
+  EXPECT_EQ(draft_budget(4, 100, 100), 4u);
+  EXPECT_EQ(draft_budget(4, 3, 100), 2u);  // 2 drafts + 1 correction = the 3 tokens left
+  EXPECT_EQ(draft_budget(4, 1, 100), 0u);
+  EXPECT_EQ(draft_budget(4, 0, 100), 0u);
+  EXPECT_EQ(draft_budget(4, 100, 2), 1u);
+}
+
+TEST(DraftLength, GrowsOnFullAcceptanceHalvesOnNoneAndProbesWhenOff) {
+  DraftLength k(4);
+  EXPECT_EQ(k.next(), 4u);
+  k.record(4, 2);  // partial: kept
+  EXPECT_EQ(k.next(), 4u);
+  k.record(4, 0);
+  EXPECT_EQ(k.next(), 2u);
+  k.record(2, 0);
+  k.record(1, 0);
+  EXPECT_EQ(k.next(), 0u);
+  // Off: a probe of one draft every kProbeEvery rounds.
+  int probes = 0;
+  for (uint32_t round = 0; round < 4 * DraftLength::kProbeEvery; ++round) {
+    const uint32_t drafts = k.next();
+    probes += drafts > 0;
+    k.record(drafts, 0);
+  }
+  EXPECT_EQ(probes, 4);
+  // A probe accepted turns it back on and full rounds grow it to max_k.
+  while (k.next() == 0) k.record(0, 0);
+  k.record(1, 1);
+  EXPECT_EQ(k.next(), 2u);
+  k.record(2, 2);
+  k.record(3, 3);
+  k.record(4, 4);
+  EXPECT_EQ(k.next(), 4u);
+}
+
+// A stand-in for the target model that repeats: the next token is a function of the last 3.
+int32_t target_next(const std::vector<int32_t>& h) {
+  const size_t n = h.size();
+  return (h[n - 1] * 7 + h[n - 2] * 3 + h[n - 3]) % 11;
+}
+
+TEST(SpeculationLoop, RoundsEmitExactlyThePlainDecodeAndTakeFewerSteps) {
+  const std::vector<int32_t> prompt{1, 2, 3};
+  const uint32_t max_tokens = 200;
+  std::vector<int32_t> plain = prompt;
+  while (plain.size() < prompt.size() + max_tokens) plain.push_back(target_next(plain));
+
+  std::vector<int32_t> seq = prompt;
+  DraftLength k(4);
+  std::array<int32_t, 4> drafts{};
+  uint32_t rounds = 0;
+  while (seq.size() < prompt.size() + max_tokens) {
+    const uint32_t remaining = prompt.size() + max_tokens - static_cast<uint32_t>(seq.size());
+    const uint32_t want = draft_budget(k.next(), remaining, 1u << 20);
+    const uint32_t drafted = ngram_draft(seq, {}, std::span(drafts).first(want));
+    // Verification: the target's sample at each drafted position, from the drafts before it.
+    std::vector<int32_t> with = seq, samples;
+    for (uint32_t i = 0; i <= drafted; ++i) {
+      samples.push_back(target_next(with));
+      if (i < drafted) with.push_back(drafts[i]);
+    }
+    const uint32_t accepted = accepted_prefix(std::span(drafts).first(drafted), samples);
+    seq.insert(seq.end(), samples.begin(), samples.begin() + accepted + 1);
+    k.record(drafted, accepted);
+    ++rounds;
+    ASSERT_LE(seq.size(), prompt.size() + max_tokens) << "a round passed max_tokens";
+  }
+  EXPECT_EQ(seq, plain);
+  EXPECT_LT(rounds, max_tokens / 2) << "a sequence that repeats should accept most drafts";
+}
+
+}  // namespace
+}  // namespace tandem::workers
