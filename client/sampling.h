@@ -1,9 +1,10 @@
-// A GenerateRequest's sampling fields as the one SamplingParams (model/sampling_params.h):
-// the public header cannot name it, so the library, its tests and the gateway's fuzz target
-// map them here. Not part of the public API.
+// A GenerateRequest's sampling fields as the one SamplingParams (model/sampling_params.h,
+// reached through runtime/, the layer the client library may include): the public header
+// cannot name it, so the library, its tests and the gateway's fuzz target map them here.
+// Not part of the public API.
 #pragma once
 
-#include "model/sampling_params.h"
+#include "runtime/sampling_proto.h"
 #include "tandem/client.h"
 
 namespace tandem {
