@@ -98,6 +98,9 @@ Result<GenerateRequest> request_from_flags(const Args& args) {
   req.min_p = sampling->min_p;
   req.repetition_penalty = sampling->repetition_penalty;
   req.seed = sampling->seed;
+  req.presence_penalty = sampling->presence_penalty;
+  req.frequency_penalty = sampling->frequency_penalty;
+  for (const model::LogitBias& b : sampling->logit_bias) req.logit_bias.emplace_back(b.token, b.bias);
   req.top_logprobs = static_cast<int32_t>(*top_logprobs);
   req.logprobs = args.has("logprobs") || *top_logprobs > 0;
   req.stop_strings = args.all("stop");

@@ -34,12 +34,7 @@ Status options_from_flags(const Args& args, engine::GenerateOptions& opt, engine
   auto kv_format = kv_format_from_flags(args);
   if (!kv_format) return kv_format.status();
   opt.kv_format = *kv_format;
-  opt.sampling.temperature = sampling->temperature;
-  opt.sampling.top_k = sampling->top_k;
-  opt.sampling.top_p = sampling->top_p;
-  opt.sampling.min_p = sampling->min_p;
-  opt.sampling.repetition_penalty = sampling->repetition_penalty;
-  opt.sampling.seed = sampling->seed;
+  opt.sampling = std::move(sampling.value());
   TANDEM_RETURN_IF_ERROR(engine::validate(opt.sampling));
   eopt.threads = static_cast<uint32_t>(*threads);
   auto gemm = gemm_from_flags(args);
@@ -77,6 +72,7 @@ int run_command(int argc, char** argv) {
   auto eng = engine::Engine::load(*model, eopt);
   if (!eng) return fail("run", eng.status());
   engine::Engine& e = **eng;
+  if (Status st = model::validate_logit_bias_ids(opt.sampling, e.config().vocab_size); !st) return fail("run", st);
 
   auto prompt_ids = prompt_from_flags(*args, e, *model);
   if (!prompt_ids) return fail("run", prompt_ids.status());

@@ -22,6 +22,7 @@
 
 #include "client/harness.h"
 #include "client/prometheus.h"
+#include "client/sampling.h"
 #include "runtime/event_loop.h"
 #include "runtime/mutex.h"
 #include "runtime/sampling_proto.h"
@@ -189,8 +190,7 @@ std::string submit_message(const GenerateRequest& r) {
       s->set_text(r.prompt_text);
     }
     s->set_no_bos(r.no_bos);
-    model::to_proto({r.temperature, r.top_k, r.top_p, r.min_p, r.repetition_penalty, r.seed, r.top_logprobs},
-                    s->mutable_sampling());
+    model::to_proto(sampling_params(r), s->mutable_sampling());
     s->set_max_tokens(r.max_tokens);
     for (const auto& seq : r.stop_token_sequences)
       s->add_stop_token_sequences()->mutable_ids()->Add(seq.begin(), seq.end());

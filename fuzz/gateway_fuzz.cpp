@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <string_view>
 
+#include "client/sampling.h"
 #include "gateway/api.h"
 #include "gateway/response.h"
 #include "model/sampling_params.h"
@@ -44,9 +45,7 @@ void check_request(const Parsed& p, std::string_view text) {
     if (r.kind == ApiKind::kChat && g.messages.empty()) violated("a chat request without messages", "");
     if (r.max_tokens_given && (g.max_tokens == 0 || g.max_tokens > kLimits.context_length))
       violated("max_tokens outside the context", std::to_string(g.max_tokens));
-    const model::SamplingParams s{g.temperature,        g.top_k, g.top_p,       g.min_p,
-                                  g.repetition_penalty, g.seed,  g.top_logprobs};
-    if (Status st = model::validate(s); !st) violated("sampling the scheduler refuses", st.message());
+    if (Status st = model::validate(sampling_params(g)); !st) violated("sampling the scheduler refuses", st.message());
   }
   // Format events of every choice with the input's bytes as token text.
   ResponseFormat format(r.kind, "cmpl-x", 1, kLimits.name, r.logprobs,

@@ -292,12 +292,6 @@ void refuse_unsupported(Fields& f, ApiKind kind) {
     if (!v->is_object() || type == v->end() || *type != "text")
       return f.fail(unsupported("response_format", "a response_format other than {\"type\":\"text\"}"));
   }
-  for (const char* name : {"presence_penalty", "frequency_penalty"})
-    if (const json* v = f.get(name); v && !(v->is_number() && v->get<double>() == 0.0))
-      return f.fail(v->is_number() ? unsupported(name, std::string("a non-zero ") + name)
-                                   : bad(name, "must be a number"));
-  if (const json* v = f.get("logit_bias"); v && !(v->is_object() && v->empty()))
-    return f.fail(v->is_object() ? unsupported("logit_bias", "logit_bias") : bad("logit_bias", "must be an object"));
   if (const json* v = f.get("suffix"); v && !(v->is_string() && v->get<std::string>().empty()))
     return f.fail(unsupported("suffix", "suffix"));
   if (const json* v = f.get("min_tokens"); v && !(v->is_number_integer() && v->get<int64_t>() == 0))
@@ -309,8 +303,44 @@ void refuse_unsupported(Fields& f, ApiKind kind) {
   }
 }
 
+// A token id as OpenAI's logit_bias keys spell it: decimal digits, within int32.
+bool token_key(const std::string& key, int32_t& out) {
+  if (key.empty() || key.size() > 10) return false;
+  int64_t v = 0;
+  for (char c : key) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + (c - '0');
+  }
+  if (v > INT32_MAX) return false;
+  out = static_cast<int32_t>(v);
+  return true;
+}
+
+// `logit_bias`: an object of token id (a string, as OpenAI) -> bias in [-100, 100], at most
+// model::kMaxLogitBias entries (OpenAI's limit), ids below the vocabulary size when known.
+void read_logit_bias(Fields& f, const ModelLimits& limits, GenerateRequest& r) {
+  const json* v = f.get("logit_bias");
+  if (!v || !f.ok()) return;
+  if (!v->is_object()) return f.fail(bad("logit_bias", "must be an object of token id -> bias"));
+  if (v->size() > model::kMaxLogitBias)
+    return f.fail(bad("logit_bias", std::to_string(v->size()) + " entries, at most " +
+                                        std::to_string(model::kMaxLogitBias) + " (OpenAI's limit)"));
+  for (auto it = v->begin(); it != v->end(); ++it) {
+    int32_t token = 0;
+    if (!token_key(it.key(), token))
+      return f.fail(bad("logit_bias", "key '" + it.key() + "' is not a token id (a non-negative integer)"));
+    if (limits.vocab_size > 0 && static_cast<uint32_t>(token) >= limits.vocab_size)
+      return f.fail(bad("logit_bias",
+                        "token id " + it.key() + " is outside the vocabulary of " + std::to_string(limits.vocab_size)));
+    const double b = it->is_number() ? it->get<double>() : NAN;
+    if (!(b >= -model::kMaxLogitBiasValue && b <= model::kMaxLogitBiasValue))
+      return f.fail(bad("logit_bias", "the bias of token " + it.key() + " must be a number in [-100, 100]"));
+    r.logit_bias.emplace_back(token, static_cast<float>(b));
+  }
+}
+
 // The sampling fields, into `r`.
-void read_sampling(Fields& f, GenerateRequest& r) {
+void read_sampling(Fields& f, const ModelLimits& limits, GenerateRequest& r) {
   f.number("temperature", r.temperature, 0, 100);
   f.number("top_p", r.top_p, 0, 1, /*open_lo=*/true);
   int64_t top_k = 0;
@@ -318,6 +348,9 @@ void read_sampling(Fields& f, GenerateRequest& r) {
   r.top_k = top_k < 0 ? 0 : static_cast<int32_t>(top_k);  // -1 (vLLM's "off") is 0 here
   f.number("min_p", r.min_p, 0, 1);
   f.number("repetition_penalty", r.repetition_penalty, 0, 100, /*open_lo=*/true);
+  f.number("presence_penalty", r.presence_penalty, -2, 2);
+  f.number("frequency_penalty", r.frequency_penalty, -2, 2);
+  read_logit_bias(f, limits, r);
   int64_t seed = 0;
   f.integer("seed", seed, INT64_MIN, INT64_MAX);
   r.seed = static_cast<uint64_t>(seed);
@@ -401,7 +434,7 @@ Parsed parse_request(std::string_view body, ApiKind kind, const ModelLimits& lim
   else
     read_chat(f, prompts);
   GenerateRequest like;
-  read_sampling(f, like);
+  read_sampling(f, limits, like);
   read_shape(f, kind, limits, out.request, like);
   refuse_unsupported(f, kind);
   f.text("user", out.request.user);

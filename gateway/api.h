@@ -42,6 +42,7 @@ struct ModelLimits {
   std::string name;             // the only `model` a request may name (another is 404)
   uint32_t context_length = 0;  // prompt + max_tokens may not exceed it
   uint32_t max_n = 16;          // n (choices per prompt) and prompts x n are bounded by it
+  uint32_t vocab_size = 0;      // logit_bias ids must be below it (0: left to the scheduler)
 };
 
 // One parsed request. `requests` holds one GenerateRequest per choice, prompt-major:
@@ -74,8 +75,9 @@ struct Parsed {
 // Parses a /v1/completions (kCompletion) or /v1/chat/completions (kChat) body. Every error
 // names the field: a body that is not a JSON object (or nests deeper than 64), a field of the
 // wrong type or out of range, `model` other than limits.name (404, code model_not_found), a
-// field that would change the answer and is not supported (best_of, response_format, suffix,
-// logit_bias, presence_penalty, frequency_penalty when not their neutral value).
+// field that would change the answer and is not supported (best_of, response_format, suffix
+// when not their neutral value); logit_bias keys that are not token ids, ids at or over
+// limits.vocab_size, biases outside [-100, 100] or more than 300 entries.
 Parsed parse_request(std::string_view body, ApiKind kind, const ModelLimits& limits);
 
 // POST /tokenize and /detokenize bodies (vLLM's shapes).

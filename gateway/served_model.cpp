@@ -23,6 +23,7 @@ Result<ServedModel> load_served_model(const std::string& path, const std::string
   if (!context || *context == 0 || *context > UINT32_MAX)
     return Status::model_file(path + ": no usable " + arch + ".context_length");
   out.limits.context_length = static_cast<uint32_t>(*context);
+  out.limits.vocab_size = out.tokenizer.vocab_size();
   out.limits.name = name;
   if (out.limits.name.empty()) out.limits.name = (*file)->get_string("general.name").value_or("");
   if (out.limits.name.empty()) out.limits.name = std::filesystem::path(path).stem().string();

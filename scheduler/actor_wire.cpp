@@ -27,6 +27,7 @@ void to_proto(const StepPlan& plan, v1::StepPlan& out) {
     o.set_logprobs(s.logprobs);
     o.mutable_history()->Add(s.history.begin(), s.history.end());
     o.mutable_tail_blocks()->Add(s.tail_blocks.begin(), s.tail_blocks.end());
+    o.set_prompt_len(s.prompt_len);
   }
   out.mutable_release()->Add(plan.release.begin(), plan.release.end());
 }
@@ -47,6 +48,7 @@ void from_proto(const v1::StepPlan& plan, StepPlan& out) {
     s.logprobs = o.logprobs();
     assign(o.history(), s.history);
     assign(o.tail_blocks(), s.tail_blocks);
+    s.prompt_len = o.prompt_len();
   }
   assign(plan.release(), out.release);
 }

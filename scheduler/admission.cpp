@@ -101,7 +101,9 @@ size_t max_client_message_bytes(const AdmissionLimits& limits) {
   const size_t tokens = size_t{limits.context_length > 0 ? limits.context_length - 1 : 0} * kVarint;
   const size_t stop_sequences = kMaxStopSequences * (kMaxStopSequenceTokens * kVarint + 12);
   const size_t stop_strings = kMaxStopStrings * (kMaxStopStringBytes + 6);
-  return kFraming + limits.max_request_id_bytes + std::max(text, tokens) + stop_sequences + stop_strings;
+  // An entry: its tag and length, the token's tag and varint, the bias's tag and 4 bytes.
+  const size_t logit_bias = model::kMaxLogitBias * (2 + 1 + kVarint + 1 + 4);
+  return kFraming + limits.max_request_id_bytes + std::max(text, tokens) + stop_sequences + stop_strings + logit_bias;
 }
 
 Result<RequestSpec> admit_fields(const v1::Submit& submit, const AdmissionLimits& limits) {
@@ -124,6 +126,7 @@ Result<RequestSpec> admit_fields(const v1::Submit& submit, const AdmissionLimits
   // sampling
   if (submit.has_sampling()) spec.sampling = model::from_proto(submit.sampling());
   TANDEM_RETURN_IF_ERROR(model::validate(spec.sampling));
+  TANDEM_RETURN_IF_ERROR(model::validate_logit_bias_ids(spec.sampling, limits.vocab_size));
 
   TANDEM_RETURN_IF_ERROR(admit_stops(submit, limits, spec));
 

@@ -32,7 +32,8 @@ struct AdmissionLimits {
 //   + max(text or conversation: max_prompt_bytes + kMaxChatMessages x 36 bytes of framing,
 //         token ids: (context_length - 1) x 5 bytes)
 //   + stop_token_sequences: kMaxStopSequences x (kMaxStopSequenceTokens x 5 + 12)
-//   + stop_strings: kMaxStopStrings x (kMaxStopStringBytes + 6).
+//   + stop_strings: kMaxStopStrings x (kMaxStopStringBytes + 6)
+//   + logit_bias: kMaxLogitBias x 13 bytes.
 // A TokenizeQuery is bounded by the same prompt limits, so it is below this too.
 size_t max_client_message_bytes(const AdmissionLimits& limits);
 
@@ -67,6 +68,7 @@ struct RequestSpec {
 //   "max_tokens must be >= 1" / "max_tokens M with a prompt of N tokens exceeds the context
 //   length C" (an error, not clamped, as vLLM);
 //   sampling fields (model::validate's message, e.g. "top_p 1.5 is outside (0, 1]");
+//   "logit_bias: token id X is outside the vocabulary of V";
 //   stop_token_sequences: more than kMaxStopSequences, an empty one, one longer than
 //   kMaxStopSequenceTokens, a token outside the vocabulary;
 //   stop_strings: more than kMaxStopStrings, an empty one, one longer than

@@ -589,6 +589,7 @@ void Core::plan_tokens(Worker& w, Placement& p, Request& r, uint32_t n, std::vec
     s.first = true;
     s.sampling = r.spec.sampling;
     s.logprobs = r.spec.logprobs;
+    s.prompt_len = r.prompt_len;
     // A cached prefix: the worker takes its tokens as the sequence's history.
     if (r.fed > 0) s.history.assign(r.tokens.begin(), r.tokens.begin() + r.fed);
     const std::span<const int32_t> tail = w.kv.tail(p.kv);

@@ -13,6 +13,7 @@ void SeqPlan::clear() {
   sampling = {};
   history.clear();
   tail_blocks.clear();
+  prompt_len = 0;
 }
 
 SeqPlan& StepPlan::add_seq() {

@@ -24,12 +24,13 @@ struct SeqPlan {
   uint32_t start_pos = 0;
   std::vector<int32_t> new_blocks;
   bool sample = false;
-  // The sequence's first appearance on the worker: sampling, logprobs, history and
-  // tail_blocks are set (on the wire, sampling is present only then).
+  // The sequence's first appearance on the worker: sampling, logprobs, history,
+  // tail_blocks and prompt_len are set (on the wire, sampling is present only then).
   bool first = false;
   model::SamplingParams sampling;
   bool logprobs = false;
   std::vector<int32_t> history, tail_blocks;
+  uint32_t prompt_len = 0;
   void clear();  // keeps the vectors' capacity
 };
 

@@ -41,6 +41,7 @@ struct Sequence {
   int64_t tail_end = -1;
   uint64_t in_step = 0;         // the last plan's step id that named it (one SeqPlan per step)
   std::vector<int32_t> tokens;  // every token fed so far (the repetition penalty's history)
+  uint32_t prompt_len = 0;      // tokens[prompt_len:] were generated (presence/frequency penalties)
   int32_t last = -1;            // the token sampled last: fed when a plan says "continue"
   model::SamplingParams sampling;
   bool logprobs = false;
@@ -314,6 +315,7 @@ class Actor {
       if (sp.has_sampling()) {
         seq.sampling = model::from_proto(sp.sampling());
         seq.logprobs = sp.logprobs();
+        seq.prompt_len = sp.prompt_len();
       }
       // A prompt whose prefix is in shared cached blocks: its tokens come as history.
       if (fresh && sp.history_size() > 0) seq.tokens.assign(sp.history().begin(), sp.history().end());
@@ -354,9 +356,12 @@ class Actor {
       const v1::SeqPlan& sp = plan.seqs(i);
       if (!sp.sample()) continue;
       Sequence& seq = *seq_of_[i];
-      const size_t from = seq.tokens.size() > kPenaltyWindow ? seq.tokens.size() - kPenaltyWindow : 0;
-      const engine::Sample smp = sampler_.sample(engine_->logits(row++), seq.sampling, seq.tokens.size(),
-                                                 std::span<const int32_t>(seq.tokens).subspan(from));
+      // Both spans end at the position sampled: what precedes it and nothing else.
+      const std::span<const int32_t> tokens(seq.tokens);
+      const size_t from = tokens.size() > kPenaltyWindow ? tokens.size() - kPenaltyWindow : 0;
+      const size_t generated = std::min<size_t>(seq.prompt_len, tokens.size());
+      const engine::Sample smp = sampler_.sample(engine_->logits(row++), seq.sampling, tokens.size(),
+                                                 tokens.subspan(from), tokens.subspan(generated));
       seq.last = smp.token;
       v1::SeqResult* r = res->add_seqs();
       r->set_seq_id(sp.seq_id());
@@ -477,6 +482,7 @@ class Actor {
     transfer_.set_last(seq.last);
     model::to_proto(seq.sampling, transfer_.mutable_sampling());
     transfer_.set_logprobs(seq.logprobs);
+    transfer_.set_prompt_len(seq.prompt_len);
     runtime::Frames frames;
     transfer_.set_tail_end(seq.tail_end);
     pack_transfer(*pool_, seq.blocks, seq.tail, transfer_, frames);
@@ -563,6 +569,7 @@ class Actor {
       seq.last = transfer_in_.last();
       seq.sampling = model::from_proto(transfer_in_.sampling());
       seq.logprobs = transfer_in_.logprobs();
+      seq.prompt_len = transfer_in_.prompt_len();
       ack->set_bytes(*copied);
       spdlog::debug("worker: KV transfer {} written ({} bytes)", transfer_in_.transfer_id(), *copied);
     }

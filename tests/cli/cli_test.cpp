@@ -108,6 +108,20 @@ TEST(Cli, RunTextPromptAndSampling) {
   EXPECT_NE(text.err.find("prompt tokens"), std::string::npos) << text.err;
 }
 
+// --logit-bias TOKEN=100 forces TOKEN at every step (here while sampling at temperature 1);
+// the penalties run (their arithmetic is tests/engine/sampler_test.cpp's).
+TEST(Cli, RunLogitBiasAndPenalties) {
+  const std::string model = test::model_file("tiny", 1);
+  auto forced = tandem("run --model " + model +
+                       " --tokens 1,40 --max-tokens 6 --ignore-eos --temperature 1 --seed 2 --logit-bias 77=100,3=-100 "
+                       "--json");
+  ASSERT_EQ(forced.exit_code, 0) << forced.err;
+  EXPECT_EQ(forced.out.rfind("{\"tokens\":[77,77,77,77,77,77]", 0), 0u) << forced.out;
+  auto penalized = tandem("run --model " + model +
+                          " --tokens 1,40 --max-tokens 6 --ignore-eos --presence-penalty 1.5 --frequency-penalty 0.5");
+  EXPECT_EQ(penalized.exit_code, 0) << penalized.err;
+}
+
 TEST(Cli, BadInputsGiveClearErrors) {
   const std::string model = test::model_file("tiny", 1);
   const std::string dir = test::temp_dir();
@@ -121,6 +135,12 @@ TEST(Cli, BadInputsGiveClearErrors) {
       {"run --model " + model + " --tokens 1,99999", "outside the vocabulary"},
       {"run --model " + model + " --tokens 1 --top-p 1.5", "top_p"},
       {"run --model " + model + " --tokens 1 --bogus", "unknown flag --bogus"},
+      {"run --model " + model + " --tokens 1 --logit-bias 5", "--logit-bias: '5' is not TOKEN=BIAS"},
+      {"run --model " + model + " --tokens 1 --logit-bias 5=1,x=2", "--logit-bias: 'x=2' is not TOKEN=BIAS"},
+      {"run --model " + model + " --tokens 1 --logit-bias 5=200", "logit_bias: bias 200 for token 5 is outside"},
+      {"run --model " + model + " --tokens 1 --logit-bias 512=1", "logit_bias: token id 512 is outside the vocabulary"},
+      {"run --model " + model + " --tokens 1 --presence-penalty 3", "presence_penalty 3 is outside [-2, 2]"},
+      {"run --model " + model + " --tokens 1 --frequency-penalty x", "--frequency-penalty"},
       {"run --model " + model, "exactly one of --prompt or --tokens"},
       {"run --model " + model + " --tokens 1 --gemm magic", "--gemm"},
       {"run --model " + model + " --tokens 1 --kv-bits 5", "KV bits must be 0 (f32), 8 or 4, got 5"},

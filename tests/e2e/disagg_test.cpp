@@ -41,9 +41,18 @@ TEST_P(SixtyFourStreams, EqualTheEngineAlone) {
   ASSERT_TRUE(d.ok());
   auto client = d.client();
   ASSERT_TRUE(client);
-  // max_tokens 1 ends on the prefill worker: no handoff.
-  auto [streams, want] = test::start_greedy(
-      *client, 64, [](uint32_t i) { return test::greedy_request(prompt_of(1 + (i * 13) % 150, i), 1 + i % 24); });
+  // max_tokens 1 ends on the prefill worker: no handoff. A third of the requests with presence
+  // and frequency penalties, which count only the generated tokens (the prompt's length travels
+  // with the first plan and with the KV handoff), a sixth with a logit_bias.
+  auto [streams, want] = test::start_greedy(*client, 64, [](uint32_t i) {
+    GenerateRequest r = test::greedy_request(prompt_of(1 + (i * 13) % 150, i), 1 + i % 24);
+    if (i % 3 == 1) {
+      r.presence_penalty = 1.5f;
+      r.frequency_penalty = 0.75f;
+    }
+    if (i % 6 == 2) r.logit_bias = {{static_cast<int32_t>(3 + i), 2.5f}, {7, -100.0f}};
+    return r;
+  });
   const uint32_t handed_off = 64 - 3;  // i % 24 == 0 for i = 0, 24, 48
   for (uint32_t i = 0; i < 64; ++i) {
     Collected c = collect(*streams[i]);

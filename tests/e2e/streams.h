@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "client/sampling.h"
 #include "tandem/client.h"
 #include "tests/e2e/deployment.h"
 #include "workers/engine/engine.h"
@@ -77,8 +78,8 @@ inline std::vector<int32_t> prompt_of(uint32_t len, uint32_t salt) {
   return p;
 }
 
-// n greedy requests (ignore_eos; request i from greedy(i): prompt and max_tokens) started
-// on `client`, with the tokens the engine alone gives each (the tiny model, seed 1).
+// n greedy requests (ignore_eos; request i from greedy(i): prompt, max_tokens, sampling)
+// started on `client`, with the tokens the engine alone gives each (the tiny model, seed 1).
 struct GreedyRun {
   std::vector<std::shared_ptr<Stream>> streams;
   std::vector<std::vector<int32_t>> want;
@@ -93,6 +94,7 @@ inline GreedyRun start_greedy(Client& client, uint32_t n, const std::function<Ge
     engine::GenerateOptions opt;
     opt.max_tokens = r.max_tokens;
     opt.ignore_eos = true;
+    opt.sampling = sampling_params(r);
     run.want.push_back(engine::generate(*engine, r.prompt_tokens, opt).value().tokens);
     requests.push_back(std::move(r));
   }

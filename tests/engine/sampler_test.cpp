@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <new>
@@ -411,6 +412,206 @@ TEST(SamplerPenalty, ChangesGreedyChoice) {
 }
 
 // ---------------------------------------------------------------------------------------
+// logit_bias, presence and frequency penalties. Exact amounts are checked with greedy ties
+// (equal logits go to the lower id, so a shift by exactly d ties and by d + epsilon wins), and
+// "exactly these tokens" by comparing against logits reshaped by hand.
+
+TEST(SamplerValidate, PenaltiesAndLogitBias) {
+  SamplingParams p;
+  p.presence_penalty = -2.0f;
+  p.frequency_penalty = 2.0f;
+  p.logit_bias = {{0, -100.0f}, {70000, 100.0f}};  // any id >= 0: the vocabulary is admission's
+  EXPECT_TRUE(validate(p).is_ok()) << validate(p).to_string();
+  p.presence_penalty = 2.5f;
+  EXPECT_EQ(validate(p).message(), "presence_penalty 2.5 is outside [-2, 2]");
+  p.presence_penalty = 0.0f;
+  p.frequency_penalty = std::nanf("");
+  EXPECT_EQ(validate(p).message(), "frequency_penalty nan is outside [-2, 2]");
+  p.frequency_penalty = -2.01f;
+  expect_invalid(p, "frequency_penalty -2.01 is outside [-2, 2]");
+  p.frequency_penalty = 0.0f;
+  p.logit_bias = {{5, 100.5f}};
+  EXPECT_EQ(validate(p).message(), "logit_bias: bias 100.5 for token 5 is outside [-100, 100]");
+  p.logit_bias = {{5, -kInf}};
+  expect_invalid(p, "logit_bias: bias -inf for token 5");
+  p.logit_bias = {{5, std::nanf("")}};
+  expect_invalid(p, "logit_bias: bias nan for token 5");
+  p.logit_bias = {{-1, 1.0f}};
+  EXPECT_EQ(validate(p).message(), "logit_bias: token id -1 is negative");
+  p.logit_bias = {{3, 1.0f}, {4, 2.0f}, {3, -1.0f}};
+  EXPECT_EQ(validate(p).message(), "logit_bias: token 3 is given twice");
+  p.logit_bias.clear();
+  for (int32_t t = 0; t < 301; ++t) p.logit_bias.push_back({t, 1.0f});
+  EXPECT_EQ(validate(p).message(), "logit_bias: 301 entries, at most 300 (OpenAI's limit)");
+  p.logit_bias.pop_back();
+  EXPECT_TRUE(validate(p).is_ok());
+  EXPECT_TRUE(model::validate_logit_bias_ids(p, 300).is_ok());
+  EXPECT_EQ(model::validate_logit_bias_ids(p, 299).message(),
+            "logit_bias: token id 299 is outside the vocabulary of 299");
+}
+
+TEST(SamplerLogitBias, ShiftsTheNamedTokenByExactlyItsBias) {
+  Sampler s(4);
+  const std::vector<float> l = {2.0f, 3.0f, 0.0f, -1.0f};
+  SamplingParams p;
+  p.logit_bias = {{0, 1.0f}};  // 2 + 1 = 3: a tie with token 1, which the lower id wins
+  EXPECT_EQ(s.sample(l, p, 0).token, 0);
+  p.logit_bias = {{0, 0.99f}};
+  EXPECT_EQ(s.sample(l, p, 0).token, 1);
+  p.logit_bias = {{1, -1.0f}};  // 3 - 1 = 2: tie again, token 0
+  EXPECT_EQ(s.sample(l, p, 0).token, 0);
+  p.logit_bias = {{1, -0.99f}};
+  EXPECT_EQ(s.sample(l, p, 0).token, 1);
+  p.logit_bias = {{3, 4.0f}, {2, 3.0f}};  // 3 and 3 tie with token 1: token 1 is the lowest id
+  EXPECT_EQ(s.sample(l, p, 0).token, 1);
+  p.logit_bias = {{3, 4.01f}, {7, 100.0f}, {-2, 100.0f}};  // out-of-range ids are ignored
+  EXPECT_EQ(s.sample(l, p, 0).token, 3);
+  // The reported logprob stays the raw log-softmax.
+  EXPECT_NEAR(s.sample(l, p, 0).logprob, log_softmax(l)[3], 1e-6);
+}
+
+// The same draws as the sampler without these parameters on logits reshaped by hand: the
+// stages change exactly the named tokens by exactly the stated amounts, in the stated order
+// (logit_bias, repetition, presence/frequency), before temperature and the filters.
+TEST(SamplerLogitBias, EqualsReshapingTheLogitsByHand) {
+  const uint32_t v = 3000;
+  const auto l = random_logits(v, 91, 2.0f);
+  SamplingParams p = temp(0.7f, 17);
+  p.top_k = 200;
+  p.top_p = 0.9f;
+  p.logit_bias = {{5, 3.5f}, {17, -2.25f}, {2999, 6.0f}, {40, -100.0f}};
+  p.repetition_penalty = 1.3f;
+  p.presence_penalty = 0.75f;
+  p.frequency_penalty = -0.5f;
+  const std::vector<int32_t> history = {17, 5, 900, 900, 12};
+  const std::vector<int32_t> generated = {5, 5, 5, 12, 2999, 12, 7};
+  std::vector<float> by_hand = l;
+  for (const auto& b : p.logit_bias) by_hand[b.token] += b.bias;
+  for (int32_t t : std::set<int32_t>(history.begin(), history.end()))
+    by_hand[t] = by_hand[t] > 0 ? by_hand[t] / p.repetition_penalty : by_hand[t] * p.repetition_penalty;
+  std::map<int32_t, int> count;
+  for (int32_t t : generated) ++count[t];
+  for (auto [t, c] : count) by_hand[t] = by_hand[t] - p.frequency_penalty * static_cast<float>(c) - p.presence_penalty;
+  SamplingParams plain = p;
+  plain.logit_bias.clear();
+  plain.repetition_penalty = 1.0f;
+  plain.presence_penalty = plain.frequency_penalty = 0.0f;
+  Sampler a(v), b(v);
+  int differs_from_unshaped = 0;
+  for (uint64_t pos = 0; pos < 300; ++pos) {
+    const int32_t got = a.sample(l, p, pos, history, generated).token;
+    EXPECT_EQ(got, b.sample(by_hand, plain, pos).token) << pos;
+    differs_from_unshaped += got != b.sample(l, plain, pos).token;
+    EXPECT_NE(got, 40);
+  }
+  EXPECT_GT(differs_from_unshaped, 10);
+}
+
+TEST(SamplerLogitBias, MinusOneHundredBansAndPlusOneHundredForces) {
+  const uint32_t v = 49152;
+  const auto l = random_logits(v, 33, 3.0f);
+  const int32_t best = ranked(l)[0];
+  const int32_t worst = ranked(l)[v - 1];
+  Sampler s(v);
+  SamplingParams ban = temp(1.0f, 8);
+  ban.logit_bias = {{best, -100.0f}};
+  SamplingParams force = temp(1.0f, 9);
+  force.logit_bias = {{worst, 100.0f}};
+  SamplingParams force_greedy;
+  force_greedy.logit_bias = force.logit_bias;
+  SamplingParams force_hot = temp(2.0f, 10);  // weights e^(-100/2) of the rest: still forced
+  force_hot.logit_bias = force.logit_bias;
+  int best_without = 0;
+  for (uint64_t pos = 0; pos < 500; ++pos) {
+    best_without += s.sample(l, temp(1.0f, 8), pos).token == best;
+    EXPECT_NE(s.sample(l, ban, pos).token, best) << pos;
+    EXPECT_EQ(s.sample(l, force, pos).token, worst) << pos;
+    EXPECT_EQ(s.sample(l, force_hot, pos).token, worst) << pos;
+  }
+  EXPECT_GT(best_without, 0);  // without the ban it is drawn
+  SamplingParams ban_greedy;
+  ban_greedy.logit_bias = ban.logit_bias;
+  EXPECT_EQ(s.sample(l, SamplingParams{}, 0).token, best);
+  EXPECT_EQ(s.sample(l, ban_greedy, 0).token, ranked(l)[1]);
+  const Sample forced = s.sample(l, force_greedy, 0);
+  EXPECT_EQ(forced.token, worst);
+  EXPECT_NEAR(forced.logprob, log_softmax(l)[worst], 1e-4);  // raw, not the biased one
+}
+
+TEST(SamplerOccurrencePenalties, SubtractExactlyFrequencyTimesCountPlusPresence) {
+  Sampler s(4);
+  const std::vector<float> l = {2.0f, 0.5f, -3.0f, -3.0f};
+  const std::vector<int32_t> thrice = {0, 2, 0, 0};
+  SamplingParams p;
+  p.frequency_penalty = 0.5f;  // 2 - 0.5 x 3 = 0.5: a tie with token 1, the lower id wins
+  EXPECT_EQ(s.sample(l, p, 4, {}, thrice).token, 0);
+  p.frequency_penalty = 0.51f;
+  EXPECT_EQ(s.sample(l, p, 4, {}, thrice).token, 1);
+  p = {};
+  p.presence_penalty = 1.5f;  // once, however often: 2 - 1.5 = 0.5
+  EXPECT_EQ(s.sample(l, p, 4, {}, thrice).token, 0);
+  p.presence_penalty = 1.51f;
+  EXPECT_EQ(s.sample(l, p, 4, {}, thrice).token, 1);
+  p.presence_penalty = 0.75f;
+  p.frequency_penalty = 0.25f;  // 2 - 0.25 x 3 - 0.75 = 0.5
+  EXPECT_EQ(s.sample(l, p, 4, {}, thrice).token, 0);
+  p.presence_penalty = 0.76f;
+  EXPECT_EQ(s.sample(l, p, 4, {}, thrice).token, 1);
+  // Only `generated` counts: the same tokens as history (the prompt's) do nothing here.
+  EXPECT_EQ(s.sample(l, p, 4, thrice, {}).token, 0);
+  // Out-of-range ids are ignored; a negative penalty boosts (token 2: -3 + 2 x 3 + 0 = 3).
+  const std::vector<int32_t> odd = {-1, 4, 1 << 30};
+  EXPECT_EQ(s.sample(l, p, 4, {}, odd).token, 0);
+  SamplingParams boost;
+  boost.frequency_penalty = -2.0f;
+  const std::vector<int32_t> twos = {2, 2, 2};
+  EXPECT_EQ(s.sample(l, boost, 4, {}, twos).token, 2);
+  // The reported logprob stays the raw one.
+  EXPECT_NEAR(s.sample(l, boost, 4, {}, twos).logprob, log_softmax(l)[2], 1e-6);
+}
+
+// Stage order: logit_bias, then repetition, then presence/frequency. Each case is decided
+// one way by that order and the other way by the swapped one.
+TEST(SamplerStages, LogitBiasThenRepetitionThenOccurrence) {
+  Sampler s(2);
+  const std::vector<int32_t> zero = {0};
+  // bias then repetition: (3 - 2) / 2 = 0.5 > 0; the other order gives 3 / 2 - 2 = -0.5 < 0.
+  SamplingParams p;
+  p.logit_bias = {{0, -2.0f}};
+  p.repetition_penalty = 2.0f;
+  EXPECT_EQ(s.sample(std::vector<float>{3.0f, 0.0f}, p, 1, zero).token, 0);
+  // repetition then presence: 3 / 2 - 1 = 0.5 < 0.75; the other order gives (3 - 1) / 2 = 1.
+  p = {};
+  p.repetition_penalty = 2.0f;
+  p.presence_penalty = 1.0f;
+  EXPECT_EQ(s.sample(std::vector<float>{3.0f, 0.75f}, p, 1, zero, zero).token, 1);
+  // All before temperature: at any temperature, greedy-equivalent forcing by the bias holds.
+  p = temp(1e-3f, 3);
+  p.logit_bias = {{1, 0.5f}};
+  EXPECT_EQ(s.sample(std::vector<float>{1.0f, 0.6f}, p, 1).token, 1);
+}
+
+// Pure in its arguments: the counts scratch is clear after every call, so a sampler that has
+// seen other sequences gives what a fresh one gives (speculative verification calls it for
+// positions p, p+1, ... with the generated tokens before each).
+TEST(SamplerOccurrencePenalties, NoStateCarriesBetweenCalls) {
+  const uint32_t v = 500;
+  const auto l = random_logits(v, 12, 1.0f);
+  SamplingParams p = temp(1.0f, 4);
+  p.frequency_penalty = 1.0f;
+  p.presence_penalty = 0.5f;
+  std::vector<int32_t> gen;
+  for (int i = 0; i < 64; ++i) gen.push_back((i * 37) % 23);
+  Sampler used(v);
+  for (size_t k = 0; k <= gen.size(); k += 8) {
+    const std::span<const int32_t> before(gen.data(), k);
+    (void)used.sample(l, p, 100 + k, {}, std::span<const int32_t>(gen).subspan(k / 2));
+    Sampler fresh(v);
+    EXPECT_EQ(used.sample(l, p, 100 + k, {}, before).token, fresh.sample(l, p, 100 + k, {}, before).token) << k;
+  }
+}
+
+// ---------------------------------------------------------------------------------------
 // Logprobs
 
 TEST(SamplerLogprobs, ChosenTokenLogprobIsRawLogSoftmax) {
@@ -618,6 +819,48 @@ TEST(SamplerReference, FlatTailBeyondTheSortedHead) {
 }
 
 // ---------------------------------------------------------------------------------------
+// Bitwise unchanged: a fingerprint of (token, logprob bits, top list) over many configurations
+// of the parameters that predate the stage split (recorded before it, at commit 26afe3f).
+
+uint64_t fingerprint_existing_params() {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the results
+  auto mix = [&h](uint64_t x) {
+    for (int b = 0; b < 8; ++b) h = (h ^ ((x >> (8 * b)) & 0xFF)) * 1099511628211ull;
+  };
+  std::mt19937 rng(4242);
+  for (int trial = 0; trial < 48; ++trial) {
+    const uint32_t v = trial % 4 == 0 ? 49152 : 1000 + 37 * trial;
+    auto l = random_logits(v, 500 + trial, trial % 3 ? 1.5f : 4.0f);
+    if (trial % 7 == 3) l[trial] = std::numeric_limits<float>::quiet_NaN();
+    if (trial % 11 == 5) l[2 * trial] = kInf;
+    SamplingParams p = temp(trial % 5 == 0 ? 0.0f : (trial % 5 == 1 ? 1.0f : 0.25f + 0.05f * trial), trial);
+    p.top_k = std::vector<int32_t>{0, 1, 7, 64, 999}[trial % 5];
+    p.top_p = trial % 3 == 2 ? 0.8f : 1.0f;
+    p.min_p = trial % 4 == 3 ? 0.03f : 0.0f;
+    p.repetition_penalty = trial % 2 ? 1.25f : (trial % 6 == 4 ? 0.8f : 1.0f);
+    p.top_logprobs = trial % kMaxTopLogprobs;
+    std::vector<int32_t> hist;
+    for (int i = 0; i < 40; ++i) hist.push_back(static_cast<int32_t>(rng() % v));
+    Sampler s(v);
+    for (uint64_t pos = 0; pos < 16; ++pos) {
+      const Sample out = s.sample(l, p, pos, hist);
+      uint32_t bits;
+      std::memcpy(&bits, &out.logprob, 4);
+      mix(static_cast<uint32_t>(out.token));
+      mix(bits);
+      for (const TokenLogprob& t : out.top) {
+        std::memcpy(&bits, &t.logprob, 4);
+        mix(static_cast<uint32_t>(t.token));
+        mix(bits);
+      }
+    }
+  }
+  return h;
+}
+
+TEST(SamplerGolden, ExistingParamsBitwiseUnchanged) { EXPECT_EQ(fingerprint_existing_params(), 0xd128e3811a75c5e0ull); }
+
+// ---------------------------------------------------------------------------------------
 // No allocation in sample()
 
 TEST(SamplerAlloc, SampleDoesNotAllocate) {
@@ -637,11 +880,18 @@ TEST(SamplerAlloc, SampleDoesNotAllocate) {
   configs.push_back(p);
   p = temp(1.0f, 4);
   configs.push_back(p);
+  p.presence_penalty = 0.5f;
+  p.frequency_penalty = 0.25f;
+  p.logit_bias = {{7, 5.0f}, {70000, 1.0f}, {3, -100.0f}};
+  configs.push_back(p);
+  p.temperature = 0.0f;
+  configs.push_back(p);
+  const std::vector<int32_t> generated = {1, 1, 9, 49151, -3, 1};
   long allocations = 0;
   for (const auto& c : configs) {
     for (uint64_t pos = 0; pos < 20; ++pos) {
       const long before = test::g_allocations.load();
-      const Sample out = s.sample(l, c, pos, hist);
+      const Sample out = s.sample(l, c, pos, hist, generated);
       allocations += test::g_allocations.load() - before;
       ASSERT_LT(out.token, static_cast<int32_t>(v));
     }

@@ -366,6 +366,46 @@ TEST(Gateway, ACurlStreamCarriesTheTokensOfTandemGenerate) {
   EXPECT_EQ(sse.text, escaped.substr(1, escaped.size() - 2)) << curl.out;
 }
 
+// POST /tokenize of `text` without special tokens: the ids, comma-separated ("" on failure).
+std::string tokenize(int port, const std::string& text) {
+  const Reply t = http(port, "POST", "/tokenize", "{\"prompt\":\"" + text + "\",\"add_special_tokens\":false}");
+  const size_t at = t.body.find("\"tokens\":[");
+  EXPECT_TRUE(t.status == 200 && at != std::string::npos) << t.body;
+  if (at == std::string::npos) return "";
+  return t.body.substr(at + 10, t.body.find(']', at) - at - 10);
+}
+
+// A logit_bias object of n entries, token ids 0..n-1.
+std::string many_biases(int n) {
+  std::string out = "{";
+  for (int i = 0; i < n; ++i) out += (i ? ",\"" : "\"") + std::to_string(i) + "\":-1";
+  return out + "}";
+}
+
+// logit_bias of +100 on one token forces it at every step, even sampling at temperature 1;
+// presence and frequency penalties are accepted (their effect is the sampler tests').
+TEST(Gateway, LogitBiasForcesATokenAndPenaltiesAreAccepted) {
+  test::Deployment d(kDeploy);
+  ASSERT_TRUE(d.ok());
+  GatewayProcess g(d.endpoint(), test::model_file("tiny", 1));
+  const std::string id = tokenize(g.port(), "q");
+  ASSERT_FALSE(id.empty());
+  const std::string body =
+      "{\"prompt\":\"The sky\",\"max_tokens\":12,\"ignore_eos\":true,\"stream\":true,"
+      "\"temperature\":1,\"seed\":5,\"logit_bias\":{\"" +
+      id + "\":100,\"0\":-100}}";
+  const Reply forced = http(g.port(), "POST", "/v1/completions", body);
+  ASSERT_EQ(forced.status, 200) << forced.body;
+  const SseText sse = sse_text(forced.body);
+  EXPECT_EQ(sse.token_events, 12) << forced.body;
+  EXPECT_EQ(sse.text, std::string(12, 'q')) << forced.body;
+  const Reply penalized = http(g.port(), "POST", "/v1/completions",
+                               "{\"prompt\":\"The sky\",\"max_tokens\":24,\"ignore_eos\":true,\"frequency_penalty\":2,"
+                               "\"presence_penalty\":-2}");
+  ASSERT_EQ(penalized.status, 200) << penalized.body;
+  EXPECT_NE(penalized.body.find("\"completion_tokens\":24"), std::string::npos) << penalized.body;
+}
+
 // A model whose chat template writes Hermes tool calls and think blocks (Qwen 3's) gets its
 // output split: reasoning_content, content, and tool_calls with the arguments streamed in
 // pieces; finish_reason "tool_calls". Streamed and whole responses agree.
@@ -498,8 +538,15 @@ TEST(Gateway, BadRequestsGetTheOpenAIErrorObjectAndTheGatewayKeepsServing) {
       {"{\"prompt\": \"x\", \"stream\": \"yes\"}", 400, "stream: must be true or false"},
       {"{\"prompt\": \"x\", \"model\": \"gpt-4\"}", 404, "model_not_found"},
       {"{\"prompt\": \"x\", \"best_of\": 3}", 400, "\"param\":\"best_of\""},
-      {"{\"prompt\": \"x\", \"presence_penalty\": 0.5}", 400, "\"param\":\"presence_penalty\""},
-      {"{\"prompt\": \"x\", \"logit_bias\": {\"5\": 10}}", 400, "\"param\":\"logit_bias\""},
+      {"{\"prompt\": \"x\", \"presence_penalty\": 2.5}", 400, "\"param\":\"presence_penalty\""},
+      {"{\"prompt\": \"x\", \"frequency_penalty\": \"1\"}", 400, "\"param\":\"frequency_penalty\""},
+      {"{\"prompt\": \"x\", \"logit_bias\": [5]}", 400, "\"param\":\"logit_bias\""},
+      {"{\"prompt\": \"x\", \"logit_bias\": {\"five\": 10}}", 400, "key 'five' is not a token id"},
+      {"{\"prompt\": \"x\", \"logit_bias\": {\"5\": 101}}", 400, "the bias of token 5 must be a number in [-100, 100]"},
+      {"{\"prompt\": \"x\", \"logit_bias\": {\"5\": \"up\"}}", 400, "\"param\":\"logit_bias\""},
+      {"{\"prompt\": \"x\", \"logit_bias\": {\"512\": 1}}", 400, "token id 512 is outside the vocabulary of 512"},
+      {"{\"prompt\": \"x\", \"logit_bias\": " + many_biases(301) + "}", 400,
+       "301 entries, at most 300 (OpenAI's limit)"},
       {"{\"prompt\": [1, 2, 999999]}", 400, "\"error\""},  // the scheduler's refusal, mapped
       {std::string(100, '[') + std::string(100, ']'), 400, "deeper than 64"},
   };
@@ -1087,12 +1134,9 @@ TEST(Gateway, TokenizeAndDetokenizeRoundTrip) {
   test::Deployment d(kDeploy);
   ASSERT_TRUE(d.ok());
   GatewayProcess g(d.endpoint(), test::model_file("tiny", 1));
-  const Reply t = http(g.port(), "POST", "/tokenize", "{\"prompt\":\"hello world\",\"add_special_tokens\":false}");
-  ASSERT_EQ(t.status, 200) << t.body;
-  const size_t at = t.body.find("\"tokens\":[");
-  ASSERT_NE(at, std::string::npos) << t.body;
-  const std::string ids = t.body.substr(at + 9, t.body.find(']', at) - at - 8);
-  const Reply back = http(g.port(), "POST", "/detokenize", "{\"tokens\":" + ids + "}");
+  const std::string ids = tokenize(g.port(), "hello world");
+  ASSERT_FALSE(ids.empty());
+  const Reply back = http(g.port(), "POST", "/detokenize", "{\"tokens\":[" + ids + "]}");
   EXPECT_EQ(back.status, 200);
   EXPECT_EQ(back.body, "{\"prompt\":\"hello world\"}");
   EXPECT_EQ(http(g.port(), "POST", "/detokenize", "{\"tokens\":[99999999]}").status, 400);

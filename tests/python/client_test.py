@@ -131,6 +131,17 @@ class ClientTest(unittest.TestCase):
         fin = collect(self.c.generate(prompt_of(8, 4), max_tokens=400, ignore_eos=True, timeout=0.2))[2]
         self.assertEqual((fin.reason, fin.error_message), ("cancelled", "deadline exceeded"))
 
+    def test_logit_bias_and_penalties_pass_through(self):
+        ids, _, fin = collect(self.c.generate(prompt_of(8, 6), max_tokens=6, ignore_eos=True, temperature=1.0,
+                                              seed=3, logit_bias={"77": 100}))
+        self.assertEqual(ids, [77] * 6)
+        fin = collect(self.c.generate([3, 4], max_tokens=4, logit_bias={1 << 20: 5}))[2]
+        self.assertEqual(fin.error_code, "INVALID_ARGUMENT")
+        self.assertIn("logit_bias: token id 1048576", fin.error_message)
+        fin = collect(self.c.generate([3, 4], max_tokens=4, presence_penalty=3))[2]
+        self.assertEqual((fin.error_code, fin.error_message), ("INVALID_ARGUMENT", "presence_penalty 3 is outside [-2, 2]"))
+        self.assertEqual(collect(self.c.generate([3, 4], max_tokens=4, ignore_eos=True, frequency_penalty=1.5))[2].reason, "length")
+
     def test_errors_come_back_as_final_events_or_tandem_errors(self):
         fin = collect(self.c.generate([3, 1 << 30], max_tokens=4))[2]
         self.assertEqual((fin.reason, fin.error_code), ("error", "INVALID_ARGUMENT"))

@@ -34,6 +34,10 @@ void expect_same(const SeqPlan& a, const SeqPlan& b) {
   EXPECT_EQ(a.sampling.repetition_penalty, b.sampling.repetition_penalty);
   EXPECT_EQ(a.sampling.seed, b.sampling.seed);
   EXPECT_EQ(a.sampling.top_logprobs, b.sampling.top_logprobs);
+  EXPECT_EQ(a.sampling.presence_penalty, b.sampling.presence_penalty);
+  EXPECT_EQ(a.sampling.frequency_penalty, b.sampling.frequency_penalty);
+  EXPECT_EQ(a.sampling.logit_bias, b.sampling.logit_bias);
+  EXPECT_EQ(a.prompt_len, b.prompt_len);
 }
 
 TEST(ActorWire, StepPlanRoundTrips) {
@@ -46,7 +50,8 @@ TEST(ActorWire, StepPlanRoundTrips) {
   first.new_blocks = {9, 10};
   first.sample = true;
   first.first = true;
-  first.sampling = {0.7f, 40, 0.9f, 0.05f, 1.1f, 1234, 5};
+  first.sampling = {0.7f, 40, 0.9f, 0.05f, 1.1f, 1234, 5, 0.5f, -0.25f, {{7, -100.0f}, {3, 2.5f}}};
+  first.prompt_len = 30;
   first.logprobs = true;
   first.history.assign(32, 11);
   first.tail_blocks = {100, 101};

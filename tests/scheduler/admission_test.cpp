@@ -200,6 +200,32 @@ TEST(Admission, RequestId) {
   EXPECT_EQ(error_of(s), "request_id: empty");
 }
 
+// logit_bias ids are checked against the model's vocabulary (512 here) at admission, naming the
+// id; the other sampling bounds are validate()'s, named by field.
+TEST(Admission, LogitBiasAndPenalties) {
+  v1::Submit s = valid();
+  auto* bias = s.mutable_sampling()->add_logit_bias();
+  bias->set_token(511);
+  bias->set_bias(-100.0f);
+  s.mutable_sampling()->set_presence_penalty(1.5f);
+  s.mutable_sampling()->set_frequency_penalty(-2.0f);
+  auto ok = admit(s, tiny(), limits());
+  ASSERT_TRUE(ok.is_ok()) << ok.status().to_string();
+  EXPECT_EQ(ok->sampling.logit_bias, (std::vector<model::LogitBias>{{511, -100.0f}}));
+  EXPECT_EQ(ok->sampling.presence_penalty, 1.5f);
+  EXPECT_EQ(ok->sampling.frequency_penalty, -2.0f);
+  bias->set_token(512);
+  EXPECT_EQ(error_of(s), "logit_bias: token id 512 is outside the vocabulary of 512");
+  bias->set_token(-3);
+  EXPECT_EQ(error_of(s), "logit_bias: token id -3 is negative");
+  bias->set_token(5);
+  bias->set_bias(100.5f);
+  EXPECT_EQ(error_of(s), "logit_bias: bias 100.5 for token 5 is outside [-100, 100]");
+  bias->set_bias(1.0f);
+  s.mutable_sampling()->set_presence_penalty(2.5f);
+  EXPECT_EQ(error_of(s), "presence_penalty 2.5 is outside [-2, 2]");
+}
+
 TEST(Admission, PromptMissingOrEmpty) {
   v1::Submit s = valid();
   s.clear_prompt();
@@ -266,6 +292,11 @@ TEST(Admission, TheLargestSubmitFitsTheClientMessageBound) {
   s.set_timeout_ms(~0u);
   s.mutable_sampling()->set_seed(~uint64_t{0});
   s.mutable_sampling()->set_top_k(-1);
+  for (size_t i = 0; i < model::kMaxLogitBias; ++i) {
+    auto* b = s.mutable_sampling()->add_logit_bias();
+    b->set_token(INT32_MAX);
+    b->set_bias(-100.0f);
+  }
   EXPECT_LE(m.ByteSizeLong() + 64, max_client_message_bytes(l));
   // A token prompt of a long context is bound by its ids.
   l.context_length = 1 << 20;

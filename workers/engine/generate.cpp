@@ -42,8 +42,9 @@ Result<Generation> generate(Engine& engine, std::span<const int32_t> prompt, con
   gen.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
   for (uint32_t i = 0; i < options.max_tokens && seq.size() < total + 1; ++i) {
     const size_t from = seq.size() > options.penalty_window ? seq.size() - options.penalty_window : 0;
-    const Sample smp =
-        sampler.sample(engine.logits(0), options.sampling, seq.size(), std::span<const int32_t>(seq).subspan(from));
+    const std::span<const int32_t> tokens(seq);
+    const Sample smp = sampler.sample(engine.logits(0), options.sampling, seq.size(), tokens.subspan(from),
+                                      tokens.subspan(prompt.size()));
     gen.tokens.push_back(smp.token);
     gen.logprobs.push_back(smp.logprob);
     if (on_token) on_token(smp.token, smp.logprob);

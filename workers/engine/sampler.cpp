@@ -1,14 +1,18 @@
-// Token sampling. See sampler.h for the contract; the pipeline in sample() is:
+// Token sampling. See sampler.h for the contract; sample() runs these stages in order:
 //
-//   1. Raw log-probabilities: log_softmax(logits) = x - (max + log(sum exp(x - max))),
+//   1. Sanitize: NaN -> -inf (and the +inf limit, below); find the max.
+//   2. Raw log-probabilities: log_softmax(logits) = x - (max + log(sum exp(x - max))),
 //      the sum accumulated in double and the subtraction done in double. Used for
-//      Sample::logprob (the chosen token) and Sample::top.
-//   2. Repetition penalty (llama.cpp / CTRL style) on each distinct in-range token of
+//      Sample::logprob (the chosen token) and Sample::top, whatever the later stages do.
+//   3. logit_bias: v[t] += bias (OpenAI; vLLM applies it before the penalties too).
+//   4. Repetition penalty (llama.cpp / CTRL style) on each distinct in-range token of
 //      `history`, once per token: logit > 0 ? logit / penalty : logit * penalty.
-//      History entries outside [0, vocab) are ignored.
-//   3. temperature == 0: argmax of the penalized logits, ties to the lowest id. Done.
-//   4. Otherwise the filters, always in this order (as vLLM):
-//        top-k  on the penalized logits (keep the k largest; ties by lower id),
+//   5. Presence / frequency penalties (OpenAI / vLLM) over the generated tokens:
+//      logit -= frequency * count + presence, for each token generated at least once.
+//      Stages 3-5 skip -inf logits, keep finite ones finite and ignore out-of-range ids.
+//   6. temperature == 0: argmax of the reshaped logits, ties to the lowest id. Done.
+//   7. Otherwise the filters, always in this order (as vLLM):
+//        top-k  on the reshaped logits (keep the k largest; ties by lower id),
 //        softmax of (logit - max) / temperature over the survivors,
 //        top-p  (smallest prefix, by prob descending, whose cumulative prob >= top_p),
 //        min-p  (drop tokens whose prob < min_p * max prob),
@@ -32,7 +36,9 @@
 // is built lazily: the tokens above a threshold (set so the rest holds < 5% of the mass,
 // or under half of 1 - top_p) are sorted up front; lighter tokens are sorted in bands,
 // only when a walk reaches them. Each band lies entirely below the previous one, so the
-// result is exactly the full (prob desc, id asc) order.
+// result is exactly the full (prob desc, id asc) order. The presence / frequency stage is
+// two passes over the generated tokens (count, then apply and clear), at most the context
+// length: small next to a vocabulary pass, and no state survives the call.
 
 #include "workers/engine/sampler.h"
 
@@ -225,6 +231,7 @@ Sampler::Sampler(uint32_t vocab_size)
       probs_(vocab_size),
       order_(vocab_size),
       seen_(vocab_size, 0),
+      counts_(vocab_size, 0),
       top_(static_cast<size_t>(kMaxTopLogprobs)) {}
 
 namespace {
@@ -257,22 +264,98 @@ int32_t collect_top(const float* v, uint32_t n, int32_t n_top, TokenLogprob* top
   return n_found;
 }
 
-// The repetition penalty on v[0, n), once per distinct in-range token of `history`. `seen`
-// holds n flags, all 0 before and after. Returns whether any logit changed.
-bool penalize(float* v, uint32_t n, std::span<const int32_t> history, float penalty, uint8_t* seen) {
+// A reshaped finite logit stays finite (a stage never makes a token impossible or certain).
+float keep_finite(float y) { return std::isinf(y) ? std::copysign(kFloatMax, y) : y; }
+
+// Stage 1: v = the logits with NaN as -inf, their max and (in arg) the lowest id holding it.
+// Any +inf: the limit of softmax, where the +inf logits split the mass (v = 0) and every
+// other token is impossible (v = -inf).
+struct Sanitized {
+  float max = -kInf;
+  uint32_t arg = 0;
+  bool inf_mode = false;
+};
+Sanitized sanitize(std::span<const float> logits, float* v, uint32_t n) {
+  Sanitized out;
+  out.max = sanitize_and_max(logits.data(), v, n, &out.arg);
+  out.inf_mode = out.max == kInf;
+  if (out.inf_mode) {
+    for (uint32_t i = 0; i < n; ++i) v[i] = v[i] == kInf ? 0.0f : -kInf;
+    out.max = 0.0f;
+  }
+  return out;
+}
+
+// Which stages between sanitizing and the draw do anything for these inputs. In the +inf
+// limit none of the reshaping stages do (a finite shift leaves +inf at +inf).
+struct Stages {
+  bool logit_bias = false, repetition = false, occurrence = false, top_k = false;
+  bool reshapes() const { return logit_bias || repetition || occurrence; }
+};
+Stages active_stages(const SamplingParams& p, uint32_t n, std::span<const int32_t> history,
+                     std::span<const int32_t> generated, bool inf_mode) {
+  Stages s;
+  s.logit_bias = !inf_mode && !p.logit_bias.empty();
+  s.repetition = !inf_mode && p.repetition_penalty != 1.0f && !history.empty();
+  s.occurrence = !inf_mode && (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) && !generated.empty();
+  s.top_k = p.top_k > 0 && static_cast<uint32_t>(p.top_k) < n;
+  return s;
+}
+
+// Stage 3: v[token] += bias for each in-range entry (ids outside [0, n) are ignored; the
+// entries are validated, so each token appears once). -inf stays -inf. Returns whether any
+// logit changed.
+bool add_logit_bias(float* v, uint32_t n, std::span<const model::LogitBias> bias) {
+  bool changed = false;
+  for (const model::LogitBias& b : bias) {
+    if (b.token < 0 || static_cast<uint32_t>(b.token) >= n) continue;
+    const float x = v[b.token];
+    if (x == -kInf) continue;
+    const float y = keep_finite(x + b.bias);
+    changed |= y != x;
+    v[b.token] = y;
+  }
+  return changed;
+}
+
+// Stage 4: the repetition penalty on v[0, n), once per distinct in-range token of
+// `history`. `seen` holds n flags, all 0 before and after. Returns whether any logit changed.
+bool penalize_repetition(float* v, uint32_t n, std::span<const int32_t> history, float penalty, uint8_t* seen) {
   bool changed = false;
   for (int32_t t : history) {
     if (t < 0 || static_cast<uint32_t>(t) >= n || seen[t]) continue;
     seen[t] = 1;
     const float x = v[t];
     if (x == -kInf) continue;
-    float y = x > 0.0f ? x / penalty : x * penalty;
-    if (std::isinf(y)) y = std::copysign(kFloatMax, y);  // a finite logit stays finite
+    const float y = keep_finite(x > 0.0f ? x / penalty : x * penalty);
     changed |= y != x;
     v[t] = y;
   }
   for (int32_t t : history) {
     if (t >= 0 && static_cast<uint32_t>(t) < n) seen[t] = 0;
+  }
+  return changed;
+}
+
+// Stage 5: presence and frequency penalties (OpenAI / vLLM) over `generated`:
+// v[t] = v[t] - frequency * count(t) - presence for each distinct in-range t. `counts` holds
+// n counters, all 0 before and after (the second pass applies and clears them). Returns
+// whether any logit changed.
+bool penalize_occurrences(float* v, uint32_t n, std::span<const int32_t> generated, float presence, float frequency,
+                          uint32_t* counts) {
+  for (int32_t t : generated) {
+    if (t >= 0 && static_cast<uint32_t>(t) < n) ++counts[t];
+  }
+  bool changed = false;
+  for (int32_t t : generated) {
+    if (t < 0 || static_cast<uint32_t>(t) >= n || counts[t] == 0) continue;
+    const float c = static_cast<float>(counts[t]);
+    counts[t] = 0;
+    const float x = v[t];
+    if (x == -kInf) continue;
+    const float y = keep_finite(x - frequency * c - presence);
+    changed |= y != x;
+    v[t] = y;
   }
   return changed;
 }
@@ -446,69 +529,69 @@ class Candidates {
 }  // namespace
 
 Sample Sampler::sample(std::span<const float> logits, const SamplingParams& params, uint64_t position,
-                       std::span<const int32_t> history) {
+                       std::span<const int32_t> history, std::span<const int32_t> generated) {
   assert(logits.size() == vocab_ && "logits must have vocab_size entries");
   const uint32_t n = static_cast<uint32_t>(std::min<size_t>(logits.size(), vocab_));
   const int32_t n_top = std::clamp(params.top_logprobs, 0, kMaxTopLogprobs);
-  float* const v = probs_.data();  // sanitized, then penalized logits, then weights
+  float* const v = probs_.data();  // sanitized logits, then reshaped, then weights
 
-  Sample out;
-  out.logprob = -kInf;
+  // 1. Sanitize.
+  Sanitized in = sanitize(logits, v, n);
+  if (in.max == -kInf) return nothing_possible(n, n_top);
 
-  // --- 1. Sanitize into probs_ (NaN -> -inf) and find the max. ------------------------
-  uint32_t arg = 0;
-  float max_v = sanitize_and_max(logits.data(), v, n, &arg);
-  const bool inf_mode = max_v == kInf;
-  if (inf_mode) {
-    // Limit of softmax: the +inf logits split the mass, everything else is impossible.
-    for (uint32_t i = 0; i < n; ++i) v[i] = v[i] == kInf ? 0.0f : -kInf;
-    max_v = 0.0f;
-  }
-  if (max_v == -kInf) {
-    // Nothing is possible (or the vocabulary is empty): token 0, logprob -inf; the top
-    // list is the lowest ids, all -inf.
-    const int32_t m = static_cast<int32_t>(std::min<uint32_t>(static_cast<uint32_t>(n_top), n));
-    for (int32_t j = 0; j < m; ++j) top_[j] = {j, -kInf};
-    out.top = std::span<const TokenLogprob>(top_.data(), static_cast<size_t>(m));
-    return out;
-  }
-
-  // Raw log-softmax normalizer: log-sum-exp accumulated in double. At temperature 1 over
-  // the whole vocabulary with no penalty, the sampling weights are exactly the raw
-  // exp(logit - max) terms (same function, same summation order), so their sum is
-  // reused below instead of making a second pass; otherwise it is computed here, before
-  // probs_ is modified.
-  const bool penalty_active = params.repetition_penalty != 1.0f && !history.empty();
-  const bool top_k_active = params.top_k > 0 && static_cast<uint32_t>(params.top_k) < n;
-  const bool reuse_norm = params.temperature == 1.0f && !penalty_active && !top_k_active;
+  // 2. The raw log-softmax normalizer and top list, before anything reshapes v. At
+  // temperature 1 over the whole vocabulary with nothing reshaping the logits, the sampling
+  // weights are exactly the raw exp(logit - max) terms (same function, same summation order),
+  // so take_all()'s sum is reused below instead of a pass here.
+  const Stages stages = active_stages(params, n, history, generated, in.inf_mode);
+  const bool reuse_norm = params.temperature == 1.0f && !stages.reshapes() && !stages.top_k;
   double log_norm = 0.0;
-  if (!reuse_norm) log_norm = static_cast<double>(max_v) + std::log(sum_exp(v, n, max_v));
-
+  if (!reuse_norm) log_norm = static_cast<double>(in.max) + std::log(sum_exp(v, n, in.max));
   const int32_t n_found = collect_top(v, n, n_top, top_.data());
-  out.top = std::span<const TokenLogprob>(top_.data(), static_cast<size_t>(n_found));
 
-  // --- 2. Repetition penalty, once per distinct in-range token. -----------------------
-  if (penalty_active && penalize(v, n, history, params.repetition_penalty, seen_.data()))
-    max_v = sanitize_and_max(v, v, n, &arg);  // (already sanitized)
+  // 3-5. logit_bias, repetition penalty, presence / frequency penalties.
+  bool changed = false;
+  if (stages.logit_bias) changed |= add_logit_bias(v, n, params.logit_bias);
+  if (stages.repetition) changed |= penalize_repetition(v, n, history, params.repetition_penalty, seen_.data());
+  if (stages.occurrence)
+    changed |= penalize_occurrences(v, n, generated, params.presence_penalty, params.frequency_penalty, counts_.data());
+  if (changed) in.max = sanitize_and_max(v, v, n, &in.arg);  // (already sanitized)
 
-  // --- 3. Greedy: the lowest id holding the max. 4. Otherwise filters and the draw. ---
-  uint32_t token = arg;
+  // 6. Greedy: the lowest id holding the max. 7. Otherwise temperature, top-k, top-p, min-p
+  // and the draw.
+  uint32_t token = in.arg;
   if (params.temperature > 0.0f) {
-    Candidates candidates(v, order_.data(), n, max_v, params);
-    if (top_k_active) {
+    Candidates candidates(v, order_.data(), n, in.max, params);
+    if (stages.top_k) {
       candidates.take_top_k(static_cast<uint32_t>(params.top_k));
     } else {
       const double total = candidates.take_all();
-      if (reuse_norm) log_norm = static_cast<double>(max_v) + std::log(total);
+      if (reuse_norm) log_norm = static_cast<double>(in.max) + std::log(total);
     }
     candidates.keep_nucleus();
     token = candidates.draw(uniform_draw(params.seed, position));
   }
+  return report(logits, token, in.inf_mode, log_norm, n_found);
+}
 
-  // log_norm is final here.
+// Nothing is possible (or the vocabulary is empty): token 0, logprob -inf; the top list is
+// the lowest ids, all -inf.
+Sample Sampler::nothing_possible(uint32_t n, int32_t n_top) {
+  const int32_t m = static_cast<int32_t>(std::min<uint32_t>(static_cast<uint32_t>(n_top), n));
+  for (int32_t j = 0; j < m; ++j) top_[j] = {j, -kInf};
+  Sample out;
+  out.logprob = -kInf;
+  out.top = std::span<const TokenLogprob>(top_.data(), static_cast<size_t>(m));
+  return out;
+}
+
+// The chosen token and the top list with their raw logprobs (log_norm is final here).
+Sample Sampler::report(std::span<const float> logits, uint32_t token, bool inf_mode, double log_norm, int32_t n_found) {
   for (int32_t j = 0; j < n_found; ++j) top_[j].logprob = raw_logprob(logits, top_[j].token, inf_mode, log_norm);
+  Sample out;
   out.token = static_cast<int32_t>(token);
   out.logprob = raw_logprob(logits, token, inf_mode, log_norm);
+  out.top = std::span<const TokenLogprob>(top_.data(), static_cast<size_t>(n_found));
   return out;
 }
 

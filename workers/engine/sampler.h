@@ -1,4 +1,4 @@
-// Token sampling: a pure function of (logits, params, seed, position).
+// Token sampling: a pure function of (logits, params, seed, position, the sequence's tokens).
 #pragma once
 
 #include <cstdint>
@@ -36,20 +36,28 @@ class Sampler {
   // `position` is the index in the sequence of the token being sampled; the uniform
   // draw is derived only from (seed, position), so any worker reproduces it.
   // `history` are the tokens the repetition penalty applies to (caller picks the window;
-  // each distinct token is penalized once; ids outside the vocabulary are ignored).
-  // `logits` must hold vocab_size entries. Filters apply in the order penalty,
-  // temperature, top-k, top-p, min-p; the kept tokens are walked in descending
-  // probability (ties by lower id) to the draw. NaN logits count as -inf; if every
-  // logit is -inf/NaN the result is token 0 with logprob -inf. See sampler.cpp.
-  // Does not allocate.
+  // each distinct token is penalized once). `generated` are the tokens this sequence
+  // generated before `position`, prompt excluded: the presence and frequency penalties count
+  // them. Both are the caller's, so the result depends only on the arguments (speculative
+  // verification of position p passes the generated tokens before p). Ids outside the
+  // vocabulary are ignored everywhere, logit_bias's included.
+  // `logits` must hold vocab_size entries. Stages, in order: sanitize, logit_bias,
+  // repetition penalty, presence / frequency penalties, temperature, top-k, top-p, min-p,
+  // the draw; the kept tokens are walked in descending probability (ties by lower id).
+  // NaN logits count as -inf; if every logit is -inf/NaN the result is token 0 with
+  // logprob -inf. See sampler.cpp. Does not allocate.
   Sample sample(std::span<const float> logits, const SamplingParams& params, uint64_t position,
-                std::span<const int32_t> history = {});
+                std::span<const int32_t> history = {}, std::span<const int32_t> generated = {});
 
  private:
+  Sample nothing_possible(uint32_t n, int32_t n_top);
+  Sample report(std::span<const float> logits, uint32_t token, bool inf_mode, double log_norm, int32_t n_found);
+
   uint32_t vocab_;
   std::vector<float> probs_;       // sanitized -> penalized logits -> sampling weights
   std::vector<int32_t> order_;     // candidate ids (top-k buffer, then descending order)
-  std::vector<uint8_t> seen_;      // penalty dedup flags, all 0 between calls
+  std::vector<uint8_t> seen_;      // repetition penalty dedup flags, all 0 between calls
+  std::vector<uint32_t> counts_;   // presence / frequency occurrence counts, all 0 between calls
   std::vector<TokenLogprob> top_;  // kMaxTopLogprobs entries; Sample::top points here
 };
 

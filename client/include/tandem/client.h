@@ -58,6 +58,12 @@ struct GenerateRequest {
   float repetition_penalty = 1.0f;
   uint64_t seed = 0;
   int32_t top_logprobs = 0;
+  // OpenAI's penalties, over the tokens generated so far (not the prompt), in [-2, 2]; 0: off.
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  // (token id, bias in [-100, 100]) added to the logits before every other stage; at most
+  // 300 entries, each token once.
+  std::vector<std::pair<int32_t, float>> logit_bias;
   uint32_t max_tokens = 16;
   std::vector<std::vector<int32_t>> stop_token_sequences;
   std::vector<std::string> stop_strings;

@@ -268,6 +268,9 @@ class Client:
         repetition_penalty: float = 1.0,
         seed: int = 0,
         top_logprobs: int = 0,
+        presence_penalty: float = 0.0,
+        frequency_penalty: float = 0.0,
+        logit_bias: Optional[dict] = None,
         max_tokens: int = 16,
         stop: Iterable[str] = (),
         stop_token_sequences: Iterable[Sequence[int]] = (),
@@ -282,7 +285,9 @@ class Client:
         """Submits a request; its events arrive on the returned Stream. The prompt is token ids
         (a sequence of ints), text (a str, tokenized by the scheduler, BOS added unless no_bos),
         or `messages` (dicts with role, content, name, tool_call_id, tool_calls; rendered with the
-        model's chat template, `tools` a JSON array or its text). Sampling defaults are greedy.
+        model's chat template, `tools` a JSON array or its text). Sampling defaults are greedy;
+        presence_penalty / frequency_penalty ([-2, 2]) count the tokens generated so far, not the
+        prompt; logit_bias maps token ids (int or str, as OpenAI) to biases in [-100, 100].
         A request the library refuses (a duplicate live id, a closed client, over the wire's
         limits) gets its final error event at once. `timeout`: seconds from arrival at the
         scheduler (None: no deadline)."""
@@ -305,6 +310,9 @@ class Client:
         sp = sub.sampling
         sp.temperature, sp.top_k, sp.top_p, sp.min_p = temperature, top_k, top_p, min_p
         sp.repetition_penalty, sp.seed, sp.top_logprobs = repetition_penalty, seed, top_logprobs
+        sp.presence_penalty, sp.frequency_penalty = presence_penalty, frequency_penalty
+        for token, bias in (logit_bias or {}).items():
+            sp.logit_bias.add(token=int(token), bias=float(bias))
         sub.max_tokens = max_tokens
         for seq in stop_token_sequences:
             sub.stop_token_sequences.add().ids.extend(int(t) for t in seq)
