@@ -13,6 +13,8 @@ void SeqPlan::clear() {
   sampling = {};
   history.clear();
   tail_blocks.clear();
+  request_id.clear();
+  principal.clear();
 }
 
 SeqPlan& StepPlan::add_seq() {
