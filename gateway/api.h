@@ -78,6 +78,11 @@ struct Parsed {
 // logit_bias, presence_penalty, frequency_penalty when not their neutral value).
 Parsed parse_request(std::string_view body, ApiKind kind, const ModelLimits& limits);
 
+// The scheduler's principal (Submit.principal: printable ASCII, at most kMaxPrincipalBytes) for
+// a request's `user`: bytes outside '!'..'~' and '%' percent-encoded (so distinct users stay
+// distinct and the access log gets one word), cut to the limit at an escape's boundary.
+std::string principal_of_user(std::string_view user);
+
 // POST /tokenize and /detokenize bodies (vLLM's shapes).
 struct TokenizeBody {
   TokenizeRequest request;
