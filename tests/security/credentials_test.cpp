@@ -325,6 +325,14 @@ TEST(Credentials, AProxyKeysPrincipalsHaveEachTheClientLimitAndTheirOwnPriorityR
   ASSERT_EQ(signal_one(w.pid(), SIGCONT), 0);
   for (auto& stream : live) EXPECT_EQ(finish(*stream).reason, FinishReason::kLength) << s.log();
   EXPECT_EQ(generate(*proxy, 0, "alice").reason, FinishReason::kLength) << "the limit is per live request";
+
+  // SIGHUP re-reads `proxy` and the principal lines with the keys.
+  write_file(clients, gw + " priority=0..5\n" + c1 + "\n");
+  ASSERT_EQ(signal_one(s.pid(), SIGHUP), 0);
+  for (int i = 0; i < 100 && s.log().find("2 client keys, 0 principal ranges") == std::string::npos; ++i)
+    std::this_thread::sleep_for(50ms);
+  expect_refused(generate(*proxy, 0, "alice"), Code::kPermissionDenied, "only a proxy may send");
+  EXPECT_EQ(generate(*proxy, 2).reason, FinishReason::kLength);
 }
 
 // The test plays the scheduler for one decode worker: it announces a transfer whose sender is
