@@ -200,6 +200,7 @@ std::string submit_message(const GenerateRequest& r) {
     s->set_logprobs(r.logprobs);
     s->set_stream(r.stream);
     s->set_priority(r.priority);
+    s->set_principal(r.principal);
     s->set_timeout_ms(static_cast<uint32_t>(r.timeout.count()));
   });
 }
@@ -210,6 +211,9 @@ std::string over_wire_limits(const GenerateRequest& r) {
   if (r.id.size() > runtime::kMaxRequestIdBytes)
     return "request_id: " + std::to_string(r.id.size()) + " bytes, at most " +
            std::to_string(runtime::kMaxRequestIdBytes);
+  if (r.principal.size() > runtime::kMaxPrincipalBytes)
+    return "principal: " + std::to_string(r.principal.size()) + " bytes, at most " +
+           std::to_string(runtime::kMaxPrincipalBytes);
   if (!r.prompt_tokens.empty()) return "";
   size_t bytes = r.messages.empty() ? r.prompt_text.size() : r.tools_json.size();
   for (const ChatMessage& m : r.messages)

@@ -7,6 +7,7 @@
 
 #include "model/sampling_params.h"
 #include "runtime/json.h"
+#include "runtime/wire.h"
 
 namespace tandem::gateway {
 
@@ -411,6 +412,23 @@ void read_shape(Fields& f, ApiKind kind, const ModelLimits& limits, ApiRequest& 
 }
 
 }  // namespace
+
+std::string principal_of_user(std::string_view user) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : user) {
+    const bool plain = c > ' ' && c <= '~' && c != '%';
+    if (out.size() + (plain ? 1 : 3) > runtime::kMaxPrincipalBytes) break;
+    if (plain) {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
 
 std::string error_body(const ApiError& e) {
   json body = {{"error",

@@ -80,6 +80,11 @@ struct Parsed {
 // limits.vocab_size, biases outside [-100, 100] or more than 300 entries.
 Parsed parse_request(std::string_view body, ApiKind kind, const ModelLimits& limits);
 
+// The scheduler's principal (Submit.principal: printable ASCII, at most kMaxPrincipalBytes) for
+// a request's `user`: bytes outside '!'..'~' and '%' percent-encoded (so distinct users stay
+// distinct and the access log gets one word), cut to the limit at an escape's boundary.
+std::string principal_of_user(std::string_view user);
+
 // POST /tokenize and /detokenize bodies (vLLM's shapes).
 struct TokenizeBody {
   TokenizeRequest request;

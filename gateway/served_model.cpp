@@ -1,10 +1,12 @@
 #include "gateway/served_model.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "model/gguf.h"
+#include "runtime/wire.h"
 
 namespace tandem::gateway {
 
@@ -44,6 +46,11 @@ Result<ApiKeys> ApiKeys::load(const std::string& path) {
     words >> name;
     const std::string where = "--api-key-file " + path + ":" + std::to_string(line_no);
     if (key.size() < 16) return Status::invalid(where + ": a key must have at least 16 characters");
+    // The name is the scheduler's principal for the key's requests (Submit.principal).
+    if (name.size() > runtime::kMaxPrincipalBytes ||
+        !std::all_of(name.begin(), name.end(), [](unsigned char c) { return c > ' ' && c <= '~'; }))
+      return Status::invalid(where + ": a key's name must be at most " + std::to_string(runtime::kMaxPrincipalBytes) +
+                             " bytes of printable ASCII (it is the scheduler's principal for the key's requests)");
     for (const auto& [k, n] : keys.keys_)
       if (k == key) return Status::invalid(where + ": the key of " + n + " again");
     keys.keys_.emplace_back(key, name.empty() ? "key-" + std::to_string(line_no) : name);

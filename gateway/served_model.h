@@ -27,10 +27,12 @@ struct ServedModel {
 [[nodiscard]] Result<ServedModel> load_served_model(const std::string& path, const std::string& name);
 
 // Bearer keys: a file of lines "KEY [NAME]" ('#' starts a comment); NAME (default key-N, N its
-// line) is the caller's identity in the access log.
+// line) is the caller's identity in the access log and the scheduler's principal for its
+// requests (per-principal limits and priority ranges).
 class ApiKeys {
  public:
-  // Errors: an unreadable file, a key shorter than 16 characters, a key listed twice, no key.
+  // Errors: an unreadable file, a key shorter than 16 characters, a name longer than
+  // kMaxPrincipalBytes or not printable ASCII, a key listed twice, no key.
   [[nodiscard]] static Result<ApiKeys> load(const std::string& path);
   bool empty() const { return keys_.empty(); }
   // The name of the key in an Authorization header value ("Bearer KEY"); nullptr when the

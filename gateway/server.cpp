@@ -455,7 +455,8 @@ void Session<Stream>::completion(ApiKind kind, const std::string& body) {
                                               : "the service is not ready (the scheduler has no workers yet, or "
                                                 "does not answer)",
                                   "service_unavailable"});
-  if (principal_.empty()) principal_ = parsed.request.user.substr(0, 64);
+  // The scheduler counts its per-client limits per principal: the API key's name, else `user`.
+  if (principal_.empty()) principal_ = principal_of_user(parsed.request.user);
   call_ = std::make_unique<Call>();
   Call& c = *call_;
   c.session = this->shared_from_this();
@@ -526,6 +527,7 @@ void Session<Stream>::submit() {
   for (size_t i = 0; i < c.request.requests.size(); ++i) {
     GenerateRequest r = std::move(c.request.requests[i]);
     r.id = c.ids[i];
+    r.principal = principal_;
     r.stream = c.request.stream;
     g_.client->generate(std::move(r),
                         [feed = c.feed, i = static_cast<uint32_t>(i)](const Event& e) { feed->push(i, e); });

@@ -29,6 +29,8 @@ inline constexpr bool protocol_version_served(uint32_t version) {
 // prompt's: a text, or a conversation's messages and tools together.
 inline constexpr size_t kMaxRequestIdBytes = 256;
 inline constexpr size_t kMaxPromptBytes = size_t{1} << 20;
+// A Submit's principal (whom a proxy sends it for): at most this many bytes of printable ASCII.
+inline constexpr size_t kMaxPrincipalBytes = 128;
 
 // The largest message the client library accepts from the scheduler (its socket's
 // ZMQ_MAXMSGSIZE: a larger one drops the connection). The scheduler sends events in messages

@@ -39,7 +39,7 @@ bool parse_priority(const std::string& word, Credential& c) {
 
 }  // namespace
 
-Result<AllowList> AllowList::load(const std::string& path, const std::string& flag) {
+Result<AllowList> AllowList::load(const std::string& path, const std::string& flag, Of of) {
   std::ifstream f(path);
   if (!f) return Status::invalid(flag + ": cannot read " + path);
   AllowList list;
@@ -50,21 +50,52 @@ Result<AllowList> AllowList::load(const std::string& path, const std::string& fl
     std::vector<std::string> words;
     for (std::string w; in >> w && w[0] != '#';) words.push_back(std::move(w));
     if (words.empty()) continue;
-    const std::string where = flag + ": " + path + " line " + std::to_string(n);
-    if (!is_key(words[0]))
-      return Status::invalid(where + ": the first word is not a Z85 public key (40 characters, as in NAME.pub)");
-    if (words.size() < 2) return Status::invalid(where + ": a key needs a name after it");
-    Credential c{words[1]};
-    if (words.size() > 2 && !parse_priority(words[2], c))
-      return Status::invalid(where + ": expected priority=LO..HI (integers, LO <= HI) after the name");
-    if (words.size() > 3) return Status::invalid(where + ": unexpected text after the name and the priority range");
-    if (list.key_by_name_.count(c.name)) return Status::invalid(where + ": the name " + c.name + " is listed twice");
-    if (list.by_key_.count(words[0])) return Status::invalid(where + ": this key is listed twice");
-    list.key_by_name_.emplace(c.name, words[0]);
-    list.by_key_.emplace(words[0], std::move(c));
+    TANDEM_RETURN_IF_ERROR(list.add_line(words, flag + ": " + path + " line " + std::to_string(n), of));
   }
   if (f.bad()) return Status::invalid(flag + ": error reading " + path);
   return list;
+}
+
+Status AllowList::add_line(const std::vector<std::string>& words, const std::string& where, Of of) {
+  const bool clients = of == Of::kClients;
+  if (clients && words[0] == "principal") {
+    if (words.size() < 2) return Status::invalid(where + ": a principal line needs a name after `principal`");
+    Credential c{words[1]};
+    if (words.size() < 3 || !parse_priority(words[2], c))
+      return Status::invalid(where + ": expected priority=LO..HI (integers, LO <= HI) after the principal's name");
+    if (words.size() > 3) return Status::invalid(where + ": unexpected text after the principal's priority range");
+    if (principals_.count(c.name)) return Status::invalid(where + ": the principal " + c.name + " is listed twice");
+    principals_.emplace(c.name, std::move(c));
+    return Status::ok();
+  }
+  if (!is_key(words[0]))
+    return Status::invalid(where + ": the first word is not a Z85 public key (40 characters, as in NAME.pub)" +
+                           (clients ? " nor `principal`" : ""));
+  if (words.size() < 2) return Status::invalid(where + ": a key needs a name after it");
+  Credential c{words[1]};
+  bool ranged = false;
+  for (size_t i = 2; i < words.size(); ++i) {
+    if (clients && words[i] == "proxy" && !c.proxy) {
+      c.proxy = true;
+    } else if (words[i].rfind("priority=", 0) == 0 && !ranged) {
+      if (!parse_priority(words[i], c))
+        return Status::invalid(where + ": expected priority=LO..HI (integers, LO <= HI) after the name");
+      ranged = true;
+    } else {
+      return Status::invalid(where + ": unexpected text after the name (a key takes priority=LO..HI" +
+                             (clients ? " and proxy, once each)" : " once; proxy only in a client list)"));
+    }
+  }
+  if (key_by_name_.count(c.name)) return Status::invalid(where + ": the name " + c.name + " is listed twice");
+  if (by_key_.count(words[0])) return Status::invalid(where + ": this key is listed twice");
+  key_by_name_.emplace(c.name, words[0]);
+  by_key_.emplace(words[0], std::move(c));
+  return Status::ok();
+}
+
+const Credential* AllowList::find_principal(const std::string& name) const {
+  auto it = principals_.find(name);
+  return it == principals_.end() ? nullptr : &it->second;
 }
 
 const Credential* AllowList::find_key(const std::string& z85) const {

@@ -13,37 +13,50 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "runtime/event_loop.h"
 #include "runtime/status.h"
 
 namespace tandem::runtime {
 
-// One line of an allow-list: a key's name and what it may do.
+// One line of an allow-list: a key's name and what it may do (or a principal's range).
 struct Credential {
   std::string name;
   // The Submit.priority range this credential may use (client lists, `priority=LO..HI`).
   int32_t min_priority = std::numeric_limits<int32_t>::min();
   int32_t max_priority = std::numeric_limits<int32_t>::max();
+  // A proxy (client lists, `proxy`): may send requests for others (Submit.principal).
+  bool proxy = false;
   bool has_priority_range() const {
     return min_priority != std::numeric_limits<int32_t>::min() || max_priority != std::numeric_limits<int32_t>::max();
   }
 };
 
-// An allow-list file: one credential a line, `KEY NAME [priority=LO..HI]` (KEY: a Z85 public key,
-// the text of NAME.pub); a word starting with `#` starts a comment (a Z85 key may contain `#`
-// but never starts with it), blank lines are skipped. Names are unique.
+// An allow-list file: one credential a line, `KEY NAME [priority=LO..HI] [proxy]` (KEY: a Z85
+// public key, the text of NAME.pub; the options in any order); in a client list also
+// `principal NAME priority=LO..HI`: the range of requests a proxy sends for principal NAME (a
+// Z85 key is never the word `principal`: it has 40 characters). A word starting with `#` starts
+// a comment (a Z85 key may contain `#` but never starts with it), blank lines are skipped.
+// Names are unique among keys, and among principals.
 class AllowList {
  public:
+  enum class Of { kWorkers, kClients };  // `proxy` and principal lines: client lists only
   // Errors name the file and line, never a key. `flag` prefixes them ("--worker-keys").
-  [[nodiscard]] static Result<AllowList> load(const std::string& path, const std::string& flag);
+  [[nodiscard]] static Result<AllowList> load(const std::string& path, const std::string& flag, Of of);
   const Credential* find_key(const std::string& z85) const;
   const Credential* find_name(const std::string& name) const;
+  const Credential* find_principal(const std::string& name) const;  // a `principal` line
   size_t size() const { return by_key_.size(); }
+  size_t principals() const { return principals_.size(); }
 
  private:
+  // One line's words (no comment): a key's or a principal's; the error names `where`.
+  [[nodiscard]] Status add_line(const std::vector<std::string>& words, const std::string& where, Of of);
+
   std::unordered_map<std::string, Credential> by_key_;
   std::unordered_map<std::string, std::string> key_by_name_;
+  std::unordered_map<std::string, Credential> principals_;
 };
 
 class ZapHandler {

@@ -185,9 +185,10 @@ class Actor final : public Sink {
     std::shared_ptr<const runtime::AllowList> lists[2];
     const std::string* paths[2] = {&options_.worker_keys, &options_.client_keys};
     const char* flags[2] = {"--worker-keys", "--client-keys"};
+    const runtime::AllowList::Of of[2] = {runtime::AllowList::Of::kWorkers, runtime::AllowList::Of::kClients};
     for (int i = 0; i < 2; ++i) {
       if (paths[i]->empty()) continue;
-      auto list = runtime::AllowList::load(*paths[i], flags[i]);
+      auto list = runtime::AllowList::load(*paths[i], flags[i], of[i]);
       if (!list) return list.status();
       lists[i] = std::make_shared<const runtime::AllowList>(std::move(list.value()));
     }
@@ -199,8 +200,8 @@ class Actor final : public Sink {
       else
         zap_->allow_any(domain);
     }
-    spdlog::info("scheduler: allow-lists: {} worker keys, {} client keys", describe(worker_keys_),
-                 describe(client_keys_));
+    spdlog::info("scheduler: allow-lists: {} worker keys, {} client keys, {} principal ranges", describe(worker_keys_),
+                 describe(client_keys_), client_keys_ ? client_keys_->principals() : 0);
     return Status::ok();
   }
 
@@ -256,17 +257,29 @@ class Actor final : public Sink {
     flush();
   }
 
-  // With --client-keys: the Submit's sender must still be listed, and its priority in range.
-  // Empty: admitted; else the refusal's message (naming the range, never another key).
+  // With --client-keys: the Submit's sender must still be listed, a principal only sent by a
+  // `proxy` key, and the priority in the key's range and in its principal's (a `principal`
+  // line). Without the list anyone may name a principal: it is a label. Empty: admitted; else
+  // the refusal's message (naming the range, never another key).
   std::pair<v1::ErrorCode, std::string> check_credential(const zmq::message_t& frame, const v1::Submit& s) const {
     if (!client_keys_) return {v1::ERROR_CODE_UNSPECIFIED, {}};
     const runtime::Credential* c = client_keys_->find_name(runtime::sender_of(frame));
     if (!c)
       return {v1::ERROR_CODE_PERMISSION_DENIED, "this client's key is no longer on the scheduler's client allow-list"};
-    if (s.priority() >= c->min_priority && s.priority() <= c->max_priority) return {v1::ERROR_CODE_UNSPECIFIED, {}};
-    return {v1::ERROR_CODE_INVALID_ARGUMENT,
-            "priority " + std::to_string(s.priority()) + " is outside the range this client's key allows: " +
-                std::to_string(c->min_priority) + ".." + std::to_string(c->max_priority)};
+    if (!s.principal().empty() && !c->proxy)
+      return {v1::ERROR_CODE_PERMISSION_DENIED,
+              "principal: only a proxy may send requests for a principal, and this client's key is not listed with "
+              "`proxy` in the scheduler's --client-keys"};
+    const auto outside = [&](const runtime::Credential& range, const std::string& whose) {
+      if (s.priority() >= range.min_priority && s.priority() <= range.max_priority) return std::string();
+      return "priority " + std::to_string(s.priority()) + " is outside the range " + whose +
+             " allows: " + std::to_string(range.min_priority) + ".." + std::to_string(range.max_priority);
+    };
+    std::string why = outside(*c, "this client's key");
+    if (const runtime::Credential* p = s.principal().empty() ? nullptr : client_keys_->find_principal(s.principal());
+        p && why.empty())
+      why = outside(*p, "principal '" + s.principal() + "'");
+    return {why.empty() ? v1::ERROR_CODE_UNSPECIFIED : v1::ERROR_CODE_INVALID_ARGUMENT, why};
   }
 
   // ActorHarness: the handlers the sockets call, fed directly, and the loop's clock and context.
@@ -313,9 +326,9 @@ class Actor final : public Sink {
       const FinalEvent& f = *events.final;
       spdlog::debug(
           "scheduler: request {} finished: {} {} prompt {} completion {} queue {:.1f} ms ttft {:.1f} ms total {:.1f} "
-          "ms",
+          "ms principal {}",
           events.request_id, v1::FinishReason_Name(f.finish_reason), f.error_message, f.prompt_tokens,
-          f.completion_tokens, f.queue_ms, f.ttft_ms, f.total_ms);
+          f.completion_tokens, f.queue_ms, f.ttft_ms, f.total_ms, f.principal.empty() ? "-" : f.principal);
     }
     events_wire_.Clear();
     to_proto(events, events_wire_);
@@ -420,9 +433,12 @@ class Actor final : public Sink {
         if (spdlog::should_log(spdlog::level::debug)) {
           const v1::Submit& s = client_msg_.submit();
           spdlog::debug(
-              "scheduler: submit {}: {} prompt {}, max_tokens {}, temperature {}, top_k {}, top_p {}, seed {}, "
-              "stops {}+{}, stream {}, priority {}, timeout {} ms",
+              "scheduler: submit {} (principal {}): {} prompt {}, max_tokens {}, temperature {}, top_k {}, top_p {}, "
+              "seed {}, stops {}+{}, stream {}, priority {}, timeout {} ms",
               s.request_id(),
+              s.principal().empty()            ? "-"
+              : check_principal(s.principal()) ? s.principal()
+                                               : "(invalid)",
               s.has_chat()   ? "messages"
               : s.has_text() ? "text"
                              : "tokens",

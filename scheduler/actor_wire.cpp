@@ -28,6 +28,8 @@ void to_proto(const StepPlan& plan, v1::StepPlan& out) {
     o.mutable_history()->Add(s.history.begin(), s.history.end());
     o.mutable_tail_blocks()->Add(s.tail_blocks.begin(), s.tail_blocks.end());
     o.set_prompt_len(s.prompt_len);
+    o.set_request_id(s.request_id);
+    o.set_principal(s.principal);
   }
   out.mutable_release()->Add(plan.release.begin(), plan.release.end());
 }
@@ -49,6 +51,8 @@ void from_proto(const v1::StepPlan& plan, StepPlan& out) {
     assign(o.history(), s.history);
     assign(o.tail_blocks(), s.tail_blocks);
     s.prompt_len = o.prompt_len();
+    s.request_id = o.request_id();
+    s.principal = o.principal();
   }
   assign(plan.release(), out.release);
 }
@@ -64,6 +68,8 @@ void to_proto(const Command& command, v1::SchedulerCommand& out) {
     o.set_nonce(e->nonce);
     o.set_positions(e->positions);
     o.set_sender_public_key(e->sender_public_key);
+    o.set_request_id(e->request_id);
+    o.set_principal(e->principal);
     o.set_scheduler_epoch(e->scheduler_epoch);
     return;
   }
@@ -82,8 +88,8 @@ void to_proto(const Command& command, v1::SchedulerCommand& out) {
 bool from_proto(const v1::SchedulerCommand& command, Command& out) {
   if (command.has_kv_expect()) {
     const v1::KvExpect& o = command.kv_expect();
-    KvExpect e{o.transfer_id(), o.seq_id(),           o.nonce(), o.scheduler_epoch(), {}, {},
-               o.positions(),   o.sender_public_key()};
+    KvExpect e{o.transfer_id(),       o.seq_id(),     o.nonce(),    o.scheduler_epoch(), {}, {}, o.positions(),
+               o.sender_public_key(), o.request_id(), o.principal()};
     assign(o.blocks(), e.blocks);
     assign(o.tail_blocks(), e.tail_blocks);
     out = std::move(e);

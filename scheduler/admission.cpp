@@ -94,6 +94,19 @@ Status admit_stops(const v1::Submit& submit, const AdmissionLimits& limits, Requ
 
 }  // namespace
 
+Status check_principal(const std::string& principal) {
+  if (principal.size() > runtime::kMaxPrincipalBytes)
+    return Status::invalid("principal: " + str(principal.size()) + " bytes, at most " +
+                           str(runtime::kMaxPrincipalBytes));
+  for (size_t i = 0; i < principal.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(principal[i]);
+    if (c < 0x20 || c > 0x7e)
+      return Status::invalid("principal: byte " + str(c) + " at position " + str(i) +
+                             " is not printable ASCII (0x20..0x7e)");
+  }
+  return Status::ok();
+}
+
 size_t max_client_message_bytes(const AdmissionLimits& limits) {
   constexpr size_t kFraming = 1024;  // version, scalars, sampling, tags, lengths, CurveZMQ's overhead
   constexpr size_t kVarint = 5;      // an int32 token id below 2^31, or a length, at most
@@ -103,7 +116,8 @@ size_t max_client_message_bytes(const AdmissionLimits& limits) {
   const size_t stop_strings = kMaxStopStrings * (kMaxStopStringBytes + 6);
   // An entry: its tag and length, the token's tag and varint, the bias's tag and 4 bytes.
   const size_t logit_bias = model::kMaxLogitBias * (2 + 1 + kVarint + 1 + 4);
-  return kFraming + limits.max_request_id_bytes + std::max(text, tokens) + stop_sequences + stop_strings + logit_bias;
+  return kFraming + limits.max_request_id_bytes + runtime::kMaxPrincipalBytes + std::max(text, tokens) +
+         stop_sequences + stop_strings + logit_bias;
 }
 
 Result<RequestSpec> admit_fields(const v1::Submit& submit, const AdmissionLimits& limits) {
@@ -116,6 +130,8 @@ Result<RequestSpec> admit_fields(const v1::Submit& submit, const AdmissionLimits
                            str(limits.max_request_id_bytes));
   }
   spec.id = submit.request_id();
+  TANDEM_RETURN_IF_ERROR(check_principal(submit.principal()));
+  spec.principal = submit.principal();
 
   TANDEM_RETURN_IF_ERROR(admit_prompt(submit, limits, spec));
 

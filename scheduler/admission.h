@@ -29,6 +29,7 @@ struct AdmissionLimits {
 // the bounds above and in stops.h and prompt.h), in bytes: the client socket's ZMQ_MAXMSGSIZE.
 // Every field at its bound, with protobuf's framing at its largest:
 //   framing (1 KiB: the version, the scalars, sampling, tags, CurveZMQ's 33 bytes) + request_id
+//   + principal (kMaxPrincipalBytes)
 //   + max(text or conversation: max_prompt_bytes + kMaxChatMessages x 36 bytes of framing,
 //         token ids: (context_length - 1) x 5 bytes)
 //   + stop_token_sequences: kMaxStopSequences x (kMaxStopSequenceTokens x 5 + 12)
@@ -40,6 +41,7 @@ size_t max_client_message_bytes(const AdmissionLimits& limits);
 // A validated request, in native types. Everything the scheduler needs and nothing else.
 struct RequestSpec {
   std::string id;
+  std::string principal;                    // whom a proxy sent it for ("" = the client itself)
   std::vector<int32_t> prompt;              // tokenized; BOS included when asked
   std::optional<PromptInput> prompt_input;  // text or a conversation still to tokenize (then prompt is empty)
   bool chat = false;                        // the prompt is a conversation (errors say so)
@@ -58,6 +60,7 @@ struct RequestSpec {
 // Checks every field; the error (kInvalidArgument) names the first bad one, its message
 // starting with the field:
 //   request_id empty / longer than max_request_id_bytes;
+//   principal longer than kMaxPrincipalBytes / not printable ASCII (check_principal);
 //   prompt missing (neither text nor tokens) / empty (text "" or no tokens; an empty text
 //   is empty even though it would encode to BOS alone) / text longer than max_prompt_bytes /
 //   a conversation of more than kMaxChatMessages messages or more than max_prompt_bytes /
@@ -80,6 +83,10 @@ struct RequestSpec {
 // Everything else is copied as is; note proto3's `stream` defaults to false.
 // A conversation (`chat`) is rendered with the renderer's template; the errors are
 // PromptRenderer::render's, and a rendered prompt too long for the context says so.
+// A Submit's principal: at most kMaxPrincipalBytes bytes of printable ASCII (so it can be
+// logged as is); the error names the field.
+[[nodiscard]] Status check_principal(const std::string& principal);
+
 Result<RequestSpec> admit(const v1::Submit& submit, const PromptRenderer& renderer, const AdmissionLimits& limits);
 Result<RequestSpec> admit(const v1::Submit& submit, const model::Tokenizer& tokenizer, const AdmissionLimits& limits);
 

@@ -25,6 +25,7 @@ struct Core::Placement {
 
 struct Core::Request {
   std::string client, key;
+  std::string account;  // its key in live_per_account_ (account())
   RequestSpec spec;
   std::vector<int32_t> tokens;  // the sequence so far: prompt, then generated tokens
   uint32_t prompt_len = 0;
@@ -114,6 +115,8 @@ std::string Core::key(const std::string& client, const std::string& id) {
   k.append(id);
   return k;
 }
+
+std::string Core::account(const std::string& client, const std::string& principal) { return key(client, principal); }
 
 uint32_t Core::running() const {
   uint32_t n = 0;
@@ -215,10 +218,13 @@ bool Core::refuse_unservable(const std::string& client, const std::string& k, co
   if (requests_.count(k)) {
     reject(client, spec.id, v1::ERROR_CODE_INVALID_ARGUMENT,
            "request_id: '" + spec.id + "' is already in use by a live request of this client");
-  } else if (auto live = live_per_client_.find(client); config_.max_client_requests && live != live_per_client_.end() &&
-                                                        live->second >= config_.max_client_requests) {
+  } else if (auto live = live_per_account_.find(account(client, spec.principal));
+             config_.max_client_requests && live != live_per_account_.end() &&
+             live->second >= config_.max_client_requests) {
+    const std::string who = spec.principal.empty() ? "this client" : "principal '" + spec.principal + "'";
     reject(client, spec.id, v1::ERROR_CODE_OVERLOADED,
-           "this client has " + std::to_string(live->second) + " live requests, the most one client may have (" +
+           who + " has " + std::to_string(live->second) +
+               " live requests, the most one client or principal may have (" +
                std::to_string(config_.max_client_requests) + "); retry when some have ended");
   } else if (queued() >= config_.max_queue) {
     reject(client, spec.id, v1::ERROR_CODE_OVERLOADED,
@@ -316,6 +322,7 @@ Core::Request& Core::add_request(const std::string& client, const std::string& k
   auto r = std::make_unique<Request>(renderer_.tokenizer());
   r->client = client;
   r->key = k;
+  r->account = account(client, spec.principal);
   r->spec = std::move(spec);
   r->arrival_us = now_us;
   r->deadline_us = r->spec.timeout_ms ? now_us + int64_t{r->spec.timeout_ms} * 1000 : 0;
@@ -323,7 +330,7 @@ Core::Request& Core::add_request(const std::string& client, const std::string& k
   r->held.request_id = r->spec.id;
   Request& raw = *r;
   requests_[k] = std::move(r);
-  ++live_per_client_[client];
+  ++live_per_account_[raw.account];
   return raw;
 }
 
@@ -442,11 +449,12 @@ void Core::finish(Request& r, v1::FinishReason reason, v1::ErrorCode code, const
   f.queue_ms = (scheduled - r.arrival_us) / 1e3;
   f.ttft_ms = r.first_token_us >= 0 ? (r.first_token_us - r.arrival_us) / 1e3 : 0.0;
   f.total_ms = (now_us - r.arrival_us) / 1e3;
+  f.principal = r.spec.principal;
   record_end(r, reason, code, scheduled, now_us);
   sink_.send_events(r.client, *out);
   ++stats_.finished;
-  if (auto it = live_per_client_.find(r.client); it != live_per_client_.end() && --it->second == 0)
-    live_per_client_.erase(it);
+  if (auto it = live_per_account_.find(r.account); it != live_per_account_.end() && --it->second == 0)
+    live_per_account_.erase(it);
   requests_.erase(r.key);  // destroys r
 }
 
@@ -594,6 +602,8 @@ void Core::plan_tokens(Worker& w, Placement& p, Request& r, uint32_t n, std::vec
     if (r.fed > 0) s.history.assign(r.tokens.begin(), r.tokens.begin() + r.fed);
     const std::span<const int32_t> tail = w.kv.tail(p.kv);
     s.tail_blocks.assign(tail.begin(), tail.end());
+    s.request_id = r.spec.id;
+    s.principal = r.spec.principal;
     p.appeared = true;
   }
   r.fed += n;
@@ -887,6 +897,8 @@ bool Core::start_handoff(Request& r, int64_t now_us) {
   if (auto sender = workers_.find(src.worker_id); sender != workers_.end())
     e.sender_public_key = sender->second->kv_sender_key;
   e.seq_id = dp->seq_id;
+  e.request_id = r.spec.id;
+  e.principal = r.spec.principal;
   const std::span<const int32_t> blocks = best->kv.blocks(dp->kv), tail = best->kv.tail(dp->kv);
   e.blocks.assign(blocks.begin(), blocks.end());
   e.tail_blocks.assign(tail.begin(), tail.end());

@@ -32,8 +32,10 @@ namespace tandem::scheduler {
 
 struct SchedulerConfig {
   uint32_t max_queue = 4096;  // waiting requests; past it a submit gets OVERLOADED
-  // Live (queued, tokenizing or running) requests of one client; past it that client's submit
-  // gets OVERLOADED while others are served. 0: no limit but max_queue.
+  // Live (queued, tokenizing or running) requests of one client, or of one principal a proxy
+  // client sends them for (Submit.principal; the proxy's requests without one count as its
+  // own); past it that client's (principal's) submit gets OVERLOADED while others are served.
+  // 0: no limit but max_queue.
   uint32_t max_client_requests = 1024;
   uint32_t max_batch_tokens = 512;  // tokens per step (decodes count one each)
   uint32_t prefill_chunk = 256;     // prompt tokens of one sequence per step
@@ -243,6 +245,9 @@ class Core {
   void detach(Request& r);
   void retire(Placement& p);
   static std::string key(const std::string& client, const std::string& id);
+  // What max_client_requests counts per: the client, and each principal a proxy client names
+  // ("client\0principal": a principal holds no NUL, so no two pairs share a key).
+  static std::string account(const std::string& client, const std::string& principal);
   // 64 bits from the kernel's CSPRNG: a KV transfer's nonce (a peer that did not see its
   // KvExpect cannot guess it) and the first transfer id.
   static uint64_t random_u64();
@@ -267,7 +272,8 @@ class Core {
   std::vector<Request*> handoffs_waiting_;  // prefill done, no decode worker with room yet
   std::map<uint32_t, std::unique_ptr<Worker>> workers_;
   std::unordered_map<std::string, std::unique_ptr<Request>> requests_;  // by key(client, id)
-  std::unordered_map<std::string, uint32_t> live_per_client_;           // requests_ per client
+  // requests_ per account: a client's own, and each principal's it sent (max_client_requests).
+  std::unordered_map<std::string, uint32_t> live_per_account_;
   std::unordered_map<uint64_t, std::unique_ptr<Placement>> by_seq_;
   RequestEvents events_;  // reused for every event message: no allocation per token
   StepPlan plan_;

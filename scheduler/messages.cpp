@@ -14,6 +14,8 @@ void SeqPlan::clear() {
   history.clear();
   tail_blocks.clear();
   prompt_len = 0;
+  request_id.clear();
+  principal.clear();
 }
 
 SeqPlan& StepPlan::add_seq() {

@@ -24,14 +24,15 @@ struct SeqPlan {
   uint32_t start_pos = 0;
   std::vector<int32_t> new_blocks;
   bool sample = false;
-  // The sequence's first appearance on the worker: sampling, logprobs, history,
-  // tail_blocks and prompt_len are set (on the wire, sampling is present only then).
+  // The sequence's first appearance on the worker: sampling, logprobs, history, tail_blocks,
+  // prompt_len, request_id and principal are set (on the wire, sampling is present only then).
   bool first = false;
   model::SamplingParams sampling;
   bool logprobs = false;
   std::vector<int32_t> history, tail_blocks;
   uint32_t prompt_len = 0;
-  void clear();  // keeps the vectors' capacity
+  std::string request_id, principal;  // for the worker's log line only
+  void clear();                       // keeps the vectors' capacity
 };
 
 // One step for one worker (v1::StepPlan; its epoch is the actor's).
@@ -55,6 +56,7 @@ struct KvExpect {
   std::vector<int32_t> blocks, tail_blocks;
   uint32_t positions = 0;
   std::string sender_public_key;
+  std::string request_id{}, principal{};  // for the decode worker's log line only
 };
 
 // A prefill worker sends a sequence's KV (v1::KvSend; epoch is the actor's).
@@ -114,7 +116,8 @@ struct FinalEvent {
   bool accounted = false;
   uint32_t prompt_tokens = 0, completion_tokens = 0, cached_prompt_tokens = 0;
   double queue_ms = 0, ttft_ms = 0, total_ms = 0;
-  std::string text;  // bytes held back until the end
+  std::string text;       // bytes held back until the end
+  std::string principal;  // whom the request was for: the actor's log line only, not on the wire
 };
 
 // What one request's client is told (v1::RequestEvents).

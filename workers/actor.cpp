@@ -255,6 +255,7 @@ class Actor {
         x.sender = e.sender_public_key();
         x.blocks.assign(e.blocks().begin(), e.blocks().end());
         x.tail.assign(e.tail_blocks().begin(), e.tail_blocks().end());
+        log_request(e.seq_id(), e.request_id(), e.principal(), "handed over");
         // Every transfer held under this id, until one is taken (a forged one may be among them).
         for (;;) {
           auto early =
@@ -289,6 +290,15 @@ class Actor {
     spdlog::error("worker: step {} failed: {}", step_id, message);
   }
 
+  // A sequence's first line (debug, as request ids are: docs/SECURITY.md, Logs): the client's
+  // request id and principal, so that one grep of the id joins gateway, scheduler and worker.
+  static void log_request(uint64_t seq_id, const std::string& request_id, const std::string& principal,
+                          const char* how) {
+    if (request_id.empty()) return;  // an older scheduler
+    spdlog::debug("worker: sequence {} {}: request {} principal {}", seq_id, how, request_id,
+                  principal.empty() ? "-" : principal);
+  }
+
   // Takes the plan's sequences into steps_: block tables, tails, the tokens each feeds (or its
   // last sampled token). false: the plan is bad and the step failed (fail_step said why).
   bool stage(const v1::StepPlan& plan) {
@@ -320,6 +330,7 @@ class Actor {
       // A prompt whose prefix is in shared cached blocks: its tokens come as history.
       if (fresh && sp.history_size() > 0) seq.tokens.assign(sp.history().begin(), sp.history().end());
       if (fresh) seq.tail.assign(sp.tail_blocks().begin(), sp.tail_blocks().end());
+      if (fresh) log_request(sp.seq_id(), sp.request_id(), sp.principal(), "placed");
       seq.blocks.insert(seq.blocks.end(), sp.new_blocks().begin(), sp.new_blocks().end());
       std::vector<int32_t>& feed = feeds_[i];
       feed.assign(sp.tokens().begin(), sp.tokens().end());

@@ -1074,6 +1074,102 @@ TEST(Gateway, ApiKeysAreRequiredAndNameTheCallerInTheAccessLog) {
   EXPECT_NE(g.log().find("principal=key-3"), std::string::npos) << g.log();
 }
 
+// Live (queued or running) requests of the deployment, once there are `want` (or after 10 s).
+uint32_t live_requests(Client& client, uint32_t want) {
+  uint32_t live = 0;
+  for (int i = 0; i < 1000 && live != want; ++i) {
+    if (auto st = client.status()) live = st->queued + st->running;
+    if (live != want) std::this_thread::sleep_for(10ms);
+  }
+  return live;
+}
+
+// Issue #17: the gateway is one client to the scheduler; it names each API key's caller as the
+// request's principal, so the scheduler's per-client limit (here 2 live requests) holds per key:
+// alice at her limit is refused (429) while bob, through the same gateway, is still admitted.
+// The worker is stopped meanwhile (SIGSTOP), so that admitted requests stay live.
+TEST(Gateway, TwoApiKeysAreTwoPrincipalsEachWithItsOwnClientLimit) {
+  test::Deployment d({"--workers", "1", "--threads", "1", "--max-client-requests", "2", "--heartbeat-ms", "4000"});
+  ASSERT_TRUE(d.ok());
+  const std::string keys = test::temp_dir() + "/keys";
+  std::ofstream(keys) << "sk-alice-0123456789 alice\nsk-bob-0123456789ab bob\n";
+  GatewayProcess g(d.endpoint(), test::model_file("tiny", 1), {"--api-key-file", keys});
+  ClientOptions o;
+  o.endpoint = d.endpoint();
+  auto client = Client::connect(o).value();
+  auto st = client->status();
+  ASSERT_TRUE(st && st->workers.size() == 1u);
+  const pid_t worker = static_cast<pid_t>(st->workers[0].pid);
+  const std::string body = "{\"prompt\":\"a\",\"max_tokens\":4}";
+  auto start = [&](const std::string& key) {
+    const int fd = connect_to(g.port());
+    EXPECT_TRUE(send_all(
+        fd, post_request("/v1/completions", body, "Authorization: Bearer " + key + "\r\nConnection: close\r\n")));
+    return fd;
+  };
+
+  ASSERT_EQ(test::signal_one(worker, SIGSTOP), 0);
+  std::vector<int> held = {start("sk-alice-0123456789"), start("sk-alice-0123456789")};
+  EXPECT_EQ(live_requests(*client, 2), 2u);
+  const Reply third = http(g.port(), "POST", "/v1/completions", body, "Authorization: Bearer sk-alice-0123456789\r\n");
+  EXPECT_EQ(third.status, 429) << third.body;
+  EXPECT_NE(third.body.find("principal 'alice' has 2 live requests"), std::string::npos) << third.body;
+  held.push_back(start("sk-bob-0123456789ab"));
+  EXPECT_EQ(live_requests(*client, 3), 3u) << "bob's request was refused: the limit counted alice's for him";
+  pollfd p{held.back(), POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 200), 0) << "bob got an answer while the worker was stopped: " << read_all(held.back());
+
+  ASSERT_EQ(test::signal_one(worker, SIGCONT), 0);
+  for (int fd : held) {
+    const Reply r = parse_reply(read_all(fd));
+    EXPECT_EQ(r.status, 200) << r.body;
+    ::close(fd);
+  }
+  std::this_thread::sleep_for(100ms);
+  EXPECT_NE(g.log().find("\"POST /v1/completions\" 429 "), std::string::npos) << g.log();
+}
+
+// Issue #17: the gateway's request id (X-Request-Id) is the Submit's request id, and the
+// scheduler tells the worker which request a sequence serves, so one grep of the id finds the
+// gateway's access line, the scheduler's submit and finish lines and the worker's line, each
+// naming the caller (here the request's `user`, percent-encoded into the principal).
+TEST(Gateway, OneRequestIdFindsTheGatewaySchedulerAndWorkerLogLines) {
+  const std::string logs = test::temp_dir() + "/logs";
+  std::string id, gateway_log;
+  {
+    test::Deployment d({"--workers", "1", "--threads", "1", "--log-dir", logs, "--log-level", "debug"});
+    ASSERT_TRUE(d.ok());
+    GatewayProcess g(d.endpoint(), test::model_file("tiny", 1));
+    const Reply r = http(g.port(), "POST", "/v1/completions",
+                         "{\"prompt\":\"a\",\"max_tokens\":3,\"priority\":2,\"user\":\"carol smith\"}");
+    ASSERT_EQ(r.status, 200) << r.body;
+    const size_t at = r.head.find("X-Request-Id: ");
+    ASSERT_NE(at, std::string::npos) << r.head;
+    id = r.head.substr(at + 14, r.head.find("\r\n", at) - at - 14);
+    ASSERT_EQ(id.rfind("req-", 0), 0u) << id;
+    std::this_thread::sleep_for(100ms);
+    gateway_log = g.log();
+  }  // stopped: the processes' debug lines are flushed
+  auto lines_with = [&](const std::string& text) {
+    std::string out;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);)
+      if (line.find(id) != std::string::npos) out += line + "\n";
+    return out;
+  };
+  const std::string gateway = lines_with(gateway_log);
+  const std::string scheduler = lines_with(test::slurp(logs + "/scheduler.log"));
+  const std::string worker = lines_with(test::slurp(logs + "/worker-0.log"));
+  EXPECT_NE(gateway.find("\"POST /v1/completions\" 200 "), std::string::npos) << gateway_log;
+  EXPECT_NE(gateway.find("principal=carol%20smith"), std::string::npos) << gateway;
+  EXPECT_NE(scheduler.find("submit " + id + " (principal carol%20smith)"), std::string::npos) << scheduler;
+  EXPECT_NE(scheduler.find("priority 2"), std::string::npos) << "vLLM's priority field: " << scheduler;
+  EXPECT_NE(scheduler.find("request " + id + " finished: FINISH_REASON_LENGTH"), std::string::npos) << scheduler;
+  EXPECT_NE(scheduler.find("principal carol%20smith\n"), std::string::npos) << scheduler;
+  EXPECT_NE(worker.find("placed: request " + id + " principal carol%20smith"), std::string::npos)
+      << test::slurp(logs + "/worker-0.log").substr(0, 4000);
+}
+
 // `tandem up --http` starts the gateway with the deployment and restarts it when it dies.
 TEST(Gateway, TandemUpHttpStartsTheGatewaySupervised) {
   const int port = test::free_port();

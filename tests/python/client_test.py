@@ -168,6 +168,16 @@ class ClientTest(unittest.TestCase):
             Client("")
         self.assertEqual(e.exception.code, "INVALID_ARGUMENT")
 
+    def test_a_principal_is_sent_and_checked(self):
+        # Without client keys any client may name a principal (a label for limits and logs).
+        fin = collect(self.c.generate([3, 4], max_tokens=2, principal="alice"))[2]
+        self.assertEqual(fin.reason, "length")
+        fin = collect(self.c.generate([3, 4], principal="p" * 129))[2]
+        self.assertEqual((fin.error_code, fin.error_message), ("INVALID_ARGUMENT", "principal: 129 bytes, at most 128"))
+        fin = collect(self.c.generate([3, 4], principal="tab\there"))[2]
+        self.assertEqual(fin.error_code, "INVALID_ARGUMENT")
+        self.assertIn("principal: byte 9 at position 3 is not printable ASCII", fin.error_message)
+
     def test_a_closed_client_ends_what_it_has_in_flight_and_refuses_more(self):
         c = Client(self.d.endpoint)
         s = c.generate(prompt_of(8, 6), max_tokens=400, ignore_eos=True)

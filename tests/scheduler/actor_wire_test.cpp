@@ -27,6 +27,8 @@ void expect_same(const SeqPlan& a, const SeqPlan& b) {
   EXPECT_EQ(a.logprobs, b.logprobs);
   EXPECT_EQ(a.history, b.history);
   EXPECT_EQ(a.tail_blocks, b.tail_blocks);
+  EXPECT_EQ(a.request_id, b.request_id);
+  EXPECT_EQ(a.principal, b.principal);
   EXPECT_EQ(a.sampling.temperature, b.sampling.temperature);
   EXPECT_EQ(a.sampling.top_k, b.sampling.top_k);
   EXPECT_EQ(a.sampling.top_p, b.sampling.top_p);
@@ -55,6 +57,8 @@ TEST(ActorWire, StepPlanRoundTrips) {
   first.logprobs = true;
   first.history.assign(32, 11);
   first.tail_blocks = {100, 101};
+  first.request_id = "req-0123456789abcdef";
+  first.principal = "alice";
   SeqPlan& decode = plan.add_seq();
   decode.seq_id = 8;
   decode.start_pos = 90;
@@ -80,6 +84,7 @@ TEST(ActorWire, ReusedPlanForgetsThePreviousOne) {
   s.tokens = {1, 2, 3};
   s.first = true;
   s.history = {4};
+  s.request_id = "r";
   plan.release = {5};
   plan.clear();
   EXPECT_TRUE(plan.seqs().empty());
@@ -87,11 +92,12 @@ TEST(ActorWire, ReusedPlanForgetsThePreviousOne) {
   const SeqPlan& again = plan.add_seq();
   EXPECT_TRUE(again.tokens.empty());
   EXPECT_TRUE(again.history.empty());
+  EXPECT_TRUE(again.request_id.empty());
   EXPECT_FALSE(again.first);
 }
 
 TEST(ActorWire, KvExpectRoundTrips) {
-  const KvExpect e{5, 6, 0xfeedfacecafebeefull, 77, {1, 2, 3}, {4}, 48, "sender-key"};
+  const KvExpect e{5, 6, 0xfeedfacecafebeefull, 77, {1, 2, 3}, {4}, 48, "sender-key", "req-1", "alice"};
   v1::SchedulerCommand wire;
   to_proto(Command(e), wire);
   ASSERT_TRUE(wire.has_kv_expect());
@@ -106,6 +112,8 @@ TEST(ActorWire, KvExpectRoundTrips) {
   EXPECT_EQ(b.tail_blocks, e.tail_blocks);
   EXPECT_EQ(b.positions, e.positions);
   EXPECT_EQ(b.sender_public_key, e.sender_public_key);
+  EXPECT_EQ(b.request_id, e.request_id);
+  EXPECT_EQ(b.principal, e.principal);
 }
 
 TEST(ActorWire, KvSendRoundTrips) {

@@ -226,6 +226,22 @@ TEST(Admission, LogitBiasAndPenalties) {
   EXPECT_EQ(error_of(s), "presence_penalty 2.5 is outside [-2, 2]");
 }
 
+TEST(Admission, Principal) {
+  v1::Submit s = valid();
+  s.set_principal(std::string(128, '~'));
+  auto spec = admit(s, tiny(), limits());
+  ASSERT_TRUE(spec) << spec.status().to_string();
+  EXPECT_EQ(spec->principal, std::string(128, '~'));
+  s.set_principal("alice smith@example.com");
+  EXPECT_EQ(error_of(s), "(admitted)");
+  s.set_principal(std::string(129, 'p'));
+  EXPECT_EQ(error_of(s), "principal: 129 bytes, at most 128");
+  s.set_principal("line\nbreak");
+  EXPECT_EQ(error_of(s), "principal: byte 10 at position 4 is not printable ASCII (0x20..0x7e)");
+  s.set_principal("caf\xc3\xa9");
+  EXPECT_EQ(error_of(s), "principal: byte 195 at position 3 is not printable ASCII (0x20..0x7e)");
+}
+
 TEST(Admission, PromptMissingOrEmpty) {
   v1::Submit s = valid();
   s.clear_prompt();
@@ -276,6 +292,7 @@ TEST(Admission, TheLargestSubmitFitsTheClientMessageBound) {
   m.set_version(1);
   v1::Submit& s = *m.mutable_submit();
   s.set_request_id(std::string(l.max_request_id_bytes, 'r'));
+  s.set_principal(std::string(runtime::kMaxPrincipalBytes, 'p'));
   v1::Chat* chat = s.mutable_chat();
   const size_t per = l.max_prompt_bytes / kMaxChatMessages / 5;
   for (size_t i = 0; i < kMaxChatMessages; ++i) {

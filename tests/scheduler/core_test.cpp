@@ -1004,6 +1004,40 @@ TEST(CoreFairness, OneClientsLiveRequestsAreBounded) {
   EXPECT_EQ(h.rec.finals["g5"].finish_reason(), v1::FINISH_REASON_LENGTH);
 }
 
+// Issue #17: a proxy (a gateway) names whom each request is for; max_client_requests counts per
+// principal, and the proxy's own requests (no principal) count as its own.
+TEST(CoreFairness, APrincipalsLiveRequestsAreBoundedApartFromItsProxys) {
+  SchedulerConfig sc;
+  sc.max_client_requests = 2;
+  Harness h(sc);
+  h.core->add_worker(1, 64, 16, h.now);
+  auto as = [&](const std::string& id, const std::string& principal) {
+    v1::Submit s = h.request(id, 4, 2);
+    s.set_principal(principal);
+    h.core->submit("gateway", s, h.now);
+  };
+  for (const char* id : {"a0", "a1", "a2"}) as(id, "alice");
+  for (const char* id : {"b0", "b1"}) as(id, "bob");
+  for (const char* id : {"g0", "g1", "g2"}) as(id, "");
+  for (const char* id : {"a2", "g2"}) {
+    ASSERT_EQ(h.rec.final_count[id], 1) << id;
+    EXPECT_EQ(h.rec.finals[id].error_code(), v1::ERROR_CODE_OVERLOADED);
+  }
+  EXPECT_NE(h.rec.finals["a2"].error_message().find("principal 'alice' has 2 live requests"), std::string::npos)
+      << h.rec.finals["a2"].error_message();
+  EXPECT_NE(h.rec.finals["g2"].error_message().find("this client has 2 live requests"), std::string::npos);
+  for (const char* id : {"a0", "a1", "b0", "b1", "g0", "g1"}) EXPECT_EQ(h.rec.final_count[id], 0) << id;
+  EXPECT_EQ(h.core->live_requests("gateway"), 6u);
+  h.core->tick(h.now);
+  h.drain();
+  for (const char* id : {"a0", "a1", "b0", "b1", "g0", "g1"})
+    EXPECT_EQ(h.rec.finals[id].finish_reason(), v1::FINISH_REASON_LENGTH) << id;
+  as("a3", "alice");  // her earlier ones ended: admitted
+  h.core->tick(h.now);
+  h.drain();
+  EXPECT_EQ(h.rec.finals["a3"].finish_reason(), v1::FINISH_REASON_LENGTH);
+}
+
 }  // namespace
 }  // namespace tandem::scheduler
 

@@ -63,7 +63,9 @@ class Keys {
 // `tandem scheduler` on tcp:// with CurveZMQ and allow-lists, stopped when the test ends.
 class Scheduler {
  public:
-  Scheduler(const Keys& keys, const std::string& worker_list, const std::string& client_list = "")
+  // `extra` flags come last (a flag given again takes its last value).
+  Scheduler(const Keys& keys, const std::string& worker_list, const std::string& client_list = "",
+            const std::vector<std::string>& extra = {})
       : client_("tcp://127.0.0.1:" + std::to_string(free_port())),
         worker_("tcp://127.0.0.1:" + std::to_string(free_port())),
         log_(temp_dir() + "/scheduler.out") {
@@ -72,6 +74,7 @@ class Scheduler {
                                      "--curve-keys",      keys.dir(),     "--worker-keys",     worker_list,
                                      "--heartbeat-ms",    kQuickHeartbeat};
     if (!client_list.empty()) argv.insert(argv.end(), {"--client-keys", client_list});
+    argv.insert(argv.end(), extra.begin(), extra.end());
     pid_ = spawn(argv, log_);
   }
   ~Scheduler() {
@@ -145,16 +148,24 @@ std::vector<uint32_t> registered(Client& c, size_t want, std::chrono::millisecon
   return pids;
 }
 
-FinalEvent generate(Client& c, int32_t priority = 0) {
+GenerateRequest request(int32_t priority, const std::string& principal = "") {
   GenerateRequest r;
   r.prompt_tokens = {5, 6, 7};
   r.max_tokens = 4;
   r.priority = priority;
-  auto s = c.generate(r);
+  r.principal = principal;
+  return r;
+}
+
+FinalEvent finish(Stream& s) {
   Event ev;
-  for (int i = 0; i < 64 && s->next(ev) && !ev.final; ++i) {
+  for (int i = 0; i < 64 && s.next(ev) && !ev.final; ++i) {
   }
   return ev.fin;
+}
+
+FinalEvent generate(Client& c, int32_t priority = 0, const std::string& principal = "") {
+  return finish(*c.generate(request(priority, principal)));
 }
 
 void write_file(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
@@ -267,6 +278,61 @@ TEST(Credentials, APriorityOutsideTheClientKeysRangeIsRefusedAndAnUnlistedClient
   EXPECT_FALSE(stranger->status(1s)) << "a client whose key is not listed was answered";
   auto anonymous = client_of(s, keys);
   EXPECT_FALSE(anonymous->status(1s)) << "a client without a key of its own was answered";
+}
+
+// Issue #17: a gateway is one client to the scheduler, so a key listed with `proxy` names, per
+// request, whom it sends it for (Submit.principal). max_client_requests counts per principal
+// (the proxy's own requests count as its own), a principal's `principal NAME priority=LO..HI`
+// line narrows the proxy key's range, and a key without `proxy` may not name one. The worker is
+// stopped (SIGSTOP) while requests are submitted, so that admitted ones stay live; a long
+// heartbeat keeps the scheduler from declaring it dead meanwhile.
+TEST(Credentials, AProxyKeysPrincipalsHaveEachTheClientLimitAndTheirOwnPriorityRange) {
+  Keys keys;
+  const std::string w1 = keys.make("w1"), gw = keys.make("gw"), c1 = keys.make("c1");
+  const std::string workers = temp_dir() + "/workers.allow", clients = temp_dir() + "/clients.allow";
+  write_file(workers, w1 + "\n");
+  write_file(clients, gw + " proxy priority=0..5\n" + c1 + "\nprincipal slow priority=0..1  # batch jobs\n");
+  Scheduler s(keys, workers, clients, {"--max-client-requests", "2", "--heartbeat-ms", "4000"});
+  Worker w(s, keys, "w1");
+  auto proxy = client_of(s, keys, keys.pair("gw"));
+  auto plain = client_of(s, keys, keys.pair("c1"));
+  ASSERT_EQ(registered(*proxy, 1, 30s).size(), 1u) << s.log();
+  EXPECT_EQ(generate(*proxy, 0, "alice").reason, FinishReason::kLength);
+
+  ASSERT_EQ(signal_one(w.pid(), SIGSTOP), 0);
+  std::vector<std::shared_ptr<Stream>> live;
+  for (const char* principal : {"alice", "alice", "", ""}) live.push_back(proxy->generate(request(0, principal)));
+  // Each refusal: its code, and what its message says.
+  auto expect_refused = [](const FinalEvent& f, Code code, const std::string& says, const char* why = "") {
+    EXPECT_EQ(f.code, code) << why << ": " << f.error_message;
+    EXPECT_NE(f.error_message.find(says), std::string::npos) << f.error_message;
+  };
+  expect_refused(generate(*proxy, 0, "alice"), Code::kOverloaded, "principal 'alice' has 2 live requests");
+  expect_refused(generate(*proxy), Code::kOverloaded, "this client has 2 live requests",
+                 "the proxy's own requests count as its own");
+  live.push_back(proxy->generate(request(0, "bob")));  // another principal through the same connection
+  live.push_back(proxy->generate(request(1, "slow")));
+  expect_refused(generate(*proxy, 2, "slow"), Code::kInvalidArgument,
+                 "outside the range principal 'slow' allows: 0..1");
+  expect_refused(generate(*proxy, 9, "bob"), Code::kInvalidArgument, "this client's key allows: 0..5");
+  expect_refused(generate(*plain, 0, "alice"), Code::kPermissionDenied,
+                 "only a proxy may send requests for a principal");
+  expect_refused(generate(*proxy, 0, "tab\there"), Code::kInvalidArgument,
+                 "principal: byte 9 at position 3 is not printable ASCII");
+  for (auto& stream : live)
+    EXPECT_FALSE(stream->next_for(0ms).has_value()) << "an admitted request ended while it was live";
+
+  ASSERT_EQ(signal_one(w.pid(), SIGCONT), 0);
+  for (auto& stream : live) EXPECT_EQ(finish(*stream).reason, FinishReason::kLength) << s.log();
+  EXPECT_EQ(generate(*proxy, 0, "alice").reason, FinishReason::kLength) << "the limit is per live request";
+
+  // SIGHUP re-reads `proxy` and the principal lines with the keys.
+  write_file(clients, gw + " priority=0..5\n" + c1 + "\n");
+  ASSERT_EQ(signal_one(s.pid(), SIGHUP), 0);
+  for (int i = 0; i < 100 && s.log().find("2 client keys, 0 principal ranges") == std::string::npos; ++i)
+    std::this_thread::sleep_for(50ms);
+  expect_refused(generate(*proxy, 0, "alice"), Code::kPermissionDenied, "only a proxy may send");
+  EXPECT_EQ(generate(*proxy, 2).reason, FinishReason::kLength);
 }
 
 // The test plays the scheduler for one decode worker: it announces a transfer whose sender is

@@ -70,7 +70,11 @@ struct GenerateRequest {
   bool include_stop_string = false;
   bool ignore_eos = false;
   bool logprobs = false;
-  int32_t priority = 0;                  // higher runs first among waiting requests
+  int32_t priority = 0;  // higher runs first among waiting requests
+  // Whom a proxy (an HTTP gateway) sends this request for: the scheduler's per-client limits
+  // count per principal and its logs name it. "" = the client itself. At most 128 bytes of
+  // printable ASCII; with --client-keys only a key listed with `proxy` may set it.
+  std::string principal;
   std::chrono::milliseconds timeout{0};  // deadline from arrival at the scheduler; 0 = none
   bool stream = true;                    // false: every token arrives together with the final event
 };

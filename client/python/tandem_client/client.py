@@ -29,6 +29,7 @@ from .prometheus import prometheus_text
 
 PROTOCOL_VERSION = common_pb2.PROTOCOL_VERSION_CURRENT
 MAX_REQUEST_ID_BYTES = 256  # runtime/wire.h kMaxRequestIdBytes
+MAX_PRINCIPAL_BYTES = 128  # runtime/wire.h kMaxPrincipalBytes
 MAX_PROMPT_BYTES = 1 << 20  # kMaxPromptBytes
 RECEIVE_LIMIT_BYTES = 64 << 20  # kClientReceiveLimitBytes
 NEVER = 100 * 365 * 24 * 3600.0  # seconds: durations past a century mean "never"
@@ -278,6 +279,7 @@ class Client:
         ignore_eos: bool = False,
         logprobs: bool = False,
         priority: int = 0,
+        principal: str = "",
         timeout: Optional[float] = None,
         stream: bool = True,
         id: Optional[str] = None,
@@ -290,7 +292,9 @@ class Client:
         prompt; logit_bias maps token ids (int or str, as OpenAI) to biases in [-100, 100].
         A request the library refuses (a duplicate live id, a closed client, over the wire's
         limits) gets its final error event at once. `timeout`: seconds from arrival at the
-        scheduler (None: no deadline)."""
+        scheduler (None: no deadline). `principal`: whom a proxy sends the request for (the
+        scheduler's per-client limits count per principal; with --client-keys only a `proxy`
+        key may set it)."""
         if isinstance(prompt, (bytes, bytearray)):
             raise TypeError("prompt: text (str) or token ids (a sequence of int), not bytes")
         request_id = id if id is not None else self._next_id()
@@ -318,13 +322,13 @@ class Client:
             sub.stop_token_sequences.add().ids.extend(int(t) for t in seq)
         sub.stop_strings.extend(stop)
         sub.include_stop_string, sub.ignore_eos, sub.logprobs = include_stop_string, ignore_eos, logprobs
-        sub.stream, sub.priority = stream, priority
+        sub.stream, sub.priority, sub.principal = stream, priority, principal
         timeout_ms = 0 if timeout is None else int(round(timeout * 1000))
         if not 0 <= timeout_ms < 2**32:
             s._push(_final_error("INVALID_ARGUMENT", "timeout must be in [0, 2^32) ms"))
             return s
         sub.timeout_ms = timeout_ms
-        too_large = self._over_limits(request_id, prompt, messages, tools)
+        too_large = self._over_limits(request_id, principal, prompt, messages, tools)
         if too_large:
             s._push(_final_error("INVALID_ARGUMENT", too_large))
             return s
@@ -394,10 +398,13 @@ class Client:
             return self._prefix + str(self._counter)
 
     @staticmethod
-    def _over_limits(request_id, prompt, messages, tools) -> str:
+    def _over_limits(request_id, principal, prompt, messages, tools) -> str:
         n = len(request_id.encode())
         if n > MAX_REQUEST_ID_BYTES:
             return f"request_id: {n} bytes, at most {MAX_REQUEST_ID_BYTES}"
+        n = len(principal.encode())
+        if n > MAX_PRINCIPAL_BYTES:
+            return f"principal: {n} bytes, at most {MAX_PRINCIPAL_BYTES}"
         n = _prompt_bytes(prompt, messages, tools)
         if n > MAX_PROMPT_BYTES:
             what = "messages: conversation of " if messages else "prompt: text of "
