@@ -47,25 +47,32 @@ Status SequenceTable::check_entry(const runtime::SeqPlan& sp, const Sequence* se
 
 Status SequenceTable::check(const runtime::StepPlan& plan) {
   if (staged()) return Status::error(Code::kInternal, "a step is already staged (commit or abort it first)");
-  ids_.clear();
-  for (const runtime::SeqPlan& sp : plan.seqs()) ids_.push_back(sp.seq_id);
-  std::sort(ids_.begin(), ids_.end());
-  if (auto twice = std::adjacent_find(ids_.begin(), ids_.end()); twice != ids_.end())
-    return Status::invalid("sequence " + str(*twice) + " appears twice in the plan");
+  auto twice = [](uint64_t id) { return Status::invalid("sequence " + str(id) + " appears twice in the plan"); };
+  ++applies_;
+  found_.clear();
+  fresh_.clear();
   uint64_t tokens = 0;
   for (const runtime::SeqPlan& sp : plan.seqs()) {
     auto it = sequences_.find(sp.seq_id);
-    TANDEM_RETURN_IF_ERROR(check_entry(sp, it == sequences_.end() ? nullptr : &it->second, tokens));
+    Held* held = it == sequences_.end() ? nullptr : &it->second;
+    found_.push_back(held);
+    if (held == nullptr) fresh_.push_back(sp.seq_id);
+    if (held != nullptr && held->checked == applies_) return twice(sp.seq_id);
+    if (held != nullptr) held->checked = applies_;
+    TANDEM_RETURN_IF_ERROR(check_entry(sp, held, tokens));
   }
+  std::sort(fresh_.begin(), fresh_.end());
+  if (auto dup = std::adjacent_find(fresh_.begin(), fresh_.end()); dup != fresh_.end()) return twice(*dup);
   if (tokens > limits_.max_step_tokens)
     return Status::invalid("step of " + str(tokens) + " tokens is larger than the engine takes (" +
                            str(limits_.max_step_tokens) + ")");
   return Status::ok();
 }
 
-void SequenceTable::stage(const runtime::SeqPlan& sp, size_t i) {
-  auto [it, fresh] = sequences_.try_emplace(sp.seq_id);
-  Sequence& seq = it->second;
+void SequenceTable::stage(const runtime::SeqPlan& sp, size_t i, Held* held) {
+  const bool fresh = held == nullptr;
+  if (fresh) held = &sequences_.try_emplace(sp.seq_id).first->second;
+  Held& seq = *held;
   Staged& st = stage_[i];
   st.seq_id = sp.seq_id;
   st.seq = &seq;
@@ -103,7 +110,7 @@ Status SequenceTable::apply(const runtime::StepPlan& plan) {
   const size_t n = plan.seqs().size();
   if (stage_.size() < n) stage_.resize(n), steps_.resize(n), samples_.resize(n);
   n_samples_ = 0;
-  for (size_t i = 0; i < n; ++i) stage(plan.seqs()[i], i);
+  for (size_t i = 0; i < n; ++i) stage(plan.seqs()[i], i, found_[i]);
   staged_ = n;
   return Status::ok();
 }

@@ -133,10 +133,14 @@ class SequenceTable {
   size_t expected_handoffs() const { return expected_.size(); }
 
  private:
+  // A sequence in the table, with apply()'s scratch mark (not part of its state).
+  struct Held : Sequence {
+    uint64_t checked = 0;  // the last apply() whose plan named it: a second entry is a duplicate
+  };
   // One plan entry between apply and commit or abort: what abort needs to restore.
   struct Staged {
     uint64_t seq_id = 0;
-    Sequence* seq = nullptr;
+    Held* seq = nullptr;
     bool fresh = false;
     size_t blocks_before = 0;
     uint32_t start_pos = 0;
@@ -146,16 +150,18 @@ class SequenceTable {
   };
   Status check(const runtime::StepPlan& plan);
   Status check_entry(const runtime::SeqPlan& sp, const Sequence* seq, uint64_t& tokens) const;
-  void stage(const runtime::SeqPlan& sp, size_t i);
+  void stage(const runtime::SeqPlan& sp, size_t i, Held* held);
 
   TableLimits limits_;
-  std::unordered_map<uint64_t, Sequence> sequences_;
+  std::unordered_map<uint64_t, Held> sequences_;
   std::unordered_map<uint64_t, IncomingHandoff> expected_;  // by transfer id
   // The staged step; reused from step to step (no allocation once warm).
   std::vector<Staged> stage_;
   std::vector<engine::SeqStep> steps_;
   std::vector<SampleRequest> samples_;
-  std::vector<uint64_t> ids_;  // check(): the plan's ids, sorted
+  std::vector<Held*> found_;     // check(): each entry's sequence, nullptr for a new one
+  std::vector<uint64_t> fresh_;  // check(): the new sequences' ids, sorted
+  uint64_t applies_ = 0;         // apply() calls, for Held::checked
   size_t staged_ = 0, n_samples_ = 0;
 };
 
