@@ -2,7 +2,8 @@
 // step plans through WorkerHarness (no scheduler, no network), against the engine alone
 // running the same ragged decode steps. One iteration = one decode step of N sequences.
 // BM_WorkerStep - BM_EngineStep is what the actor adds per step: parsing the plan, the
-// sequence table, sampling, the result's serialization.
+// sequence table, sampling, the result's serialization. BM_TableStep is the sequence table's
+// share (with the plan's parsing and mapping).
 //
 //   tandem-worker-bench [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
@@ -17,6 +18,8 @@
 #include "runtime/wire.h"
 #include "tandem/v1/worker.pb.h"
 #include "workers/actor.h"
+#include "runtime/step_plan.h"
+#include "workers/sequence_table.h"
 #include "workers/engine/engine.h"
 
 using namespace tandem;
@@ -129,6 +132,38 @@ void BM_WorkerStep(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_WorkerStep)->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond);
+
+// The sequence table alone (workers/sequence_table.h): each decode plan mapped from the wire
+// (runtime::from_proto) and applied, then committed, as the actor does around the engine.
+void BM_TableStep(benchmark::State& state) {
+  const auto streams = static_cast<uint32_t>(state.range(0));
+  worker::SequenceTable table(worker::TableLimits{.vocab_size = 512,
+                                                  .context_length = 512,
+                                                  .n_blocks = streams * 512 / kBlockTokens,
+                                                  .block_tokens = kBlockTokens});
+  const Cycle cycle = make_cycle(streams, 512);
+  v1::SchedulerCommand cmd;
+  runtime::StepPlan plan;
+  std::vector<int32_t> sampled(streams, 7);
+  auto run = [&](const std::string& bytes) {
+    cmd.ParseFromString(bytes);
+    runtime::from_proto(cmd.plan(), plan);
+    for (uint64_t id : plan.release) table.drop(id);
+    if (!table.apply(plan)) std::abort();
+    table.commit(std::span<const int32_t>(sampled).first(table.to_sample().size()));
+  };
+  run(cycle.prefill);
+  size_t next = 0;
+  for (auto _ : state) {
+    run(cycle.decodes[next++]);
+    if (next == cycle.decodes.size()) {
+      run(cycle.release);
+      run(cycle.prefill);
+      next = 0;
+    }
+  }
+}
+BENCHMARK(BM_TableStep)->Arg(1)->Arg(64)->Unit(benchmark::kMicrosecond);
 
 // The same decode steps with the engine alone (greedy argmax, no plan, no result).
 void BM_EngineStep(benchmark::State& state) {
