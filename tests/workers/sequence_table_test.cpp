@@ -11,6 +11,8 @@
 #include <random>
 #include <string>
 
+#include "tests/counted_allocations.h"
+
 namespace tandem::worker {
 namespace {
 
@@ -362,6 +364,33 @@ TEST(SequenceTable, HandoffOutAndIn) {
   EXPECT_EQ(decode.to_sample()[0].sampling->seed, 1u);
   decode.commit(std::vector<int32_t>{12});
   EXPECT_EQ(decode.find(5)->tokens.size(), 21u);
+}
+
+// A warm decode step (the plan's entries reused, every history with room to grow) allocates
+// nothing: no allocation per sequence or token on the worker's hot path.
+TEST(SequenceTable, AWarmDecodeStepAllocatesNothing) {
+  constexpr uint32_t kStreams = 16;
+  SequenceTable table(limits());
+  runtime::StepPlan plan;
+  for (uint64_t id = 1; id <= kStreams; ++id) add_first(plan, id, iota_tokens(40), {0, 1, 2, 3, 4}, true);
+  run(table, plan);
+  std::vector<int32_t> sampled(kStreams, 5);
+  long allocations = 0;
+  for (uint32_t pos = 40; pos < 78; ++pos) {  // histories grow once, at 41 (to 80)
+    const long before = test::g_allocations.load();
+    plan.clear();
+    for (uint64_t id = 1; id <= kStreams; ++id) {
+      runtime::SeqPlan& s = plan.add_seq();
+      s.seq_id = id;
+      s.start_pos = pos;
+      s.sample = true;
+    }
+    ASSERT_TRUE(table.apply(plan).is_ok());
+    table.commit(sampled);
+    if (pos > 40) allocations += test::g_allocations.load() - before;
+  }
+  EXPECT_EQ(allocations, 0);
+  EXPECT_EQ(table.find(1)->tokens.size(), 78u);
 }
 
 // A model of what the table must hold: per sequence, its positions and whether it has a
