@@ -27,7 +27,7 @@ struct TableLimits {
   uint32_t n_blocks = 0;  // pool blocks: ids [0, n_blocks)
   uint32_t block_tokens = 16;
   uint32_t tail_blocks = 0;                      // blocks of a sequence's F32 window (0: the pool keeps none)
-  std::string kv_format;                         // named in errors about tails
+  std::string kv_format = "F32";                 // named in errors about tails
   uint64_t max_step_tokens = uint64_t{1} << 20;  // Engine::forward refuses a larger step
 };
 
@@ -56,8 +56,8 @@ struct SampleRequest {
 struct IncomingHandoff {
   uint64_t seq_id = 0, nonce = 0, scheduler_epoch = 0;
   uint32_t positions = 0;
-  std::string sender;  // the prefill worker's public key (Z85); empty without CurveZMQ
-  std::vector<int32_t> blocks, tail;
+  std::string sender = {};  // the prefill worker's public key (Z85); empty without CurveZMQ
+  std::vector<int32_t> blocks = {}, tail = {};
 };
 
 // The worker-side state a handoff carries along with the KV bytes (v1::KvTransfer).
