@@ -12,51 +12,6 @@ void assign(const Field& from, std::vector<T>& to) {
 
 }  // namespace
 
-void to_proto(const StepPlan& plan, v1::StepPlan& out) {
-  out.Clear();
-  out.set_step_id(plan.step_id);
-  for (const SeqPlan& s : plan.seqs()) {
-    v1::SeqPlan& o = *out.add_seqs();
-    o.set_seq_id(s.seq_id);
-    o.mutable_tokens()->Add(s.tokens.begin(), s.tokens.end());
-    o.set_start_pos(s.start_pos);
-    o.mutable_new_blocks()->Add(s.new_blocks.begin(), s.new_blocks.end());
-    o.set_sample(s.sample);
-    if (!s.first) continue;
-    model::to_proto(s.sampling, o.mutable_sampling());
-    o.set_logprobs(s.logprobs);
-    o.mutable_history()->Add(s.history.begin(), s.history.end());
-    o.mutable_tail_blocks()->Add(s.tail_blocks.begin(), s.tail_blocks.end());
-    o.set_prompt_len(s.prompt_len);
-    o.set_request_id(s.request_id);
-    o.set_principal(s.principal);
-  }
-  out.mutable_release()->Add(plan.release.begin(), plan.release.end());
-}
-
-void from_proto(const v1::StepPlan& plan, StepPlan& out) {
-  out.clear();
-  out.step_id = plan.step_id();
-  for (const v1::SeqPlan& o : plan.seqs()) {
-    SeqPlan& s = out.add_seq();
-    s.seq_id = o.seq_id();
-    assign(o.tokens(), s.tokens);
-    s.start_pos = o.start_pos();
-    assign(o.new_blocks(), s.new_blocks);
-    s.sample = o.sample();
-    s.first = o.has_sampling();
-    if (!s.first) continue;
-    s.sampling = model::from_proto(o.sampling());
-    s.logprobs = o.logprobs();
-    assign(o.history(), s.history);
-    assign(o.tail_blocks(), s.tail_blocks);
-    s.prompt_len = o.prompt_len();
-    s.request_id = o.request_id();
-    s.principal = o.principal();
-  }
-  assign(plan.release(), out.release);
-}
-
 void to_proto(const Command& command, v1::SchedulerCommand& out) {
   out.clear_body();
   if (const KvExpect* e = std::get_if<KvExpect>(&command)) {

@@ -11,8 +11,9 @@
 
 namespace tandem::scheduler {
 
-void to_proto(const StepPlan& plan, v1::StepPlan& out);
-void from_proto(const v1::StepPlan& plan, StepPlan& out);
+// The plan's pair is shared with the worker (runtime/step_plan.h).
+using runtime::from_proto;
+using runtime::to_proto;
 
 // out's body: kv_expect or kv_send (its version is the caller's).
 void to_proto(const Command& command, v1::SchedulerCommand& out);

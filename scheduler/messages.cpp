@@ -4,33 +4,6 @@
 
 namespace tandem::scheduler {
 
-void SeqPlan::clear() {
-  seq_id = 0;
-  tokens.clear();
-  start_pos = 0;
-  new_blocks.clear();
-  sample = first = logprobs = false;
-  sampling = {};
-  history.clear();
-  tail_blocks.clear();
-  prompt_len = 0;
-  request_id.clear();
-  principal.clear();
-}
-
-SeqPlan& StepPlan::add_seq() {
-  if (used_ == seqs_.size()) seqs_.emplace_back();
-  SeqPlan& s = seqs_[used_++];
-  s.clear();
-  return s;
-}
-
-void StepPlan::clear() {
-  step_id = 0;
-  release.clear();
-  used_ = 0;
-}
-
 TokenEvent& RequestEvents::add_token() {
   if (used_ == tokens_.size()) tokens_.emplace_back();
   TokenEvent& t = tokens_[used_++];

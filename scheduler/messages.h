@@ -13,42 +13,14 @@
 #include <vector>
 
 #include "model/sampling_params.h"
+#include "runtime/step_plan.h"
 #include "tandem/v1/common.pb.h"
 
 namespace tandem::scheduler {
 
-// One sequence's part of a step (v1::SeqPlan).
-struct SeqPlan {
-  uint64_t seq_id = 0;
-  std::vector<int32_t> tokens;  // empty: the worker feeds its own last sample (a decode)
-  uint32_t start_pos = 0;
-  std::vector<int32_t> new_blocks;
-  bool sample = false;
-  // The sequence's first appearance on the worker: sampling, logprobs, history, tail_blocks,
-  // prompt_len, request_id and principal are set (on the wire, sampling is present only then).
-  bool first = false;
-  model::SamplingParams sampling;
-  bool logprobs = false;
-  std::vector<int32_t> history, tail_blocks;
-  uint32_t prompt_len = 0;
-  std::string request_id, principal;  // for the worker's log line only
-  void clear();                       // keeps the vectors' capacity
-};
-
-// One step for one worker (v1::StepPlan; its epoch is the actor's).
-struct StepPlan {
-  uint64_t step_id = 0;
-  std::vector<uint64_t> release;
-  std::span<const SeqPlan> seqs() const { return {seqs_.data(), used_}; }
-  // A cleared entry appended to seqs(), reusing a previous plan's entry in place (its
-  // buffers kept): no allocation and no move per sequence per step once warm.
-  SeqPlan& add_seq();
-  void clear();
-
- private:
-  std::vector<SeqPlan> seqs_;  // [0, used_) are this plan's
-  size_t used_ = 0;
-};
+// One step's plan for one worker: the definition the worker shares (runtime/step_plan.h).
+using runtime::SeqPlan;
+using runtime::StepPlan;
 
 // A decode worker reserves a handed-off sequence's blocks (v1::KvExpect; epoch is the actor's).
 struct KvExpect {

@@ -14,12 +14,14 @@
 #include "runtime/event_loop.h"
 #include "runtime/sampling_proto.h"
 #include "runtime/security.h"
+#include "runtime/step_plan.h"
 #include "runtime/wire.h"
 #include "runtime/zap.h"
 #include "tandem/v1/worker.pb.h"
 #include "workers/engine/sampler.h"
 #include "workers/kv_transfer.h"
 #include "workers/memory_budget.h"
+#include "workers/sequence_table.h"
 
 namespace tandem::worker {
 
@@ -34,18 +36,15 @@ constexpr size_t kEarlyTransfers = 64;
 
 namespace v1 = tandem::v1;
 
-// What the worker keeps per live sequence: the scheduler owns everything else.
-struct Sequence {
-  std::vector<int32_t> blocks;
-  std::vector<int32_t> tail;  // F32 window (engine::SeqStep::tail); empty: none
-  int64_t tail_end = -1;
-  uint64_t in_step = 0;         // the last plan's step id that named it (one SeqPlan per step)
-  std::vector<int32_t> tokens;  // every token fed so far (the repetition penalty's history)
-  uint32_t prompt_len = 0;      // tokens[prompt_len:] were generated (presence/frequency penalties)
-  int32_t last = -1;            // the token sampled last: fed when a plan says "continue"
-  model::SamplingParams sampling;
-  bool logprobs = false;
-};
+// The bounds the sequence table checks plans against: the engine's and the pool's.
+TableLimits limits_of(const engine::Engine& engine, const engine::KvPool& pool) {
+  return TableLimits{.vocab_size = engine.config().vocab_size,
+                     .context_length = engine.config().context_length,
+                     .n_blocks = pool.n_blocks(),
+                     .block_tokens = pool.block_tokens(),
+                     .tail_blocks = pool.tail_blocks(),
+                     .kv_format = pool.format().to_string()};
+}
 
 }  // namespace
 
@@ -57,7 +56,8 @@ class Actor {
         engine_(std::move(engine)),
         pool_(std::move(pool)),
         fingerprint_(std::move(fingerprint)),
-        sampler_(engine_->config().vocab_size) {}
+        sampler_(engine_->config().vocab_size),
+        table_(limits_of(*engine_, *pool_)) {}
 
   // CurveZMQ: the scheduler's public key and this worker's own key pair (its credential).
   Status start_curve() {
@@ -244,30 +244,10 @@ class Actor {
         if (in_.plan().epoch() != epoch_ || epoch_ == 0) return;  // of an earlier registration
         execute(in_.plan());
         return;
-      case v1::SchedulerCommand::kKvExpect: {
-        const v1::KvExpect& e = in_.kv_expect();
-        if (e.epoch() != epoch_ || epoch_ == 0) return;
-        Expected& x = expected_[e.transfer_id()];
-        x.seq_id = e.seq_id();
-        x.nonce = e.nonce();
-        x.scheduler_epoch = e.scheduler_epoch();
-        x.positions = e.positions();
-        x.sender = e.sender_public_key();
-        x.blocks.assign(e.blocks().begin(), e.blocks().end());
-        x.tail.assign(e.tail_blocks().begin(), e.tail_blocks().end());
-        log_request(e.seq_id(), e.request_id(), e.principal(), "handed over");
-        // Every transfer held under this id, until one is taken (a forged one may be among them).
-        for (;;) {
-          auto early =
-              std::find_if(early_.begin(), early_.end(), [&](const auto& p) { return p.first == e.transfer_id(); });
-          if (early == early_.end() || !expected_.count(e.transfer_id())) break;
-          runtime::Frames frames = std::move(early->second.frames);
-          early_bytes_ -= early->second.bytes;
-          early_.erase(early);
-          on_transfer(frames);
-        }
+      case v1::SchedulerCommand::kKvExpect:
+        if (in_.kv_expect().epoch() != epoch_ || epoch_ == 0) return;
+        expect_kv(in_.kv_expect());
         return;
-      }
       case v1::SchedulerCommand::kKvSend:
         if (in_.kv_send().epoch() != epoch_ || epoch_ == 0) return;
         send_kv(in_.kv_send());
@@ -299,83 +279,41 @@ class Actor {
                   principal.empty() ? "-" : principal);
   }
 
-  // Takes the plan's sequences into steps_: block tables, tails, the tokens each feeds (or its
-  // last sampled token). false: the plan is bad and the step failed (fail_step said why).
-  bool stage(const v1::StepPlan& plan) {
-    steps_.clear();
-    feeds_.resize(plan.seqs_size());
-    seq_of_.clear();
-    for (int i = 0; i < plan.seqs_size(); ++i) {
-      const v1::SeqPlan& sp = plan.seqs(i);
-      auto [it, fresh] = sequences_.try_emplace(sp.seq_id());
-      Sequence& seq = it->second;
-      if (seq.in_step == plan.step_id() && plan.step_id() != 0) {
-        fail_step(plan.step_id(), "sequence " + std::to_string(sp.seq_id()) + " appears twice in the plan");
-        return false;
-      }
-      seq.in_step = plan.step_id();
-      if (fresh && static_cast<uint32_t>(sp.tail_blocks_size()) != pool_->tail_blocks()) {
-        fail_step(plan.step_id(), "sequence " + std::to_string(sp.seq_id()) + " comes with " +
-                                      std::to_string(sp.tail_blocks_size()) +
-                                      " tail blocks; this worker's KV format (" + pool_->format().to_string() +
-                                      ") needs " + std::to_string(pool_->tail_blocks()));
-        sequences_.erase(it);
-        return false;
-      }
-      if (sp.has_sampling()) {
-        seq.sampling = model::from_proto(sp.sampling());
-        seq.logprobs = sp.logprobs();
-        seq.prompt_len = sp.prompt_len();
-      }
-      // A prompt whose prefix is in shared cached blocks: its tokens come as history.
-      if (fresh && sp.history_size() > 0) seq.tokens.assign(sp.history().begin(), sp.history().end());
-      if (fresh) seq.tail.assign(sp.tail_blocks().begin(), sp.tail_blocks().end());
-      if (fresh) log_request(sp.seq_id(), sp.request_id(), sp.principal(), "placed");
-      seq.blocks.insert(seq.blocks.end(), sp.new_blocks().begin(), sp.new_blocks().end());
-      std::vector<int32_t>& feed = feeds_[i];
-      feed.assign(sp.tokens().begin(), sp.tokens().end());
-      if (feed.empty()) {
-        if (seq.last < 0) {
-          fail_step(plan.step_id(),
-                    "sequence " + std::to_string(sp.seq_id()) + " has no sampled token to continue from");
-          return false;
-        }
-        feed.push_back(seq.last);
-      }
-      if (sp.start_pos() != seq.tokens.size()) {
-        // A shorter start trims the sequence (speculative rollback); a gap is a bug.
-        if (sp.start_pos() > seq.tokens.size()) {
-          fail_step(plan.step_id(), "sequence " + std::to_string(sp.seq_id()) + " plan starts at " +
-                                        std::to_string(sp.start_pos()) + " but " + std::to_string(seq.tokens.size()) +
-                                        " positions are cached");
-          return false;
-        }
-        seq.tokens.resize(sp.start_pos());
-      }
-      seq.tokens.insert(seq.tokens.end(), feed.begin(), feed.end());
-      steps_.push_back(
-          engine::SeqStep{feed, sp.start_pos(), seq.blocks, sp.sample() ? 1u : 0u, seq.tail, seq.tail_end});
-      seq_of_.push_back(&seq);
+  // Decode side: the scheduler announced a transfer (replacing any under its id).
+  void expect_kv(const v1::KvExpect& e) {
+    log_request(e.seq_id(), e.request_id(), e.principal(), "handed over");
+    table_.expect(e.transfer_id(), IncomingHandoff{.seq_id = e.seq_id(),
+                                                   .nonce = e.nonce(),
+                                                   .scheduler_epoch = e.scheduler_epoch(),
+                                                   .positions = e.positions(),
+                                                   .sender = e.sender_public_key(),
+                                                   .blocks = {e.blocks().begin(), e.blocks().end()},
+                                                   .tail = {e.tail_blocks().begin(), e.tail_blocks().end()}});
+    // Every transfer held under this id, until one is taken (a forged one may be among them).
+    for (;;) {
+      auto early =
+          std::find_if(early_.begin(), early_.end(), [&](const auto& p) { return p.first == e.transfer_id(); });
+      if (early == early_.end() || table_.expected(e.transfer_id()) == nullptr) break;
+      runtime::Frames frames = std::move(early->second.frames);
+      early_bytes_ -= early->second.bytes;
+      early_.erase(early);
+      on_transfer(frames);
     }
-    return true;
   }
 
-  // Samples a token for each sequence of the plan that asks for one, into `res`.
-  void sample_into(const v1::StepPlan& plan, v1::StepResult* res) {
-    uint32_t row = 0;
-    for (int i = 0; i < plan.seqs_size(); ++i) {
-      const v1::SeqPlan& sp = plan.seqs(i);
-      if (!sp.sample()) continue;
-      Sequence& seq = *seq_of_[i];
+  // Samples a token for each sequence of the staged step that asks for one, into `res` and sampled_.
+  void sample_into(v1::StepResult* res) {
+    const std::span<const SampleRequest> requests = table_.to_sample();
+    sampled_.resize(requests.size());
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const SampleRequest& q = requests[i];
+      const size_t from = q.history.size() > kPenaltyWindow ? q.history.size() - kPenaltyWindow : 0;
       // Both spans end at the position sampled: what precedes it and nothing else.
-      const std::span<const int32_t> tokens(seq.tokens);
-      const size_t from = tokens.size() > kPenaltyWindow ? tokens.size() - kPenaltyWindow : 0;
-      const size_t generated = std::min<size_t>(seq.prompt_len, tokens.size());
-      const engine::Sample smp = sampler_.sample(engine_->logits(row++), seq.sampling, tokens.size(),
-                                                 tokens.subspan(from), tokens.subspan(generated));
-      seq.last = smp.token;
+      const engine::Sample smp = sampler_.sample(engine_->logits(q.logits_row), *q.sampling, q.history.size(),
+                                                 q.history.subspan(from), q.generated);
+      sampled_[i] = smp.token;
       v1::SeqResult* r = res->add_seqs();
-      r->set_seq_id(sp.seq_id());
+      r->set_seq_id(q.seq_id);
       r->set_token(smp.token);
       r->set_logprob(smp.logprob);
       for (const engine::TokenLogprob& t : smp.top) {
@@ -385,7 +323,23 @@ class Actor {
     }
   }
 
-  void execute(const v1::StepPlan& plan) {
+  // The plan through the table and the engine: apply, forward, sample, commit. An error fails
+  // the step as a whole, the table as it was (the plan's releases are done either way).
+  Status run_step(v1::StepResult* res) {
+    TANDEM_RETURN_IF_ERROR(table_.apply(plan_));
+    for (const runtime::SeqPlan& sp : plan_.seqs())
+      if (sp.first) log_request(sp.seq_id, sp.request_id, sp.principal, "placed");
+    if (table_.steps().empty()) return Status::ok();  // a plan that only releases sequences
+    if (Status st = engine_->forward(table_.steps(), *pool_); !st) {
+      table_.abort();
+      return st;
+    }
+    sample_into(res);
+    table_.commit(sampled_);
+    return Status::ok();
+  }
+
+  void execute(const v1::StepPlan& wire) {
     if (options_.test_step_delay_ms > 0)
       std::this_thread::sleep_for(std::chrono::milliseconds(options_.test_step_delay_ms));
     const int64_t start = runtime::now_us();
@@ -393,47 +347,25 @@ class Actor {
     out_.Clear();
     out_.set_version(kVersion);
     out_.set_worker_id(worker_id_);
-    for (uint64_t id : plan.release()) forget(id);
-
-    const bool ok = stage(plan);
-    if (ok && steps_.empty()) {  // a plan that only releases sequences: nothing to compute
-      out_.mutable_result()->set_step_id(plan.step_id());
-      out_.mutable_result()->set_epoch(epoch_);
-    } else if (ok) {
-      Status st = engine_->forward(steps_, *pool_);
-      if (!st) {
-        fail_step(plan.step_id(), st.message());
-      } else {
-        for (size_t i = 0; i < steps_.size(); ++i) seq_of_[i]->tail_end = steps_[i].start_pos + steps_[i].tokens.size();
-        v1::StepResult* res = out_.mutable_result();
-        res->set_step_id(plan.step_id());
-        res->set_epoch(epoch_);
-        sample_into(plan, res);
-      }
-    }
+    runtime::from_proto(wire, plan_);
+    for (uint64_t id : plan_.release) forget(id);
+    v1::StepResult* res = out_.mutable_result();
+    res->set_step_id(plan_.step_id);
+    res->set_epoch(epoch_);
+    if (Status st = run_step(res); !st) fail_step(plan_.step_id, st.message());
     // Unless the next plan is already here, let the scheduler and ZeroMQ have the cores.
     if (!socket_->has_pending()) engine_->rest();
     const int64_t end = runtime::now_us();
-    v1::StepResult* res = out_.mutable_result();
     res->set_compute_us(static_cast<uint64_t>(end - start));
     res->set_idle_us(static_cast<uint64_t>(idle));
     send(out_);
     idle_since_ = runtime::now_us();
   }
 
-  void forget(uint64_t seq_id) {
-    sequences_.erase(seq_id);
-    // A handoff abandoned before its KV arrived: what arrives later is dropped.
-    for (auto it = expected_.begin(); it != expected_.end(); ++it)
-      if (it->second.seq_id == seq_id) {
-        expected_.erase(it);
-        break;
-      }
-  }
+  void forget(uint64_t seq_id) { table_.drop(seq_id); }
 
   void forget_all() {
-    sequences_.clear();
-    expected_.clear();
+    table_.drop_all();
     early_.clear();
     early_bytes_ = 0;
   }
@@ -452,15 +384,13 @@ class Actor {
 
   // Prefill side: push the sequence's KV and its worker-side state to the decode worker.
   void send_kv(const v1::KvSend& cmd) {
-    auto it = sequences_.find(cmd.seq_id());
-    const uint32_t need = transfer_blocks(cmd.positions(), pool_->block_tokens());
-    if (it == sequences_.end() || cmd.positions() > it->second.tokens.size() || it->second.blocks.size() < need) {
+    const Result<OutgoingHandoff> seq = table_.handoff_out(cmd.seq_id(), cmd.positions());
+    if (!seq) {
       // The scheduler's handoff timeout recomputes the sequence elsewhere.
-      spdlog::error("worker: cannot send KV of sequence {} ({} positions): not held here", cmd.seq_id(),
-                    cmd.positions());
+      spdlog::error("worker: cannot send KV of sequence {} ({} positions): {}", cmd.seq_id(), cmd.positions(),
+                    seq.status().message());
       return;
     }
-    const Sequence& seq = it->second;
     auto peer = peers_.find(cmd.dest_endpoint());
     if (peer == peers_.end()) {
       if (curve_ && cmd.dest_public_key().empty()) {
@@ -489,14 +419,14 @@ class Actor {
     transfer_.set_scheduler_epoch(cmd.scheduler_epoch());
     transfer_.set_dest_seq_id(cmd.dest_seq_id());
     transfer_.set_positions(cmd.positions());
-    transfer_.mutable_tokens()->Add(seq.tokens.begin(), seq.tokens.begin() + cmd.positions());
-    transfer_.set_last(seq.last);
-    model::to_proto(seq.sampling, transfer_.mutable_sampling());
-    transfer_.set_logprobs(seq.logprobs);
-    transfer_.set_prompt_len(seq.prompt_len);
+    transfer_.mutable_tokens()->Add(seq->tokens.begin(), seq->tokens.end());
+    transfer_.set_last(seq->last);
+    model::to_proto(*seq->sampling, transfer_.mutable_sampling());
+    transfer_.set_logprobs(seq->logprobs);
+    transfer_.set_prompt_len(seq->prompt_len);
     runtime::Frames frames;
-    transfer_.set_tail_end(seq.tail_end);
-    pack_transfer(*pool_, seq.blocks, seq.tail, transfer_, frames);
+    transfer_.set_tail_end(seq->tail_end);
+    pack_transfer(*pool_, seq->blocks, seq->tail, transfer_, frames);
     // Non-blocking: ZeroMQ's I/O thread drains it while the next steps compute.
     const size_t n_frames = frames.size();
     if (runtime::SendResult st = peer->second.socket->send(frames); !st)
@@ -515,30 +445,16 @@ class Actor {
       spdlog::warn("worker: dropped a malformed KV transfer ({} frames)", frames.size());
       return;
     }
-    auto x = expected_.find(transfer_in_.transfer_id());
-    if (x == expected_.end()) {
-      // Not announced yet (the scheduler's KvExpect is on another socket) or abandoned.
-      const int64_t now = runtime::now_us();
-      size_t bytes = 0;
-      for (const zmq::message_t& f : frames) bytes += f.size();
-      // At most 64 held, for 10 s, holding no more bytes than the KV pool itself.
-      while (!early_.empty() &&
-             (early_.size() >= kEarlyTransfers || now - early_.front().second.arrived_us > kEarlyTransferUs ||
-              early_bytes_ + bytes > pool_bytes())) {
-        early_bytes_ -= early_.front().second.bytes;
-        early_.erase(early_.begin());
-      }
-      if (bytes > pool_bytes()) return;
-      early_bytes_ += bytes;
-      early_.emplace_back(transfer_in_.transfer_id(), Early{std::move(frames), now, bytes});
-      spdlog::debug("worker: KV transfer {} arrived before its announcement; held", transfer_in_.transfer_id());
+    const IncomingHandoff* x = table_.expected(transfer_in_.transfer_id());
+    if (x == nullptr) {
+      hold_early(frames);
       return;
     }
     // Another transfer under this id (a guess, a replay, a sender that never saw the KvExpect) is
     // dropped and leaves the expectation in place for the real one.
     // Under CurveZMQ the sender is known by its key (the ZAP handler names it): only the prefill
     // worker the scheduler chose may fill these blocks.
-    if (!x->second.sender.empty() && runtime::sender_of(frames[0]) != x->second.sender) {
+    if (!x->sender.empty() && runtime::sender_of(frames[0]) != x->sender) {
       if (foreign_transfers_++ == 0)
         spdlog::warn(
             "worker: dropped a KV transfer under id {} from a key other than its prefill worker's (logged "
@@ -548,16 +464,39 @@ class Actor {
         spdlog::debug("worker: {} KV transfers from foreign keys dropped", foreign_transfers_);
       return;
     }
-    if (transfer_in_.nonce() != x->second.nonce || transfer_in_.positions() != x->second.positions ||
-        transfer_in_.scheduler_epoch() != x->second.scheduler_epoch) {
+    if (transfer_in_.nonce() != x->nonce || transfer_in_.positions() != x->positions ||
+        transfer_in_.scheduler_epoch() != x->scheduler_epoch) {
       spdlog::warn(
           "worker: dropped a KV transfer under id {} whose nonce, positions or scheduler epoch are not the announced "
           "ones",
           transfer_in_.transfer_id());
       return;
     }
-    const Expected expected = std::move(x->second);
-    expected_.erase(x);
+    take_transfer(frames, *table_.take_expected(transfer_in_.transfer_id()));
+  }
+
+  // A transfer not announced yet (the scheduler's KvExpect is on another socket) or abandoned:
+  // held for a while, in case its announcement comes.
+  void hold_early(runtime::Frames& frames) {
+    const int64_t now = runtime::now_us();
+    size_t bytes = 0;
+    for (const zmq::message_t& f : frames) bytes += f.size();
+    // At most 64 held, for 10 s, holding no more bytes than the KV pool itself.
+    while (!early_.empty() &&
+           (early_.size() >= kEarlyTransfers || now - early_.front().second.arrived_us > kEarlyTransferUs ||
+            early_bytes_ + bytes > pool_bytes())) {
+      early_bytes_ -= early_.front().second.bytes;
+      early_.erase(early_.begin());
+    }
+    if (bytes > pool_bytes()) return;
+    early_bytes_ += bytes;
+    early_.emplace_back(transfer_in_.transfer_id(), Early{std::move(frames), now, bytes});
+    spdlog::debug("worker: KV transfer {} arrived before its announcement; held", transfer_in_.transfer_id());
+  }
+
+  // The announced transfer in transfer_in_ (its announcement taken): its KV into the reserved
+  // blocks and its state into the table, or refused; the scheduler is told either way.
+  void take_transfer(const runtime::Frames& frames, const IncomingHandoff& expected) {
     out_.Clear();
     out_.set_version(kVersion);
     out_.set_worker_id(worker_id_);
@@ -566,21 +505,21 @@ class Actor {
     ack->set_seq_id(expected.seq_id);
     ack->set_epoch(epoch_);
     auto copied = unpack_transfer(*pool_, transfer_in_, expected.blocks, expected.tail, frames);
-    if (!copied || static_cast<uint32_t>(transfer_in_.tokens_size()) != transfer_in_.positions()) {
-      const std::string why = !copied ? copied.status().message() : "token count differs from positions";
+    Status taken = copied.status();
+    if (copied)
+      taken = table_.receive(expected, HandoffState{.tokens = {transfer_in_.tokens().data(),
+                                                               static_cast<size_t>(transfer_in_.tokens_size())},
+                                                    .last = transfer_in_.last(),
+                                                    .sampling = model::from_proto(transfer_in_.sampling()),
+                                                    .logprobs = transfer_in_.logprobs(),
+                                                    .prompt_len = transfer_in_.prompt_len(),
+                                                    .tail_end = transfer_in_.tail_end()});
+    if (!taken) {
+      const std::string why = taken.message();
       spdlog::error("worker: refused KV transfer {}: {}", transfer_in_.transfer_id(), why);
       ack->set_error_code(v1::ERROR_CODE_INVALID_ARGUMENT);
       ack->set_error_message(why);
     } else {
-      Sequence& seq = sequences_[expected.seq_id];
-      seq.blocks = expected.blocks;
-      seq.tail = expected.tail;
-      seq.tail_end = transfer_in_.tail_end();
-      seq.tokens.assign(transfer_in_.tokens().begin(), transfer_in_.tokens().end());
-      seq.last = transfer_in_.last();
-      seq.sampling = model::from_proto(transfer_in_.sampling());
-      seq.logprobs = transfer_in_.logprobs();
-      seq.prompt_len = transfer_in_.prompt_len();
       ack->set_bytes(*copied);
       spdlog::debug("worker: KV transfer {} written ({} bytes)", transfer_in_.transfer_id(), *copied);
     }
@@ -592,6 +531,7 @@ class Actor {
   std::unique_ptr<engine::KvPool> pool_;
   std::string fingerprint_;
   engine::Sampler sampler_;
+  SequenceTable table_;  // every live sequence and announced handoff
   runtime::EventLoop loop_;
   std::unique_ptr<runtime::Socket> socket_;
   std::unique_ptr<runtime::EventLoop::Timer> heartbeat_;
@@ -602,16 +542,7 @@ class Actor {
   int64_t idle_since_ = 0;
   Status exit_status_;
   int stop_signal_ = 0;  // the signal that stopped the loop; 0: the scheduler's shutdown
-  std::unordered_map<uint64_t, Sequence> sequences_;
-  // Disaggregation.
-  struct Expected {
-    uint64_t seq_id = 0;
-    uint64_t nonce = 0;
-    uint64_t scheduler_epoch = 0;  // of the scheduler run that announced it
-    uint32_t positions = 0;
-    std::string sender;  // the sending prefill worker's public key (Z85); empty without CurveZMQ
-    std::vector<int32_t> blocks, tail;
-  };
+  // Disaggregation (the table holds the announced handoffs).
   struct Early {
     runtime::Frames frames;
     int64_t arrived_us = 0;
@@ -627,14 +558,12 @@ class Actor {
     std::unique_ptr<runtime::Socket> socket;
     int64_t last_used_us;
   };
-  std::unordered_map<std::string, KvPeer> peers_;    // prefill: PUSH per decode worker, closed when idle
-  std::unordered_map<uint64_t, Expected> expected_;  // by transfer id
+  std::unordered_map<std::string, KvPeer> peers_;  // prefill: PUSH per decode worker, closed when idle
   std::deque<std::pair<uint64_t, Early>> early_;
   size_t early_bytes_ = 0;  // the frames early_ holds
   v1::KvTransfer transfer_, transfer_in_;
-  std::vector<engine::SeqStep> steps_;
-  std::vector<std::vector<int32_t>> feeds_;
-  std::vector<Sequence*> seq_of_;
+  runtime::StepPlan plan_;        // the plan being executed, mapped from the wire (entries reused)
+  std::vector<int32_t> sampled_;  // its sampled tokens, for the table's commit
   v1::SchedulerCommand in_;
   v1::WorkerMessage out_;
 };

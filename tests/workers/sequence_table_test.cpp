@@ -1,0 +1,484 @@
+// The worker's sequence table without sockets or an engine: plans are checked whole (a bad
+// entry anywhere leaves the table as it was), staged steps carry what the engine and the
+// sampler need, commit/abort/trim/drop and the handoffs keep positions and histories exact.
+#include "workers/sequence_table.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <random>
+#include <string>
+
+#include "tests/counted_allocations.h"
+
+namespace tandem::worker {
+namespace {
+
+constexpr uint32_t kVocab = 100, kContext = 256, kBlocks = 64, kBt = 16;
+
+TableLimits limits(uint32_t tail_blocks = 0) {
+  return TableLimits{.vocab_size = kVocab,
+                     .context_length = kContext,
+                     .n_blocks = kBlocks,
+                     .block_tokens = kBt,
+                     .tail_blocks = tail_blocks,
+                     .kv_format = tail_blocks ? "8-bit, F32 window" : "F32"};
+}
+
+std::vector<int32_t> iota_tokens(uint32_t n, int32_t from = 1) {
+  std::vector<int32_t> t(n);
+  for (uint32_t i = 0; i < n; ++i) t[i] = from + static_cast<int32_t>(i % 90);
+  return t;
+}
+
+// A first appearance: `tokens` at [0, n), its blocks, sampling.
+runtime::SeqPlan& add_first(runtime::StepPlan& plan, uint64_t id, std::vector<int32_t> tokens,
+                            std::vector<int32_t> blocks, bool sample) {
+  runtime::SeqPlan& s = plan.add_seq();
+  s.seq_id = id;
+  s.tokens = std::move(tokens);
+  s.new_blocks = std::move(blocks);
+  s.sample = sample;
+  s.first = true;
+  s.sampling.seed = id;
+  return s;
+}
+
+runtime::SeqPlan& add_next(runtime::StepPlan& plan, uint64_t id, uint32_t start, std::vector<int32_t> tokens = {},
+                           std::vector<int32_t> blocks = {}, bool sample = true) {
+  runtime::SeqPlan& s = plan.add_seq();
+  s.seq_id = id;
+  s.start_pos = start;
+  s.tokens = std::move(tokens);
+  s.new_blocks = std::move(blocks);
+  s.sample = sample;
+  return s;
+}
+
+// Applies and commits, sampling `token` for every entry that asks.
+void run(SequenceTable& table, const runtime::StepPlan& plan, int32_t token = 7) {
+  const Status st = table.apply(plan);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  std::vector<int32_t> sampled(table.to_sample().size(), token);
+  table.commit(sampled);
+}
+
+// Everything observable about the table's sequences, to compare before and after.
+std::string snapshot(const SequenceTable& table, std::initializer_list<uint64_t> ids) {
+  std::string out = "size " + std::to_string(table.size()) + ";";
+  for (uint64_t id : ids) {
+    const Sequence* s = table.find(id);
+    out += " " + std::to_string(id) + ":";
+    if (s == nullptr) {
+      out += "none";
+      continue;
+    }
+    for (int32_t t : s->tokens) out += std::to_string(t) + ",";
+    out += "|b";
+    for (int32_t b : s->blocks) out += std::to_string(b) + ",";
+    out += "|t";
+    for (int32_t b : s->tail) out += std::to_string(b) + ",";
+    out += "|last " + std::to_string(s->last) + " end " + std::to_string(s->tail_end) + " seed " +
+           std::to_string(s->sampling.seed) + " lp " + std::to_string(s->logprobs);
+  }
+  return out;
+}
+
+// Sequence 1: 20 positions, 2 blocks, a sampled token. Sequence 2: a prompt chunk of 16
+// positions, nothing sampled yet.
+SequenceTable two_sequences() {
+  SequenceTable table(limits());
+  runtime::StepPlan plan;
+  add_first(plan, 1, iota_tokens(20), {0, 1}, true);
+  add_first(plan, 2, iota_tokens(16), {2}, false);
+  run(table, plan, 9);
+  return table;
+}
+
+TEST(SequenceTable, EachKindOfBadEntryRefusesThePlanWholeAndChangesNothing) {
+  struct Case {
+    const char* name;
+    std::function<void(runtime::StepPlan&)> bad;
+    const char* says;
+  };
+  const std::vector<Case> cases = {
+      {"unknown",
+       [](auto& p) {
+         add_next(p, 5, 0, {1, 2}, {3});
+       },
+       "sequence 5 is not held here"},
+      {"tail", [](auto& p) { add_first(p, 5, {1}, {3}, true).tail_blocks = {4}; }, "comes with 1 tail blocks"},
+      {"twice", [](auto& p) { add_next(p, 1, 20); }, "sequence 1 appears twice"},
+      {"gap", [](auto& p) { add_next(p, 2, 17, {1}); }, "sequence 2 plan starts at 17 but 16 positions"},
+      {"no last", [](auto& p) { add_next(p, 2, 16); }, "sequence 2 has no sampled token"},
+      {"vocab",
+       [](auto& p) {
+         add_next(p, 2, 16, {5, 100});
+       },
+       "feeds token id 100, outside the vocabulary"},
+      {"negative", [](auto& p) { add_next(p, 2, 16, {-1}); }, "feeds token id -1"},
+      {"block id", [](auto& p) { add_next(p, 2, 16, {1}, {64}); }, "names block 64, outside the pool of 64"},
+      {"short table", [](auto& p) { add_next(p, 2, 16, iota_tokens(17)); }, "has blocks for 16 positions, needs 33"},
+      {"context", [](auto& p) { add_next(p, 2, 16, iota_tokens(250), std::vector<int32_t>(16, 5)); },
+       "reaches position 266, past the context length 256"},
+  };
+  for (const Case& c : cases) {
+    SequenceTable table = two_sequences();
+    const std::string before = snapshot(table, {1, 2, 3, 5});
+    runtime::StepPlan plan;
+    add_next(plan, 1, 20);                           // valid: a decode
+    add_first(plan, 3, iota_tokens(4), {10}, true);  // valid: a new sequence
+    c.bad(plan);                                     // last: the valid entries were checked first
+    const Status st = table.apply(plan);
+    ASSERT_FALSE(st.is_ok()) << c.name;
+    EXPECT_EQ(st.code(), Code::kInvalidArgument) << c.name;
+    EXPECT_NE(st.message().find(c.says), std::string::npos) << c.name << ": " << st.message();
+    EXPECT_FALSE(table.staged()) << c.name;
+    EXPECT_EQ(snapshot(table, {1, 2, 3, 5}), before) << c.name;
+    // The table still takes a good plan.
+    runtime::StepPlan good;
+    add_next(good, 1, 20);
+    run(table, good);
+    EXPECT_EQ(table.find(1)->tokens.size(), 21u) << c.name;
+  }
+}
+
+TEST(SequenceTable, TailsAndStepSizeAreChecked) {
+  SequenceTable table(limits(2));
+  runtime::StepPlan plan;
+  add_first(plan, 1, {1, 2}, {0}, true).tail_blocks = {62};
+  Status st = table.apply(plan);
+  EXPECT_NE(
+      st.message().find("sequence 1 comes with 1 tail blocks; this worker's KV format (8-bit, F32 window) needs 2"),
+      std::string::npos)
+      << st.message();
+  plan.clear();
+  add_first(plan, 1, {1, 2}, {0}, true).tail_blocks = {62, 64};
+  st = table.apply(plan);
+  EXPECT_NE(st.message().find("names block 64"), std::string::npos) << st.message();
+  plan.clear();
+  add_first(plan, 1, {1, 2}, {0}, true).tail_blocks = {62, 63};
+  ASSERT_TRUE(table.apply(plan).is_ok());
+  ASSERT_EQ(table.steps().size(), 1u);
+  EXPECT_EQ(table.steps()[0].tail.size(), 2u);
+  EXPECT_EQ(table.steps()[0].tail_end, -1);
+  table.commit(std::vector<int32_t>{4});
+  EXPECT_EQ(table.find(1)->tail_end, 2);
+
+  TableLimits small = limits();
+  small.max_step_tokens = 40;
+  SequenceTable bounded(small);
+  plan.clear();
+  add_first(plan, 1, iota_tokens(30), {0, 1}, false);
+  add_first(plan, 2, iota_tokens(30), {2, 3}, false);
+  st = bounded.apply(plan);
+  EXPECT_NE(st.message().find("step of 60 tokens is larger than the engine takes (40)"), std::string::npos)
+      << st.message();
+  EXPECT_EQ(bounded.size(), 0u);
+}
+
+TEST(SequenceTable, PrefillChunksThenDecodesAdvancePositions) {
+  SequenceTable table(limits());
+  runtime::StepPlan plan;
+  add_first(plan, 1, iota_tokens(16), {4}, false).sampling.temperature = 0.5f;
+  ASSERT_TRUE(table.apply(plan).is_ok());
+  ASSERT_EQ(table.steps().size(), 1u);
+  EXPECT_EQ(table.steps()[0].start_pos, 0u);
+  EXPECT_EQ(table.steps()[0].tokens.size(), 16u);
+  EXPECT_EQ(table.steps()[0].n_logits, 0u);
+  EXPECT_EQ(table.steps()[0].blocks.size(), 1u);
+  EXPECT_TRUE(table.to_sample().empty());
+  table.commit({});
+  EXPECT_EQ(table.find(1)->tokens.size(), 16u);
+  EXPECT_EQ(table.find(1)->tail_end, 16);
+  EXPECT_EQ(table.find(1)->last, -1);
+
+  // The prompt's last chunk, and a second sequence joining in the same step.
+  plan.clear();
+  add_next(plan, 1, 16, iota_tokens(4, 50), {5}, true);
+  add_first(plan, 2, iota_tokens(3), {6}, true);
+  ASSERT_TRUE(table.apply(plan).is_ok());
+  ASSERT_EQ(table.to_sample().size(), 2u);
+  EXPECT_EQ(table.to_sample()[0].seq_id, 1u);
+  EXPECT_EQ(table.to_sample()[0].logits_row, 0u);
+  EXPECT_EQ(table.to_sample()[0].history.size(), 20u);  // the position sampled
+  EXPECT_EQ(table.to_sample()[0].history.back(), 53);
+  EXPECT_EQ(table.to_sample()[0].sampling->temperature, 0.5f);
+  EXPECT_EQ(table.to_sample()[1].logits_row, 1u);
+  EXPECT_EQ(table.to_sample()[1].history.size(), 3u);
+  EXPECT_EQ(table.steps()[0].blocks.size(), 2u);
+  table.commit(std::vector<int32_t>{42, 43});
+  EXPECT_EQ(table.find(1)->last, 42);
+  EXPECT_EQ(table.find(2)->last, 43);
+
+  // Decodes feed the last sample at the next position.
+  for (uint32_t pos = 20; pos < 40; ++pos) {
+    plan.clear();
+    add_next(plan, 1, pos, {}, pos == 32 ? std::vector<int32_t>{7} : std::vector<int32_t>{});
+    ASSERT_TRUE(table.apply(plan).is_ok()) << pos;
+    ASSERT_EQ(table.steps()[0].tokens.size(), 1u);
+    EXPECT_EQ(table.steps()[0].tokens[0], table.find(1)->tokens[pos]);
+    EXPECT_EQ(table.to_sample()[0].history.size(), pos + 1);
+    table.commit(std::vector<int32_t>{static_cast<int32_t>(pos % 90)});
+  }
+  const Sequence* s = table.find(1);
+  EXPECT_EQ(s->tokens.size(), 40u);
+  EXPECT_EQ(s->tokens[20], 42);
+  EXPECT_EQ(s->tokens[39], 38);
+  EXPECT_EQ(s->last, 39);
+  EXPECT_EQ(s->tail_end, 40);
+  EXPECT_EQ(s->blocks, (std::vector<int32_t>{4, 5, 7}));
+}
+
+TEST(SequenceTable, HistoryFromThePrefixCacheAndRollbackByStart) {
+  SequenceTable table(limits());
+  runtime::StepPlan plan;
+  runtime::SeqPlan& s = add_first(plan, 1, {70, 71}, {0, 1}, true);
+  s.history = iota_tokens(16);  // positions [0, 16) are in shared block 0
+  s.start_pos = 16;
+  run(table, plan, 5);
+  ASSERT_EQ(table.find(1)->tokens.size(), 18u);
+  EXPECT_EQ(table.find(1)->tokens[16], 70);
+  // A start before the positions held rolls back to it.
+  plan.clear();
+  add_next(plan, 1, 10, {80, 81});
+  run(table, plan, 6);
+  EXPECT_EQ(table.find(1)->tokens.size(), 12u);
+  EXPECT_EQ(table.find(1)->tokens[11], 81);
+  EXPECT_EQ(table.find(1)->last, 6);
+}
+
+TEST(SequenceTable, AbortLeavesTheTableAsBefore) {
+  SequenceTable table = two_sequences();
+  const std::string before = snapshot(table, {1, 2, 3});
+  runtime::StepPlan plan;
+  add_next(plan, 1, 12, {3, 4}, {5}).first = true;  // a rollback, a new block, new sampling
+  add_next(plan, 2, 16, iota_tokens(4), {11});
+  add_first(plan, 3, iota_tokens(4), {10}, true);
+  ASSERT_TRUE(table.apply(plan).is_ok());
+  EXPECT_TRUE(table.staged());
+  const Status again = table.apply(plan);
+  EXPECT_FALSE(again.is_ok());
+  EXPECT_NE(again.message().find("already staged"), std::string::npos);
+  EXPECT_FALSE(table.trim(1, 1).is_ok());
+  table.abort();
+  EXPECT_FALSE(table.staged());
+  EXPECT_EQ(snapshot(table, {1, 2, 3}), before);
+  run(table, plan);
+  EXPECT_EQ(table.find(1)->tokens.size(), 14u);
+  EXPECT_EQ(table.find(3)->tokens.size(), 4u);
+}
+
+TEST(SequenceTable, TrimShortensPositionsHistoryAndBlocks) {
+  SequenceTable table(limits());
+  runtime::StepPlan plan;
+  add_first(plan, 1, iota_tokens(40), {0, 1, 2}, true);
+  run(table, plan, 8);
+  EXPECT_FALSE(table.trim(1, 41).is_ok());
+  EXPECT_NE(table.trim(2, 1).message().find("sequence 2 is not held here"), std::string::npos);
+  ASSERT_TRUE(table.trim(1, 40).is_ok());  // nothing to drop: the last sample stays
+  EXPECT_EQ(table.find(1)->last, 8);
+  ASSERT_TRUE(table.trim(1, 20).is_ok());
+  const Sequence* s = table.find(1);
+  EXPECT_EQ(s->tokens, iota_tokens(20));
+  EXPECT_EQ(s->blocks, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(s->last, -1);
+  EXPECT_EQ(s->tail_end, 40);  // the engine reads back what the rollback leaves
+  // The sample after the trimmed positions is gone: the next plan feeds tokens.
+  plan.clear();
+  add_next(plan, 1, 20);
+  EXPECT_NE(table.apply(plan).message().find("no sampled token"), std::string::npos);
+  plan.clear();
+  add_next(plan, 1, 20, {33, 34, 35}, {9});
+  run(table, plan, 12);
+  EXPECT_EQ(table.find(1)->tokens.size(), 23u);
+  EXPECT_EQ(table.find(1)->blocks, (std::vector<int32_t>{0, 1, 9}));
+  ASSERT_TRUE(table.trim(1, 0).is_ok());
+  EXPECT_TRUE(table.find(1)->blocks.empty());
+}
+
+TEST(SequenceTable, DropForgetsTheSequenceAndItsHandoff) {
+  SequenceTable table = two_sequences();
+  table.expect(70, IncomingHandoff{.seq_id = 2, .positions = 16, .blocks = {20}});
+  table.expect(71, IncomingHandoff{.seq_id = 6, .positions = 16, .blocks = {21}});
+  table.drop(2);
+  table.drop(99);  // unknown: nothing to do
+  EXPECT_EQ(table.find(2), nullptr);
+  EXPECT_NE(table.find(1), nullptr);
+  EXPECT_EQ(table.expected(70), nullptr);
+  EXPECT_NE(table.expected(71), nullptr);
+  runtime::StepPlan plan;
+  add_next(plan, 2, 16);
+  EXPECT_NE(table.apply(plan).message().find("sequence 2 is not held here"), std::string::npos);
+  table.drop_all();
+  EXPECT_EQ(table.size(), 0u);
+  EXPECT_EQ(table.expected_handoffs(), 0u);
+}
+
+TEST(SequenceTable, HandoffOutAndIn) {
+  SequenceTable prefill(limits());
+  runtime::StepPlan plan;
+  add_first(plan, 1, iota_tokens(20), {3, 4}, true).logprobs = true;
+  run(prefill, plan, 11);
+  EXPECT_NE(prefill.handoff_out(2, 20).status().message().find("not held here"), std::string::npos);
+  EXPECT_NE(prefill.handoff_out(1, 21).status().message().find("holds 20 positions, not 21"), std::string::npos);
+  auto out = prefill.handoff_out(1, 20);
+  ASSERT_TRUE(out.is_ok());
+  EXPECT_EQ(out->tokens.size(), 20u);
+  EXPECT_EQ(out->blocks.size(), 2u);
+  EXPECT_EQ(out->last, 11);
+  EXPECT_EQ(out->sampling->seed, 1u);
+  EXPECT_TRUE(out->logprobs);
+  EXPECT_EQ(out->tail_end, 20);
+
+  SequenceTable decode(limits());
+  decode.expect(7, IncomingHandoff{.seq_id = 5, .nonce = 99, .positions = 20, .blocks = {30, 31}});
+  ASSERT_NE(decode.expected(7), nullptr);
+  EXPECT_EQ(decode.expected(7)->nonce, 99u);
+  auto taken = decode.take_expected(7);
+  ASSERT_TRUE(taken.has_value());
+  EXPECT_EQ(decode.expected(7), nullptr);
+  EXPECT_FALSE(decode.take_expected(7).has_value());
+  HandoffState state{.tokens = out->tokens.first(19),
+                     .last = out->last,
+                     .sampling = *out->sampling,
+                     .logprobs = true,
+                     .tail_end = out->tail_end};
+  Status st = decode.receive(*taken, state);
+  EXPECT_NE(st.message().find("carries 19 tokens for 20 positions"), std::string::npos) << st.message();
+  state.tokens = out->tokens;
+  state.tail_end = 21;
+  st = decode.receive(*taken, state);
+  EXPECT_NE(st.message().find("tail_end 21"), std::string::npos) << st.message();
+  EXPECT_EQ(decode.size(), 0u);
+  state.tail_end = out->tail_end;
+  ASSERT_TRUE(decode.receive(*taken, state).is_ok());
+  // The decode worker continues from the handed-off state: its first decode feeds `last`.
+  plan.clear();
+  add_next(plan, 5, 20, {}, {32});
+  ASSERT_TRUE(decode.apply(plan).is_ok());
+  EXPECT_EQ(decode.steps()[0].tokens[0], 11);
+  EXPECT_EQ(decode.steps()[0].blocks.size(), 3u);
+  EXPECT_EQ(decode.to_sample()[0].sampling->seed, 1u);
+  decode.commit(std::vector<int32_t>{12});
+  EXPECT_EQ(decode.find(5)->tokens.size(), 21u);
+}
+
+// A warm decode step (the plan's entries reused, every history with room to grow) allocates
+// nothing: no allocation per sequence or token on the worker's hot path.
+TEST(SequenceTable, AWarmDecodeStepAllocatesNothing) {
+  constexpr uint32_t kStreams = 16;
+  SequenceTable table(limits());
+  runtime::StepPlan plan;
+  for (uint64_t id = 1; id <= kStreams; ++id) add_first(plan, id, iota_tokens(40), {0, 1, 2, 3, 4}, true);
+  run(table, plan);
+  std::vector<int32_t> sampled(kStreams, 5);
+  long allocations = 0;
+  for (uint32_t pos = 40; pos < 78; ++pos) {  // histories grow once, at 41 (to 80)
+    const long before = test::g_allocations.load();
+    plan.clear();
+    for (uint64_t id = 1; id <= kStreams; ++id) {
+      runtime::SeqPlan& s = plan.add_seq();
+      s.seq_id = id;
+      s.start_pos = pos;
+      s.sample = true;
+    }
+    ASSERT_TRUE(table.apply(plan).is_ok());
+    table.commit(sampled);
+    if (pos > 40) allocations += test::g_allocations.load() - before;
+  }
+  EXPECT_EQ(allocations, 0);
+  EXPECT_EQ(table.find(1)->tokens.size(), 78u);
+}
+
+// A model of what the table must hold: per sequence, its positions and whether it has a
+// sample to continue from. Random plans (valid, or with one bad entry), commits, aborts,
+// trims and drops; after each, the table agrees with the model.
+TEST(SequenceTable, RandomizedAgainstAModelOfPositions) {
+  struct Model {
+    uint32_t positions = 0, blocks = 0;
+    int32_t last = -1;
+  };
+  std::mt19937 rng(1234);
+  auto uniform = [&](uint32_t n) { return static_cast<uint32_t>(rng() % n); };
+  SequenceTable table(limits());
+  std::map<uint64_t, Model> model;
+  int32_t next_block = 0;
+  uint32_t refused = 0, committed = 0, aborted = 0;
+  for (int round = 0; round < 3000; ++round) {
+    const uint32_t op = uniform(10);
+    if (op < 7) {
+      runtime::StepPlan plan;
+      std::map<uint64_t, Model> after = model;
+      std::vector<uint64_t> sampled_ids;
+      for (uint64_t id = 1; id <= 8; ++id) {
+        if (uniform(2) == 0) continue;
+        const bool held = model.count(id) > 0;
+        Model m = held ? model[id] : Model{};
+        const bool decode = held && m.last >= 0 && uniform(2) == 0;
+        const uint32_t n = decode ? 1 : 1 + uniform(20);
+        if (m.positions + n > 200) continue;  // trims and drops make room again
+        std::vector<int32_t> blocks;
+        for (const uint32_t need = (m.positions + n + kBt - 1) / kBt; m.blocks < need; ++m.blocks)
+          blocks.push_back(next_block++ % static_cast<int32_t>(kBlocks));
+        std::vector<int32_t> tokens = decode ? std::vector<int32_t>{} : iota_tokens(n, 1 + uniform(9));
+        const bool sample = uniform(3) > 0;
+        if (held)
+          add_next(plan, id, m.positions, std::move(tokens), std::move(blocks), sample);
+        else
+          add_first(plan, id, std::move(tokens), std::move(blocks), sample);
+        m.positions += n;
+        if (sample) sampled_ids.push_back(id);
+        after[id] = m;
+      }
+      const bool make_bad = uniform(5) == 0 && !plan.seqs().empty();
+      if (make_bad) add_next(plan, 100 + uniform(3), 0, {1}, {0});  // never held: refused
+      const Status st = table.apply(plan);
+      if (make_bad) {
+        ASSERT_FALSE(st.is_ok());
+        ++refused;
+      } else {
+        ASSERT_TRUE(st.is_ok()) << st.message();
+        if (uniform(4) == 0) {
+          table.abort();
+          ++aborted;
+        } else {
+          std::vector<int32_t> tokens;
+          for (size_t i = 0; i < sampled_ids.size(); ++i) tokens.push_back(static_cast<int32_t>(uniform(kVocab)));
+          ASSERT_EQ(table.to_sample().size(), tokens.size());
+          table.commit(tokens);
+          for (size_t i = 0; i < sampled_ids.size(); ++i) after[sampled_ids[i]].last = tokens[i];
+          model = after;
+          ++committed;
+        }
+      }
+    } else if (op < 9 && !model.empty()) {
+      auto it = std::next(model.begin(), uniform(static_cast<uint32_t>(model.size())));
+      const uint32_t keep = uniform(it->second.positions + 1);
+      ASSERT_TRUE(table.trim(it->first, keep).is_ok());
+      if (keep < it->second.positions) it->second.last = -1;
+      it->second.positions = keep;
+      it->second.blocks = std::min(it->second.blocks, (keep + kBt - 1) / kBt);
+    } else if (!model.empty()) {
+      auto it = std::next(model.begin(), uniform(static_cast<uint32_t>(model.size())));
+      table.drop(it->first);
+      model.erase(it);
+    }
+    ASSERT_EQ(table.size(), model.size()) << "round " << round;
+    for (const auto& [id, m] : model) {
+      const Sequence* s = table.find(id);
+      ASSERT_NE(s, nullptr) << "round " << round;
+      ASSERT_EQ(s->tokens.size(), m.positions) << "round " << round << " seq " << id;
+      ASSERT_EQ(s->blocks.size(), m.blocks) << "round " << round << " seq " << id;
+      ASSERT_EQ(s->last, m.last) << "round " << round << " seq " << id;
+    }
+  }
+  EXPECT_GT(refused, 100u);
+  EXPECT_GT(committed, 1000u);
+  EXPECT_GT(aborted, 200u);
+}
+
+}  // namespace
+}  // namespace tandem::worker

@@ -1,0 +1,242 @@
+#include "workers/sequence_table.h"
+
+#include <algorithm>
+#include <cassert>
+
+#include "workers/kv_transfer.h"
+
+namespace tandem::worker {
+
+namespace {
+
+std::string str(uint64_t v) { return std::to_string(v); }
+
+}  // namespace
+
+// Messages are built only on failure: a valid plan allocates nothing here.
+Status SequenceTable::check_entry(const runtime::SeqPlan& sp, const Sequence* seq, uint64_t& tokens) const {
+  auto bad = [&sp](const std::string& what) { return Status::invalid("sequence " + str(sp.seq_id) + " " + what); };
+  if (seq == nullptr && !sp.first)
+    return bad("is not held here, and its plan entry is not a first appearance (no sampling parameters)");
+  if (seq == nullptr && sp.tail_blocks.size() != limits_.tail_blocks)
+    return bad("comes with " + str(sp.tail_blocks.size()) + " tail blocks; this worker's KV format (" +
+               limits_.kv_format + ") needs " + str(limits_.tail_blocks));
+  const size_t held = seq != nullptr ? seq->tokens.size() : sp.history.size();
+  if (sp.start_pos > held)
+    return bad("plan starts at " + str(sp.start_pos) + " but " + str(held) + " positions are cached");
+  const int32_t last = seq != nullptr ? seq->last : -1;
+  if (sp.tokens.empty() && last < 0) return bad("has no sampled token to continue from");
+  const std::span<const int32_t> feed = sp.tokens.empty() ? std::span<const int32_t>(&last, 1) : sp.tokens;
+  for (int32_t t : feed)
+    if (t < 0 || static_cast<uint32_t>(t) >= limits_.vocab_size)
+      return bad("feeds token id " + std::to_string(t) + ", outside the vocabulary of " + str(limits_.vocab_size));
+  const uint64_t end = uint64_t{sp.start_pos} + feed.size();
+  if (end > limits_.context_length)
+    return bad("reaches position " + str(end) + ", past the context length " + str(limits_.context_length));
+  const uint64_t covered = ((seq != nullptr ? seq->blocks.size() : 0) + sp.new_blocks.size()) * limits_.block_tokens;
+  if (covered < end) return bad("has blocks for " + str(covered) + " positions, needs " + str(end));
+  const std::span<const int32_t> tail =
+      seq == nullptr ? std::span<const int32_t>(sp.tail_blocks) : std::span<const int32_t>();
+  for (std::span<const int32_t> ids : {std::span<const int32_t>(sp.new_blocks), tail})
+    for (int32_t b : ids)
+      if (b < 0 || static_cast<uint32_t>(b) >= limits_.n_blocks)
+        return bad("names block " + std::to_string(b) + ", outside the pool of " + str(limits_.n_blocks));
+  tokens += feed.size();
+  return Status::ok();
+}
+
+Status SequenceTable::check(const runtime::StepPlan& plan) {
+  if (staged()) return Status::error(Code::kInternal, "a step is already staged (commit or abort it first)");
+  auto twice = [](uint64_t id) { return Status::invalid("sequence " + str(id) + " appears twice in the plan"); };
+  ++applies_;
+  found_.clear();
+  fresh_.clear();
+  uint64_t tokens = 0;
+  for (const runtime::SeqPlan& sp : plan.seqs()) {
+    auto it = sequences_.find(sp.seq_id);
+    Held* held = it == sequences_.end() ? nullptr : &it->second;
+    found_.push_back(held);
+    if (held == nullptr) fresh_.push_back(sp.seq_id);
+    if (held != nullptr && held->checked == applies_) return twice(sp.seq_id);
+    if (held != nullptr) held->checked = applies_;
+    TANDEM_RETURN_IF_ERROR(check_entry(sp, held, tokens));
+  }
+  std::sort(fresh_.begin(), fresh_.end());
+  if (auto dup = std::adjacent_find(fresh_.begin(), fresh_.end()); dup != fresh_.end()) return twice(*dup);
+  if (tokens > limits_.max_step_tokens)
+    return Status::invalid("step of " + str(tokens) + " tokens is larger than the engine takes (" +
+                           str(limits_.max_step_tokens) + ")");
+  return Status::ok();
+}
+
+void SequenceTable::stage(const runtime::SeqPlan& sp, size_t i, Held* held) {
+  const bool fresh = held == nullptr;
+  if (fresh) held = &sequences_.try_emplace(sp.seq_id).first->second;
+  Held& seq = *held;
+  Staged& st = stage_[i];
+  st.seq_id = sp.seq_id;
+  st.seq = &seq;
+  st.fresh = fresh;
+  st.blocks_before = seq.blocks.size();
+  st.start_pos = sp.start_pos;
+  st.sampling_before = seq.sampling;
+  st.logprobs_before = seq.logprobs;
+  st.prompt_len_before = seq.prompt_len;
+  if (sp.first) {
+    seq.sampling = sp.sampling;
+    seq.logprobs = sp.logprobs;
+    seq.prompt_len = sp.prompt_len;
+  }
+  if (fresh) {  // a prompt whose prefix is in shared cached blocks: its tokens come as history
+    seq.tokens.assign(sp.history.begin(), sp.history.end());
+    seq.tail.assign(sp.tail_blocks.begin(), sp.tail_blocks.end());
+  }
+  seq.blocks.insert(seq.blocks.end(), sp.new_blocks.begin(), sp.new_blocks.end());
+  // A start before the positions held rolls back to it (what it overwrites is kept for abort).
+  st.cut.assign(seq.tokens.begin() + sp.start_pos, seq.tokens.end());
+  seq.tokens.resize(sp.start_pos);
+  if (sp.tokens.empty())
+    seq.tokens.push_back(seq.last);
+  else
+    seq.tokens.insert(seq.tokens.end(), sp.tokens.begin(), sp.tokens.end());
+  const auto fed = std::span<const int32_t>(seq.tokens).subspan(sp.start_pos);
+  steps_[i] = engine::SeqStep{fed, sp.start_pos, seq.blocks, sp.sample ? 1u : 0u, seq.tail, seq.tail_end};
+  if (sp.sample) {
+    const std::span<const int32_t> history(seq.tokens);
+    samples_[n_samples_] = SampleRequest{sp.seq_id, static_cast<uint32_t>(n_samples_), &seq.sampling, history,
+                                         history.subspan(std::min<size_t>(seq.prompt_len, history.size()))};
+    ++n_samples_;
+  }
+}
+
+Status SequenceTable::apply(const runtime::StepPlan& plan) {
+  TANDEM_RETURN_IF_ERROR(check(plan));
+  const size_t n = plan.seqs().size();
+  if (stage_.size() < n) stage_.resize(n), steps_.resize(n), samples_.resize(n);
+  n_samples_ = 0;
+  for (size_t i = 0; i < n; ++i) stage(plan.seqs()[i], i, found_[i]);
+  staged_ = n;
+  return Status::ok();
+}
+
+void SequenceTable::commit(std::span<const int32_t> sampled) {
+  assert(sampled.size() == n_samples_);
+  size_t k = 0;
+  for (size_t i = 0; i < staged_; ++i) {
+    Sequence& seq = *stage_[i].seq;
+    seq.tail_end = int64_t{steps_[i].start_pos} + static_cast<int64_t>(steps_[i].tokens.size());
+    if (steps_[i].n_logits > 0 && k < sampled.size()) seq.last = sampled[k++];
+  }
+  staged_ = n_samples_ = 0;
+}
+
+void SequenceTable::abort() {
+  for (size_t i = staged_; i-- > 0;) {
+    Staged& st = stage_[i];
+    if (st.fresh) {
+      sequences_.erase(st.seq_id);
+      continue;
+    }
+    Sequence& seq = *st.seq;
+    seq.blocks.resize(st.blocks_before);
+    seq.tokens.resize(st.start_pos);
+    seq.tokens.insert(seq.tokens.end(), st.cut.begin(), st.cut.end());
+    seq.sampling = st.sampling_before;
+    seq.logprobs = st.logprobs_before;
+    seq.prompt_len = st.prompt_len_before;
+  }
+  staged_ = n_samples_ = 0;
+}
+
+void SequenceTable::drop(uint64_t seq_id) {
+  sequences_.erase(seq_id);
+  // A handoff abandoned before its KV arrived: what arrives later is dropped.
+  std::erase_if(expected_, [seq_id](const auto& e) { return e.second.seq_id == seq_id; });
+}
+
+void SequenceTable::drop_all() {
+  sequences_.clear();
+  expected_.clear();
+}
+
+Status SequenceTable::trim(uint64_t seq_id, uint32_t positions) {
+  if (staged()) return Status::error(Code::kInternal, "trim: a step is staged (commit or abort it first)");
+  auto it = sequences_.find(seq_id);
+  if (it == sequences_.end()) return Status::invalid("trim: sequence " + str(seq_id) + " is not held here");
+  Sequence& seq = it->second;
+  if (positions > seq.tokens.size())
+    return Status::invalid("trim: sequence " + str(seq_id) + " holds " + str(seq.tokens.size()) +
+                           " positions, cannot keep " + str(positions));
+  if (positions == seq.tokens.size()) return Status::ok();
+  seq.tokens.resize(positions);
+  seq.blocks.resize(std::min<size_t>(seq.blocks.size(), transfer_blocks(positions, limits_.block_tokens)));
+  seq.last = -1;
+  // tail_end stays: the engine reads back from the codes the window positions a rollback leaves.
+  return Status::ok();
+}
+
+void SequenceTable::expect(uint64_t transfer_id, IncomingHandoff handoff) {
+  expected_[transfer_id] = std::move(handoff);
+}
+
+const IncomingHandoff* SequenceTable::expected(uint64_t transfer_id) const {
+  auto it = expected_.find(transfer_id);
+  return it == expected_.end() ? nullptr : &it->second;
+}
+
+std::optional<IncomingHandoff> SequenceTable::take_expected(uint64_t transfer_id) {
+  auto it = expected_.find(transfer_id);
+  if (it == expected_.end()) return std::nullopt;
+  IncomingHandoff h = std::move(it->second);
+  expected_.erase(it);
+  return h;
+}
+
+Status SequenceTable::receive(const IncomingHandoff& handoff, const HandoffState& state) {
+  if (state.tokens.size() != handoff.positions)
+    return Status::invalid("transfer for sequence " + str(handoff.seq_id) + " carries " + str(state.tokens.size()) +
+                           " tokens for " + str(handoff.positions) + " positions");
+  if (state.tail_end < -1 || state.tail_end > int64_t{handoff.positions})
+    return Status::invalid("transfer for sequence " + str(handoff.seq_id) + " has tail_end " +
+                           std::to_string(state.tail_end) + ", outside [-1, " + str(handoff.positions) + "]");
+  if (uint64_t{handoff.blocks.size()} * limits_.block_tokens < handoff.positions)
+    return Status::invalid("transfer for sequence " + str(handoff.seq_id) + " has " + str(handoff.blocks.size()) +
+                           " blocks for " + str(handoff.positions) + " positions");
+  Sequence& seq = sequences_[handoff.seq_id];
+  seq.blocks = handoff.blocks;
+  seq.tail = handoff.tail;
+  seq.tail_end = state.tail_end;
+  seq.tokens.assign(state.tokens.begin(), state.tokens.end());
+  seq.last = state.last;
+  seq.sampling = state.sampling;
+  seq.logprobs = state.logprobs;
+  seq.prompt_len = state.prompt_len;
+  return Status::ok();
+}
+
+Result<OutgoingHandoff> SequenceTable::handoff_out(uint64_t seq_id, uint32_t positions) const {
+  auto it = sequences_.find(seq_id);
+  if (it == sequences_.end()) return Status::invalid("sequence " + str(seq_id) + " is not held here");
+  const Sequence& seq = it->second;
+  if (positions > seq.tokens.size())
+    return Status::invalid("sequence " + str(seq_id) + " holds " + str(seq.tokens.size()) + " positions, not " +
+                           str(positions));
+  if (seq.blocks.size() < transfer_blocks(positions, limits_.block_tokens))
+    return Status::invalid("sequence " + str(seq_id) + " holds " + str(seq.blocks.size()) + " blocks, fewer than " +
+                           str(positions) + " positions take");
+  return OutgoingHandoff{std::span<const int32_t>(seq.tokens).first(positions),
+                         seq.blocks,
+                         seq.tail,
+                         seq.last,
+                         &seq.sampling,
+                         seq.logprobs,
+                         seq.tail_end,
+                         seq.prompt_len};
+}
+
+const Sequence* SequenceTable::find(uint64_t seq_id) const {
+  auto it = sequences_.find(seq_id);
+  return it == sequences_.end() ? nullptr : &it->second;
+}
+
+}  // namespace tandem::worker

@@ -1,0 +1,173 @@
+// What a worker keeps per live sequence, and the one place that turns a step plan into the
+// engine's step: block tables and F32-window tails as the scheduler gave them, every token fed
+// (the sampler's penalty history), the last sampled token, sampling parameters and seeds, and
+// the handoffs of disaggregated KV, in and out. Pure: no sockets, no protobuf, no clock; the
+// worker's actor moves messages around it (receive -> map -> apply -> forward -> sample ->
+// commit -> reply). The scheduler owns everything else.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "model/sampling_params.h"
+#include "runtime/status.h"
+#include "runtime/step_plan.h"
+#include "workers/engine/engine.h"
+
+namespace tandem::worker {
+
+// The bounds a plan is checked against: the engine's model and the KV pool's shape.
+struct TableLimits {
+  uint32_t vocab_size = 0;
+  uint32_t context_length = 0;
+  uint32_t n_blocks = 0;  // pool blocks: ids [0, n_blocks)
+  uint32_t block_tokens = 16;
+  uint32_t tail_blocks = 0;                      // blocks of a sequence's F32 window (0: the pool keeps none)
+  std::string kv_format = "F32";                 // named in errors about tails
+  uint64_t max_step_tokens = uint64_t{1} << 20;  // Engine::forward refuses a larger step
+};
+
+// One live sequence as the worker holds it.
+struct Sequence {
+  std::vector<int32_t> blocks;  // the block table: position p is in blocks[p / block_tokens]
+  std::vector<int32_t> tail;    // F32 window (engine::SeqStep::tail); empty: none
+  int64_t tail_end = -1;        // engine::SeqStep::tail_end
+  std::vector<int32_t> tokens;  // every position's token: its size is the sequence's position
+  int32_t last = -1;            // the token sampled last, fed by a plan entry without tokens
+  model::SamplingParams sampling;
+  bool logprobs = false;
+  uint32_t prompt_len = 0;  // tokens[prompt_len:] were generated (presence/frequency penalties)
+};
+
+// A sampled plan entry of the applied step, in plan order.
+struct SampleRequest {
+  uint64_t seq_id = 0;
+  uint32_t logits_row = 0;  // Engine::logits(row)
+  const model::SamplingParams* sampling = nullptr;
+  // Every token fed so far, this step's included: its size is the position being sampled.
+  std::span<const int32_t> history;
+  std::span<const int32_t> generated;  // the tail of history past the prompt
+};
+
+// A handoff the scheduler announced to this (decode) worker (v1::KvExpect): the blocks its
+// transfer fills and what the transfer must carry.
+struct IncomingHandoff {
+  uint64_t seq_id = 0, nonce = 0, scheduler_epoch = 0;
+  uint32_t positions = 0;
+  std::string sender = {};  // the prefill worker's public key (Z85); empty without CurveZMQ
+  std::vector<int32_t> blocks = {}, tail = {};
+};
+
+// The worker-side state a handoff carries along with the KV bytes (v1::KvTransfer).
+struct HandoffState {
+  std::span<const int32_t> tokens;  // every position's token
+  int32_t last = -1;
+  model::SamplingParams sampling;
+  bool logprobs = false;
+  uint32_t prompt_len = 0;
+  int64_t tail_end = -1;
+};
+
+// What a (prefill) worker sends of a sequence: views into the table, valid until it changes.
+struct OutgoingHandoff {
+  std::span<const int32_t> tokens;  // the first `positions`
+  std::span<const int32_t> blocks, tail;
+  int32_t last = -1;
+  const model::SamplingParams* sampling = nullptr;
+  bool logprobs = false;
+  int64_t tail_end = -1;
+  uint32_t prompt_len = 0;
+};
+
+class SequenceTable {
+ public:
+  explicit SequenceTable(const TableLimits& limits) : limits_(limits) {}
+
+  // Checks every entry of `plan` before changing anything (its `release` list is the caller's:
+  // drop() those first). Refused, naming the sequence and the problem, with the table left as
+  // it was: an unknown sequence without its first-appearance fields, a tail of the wrong size,
+  // a sequence twice, a start past the positions held (a start before them rolls back), a
+  // decode with no sampled token, a token or block id out of range, a block table too short
+  // or past the context, a step larger than the engine takes. On success the step is staged
+  // (steps(), to_sample()) until commit() or abort(); a staged table refuses another apply.
+  // A plan of no entries stages nothing (steps() is empty: nothing to run or commit).
+  [[nodiscard]] Status apply(const runtime::StepPlan& plan);
+  // Engine::forward's argument for the staged step, in plan order (views into the table).
+  std::span<const engine::SeqStep> steps() const { return {steps_.data(), staged_}; }
+  // The staged entries that asked for a sample, in plan order.
+  std::span<const SampleRequest> to_sample() const { return {samples_.data(), n_samples_}; }
+  // The engine ran the staged step: `sampled` holds one token per to_sample() entry, in order.
+  // Positions, histories, tails and last tokens advance; the table takes plans again.
+  void commit(std::span<const int32_t> sampled);
+  // The engine refused the staged step: the table is as it was before apply().
+  void abort();
+  bool staged() const { return staged_ > 0; }
+
+  // Forgets a sequence (finished, cancelled, preempted) and any handoff announced for it; an
+  // unknown id is nothing to do. Not while a step is staged.
+  void drop(uint64_t seq_id);
+  void drop_all();
+  // Keeps `seq_id`'s first `positions` positions only (rejected draft tokens): its history
+  // shortens, block-table entries past them are forgotten (the scheduler freed them), and its
+  // last sample is forgotten (the next plan feeds tokens). The KV rows past them are stale and
+  // never read: the next step writes over them. Refused for an unknown sequence, more positions
+  // than it holds, or while a step is staged.
+  [[nodiscard]] Status trim(uint64_t seq_id, uint32_t positions);
+
+  // Disaggregation, decode side. expect(): the scheduler announced a transfer (replacing one
+  // under the same id). take_expected(): it arrived; the announcement is consumed whatever
+  // the transfer holds. receive(): its KV is in `handoff.blocks`; the sequence now lives here,
+  // replacing one under that id. Refused (the table unchanged) when the state does not fit
+  // the announcement: a token count other than its positions, a tail_end outside them.
+  void expect(uint64_t transfer_id, IncomingHandoff handoff);
+  const IncomingHandoff* expected(uint64_t transfer_id) const;
+  std::optional<IncomingHandoff> take_expected(uint64_t transfer_id);
+  [[nodiscard]] Status receive(const IncomingHandoff& handoff, const HandoffState& state);
+
+  // Disaggregation, prefill side: what to send of `seq_id`'s first `positions` positions.
+  // Refused when the sequence is not held, holds fewer positions, or fewer blocks than they take.
+  Result<OutgoingHandoff> handoff_out(uint64_t seq_id, uint32_t positions) const;
+
+  const Sequence* find(uint64_t seq_id) const;
+  size_t size() const { return sequences_.size(); }
+  size_t expected_handoffs() const { return expected_.size(); }
+
+ private:
+  // A sequence in the table, with apply()'s scratch mark (not part of its state).
+  struct Held : Sequence {
+    uint64_t checked = 0;  // the last apply() whose plan named it: a second entry is a duplicate
+  };
+  // One plan entry between apply and commit or abort: what abort needs to restore.
+  struct Staged {
+    uint64_t seq_id = 0;
+    Held* seq = nullptr;
+    bool fresh = false;
+    size_t blocks_before = 0;
+    uint32_t start_pos = 0;
+    std::vector<int32_t> cut;  // tokens [start_pos, end) a rolled-back start overwrote
+    model::SamplingParams sampling_before;
+    bool logprobs_before = false;
+    uint32_t prompt_len_before = 0;
+  };
+  Status check(const runtime::StepPlan& plan);
+  Status check_entry(const runtime::SeqPlan& sp, const Sequence* seq, uint64_t& tokens) const;
+  void stage(const runtime::SeqPlan& sp, size_t i, Held* held);
+
+  TableLimits limits_;
+  std::unordered_map<uint64_t, Held> sequences_;
+  std::unordered_map<uint64_t, IncomingHandoff> expected_;  // by transfer id
+  // The staged step; reused from step to step (no allocation once warm).
+  std::vector<Staged> stage_;
+  std::vector<engine::SeqStep> steps_;
+  std::vector<SampleRequest> samples_;
+  std::vector<Held*> found_;     // check(): each entry's sequence, nullptr for a new one
+  std::vector<uint64_t> fresh_;  // check(): the new sequences' ids, sorted
+  uint64_t applies_ = 0;         // apply() calls, for Held::checked
+  size_t staged_ = 0, n_samples_ = 0;
+};
+
+}  // namespace tandem::worker
