@@ -41,13 +41,14 @@ ticks=$(getconf CLK_TCK)
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$gateway/stat"; }
 
-run() {  # kind round -> one line
+run() {  # kind round seed -> one line
   local target before after
   if [ "$1" = endpoint ]; then target=(--endpoint "$ep"); else target=(--openai-url "http://127.0.0.1:$port" --model "$name" --token-prompts); fi
   before=$(cpu_ticks)
   "$tandem" bench "${target[@]}" --concurrency "$conc" --num-requests "$requests" --warmup 8 \
-    --input-len "${INPUT:-128}" --output-len "${OUTPUT:-64}" --ignore-eos --seed "$2" >"$dir/bench.txt" 2>&1
+    --input-len "${INPUT:-128}" --output-len "${OUTPUT:-64}" --ignore-eos --seed "$3" >"$dir/bench.txt" 2>&1
   after=$(cpu_ticks)
+  grep -m1 -E '^  error' "$dir/bench.txt" >&2  # the first failure's reason, if any
   awk -v k="$1" -v r="$2" -v cpu="$((after - before))" -v hz="$ticks" '
     /^requests/ {failed = $4} /^throughput/ {tok = $7}
     /^duration/ {secs = $2} /^ttft/ {p50 = $3; p99 = $5} /^itl/ {itl = $3}
@@ -57,7 +58,9 @@ run() {  # kind round -> one line
 
 printf '%-6s %-9s %12s %10s %10s %9s %12s %7s\n' round target "output tok/s" "TTFT p50" "TTFT p99" "ITL p50" "gw CPU us/tok" failed
 for r in $(seq 1 "$rounds"); do
-  for k in endpoint gateway; do run "$k" "$r"; done
+  # A seed per run: no run finds another's prompts in the prefix cache.
+  run endpoint "$r" "$((2 * r))"
+  run gateway "$r" "$((2 * r + 1))"
 done | tee "$dir/runs.txt"
 awk 'function median(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }

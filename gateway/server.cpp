@@ -887,6 +887,8 @@ class Listener : public std::enable_shared_from_this<Listener> {
 // /health, /ready and refuses work (503) from what it last heard.
 class ReadinessPoller {
  public:
+  static constexpr std::chrono::seconds kSilentFor{3};
+
   explicit ReadinessPoller(Gateway& g) : g_(g), thread_([this] { run(); }) {}
   ~ReadinessPoller() {
     {
@@ -899,13 +901,21 @@ class ReadinessPoller {
 
  private:
   void run() {
+    Clock::time_point last_answer{};  // of the scheduler, to the last poll it answered
     for (;;) {
       auto status = g_.client->status(std::chrono::milliseconds(1000));
-      const bool ready = status && status->ready;
-      if (ready != g_.ready.load()) spdlog::info("gateway: the scheduler is {}", ready ? "ready" : "not ready");
-      g_.reachable = status.is_ok();
-      g_.ready = ready;
-      g_.draining = status && status->draining;
+      // An answer is taken as it is. A poll not answered (a scheduler busy for a moment, its
+      // reply queued behind a full step's events) changes nothing until the scheduler has
+      // been silent for kSilentFor: one slow reply must not turn a stream of requests into 503s.
+      const bool silent = !status && Clock::now() - last_answer >= kSilentFor;
+      if (status) last_answer = Clock::now();
+      if (status || silent) {
+        const bool ready = status && status->ready;
+        if (ready != g_.ready.load()) spdlog::info("gateway: the scheduler is {}", ready ? "ready" : "not ready");
+        g_.reachable = status.is_ok();
+        g_.ready = ready;
+        g_.draining = status && status->draining;
+      }
       runtime::MutexLock lock(mu_);
       const auto until = Clock::now() + g_.options.ready_poll;
       while (!stop_ && cv_.wait_until(mu_, until)) {

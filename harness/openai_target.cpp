@@ -152,6 +152,10 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       self->stream_->expires_after(std::chrono::seconds(10));
       self->stream_->async_connect(eps, [self](beast::error_code ec, const tcp::endpoint&) {
         if (ec) return self->fail("connect: " + ec.message());
+        // Small writes go out at once (no Nagle wait behind an unacknowledged segment), as
+        // every HTTP client library sets it.
+        beast::error_code ignored;
+        self->stream_->socket().set_option(tcp::no_delay(true), ignored);
         self->write();
       });
     };

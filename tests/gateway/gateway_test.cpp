@@ -596,6 +596,34 @@ TEST(Gateway, WithoutAReadySchedulerRequestsGet503) {
   EXPECT_NE(r.body.find("not ready"), std::string::npos) << r.body;
 }
 
+// A scheduler that does not answer one readiness poll (busy for a moment: a poll waits 1 s)
+// does not turn the gateway's requests into 503s; one silent for longer than the gateway's
+// 3 s does. The scheduler is stopped (SIGSTOP) for 1.6 s, then for 6 s.
+TEST(Gateway, AReadinessPollUnansweredForAMomentKeepsServingALongSilenceIs503) {
+  test::Deployment d(kDeploy);
+  ASSERT_TRUE(d.ok());
+  GatewayProcess g(d.endpoint(), test::model_file("tiny", 1), {});
+  pid_t scheduler = -1;
+  std::ifstream children("/proc/" + std::to_string(d.pid()) + "/task/" + std::to_string(d.pid()) + "/children");
+  for (pid_t p; children >> p;)
+    if (test::slurp("/proc/" + std::to_string(p) + "/cmdline").find(std::string("\0scheduler\0", 11)) !=
+        std::string::npos)
+      scheduler = p;
+  ASSERT_GT(scheduler, 0) << d.output();
+  ASSERT_EQ(test::signal_one(scheduler, SIGSTOP), 0);
+  std::this_thread::sleep_for(1600ms);
+  const Reply during = http(g.port(), "GET", "/ready");
+  ASSERT_EQ(test::signal_one(scheduler, SIGCONT), 0);
+  EXPECT_EQ(during.status, 200) << during.body << g.log();
+  const Reply served = http(g.port(), "POST", "/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":2}");
+  EXPECT_EQ(served.status, 200) << served.body;
+  ASSERT_EQ(test::signal_one(scheduler, SIGSTOP), 0);
+  std::this_thread::sleep_for(6000ms);
+  const Reply silent = http(g.port(), "GET", "/ready");
+  ASSERT_EQ(test::signal_one(scheduler, SIGCONT), 0);
+  EXPECT_EQ(silent.status, 503) << silent.body << g.log();
+}
+
 // 100 streams whose clients close mid-stream (each as its first token event arrives): every
 // request is cancelled, and within a second no KV block is in use but cached ones.
 TEST(Gateway, StreamsClosedMidStreamAreCancelledAndTheirBlocksFreedWithinASecond) {
