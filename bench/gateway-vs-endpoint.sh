@@ -10,7 +10,9 @@
 #
 # MODEL=FILE (default: the tiny preset, made in models/ when missing: the most tokens per second,
 # so the gateway's share of the work is the largest), THREADS (2), REQUESTS (4 x CONCURRENCY),
-# INPUT (128), OUTPUT (64). Run it on a quiet machine, or all of it under `chrt -r 50`.
+# INPUT (128), OUTPUT (64), BENCH_PREFIX (e.g. "nice -n 10": the load generator yields to the
+# service, as a client on another host would), GATEWAY_NICE (renice the gateway by this much).
+# Run it on a quiet machine.
 set -uo pipefail
 build=${1:?usage: bench/gateway-vs-endpoint.sh BUILD [ROUNDS] [CONCURRENCY]}
 rounds=${2:-3}
@@ -37,6 +39,7 @@ done
 [ -n "$name" ] || { echo "the deployment did not come up:" >&2; cat "$dir/up.log" >&2; exit 1; }
 gateway=$(pgrep -P "$up" -f ' gateway ' | head -1)
 [ -n "$gateway" ] || { echo "no gateway process under tandem up ($up)" >&2; exit 1; }
+[ -n "${GATEWAY_NICE:-}" ] && renice -n "$GATEWAY_NICE" -p "$gateway" >/dev/null
 ticks=$(getconf CLK_TCK)
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$gateway/stat"; }
@@ -45,7 +48,7 @@ run() {  # kind round seed -> one line
   local target before after
   if [ "$1" = endpoint ]; then target=(--endpoint "$ep"); else target=(--openai-url "http://127.0.0.1:$port" --model "$name" --token-prompts); fi
   before=$(cpu_ticks)
-  "$tandem" bench "${target[@]}" --concurrency "$conc" --num-requests "$requests" --warmup 8 \
+  ${BENCH_PREFIX:-} "$tandem" bench "${target[@]}" --concurrency "$conc" --num-requests "$requests" --warmup 8 \
     --input-len "${INPUT:-128}" --output-len "${OUTPUT:-64}" --ignore-eos --seed "$3" >"$dir/bench.txt" 2>&1
   after=$(cpu_ticks)
   grep -m1 -E '^  error' "$dir/bench.txt" >&2  # the first failure's reason, if any
