@@ -663,33 +663,43 @@ Status Engine::forward(std::span<const SeqStep> step, KvPool& pool) {
   auto shape = check_step(step, pool);
   if (!shape) return shape.status();
   lay_out_step(step, pool, *shape);
-  const ModelConfig& c = config_;
-  const uint32_t T = static_cast<uint32_t>(shape->tokens), dim = c.dim;
-  for (uint32_t l = 0; l < c.n_layers; ++l) {
-    const Layer& L = *layers_[l];
-    for (uint32_t t = 0; t < T; ++t)
-      rms_norm(&x_[size_t{t} * dim], L.attn_norm.data(), &xn_[size_t{t} * dim], dim, c.rms_eps);
-    matmul(L.qkv, xn_.data(), dim, T, qkv_.data());
-    rope_and_store(step, pool, l, T);
-    const bool window_layer = shape->window_rows > 0 && pool.layer_bits(l) != 0;
-    if (window_layer) point_windows(step, pool, l);
-    attend(step, pool, l, T, window_layer, shape->max_keys);
-    if (window_layer) save_tails(step, pool, l);
-    matmul(L.wo, attn_.data(), c.q_dim(), T, xn_.data());
-    for (size_t i = 0; i < size_t{T} * dim; ++i) x_[i] = x_[i] + xn_[i];
-    feed_forward(L, T);
+  const auto T = static_cast<uint32_t>(shape->tokens);
+  for (uint32_t l = 0; l < config_.n_layers; ++l) {
+    attention_block(step, pool, l, *shape);
+    feed_forward(*layers_[l], T);
     if (between_layers_) between_layers_();
   }
+  compute_logits(step);
+  return Status::ok();
+}
 
+void Engine::attention_block(std::span<const SeqStep> step, KvPool& pool, uint32_t l, const StepShape& shape) {
+  const ModelConfig& c = config_;
+  const Layer& L = *layers_[l];
+  const auto T = static_cast<uint32_t>(shape.tokens);
+  const uint32_t dim = c.dim;
+  for (uint32_t t = 0; t < T; ++t)
+    rms_norm(&x_[size_t{t} * dim], L.attn_norm.data(), &xn_[size_t{t} * dim], dim, c.rms_eps);
+  matmul(L.qkv, xn_.data(), dim, T, qkv_.data());
+  rope_and_store(step, pool, l, T);
+  const bool window_layer = shape.window_rows > 0 && pool.layer_bits(l) != 0;
+  if (window_layer) point_windows(step, pool, l);
+  attend(step, pool, l, T, window_layer, shape.max_keys);
+  if (window_layer) save_tails(step, pool, l);
+  matmul(L.wo, attn_.data(), c.q_dim(), T, xn_.data());
+  for (size_t i = 0; i < size_t{T} * dim; ++i) x_[i] = x_[i] + xn_[i];
+}
+
+void Engine::compute_logits(std::span<const SeqStep> step) {
+  const uint32_t dim = config_.dim;
   uint32_t r = 0, t = 0;
   for (const SeqStep& q : step) {
-    const uint32_t n = static_cast<uint32_t>(q.tokens.size());
+    const auto n = static_cast<uint32_t>(q.tokens.size());
     for (uint32_t i = n - q.n_logits; i < n; ++i, ++r)
-      rms_norm(&x_[size_t(t + i) * dim], output_norm_.data(), &logit_in_[size_t{r} * dim], dim, c.rms_eps);
+      rms_norm(&x_[size_t(t + i) * dim], output_norm_.data(), &logit_in_[size_t{r} * dim], dim, config_.rms_eps);
     t += n;
   }
   if (n_logit_rows_ > 0) matmul(*output_, logit_in_.data(), dim, n_logit_rows_, logits_.data());
-  return Status::ok();
 }
 
 void Engine::run_gemms_only(uint32_t tokens, uint32_t logit_rows) {

@@ -104,14 +104,17 @@ class Engine {
     uint64_t window_rows = 0, read_back_rows = 0;  // F32 window: row pointers, rows it may read back
   };
   // The stages of forward(): every check before anything is written; scratch, embeddings and
-  // window geometry; then per layer RoPE + KV store, attention, the feed-forward block.
+  // window geometry; then per layer the attention block (norm, QKV, RoPE + KV store,
+  // attention, output projection, residual) and the feed-forward block; then the logits.
   Result<StepShape> check_step(std::span<const SeqStep> step, const KvPool& pool) const;
   void lay_out_step(std::span<const SeqStep> step, const KvPool& pool, const StepShape& shape);
   void position_qk(const Layer& layer, float* qkv_row, uint32_t pos) const;
   void rope_and_store(std::span<const SeqStep> step, KvPool& pool, uint32_t layer, uint32_t tokens);
   void attend(std::span<const SeqStep> step, const KvPool& pool, uint32_t layer, uint32_t tokens, bool window_layer,
               uint32_t max_keys);
+  void attention_block(std::span<const SeqStep> step, KvPool& pool, uint32_t layer, const StepShape& shape);
   void feed_forward(const Layer& layer, uint32_t tokens);
+  void compute_logits(std::span<const SeqStep> step);
   void point_windows(std::span<const SeqStep> step, KvPool& pool, uint32_t layer);
   void save_tails(std::span<const SeqStep> step, KvPool& pool, uint32_t layer);
   // The first block of the F32 window of a query at `pos`.
