@@ -25,6 +25,7 @@
 #include "runtime/json.h"
 #include "tandem/client.h"
 #include "tests/e2e/deployment.h"
+#include "tests/test_util.h"
 
 namespace tandem {
 namespace {
@@ -852,8 +853,11 @@ TEST(Gateway, TenThousandIdleConnectionsAreHeldCheaplyAndClosedAtTheReadTimeout)
   EXPECT_LT(during[2], 4 * before[2] + 100) << "before " << before[2] << " ms";
   // Memory: at most 4 KiB a connection (a session, its timer, a 512-byte read buffer, Asio's
   // reactor state: ~2.4 KiB measured), 40 MiB for the 10,000. A 4 KiB drain buffer in each
-  // session made it 6.5 KiB.
+  // session made it 6.5 KiB. Not under AddressSanitizer, whose redzones and quarantine make
+  // every allocation larger (+4 KiB a connection and a higher peak measured there).
+#ifndef TANDEM_TEST_ASAN
   EXPECT_LT(hwm, rss_before + kIdle * 4) << "KiB";
+#endif
   EXPECT_NE(said.find("closed 10000 of 10000, 408 answers 5000"), std::string::npos) << said;
   // Closed at the timeout (10 s from each one's accept; the 408s half-close and drain for 1 s).
   const double last = std::stod(said.substr(said.find("last at ") + 8));
