@@ -467,10 +467,11 @@ class Core {
     quiet_since_ = now;
     if (frames.size() != 1)
       return spdlog::warn("tandem client: dropped a message of {} frames from the scheduler", frames.size());
-    v1::SchedulerReply reply;
-    if (!reply.ParseFromArray(frames[0].data(), static_cast<int>(frames[0].size())))
+    // Parsed into one reused message: a token event costs no allocation once the repeated
+    // fields have grown to the largest batch seen.
+    if (!reply_.ParseFromArray(frames[0].data(), static_cast<int>(frames[0].size())))
       return spdlog::warn("tandem client: dropped an unparsable message from the scheduler");
-    on_reply(reply);
+    on_reply(reply_);
   }
 
   void on_disconnected() {
@@ -796,6 +797,7 @@ class Core {
   std::thread::id loop_thread_id_;
 
   // The loop's thread only.
+  v1::SchedulerReply reply_;  // the message being handled, reused
   const std::string heartbeat_wire_;
   std::unique_ptr<runtime::Socket> dealer_, monitor_;
   std::unordered_map<std::string, Live> live_;

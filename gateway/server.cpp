@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <atomic>
 #include <ctime>
 #include <memory>
@@ -734,11 +735,17 @@ void Session<Stream>::flush() {
   c.writing.swap(c.pending);
   c.pending.clear();
   static constexpr std::string_view kCrlf = "\r\n", kTerminator = "0\r\n\r\n";
-  char size_line[24];
-  const int len = c.writing.empty() ? 0 : std::snprintf(size_line, sizeof size_line, "%zx\r\n", c.writing.size());
+  char size_line[24];  // the chunk's size in hex, then CRLF
+  size_t len = 0;
+  if (!c.writing.empty()) {
+    for (size_t n = c.writing.size(); n != 0; n >>= 4) size_line[len++] = "0123456789abcdef"[n & 15];
+    std::reverse(size_line, size_line + len);
+    size_line[len++] = '\r';
+    size_line[len++] = '\n';
+  }
   std::array<asio::const_buffer, 5> bufs = {
       asio::buffer(c.head),
-      asio::buffer(size_line, static_cast<size_t>(len)),
+      asio::buffer(size_line, len),
       asio::buffer(c.writing),
       asio::buffer(kCrlf.data(), c.writing.empty() ? 0 : kCrlf.size()),
       asio::buffer(kTerminator.data(), last ? kTerminator.size() : 0),
