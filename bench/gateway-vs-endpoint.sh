@@ -10,8 +10,10 @@
 #
 # MODEL=FILE (default: the tiny preset, made in models/ when missing: the most tokens per second,
 # so the gateway's share of the work is the largest), THREADS (2), REQUESTS (4 x CONCURRENCY),
-# INPUT (128), OUTPUT (64), BENCH_PREFIX (e.g. "nice -n 10": the load generator yields to the
-# service, as a client on another host would), GATEWAY_NICE (renice the gateway by this much).
+# INPUT (128), OUTPUT (64), BENCH_PREFIX (default "nice -n 10", for both targets alike: the load
+# generator yields the cores to the service, as a client on another host would not take them;
+# BENCH_PREFIX= runs it at the service's priority), UP_FLAGS (more flags for `tandem up`, e.g.
+# "--nice 0" for a gateway at the normal priority instead of --nice's default 10).
 # Run it on a quiet machine.
 set -uo pipefail
 build=${1:?usage: bench/gateway-vs-endpoint.sh BUILD [ROUNDS] [CONCURRENCY]}
@@ -25,7 +27,7 @@ dir=$(mktemp -d)
 port=$((20000 + RANDOM % 20000))
 ep=ipc://$dir/ep
 "$tandem" up --model "$model" --workers 1 --threads "${THREADS:-2}" --endpoint "$ep" --http "127.0.0.1:$port" \
-  --log-level warn >"$dir/up.log" 2>&1 &
+  ${UP_FLAGS:-} --log-level warn >"$dir/up.log" 2>&1 &
 up=$!
 trap 'kill $up 2>/dev/null; wait $up 2>/dev/null; rm -rf "$dir"' EXIT
 name=
@@ -39,7 +41,6 @@ done
 [ -n "$name" ] || { echo "the deployment did not come up:" >&2; cat "$dir/up.log" >&2; exit 1; }
 gateway=$(pgrep -P "$up" -f ' gateway ' | head -1)
 [ -n "$gateway" ] || { echo "no gateway process under tandem up ($up)" >&2; exit 1; }
-[ -n "${GATEWAY_NICE:-}" ] && renice -n "$GATEWAY_NICE" -p "$gateway" >/dev/null
 ticks=$(getconf CLK_TCK)
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$gateway/stat"; }
@@ -48,7 +49,7 @@ run() {  # kind round seed -> one line
   local target before after
   if [ "$1" = endpoint ]; then target=(--endpoint "$ep"); else target=(--openai-url "http://127.0.0.1:$port" --model "$name" --token-prompts); fi
   before=$(cpu_ticks)
-  ${BENCH_PREFIX:-} "$tandem" bench "${target[@]}" --concurrency "$conc" --num-requests "$requests" --warmup 8 \
+  ${BENCH_PREFIX-nice -n 10} "$tandem" bench "${target[@]}" --concurrency "$conc" --num-requests "$requests" --warmup 8 \
     --input-len "${INPUT:-128}" --output-len "${OUTPUT:-64}" --ignore-eos --seed "$3" >"$dir/bench.txt" 2>&1
   after=$(cpu_ticks)
   grep -m1 -E '^  error' "$dir/bench.txt" >&2  # the first failure's reason, if any

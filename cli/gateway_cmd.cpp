@@ -1,6 +1,12 @@
 // tandem gateway: the OpenAI-compatible HTTP gateway (gateway/server.h) in front of a running
 // service, as a process of its own; `tandem up --http` starts it supervised.
+#include <sys/resource.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
 
 #include "cli/args.h"
 #include "cli/commands.h"
@@ -19,6 +25,24 @@ constexpr const char* kNotes =
     "Serves POST /v1/completions, /v1/chat/completions (streaming with \"stream\": true), /tokenize, /detokenize,\n"
     "GET /v1/models, /health, /ready, /metrics (Prometheus). Prints \"tandem gateway: listening on URL\" once it\n"
     "accepts; SIGTERM stops it.\n";
+
+// Lowers the gateway's priority by `n`: Linux applies nice per thread, so every thread there is
+// now (a library's pool started before main) and, through the calling thread, every thread
+// started later (the HTTP loop, the client library's, ZeroMQ's). The measurement behind the
+// default is in bench/RESULTS.md (issue 17).
+Status lower_priority(int64_t n) {
+  if (n == 0) return Status::ok();
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    const auto tid = static_cast<id_t>(std::stoul(task.path().filename().string()));
+    errno = 0;
+    const int now = getpriority(PRIO_PROCESS, tid);
+    if (errno != 0 || setpriority(PRIO_PROCESS, tid, now + static_cast<int>(n)) != 0)
+      return Status::invalid(std::string("--nice: cannot lower the priority: ") + std::strerror(errno));
+  }
+  if (ec) return Status::invalid("--nice: cannot list the threads in /proc/self/task: " + ec.message());
+  return Status::ok();
+}
 
 }  // namespace
 
@@ -51,6 +75,9 @@ int gateway_command(int argc, char** argv) {
     std::fputs(help_text(kGateway, kUsage, kNotes).c_str(), stdout);
     return 0;
   }
+  auto nice = args->integer("nice", 10);
+  if (!nice) return fail("gateway", nice.status());
+  if (Status st = lower_priority(*nice); !st) return fail("gateway", st);
   if (Status st = set_up_logging(*args, "gateway"); !st) return fail("gateway", st);
   gateway::GatewayOptions o;
   if (Status st = gateway_options_from(*args, o); !st) return fail("gateway", st);

@@ -254,7 +254,9 @@ class GatewayProcess {
     std::vector<std::string> argv = std::move(wrapper);
     for (const std::string& a :
          {std::string(TANDEM_TANDEM_BIN), std::string("gateway"), std::string("--endpoint"), endpoint,
-          std::string("--model"), model, std::string("--listen"), "127.0.0.1:" + std::to_string(port_)})
+          std::string("--model"), model, std::string("--listen"), "127.0.0.1:" + std::to_string(port_),
+          // At the normal priority: these tests time the gateway beside other tests on a loaded machine.
+          std::string("--nice"), std::string("0")})
       argv.push_back(a);
     argv.insert(argv.end(), extra.begin(), extra.end());
     pid_ = test::spawn(argv, out_);
@@ -451,7 +453,7 @@ TEST(Gateway, ChatSplitsReasoningAndReturnsToolCallsStreamingAndNot) {
 
   // Without tools the call is content (reasoning is still split), as vLLM parses calls only
   // when tools are offered; tool_choice "none" is the same.
-  for (const std::string extra : {std::string(), tools + R"(,"tool_choice":"none")"}) {
+  for (const std::string& extra : {std::string(), tools + R"(,"tool_choice":"none")"}) {
     const nlohmann::json plain =
         nlohmann::json::parse(http(g.port(), "POST", "/v1/chat/completions", chat_body(extra)).body);
     EXPECT_EQ(plain["choices"][0]["message"]["content"], kToolScript.substr(kToolScript.find("<tool_call>"))) << plain;
@@ -1225,6 +1227,18 @@ TEST(Gateway, TandemUpHttpStartsTheGatewaySupervised) {
     if (test::slurp("/proc/" + std::to_string(p) + "/cmdline").find(std::string("\0gateway\0", 9)) != std::string::npos)
       gateway = p;
   ASSERT_GT(gateway, 0) << d.output();
+  // It runs, every thread of it, at nice 10 (--nice's default): the engine's threads come first.
+  std::vector<int> nices;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(gateway) + "/task")) {
+    const std::string stat = test::slurp(task.path().string() + "/stat");
+    std::istringstream fields(stat.substr(stat.rfind(')') + 2));  // after "pid (comm) "
+    std::string field;
+    for (int i = 3; i <= 19 && fields >> field; ++i) {
+    }  // field 19 of proc(5) is nice
+    nices.push_back(std::stoi(field));
+  }
+  EXPECT_GE(nices.size(), 3u);
+  for (int n : nices) EXPECT_EQ(n, 10) << "a gateway thread's nice";
   test::signal_one(gateway, SIGKILL);
   std::this_thread::sleep_for(200ms);
   EXPECT_TRUE(wait_served()) << d.output();
