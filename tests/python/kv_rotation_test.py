@@ -141,5 +141,14 @@ class RandomizedHadamard(unittest.TestCase):
 PINNED_SIGNS = "-+++++--++---+-+"
 
 
+class EngineTables(unittest.TestCase):
+    def test_the_engines_checked_in_tables_are_the_scripts(self):
+        """workers/engine/kv_rotation_levels.inc is `kv-quant-sim.py --cxx-levels`: regenerate it
+        when the levels change (tests/engine/kv_rotation_test.cpp checks the engine reads it)."""
+        with open(os.path.join(ROOT, "workers", "engine", "kv_rotation_levels.inc")) as f:
+            self.assertEqual(f.read(), sim.cxx_levels(),
+                             "stale: /usr/bin/python3 scripts/kv-quant-sim.py --cxx-levels > workers/engine/kv_rotation_levels.inc")
+
+
 if __name__ == "__main__":
     unittest.main()
