@@ -4,8 +4,11 @@
 // batch, so a sequence's output does not depend on what it was batched with. No allocation.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
+
+#include "workers/engine/generate.h"
 
 namespace tandem::workers {
 
@@ -48,6 +51,21 @@ class DraftLength {
  private:
   uint32_t max_k_, k_;
   uint32_t idle_rounds_ = 0;  // rounds at k = 0 since the last probe
+};
+
+// Prompt lookup with an adaptive length, as one sequence's drafter for engine::generate
+// (`tandem run --spec ngram`).
+class NgramDrafter final : public engine::Drafter {
+ public:
+  explicit NgramDrafter(uint32_t max_k) : config_{.max_k = max_k}, length_(max_k) {}
+  uint32_t draft(std::span<const int32_t> history, std::span<int32_t> out) override {
+    return ngram_draft(history, config_, out.first(std::min<size_t>(out.size(), length_.next())));
+  }
+  void record(uint32_t drafted, uint32_t accepted) override { length_.record(drafted, accepted); }
+
+ private:
+  NgramConfig config_;
+  DraftLength length_;
 };
 
 }  // namespace tandem::workers
