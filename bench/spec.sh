@@ -9,11 +9,11 @@
 # ngram/off ratios per pair and their medians, and the acceptance (drafts accepted / fed, and
 # tokens per round) from `tandem status --json`.
 #
-#   bench/spec.sh [BUILD] [PAIRS] [OUTPUT_LEN]     e.g. bench/spec.sh build/release 3 128
+#   bench/spec.sh [BUILD] [PAIRS] [OUTPUT_LEN]     e.g. bench/spec.sh build/release 3 256
 set -uo pipefail
 build=${1:-build/release}
 pairs=${2:-3}
-out_len=${3:-128}
+out_len=${3:-256}
 [ "$pairs" -ge 1 ] && [ "$pairs" -le 20 ] || { echo "PAIRS must be 1..20"; exit 2; }
 tandem=$build/cli/tandem
 [ -x "$tandem" ] || { echo "no $tandem: build the tandem target first"; exit 2; }
@@ -56,12 +56,12 @@ down() {
   kill "$up_pid" 2>/dev/null; wait "$up_pid" 2>/dev/null; up_pid=
 }
 bench() {  # concurrency workload -> "tok_s rounds drafts accepted" of this run
-  local c=$1 w=$2 n=$(( $1 == 1 ? 6 : 48 )) before after
+  local c=$1 w=$2 n=$(( $1 == 1 ? 16 : 96 )) before after
   before=$(spec_counts)
   local args=(--endpoint "ipc://$tmp/run/client.sock" --concurrency "$c" --num-requests "$n" --warmup "$c"
-              --output-len "$out_len" --ignore-eos --seed 7 --json)
+              --output-len "$out_len" --ignore-eos --seed 7 --out "$tmp/bench.json")
   if [ "$w" = text ]; then args+=(--dataset "$tmp/text.jsonl"); else args+=(--input-len 64); fi
-  "$tandem" bench "${args[@]}" >"$tmp/bench.json" 2>"$tmp/bench.err" || { cat "$tmp/bench.err"; echo "0 0 0 0"; return; }
+  "$tandem" bench "${args[@]}" >"$tmp/bench.out" 2>&1 || { cat "$tmp/bench.out" >&2; echo "0 0 0 0"; return; }
   after=$(spec_counts)
   echo "$(json_get "$tmp/bench.json" "j['throughput']['output_tokens_per_s']") $before $after" |
     awk '{ printf "%.1f %d %d %d\n", $1, $5 - $2, $6 - $3, $7 - $4 }'
@@ -77,8 +77,8 @@ for model in tiny-trained vocab-trained; do
       for w in text random; do
         for c in 1 16; do
           read -r tps rounds drafts accepted <<<"$(bench "$c" "$w")"
-          acc=$(awk -v d="$drafts" -v a="$accepted" 'BEGIN { printf d > 0 ? "%.2f" : "-", d > 0 ? a / d : 0 }')
-          tpr=$(awk -v r="$rounds" -v a="$accepted" 'BEGIN { printf r > 0 ? "%.2f" : "-", r > 0 ? (r + a) / r : 0 }')
+          acc=$(awk -v d="$drafts" -v a="$accepted" 'BEGIN { if (d > 0) printf "%.2f", a / d; else printf "-" }')
+          tpr=$(awk -v r="$rounds" -v a="$accepted" 'BEGIN { if (r > 0) printf "%.2f", (r + a) / r; else printf "-" }')
           echo "$model $i $spec $w $c $tps" >>"$tmp/results"
           printf '%-14s %-5s %-6s %-6s %4s %10s %8s %10s\n' "$model" "$i" "$spec" "$w" "$c" "$tps" "$acc" "$tpr"
         done
