@@ -576,5 +576,44 @@ TEST(SequenceTableSpec, WithATailARoundStaysInItsBlock) {
   table.abort();
 }
 
+TEST(SequenceTableSpec, AWarmSpeculatingRoundAllocatesNothing) {
+  constexpr uint32_t kStreams = 16;
+  TableLimits lim = limits();
+  lim.spec_tokens = 4;
+  SequenceTable table(lim);
+  runtime::StepPlan plan;
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 40; ++i) prompt.push_back(1 + i % 4);  // 1 2 3 4 1 2 ...: drafts found
+  for (uint64_t id = 1; id <= kStreams; ++id) add_first(plan, id, prompt, {0, 1, 2, 3, 4}, true);
+  run(table, plan, 1);
+  std::vector<int32_t> sampled(kStreams);
+  std::vector<uint32_t> accepted(kStreams);
+  long allocations = 0;
+  size_t drafts = 0;
+  // Histories (drafts included) grow once, in the first round (to 80 tokens).
+  for (int round = 0; table.find(1)->tokens.size() + 6 < 80; ++round) {
+    const long before = test::g_allocations.load();
+    plan.clear();
+    for (uint64_t id = 1; id <= kStreams; ++id) {
+      runtime::SeqPlan& s = plan.add_seq();
+      s.seq_id = id;
+      s.sample = s.speculate = true;
+      s.max_drafts = 4;
+      s.max_len = 1000;
+    }
+    ASSERT_TRUE(table.apply(plan).is_ok());
+    for (size_t i = 0; i < kStreams; ++i) {  // every draft accepted, the pattern continued
+      const SampleRequest& q = table.to_sample()[i];
+      accepted[i] = static_cast<uint32_t>(q.drafts.size());
+      sampled[i] = 1 + q.history.back() % 4;
+      drafts += q.drafts.size();
+    }
+    table.commit(sampled, accepted);
+    if (round > 0) allocations += test::g_allocations.load() - before;
+  }
+  EXPECT_EQ(allocations, 0);
+  EXPECT_GT(drafts, 16u * 8);
+}
+
 }  // namespace
 }  // namespace tandem::worker
