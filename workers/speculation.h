@@ -20,8 +20,10 @@ struct NgramConfig {
 
 // Prompt lookup (llama.cpp's lookup decoding, vLLM's `ngram` proposer): for n from max_n down
 // to min_n, the latest earlier occurrence of the last n tokens of `history` (prompt and
-// generated tokens); the drafts are the tokens that followed it, at most out.size(). Returns how
-// many were written (0: no occurrence, or history shorter than min_n + 1).
+// generated tokens); the drafts are the tokens that followed it, at most out.size(), and where
+// they reach the end of the history they go on as the drafts so far (a loop of period p shorter
+// than out.size() fills all of it, not p). Returns how many were written (0: no occurrence, or
+// history shorter than min_n + 1).
 uint32_t ngram_draft(std::span<const int32_t> history, const NgramConfig& config, std::span<int32_t> out);
 
 // Greedy-exact verification: the target sampled `samples[i]` at the position where draft i

@@ -506,18 +506,18 @@ TEST(SequenceTableSpec, RoundsDraftFromTheHistoryAndCommitKeepsTheAcceptedOnly) 
   ASSERT_TRUE(table.apply(plan).is_ok());
   ASSERT_EQ(table.to_sample().size(), 1u);
   const SampleRequest& q = table.to_sample()[0];
-  // "1 2 3" last occurred at 3: what followed it (3 tokens of history there).
-  EXPECT_EQ(std::vector<int32_t>(q.drafts.begin(), q.drafts.end()), (std::vector<int32_t>{1, 2, 3}));
+  // "1 2 3" last occurred at 3: what followed it, the loop going on past the history's end.
+  EXPECT_EQ(std::vector<int32_t>(q.drafts.begin(), q.drafts.end()), (std::vector<int32_t>{1, 2, 3, 1}));
   EXPECT_EQ(table.steps()[0].start_pos, 8u);
-  EXPECT_EQ(table.steps()[0].n_logits, 4u);
-  EXPECT_EQ(q.history.size(), 12u);  // 8 held + the sample + 3 drafts
+  EXPECT_EQ(table.steps()[0].n_logits, 5u);
+  EXPECT_EQ(q.history.size(), 13u);  // 8 held + the sample + 4 drafts
   const std::vector<int32_t> sampled = {9};
   const std::vector<uint32_t> accepted = {2};
   table.commit(sampled, accepted);
   const Sequence* seq = table.find(1);
   EXPECT_EQ(seq->tokens, (std::vector<int32_t>{1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2}));
   EXPECT_EQ(seq->last, 9);
-  EXPECT_EQ(seq->tail_end, 12);  // the end of the last write, rejected drafts' included
+  EXPECT_EQ(seq->tail_end, 13);  // the end of the last write, rejected drafts' included
 
   // max_len leaves room for one token more: no drafts (the round emits one token).
   plan.clear();

@@ -27,9 +27,9 @@ TEST(NgramDraft, ProposesWhatFollowedTheLatestOccurrenceOfTheLongestSuffix) {
   EXPECT_EQ(draft_of({5, 6, 7, 8, 5, 6, 9, 1, 5, 6}), (std::vector<int32_t>{9, 1, 5, 6}));
   // The 3-gram "1 5 6" wins over the 2-gram's later occurrence.
   EXPECT_EQ(draft_of({1, 5, 6, 3, 5, 6, 4, 1, 5, 6}), (std::vector<int32_t>{3, 5, 6, 4}));
-  // At most out.size() drafts, and no more than the history holds after the occurrence.
+  // At most out.size() drafts; past the history's end the loop goes on (period 3 here).
   EXPECT_EQ(draft_of({5, 6, 7, 5, 6}, {}, 2), (std::vector<int32_t>{7, 5}));
-  EXPECT_EQ(draft_of({5, 6, 7, 5, 6}, {}, 8), (std::vector<int32_t>{7, 5, 6}));
+  EXPECT_EQ(draft_of({5, 6, 7, 5, 6}, {}, 8), (std::vector<int32_t>{7, 5, 6, 7, 5, 6, 7, 5}));
 }
 
 TEST(NgramDraft, NothingWithoutAnEarlierOccurrenceOrBelowMinN) {
@@ -38,9 +38,9 @@ TEST(NgramDraft, NothingWithoutAnEarlierOccurrenceOrBelowMinN) {
   EXPECT_TRUE(draft_of({7}).empty());
   // Only the last token repeats: min_n 2 finds nothing, min_n 1 does.
   EXPECT_TRUE(draft_of({4, 9, 3, 4}).empty());
-  EXPECT_EQ(draft_of({4, 9, 3, 4}, NgramConfig{3, 1, 4}), (std::vector<int32_t>{9, 3, 4}));
-  // A run of one token: the suffix's occurrence one step back, followed by the same token.
-  EXPECT_EQ(draft_of({2, 2, 2}, NgramConfig{3, 1, 4}), (std::vector<int32_t>{2}));
+  EXPECT_EQ(draft_of({4, 9, 3, 4}, NgramConfig{3, 1, 4}), (std::vector<int32_t>{9, 3, 4, 9}));
+  // A run of one token: the suffix's occurrence one step back, the run going on.
+  EXPECT_EQ(draft_of({2, 2, 2}, NgramConfig{3, 1, 4}), (std::vector<int32_t>{2, 2, 2, 2}));
 }
 
 TEST(AcceptedPrefix, TheLongestPrefixEqualToTheSamples) {
