@@ -102,5 +102,52 @@ INSTANTIATE_TEST_SUITE_P(Deployments, SpecStreams,
                            return std::string(f[0] == "--workers" ? "Both" : "Split") + (q8 ? "Q8" : "F32");
                          });
 
+// Stops inside a round's tokens, as real processes: max_tokens, stop token sequences and stop
+// strings that fall among a round's accepted drafts end the stream at the same token, with the
+// same text, as the same requests on a deployment without speculation.
+TEST(SpecStops, EndAtTheSameTokenAsWithoutSpeculation) {
+  auto engine = engine::Engine::load(trained_model(), {1, engine::GemmBackend::kPacked}).value();
+  const std::vector<int32_t> prompt =
+      engine->tokenizer().encode("The file is the file and the file is the file and the", true).value();
+  engine::GenerateOptions opt;
+  opt.max_tokens = 80;
+  opt.ignore_eos = true;
+  const std::vector<int32_t> ref = engine::generate(*engine, prompt, opt).value().tokens;
+  std::vector<GenerateRequest> requests;
+  for (uint32_t i = 0; i < 24; ++i) {
+    GenerateRequest r;
+    r.prompt_tokens = prompt;
+    r.ignore_eos = true;
+    r.max_tokens = i < 8 ? 1 + i : 80;
+    const size_t at = 10 + 3 * i;
+    if (i >= 8 && i < 16) r.stop_token_sequences = {{ref[at], ref[at + 1]}};
+    if (i >= 16) {
+      const std::span<const int32_t> span(ref.data() + at, 2);
+      r.stop_strings = {engine->tokenizer().decode(span)};
+      r.include_stop_string = i % 2 == 0;
+    }
+    requests.push_back(std::move(r));
+  }
+  std::vector<Collected> runs[2];
+  for (int spec = 0; spec < 2; ++spec) {
+    Deployment d({"--workers", "1", "--threads", "1", "--kv-memory", "67108864", "--spec", spec ? "ngram" : "off"},
+                 trained_model());
+    ASSERT_TRUE(d.ok());
+    auto client = d.client();
+    ASSERT_TRUE(client);
+    std::vector<std::shared_ptr<Stream>> streams;
+    for (const GenerateRequest& r : requests) streams.push_back(client->generate(r));
+    for (auto& s : streams) runs[spec].push_back(collect(*s));
+  }
+  for (uint32_t i = 0; i < requests.size(); ++i) {
+    ASSERT_EQ(runs[1][i].finals, 1) << i;
+    EXPECT_EQ(runs[1][i].tokens, runs[0][i].tokens) << "request " << i;
+    EXPECT_EQ(runs[1][i].text(), runs[0][i].text()) << "request " << i;
+    EXPECT_EQ(runs[1][i].fin.reason, runs[0][i].fin.reason) << "request " << i;
+    if (i < 8) EXPECT_EQ(runs[1][i].tokens.size(), i + 1);
+    if (i >= 8) EXPECT_EQ(runs[0][i].fin.reason, FinishReason::kStop) << "request " << i;
+  }
+}
+
 }  // namespace
 }  // namespace tandem
