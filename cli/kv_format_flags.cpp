@@ -25,4 +25,14 @@ Result<engine::GemmBackend> gemm_from_flags(const Args& args) {
   return *gemm == "openblas" ? engine::GemmBackend::kOpenBlas : engine::GemmBackend::kPacked;
 }
 
+Result<uint32_t> spec_tokens_from_flags(const Args& args) {
+  auto spec = args.choice("spec", "off");
+  if (!spec) return spec.status();
+  auto k = args.integer("spec-tokens", 4);
+  if (!k) return k.status();
+  if (*spec == "draft")
+    return Status::invalid("--spec draft: speculation from a draft model is not built yet; use --spec ngram");
+  return *spec == "ngram" ? static_cast<uint32_t>(*k) : 0u;
+}
+
 }  // namespace tandem::cli

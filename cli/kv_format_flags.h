@@ -1,5 +1,5 @@
 // How a model is computed, from the flags `tandem run`, `tandem worker` and `tandem up`
-// share (their rows of the flag table): the KV cache format and the GEMM backend.
+// share (their rows of the flag table): the KV cache format, the GEMM backend and speculation.
 #pragma once
 
 #include "cli/args.h"
@@ -16,5 +16,9 @@ Result<engine::KvFormat> kv_format_from_flags(const Args& args);
 
 // --gemm packed|openblas.
 Result<engine::GemmBackend> gemm_from_flags(const Args& args);
+
+// --spec and --spec-tokens: the most drafts a speculating sequence carries per round, 0 for
+// --spec off. --spec draft is refused (a draft model is not built).
+Result<uint32_t> spec_tokens_from_flags(const Args& args);
 
 }  // namespace tandem::cli

@@ -1,5 +1,6 @@
 // tandem run: the engine in-process, no service. How a user checks a model file, and the
 // reference the service's streams are compared with.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -11,6 +12,7 @@
 #include "runtime/utf8.h"
 #include "workers/engine/engine.h"
 #include "workers/engine/generate.h"
+#include "workers/speculation.h"
 
 namespace tandem::cli {
 
@@ -34,6 +36,9 @@ Status options_from_flags(const Args& args, engine::GenerateOptions& opt, engine
   auto kv_format = kv_format_from_flags(args);
   if (!kv_format) return kv_format.status();
   opt.kv_format = *kv_format;
+  auto spec = spec_tokens_from_flags(args);
+  if (!spec) return spec.status();
+  opt.spec_tokens = *spec;
   opt.sampling = std::move(sampling.value());
   TANDEM_RETURN_IF_ERROR(engine::validate(opt.sampling));
   eopt.threads = static_cast<uint32_t>(*threads);
@@ -89,6 +94,8 @@ int run_command(int argc, char** argv) {
     std::fflush(stdout);
     pending.erase(0, cut);
   };
+  workers::NgramDrafter drafter(std::max(opt.spec_tokens, 1u));
+  if (opt.spec_tokens > 0) opt.drafter = &drafter;
   auto gen = engine::generate(e, prompt, opt, on_token);
   if (!gen) return fail("run", gen.status());
 
@@ -112,6 +119,9 @@ int run_command(int argc, char** argv) {
                "tandem run: %zu prompt tokens in %.3f s (%.1f tokens/s), %zu generated, decode %.1f tokens/s, %s\n",
                prompt.size(), gen->prefill_seconds, prompt.size() / gen->prefill_seconds, gen->tokens.size(),
                decode_tps, gen->stopped_by_eos ? "stopped at end of generation" : "reached max tokens");
+  if (opt.drafter && gen->decode_steps > 0)
+    std::fprintf(stderr, "tandem run: speculation: %.2f tokens per decode step\n",
+                 double(gen->tokens.size() - 1) / gen->decode_steps);
   return 0;
 }
 

@@ -86,6 +86,14 @@ void print_table(const StatusInfo& s) {
                 (unsigned long long)w.tokens, idle, double(w.weight_bytes) / (1 << 20), double(w.kv_bytes) / (1 << 20));
   }
   if (s.workers.empty()) std::printf("(no workers registered)\n");
+  for (const WorkerInfo& w : s.workers)
+    if (w.spec_tokens > 0)
+      std::printf(
+          "worker %u speculation: up to %u drafts a round, %llu rounds, %.1f%% of %llu drafts accepted, %.2f "
+          "tokens per round\n",
+          w.id, w.spec_tokens, (unsigned long long)w.spec_rounds,
+          w.drafts ? 100.0 * double(w.drafts_accepted) / double(w.drafts) : 0.0, (unsigned long long)w.drafts,
+          w.spec_rounds ? double(w.spec_rounds + w.drafts_accepted) / double(w.spec_rounds) : 0.0);
   // Per role, when the deployment splits prefill and decode.
   bool split = false;
   for (const WorkerInfo& w : s.workers) split |= w.role != runtime::role_name(runtime::Role::kBoth);

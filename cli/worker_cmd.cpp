@@ -40,6 +40,9 @@ Status worker_options_from(const Args& args, worker::WorkerOptions& o) {
   auto gemm = gemm_from_flags(args);
   if (!gemm) return gemm.status();
   o.gemm = *gemm;
+  auto spec = spec_tokens_from_flags(args);
+  if (!spec) return spec.status();
+  o.spec_tokens = *spec;
   return Status::ok();
 }
 

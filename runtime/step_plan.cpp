@@ -25,6 +25,8 @@ void SeqPlan::clear() {
   prompt_len = 0;
   request_id.clear();
   principal.clear();
+  speculate = false;
+  max_drafts = max_len = keep_blocks = 0;
 }
 
 SeqPlan& StepPlan::add_seq() {
@@ -50,6 +52,10 @@ void to_proto(const StepPlan& plan, v1::StepPlan& out) {
     o.set_start_pos(s.start_pos);
     o.mutable_new_blocks()->Add(s.new_blocks.begin(), s.new_blocks.end());
     o.set_sample(s.sample);
+    o.set_speculate(s.speculate);
+    o.set_max_drafts(s.max_drafts);
+    o.set_max_len(s.max_len);
+    o.set_keep_blocks(s.keep_blocks);
     if (!s.first) continue;
     model::to_proto(s.sampling, o.mutable_sampling());
     o.set_logprobs(s.logprobs);
@@ -72,6 +78,10 @@ void from_proto(const v1::StepPlan& plan, StepPlan& out) {
     s.start_pos = o.start_pos();
     assign(o.new_blocks(), s.new_blocks);
     s.sample = o.sample();
+    s.speculate = o.speculate();
+    s.max_drafts = o.max_drafts();
+    s.max_len = o.max_len();
+    s.keep_blocks = o.keep_blocks();
     s.first = o.has_sampling();
     if (!s.first) continue;
     s.sampling = model::from_proto(o.sampling());

@@ -32,7 +32,12 @@ struct SeqPlan {
   std::vector<int32_t> history, tail_blocks;
   uint32_t prompt_len = 0;
   std::string request_id, principal;  // for the worker's log line only
-  void clear();                       // keeps the vectors' capacity
+  // Speculative decoding: a decode round continuing from the worker's own positions (start_pos
+  // unused), with up to max_drafts drafts, the sequence never past max_len tokens; keep_blocks
+  // > 0 cuts the worker's block table to that many blocks before new_blocks are appended.
+  bool speculate = false;
+  uint32_t max_drafts = 0, max_len = 0, keep_blocks = 0;
+  void clear();  // keeps the vectors' capacity
 };
 
 // One step for one worker (v1::StepPlan; its epoch is the actor's).

@@ -736,7 +736,8 @@ class Actor final : public Sink {
     worker_identity_[id] = identity;
     core_.add_worker(id,
                      WorkerInfo{*role, reg.kv_blocks(), reg.block_tokens(), reg.kv_endpoint(), reg.kv_tail_blocks(),
-                                reg.kv_public_key(), reg.kv_sender_public_key()},
+                                reg.kv_public_key(), reg.kv_sender_public_key(),
+                                std::min(reg.spec_tokens(), WorkerInfo::kMaxSpecTokens)},
                      now);
     command_.Clear();
     command_.set_version(kVersion);
@@ -746,8 +747,11 @@ class Actor final : public Sink {
     r->set_epoch(id);
     r->set_heartbeat_ms(options_.heartbeat_ms);
     send(*workers_, identity, command_);
-    spdlog::info("scheduler: worker {} registered: {} (pid {}), role {}, {} KV blocks of {} tokens, {} threads", id,
-                 reg.name(), reg.pid(), role_name(*role), reg.kv_blocks(), reg.block_tokens(), reg.threads());
+    spdlog::info(
+        "scheduler: worker {} registered: {} (pid {}), role {}, {} KV blocks of {} tokens, {} threads, {} drafts per "
+        "round",
+        id, reg.name(), reg.pid(), role_name(*role), reg.kv_blocks(), reg.block_tokens(), reg.threads(),
+        std::min(reg.spec_tokens(), WorkerInfo::kMaxSpecTokens));
   }
 
   void check_liveness() {

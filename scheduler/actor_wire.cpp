@@ -67,11 +67,15 @@ void to_proto(const StepResult& result, v1::StepResult& out) {
     o.set_logprob(s.logprob);
     o.mutable_top_ids()->Add(s.top_ids.begin(), s.top_ids.end());
     o.mutable_top_logprobs()->Add(s.top_logprobs.begin(), s.top_logprobs.end());
+    o.mutable_more_tokens()->Add(s.more_tokens.begin(), s.more_tokens.end());
+    o.mutable_more_logprobs()->Add(s.more_logprobs.begin(), s.more_logprobs.end());
   }
   out.set_error_code(result.error_code);
   out.set_error_message(result.error_message);
   out.set_compute_us(result.compute_us);
   out.set_idle_us(result.idle_us);
+  out.set_drafted(result.drafted);
+  out.set_accepted(result.accepted);
 }
 
 void from_proto(const v1::StepResult& result, StepResult& out) {
@@ -85,11 +89,15 @@ void from_proto(const v1::StepResult& result, StepResult& out) {
     s.logprob = o.logprob();
     assign(o.top_ids(), s.top_ids);
     assign(o.top_logprobs(), s.top_logprobs);
+    assign(o.more_tokens(), s.more_tokens);
+    assign(o.more_logprobs(), s.more_logprobs);
   }
   out.error_code = result.error_code();
   out.error_message = result.error_message();
   out.compute_us = result.compute_us();
   out.idle_us = result.idle_us();
+  out.drafted = result.drafted();
+  out.accepted = result.accepted();
 }
 
 void to_proto(const KvReceived& ack, v1::KvReceived& out) {

@@ -17,6 +17,7 @@ struct Core::Placement {
   uint32_t worker_id = 0;
   KvSeq kv;                        // its blocks (only the worker's KvCacheManager changes them)
   uint32_t inflight = 0;           // plans in flight that include this sequence
+  uint32_t reserved = 0;           // positions its speculating rounds in flight reserved
   bool appeared = false;           // named in a plan: the worker holds state for it
   bool ready = true;               // false while its KV is on the way from a prefill worker
   Request* owner = nullptr;        // null once the request finished or moved
@@ -59,14 +60,16 @@ struct Core::Worker {
   uint32_t id = 0;
   Role role = Role::kBoth;
   std::string kv_endpoint, kv_public_key, kv_sender_key;
+  uint32_t spec_tokens = 0;  // WorkerInfo::spec_tokens
   KvCacheManager kv;
   std::vector<Placement*> running;  // in placement order (the newest is preempted first)
   struct InFlight {
     uint64_t step_id;
     std::vector<uint64_t> seqs;
-    bool queued_behind = false;  // sent while another plan was in flight: the worker should not wait for it
-    uint32_t tokens = 0;         // computed by the plan (a decode counts one): its StepHistory bucket
-    uint32_t prompt_tokens = 0;  // of which prompt tokens (the rest are decodes): for its StepCost
+    std::vector<uint32_t> reserves;  // per entry of seqs: a speculating round's reserved positions, else 0
+    bool queued_behind = false;      // sent while another plan was in flight: the worker should not wait for it
+    uint32_t tokens = 0;             // computed by the plan (a decode counts one): its StepHistory bucket
+    uint32_t prompt_tokens = 0;      // of which prompt tokens (the rest are decodes): for its StepCost
     int64_t sent_us = 0;
   };
   std::deque<InFlight> inflight;  // plans sent and not yet answered, in order
@@ -128,7 +131,7 @@ std::vector<Core::WorkerView> Core::workers() const {
   std::vector<WorkerView> out;
   for (const auto& [id, w] : workers_)
     out.push_back({id, w->kv.total(), w->kv.free(), static_cast<uint32_t>(w->running.size()), &w->stats, w->role,
-                   w->kv.cached(), w->kv.evictions()});
+                   w->kv.cached(), w->kv.evictions(), w->spec_tokens});
   return out;
 }
 
@@ -161,6 +164,7 @@ void Core::add_worker(uint32_t worker_id, const WorkerInfo& info, int64_t now_us
   w->kv_endpoint = info.kv_endpoint;
   w->kv_public_key = info.kv_public_key;
   w->kv_sender_key = info.kv_sender_key;
+  w->spec_tokens = info.role == Role::kPrefill ? 0 : std::min(info.spec_tokens, WorkerInfo::kMaxSpecTokens);
   w->stats.registered_us = now_us;
   decode_workers_ += info.role == Role::kDecode;
   workers_[worker_id] = std::move(w);
@@ -539,9 +543,20 @@ bool Core::place(Request& r, int64_t now_us) {
 
 uint32_t Core::tokens_wanted(const Worker& w, const Request& r) const {
   if (r.fed < r.target) return std::min(config_.prefill_chunk, r.target - r.fed);  // a prompt: a chunk
-  // A decode: one position past those computed (the worker feeds the token it sampled). A
-  // prefill worker's sequences decode elsewhere (handoff).
-  return w.role != Role::kPrefill && r.samples_planned < r.spec.max_tokens ? 1 : 0;
+  // A decode: one position past those computed (the worker feeds the token it sampled), and
+  // a speculating one room for its drafts. A prefill worker's sequences decode elsewhere (handoff).
+  if (w.role == Role::kPrefill || r.samples_planned >= r.spec.max_tokens) return 0;
+  return w.spec_tokens > 0 ? spec_wanted(w, r) : 1;
+}
+
+uint32_t Core::spec_wanted(const Worker& w, const Request& r) const {
+  // r.fed is at most what the worker holds once the rounds in flight ran (each may accept every
+  // draft): at the context, wait for their results to say how far they really went.
+  if (r.fed + 1 > model_.context_length) return 0;
+  const uint32_t remaining = r.spec.max_tokens - r.samples_planned;  // at least 1 (tokens_wanted)
+  uint32_t k = std::min({w.spec_tokens, remaining - 1, model_.context_length - r.fed - 1});
+  if (r.spec.sampling.top_logprobs > 0) k = 0;  // the worker does not speculate these (one token's top)
+  return 1 + k;
 }
 
 uint32_t Core::order_for_step(const Worker& w) {
@@ -581,13 +596,24 @@ Core::Slots Core::preempt_for(Worker& w, Placement& p, uint32_t positions, const
   return w.kv.allocate_slots(p.kv, positions) ? Slots::kReserved : Slots::kShort;
 }
 
-void Core::plan_tokens(Worker& w, Placement& p, Request& r, uint32_t n, std::vector<uint64_t>& seqs) {
+void Core::plan_tokens(Worker& w, Placement& p, Request& r, uint32_t n, std::vector<uint64_t>& seqs,
+                       std::vector<uint32_t>& reserves) {
   SeqPlan& s = plan_.add_seq();
   s.seq_id = p.seq_id;
+  s.keep_blocks = w.kv.take_cut(p.kv);
   for (int32_t b : w.kv.take_unsent(p.kv)) s.new_blocks.push_back(b);
   seqs.push_back(p.seq_id);
   ++p.inflight;  // the plan goes out: it has a sequence
   const bool prompt = r.fed < r.target;
+  // A speculating decode continues from the worker's positions, which the scheduler knows only
+  // up to the rounds in flight; r.fed counts every round's whole reserve until its result.
+  s.speculate = !prompt && w.spec_tokens > 0;
+  if (s.speculate) {
+    s.max_drafts = n - 1;
+    s.max_len = std::min(r.prompt_len + r.spec.max_tokens, model_.context_length);
+    p.reserved += n;
+  }
+  reserves.push_back(s.speculate ? n : 0);
   // A prompt's tokens travel; a decode's one is the worker's own last sample.
   if (prompt) s.tokens.assign(r.tokens.begin() + r.fed, r.tokens.begin() + r.fed + n);
   s.start_pos = r.fed;
@@ -619,6 +645,7 @@ bool Core::build_plan(Worker& w, int64_t now_us) {
   uint32_t budget = config_.max_batch_tokens, decodes = 0, prefill = 0;
   bool stalled = false;
   std::vector<uint64_t> seqs;
+  std::vector<uint32_t> reserves;
   uint32_t prompt_room = prompt_allowance(w, order_for_step(w));
   for (Placement* q : snapshot_) {
     if (!q) continue;  // preempted while this step was built
@@ -632,7 +659,7 @@ bool Core::build_plan(Worker& w, int64_t now_us) {
       stats_.decode_stalls += !prompt;  // a stream left out of a step it was ready for
       continue;
     }
-    const uint32_t n = std::min({want, budget, prompt ? prompt_room : 1u});
+    const uint32_t n = std::min({want, budget, prompt ? prompt_room : want});
     if (n == 0) continue;
     const Slots slots = w.kv.allocate_slots(p.kv, r->fed + n) ? Slots::kReserved : preempt_for(w, p, r->fed + n, seqs);
     if (slots == Slots::kPreempted) continue;
@@ -641,17 +668,22 @@ bool Core::build_plan(Worker& w, int64_t now_us) {
       stalled = true;
       continue;
     }
-    plan_tokens(w, p, *r, n, seqs);
-    budget -= n;
-    (prompt ? prefill : decodes) += n;
-    if (prompt) prompt_room -= n;
+    plan_tokens(w, p, *r, n, seqs, reserves);
+    budget -= n;  // a speculating decode counts its drafts' room
+    if (prompt) {
+      prefill += n;
+      prompt_room -= n;
+    } else {
+      ++decodes;
+    }
   }
   w.short_of_blocks = stalled;
   plan_.release.assign(w.to_release.begin(), w.to_release.end());
   w.to_release.clear();
   if (plan_.seqs().empty() && plan_.release.empty()) return false;
   plan_.step_id = w.next_step++;
-  w.inflight.push_back({plan_.step_id, std::move(seqs), !w.inflight.empty(), decodes + prefill, prefill, now_us});
+  w.inflight.push_back(
+      {plan_.step_id, std::move(seqs), std::move(reserves), !w.inflight.empty(), decodes + prefill, prefill, now_us});
   ++stats_.steps;
   stats_.max_step_decode = std::max(stats_.max_step_decode, decodes);
   stats_.max_step_prefill_tokens = std::max(stats_.max_step_prefill_tokens, prefill);
@@ -731,8 +763,8 @@ void Core::postpone_step_deadlines(int64_t us) {
   }
 }
 
-void Core::accept_token(Request& r, const SeqResult& s, int64_t now_us) {
-  const int32_t token = s.token;
+void Core::accept_token(Request& r, const SeqResult& s, size_t i, int64_t now_us) {
+  const int32_t token = i == 0 ? s.token : s.more_tokens[i - 1];
   r.tokens.push_back(token);
   ++r.generated;
   if (r.first_token_us < 0) {
@@ -750,9 +782,9 @@ void Core::accept_token(Request& r, const SeqResult& s, int64_t now_us) {
   }
   TokenEvent& ev = out->add_token();
   ev.id = token;
-  if (r.spec.logprobs) ev.logprob = s.logprob;
-  for (size_t i = 0; i < s.top_ids.size() && i < s.top_logprobs.size(); ++i)
-    ev.top.push_back({s.top_ids[i], s.top_logprobs[i]});
+  if (r.spec.logprobs) ev.logprob = i == 0 ? s.logprob : (i - 1 < s.more_logprobs.size() ? s.more_logprobs[i - 1] : 0);
+  for (size_t t = 0; i == 0 && t < s.top_ids.size() && t < s.top_logprobs.size(); ++t)
+    ev.top.push_back({s.top_ids[t], s.top_logprobs[t]});
   r.text.clear();
   r.emit.clear();
   r.detok.push(token, r.text);
@@ -776,6 +808,7 @@ void Core::on_result(uint32_t worker_id, const StepResult& result, int64_t now_u
   Worker& w = *wit->second;
   if (w.inflight.empty() || w.inflight.front().step_id != result.step_id) return;  // stale
   std::vector<uint64_t> seqs = std::move(w.inflight.front().seqs);
+  const std::vector<uint32_t> reserves = std::move(w.inflight.front().reserves);
   const std::vector<uint64_t>& plan_seqs = seqs_scratch_ = seqs;  // seqs is marked as results come
   const bool queued_behind = w.inflight.front().queued_behind;
   {
@@ -808,29 +841,21 @@ void Core::on_result(uint32_t worker_id, const StepResult& result, int64_t now_u
                "worker " + std::to_string(worker_id) + " failed the step: " + result.error_message, now_us);
     }
   } else {
+    w.stats.drafted += result.drafted;
+    w.stats.accepted += result.accepted;
     for (const SeqResult& s : result.seqs) {
       // A worker answers only for the sequences of this plan, each once (a result for another
-      // worker's sequence, or a second one for the same, is dropped), with a token of the
-      // vocabulary (one outside would fail the next batch that embeds it).
+      // worker's sequence, or a second one for the same, is dropped).
       const auto mine = std::find(seqs.begin(), seqs.end(), s.seq_id);
       if (mine == seqs.end()) continue;
       *mine = kAnswered;
       auto it = by_seq_.find(s.seq_id);
-      if (it == by_seq_.end() || !it->second->owner || s.token < 0) continue;
-      if (static_cast<uint32_t>(s.token) >= model_.vocab_size) {
-        finish(*it->second->owner, v1::FINISH_REASON_ERROR, v1::ERROR_CODE_INTERNAL,
-               "worker " + std::to_string(worker_id) + " returned token id " + std::to_string(s.token) +
-                   ", outside the vocabulary (" + std::to_string(model_.vocab_size) + " tokens)",
-               now_us);
-        continue;
-      }
-      ++w.stats.tokens;
-      ++stats_.tokens;
+      if (it == by_seq_.end()) continue;
       Request* r = it->second->owner;
-      accept_token(*r, s, now_us);
+      take_result(w, *it->second, s, reserves[static_cast<size_t>(mine - seqs.begin())], now_us);
       // The prompt is done on a prefill worker and the request goes on: hand it off. (The
       // token already went to the client: time to first token does not wait for this.)
-      if (w.role != Role::kPrefill) continue;
+      if (w.role != Role::kPrefill || !r) continue;
       it = by_seq_.find(s.seq_id);
       if (it == by_seq_.end() || it->second->owner != r || r->fed < r->target) continue;
       if (!start_handoff(*r, now_us)) {
@@ -839,10 +864,55 @@ void Core::on_result(uint32_t worker_id, const StepResult& result, int64_t now_u
       }
     }
   }
+  // A speculating round the worker did not answer for: its reserve is no longer in flight.
+  for (size_t i = 0; i < seqs.size(); ++i)
+    if (auto it = by_seq_.find(seqs[i]); seqs[i] != kAnswered && reserves[i] > 0 && it != by_seq_.end())
+      it->second->reserved -= reserves[i];
   for (uint64_t id : plan_seqs) {
     auto it = by_seq_.find(id);
     if (it != by_seq_.end() && !it->second->owner) retire(*it->second);
   }
+}
+
+void Core::take_result(Worker& w, Placement& p, const SeqResult& s, uint32_t reserve, int64_t now_us) {
+  p.reserved -= reserve;
+  Request* r = p.owner;
+  if (!r || s.token < 0) return;
+  // Tokens of the vocabulary only (one outside would fail the next batch that embeds it), and
+  // no more than the round had room for.
+  const size_t n = 1 + s.more_tokens.size();
+  std::string bad;
+  if (n > std::max(reserve, 1u))
+    bad = "returned " + std::to_string(n) + " tokens for a round of at most " + std::to_string(std::max(reserve, 1u));
+  for (size_t i = 0; i < n && bad.empty(); ++i) {
+    const int32_t t = i == 0 ? s.token : s.more_tokens[i - 1];
+    if (t < 0 || static_cast<uint32_t>(t) >= model_.vocab_size)
+      bad = "returned token id " + std::to_string(t) + ", outside the vocabulary (" +
+            std::to_string(model_.vocab_size) + " tokens)";
+  }
+  if (!bad.empty()) {
+    finish(*r, v1::FINISH_REASON_ERROR, v1::ERROR_CODE_INTERNAL, "worker " + std::to_string(w.id) + " " + bad, now_us);
+    return;
+  }
+  w.stats.tokens += n;
+  stats_.tokens += n;
+  w.stats.spec_rounds += reserve > 0;
+  r->samples_planned += static_cast<uint32_t>(n - 1);
+  const uint64_t seq_id = p.seq_id;
+  // In order, while the request lives: a stop or the length inside the round ends it at that
+  // token, and nothing after it reaches the client (finish may destroy the placement too).
+  for (size_t i = 0; i < n; ++i) {
+    auto it = by_seq_.find(seq_id);
+    if (it == by_seq_.end() || it->second->owner != r) return;
+    accept_token(*r, s, i, now_us);
+  }
+  auto it = by_seq_.find(seq_id);
+  if (reserve == 0 || it == by_seq_.end() || it->second->owner != r) return;
+  // The worker now holds every token but the last sampled; the rounds still in flight may
+  // each take their whole reserve. Blocks past that go back (no rejected draft stays).
+  Placement& live = *it->second;  // p itself: it outlived the tokens
+  r->fed = static_cast<uint32_t>(r->tokens.size() - 1) + live.reserved;
+  w.kv.trim(live.kv, r->fed);
 }
 
 void Core::publish(Worker& w, Placement& p, Request& r) {

@@ -77,6 +77,11 @@ struct WorkerInfo {
   uint32_t tail_blocks = 0;
   std::string kv_public_key{};  // kDecode with CurveZMQ: its KV socket's server key
   std::string kv_sender_key{};  // kPrefill with CurveZMQ: the key its KV sockets connect with
+  // Speculative decoding (Register.spec_tokens): the most drafts its decoding sequences carry
+  // per round; 0: it does not speculate. Its decode rounds then continue from the worker's own
+  // positions and reserve KV for 1 + spec_tokens positions (docs/ARCHITECTURE.md).
+  uint32_t spec_tokens = 0;
+  static constexpr uint32_t kMaxSpecTokens = 16;
 };
 
 // What the core sends. The actor maps it to the wire (actor_wire.h) and routes it; tests record.
@@ -99,6 +104,9 @@ class Sink {
 struct WorkerStats {
   // idle_us: pipeline bubbles only (see StepResult.idle_us and WorkerStatus.idle_share).
   uint64_t steps = 0, tokens = 0, compute_us = 0, idle_us = 0;
+  // Speculative decoding: rounds answered (a speculating sequence's decode each), drafts fed,
+  // drafts accepted. Tokens per round: (rounds + accepted) / rounds.
+  uint64_t spec_rounds = 0, drafted = 0, accepted = 0;
   int64_t registered_us = 0;
   uint32_t running = 0;
 };
@@ -189,6 +197,7 @@ class Core {
     Role role;
     uint32_t blocks_cached;  // free + cached + in use = total
     uint64_t evictions;
+    uint32_t spec_tokens;  // WorkerInfo::spec_tokens
   };
   std::vector<WorkerView> workers() const;
   // Every request of this client that has not had its final event.
@@ -215,7 +224,8 @@ class Core {
   uint32_t prompt_allowance(const Worker& w, uint32_t decoding) const;
   enum class Slots { kReserved, kShort, kPreempted };  // kPreempted: this sequence went back to the queue
   Slots preempt_for(Worker& w, Placement& p, uint32_t positions, const std::vector<uint64_t>& seqs);
-  void plan_tokens(Worker& w, Placement& p, Request& r, uint32_t n, std::vector<uint64_t>& seqs);
+  void plan_tokens(Worker& w, Placement& p, Request& r, uint32_t n, std::vector<uint64_t>& seqs,
+                   std::vector<uint32_t>& reserves);
   bool place(Request& r, int64_t now_us);
   bool takes_prompts(const Worker& w) const;
   // Prefill done on a prefill worker: reserve blocks on a decode worker and order the KV
@@ -239,7 +249,14 @@ class Core {
   std::string exceeds_kv(const RequestSpec& spec) const;
   Request& add_request(const std::string& client, const std::string& k, RequestSpec spec, int64_t now_us);
   void begin(Request& r);  // its prompt known and admitted: into the queue
-  void accept_token(Request& r, const SeqResult& s, int64_t now_us);
+  // Token `i` of a result: 0 its token (with its top logprobs), then its more_tokens.
+  void accept_token(Request& r, const SeqResult& s, size_t i, int64_t now_us);
+  // A worker's answer for one of its plan's sequences (`reserve`: the positions a speculating
+  // round reserved, 0 for others): its tokens to the request in order while it lives, then
+  // what a speculating round did not use back to the pool.
+  void take_result(Worker& w, Placement& p, const SeqResult& s, uint32_t reserve, int64_t now_us);
+  // A speculating decode's draft room in this step: 1 + max drafts (0: wait for results).
+  uint32_t spec_wanted(const Worker& w, const Request& r) const;
   void requeue(Request& r);
   void enqueue(Request& r);
   void detach(Request& r);

@@ -59,6 +59,7 @@ class KvSeq {
   std::vector<int32_t> blocks_;
   std::vector<int32_t> tail_;     // the worker's tail_blocks for this sequence (F32 window)
   size_t blocks_sent_ = 0;        // leading blocks the worker has been told about
+  size_t worker_blocks_ = 0;      // its block table's length on the worker (trim cuts it later: take_cut)
   bool started_ = false;          // took its prefix and tail blocks (the first allocate_slots)
   uint32_t published_ = 0;        // leading blocks offered to the prefix cache
   bool publish_stopped_ = false;  // a block's key was taken by another copy, or its KV failed
@@ -105,7 +106,7 @@ class KvCacheManager {
   // Keeps slots for `seq`'s first `positions` positions only and frees the blocks past them
   // (rejected draft tokens; `positions` is never inside the prefix it started with). A dropped block that was published
   // is unpublished first, so no rejected token stays findable in the prefix cache. Blocks not yet sent are just
-  // forgotten.
+  // forgotten; the worker is told to cut its table by the next take_cut.
   void trim(KvSeq& seq, uint32_t positions);
 
   // Offers `seq`'s full blocks among its first `known` positions (of `tokens`) to the prefix
@@ -114,16 +115,23 @@ class KvCacheManager {
   // `seq`'s blocks hold KV that cannot be trusted (a failed step): unpublished, never again.
   void distrust(KvSeq& seq);
 
-  // What goes to the worker: blocks not sent before (marks them sent), every block, the tail.
+  // What goes to the worker: how many blocks its copy of the table keeps, when a trim freed
+  // some it holds (0: no cut; call before take_unsent), then the blocks not sent before (marks
+  // them sent), every block, the tail.
+  uint32_t take_cut(KvSeq& seq) {
+    if (seq.worker_blocks_ <= seq.blocks_sent_) return 0;
+    seq.worker_blocks_ = seq.blocks_sent_;
+    return static_cast<uint32_t>(seq.blocks_sent_);
+  }
   std::span<const int32_t> take_unsent(KvSeq& seq) {
     const auto unsent = std::span<const int32_t>(seq.blocks_).subspan(seq.blocks_sent_);
-    seq.blocks_sent_ = seq.blocks_.size();
+    seq.blocks_sent_ = seq.worker_blocks_ = seq.blocks_.size();
     return unsent;
   }
   std::span<const int32_t> blocks(const KvSeq& seq) const { return seq.blocks_; }
   std::span<const int32_t> tail(const KvSeq& seq) const { return seq.tail_; }
   // Every block of `seq` counts as sent (a KvExpect named them all).
-  void mark_sent(KvSeq& seq) { seq.blocks_sent_ = seq.blocks_.size(); }
+  void mark_sent(KvSeq& seq) { seq.blocks_sent_ = seq.worker_blocks_ = seq.blocks_.size(); }
 
   bool consistent() const { return pool_.consistent(); }  // BlockPool::consistent
 

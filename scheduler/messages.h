@@ -48,6 +48,9 @@ struct SeqResult {
   float logprob = 0.0f;
   std::vector<int32_t> top_ids;
   std::vector<float> top_logprobs;
+  // A speculating round's further tokens (accepted drafts, then the correction) and their logprobs.
+  std::vector<int32_t> more_tokens;
+  std::vector<float> more_logprobs;
 };
 
 // A worker's answer for one step (v1::StepResult).
@@ -57,6 +60,7 @@ struct StepResult {
   v1::ErrorCode error_code = v1::ERROR_CODE_UNSPECIFIED;  // the step failed as a whole
   std::string error_message;
   uint64_t compute_us = 0, idle_us = 0;
+  uint32_t drafted = 0, accepted = 0;  // speculative drafts fed, and accepted, in the step
 };
 
 // A decode worker has a handed-off sequence's KV, or refused it (v1::KvReceived).

@@ -22,6 +22,10 @@ void fill_worker(const Core::WorkerView& w, const ActorStatus& actor, v1::Worker
   ws.set_kv_blocks_cached(w.blocks_cached);
   ws.set_kv_evictions(w.evictions);
   ws.set_role(role_name(w.role));
+  ws.set_spec_tokens(w.spec_tokens);
+  ws.set_spec_rounds(w.stats->spec_rounds);
+  ws.set_drafts(w.stats->drafted);
+  ws.set_drafts_accepted(w.stats->accepted);
   if (std::optional<WorkerPeerInfo> peer = actor.peer ? actor.peer(w.id) : std::nullopt) {
     ws.set_pid(peer->pid);
     ws.set_weight_bytes(peer->weight_bytes);

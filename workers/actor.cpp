@@ -37,13 +37,14 @@ constexpr size_t kEarlyTransfers = 64;
 namespace v1 = tandem::v1;
 
 // The bounds the sequence table checks plans against: the engine's and the pool's.
-TableLimits limits_of(const engine::Engine& engine, const engine::KvPool& pool) {
+TableLimits limits_of(const engine::Engine& engine, const engine::KvPool& pool, uint32_t spec_tokens) {
   return TableLimits{.vocab_size = engine.config().vocab_size,
                      .context_length = engine.config().context_length,
                      .n_blocks = pool.n_blocks(),
                      .block_tokens = pool.block_tokens(),
                      .tail_blocks = pool.tail_blocks(),
-                     .kv_format = pool.format().to_string()};
+                     .kv_format = pool.format().to_string(),
+                     .spec_tokens = spec_tokens};
 }
 
 }  // namespace
@@ -57,7 +58,7 @@ class Actor {
         pool_(std::move(pool)),
         fingerprint_(std::move(fingerprint)),
         sampler_(engine_->config().vocab_size),
-        table_(limits_of(*engine_, *pool_)) {}
+        table_(limits_of(*engine_, *pool_, options.role == runtime::Role::kPrefill ? 0 : options.spec_tokens)) {}
 
   // CurveZMQ: the scheduler's public key and this worker's own key pair (its credential).
   Status start_curve() {
@@ -151,6 +152,7 @@ class Actor {
     r->set_kv_skip_last_layer(pool_->format().skip_last_layer);
     r->set_kv_tail_blocks(pool_->tail_blocks());
     r->set_weight_bytes(engine_->weight_bytes_per_step());
+    if (options_.role != runtime::Role::kPrefill) r->set_spec_tokens(options_.spec_tokens);
     r->set_threads(options_.threads);
     r->set_pid(static_cast<uint32_t>(getpid()));
     r->set_name(options_.name);
@@ -301,26 +303,50 @@ class Actor {
     }
   }
 
-  // Samples a token for each sequence of the staged step that asks for one, into `res` and sampled_.
+  // Samples each sequence of the staged step that asks for it, into `res`, sampled_ and
+  // accepted_: one token, or for a speculating round its rows in order while each sample
+  // equals the draft fed after it (the accepted drafts), then the first that does not or the
+  // one after the last draft. Every row is sampled with exactly the history plain decoding
+  // would have there (the accepted tokens before it), so the tokens are plain decoding's.
   void sample_into(v1::StepResult* res) {
     const std::span<const SampleRequest> requests = table_.to_sample();
     sampled_.resize(requests.size());
+    accepted_.resize(requests.size());
+    uint32_t drafted = 0, accepted = 0;
     for (size_t i = 0; i < requests.size(); ++i) {
       const SampleRequest& q = requests[i];
-      const size_t from = q.history.size() > kPenaltyWindow ? q.history.size() - kPenaltyWindow : 0;
-      // Both spans end at the position sampled: what precedes it and nothing else.
-      const engine::Sample smp = sampler_.sample(engine_->logits(q.logits_row), *q.sampling, q.history.size(),
-                                                 q.history.subspan(from), q.generated);
-      sampled_[i] = smp.token;
+      const size_t k = q.drafts.size(), base = q.history.size() - k;
+      const size_t gen_from = q.history.size() - q.generated.size();
       v1::SeqResult* r = res->add_seqs();
       r->set_seq_id(q.seq_id);
-      r->set_token(smp.token);
-      r->set_logprob(smp.logprob);
-      for (const engine::TokenLogprob& t : smp.top) {
-        r->add_top_ids(t.token);
-        r->add_top_logprobs(t.logprob);
+      uint32_t row = 0;
+      for (;; ++row) {
+        const std::span<const int32_t> history = q.history.first(base + row);
+        const size_t from = history.size() > kPenaltyWindow ? history.size() - kPenaltyWindow : 0;
+        // Both spans end at the position sampled: what precedes it and nothing else.
+        const engine::Sample smp =
+            sampler_.sample(engine_->logits(q.logits_row + row), *q.sampling, history.size(), history.subspan(from),
+                            history.subspan(std::min(gen_from, history.size())));
+        sampled_[i] = smp.token;
+        if (row == 0) {
+          r->set_token(smp.token);
+          r->set_logprob(smp.logprob);
+          for (const engine::TokenLogprob& t : smp.top) {
+            r->add_top_ids(t.token);
+            r->add_top_logprobs(t.logprob);
+          }
+        } else {
+          r->add_more_tokens(smp.token);
+          r->add_more_logprobs(smp.logprob);
+        }
+        if (row == k || smp.token != q.drafts[row]) break;
       }
+      accepted_[i] = row;
+      drafted += static_cast<uint32_t>(k);
+      accepted += row;
     }
+    res->set_drafted(drafted);
+    res->set_accepted(accepted);
   }
 
   // The plan through the table and the engine: apply, forward, sample, commit. An error fails
@@ -335,7 +361,7 @@ class Actor {
       return st;
     }
     sample_into(res);
-    table_.commit(sampled_);
+    table_.commit(sampled_, accepted_);
     return Status::ok();
   }
 
@@ -562,8 +588,9 @@ class Actor {
   std::deque<std::pair<uint64_t, Early>> early_;
   size_t early_bytes_ = 0;  // the frames early_ holds
   v1::KvTransfer transfer_, transfer_in_;
-  runtime::StepPlan plan_;        // the plan being executed, mapped from the wire (entries reused)
-  std::vector<int32_t> sampled_;  // its sampled tokens, for the table's commit
+  runtime::StepPlan plan_;          // the plan being executed, mapped from the wire (entries reused)
+  std::vector<int32_t> sampled_;    // its sampled tokens, for the table's commit
+  std::vector<uint32_t> accepted_;  // and each entry's accepted drafts
   v1::SchedulerCommand in_;
   v1::WorkerMessage out_;
 };

@@ -33,6 +33,9 @@ struct WorkerOptions {
   uint32_t host_workers = 1;
   uint32_t block_tokens = 16;
   engine::KvFormat kv_format;  // F32 by default; blocks_for_bytes uses its real bytes
+  // Speculative decoding (--spec ngram --spec-tokens K): drafts per round at most; 0: off. A
+  // prefill worker never speculates (its sequences decode elsewhere).
+  uint32_t spec_tokens = 0;
   uint32_t heartbeat_ms = 1000;
   runtime::Role role = runtime::Role::kBoth;
   // Role decode: where prefill workers push KV. tcp://127.0.0.1:* picks a free port.

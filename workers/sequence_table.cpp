@@ -22,18 +22,26 @@ Status SequenceTable::check_entry(const runtime::SeqPlan& sp, const Sequence* se
     return bad("comes with " + str(sp.tail_blocks.size()) + " tail blocks; this worker's KV format (" +
                limits_.kv_format + ") needs " + str(limits_.tail_blocks));
   const size_t held = seq != nullptr ? seq->tokens.size() : sp.history.size();
-  if (sp.start_pos > held)
-    return bad("plan starts at " + str(sp.start_pos) + " but " + str(held) + " positions are cached");
+  if (sp.speculate && (!sp.tokens.empty() || !sp.sample))
+    return bad(
+        "is a speculating round with tokens or without a sample (it continues from the worker's own last sample)");
+  if (sp.speculate && limits_.spec_tokens == 0)
+    return bad("is a speculating round, but this worker does not speculate");
+  const uint64_t start = sp.speculate ? held : sp.start_pos;
+  if (start > held) return bad("plan starts at " + str(start) + " but " + str(held) + " positions are cached");
   const int32_t last = seq != nullptr ? seq->last : -1;
   if (sp.tokens.empty() && last < 0) return bad("has no sampled token to continue from");
   const std::span<const int32_t> feed = sp.tokens.empty() ? std::span<const int32_t>(&last, 1) : sp.tokens;
   for (int32_t t : feed)
     if (t < 0 || static_cast<uint32_t>(t) >= limits_.vocab_size)
       return bad("feeds token id " + std::to_string(t) + ", outside the vocabulary of " + str(limits_.vocab_size));
-  const uint64_t end = uint64_t{sp.start_pos} + feed.size();
+  const uint64_t end = start + feed.size();
   if (end > limits_.context_length)
     return bad("reaches position " + str(end) + ", past the context length " + str(limits_.context_length));
-  const uint64_t covered = ((seq != nullptr ? seq->blocks.size() : 0) + sp.new_blocks.size()) * limits_.block_tokens;
+  const size_t table = seq != nullptr ? seq->blocks.size() : 0;
+  if (sp.keep_blocks > table) return bad("keeps " + str(sp.keep_blocks) + " blocks of a block table of " + str(table));
+  const uint64_t covered =
+      ((sp.keep_blocks > 0 ? sp.keep_blocks : table) + sp.new_blocks.size()) * limits_.block_tokens;
   if (covered < end) return bad("has blocks for " + str(covered) + " positions, needs " + str(end));
   const std::span<const int32_t> tail =
       seq == nullptr ? std::span<const int32_t>(sp.tail_blocks) : std::span<const int32_t>();
@@ -41,7 +49,7 @@ Status SequenceTable::check_entry(const runtime::SeqPlan& sp, const Sequence* se
     for (int32_t b : ids)
       if (b < 0 || static_cast<uint32_t>(b) >= limits_.n_blocks)
         return bad("names block " + std::to_string(b) + ", outside the pool of " + str(limits_.n_blocks));
-  tokens += feed.size();
+  tokens += feed.size() + (sp.speculate ? sp.max_drafts : 0);
   return Status::ok();
 }
 
@@ -69,6 +77,25 @@ Status SequenceTable::check(const runtime::StepPlan& plan) {
   return Status::ok();
 }
 
+uint32_t SequenceTable::draft(const runtime::SeqPlan& sp, Sequence& seq) {
+  const auto at = static_cast<uint32_t>(seq.tokens.size() - 1);  // where the last sample is fed
+  const uint32_t bt = limits_.block_tokens;
+  uint32_t k = std::min({seq.draft.next(), sp.max_drafts, limits_.spec_tokens});
+  if (seq.sampling.top_logprobs > 0) k = 0;  // a round reports top logprobs for one token only
+  const uint32_t remaining = sp.max_len > at + 1 ? sp.max_len - (at + 1) : 0;
+  k = workers::draft_budget(k, remaining, limits_.context_length - at);
+  k = static_cast<uint32_t>(std::min<uint64_t>(k, seq.blocks.size() * uint64_t{bt} - (at + 1)));
+  if (!seq.tail.empty()) k = std::min(k, bt - 1 - at % bt);
+  if (k == 0) return 0;
+  const size_t from = seq.tokens.size();
+  seq.tokens.resize(from + k);
+  const std::span<int32_t> all(seq.tokens);
+  const uint32_t n =
+      workers::ngram_draft(all.first(from), workers::NgramConfig{.max_k = limits_.spec_tokens}, all.subspan(from, k));
+  seq.tokens.resize(from + n);
+  return n;
+}
+
 void SequenceTable::stage(const runtime::SeqPlan& sp, size_t i, Held* held) {
   const bool fresh = held == nullptr;
   if (fresh) held = &sequences_.try_emplace(sp.seq_id).first->second;
@@ -77,8 +104,14 @@ void SequenceTable::stage(const runtime::SeqPlan& sp, size_t i, Held* held) {
   st.seq_id = sp.seq_id;
   st.seq = &seq;
   st.fresh = fresh;
+  st.cut_blocks.clear();
+  if (sp.keep_blocks > 0 && sp.keep_blocks < seq.blocks.size()) {
+    st.cut_blocks.assign(seq.blocks.begin() + sp.keep_blocks, seq.blocks.end());
+    seq.blocks.resize(sp.keep_blocks);
+  }
   st.blocks_before = seq.blocks.size();
-  st.start_pos = sp.start_pos;
+  st.start_pos = sp.speculate ? static_cast<uint32_t>(seq.tokens.size()) : sp.start_pos;
+  st.speculate = sp.speculate;
   st.sampling_before = seq.sampling;
   st.logprobs_before = seq.logprobs;
   st.prompt_len_before = seq.prompt_len;
@@ -90,23 +123,31 @@ void SequenceTable::stage(const runtime::SeqPlan& sp, size_t i, Held* held) {
   if (fresh) {  // a prompt whose prefix is in shared cached blocks: its tokens come as history
     seq.tokens.assign(sp.history.begin(), sp.history.end());
     seq.tail.assign(sp.tail_blocks.begin(), sp.tail_blocks.end());
+    seq.draft = workers::DraftLength(limits_.spec_tokens);
   }
   seq.blocks.insert(seq.blocks.end(), sp.new_blocks.begin(), sp.new_blocks.end());
   // A start before the positions held rolls back to it (what it overwrites is kept for abort).
-  st.cut.assign(seq.tokens.begin() + sp.start_pos, seq.tokens.end());
-  seq.tokens.resize(sp.start_pos);
+  st.cut.assign(seq.tokens.begin() + st.start_pos, seq.tokens.end());
+  seq.tokens.resize(st.start_pos);
   if (sp.tokens.empty())
     seq.tokens.push_back(seq.last);
   else
     seq.tokens.insert(seq.tokens.end(), sp.tokens.begin(), sp.tokens.end());
-  const auto fed = std::span<const int32_t>(seq.tokens).subspan(sp.start_pos);
-  steps_[i] = engine::SeqStep{fed, sp.start_pos, seq.blocks, sp.sample ? 1u : 0u, seq.tail, seq.tail_end};
+  st.drafts = sp.speculate ? draft(sp, seq) : 0;
+  const auto fed = std::span<const int32_t>(seq.tokens).subspan(st.start_pos);
+  const uint32_t rows = sp.sample ? 1 + st.drafts : 0;
+  steps_[i] = engine::SeqStep{fed, st.start_pos, seq.blocks, rows, seq.tail, seq.tail_end};
   if (sp.sample) {
     const std::span<const int32_t> history(seq.tokens);
-    samples_[n_samples_] = SampleRequest{sp.seq_id, static_cast<uint32_t>(n_samples_), &seq.sampling, history,
-                                         history.subspan(std::min<size_t>(seq.prompt_len, history.size()))};
+    samples_[n_samples_] = SampleRequest{sp.seq_id,
+                                         n_rows_,
+                                         &seq.sampling,
+                                         history,
+                                         history.subspan(std::min<size_t>(seq.prompt_len, history.size())),
+                                         history.last(st.drafts)};
     ++n_samples_;
   }
+  n_rows_ += rows;
 }
 
 Status SequenceTable::apply(const runtime::StepPlan& plan) {
@@ -114,18 +155,26 @@ Status SequenceTable::apply(const runtime::StepPlan& plan) {
   const size_t n = plan.seqs().size();
   if (stage_.size() < n) stage_.resize(n), steps_.resize(n), samples_.resize(n);
   n_samples_ = 0;
+  n_rows_ = 0;
   for (size_t i = 0; i < n; ++i) stage(plan.seqs()[i], i, found_[i]);
   staged_ = n;
   return Status::ok();
 }
 
-void SequenceTable::commit(std::span<const int32_t> sampled) {
+void SequenceTable::commit(std::span<const int32_t> sampled, std::span<const uint32_t> accepted) {
   assert(sampled.size() == n_samples_);
   size_t k = 0;
   for (size_t i = 0; i < staged_; ++i) {
-    Sequence& seq = *stage_[i].seq;
+    Staged& st = stage_[i];
+    Sequence& seq = *st.seq;
+    // The end of the last write, rejected drafts' included: the tail holds the window as of it.
     seq.tail_end = int64_t{steps_[i].start_pos} + static_cast<int64_t>(steps_[i].tokens.size());
-    if (steps_[i].n_logits > 0 && k < sampled.size()) seq.last = sampled[k++];
+    if (steps_[i].n_logits == 0 || k >= sampled.size()) continue;
+    const uint32_t kept = std::min(st.drafts, k < accepted.size() ? accepted[k] : 0u);
+    seq.last = sampled[k++];
+    if (!st.speculate) continue;
+    seq.tokens.resize(st.start_pos + 1 + kept);  // the fed sample and the accepted drafts
+    seq.draft.record(st.drafts, kept);
   }
   staged_ = n_samples_ = 0;
 }
@@ -139,6 +188,7 @@ void SequenceTable::abort() {
     }
     Sequence& seq = *st.seq;
     seq.blocks.resize(st.blocks_before);
+    seq.blocks.insert(seq.blocks.end(), st.cut_blocks.begin(), st.cut_blocks.end());
     seq.tokens.resize(st.start_pos);
     seq.tokens.insert(seq.tokens.end(), st.cut.begin(), st.cut.end());
     seq.sampling = st.sampling_before;
@@ -211,6 +261,7 @@ Status SequenceTable::receive(const IncomingHandoff& handoff, const HandoffState
   seq.sampling = state.sampling;
   seq.logprobs = state.logprobs;
   seq.prompt_len = state.prompt_len;
+  seq.draft = workers::DraftLength(limits_.spec_tokens);
   return Status::ok();
 }
 

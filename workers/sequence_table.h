@@ -17,6 +17,7 @@
 #include "runtime/status.h"
 #include "runtime/step_plan.h"
 #include "workers/engine/engine.h"
+#include "workers/speculation.h"
 
 namespace tandem::worker {
 
@@ -29,6 +30,7 @@ struct TableLimits {
   uint32_t tail_blocks = 0;                      // blocks of a sequence's F32 window (0: the pool keeps none)
   std::string kv_format = "F32";                 // named in errors about tails
   uint64_t max_step_tokens = uint64_t{1} << 20;  // Engine::forward refuses a larger step
+  uint32_t spec_tokens = 0;  // drafts per speculating round at most (0: the worker does not speculate)
 };
 
 // One live sequence as the worker holds it.
@@ -41,6 +43,7 @@ struct Sequence {
   model::SamplingParams sampling;
   bool logprobs = false;
   uint32_t prompt_len = 0;  // tokens[prompt_len:] were generated (presence/frequency penalties)
+  workers::DraftLength draft = workers::DraftLength(0);  // its next rounds' draft length (speculation)
 };
 
 // A sampled plan entry of the applied step, in plan order.
@@ -51,6 +54,10 @@ struct SampleRequest {
   // Every token fed so far, this step's included: its size is the position being sampled.
   std::span<const int32_t> history;
   std::span<const int32_t> generated;  // the tail of history past the prompt
+  // A speculating round: the drafts fed after the last sample (the tail of history). Row
+  // logits_row + i holds the logits of the position after history's first size() - drafts + i
+  // tokens: sampled with that prefix as its history, exactly as plain decoding would sample it.
+  std::span<const int32_t> drafts = {};
 };
 
 // A handoff the scheduler announced to this (decode) worker (v1::KvExpect): the blocks its
@@ -100,9 +107,12 @@ class SequenceTable {
   std::span<const engine::SeqStep> steps() const { return {steps_.data(), staged_}; }
   // The staged entries that asked for a sample, in plan order.
   std::span<const SampleRequest> to_sample() const { return {samples_.data(), n_samples_}; }
-  // The engine ran the staged step: `sampled` holds one token per to_sample() entry, in order.
-  // Positions, histories, tails and last tokens advance; the table takes plans again.
-  void commit(std::span<const int32_t> sampled);
+  // The engine ran the staged step: `sampled` holds one token per to_sample() entry, in order
+  // (a speculating round's last emitted token), and `accepted` (empty: none) how many of each
+  // entry's drafts were accepted. Positions, histories, tails and last tokens advance; a
+  // round's rejected drafts leave the history (their KV rows are stale, written over later);
+  // the table takes plans again.
+  void commit(std::span<const int32_t> sampled, std::span<const uint32_t> accepted = {});
   // The engine refused the staged step: the table is as it was before apply().
   void abort();
   bool staged() const { return staged_ > 0; }
@@ -148,7 +158,10 @@ class SequenceTable {
     bool fresh = false;
     size_t blocks_before = 0;
     uint32_t start_pos = 0;
-    std::vector<int32_t> cut;  // tokens [start_pos, end) a rolled-back start overwrote
+    std::vector<int32_t> cut;         // tokens [start_pos, end) a rolled-back start overwrote
+    std::vector<int32_t> cut_blocks;  // block-table entries keep_blocks dropped
+    bool speculate = false;
+    uint32_t drafts = 0;  // fed after the last sample
     model::SamplingParams sampling_before;
     bool logprobs_before = false;
     uint32_t prompt_len_before = 0;
@@ -156,6 +169,11 @@ class SequenceTable {
   Status check(const runtime::StepPlan& plan);
   Status check_entry(const runtime::SeqPlan& sp, const Sequence* seq, uint64_t& tokens) const;
   void stage(const runtime::SeqPlan& sp, size_t i, Held* held);
+  // A speculating entry's drafts (appended to seq.tokens after its last sample): as many as its
+  // DraftLength asks, within the plan's max_drafts and max_len, the context, its blocks, and
+  // with an F32 window the block of the fed position (a rollback stays in the last written
+  // block, which the window keeps exact).
+  uint32_t draft(const runtime::SeqPlan& sp, Sequence& seq);
 
   TableLimits limits_;
   std::unordered_map<uint64_t, Held> sequences_;
@@ -168,6 +186,7 @@ class SequenceTable {
   std::vector<uint64_t> fresh_;  // check(): the new sequences' ids, sorted
   uint64_t applies_ = 0;         // apply() calls, for Held::checked
   size_t staged_ = 0, n_samples_ = 0;
+  uint32_t n_rows_ = 0;  // logits rows of the staged step
 };
 
 }  // namespace tandem::worker

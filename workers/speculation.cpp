@@ -13,10 +13,10 @@ uint32_t ngram_draft(std::span<const int32_t> history, const NgramConfig& config
     // last token (an occurrence must be followed by at least one token).
     for (size_t start = len - n; start-- > 0;) {
       if (!std::equal(tail.begin(), tail.end(), history.begin() + static_cast<ptrdiff_t>(start))) continue;
+      // history followed by the drafts: position from + i is history's or the draft at from + i - len.
       const size_t from = start + n;
-      const size_t count = std::min(out.size(), len - from);
-      std::copy_n(history.begin() + static_cast<ptrdiff_t>(from), count, out.begin());
-      return static_cast<uint32_t>(count);
+      for (size_t i = 0; i < out.size(); ++i) out[i] = from + i < len ? history[from + i] : out[from + i - len];
+      return static_cast<uint32_t>(out.size());
     }
   }
   return 0;

@@ -4,8 +4,11 @@
 // batch, so a sequence's output does not depend on what it was batched with. No allocation.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
+
+#include "workers/engine/generate.h"
 
 namespace tandem::workers {
 
@@ -17,8 +20,10 @@ struct NgramConfig {
 
 // Prompt lookup (llama.cpp's lookup decoding, vLLM's `ngram` proposer): for n from max_n down
 // to min_n, the latest earlier occurrence of the last n tokens of `history` (prompt and
-// generated tokens); the drafts are the tokens that followed it, at most out.size(). Returns how
-// many were written (0: no occurrence, or history shorter than min_n + 1).
+// generated tokens); the drafts are the tokens that followed it, at most out.size(), and where
+// they reach the end of the history they go on as the drafts so far (a loop of period p shorter
+// than out.size() fills all of it, not p). Returns how many were written (0: no occurrence, or
+// history shorter than min_n + 1).
 uint32_t ngram_draft(std::span<const int32_t> history, const NgramConfig& config, std::span<int32_t> out);
 
 // Greedy-exact verification: the target sampled `samples[i]` at the position where draft i
@@ -48,6 +53,21 @@ class DraftLength {
  private:
   uint32_t max_k_, k_;
   uint32_t idle_rounds_ = 0;  // rounds at k = 0 since the last probe
+};
+
+// Prompt lookup with an adaptive length, as one sequence's drafter for engine::generate
+// (`tandem run --spec ngram`).
+class NgramDrafter final : public engine::Drafter {
+ public:
+  explicit NgramDrafter(uint32_t max_k) : config_{.max_k = max_k}, length_(max_k) {}
+  uint32_t draft(std::span<const int32_t> history, std::span<int32_t> out) override {
+    return ngram_draft(history, config_, out.first(std::min<size_t>(out.size(), length_.next())));
+  }
+  void record(uint32_t drafted, uint32_t accepted) override { length_.record(drafted, accepted); }
+
+ private:
+  NgramConfig config_;
+  DraftLength length_;
 };
 
 }  // namespace tandem::workers

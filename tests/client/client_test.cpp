@@ -1091,6 +1091,10 @@ TEST(StatusCommand, JsonGolden) {
   w->set_last_heard_ms(321);
   w->set_weight_bytes(134217728);
   w->set_kv_bytes(18446744073709551615ull);
+  w->set_spec_tokens(4);
+  w->set_spec_rounds(50);
+  w->set_drafts(120);
+  w->set_drafts_accepted(90);
   s->add_workers();  // every field zero
   fake.send(got->identity, r);
   std::string out;
@@ -1107,10 +1111,12 @@ TEST(StatusCommand, JsonGolden) {
       "{\"id\":7,\"role\":\"prefill\",\"pid\":4242,\"alive\":true,\"kv_blocks_total\":100,\"kv_blocks_free\":40,"
       "\"kv_blocks_cached\":9,\"kv_evictions\":10,\"running\":3,\"steps\":98,\"tokens\":4294967296,"
       "\"idle_share\":0.3333333,\"last_heard_ms\":321,\"weight_bytes\":134217728,"
-      "\"kv_bytes\":18446744073709551615},"
+      "\"kv_bytes\":18446744073709551615,\"spec_tokens\":4,\"spec_rounds\":50,\"drafts\":120,"
+      "\"drafts_accepted\":90},"
       "{\"id\":0,\"role\":\"\",\"pid\":0,\"alive\":false,\"kv_blocks_total\":0,\"kv_blocks_free\":0,"
       "\"kv_blocks_cached\":0,\"kv_evictions\":0,\"running\":0,\"steps\":0,\"tokens\":0,"
-      "\"idle_share\":0,\"last_heard_ms\":0,\"weight_bytes\":0,\"kv_bytes\":0}]}\n");
+      "\"idle_share\":0,\"last_heard_ms\":0,\"weight_bytes\":0,\"kv_bytes\":0,"
+      "\"spec_tokens\":0,\"spec_rounds\":0,\"drafts\":0,\"drafts_accepted\":0}]}\n");
 }
 
 }  // namespace

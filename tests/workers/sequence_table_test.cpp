@@ -482,3 +482,138 @@ TEST(SequenceTable, RandomizedAgainstAModelOfPositions) {
 
 }  // namespace
 }  // namespace tandem::worker
+
+namespace tandem::worker {
+namespace {
+
+// A speculating round (#19 Part B): it continues from the positions held, drafts from the
+// sequence's own tokens within max_drafts, max_len, its blocks and (with a tail) its block;
+// commit keeps the accepted drafts only; keep_blocks cuts the block table first; abort restores
+// all of it; a worker that does not speculate refuses the entry.
+TEST(SequenceTableSpec, RoundsDraftFromTheHistoryAndCommitKeepsTheAcceptedOnly) {
+  TableLimits lim = limits();
+  lim.spec_tokens = 4;
+  SequenceTable table(lim);
+  runtime::StepPlan plan;
+  // A prompt that repeats: 1 2 3 1 2 3 1 2, then the sample 3 (so "2 3" occurred before).
+  add_first(plan, 1, {1, 2, 3, 1, 2, 3, 1, 2}, {0, 1}, true);
+  run(table, plan, 3);
+  plan.clear();
+  runtime::SeqPlan& s = add_next(plan, 1, /*start: unused*/ 99);
+  s.speculate = true;
+  s.max_drafts = 4;
+  s.max_len = 100;
+  ASSERT_TRUE(table.apply(plan).is_ok());
+  ASSERT_EQ(table.to_sample().size(), 1u);
+  const SampleRequest& q = table.to_sample()[0];
+  // "1 2 3" last occurred at 3: what followed it, the loop going on past the history's end.
+  EXPECT_EQ(std::vector<int32_t>(q.drafts.begin(), q.drafts.end()), (std::vector<int32_t>{1, 2, 3, 1}));
+  EXPECT_EQ(table.steps()[0].start_pos, 8u);
+  EXPECT_EQ(table.steps()[0].n_logits, 5u);
+  EXPECT_EQ(q.history.size(), 13u);  // 8 held + the sample + 4 drafts
+  const std::vector<int32_t> sampled = {9};
+  const std::vector<uint32_t> accepted = {2};
+  table.commit(sampled, accepted);
+  const Sequence* seq = table.find(1);
+  EXPECT_EQ(seq->tokens, (std::vector<int32_t>{1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2}));
+  EXPECT_EQ(seq->last, 9);
+  EXPECT_EQ(seq->tail_end, 13);  // the end of the last write, rejected drafts' included
+
+  // max_len leaves room for one token more: no drafts (the round emits one token).
+  plan.clear();
+  runtime::SeqPlan& t = add_next(plan, 1, 0);
+  t.speculate = true;
+  t.max_drafts = 4;
+  t.max_len = 13;
+  ASSERT_TRUE(table.apply(plan).is_ok());
+  EXPECT_TRUE(table.to_sample()[0].drafts.empty());
+  table.abort();
+  EXPECT_EQ(table.find(1)->tokens.size(), 11u);
+
+  // keep_blocks cuts the table before new blocks are appended; abort puts the cut ones back.
+  plan.clear();
+  runtime::SeqPlan& u = add_next(plan, 1, 0, {}, {5});
+  u.speculate = true;
+  u.max_drafts = 2;
+  u.max_len = 100;
+  u.keep_blocks = 1;
+  ASSERT_TRUE(table.apply(plan).is_ok());
+  EXPECT_EQ(std::vector<int32_t>(table.steps()[0].blocks.begin(), table.steps()[0].blocks.end()),
+            (std::vector<int32_t>{0, 5}));
+  table.abort();
+  EXPECT_EQ(table.find(1)->blocks, (std::vector<int32_t>{0, 1}));
+  u.keep_blocks = 3;
+  EXPECT_FALSE(table.apply(plan).is_ok());  // more than it holds
+
+  SequenceTable plain(limits());
+  plan.clear();
+  add_first(plan, 1, {1, 2, 3}, {0}, true);
+  run(plain, plan);
+  plan.clear();
+  add_next(plan, 1, 0).speculate = true;
+  const Status st = plain.apply(plan);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("does not speculate"), std::string::npos) << st.message();
+}
+
+TEST(SequenceTableSpec, WithATailARoundStaysInItsBlock) {
+  TableLimits lim = limits(2);
+  lim.spec_tokens = 4;
+  SequenceTable table(lim);
+  runtime::StepPlan plan;
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 13; ++i) prompt.push_back(1 + i % 2);  // 1 2 1 2 ...: drafts always found
+  add_first(plan, 1, prompt, {0, 1}, true).tail_blocks = {10, 11};
+  run(table, plan, 2);
+  plan.clear();
+  runtime::SeqPlan& s = add_next(plan, 1, 0);
+  s.speculate = true;
+  s.max_drafts = 4;
+  s.max_len = 100;
+  ASSERT_TRUE(table.apply(plan).is_ok());
+  // The last sample goes in at position 13: positions 14 and 15 are left in block 0.
+  EXPECT_EQ(table.to_sample()[0].drafts.size(), 2u);
+  table.abort();
+}
+
+TEST(SequenceTableSpec, AWarmSpeculatingRoundAllocatesNothing) {
+  constexpr uint32_t kStreams = 16;
+  TableLimits lim = limits();
+  lim.spec_tokens = 4;
+  SequenceTable table(lim);
+  runtime::StepPlan plan;
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 40; ++i) prompt.push_back(1 + i % 4);  // 1 2 3 4 1 2 ...: drafts found
+  for (uint64_t id = 1; id <= kStreams; ++id) add_first(plan, id, prompt, {0, 1, 2, 3, 4}, true);
+  run(table, plan, 1);
+  std::vector<int32_t> sampled(kStreams);
+  std::vector<uint32_t> accepted(kStreams);
+  long allocations = 0;
+  size_t drafts = 0;
+  // Histories (drafts included) grow once, in the first round (to 80 tokens).
+  for (int round = 0; table.find(1)->tokens.size() + 6 < 80; ++round) {
+    const long before = test::g_allocations.load();
+    plan.clear();
+    for (uint64_t id = 1; id <= kStreams; ++id) {
+      runtime::SeqPlan& s = plan.add_seq();
+      s.seq_id = id;
+      s.sample = s.speculate = true;
+      s.max_drafts = 4;
+      s.max_len = 1000;
+    }
+    ASSERT_TRUE(table.apply(plan).is_ok());
+    for (size_t i = 0; i < kStreams; ++i) {  // every draft accepted, the pattern continued
+      const SampleRequest& q = table.to_sample()[i];
+      accepted[i] = static_cast<uint32_t>(q.drafts.size());
+      sampled[i] = 1 + q.history.back() % 4;
+      drafts += q.drafts.size();
+    }
+    table.commit(sampled, accepted);
+    if (round > 0) allocations += test::g_allocations.load() - before;
+  }
+  EXPECT_EQ(allocations, 0);
+  EXPECT_GT(drafts, 16u * 8);
+}
+
+}  // namespace
+}  // namespace tandem::worker

@@ -6,7 +6,12 @@
 
 #include <array>
 #include <cstdint>
+#include <random>
+#include <string>
 #include <vector>
+
+#include "workers/engine/engine.h"
+#include "workers/engine/generate.h"
 
 namespace tandem::workers {
 namespace {
@@ -22,9 +27,9 @@ TEST(NgramDraft, ProposesWhatFollowedTheLatestOccurrenceOfTheLongestSuffix) {
   EXPECT_EQ(draft_of({5, 6, 7, 8, 5, 6, 9, 1, 5, 6}), (std::vector<int32_t>{9, 1, 5, 6}));
   // The 3-gram "1 5 6" wins over the 2-gram's later occurrence.
   EXPECT_EQ(draft_of({1, 5, 6, 3, 5, 6, 4, 1, 5, 6}), (std::vector<int32_t>{3, 5, 6, 4}));
-  // At most out.size() drafts, and no more than the history holds after the occurrence.
+  // At most out.size() drafts; past the history's end the loop goes on (period 3 here).
   EXPECT_EQ(draft_of({5, 6, 7, 5, 6}, {}, 2), (std::vector<int32_t>{7, 5}));
-  EXPECT_EQ(draft_of({5, 6, 7, 5, 6}, {}, 8), (std::vector<int32_t>{7, 5, 6}));
+  EXPECT_EQ(draft_of({5, 6, 7, 5, 6}, {}, 8), (std::vector<int32_t>{7, 5, 6, 7, 5, 6, 7, 5}));
 }
 
 TEST(NgramDraft, NothingWithoutAnEarlierOccurrenceOrBelowMinN) {
@@ -33,9 +38,9 @@ TEST(NgramDraft, NothingWithoutAnEarlierOccurrenceOrBelowMinN) {
   EXPECT_TRUE(draft_of({7}).empty());
   // Only the last token repeats: min_n 2 finds nothing, min_n 1 does.
   EXPECT_TRUE(draft_of({4, 9, 3, 4}).empty());
-  EXPECT_EQ(draft_of({4, 9, 3, 4}, NgramConfig{3, 1, 4}), (std::vector<int32_t>{9, 3, 4}));
-  // A run of one token: the suffix's occurrence one step back, followed by the same token.
-  EXPECT_EQ(draft_of({2, 2, 2}, NgramConfig{3, 1, 4}), (std::vector<int32_t>{2}));
+  EXPECT_EQ(draft_of({4, 9, 3, 4}, NgramConfig{3, 1, 4}), (std::vector<int32_t>{9, 3, 4, 9}));
+  // A run of one token: the suffix's occurrence one step back, the run going on.
+  EXPECT_EQ(draft_of({2, 2, 2}, NgramConfig{3, 1, 4}), (std::vector<int32_t>{2, 2, 2, 2}));
 }
 
 TEST(AcceptedPrefix, TheLongestPrefixEqualToTheSamples) {
@@ -116,6 +121,54 @@ TEST(SpeculationLoop, RoundsEmitExactlyThePlainDecodeAndTakeFewerSteps) {
   }
   EXPECT_EQ(seq, plain);
   EXPECT_LT(rounds, max_tokens / 2) << "a sequence that repeats should accept most drafts";
+}
+
+// tandem run --spec ngram: the in-process generator verifying prompt-lookup drafts gives plain
+// decoding's tokens and logprobs, bit for bit, greedy and seeded at temperature 1, with a
+// presence penalty (it counts the accepted tokens before each position), on F32 and 8-bit KV
+// (windows 2 and 1: a round never crosses its block there), on the trained tiny model whose
+// output repeats (most drafts accepted) and on prompts of random ids.
+TEST(GenerateWithDrafts, EqualsPlainDecodingTokenForToken) {
+  auto engine = engine::Engine::load(std::string(TANDEM_SOURCE_DIR) + "/tests/data/tiny-trained.gguf",
+                                     {1, engine::GemmBackend::kPacked})
+                    .value();
+  const std::vector<int32_t> text =
+      engine->tokenizer().encode("The file is the file. The file is the file. The", true).value();
+  std::mt19937 rng(3);
+  std::vector<int32_t> noise;
+  for (int i = 0; i < 40; ++i) noise.push_back(3 + static_cast<int32_t>(rng() % 500));
+  uint32_t steps = 0, tokens = 0;
+  const std::vector<int32_t>* noisy = &noise;
+  for (const std::vector<int32_t>* prompt : {&text, noisy})
+    for (uint32_t bits : {0u, 8u})
+      for (uint32_t window : {2u, 1u})
+        for (float temperature : {0.0f, 1.0f}) {
+          if (bits == 0 && window == 1) continue;
+          engine::GenerateOptions plain;
+          plain.max_tokens = 120;
+          plain.ignore_eos = true;
+          plain.sampling.temperature = temperature;
+          plain.sampling.seed = 11;
+          plain.sampling.presence_penalty = temperature > 0 ? 0.5f : 0.0f;
+          plain.kv_format.bits = bits;
+          plain.kv_format.f32_window = window;
+          NgramDrafter drafter(4);
+          engine::GenerateOptions spec = plain;
+          spec.drafter = &drafter;
+          spec.spec_tokens = 4;
+          const auto want = engine::generate(*engine, *prompt, plain).value();
+          const auto got = engine::generate(*engine, *prompt, spec).value();
+          const std::string what = "bits " + std::to_string(bits) + " window " + std::to_string(window) +
+                                   " temperature " + std::to_string(temperature);
+          EXPECT_EQ(got.tokens, want.tokens) << what;
+          EXPECT_EQ(got.logprobs, want.logprobs) << what;
+          if (prompt == &text && temperature == 0) {
+            steps += got.decode_steps;
+            tokens += static_cast<uint32_t>(got.tokens.size() - 1);
+          }
+        }
+  EXPECT_LT(steps * 6, tokens * 5) << "the trained model's repeating output should accept drafts: " << tokens
+                                   << " tokens in " << steps << " steps";
 }
 
 }  // namespace

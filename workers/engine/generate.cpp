@@ -6,6 +6,69 @@
 
 namespace tandem::engine {
 
+namespace {
+
+// Drafts the next round may carry at `at` (the position the last token is fed at): what the
+// drafter offers, no more than the room left (the accepted drafts plus the correction never
+// pass `total`), and, with an F32 window, none past the block `at` is in (a rollback stays
+// within the last written block, which the window keeps exact).
+uint32_t draft_room(const GenerateOptions& options, uint32_t at, uint32_t total, uint32_t emitted_room) {
+  if (options.drafter == nullptr) return 0;
+  uint32_t k = std::min(options.spec_tokens, emitted_room > 0 ? emitted_room - 1 : 0u);
+  if (options.kv_format.bits > 0 && options.kv_format.f32_window > 0) k = std::min(k, 15 - at % 16);
+  return at + 1 + k <= total ? k : 0;
+}
+
+// The decode loop after the prompt: samples the rows of the last forward in order, keeps the
+// drafts equal to their samples, feeds the last token and the next drafts.
+Status decode(Engine& engine, KvPool& pool, std::span<const int32_t> blocks, std::span<const int32_t> tail,
+              size_t prompt_len, uint32_t total, const GenerateOptions& options, std::vector<int32_t>& seq,
+              Generation& gen, const std::function<void(int32_t, float)>& on_token) {
+  if (options.max_tokens == 0) return Status::ok();
+  Sampler sampler(engine.config().vocab_size);
+  std::vector<int32_t> feed(1 + options.spec_tokens);
+  uint32_t drafted = 0;                                 // drafts fed by the last forward
+  int64_t tail_end = static_cast<int64_t>(prompt_len);  // the end of the last write
+  for (;;) {
+    uint32_t accepted = 0;
+    bool done = false;
+    for (uint32_t row = 0; row <= drafted; ++row) {
+      const size_t from = seq.size() > options.penalty_window ? seq.size() - options.penalty_window : 0;
+      const std::span<const int32_t> tokens(seq);
+      const Sample smp = sampler.sample(engine.logits(row), options.sampling, seq.size(), tokens.subspan(from),
+                                        tokens.subspan(prompt_len));
+      gen.tokens.push_back(smp.token);
+      gen.logprobs.push_back(smp.logprob);
+      if (on_token) on_token(smp.token, smp.logprob);
+      seq.push_back(smp.token);
+      if (engine.tokenizer().is_eog(smp.token) && !options.ignore_eos) {  // eos, eot, eom, <|im_end|>, ...
+        gen.stopped_by_eos = done = true;
+        break;
+      }
+      if (gen.tokens.size() == options.max_tokens || seq.size() >= total) {
+        done = true;
+        break;
+      }
+      if (row == drafted || smp.token != feed[row + 1]) break;
+      ++accepted;
+    }
+    if (options.drafter) options.drafter->record(drafted, accepted);
+    if (done) return Status::ok();
+    const uint32_t at = static_cast<uint32_t>(seq.size() - 1);
+    const uint32_t room = std::min<uint32_t>(total - static_cast<uint32_t>(seq.size()),
+                                             options.max_tokens - static_cast<uint32_t>(gen.tokens.size()));
+    const uint32_t k = draft_room(options, at, total, room);
+    feed[0] = seq.back();
+    drafted = k > 0 ? options.drafter->draft(seq, std::span<int32_t>(feed).subspan(1, k)) : 0;
+    SeqStep s{std::span<const int32_t>(feed).first(1 + drafted), at, blocks, 1 + drafted, tail, tail_end};
+    TANDEM_RETURN_IF_ERROR(engine.forward({&s, 1}, pool));
+    tail_end = at + 1 + drafted;
+    ++gen.decode_steps;
+  }
+}
+
+}  // namespace
+
 Result<Generation> generate(Engine& engine, std::span<const int32_t> prompt, const GenerateOptions& options,
                             const std::function<void(int32_t, float)>& on_token) {
   const ModelConfig& c = engine.config();
@@ -25,7 +88,6 @@ Result<Generation> generate(Engine& engine, std::span<const int32_t> prompt, con
   for (uint32_t b = 0; b < n_blocks + n_tail; ++b) (b < n_blocks ? blocks : tail).push_back(static_cast<int32_t>(b));
 
   Generation gen;
-  Sampler sampler(c.vocab_size);
   std::vector<int32_t> seq(prompt.begin(), prompt.end());
   seq.reserve(total);
   auto now = [] { return std::chrono::steady_clock::now(); };
@@ -40,24 +102,7 @@ Result<Generation> generate(Engine& engine, std::span<const int32_t> prompt, con
   }
   auto t1 = now();
   gen.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
-  for (uint32_t i = 0; i < options.max_tokens && seq.size() < total + 1; ++i) {
-    const size_t from = seq.size() > options.penalty_window ? seq.size() - options.penalty_window : 0;
-    const std::span<const int32_t> tokens(seq);
-    const Sample smp = sampler.sample(engine.logits(0), options.sampling, seq.size(), tokens.subspan(from),
-                                      tokens.subspan(prompt.size()));
-    gen.tokens.push_back(smp.token);
-    gen.logprobs.push_back(smp.logprob);
-    if (on_token) on_token(smp.token, smp.logprob);
-    seq.push_back(smp.token);
-    if (engine.tokenizer().is_eog(smp.token) && !options.ignore_eos) {  // eos, eot, eom, <|im_end|>, ...
-      gen.stopped_by_eos = true;
-      break;
-    }
-    if (i + 1 == options.max_tokens || seq.size() >= total) break;
-    const uint32_t at = static_cast<uint32_t>(seq.size() - 1);
-    SeqStep s{std::span<const int32_t>(&seq.back(), 1), at, blocks, 1, tail, at};
-    TANDEM_RETURN_IF_ERROR(engine.forward({&s, 1}, **pool));
-  }
+  TANDEM_RETURN_IF_ERROR(decode(engine, **pool, blocks, tail, prompt.size(), total, options, seq, gen, on_token));
   gen.decode_seconds = std::chrono::duration<double>(now() - t1).count();
   return gen;
 }

@@ -12,6 +12,16 @@
 
 namespace tandem::engine {
 
+// Where speculative drafts come from (generate() verifies them): workers/speculation.h's
+// prompt lookup, for one. draft() writes at most out.size() tokens that may follow `history`
+// and returns how many; record() learns that a round of `drafted` accepted `accepted`.
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  virtual uint32_t draft(std::span<const int32_t> history, std::span<int32_t> out) = 0;
+  virtual void record(uint32_t drafted, uint32_t accepted) = 0;
+};
+
 struct GenerateOptions {
   uint32_t max_tokens = 16;
   SamplingParams sampling;
@@ -19,6 +29,11 @@ struct GenerateOptions {
   uint32_t prefill_chunk = 512;  // prompt tokens per forward pass
   uint32_t penalty_window = 64;  // last tokens the repetition penalty looks at (llama.cpp's default)
   KvFormat kv_format;            // how the sequence's KV is stored
+  // Speculative decoding (null: off): each step feeds the last token and up to spec_tokens
+  // drafts, samples every position exactly as plain decoding would and keeps the drafts that
+  // equal the samples, so the tokens are those of plain decoding.
+  Drafter* drafter = nullptr;
+  uint32_t spec_tokens = 0;
 };
 
 struct Generation {
@@ -27,9 +42,10 @@ struct Generation {
   bool stopped_by_eos =
       false;  // an end-of-generation token (eos, eot, ...); else it ran to max_tokens or the context length
   double prefill_seconds = 0, decode_seconds = 0;
+  uint32_t decode_steps = 0;  // forward passes after the prompt's (fewer than tokens with drafts accepted)
 };
 
-// Prefills `prompt` in chunks, then decodes one token per step. `on_token` (optional) sees
+// Prefills `prompt` in chunks, then decodes one token per step (more with a drafter). `on_token` (optional) sees
 // each token as it is sampled. Errors: empty prompt, prompt at or past the context length,
 // bad token ids, bad sampling parameters.
 Result<Generation> generate(Engine& engine, std::span<const int32_t> prompt, const GenerateOptions& options,

@@ -160,6 +160,10 @@ struct WorkerInfo {
   uint64_t kv_evictions = 0;
   uint32_t last_heard_ms = 0;               // since the scheduler last heard from it (dead past liveness x heartbeat)
   uint64_t weight_bytes = 0, kv_bytes = 0;  // its weights in memory, its KV pool
+  // Speculative decoding: drafts per round at most (0: off), rounds, drafts fed and accepted.
+  // Tokens per round: (spec_rounds + drafts_accepted) / spec_rounds.
+  uint32_t spec_tokens = 0;
+  uint64_t spec_rounds = 0, drafts = 0, drafts_accepted = 0;
 };
 
 struct StatusInfo {
@@ -230,6 +234,10 @@ void list_status_fields(Field&& field) {
   field("last_heard_ms", &WorkerInfo::last_heard_ms);
   field("weight_bytes", &WorkerInfo::weight_bytes);
   field("kv_bytes", &WorkerInfo::kv_bytes);
+  field("spec_tokens", &WorkerInfo::spec_tokens);
+  field("spec_rounds", &WorkerInfo::spec_rounds);
+  field("drafts", &WorkerInfo::drafts);
+  field("drafts_accepted", &WorkerInfo::drafts_accepted);
   field("idle_us", &WorkerInfo::idle_us, nullptr);
   field("compute_us", &WorkerInfo::compute_us, nullptr);
 }

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Speculative decoding (--spec ngram) against plain decoding, alternated in one run (this machine
+# is shared and noisy: only ratios measured side by side mean anything). For each trained model
+# (tests/data/tiny-trained.gguf, tests/data/vocab-trained.gguf) and each pair, `tandem up` with
+# one 2-thread worker and --spec off, then --spec ngram (the order alternates per pair), and on
+# each `tandem bench` closed-loop at concurrency 1 and 16 with text prompts (lines of
+# tests/data/heldout.txt: the models' output repeats) and with random ids (--input-len: drafts
+# mostly rejected, speculation should turn itself off). Prints output tokens/s per run, the
+# ngram/off ratios per pair and their medians, and the acceptance (drafts accepted / fed, and
+# tokens per round) from `tandem status --json`.
+#
+#   bench/spec.sh [BUILD] [PAIRS] [OUTPUT_LEN]     e.g. bench/spec.sh build/release 3 256
+set -uo pipefail
+build=${1:-build/release}
+pairs=${2:-3}
+out_len=${3:-256}
+[ "$pairs" -ge 1 ] && [ "$pairs" -le 20 ] || { echo "PAIRS must be 1..20"; exit 2; }
+tandem=$build/cli/tandem
+[ -x "$tandem" ] || { echo "no $tandem: build the tandem target first"; exit 2; }
+root=$(cd "$(dirname "$0")/.." && pwd)
+tmp=$(mktemp -d)
+up_pid=
+cleanup() {
+  [ -n "$up_pid" ] && kill "$up_pid" 2>/dev/null && wait "$up_pid" 2>/dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+# 32 text prompts: 200-byte windows of the held-out text, JSON-escaped.
+python3 - "$root/tests/data/heldout.txt" >"$tmp/text.jsonl" <<'EOF'
+import json, sys
+t = open(sys.argv[1]).read().replace("\n", " ")
+for i in range(32):
+    print(json.dumps({"prompt": t[i * 700:i * 700 + 200]}))
+EOF
+
+json_get() {  # file expr -> value (python expression over `j`)
+  python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1"
+}
+spec_counts() {  # -> "rounds drafts accepted" summed over the workers
+  "$tandem" status --endpoint "ipc://$tmp/run/client.sock" --json >"$tmp/status.json" 2>/dev/null
+  json_get "$tmp/status.json" "' '.join(str(sum(w.get(k, 0) for w in j['workers'])) for k in ('spec_rounds', 'drafts', 'drafts_accepted'))"
+}
+up() {  # model spec
+  rm -rf "$tmp/run"
+  "$tandem" up --model "$1" --workers 1 --threads 2 --spec "$2" --runtime-dir "$tmp/run" --log-level warn \
+    >"$tmp/up.out" 2>&1 &
+  up_pid=$!
+  for _ in $(seq 1 600); do
+    grep -q "tandem: ready" "$tmp/up.out" && return 0
+    sleep 0.1
+  done
+  echo "tandem up did not become ready:"; cat "$tmp/up.out"; exit 1
+}
+down() {
+  kill "$up_pid" 2>/dev/null; wait "$up_pid" 2>/dev/null; up_pid=
+}
+bench() {  # concurrency workload -> "tok_s rounds drafts accepted" of this run
+  local c=$1 w=$2 n=$(( $1 == 1 ? 16 : 96 )) before after
+  before=$(spec_counts)
+  local args=(--endpoint "ipc://$tmp/run/client.sock" --concurrency "$c" --num-requests "$n" --warmup "$c"
+              --output-len "$out_len" --ignore-eos --seed 7 --out "$tmp/bench.json")
+  if [ "$w" = text ]; then args+=(--dataset "$tmp/text.jsonl"); else args+=(--input-len 64); fi
+  "$tandem" bench "${args[@]}" >"$tmp/bench.out" 2>&1 || { cat "$tmp/bench.out" >&2; echo "0 0 0 0"; return; }
+  after=$(spec_counts)
+  echo "$(json_get "$tmp/bench.json" "j['throughput']['output_tokens_per_s']") $before $after" |
+    awk '{ printf "%.1f %d %d %d\n", $1, $5 - $2, $6 - $3, $7 - $4 }'
+}
+
+echo "bench/spec.sh: $(date -u +%FT%TZ), $(git -C "$root" rev-parse --short HEAD 2>/dev/null), output $out_len tokens, $pairs pairs"
+printf '%-14s %-5s %-6s %-6s %4s %10s %8s %10s\n' model pair spec prompt conc "tok/s" accept "tok/round"
+for model in tiny-trained vocab-trained; do
+  for i in $(seq 1 "$pairs"); do
+    if [ $((i % 2)) -eq 1 ]; then order="off ngram"; else order="ngram off"; fi
+    for spec in $order; do
+      up "$root/tests/data/$model.gguf" "$spec"
+      for w in text random; do
+        for c in 1 16; do
+          read -r tps rounds drafts accepted <<<"$(bench "$c" "$w")"
+          acc=$(awk -v d="$drafts" -v a="$accepted" 'BEGIN { if (d > 0) printf "%.2f", a / d; else printf "-" }')
+          tpr=$(awk -v r="$rounds" -v a="$accepted" 'BEGIN { if (r > 0) printf "%.2f", (r + a) / r; else printf "-" }')
+          echo "$model $i $spec $w $c $tps" >>"$tmp/results"
+          printf '%-14s %-5s %-6s %-6s %4s %10s %8s %10s\n' "$model" "$i" "$spec" "$w" "$c" "$tps" "$acc" "$tpr"
+        done
+      done
+      down
+    done
+  done
+done
+echo
+echo "ngram/off output tokens/s, per pair and median (goals: text 2x at 1, 1.5x at 16; random >= 0.95x):"
+awk '{ t[$1 " " $4 " " $5 " " $2 " " $3] = $6; key[$1 " " $4 " " $5] = 1; if ($2 > np) np = $2 }
+     END {
+       for (k in key) {
+         n = 0; line = sprintf("  %-30s", k)
+         for (i = 1; i <= np; ++i) {
+           o = t[k " " i " off"]; g = t[k " " i " ngram"]
+           if (o > 0) { v[++n] = g / o; line = line sprintf(" %.3f", g / o) }
+         }
+         for (a = 1; a <= n; ++a) for (b = a + 1; b <= n; ++b) if (v[b] < v[a]) { x = v[a]; v[a] = v[b]; v[b] = x }
+         med = n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+         print line sprintf("   median %.3f", med)
+       }
+     }' "$tmp/results" | sort
