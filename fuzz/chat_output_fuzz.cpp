@@ -26,12 +26,16 @@ void check_at(bool ok, const char* what) {
   std::abort();
 }
 
-// Merges one delta into `m`, checking its shape.
+// Merges one delta into `m`, checking its shape: each entry continues the latest call or opens
+// the next one (a delta may hold several calls: text the parser held back can complete more
+// than one at once, and OpenAI's chunks allow a list).
 void merge_checked(const ChatDelta& d, ChatOutputMessage& m, bool whole_chars) {
+  size_t calls = m.tool_calls.size();
   for (const ToolCallDelta& c : d.tool_calls()) {
-    const bool first = c.index == m.tool_calls.size();
-    INVARIANT(first || c.index + 1 == m.tool_calls.size());
+    const bool first = c.index == calls;
+    INVARIANT(first || c.index + 1 == calls);
     INVARIANT(first == !c.id.empty() && first == !c.name.empty());
+    calls += first;
     if (whole_chars) INVARIANT(utf8_valid(c.arguments));
   }
   if (whole_chars) INVARIANT(utf8_valid(d.content) && utf8_valid(d.reasoning));
