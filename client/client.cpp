@@ -467,11 +467,13 @@ class Core {
     quiet_since_ = now;
     if (frames.size() != 1)
       return spdlog::warn("tandem client: dropped a message of {} frames from the scheduler", frames.size());
-    // Parsed into one reused message: a token event costs no allocation once the repeated
-    // fields have grown to the largest batch seen.
-    if (!reply_.ParseFromArray(frames[0].data(), static_cast<int>(frames[0].size())))
+    // A message of its own per call. A reused member saved nothing (clearing the oneof body frees
+    // the EventBatch whole) and, under ASan/UBSan in the out-of-descriptors gateway test, its
+    // cleared body was found freed already (an invalid vptr): not worth the risk.
+    v1::SchedulerReply reply;
+    if (!reply.ParseFromArray(frames[0].data(), static_cast<int>(frames[0].size())))
       return spdlog::warn("tandem client: dropped an unparsable message from the scheduler");
-    on_reply(reply_);
+    on_reply(reply);
   }
 
   void on_disconnected() {
@@ -797,7 +799,6 @@ class Core {
   std::thread::id loop_thread_id_;
 
   // The loop's thread only.
-  v1::SchedulerReply reply_;  // the message being handled, reused
   const std::string heartbeat_wire_;
   std::unique_ptr<runtime::Socket> dealer_, monitor_;
   std::unordered_map<std::string, Live> live_;
