@@ -58,13 +58,7 @@ struct Harness {
   }
 
   v1::Submit request(const std::string& id, uint32_t prompt_len, uint32_t max_tokens) {
-    v1::Submit s;
-    s.set_request_id(id);
-    for (uint32_t i = 0; i < prompt_len; ++i) s.mutable_tokens()->add_ids(3 + static_cast<int32_t>(i % 200));
-    s.set_max_tokens(max_tokens);
-    s.set_ignore_eos(true);
-    s.set_stream(true);
-    return s;
+    return test_wire::submit(id, prompt_len, max_tokens);
   }
 
   // Answers the oldest plan of `worker`. Returns false if none is pending.
