@@ -22,13 +22,13 @@
 #include "workers/kv_transfer.h"
 #include "workers/memory_budget.h"
 #include "workers/sequence_table.h"
+#include "workers/step_sampler.h"
 
 namespace tandem::worker {
 
 namespace {
 
 constexpr uint32_t kVersion = runtime::kProtocolVersion;
-constexpr uint32_t kPenaltyWindow = 64;  // tokens the repetition penalty looks back on, as tandem run
 // Transfers that arrive before the scheduler's KvExpect wait this long, this many at most
 // (the two come over different sockets; a transfer for an abandoned handoff never matches).
 constexpr int64_t kEarlyTransferUs = 10'000'000;
@@ -57,7 +57,7 @@ class Actor {
         engine_(std::move(engine)),
         pool_(std::move(pool)),
         fingerprint_(std::move(fingerprint)),
-        sampler_(engine_->config().vocab_size),
+        step_sampler_(engine_->config().vocab_size, engine_->threads()),
         table_(limits_of(*engine_, *pool_, options.role == runtime::Role::kPrefill ? 0 : options.spec_tokens)) {}
 
   // CurveZMQ: the scheduler's public key and this worker's own key pair (its credential).
@@ -303,47 +303,34 @@ class Actor {
     }
   }
 
-  // Samples each sequence of the staged step that asks for it, into `res`, sampled_ and
-  // accepted_: one token, or for a speculating round its rows in order while each sample
-  // equals the draft fed after it (the accepted drafts), then the first that does not or the
-  // one after the last draft. Every row is sampled with exactly the history plain decoding
-  // would have there (the accepted tokens before it), so the tokens are plain decoding's.
+  // Samples each sequence of the staged step that asks for it (on the compute threads), into
+  // `res`, sampled_ and accepted_: one token, or for a speculating round its rows while each
+  // sample equals the draft fed after it (the accepted drafts), then the first that does not or
+  // the one after the last draft: exactly plain decoding's tokens (StepSampler).
   void sample_into(v1::StepResult* res) {
     const std::span<const SampleRequest> requests = table_.to_sample();
+    step_sampler_.run(requests, *engine_);
     sampled_.resize(requests.size());
     accepted_.resize(requests.size());
     uint32_t drafted = 0, accepted = 0;
     for (size_t i = 0; i < requests.size(); ++i) {
-      const SampleRequest& q = requests[i];
-      const size_t k = q.drafts.size(), base = q.history.size() - k;
-      const size_t gen_from = q.history.size() - q.generated.size();
+      const std::span<const RowSample> rows = step_sampler_.samples(i);
       v1::SeqResult* r = res->add_seqs();
-      r->set_seq_id(q.seq_id);
-      uint32_t row = 0;
-      for (;; ++row) {
-        const std::span<const int32_t> history = q.history.first(base + row);
-        const size_t from = history.size() > kPenaltyWindow ? history.size() - kPenaltyWindow : 0;
-        // Both spans end at the position sampled: what precedes it and nothing else.
-        const engine::Sample smp =
-            sampler_.sample(engine_->logits(q.logits_row + row), *q.sampling, history.size(), history.subspan(from),
-                            history.subspan(std::min(gen_from, history.size())));
-        sampled_[i] = smp.token;
-        if (row == 0) {
-          r->set_token(smp.token);
-          r->set_logprob(smp.logprob);
-          for (const engine::TokenLogprob& t : smp.top) {
-            r->add_top_ids(t.token);
-            r->add_top_logprobs(t.logprob);
-          }
-        } else {
-          r->add_more_tokens(smp.token);
-          r->add_more_logprobs(smp.logprob);
-        }
-        if (row == k || smp.token != q.drafts[row]) break;
+      r->set_seq_id(requests[i].seq_id);
+      r->set_token(rows[0].token);
+      r->set_logprob(rows[0].logprob);
+      for (const engine::TokenLogprob& t : step_sampler_.top(i)) {
+        r->add_top_ids(t.token);
+        r->add_top_logprobs(t.logprob);
       }
-      accepted_[i] = row;
-      drafted += static_cast<uint32_t>(k);
-      accepted += row;
+      for (const RowSample& more : rows.subspan(1)) {
+        r->add_more_tokens(more.token);
+        r->add_more_logprobs(more.logprob);
+      }
+      sampled_[i] = rows.back().token;
+      accepted_[i] = static_cast<uint32_t>(rows.size() - 1);
+      drafted += static_cast<uint32_t>(requests[i].drafts.size());
+      accepted += accepted_[i];
     }
     res->set_drafted(drafted);
     res->set_accepted(accepted);
@@ -556,7 +543,7 @@ class Actor {
   std::unique_ptr<engine::Engine> engine_;
   std::unique_ptr<engine::KvPool> pool_;
   std::string fingerprint_;
-  engine::Sampler sampler_;
+  StepSampler step_sampler_;
   SequenceTable table_;  // every live sequence and announced handoff
   runtime::EventLoop loop_;
   std::unique_ptr<runtime::Socket> socket_;

@@ -144,7 +144,8 @@ void SequenceTable::stage(const runtime::SeqPlan& sp, size_t i, Held* held) {
                                          &seq.sampling,
                                          history,
                                          history.subspan(std::min<size_t>(seq.prompt_len, history.size())),
-                                         history.last(st.drafts)};
+                                         history.last(st.drafts),
+                                         seq.logprobs};
     ++n_samples_;
   }
   n_rows_ += rows;

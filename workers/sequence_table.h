@@ -58,6 +58,7 @@ struct SampleRequest {
   // logits_row + i holds the logits of the position after history's first size() - drafts + i
   // tokens: sampled with that prefix as its history, exactly as plain decoding would sample it.
   std::span<const int32_t> drafts = {};
+  bool logprobs = false;  // the request reports each token's logprob
 };
 
 // A handoff the scheduler announced to this (decode) worker (v1::KvExpect): the blocks its
