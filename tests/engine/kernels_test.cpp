@@ -252,5 +252,34 @@ TEST(Kernels, SiluMulVariantsAgreeBitwise) {
   }
 }
 
+// argmax: the lowest index of the max, NaN as -inf, ties and +-inf and all-NaN rows, at
+// lengths around the 256-element blocks and the vector widths; every variant.
+TEST(Kernels, ArgmaxIsTheLowestIndexOfTheMaxInEveryVariant) {
+  std::mt19937 rng(5);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (uint32_t n : {0u, 1u, 7u, 16u, 255u, 256u, 257u, 1000u, 32000u}) {
+    for (int shape = 0; shape < 6; ++shape) {
+      std::vector<float> x = random_vec(n, rng, 3.0f);
+      uint32_t want = 0;
+      float want_max = -inf;
+      if (n > 0) {
+        if (shape == 1) std::fill(x.begin(), x.end(), nan);              // nothing possible: 0
+        if (shape == 2) std::fill(x.begin(), x.end(), -inf);             // nothing possible: 0
+        if (shape == 3) x[n / 2] = 50.0f, x[n - 1] = 50.0f, x[0] = nan;  // a tie: the lower
+        if (shape == 4) x[n - 1] = inf, x[n / 3] = nan;                  // +inf wins
+        if (shape == 5)
+          for (size_t i = 0; i < n; i += 2) x[i] = nan;  // every other NaN
+        for (uint32_t i = 0; i < n; ++i)
+          if (x[i] > want_max) want_max = x[i], want = i;
+      }
+      for (const Kernels* kern : variants()) {
+        float got_max = 0.0f;
+        EXPECT_EQ(kern->argmax(x.data(), n, &got_max), want) << kern->name << " n " << n << " shape " << shape;
+        EXPECT_EQ(got_max, want_max) << kern->name << " n " << n << " shape " << shape;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tandem::engine::kernels

@@ -200,6 +200,9 @@ struct Kernels {
   void (*attention)(const AttentionArgs& args);
   // out[i] = (g * sigmoid(g)) * up[i] with g = gate[i]; sigmoid via exp_approx(-|g|).
   void (*silu_mul)(const float* gate, const float* up, float* out, size_t n);
+  // The lowest i < n holding the largest x[i], NaN counted as -inf; *max = that value. All -inf
+  // or NaN (or n = 0): 0 and -inf. Exact, so every variant agrees by definition (greedy sampling).
+  uint32_t (*argmax)(const float* x, uint32_t n, float* max);
 };
 
 // The best variant this CPU runs. TANDEM_KERNELS=generic|avx2|avx512 overrides (tests

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "workers/engine/kernels.h"
 #include "workers/engine/kernels_quant.h"
@@ -168,9 +169,18 @@ void silu_mul(const float* gate, const float* up, float* out, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = silu_mul_scalar(gate[i], up[i]);
 }
 
+uint32_t argmax(const float* x, uint32_t n, float* max) {
+  float best = -std::numeric_limits<float>::infinity();
+  uint32_t at = 0;
+  for (uint32_t i = 0; i < n; ++i)
+    if (x[i] > best) best = x[i], at = i;  // NaN compares false
+  *max = best;
+  return at;
+}
+
 }  // namespace
 
-extern const Kernels kGenericKernels{"generic",       gemm,          gemm_bf16, gemm16,  qgemm,
-                                     round_rows_bf16, quantize_rows, attention, silu_mul};
+extern const Kernels kGenericKernels{"generic",       gemm,          gemm_bf16, gemm16,   qgemm,
+                                     round_rows_bf16, quantize_rows, attention, silu_mul, argmax};
 
 }  // namespace tandem::engine::kernels

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "model/half.h"
 #include "workers/engine/kernels.h"
@@ -560,13 +561,43 @@ struct Ops : V {
     }
     for (; i < n; ++i) out[i] = silu_mul_scalar(gate[i], up[i]);
   }
+
+  // Blocks of 256: each block's max in vectors (maxps returns its second operand when either
+  // is NaN, so a NaN never wins), the first block holding the largest, then the first element
+  // of that block equal to it.
+  static uint32_t argmax(const float* x, uint32_t n, float* max) {
+    constexpr uint32_t kBlock = 256;
+    static_assert(kBlock % (4 * W) == 0);
+    const float ninf = -std::numeric_limits<float>::infinity();
+    float best = ninf;
+    uint32_t best_block = 0;
+    for (uint32_t b = 0; b < n; b += kBlock) {
+      const uint32_t e = std::min(n, b + kBlock);
+      T m0 = V::set1(ninf), m1 = m0, m2 = m0, m3 = m0;
+      uint32_t i = b;
+      for (; i + 4 * W <= e; i += 4 * W) {
+        m0 = V::max(V::loadu(x + i), m0);
+        m1 = V::max(V::loadu(x + i + W), m1);
+        m2 = V::max(V::loadu(x + i + 2 * W), m2);
+        m3 = V::max(V::loadu(x + i + 3 * W), m3);
+      }
+      float bm = V::hmax(V::max(V::max(m0, m1), V::max(m2, m3)));
+      for (; i < e; ++i) bm = x[i] > bm ? x[i] : bm;
+      if (bm > best) best = bm, best_block = b;
+    }
+    *max = best;
+    if (best == ninf) return 0;
+    uint32_t i = best_block;
+    while (!(x[i] == best)) ++i;
+    return i;
+  }
 };
 
 template <class V>
 inline Kernels make_kernels(const char* name, decltype(Kernels::gemm_bf16) gemm_bf16, decltype(Kernels::qgemm) qgemm,
                             decltype(Kernels::round_bf16) round_bf16, decltype(Kernels::quantize) quantize) {
-  return Kernels{name,       Ops<V>::gemm, gemm_bf16,         Ops<V>::gemm16,  qgemm,
-                 round_bf16, quantize,     Ops<V>::attention, Ops<V>::silu_mul};
+  return Kernels{name,       Ops<V>::gemm, gemm_bf16,         Ops<V>::gemm16,   qgemm,
+                 round_bf16, quantize,     Ops<V>::attention, Ops<V>::silu_mul, Ops<V>::argmax};
 }
 
 }  // namespace tandem::engine::kernels::simd

@@ -7,6 +7,7 @@
 
 #include "model/sampling_params.h"
 #include "runtime/status.h"
+#include "workers/engine/kernels.h"
 
 namespace tandem::engine {
 
@@ -59,11 +60,12 @@ class Sampler {
   Sample report(std::span<const float> logits, uint32_t token, bool inf_mode, double log_norm, int32_t n_found);
 
   uint32_t vocab_;
-  std::vector<float> probs_;       // sanitized -> penalized logits -> sampling weights
-  std::vector<int32_t> order_;     // candidate ids (top-k buffer, then descending order)
-  std::vector<uint8_t> seen_;      // repetition penalty dedup flags, all 0 between calls
-  std::vector<uint32_t> counts_;   // presence / frequency occurrence counts, all 0 between calls
-  std::vector<TokenLogprob> top_;  // kMaxTopLogprobs entries; Sample::top points here
+  const kernels::Kernels* kernels_;  // argmax: greedy sampling that reports nothing else
+  std::vector<float> probs_;         // sanitized -> penalized logits -> sampling weights
+  std::vector<int32_t> order_;       // candidate ids (top-k buffer, then descending order)
+  std::vector<uint8_t> seen_;        // repetition penalty dedup flags, all 0 between calls
+  std::vector<uint32_t> counts_;     // presence / frequency occurrence counts, all 0 between calls
+  std::vector<TokenLogprob> top_;    // kMaxTopLogprobs entries; Sample::top points here
 };
 
 // The uniform draw in [0, 1) for (seed, position): a counter-based hash (splitmix64).
