@@ -546,7 +546,11 @@ uint32_t Core::tokens_wanted(const Worker& w, const Request& r) const {
   // A decode: one position past those computed (the worker feeds the token it sampled), and
   // a speculating one room for its drafts. A prefill worker's sequences decode elsewhere (handoff).
   if (w.role == Role::kPrefill || r.samples_planned >= r.spec.max_tokens) return 0;
-  return w.spec_tokens > 0 ? spec_wanted(w, r) : 1;
+  return speculates(w, r) ? spec_wanted(w, r) : 1;
+}
+
+bool Core::speculates(const Worker& w, const Request& r) {
+  return w.spec_tokens > 0 && r.spec.spec_tokens.value_or(1) > 0;
 }
 
 uint32_t Core::spec_wanted(const Worker& w, const Request& r) const {
@@ -554,7 +558,8 @@ uint32_t Core::spec_wanted(const Worker& w, const Request& r) const {
   // draft): at the context, wait for their results to say how far they really went.
   if (r.fed + 1 > model_.context_length) return 0;
   const uint32_t remaining = r.spec.max_tokens - r.samples_planned;  // at least 1 (tokens_wanted)
-  uint32_t k = std::min({w.spec_tokens, remaining - 1, model_.context_length - r.fed - 1});
+  uint32_t k = std::min(
+      {w.spec_tokens, r.spec.spec_tokens.value_or(w.spec_tokens), remaining - 1, model_.context_length - r.fed - 1});
   if (r.spec.sampling.top_logprobs > 0) k = 0;  // the worker does not speculate these (one token's top)
   return 1 + k;
 }
@@ -607,7 +612,7 @@ void Core::plan_tokens(Worker& w, Placement& p, Request& r, uint32_t n, std::vec
   const bool prompt = r.fed < r.target;
   // A speculating decode continues from the worker's positions, which the scheduler knows only
   // up to the rounds in flight; r.fed counts every round's whole reserve until its result.
-  s.speculate = !prompt && w.spec_tokens > 0;
+  s.speculate = !prompt && speculates(w, r);
   if (s.speculate) {
     s.max_drafts = n - 1;
     s.max_len = std::min(r.prompt_len + r.spec.max_tokens, model_.context_length);

@@ -71,6 +71,9 @@ struct GenerateRequest {
   bool ignore_eos = false;
   bool logprobs = false;
   int32_t priority = 0;  // higher runs first among waiting requests
+  // Speculative decoding on workers that speculate: unset, the worker's --spec-tokens drafts a
+  // round; 0, none for this request; K <= 16, at most K.
+  std::optional<uint32_t> spec_tokens;
   // Whom a proxy (an HTTP gateway) sends this request for: the scheduler's per-client limits
   // count per principal and its logs name it. "" = the client itself. At most 128 bytes of
   // printable ASCII; with --client-keys only a key listed with `proxy` may set it.
