@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "model/architecture.h"
 #include "model/gguf.h"
@@ -33,6 +34,18 @@ struct ModelConfig {
   uint32_t rope_original_context = 0;  // llama.rope.scaling.original_context_length; 0: context_length
   float rope_attn_factor = 1.0f;       // llama.rope.scaling.attn_factor: a magnitude on every cos/sin
   bool rope_freqs = false;             // rope_freqs.weight present and used (Architecture::rope_freqs)
+  // Hybrid (qwen35) hyper-parameters, 0 / empty for the others (docs/HYBRID.md).
+  uint32_t rope_dims = 0;                // rope.dimension_count when below head_dim (partial RoPE); 0: all
+  uint32_t ssm_conv_kernel = 0;          // ssm.conv_kernel: K, the causal conv's width
+  uint32_t ssm_state_size = 0;           // ssm.state_size: d_k = d_v of a delta-net head
+  uint32_t ssm_group_count = 0;          // ssm.group_count: Q/K heads
+  uint32_t ssm_time_step_rank = 0;       // ssm.time_step_rank: V heads (gates)
+  uint32_t ssm_inner_size = 0;           // ssm.inner_size = V heads x state_size
+  uint32_t full_attention_interval = 0;  // layer i is full attention iff (i + 1) % interval == 0
+  std::vector<bool> recurrent;           // per layer: Gated DeltaNet (attention.recurrent_layers or the interval)
+  bool is_recurrent(uint32_t layer) const { return layer < recurrent.size() && recurrent[layer]; }
+  uint32_t conv_channels() const { return 2 * ssm_group_count * ssm_state_size + ssm_inner_size; }
+  uint32_t rope_dim() const { return rope_dims ? rope_dims : head_dim(); }
   uint32_t head_dim() const { return key_length ? key_length : dim / n_heads; }
   uint32_t q_dim() const { return n_heads * head_dim(); }
   uint32_t kv_dim() const { return n_kv_heads * head_dim(); }
