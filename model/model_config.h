@@ -44,6 +44,12 @@ struct ModelConfig {
   uint32_t full_attention_interval = 0;  // layer i is full attention iff (i + 1) % interval == 0
   std::vector<bool> recurrent;           // per layer: Gated DeltaNet (attention.recurrent_layers or the interval)
   bool is_recurrent(uint32_t layer) const { return layer < recurrent.size() && recurrent[layer]; }
+  // Layers with a KV cache (all but a hybrid's recurrent ones).
+  uint32_t attention_layers() const {
+    uint32_t n = 0;
+    for (uint32_t l = 0; l < n_layers; ++l) n += is_recurrent(l) ? 0 : 1;
+    return n;
+  }
   uint32_t conv_channels() const { return 2 * ssm_group_count * ssm_state_size + ssm_inner_size; }
   uint32_t rope_dim() const { return rope_dims ? rope_dims : head_dim(); }
   uint32_t head_dim() const { return key_length ? key_length : dim / n_heads; }
@@ -56,7 +62,7 @@ struct ModelConfig {
 // that every tensor the architecture needs is present, of a type the engine computes on
 // (readable_type_names(): F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) with
 // rows of whole blocks, and of the shape the keys imply. Errors are Code::kModelFile and name the key or tensor:
-//   "unsupported architecture 'gpt2' (tandem runs 'llama', 'qwen2', 'qwen3')"
+//   "unsupported architecture 'gpt2' (tandem runs 'llama', 'qwen2', 'qwen3', 'qwen35')"
 //   "missing key llama.block_count"
 //   "llama.rope.scaling.type 'longrope' is not supported (tandem applies none, linear, yarn)"
 //   "tensor blk.3.attn_k.weight has shape [64, 48], expected [64, 32]"
