@@ -135,5 +135,35 @@ TEST(HybridStreams, CancelledStreamsGiveTheirSlotsBack) {
   EXPECT_EQ(test::in_use(st.workers[0]), 0u);
 }
 
+// A pool too small for every stream's growth: the scheduler preempts and recomputes (a hybrid
+// sequence restarts from position 0 with a zeroed slot); the streams still equal the engine alone.
+TEST(HybridStreams, PreemptedStreamsRecomputeToTheSameTokens) {
+  auto engine = engine::Engine::load(hybrid_model(), {1, engine::GemmBackend::kPacked}).value();
+  std::vector<GenerateRequest> reqs;
+  std::vector<std::vector<int32_t>> want;
+  for (uint32_t i = 0; i < 8; ++i) {
+    GenerateRequest r;
+    r.prompt_tokens = test::prompt_of(20 + 3 * i, 60 + i);
+    r.max_tokens = 60;
+    r.ignore_eos = true;
+    want.push_back(engine_alone(*engine, r));
+    reqs.push_back(std::move(r));
+  }
+  Deployment d({"--workers", "1", "--threads", "1", "--kv-blocks", "24", "--prefill-chunk", "7"}, hybrid_model());
+  ASSERT_TRUE(d.ok());
+  auto client = d.client();
+  ASSERT_TRUE(client);
+  std::vector<std::shared_ptr<Stream>> streams;
+  for (GenerateRequest& r : reqs) streams.push_back(client->generate(std::move(r)));
+  for (size_t i = 0; i < streams.size(); ++i) {
+    Collected c = collect(*streams[i]);
+    ASSERT_EQ(c.finals, 1) << "stream " << i;
+    EXPECT_EQ(c.tokens, want[i]) << "stream " << i << ": " << c.fin.error_message;
+  }
+  const StatusInfo st = wait_idle(*client);
+  EXPECT_GT(st.preemptions, 0u) << "the pool was meant to run short";
+  EXPECT_EQ(st.workers[0].state_slots_free, st.workers[0].state_slots_total);
+}
+
 }  // namespace
 }  // namespace tandem
