@@ -737,7 +737,7 @@ class Actor final : public Sink {
     core_.add_worker(id,
                      WorkerInfo{*role, reg.kv_blocks(), reg.block_tokens(), reg.kv_endpoint(), reg.kv_tail_blocks(),
                                 reg.kv_public_key(), reg.kv_sender_public_key(),
-                                std::min(reg.spec_tokens(), WorkerInfo::kMaxSpecTokens)},
+                                std::min(reg.spec_tokens(), WorkerInfo::kMaxSpecTokens), reg.state_slots()},
                      now);
     command_.Clear();
     command_.set_version(kVersion);

@@ -81,6 +81,9 @@ struct WorkerInfo {
   // per round; 0: it does not speculate. Its decode rounds then continue from the worker's own
   // positions and reserve KV for 1 + spec_tokens positions (docs/ARCHITECTURE.md).
   uint32_t spec_tokens = 0;
+  // A hybrid model's recurrent state slots (Register.state_slots): the worker holds at most
+  // this many sequences, so admission counts them beside its blocks. 0: no such bound.
+  uint32_t state_slots = 0;
   static constexpr uint32_t kMaxSpecTokens = scheduler::kMaxSpecTokens;
 };
 
@@ -197,7 +200,8 @@ class Core {
     Role role;
     uint32_t blocks_cached;  // free + cached + in use = total
     uint64_t evictions;
-    uint32_t spec_tokens;  // WorkerInfo::spec_tokens
+    uint32_t spec_tokens;                          // WorkerInfo::spec_tokens
+    uint32_t state_slots_total, state_slots_free;  // WorkerInfo::state_slots, less one per running sequence
   };
   std::vector<WorkerView> workers() const;
   // Every request of this client that has not had its final event.

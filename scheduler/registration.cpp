@@ -25,8 +25,8 @@ bool loopback(const std::string& host) { return host.rfind("127.", 0) == 0 || ho
 }  // namespace
 
 uint64_t min_kv_bytes_per_token(const model::ModelConfig& config) {
-  // K and V of every layer's KV heads, 4 bits (half a byte) per element at the least.
-  return uint64_t{config.n_layers} * 2 * config.n_kv_heads * config.head_dim() / 2;
+  // K and V of every attention layer's KV heads, 4 bits (half a byte) per element at the least.
+  return uint64_t{config.attention_layers()} * 2 * config.n_kv_heads * config.head_dim() / 2;
 }
 
 std::optional<Refusal> check_kv_pool(const v1::Register& reg, const RegistrationLimits& limits) {

@@ -37,14 +37,16 @@ constexpr size_t kEarlyTransfers = 64;
 namespace v1 = tandem::v1;
 
 // The bounds the sequence table checks plans against: the engine's and the pool's.
-TableLimits limits_of(const engine::Engine& engine, const engine::KvPool& pool, uint32_t spec_tokens) {
+TableLimits limits_of(const engine::Engine& engine, const engine::KvPool& pool, uint32_t spec_tokens,
+                      const engine::StatePool* states) {
   return TableLimits{.vocab_size = engine.config().vocab_size,
                      .context_length = engine.config().context_length,
                      .n_blocks = pool.n_blocks(),
                      .block_tokens = pool.block_tokens(),
                      .tail_blocks = pool.tail_blocks(),
                      .kv_format = pool.format().to_string(),
-                     .spec_tokens = spec_tokens};
+                     .spec_tokens = spec_tokens,
+                     .state_slots = states != nullptr ? states->slots() : 0};
 }
 
 }  // namespace
@@ -52,13 +54,15 @@ TableLimits limits_of(const engine::Engine& engine, const engine::KvPool& pool, 
 class Actor {
  public:
   Actor(const WorkerOptions& options, std::unique_ptr<engine::Engine> engine, std::unique_ptr<engine::KvPool> pool,
-        std::string fingerprint)
+        std::unique_ptr<engine::StatePool> states, std::string fingerprint)
       : options_(options),
         engine_(std::move(engine)),
         pool_(std::move(pool)),
+        states_(std::move(states)),
         fingerprint_(std::move(fingerprint)),
         step_sampler_(engine_->config().vocab_size, engine_->threads()),
-        table_(limits_of(*engine_, *pool_, options.role == runtime::Role::kPrefill ? 0 : options.spec_tokens)) {}
+        table_(limits_of(*engine_, *pool_, options.role == runtime::Role::kPrefill ? 0 : options.spec_tokens,
+                         states_.get())) {}
 
   // CurveZMQ: the scheduler's public key and this worker's own key pair (its credential).
   Status start_curve() {
@@ -153,6 +157,7 @@ class Actor {
     r->set_kv_tail_blocks(pool_->tail_blocks());
     r->set_weight_bytes(engine_->weight_bytes_per_step());
     if (options_.role != runtime::Role::kPrefill) r->set_spec_tokens(options_.spec_tokens);
+    if (states_) r->set_state_slots(states_->slots());
     r->set_threads(options_.threads);
     r->set_pid(static_cast<uint32_t>(getpid()));
     r->set_name(options_.name);
@@ -343,7 +348,7 @@ class Actor {
     for (const runtime::SeqPlan& sp : plan_.seqs())
       if (sp.first) log_request(sp.seq_id, sp.request_id, sp.principal, "placed");
     if (table_.steps().empty()) return Status::ok();  // a plan that only releases sequences
-    if (Status st = engine_->forward(table_.steps(), *pool_); !st) {
+    if (Status st = engine_->forward(table_.steps(), *pool_, states_.get()); !st) {
       table_.abort();
       return st;
     }
@@ -542,6 +547,7 @@ class Actor {
   WorkerOptions options_;
   std::unique_ptr<engine::Engine> engine_;
   std::unique_ptr<engine::KvPool> pool_;
+  std::unique_ptr<engine::StatePool> states_;  // a hybrid model's recurrent states; null otherwise
   std::string fingerprint_;
   StepSampler step_sampler_;
   SequenceTable table_;  // every live sequence and announced handoff
@@ -615,6 +621,27 @@ Result<uint32_t> kv_blocks_for(const WorkerOptions& options, const engine::Engin
   return blocks;
 }
 
+// A hybrid model's state pool (null for the others). What is not built for hybrids is refused
+// here, before the worker registers: a disaggregated role (the recurrent state would have to
+// travel with the KV) and speculative decoding (a rejected draft cannot be taken out of a state).
+Result<std::unique_ptr<engine::StatePool>> hybrid_states(const WorkerOptions& options,
+                                                         const model::ModelConfig& config) {
+  if (!config.arch->hybrid()) return std::unique_ptr<engine::StatePool>();
+  const std::string arch(config.arch->name);
+  if (options.role != runtime::Role::kBoth)
+    return Status::invalid("--role " + std::string(runtime::role_name(options.role)) + ": " + arch +
+                           " (a hybrid model) runs colocated only; handing off recurrent states is not built");
+  if (options.spec_tokens > 0)
+    return Status::invalid(
+        "--spec: speculative decoding on " + arch +
+        " (a hybrid model) is not built (a rejected draft cannot be removed from a recurrent state)");
+  auto states = engine::StatePool::create(config, options.state_slots);
+  if (!states) return states.status();
+  spdlog::info("worker: {} recurrent state slots of {} each", options.state_slots,
+               human_bytes((*states)->slot_floats() * sizeof(float)));
+  return std::move(*states);
+}
+
 // The actor for `options` (model loaded, KV pool made), started (registering), not running.
 Result<std::unique_ptr<Actor>> start_actor(const WorkerOptions& options) {
   auto file = model::GgufFile::open(options.model_path);
@@ -640,9 +667,12 @@ Result<std::unique_ptr<Actor>> start_actor(const WorkerOptions& options) {
                options.model_path, human_bytes((*eng)->weight_bytes_per_step()), *blocks, options.block_tokens,
                (*pool)->block_bytes(), options.kv_format.to_string(),
                human_bytes(uint64_t{(*pool)->block_bytes()} * *blocks), options.threads);
+  auto states = hybrid_states(options, (*eng)->config());
+  if (!states) return states.status();
   WorkerOptions opts = options;
   if (opts.name.empty()) opts.name = "worker-" + std::to_string(getpid());
-  auto actor = std::make_unique<Actor>(opts, std::move(eng.value()), std::move(pool.value()), fingerprint);
+  auto actor =
+      std::make_unique<Actor>(opts, std::move(eng.value()), std::move(pool.value()), std::move(*states), fingerprint);
   TANDEM_RETURN_IF_ERROR(actor->start());
   return actor;
 }

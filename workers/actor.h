@@ -36,6 +36,8 @@ struct WorkerOptions {
   // Speculative decoding (--spec ngram --spec-tokens K): drafts per round at most; 0: off. A
   // prefill worker never speculates (its sequences decode elsewhere).
   uint32_t spec_tokens = 0;
+  // A hybrid model's recurrent state slots (engine::StatePool): the most sequences it holds at once.
+  uint32_t state_slots = 64;
   uint32_t heartbeat_ms = 1000;
   runtime::Role role = runtime::Role::kBoth;
   // Role decode: where prefill workers push KV. tcp://127.0.0.1:* picks a free port.

@@ -31,6 +31,9 @@ struct TableLimits {
   std::string kv_format = "F32";                 // named in errors about tails
   uint64_t max_step_tokens = uint64_t{1} << 20;  // Engine::forward refuses a larger step
   uint32_t spec_tokens = 0;  // drafts per speculating round at most (0: the worker does not speculate)
+  // A hybrid model's recurrent state slots (engine::StatePool), ids [0, state_slots): each held
+  // sequence takes one until it is dropped. 0: the model keeps no recurrent state.
+  uint32_t state_slots = 0;
 };
 
 // One live sequence as the worker holds it.
@@ -44,6 +47,7 @@ struct Sequence {
   bool logprobs = false;
   uint32_t prompt_len = 0;  // tokens[prompt_len:] were generated (presence/frequency penalties)
   workers::DraftLength draft = workers::DraftLength(0);  // its next rounds' draft length (speculation)
+  int32_t state_slot = -1;  // its recurrent state slot (TableLimits::state_slots); -1: none
 };
 
 // A sampled plan entry of the applied step, in plan order.
@@ -93,12 +97,15 @@ struct OutgoingHandoff {
 
 class SequenceTable {
  public:
-  explicit SequenceTable(const TableLimits& limits) : limits_(limits) {}
+  explicit SequenceTable(const TableLimits& limits);
 
   // Checks every entry of `plan` before changing anything (its `release` list is the caller's:
   // drop() those first). Refused, naming the sequence and the problem, with the table left as
   // it was: an unknown sequence without its first-appearance fields, a tail of the wrong size,
-  // a sequence twice, a start past the positions held (a start before them rolls back), a
+  // a sequence twice, a start past the positions held (a start before them rolls back), with
+  // recurrent state slots (a hybrid model) also a rollback, a new sequence that does not start
+  // at position 0 (a cached prefix: hybrids have no prefix cache yet) and more new sequences
+  // than free slots, a
   // decode with no sampled token, a token or block id out of range, a block table too short
   // or past the context, a step larger than the engine takes. On success the step is staged
   // (steps(), to_sample()) until commit() or abort(); a staged table refuses another apply.
@@ -118,8 +125,8 @@ class SequenceTable {
   void abort();
   bool staged() const { return staged_ > 0; }
 
-  // Forgets a sequence (finished, cancelled, preempted) and any handoff announced for it; an
-  // unknown id is nothing to do. Not while a step is staged.
+  // Forgets a sequence (finished, cancelled, preempted) and any handoff announced for it, and
+  // frees its state slot; an unknown id is nothing to do. Not while a step is staged.
   void drop(uint64_t seq_id);
   void drop_all();
   // Keeps `seq_id`'s first `positions` positions only (rejected draft tokens): its history
@@ -145,6 +152,8 @@ class SequenceTable {
 
   const Sequence* find(uint64_t seq_id) const;
   size_t size() const { return sequences_.size(); }
+  // State slots not held by a sequence (TableLimits::state_slots of them when none is held).
+  size_t free_state_slots() const { return free_slots_.size(); }
   size_t expected_handoffs() const { return expected_.size(); }
 
  private:
@@ -187,7 +196,8 @@ class SequenceTable {
   std::vector<uint64_t> fresh_;  // check(): the new sequences' ids, sorted
   uint64_t applies_ = 0;         // apply() calls, for Held::checked
   size_t staged_ = 0, n_samples_ = 0;
-  uint32_t n_rows_ = 0;  // logits rows of the staged step
+  uint32_t n_rows_ = 0;              // logits rows of the staged step
+  std::vector<int32_t> free_slots_;  // state slots no sequence holds; the next taken is the back
 };
 
 }  // namespace tandem::worker

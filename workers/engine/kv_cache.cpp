@@ -87,6 +87,7 @@ Result<std::unique_ptr<KvPool>> KvPool::create(const ModelConfig& config, uint32
   size_t offset = 0;
   for (uint32_t l = 0; l < config.n_layers; ++l) {
     pool->layer_offset_.push_back(offset);
+    if (config.is_recurrent(l)) continue;  // a hybrid's recurrent layer keeps its state in a StatePool
     offset += 2 * size_t{config.n_kv_heads} * n_blocks * pool->region_block_bytes(l);
     pool->block_bytes_ += 2 * size_t{config.n_kv_heads} * pool->region_block_bytes(l);
   }
@@ -115,9 +116,10 @@ size_t KvPool::bytes_per_block(const ModelConfig& config, uint32_t block_tokens,
   const uint32_t hd = config.head_dim();
   size_t total = 0;
   for (uint32_t l = 0; l < config.n_layers; ++l)
-    total +=
-        2 * size_t{config.n_kv_heads} *
-        engine::region_block_bytes(hd, block_tokens, format.layer_bits(l, config.n_layers), format.effective_group(hd));
+    if (!config.is_recurrent(l))
+      total += 2 * size_t{config.n_kv_heads} *
+               engine::region_block_bytes(hd, block_tokens, format.layer_bits(l, config.n_layers),
+                                          format.effective_group(hd));
   return total;
 }
 

@@ -58,7 +58,8 @@ struct QuantParams {
 };
 QuantParams quantize_group(const float* x, uint32_t n, uint32_t bits, uint8_t* codes);
 
-// Layout: one region per (layer, KV head, K or V), each an array of n_blocks blocks.
+// Layout: one region per (layer, KV head, K or V), each an array of n_blocks blocks; a hybrid
+// model's recurrent layers have none (their state is in a StatePool, state_pool.h).
 // F32 layers:
 //   K block: [head_dim][block_tokens] floats (transposed: 16 keys per vector)
 //   V block: [block_tokens][head_dim] floats

@@ -167,6 +167,8 @@ struct WorkerInfo {
   // Tokens per round: (spec_rounds + drafts_accepted) / spec_rounds.
   uint32_t spec_tokens = 0;
   uint64_t spec_rounds = 0, drafts = 0, drafts_accepted = 0;
+  // A hybrid model (qwen35): recurrent state slots, one per sequence held (0: not a hybrid).
+  uint32_t state_slots_total = 0, state_slots_free = 0;
 };
 
 struct StatusInfo {
@@ -241,6 +243,8 @@ void list_status_fields(Field&& field) {
   field("spec_rounds", &WorkerInfo::spec_rounds);
   field("drafts", &WorkerInfo::drafts);
   field("drafts_accepted", &WorkerInfo::drafts_accepted);
+  field("state_slots_total", &WorkerInfo::state_slots_total);
+  field("state_slots_free", &WorkerInfo::state_slots_free);
   field("idle_us", &WorkerInfo::idle_us, nullptr);
   field("compute_us", &WorkerInfo::compute_us, nullptr);
 }
