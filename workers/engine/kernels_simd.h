@@ -11,6 +11,7 @@
 
 #include "model/half.h"
 #include "workers/engine/kernels.h"
+#include "workers/engine/kernels_rotated.h"
 #include "workers/engine/kernels_scalar.h"
 
 // The members of a lane type (V256, V512) whose intrinsics differ between instruction sets
@@ -535,8 +536,11 @@ struct Ops : V {
     }
   }
 
+  static void attention_rotated(const AttentionArgs& x) { attention_rotated_scalar(x); }
+
   // Query heads in chunks of up to 4 (register budget of the value accumulation).
   static void attention(const AttentionArgs& x) {
+    if (x.kv_rotated) return attention_rotated(x);
     if (x.kv_bits == 8) return attention_q<8>(x);
     if (x.kv_bits == 4) return attention_q<4>(x);
     uint32_t h = 0;
