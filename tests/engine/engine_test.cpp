@@ -180,8 +180,10 @@ TEST(BatchInvariance, PackedKernelsAreBitwiseIdentical) {
 // Quantized KV: the codes a token gets depend only on its own K/V, and the fused
 // dequantization is a fixed chain per output element.
 TEST(BatchInvariance, QuantizedKvIsBitwiseIdentical) {
-  for (const KvFormat format :
-       {KvFormat{8, 64}, KvFormat{8, 64, false, 1}, KvFormat{8, 64, false, 0}, KvFormat{4, 32}, KvFormat{4, 64, true}})
+  constexpr auto kRot = KvScheme::kRotated;
+  for (const KvFormat format : {KvFormat{8, 64}, KvFormat{8, 64, false, 1}, KvFormat{8, 64, false, 0}, KvFormat{4, 32},
+                                KvFormat{4, 64, true}, KvFormat{4, 64, false, 2, kRot}, KvFormat{3, 64, true, 2, kRot},
+                                KvFormat{3, 64, false, 0, kRot}})
     for (uint32_t threads : {1u, 2u}) {
       const float worst = invariance_max_diff(GemmBackend::kPacked, threads, format);
       std::printf("%s, %u threads: largest logit difference alone vs batched: %g\n", format.to_string().c_str(),
@@ -340,7 +342,8 @@ namespace {
 TEST(Engine, StepsAllocateNothingAfterWarmUp) {
   for (const auto& [backend, format] :
        {std::pair{GemmBackend::kPacked, KvFormat{}}, std::pair{GemmBackend::kOpenBlas, KvFormat{}},
-        std::pair{GemmBackend::kPacked, KvFormat{4, 32, true}}}) {
+        std::pair{GemmBackend::kPacked, KvFormat{4, 32, true}},
+        std::pair{GemmBackend::kPacked, KvFormat{3, 64, false, 2, KvScheme::kRotated}}}) {
     auto e = load(test::model_file("tiny", 1), backend);
     const uint32_t tb = KvPool::tail_blocks_for(e->config(), 16, format);  // the F32 window's tails (4-bit)
     auto pool = KvPool::create(e->config(), 16 + 2 * tb, 16, format).value();
