@@ -41,7 +41,7 @@ std::string kv_format(const v1::Register& reg) {
   std::string f = !reg.kv_bits() ? "f32"
                   : rotated      ? "rotated " + std::to_string(reg.kv_bits()) + "-bit (seed " +
                                   std::to_string(reg.kv_rotation_seed()) + ")"
-                                 : "q" + std::to_string(reg.kv_bits()) + "/g" + std::to_string(reg.kv_group_size());
+                            : "q" + std::to_string(reg.kv_bits()) + "/g" + std::to_string(reg.kv_group_size());
   if (reg.kv_bits() && reg.kv_skip_last_layer()) f += "+f32-last";
   if (reg.kv_bits()) f += " with an F32 window of " + std::to_string(reg.kv_tail_blocks()) + " tail blocks";
   return f + ", " + std::to_string(reg.block_tokens()) + " tokens and " + std::to_string(reg.block_bytes()) +

@@ -83,8 +83,9 @@ Result<uint64_t> unpack_transfer(engine::KvPool& pool, const v1::KvTransfer& hea
                            " and " + std::to_string(dest_tail.size()) + " were reserved");
   const v1::KvQuantScheme scheme = kv_scheme_to_proto(pool.format());
   const uint64_t seed = pool.format().rotated() ? pool.format().rotation_seed : 0;
-  const v1::KvQuantScheme sent =
-      header.kv_quant_scheme() == v1::KV_QUANT_SCHEME_UNSPECIFIED ? v1::KV_QUANT_SCHEME_UNIFORM : header.kv_quant_scheme();
+  const v1::KvQuantScheme sent = header.kv_quant_scheme() == v1::KV_QUANT_SCHEME_UNSPECIFIED
+                                     ? v1::KV_QUANT_SCHEME_UNIFORM
+                                     : header.kv_quant_scheme();
   if (sent != scheme || header.kv_rotation_seed() != seed)
     return Status::invalid("KV format differs: the transfer's codes are " +
                            scheme_name(header.kv_quant_scheme(), header.kv_rotation_seed()) + ", this pool's " +

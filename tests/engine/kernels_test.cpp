@@ -300,8 +300,7 @@ TEST_P(RotatedAttentionShapes, VariantsAgreeBitwiseWithReference) {
     a.out = open_ref.data();
     by_name("generic")->attention(a);
     expect_near_double_attention(
-        a, open_ref,
-        [&](uint32_t j, uint32_t d) { return double((j >= from ? k : kr)[size_t{j} * hd + d]); },
+        a, open_ref, [&](uint32_t j, uint32_t d) { return double((j >= from ? k : kr)[size_t{j} * hd + d]); },
         [&](uint32_t j, uint32_t d) { return double((j >= from ? v : vr)[size_t{j} * hd + d]); });
     expect_variants_match_generic(a, open_ref);
   }

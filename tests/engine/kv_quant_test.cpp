@@ -535,8 +535,8 @@ TEST(KvQuantModel, CopiedBlockBytesContinueExactly) {
   auto e = load_tiny();
   const auto prompt = random_tokens(40, e->config().vocab_size, 31);
   const int32_t next = 77;
-  for (const KvFormat& format : {KvFormat{}, KvFormat{8, 64, false}, KvFormat{4, 32, true},
-                                 KvFormat{3, 64, true, 2, KvScheme::kRotated}}) {
+  for (const KvFormat& format :
+       {KvFormat{}, KvFormat{8, 64, false}, KvFormat{4, 32, true}, KvFormat{3, 64, true, 2, KvScheme::kRotated}}) {
     auto src = KvPool::create(e->config(), 6, 16, format).value();
     auto dst = KvPool::create(e->config(), 6, 16, format).value();
     const std::vector<int32_t> src_blocks = {3, 1, 4}, dst_blocks = {0, 5, 2};

@@ -10,6 +10,14 @@ struct V512 {
   TANDEM_SIMD_LANE_OPS(512)
   static constexpr uint32_t kMaxRows = 12;  // 12 x 2 accumulators + 2 weights + 1 broadcast
   static void u8_to_float(__m128i b, T* out) { out[0] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b)); }
+  // A table of 16 levels (rotated KV) in one register and its lookup: 16 byte indices to levels.
+  struct Table {
+    __m512 v;
+  };
+  static Table table(const float* levels16) { return {_mm512_loadu_ps(levels16)}; }
+  static void lookup(__m128i b, const Table& t, T* out) {
+    out[0] = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(b), t.v);
+  }
   static T load_f16(const uint16_t* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }

@@ -66,8 +66,7 @@ QuantParams quantize_group(const float* x, uint32_t n, uint32_t bits, uint8_t* c
   return p;
 }
 
-size_t region_block_bytes(uint32_t head_dim, uint32_t block_tokens, uint32_t bits, uint32_t group,
-                          KvScheme scheme) {
+size_t region_block_bytes(uint32_t head_dim, uint32_t block_tokens, uint32_t bits, uint32_t group, KvScheme scheme) {
   const size_t cells = size_t{head_dim} * block_tokens;
   if (bits == 0) return cells * sizeof(float);
   if (scheme == KvScheme::kRotated) return cells * bits / 8 + size_t{block_tokens} * sizeof(float);
@@ -89,10 +88,9 @@ Result<std::unique_ptr<KvPool>> KvPool::create(const ModelConfig& config, uint32
   pool->n_kv_heads_ = config.n_kv_heads;
   pool->head_dim_ = config.head_dim();
   pool->f32_region_block_ = engine::region_block_bytes(pool->head_dim_, block_tokens, 0, 1);
-  pool->quant_region_block_ =
-      format.bits ? engine::region_block_bytes(pool->head_dim_, block_tokens, format.bits, pool->group_size(),
-                                               format.scheme)
-                  : 0;
+  pool->quant_region_block_ = format.bits ? engine::region_block_bytes(pool->head_dim_, block_tokens, format.bits,
+                                                                       pool->group_size(), format.scheme)
+                                          : 0;
   if (format.rotated()) {
     pool->levels_ = kv_rotation::levels(pool->head_dim_, format.bits);
     if (!pool->levels_)
@@ -271,8 +269,8 @@ void KvPool::read(uint32_t layer, uint32_t kv_head, uint32_t block, uint32_t slo
   }
 }
 
-void KvPool::read_rotated(uint32_t layer, const uint8_t* kb, const uint8_t* vb, uint32_t slot, uint32_t bits,
-                          float* k, float* v) const {
+void KvPool::read_rotated(uint32_t layer, const uint8_t* kb, const uint8_t* vb, uint32_t slot, uint32_t bits, float* k,
+                          float* v) const {
   const uint32_t hd = head_dim_, bt = block_tokens_;
   const size_t code_bytes = size_t{hd} * bt * bits / 8;
   uint8_t codes[256];

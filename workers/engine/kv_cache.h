@@ -171,8 +171,8 @@ class KvPool {
                      const float* v);
   void read_rotated(uint32_t layer, const uint8_t* kb, const uint8_t* vb, uint32_t slot, uint32_t bits, float* k,
                     float* v) const;
-  std::vector<float> signs_;                         // rotated: [layer][K|V][head_dim]
-  const kv_rotation::Levels* levels_ = nullptr;      // rotated: the table of (head_dim, bits)
+  std::vector<float> signs_;                     // rotated: [layer][K|V][head_dim]
+  const kv_rotation::Levels* levels_ = nullptr;  // rotated: the table of (head_dim, bits)
   HugeMemory data_;
   KvFormat format_;
   uint32_t n_blocks_ = 0, block_tokens_ = 16, n_layers_ = 0, n_kv_heads_ = 0, head_dim_ = 0;
