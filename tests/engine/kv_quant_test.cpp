@@ -448,6 +448,8 @@ TEST(KvQuantModel, TrainedModelRotatedGreedyTokensAgreeWithF32Kv) {
     const auto f32 = greedy(*e, {}, prompts);
     for (int i = 0; i < kFormats; ++i) {
       const Agreement a = measure(*e, formats[i], prompts, f32);
+      std::printf("set %u, %-15s free-running %.1f%%, teacher-forced %.1f%%\n", set, formats[i].to_string().c_str(),
+                  100 * a.free_run, 100 * a.forced);
       sum[i] += a.free_run, lo[i] = std::min(lo[i], a.free_run);
       forced_sum[i] += a.forced, forced_lo[i] = std::min(forced_lo[i], a.forced);
     }
