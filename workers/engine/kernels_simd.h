@@ -655,7 +655,9 @@ struct Ops : V {
       case 4: weighted_values_rot<NQ, 4, BITS>(x, s, stride, coded, levels, a); break;
       case 8: weighted_values_rot<NQ, 8, BITS>(x, s, stride, coded, levels, a); break;
       case 16: weighted_values_rot<NQ, 16, BITS>(x, s, stride, coded, levels, a); break;
-      case 32: weighted_values_rot<NQ, 32, BITS>(x, s, stride, coded, levels, a); break;
+      case 32:  // head_dim 256 on 8 lanes (head_dim <= 256: no wider instantiation is reached)
+        if constexpr (W * 32 <= 256) weighted_values_rot<NQ, 32, BITS>(x, s, stride, coded, levels, a);
+        break;
     }
     for (uint32_t h = 0; h < NQ; ++h)
       rotated_finish(x, a + h * hd, s + h * stride, coded, inv[h], x.out + (h0 + h) * hd);
