@@ -15,6 +15,7 @@ struct V256 {
   struct Table {
     __m256 lo, hi;
   };
+  static constexpr bool kPlaneMasks = false;  // 3-bit codes: through bytes (kernels_simd.h, rotated16)
   static Table table(const float* levels16) { return {_mm256_loadu_ps(levels16), _mm256_loadu_ps(levels16 + 8)}; }
   static void lookup(__m128i b, const Table& t, T* out) {
     for (int h = 0; h < 2; ++h) {

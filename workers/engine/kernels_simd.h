@@ -387,6 +387,18 @@ struct Ops : V {
       return out;
     }
   }
+  // The levels of 16 rotated codes at p (planes `plane` bytes apart for 3 bits) as 16 / W
+  // vectors. Where the lane type has mask registers (V::kPlaneMasks), the 3-bit planes' words
+  // are those masks and the codes are built in 32-bit lanes directly.
+  template <uint32_t BITS>
+  [[gnu::always_inline]] static void rotated_levels(const uint8_t* p, size_t plane, const typename V::Table& t,
+                                                    T* out) {
+    if constexpr (BITS == 3 && V::kPlaneMasks) {
+      V::lookup_planes(p, plane, t, out);
+    } else {
+      V::lookup(rotated16<BITS>(p, plane), t, out);
+    }
+  }
   // The byte where the 16 rotated codes from index i (a multiple of 16) start in a row.
   template <uint32_t BITS>
   static size_t rotated_offset(uint32_t i) {
@@ -581,7 +593,7 @@ struct Ops : V {
       for (uint32_t i = 0; i < L; ++i) acc[h][i] = V::zero();
     for (uint32_t d = 0; d < hd; ++d) {
       T k[L];
-      V::lookup(rotated16<BITS>(codes + d * row_bytes, bt / 8), levels, k);
+      rotated_levels<BITS>(codes + d * row_bytes, bt / 8, levels, k);
 #pragma GCC unroll 8
       for (uint32_t h = 0; h < NQ; ++h) {
         const T qd = V::set1(qr[h * hd + d]);
@@ -621,7 +633,7 @@ struct Ops : V {
       T c[DV < L ? L : DV];  // DV < L only in instantiations no head_dim reaches
 #pragma GCC unroll 16
       for (uint32_t v = 0; v < DV; v += L)
-        V::lookup(rotated16<BITS>(row + rotated_offset<BITS>(v * W), hd / 8), levels, c + v);
+        rotated_levels<BITS>(row + rotated_offset<BITS>(v * W), hd / 8, levels, c + v);
 #pragma GCC unroll 8
       for (uint32_t h = 0; h < NQ; ++h) {
         const T pn = V::set1(p[h * stride + j] * norm);
