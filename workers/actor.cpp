@@ -154,6 +154,8 @@ class Actor {
     r->set_kv_bits(pool_->format().bits);
     r->set_kv_group_size(pool_->format().group_size);
     r->set_kv_skip_last_layer(pool_->format().skip_last_layer);
+    r->set_kv_quant_scheme(kv_scheme_to_proto(pool_->format()));
+    if (pool_->format().rotated()) r->set_kv_rotation_seed(pool_->format().rotation_seed);
     r->set_kv_tail_blocks(pool_->tail_blocks());
     r->set_weight_bytes(engine_->weight_bytes_per_step());
     if (options_.role != runtime::Role::kPrefill) r->set_spec_tokens(options_.spec_tokens);

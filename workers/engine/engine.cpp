@@ -663,6 +663,12 @@ void Engine::attend(std::span<const SeqStep> step, const KvPool& pool, uint32_t 
     a.block_tokens = bt;
     a.kv_bits = pool.layer_bits(l);
     a.group_size = pool.group_size();
+    a.kv_rotated = a.kv_bits && pool.format().rotated();
+    if (a.kv_rotated) {
+      a.k_signs = pool.rotation_signs(l, 0);
+      a.v_signs = pool.rotation_signs(l, 1);
+      a.levels = pool.rotation_levels()->levels;
+    }
     a.block_bytes = pool.region_block_bytes(l);
     a.block_stride = a.block_bytes / sizeof(float);
     a.scale = scale;
