@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <random>
 #include <string>
 #include <thread>
 #include <unistd.h>
@@ -28,6 +29,7 @@
 
 #include "cli/args.h"
 #include "workers/engine/engine.h"
+#include "workers/engine/sampler.h"
 #include "model/make_model.h"
 
 using namespace tandem;
@@ -293,9 +295,34 @@ bool ensure_model(const std::string& path, TensorType type) {
   return true;
 }
 
+// One row sampled (one thread): vocabulary size, temperature x 10, logit scale x 10 (1: a flat,
+// high-entropy row, whose weighted walk goes deep; 30: a peaked one), top_p x 100, whether the
+// logprob is reported. Greedy without a logprob is the argmax kernel alone.
+void BM_Sample(benchmark::State& state) {
+  const auto vocab = static_cast<uint32_t>(state.range(0));
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd(0.0f, static_cast<float>(state.range(2)) / 10.0f);
+  std::vector<float> logits(vocab);
+  for (float& x : logits) x = nd(rng);
+  Sampler sampler(vocab);
+  SamplingParams p;
+  p.temperature = static_cast<float>(state.range(1)) / 10.0f;
+  p.top_p = static_cast<float>(state.range(3)) / 100.0f;
+  const auto logprob = state.range(4) ? Sampler::Logprob::kReport : Sampler::Logprob::kSkip;
+  uint64_t position = 0;
+  for (auto _ : state) benchmark::DoNotOptimize(sampler.sample(logits, p, position++, {}, {}, logprob).token);
+}
+
 const std::vector<int64_t> kThreadCounts = {1, 2};
 
 void register_benchmarks() {
+  for (int64_t vocab : {32000, 151936})
+    for (const auto& a : std::vector<std::array<int64_t, 4>>{
+             {0, 10, 100, 0}, {0, 10, 100, 1}, {10, 10, 100, 0}, {10, 30, 100, 0}, {10, 10, 90, 0}})
+      benchmark::RegisterBenchmark("sample", BM_Sample)
+          ->Args({vocab, a[0], a[1], a[2], a[3]})
+          ->ArgNames({"vocab", "temp_x10", "scale_x10", "top_p_x100", "logprob"})
+          ->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("load_small", BM_Load)
       ->Arg(0)
       ->Arg(1)

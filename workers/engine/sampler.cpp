@@ -231,6 +231,8 @@ Sampler::Sampler(uint32_t vocab_size)
       kernels_(&kernels::best()),
       probs_(vocab_size),
       order_(vocab_size),
+      sort_keys_(2 * size_t{vocab_size}),
+      sort_ids_(vocab_size),
       seen_(vocab_size, 0),
       counts_(vocab_size, 0),
       top_(static_cast<size_t>(kMaxTopLogprobs)) {}
@@ -379,11 +381,52 @@ struct ByValue {
   bool operator()(int32_t a, int32_t b) const { return v[a] > v[b] || (v[a] == v[b] && a < b); }
 };
 
+// Scratch for RadixSort: two key arrays and an id array, each at least the vocabulary.
+struct SortScratch {
+  uint32_t* keys = nullptr;
+  uint32_t* keys2 = nullptr;
+  int32_t* ids2 = nullptr;
+};
+
+// ord[0, n), ids in ascending order, into ByValue's order over non-negative weights: a stable
+// LSD radix sort (8-bit digits) on the weights' bits, which order as unsigned integers for
+// non-negative floats, inverted for descending; stability keeps equal weights by lower id, so
+// the result is std::sort with ByValue's, bit for bit, in a few passes instead of n log n
+// indirect comparisons (a flat distribution over a 32k vocabulary sorts all of it). A digit
+// every key shares is skipped. Short runs go to std::sort.
+void radix_sort_desc(int32_t* ord, uint32_t n, const float* v, const SortScratch& s) {
+  if (n < 512) return std::sort(ord, ord + n, ByValue{v});
+  uint32_t* keys = s.keys;
+  uint32_t* keys2 = s.keys2;
+  int32_t* ids = ord;
+  int32_t* ids2 = s.ids2;
+  for (uint32_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &v[ord[i]], sizeof bits);
+    keys[i] = ~bits;
+  }
+  for (uint32_t shift = 0; shift < 32; shift += 8) {
+    uint32_t count[257] = {};
+    for (uint32_t i = 0; i < n; ++i) ++count[((keys[i] >> shift) & 0xFF) + 1];
+    if (count[((keys[0] >> shift) & 0xFF) + 1] == n) continue;  // one digit for all: nothing moves
+    for (uint32_t d = 0; d < 256; ++d) count[d + 1] += count[d];
+    for (uint32_t i = 0; i < n; ++i) {
+      const uint32_t at = count[(keys[i] >> shift) & 0xFF]++;
+      keys2[at] = keys[i];
+      ids2[at] = ids[i];
+    }
+    std::swap(keys, keys2);
+    std::swap(ids, ids2);
+  }
+  if (ids != ord) std::copy(ids, ids + n, ord);
+}
+
 class Candidates {
  public:
-  Candidates(float* v, int32_t* ord, uint32_t n, float max_v, const SamplingParams& params)
+  Candidates(float* v, int32_t* ord, uint32_t n, float max_v, const SamplingParams& params, SortScratch scratch)
       : v_(v),
         ord_(ord),
+        scratch_(scratch),
         n_(n),
         max_v_(max_v),
         inv_t_(1.0 / static_cast<double>(params.temperature)),
@@ -479,7 +522,15 @@ class Candidates {
   }
 
  private:
-  void sort_head() { std::sort(ord_, ord_ + sorted_end_, ByValue{v_}); }
+  // Sorts ord[from, to): ids there are ascending when the whole vocabulary was scanned in order
+  // (take_all, extend), so the radix sort applies; top-k's come from nth_element.
+  void sort_range(uint32_t from, uint32_t to) {
+    if (whole_vocab_)
+      radix_sort_desc(ord_ + from, to - from, v_, scratch_);
+    else
+      std::sort(ord_ + from, ord_ + to, ByValue{v_});
+  }
+  void sort_head() { sort_range(0, sorted_end_); }
   void pick_threshold(uint32_t count) {
     const double thr = top_p_ < 1.0 ? (1.0 - top_p_) * total_ / (2.0 * count) : 0.05 * total_ / count;
     band_lo_ = static_cast<float>(thr);
@@ -506,13 +557,14 @@ class Candidates {
           std::partition(ord_ + sorted_end_, ord_ + n_keep_, [v = v_, lo](int32_t i) { return v[i] > lo; }) - ord_);
       tail_pending_ = end < n_keep_;
     }
-    std::sort(ord_ + sorted_end_, ord_ + end, ByValue{v_});
+    sort_range(sorted_end_, end);
     sorted_end_ = end;
     band_lo_ = lo;
   }
 
   float* const v_;
   int32_t* const ord_;
+  const SortScratch scratch_;
   const uint32_t n_;
   const float max_v_;
   const double inv_t_;
@@ -573,7 +625,8 @@ Sample Sampler::sample(std::span<const float> logits, const SamplingParams& para
   // and the draw.
   uint32_t token = in.arg;
   if (params.temperature > 0.0f) {
-    Candidates candidates(v, order_.data(), n, in.max, params);
+    Candidates candidates(v, order_.data(), n, in.max, params,
+                          SortScratch{sort_keys_.data(), sort_keys_.data() + vocab_, sort_ids_.data()});
     if (stages.top_k) {
       candidates.take_top_k(static_cast<uint32_t>(params.top_k));
     } else {

@@ -63,6 +63,8 @@ class Sampler {
   const kernels::Kernels* kernels_;  // argmax: greedy sampling that reports nothing else
   std::vector<float> probs_;         // sanitized -> penalized logits -> sampling weights
   std::vector<int32_t> order_;       // candidate ids (top-k buffer, then descending order)
+  std::vector<uint32_t> sort_keys_;  // the radix sort's keys: two arrays of vocab_size
+  std::vector<int32_t> sort_ids_;    // and its second id array
   std::vector<uint8_t> seen_;        // repetition penalty dedup flags, all 0 between calls
   std::vector<uint32_t> counts_;     // presence / frequency occurrence counts, all 0 between calls
   std::vector<TokenLogprob> top_;    // kMaxTopLogprobs entries; Sample::top points here
