@@ -19,6 +19,7 @@
 #include "runtime/zap.h"
 #include "tandem/v1/worker.pb.h"
 #include "workers/engine/sampler.h"
+#include "workers/draft_model.h"
 #include "workers/kv_transfer.h"
 #include "workers/memory_budget.h"
 #include "workers/sequence_table.h"
@@ -37,14 +38,16 @@ constexpr size_t kEarlyTransfers = 64;
 namespace v1 = tandem::v1;
 
 // The bounds the sequence table checks plans against: the engine's and the pool's.
-TableLimits limits_of(const engine::Engine& engine, const engine::KvPool& pool, uint32_t spec_tokens) {
+TableLimits limits_of(const engine::Engine& engine, const engine::KvPool& pool, uint32_t spec_tokens,
+                      bool draft_model) {
   return TableLimits{.vocab_size = engine.config().vocab_size,
                      .context_length = engine.config().context_length,
                      .n_blocks = pool.n_blocks(),
                      .block_tokens = pool.block_tokens(),
                      .tail_blocks = pool.tail_blocks(),
                      .kv_format = pool.format().to_string(),
-                     .spec_tokens = spec_tokens};
+                     .spec_tokens = spec_tokens,
+                     .draft_model = draft_model};
 }
 
 }  // namespace
@@ -52,13 +55,16 @@ TableLimits limits_of(const engine::Engine& engine, const engine::KvPool& pool, 
 class Actor {
  public:
   Actor(const WorkerOptions& options, std::unique_ptr<engine::Engine> engine, std::unique_ptr<engine::KvPool> pool,
-        std::string fingerprint)
+        std::unique_ptr<workers::DraftModel> draft, std::string fingerprint)
       : options_(options),
         engine_(std::move(engine)),
         pool_(std::move(pool)),
+        draft_(std::move(draft)),
         fingerprint_(std::move(fingerprint)),
         sampler_(engine_->config().vocab_size),
-        table_(limits_of(*engine_, *pool_, options.role == runtime::Role::kPrefill ? 0 : options.spec_tokens)) {}
+        p_(engine_->config().vocab_size),
+        table_(limits_of(*engine_, *pool_, options.role == runtime::Role::kPrefill ? 0 : options.spec_tokens,
+                         draft_ != nullptr)) {}
 
   // CurveZMQ: the scheduler's public key and this worker's own key pair (its credential).
   Status start_curve() {
@@ -151,7 +157,8 @@ class Actor {
     r->set_kv_group_size(pool_->format().group_size);
     r->set_kv_skip_last_layer(pool_->format().skip_last_layer);
     r->set_kv_tail_blocks(pool_->tail_blocks());
-    r->set_weight_bytes(engine_->weight_bytes_per_step());
+    r->set_weight_bytes(engine_->weight_bytes_per_step() + (draft_ ? draft_->weight_bytes() : 0));
+    if (draft_) r->set_draft_block_bytes(draft_->block_bytes(pool_->block_tokens()));
     if (options_.role != runtime::Role::kPrefill) r->set_spec_tokens(options_.spec_tokens);
     r->set_threads(options_.threads);
     r->set_pid(static_cast<uint32_t>(getpid()));
@@ -304,10 +311,12 @@ class Actor {
   }
 
   // Samples each sequence of the staged step that asks for it, into `res`, sampled_ and
-  // accepted_: one token, or for a speculating round its rows in order while each sample
-  // equals the draft fed after it (the accepted drafts), then the first that does not or the
-  // one after the last draft. Every row is sampled with exactly the history plain decoding
-  // would have there (the accepted tokens before it), so the tokens are plain decoding's.
+  // accepted_: one token, or for a speculating round its rows in order while each row accepts
+  // the draft fed after it, then the first that does not or the one after the last draft.
+  // Every row is sampled with exactly the history plain decoding would have there (the
+  // accepted tokens before it): a row accepts its draft when the draft equals its own sample
+  // (the tokens are plain decoding's), or, for a draft model's draft at temperature > 0, by
+  // the rejection rule (engine::verify_sampled: distributed as plain decoding's).
   void sample_into(v1::StepResult* res) {
     const std::span<const SampleRequest> requests = table_.to_sample();
     sampled_.resize(requests.size());
@@ -315,18 +324,12 @@ class Actor {
     uint32_t drafted = 0, accepted = 0;
     for (size_t i = 0; i < requests.size(); ++i) {
       const SampleRequest& q = requests[i];
-      const size_t k = q.drafts.size(), base = q.history.size() - k;
-      const size_t gen_from = q.history.size() - q.generated.size();
+      const size_t k = q.drafts.size();
       v1::SeqResult* r = res->add_seqs();
       r->set_seq_id(q.seq_id);
       uint32_t row = 0;
       for (;; ++row) {
-        const std::span<const int32_t> history = q.history.first(base + row);
-        const size_t from = history.size() > kPenaltyWindow ? history.size() - kPenaltyWindow : 0;
-        // Both spans end at the position sampled: what precedes it and nothing else.
-        const engine::Sample smp =
-            sampler_.sample(engine_->logits(q.logits_row + row), *q.sampling, history.size(), history.subspan(from),
-                            history.subspan(std::min(gen_from, history.size())));
+        const engine::Sample smp = sample_row(q, row);
         sampled_[i] = smp.token;
         if (row == 0) {
           r->set_token(smp.token);
@@ -349,6 +352,28 @@ class Actor {
     res->set_accepted(accepted);
   }
 
+  // Row `row` of a sample request: the target's own sample there, or the rejection rule's
+  // token for a draft that came with its distribution q.
+  engine::Sample sample_row(const SampleRequest& q, uint32_t row) {
+    const size_t k = q.drafts.size(), base = q.history.size() - k;
+    const size_t gen_from = q.history.size() - q.generated.size();
+    const std::span<const int32_t> history = q.history.first(base + row);
+    const size_t from = history.size() > kPenaltyWindow ? history.size() - kPenaltyWindow : 0;
+    // Both spans end at the position sampled: what precedes it and nothing else.
+    const std::span<const int32_t> window = history.subspan(from),
+                                   generated = history.subspan(std::min(gen_from, history.size()));
+    const std::span<const float> logits = engine_->logits(q.logits_row + row);
+    if (row == k || q.q.empty()) return sampler_.sample(logits, *q.sampling, history.size(), window, generated);
+    const size_t vocab = p_.size();
+    sampler_.distribution(logits, *q.sampling, history.size(), window, generated, p_);
+    const engine::Verdict v =
+        engine::verify_sampled(p_, q.q.subspan(row * vocab, vocab), q.drafts[row], q.sampling->seed, history.size());
+    engine::Sample smp;
+    smp.token = v.token;
+    smp.logprob = sampler_.last_logprob(logits, v.token);
+    return smp;
+  }
+
   // The plan through the table and the engine: apply, forward, sample, commit. An error fails
   // the step as a whole, the table as it was (the plan's releases are done either way).
   Status run_step(v1::StepResult* res) {
@@ -356,6 +381,13 @@ class Actor {
     for (const runtime::SeqPlan& sp : plan_.seqs())
       if (sp.first) log_request(sp.seq_id, sp.request_id, sp.principal, "placed");
     if (table_.steps().empty()) return Status::ok();  // a plan that only releases sequences
+    if (draft_ && !table_.to_draft().empty()) {
+      engine_->rest();  // the target's threads leave the cores to the draft model's
+      if (Status st = draft_->draft(table_.to_draft(), kPenaltyWindow); !st) {
+        table_.abort();
+        return Status::error(st.code(), "draft model: " + st.message());
+      }
+    }
     if (Status st = engine_->forward(table_.steps(), *pool_); !st) {
       table_.abort();
       return st;
@@ -555,9 +587,11 @@ class Actor {
   WorkerOptions options_;
   std::unique_ptr<engine::Engine> engine_;
   std::unique_ptr<engine::KvPool> pool_;
+  std::unique_ptr<workers::DraftModel> draft_;  // --spec draft; null otherwise
   std::string fingerprint_;
   engine::Sampler sampler_;
-  SequenceTable table_;  // every live sequence and announced handoff
+  std::vector<float> p_;  // the target's distribution at a row the rejection rule verifies
+  SequenceTable table_;   // every live sequence and announced handoff
   runtime::EventLoop loop_;
   std::unique_ptr<runtime::Socket> socket_;
   std::unique_ptr<runtime::EventLoop::Timer> heartbeat_;
@@ -604,14 +638,16 @@ namespace {
 
 // The KV blocks `options` ask for: a count, a byte budget, or (kv_memory 0) what the host had
 // left before the engine loaded, less the weights of every worker on the host and a reserve.
+// With a draft model, each block also holds its layers and the host its weights.
 Result<uint32_t> kv_blocks_for(const WorkerOptions& options, const engine::Engine& engine,
-                               const std::optional<HostMemory>& host) {
+                               const workers::DraftModel* draft, const std::optional<HostMemory>& host) {
   if (options.kv_blocks != 0) return options.kv_blocks;
   uint64_t bytes = options.kv_memory;
   if (bytes == 0) {
     // The engine's weights are private copies today: each worker on the host holds its own.
     KvBudget budget{.usable = host->usable(),
-                    .weights = uint64_t{engine.weight_bytes_per_step()} * options.host_workers,
+                    .weights = uint64_t{engine.weight_bytes_per_step() + (draft ? draft->weight_bytes() : 0)} *
+                               options.host_workers,
                     .reserve = options.memory_reserve,
                     .share = options.host_workers};
     spdlog::info("worker: {}; {}", host->to_string(), budget.to_string());
@@ -619,13 +655,27 @@ Result<uint32_t> kv_blocks_for(const WorkerOptions& options, const engine::Engin
   }
   // The most blocks a registration may claim (--kv-blocks' range): a larger host gets a pool that large.
   constexpr uint32_t kMaxBlocks = 1u << 24;
-  const uint32_t blocks = std::min(
-      kMaxBlocks, engine::KvPool::blocks_for_bytes(engine.config(), bytes, options.block_tokens, options.kv_format));
+  const size_t per_block = engine::KvPool::bytes_per_block(engine.config(), options.block_tokens, options.kv_format) +
+                           (draft ? draft->block_bytes(options.block_tokens) : 0);
+  const uint32_t blocks = static_cast<uint32_t>(std::min<uint64_t>(kMaxBlocks, per_block ? bytes / per_block : 0));
   if (blocks == 0)
     return Status::invalid("no memory left for the KV cache: " + human_bytes(bytes) + " holds no block of " +
                            std::to_string(options.block_tokens) +
                            " tokens (lower --memory-reserve or set --kv-memory)");
   return blocks;
+}
+
+// The draft model of --spec draft (null without one, and on a prefill worker, which never
+// speculates); refused when its vocabulary is not the target's.
+Result<std::unique_ptr<workers::DraftModel>> load_draft(const WorkerOptions& options, const engine::Engine& target) {
+  if (options.draft_model_path.empty() || options.spec_tokens == 0 || options.role == runtime::Role::kPrefill)
+    return std::unique_ptr<workers::DraftModel>();
+  auto draft = workers::DraftModel::load(options.draft_model_path, {options.threads, options.gemm}, target);
+  if (!draft) return draft.status();
+  spdlog::info("worker: draft model {} loaded, weights {}, {} bytes of KV per block beside the target's",
+               options.draft_model_path, human_bytes((*draft)->weight_bytes()),
+               (*draft)->block_bytes(options.block_tokens));
+  return draft;
 }
 
 // The actor for `options` (model loaded, KV pool made), started (registering), not running.
@@ -645,17 +695,21 @@ Result<std::unique_ptr<Actor>> start_actor(const WorkerOptions& options) {
   auto eng = engine::Engine::load(options.model_path, {options.threads, options.gemm});
   if (!eng) return eng.status();
   TANDEM_RETURN_IF_ERROR(options.kv_format.validate((*eng)->config()));
-  auto blocks = kv_blocks_for(options, **eng, host);
+  auto draft = load_draft(options, **eng);
+  if (!draft) return draft.status();
+  auto blocks = kv_blocks_for(options, **eng, draft->get(), host);
   if (!blocks) return blocks.status();
   auto pool = engine::KvPool::create((*eng)->config(), *blocks, options.block_tokens, options.kv_format);
   if (!pool) return pool.status();
+  if (*draft) TANDEM_RETURN_IF_ERROR((*draft)->make_pool(*blocks, options.block_tokens));
   spdlog::info("worker: {} loaded, weights {}, {} KV blocks of {} tokens, {} bytes each, KV {} ({}), {} threads",
                options.model_path, human_bytes((*eng)->weight_bytes_per_step()), *blocks, options.block_tokens,
                (*pool)->block_bytes(), options.kv_format.to_string(),
                human_bytes(uint64_t{(*pool)->block_bytes()} * *blocks), options.threads);
   WorkerOptions opts = options;
   if (opts.name.empty()) opts.name = "worker-" + std::to_string(getpid());
-  auto actor = std::make_unique<Actor>(opts, std::move(eng.value()), std::move(pool.value()), fingerprint);
+  auto actor = std::make_unique<Actor>(opts, std::move(eng.value()), std::move(pool.value()), std::move(draft.value()),
+                                       fingerprint);
   TANDEM_RETURN_IF_ERROR(actor->start());
   return actor;
 }

@@ -36,6 +36,9 @@ struct WorkerOptions {
   // Speculative decoding (--spec ngram --spec-tokens K): drafts per round at most; 0: off. A
   // prefill worker never speculates (its sequences decode elsewhere).
   uint32_t spec_tokens = 0;
+  // --spec draft --draft-model FILE: the drafts come from this model (same vocabulary), run on
+  // this worker with its KV beside the target's in every block; empty: prompt lookup.
+  std::string draft_model_path;
   uint32_t heartbeat_ms = 1000;
   runtime::Role role = runtime::Role::kBoth;
   // Role decode: where prefill workers push KV. tcp://127.0.0.1:* picks a free port.
