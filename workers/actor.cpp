@@ -39,7 +39,7 @@ namespace v1 = tandem::v1;
 
 // The bounds the sequence table checks plans against: the engine's and the pool's.
 TableLimits limits_of(const engine::Engine& engine, const engine::KvPool& pool, uint32_t spec_tokens,
-                      bool draft_model) {
+                      const workers::DraftModel* draft) {
   return TableLimits{.vocab_size = engine.config().vocab_size,
                      .context_length = engine.config().context_length,
                      .n_blocks = pool.n_blocks(),
@@ -47,7 +47,8 @@ TableLimits limits_of(const engine::Engine& engine, const engine::KvPool& pool, 
                      .tail_blocks = pool.tail_blocks(),
                      .kv_format = pool.format().to_string(),
                      .spec_tokens = spec_tokens,
-                     .draft_model = draft_model};
+                     .draft_model = draft != nullptr,
+                     .draft_context_length = draft ? draft->engine().config().context_length : 0};
 }
 
 }  // namespace
@@ -64,7 +65,7 @@ class Actor {
         sampler_(engine_->config().vocab_size),
         p_(engine_->config().vocab_size),
         table_(limits_of(*engine_, *pool_, options.role == runtime::Role::kPrefill ? 0 : options.spec_tokens,
-                         draft_ != nullptr)) {}
+                         draft_.get())) {}
 
   // CurveZMQ: the scheduler's public key and this worker's own key pair (its credential).
   Status start_curve() {

@@ -114,9 +114,10 @@ ModelDrafter::ModelDrafter(DraftModel& model, uint32_t max_k, uint32_t context) 
 }
 
 uint32_t ModelDrafter::draft(std::span<const int32_t> history, std::span<int32_t> out) {
-  const auto k = static_cast<uint32_t>(std::min<size_t>(out.size(), max_k_));
-  if (k == 0 || sampling_ == nullptr) return 0;
   at_ = static_cast<uint32_t>(history.size() - 1);
+  const uint32_t context = model_.engine().config().context_length;  // it writes up to at + k - 1
+  const auto k = static_cast<uint32_t>(std::min<size_t>({out.size(), max_k_, context > at_ ? context - at_ : 0}));
+  if (k == 0 || sampling_ == nullptr) return 0;
   tokens_.assign(history.begin(), history.end());
   tokens_.resize(history.size() + k);
   const size_t vocab = model_.engine().config().vocab_size;

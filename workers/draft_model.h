@@ -74,7 +74,8 @@ class DraftModel {
 };
 
 // A draft model as one sequence's drafter for engine::generate (`tandem run --spec draft`):
-// its own block table over a pool of `context` positions.
+// its own block table over a pool of `context` positions. No draft past the draft model's
+// own context length (the worker's SequenceTable bounds its rounds the same way).
 class ModelDrafter final : public engine::Drafter {
  public:
   ModelDrafter(DraftModel& model, uint32_t max_k, uint32_t context);

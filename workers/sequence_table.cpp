@@ -86,6 +86,8 @@ uint32_t SequenceTable::draft(const runtime::SeqPlan& sp, Sequence& seq) {
   k = workers::draft_budget(k, remaining, limits_.context_length - at);
   k = static_cast<uint32_t>(std::min<uint64_t>(k, seq.blocks.size() * uint64_t{bt} - (at + 1)));
   if (!seq.tail.empty()) k = std::min(k, bt - 1 - at % bt);
+  // A draft model writes positions up to at + k - 1: within its own context.
+  if (limits_.draft_model) k = std::min(k, limits_.draft_context_length > at ? limits_.draft_context_length - at : 0);
   if (k == 0) return 0;
   const size_t from = seq.tokens.size();
   seq.tokens.resize(from + k);

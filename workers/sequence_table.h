@@ -35,6 +35,7 @@ struct TableLimits {
   // A draft model proposes the drafts (DraftModel), not prompt lookup: a round's drafts are
   // left for it to write (to_draft()) between apply() and the forward.
   bool draft_model = false;
+  uint32_t draft_context_length = 0;  // the draft model's: it drafts no position past it
 };
 
 // One live sequence as the worker holds it.

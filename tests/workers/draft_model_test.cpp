@@ -75,6 +75,24 @@ TEST(GenerateWithDraftModel, GreedyEqualsPlainDecodingTokenForToken) {
   }
 }
 
+// A draft model of a shorter context drafts only within it: past it the target decodes alone.
+TEST(GenerateWithDraftModel, ADraftOfAShorterContextStopsDraftingAtItsEnd) {
+  const std::string short_draft = test::temp_dir() + "/draft-ctx32.gguf";
+  const test::CommandOutput made = test::run_command(
+      std::string(TANDEM_TANDEM_BIN) + " make-model --preset tiny --seed 7 --context 32 --out " + short_draft);
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  Models m = load(short_draft);
+  ASSERT_TRUE(m.draft);
+  const std::vector<int32_t> prompt = m.target->tokenizer().encode("The file is the", true).value();
+  engine::GenerateOptions plain;
+  plain.max_tokens = 60;
+  plain.ignore_eos = true;
+  const auto want = engine::generate(*m.target, prompt, plain).value();
+  const auto got = generate_with(m, prompt, plain, 4);
+  ASSERT_TRUE(got) << got.status().to_string();
+  EXPECT_EQ(got->tokens, want.tokens);
+}
+
 // The p-value of Pearson's chi-square test that two samples of tokens come from one
 // distribution: bins with fewer than 10 tokens in both samples together are pooled into one.
 double homogeneity_p(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
