@@ -58,6 +58,15 @@ runtime::SeqPlan& add_next(runtime::StepPlan& plan, uint64_t id, uint32_t start,
 }
 
 // Applies and commits, sampling `token` for every entry that asks.
+// A speculating round of a held sequence (its start is the positions held).
+runtime::SeqPlan& add_round(runtime::StepPlan& plan, uint64_t id, uint32_t max_drafts, uint32_t max_len) {
+  runtime::SeqPlan& s = add_next(plan, id, 0);
+  s.speculate = true;
+  s.max_drafts = max_drafts;
+  s.max_len = max_len;
+  return s;
+}
+
 void run(SequenceTable& table, const runtime::StepPlan& plan, int32_t token = 7) {
   const Status st = table.apply(plan);
   ASSERT_TRUE(st.is_ok()) << st.message();
@@ -520,10 +529,7 @@ TEST(SequenceTableSpec, RoundsDraftFromTheHistoryAndCommitKeepsTheAcceptedOnly) 
 
   // max_len leaves room for one token more: no drafts (the round emits one token).
   plan.clear();
-  runtime::SeqPlan& t = add_next(plan, 1, 0);
-  t.speculate = true;
-  t.max_drafts = 4;
-  t.max_len = 13;
+  add_round(plan, 1, 4, 13);
   ASSERT_TRUE(table.apply(plan).is_ok());
   EXPECT_TRUE(table.to_sample()[0].drafts.empty());
   table.abort();
@@ -628,10 +634,7 @@ TEST(SequenceTableSpec, ADraftModelRoundIsLeftToItAndItsValidPositionsFollowTheK
   run(table, plan, 3);
   EXPECT_EQ(table.find(1)->draft_pos, 0u);
   plan.clear();
-  runtime::SeqPlan& s = add_next(plan, 1, 0);
-  s.speculate = true;
-  s.max_drafts = 4;
-  s.max_len = 100;
+  add_round(plan, 1, 4, 100);
   ASSERT_TRUE(table.apply(plan).is_ok());
   ASSERT_EQ(table.to_draft().size(), 1u);
   const workers::DraftJob& job = table.to_draft()[0];
