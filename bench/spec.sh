@@ -11,7 +11,8 @@
 #
 #
 # MODE draft: --spec draft against off instead, on the small preset (random weights, seed 1)
-# drafting for itself through its Q4_0 copy (`tandem make-model --from ... --dtype q4_0`).
+# drafting for itself through its Q4_0 copy (`tandem make-model --from ... --dtype q4_0`),
+# text prompts only, at concurrency 1 and 4 (4 and 8 requests: it decodes ~100x slower).
 #
 #   bench/spec.sh [BUILD] [PAIRS] [OUTPUT_LEN] [MODE]   e.g. bench/spec.sh build/release 3 256 ngram
 set -uo pipefail
@@ -65,6 +66,7 @@ down() {
 }
 bench() {  # concurrency workload -> "tok_s rounds drafts accepted" of this run
   local c=$1 w=$2 n=$(( $1 == 1 ? 16 : 96 )) before after
+  [ "$mode" = draft ] && n=$(( $1 == 1 ? 4 : 2 * $1 ))  # the small preset decodes ~100x slower
   before=$(spec_counts)
   local args=(--endpoint "ipc://$tmp/run/client.sock" --concurrency "$c" --num-requests "$n" --warmup "$c"
               --output-len "$out_len" --ignore-eos --seed 7 --out "$tmp/bench.json")
@@ -75,8 +77,9 @@ bench() {  # concurrency workload -> "tok_s rounds drafts accepted" of this run
     awk '{ printf "%.1f %d %d %d\n", $1, $5 - $2, $6 - $3, $7 - $4 }'
 }
 
-models="tiny-trained vocab-trained"
+models="tiny-trained vocab-trained" workloads="text random" concs="1 16"
 if [ "$mode" = draft ]; then
+  workloads=text concs="1 4"
   "$tandem" make-model --preset small --seed 1 --out "$tmp/small.gguf" >/dev/null || exit 1
   "$tandem" make-model --from "$tmp/small.gguf" --dtype q4_0 --out "$tmp/small-q4.gguf" >/dev/null || exit 1
   models=small
@@ -90,8 +93,8 @@ for model in $models; do
     if [ $((i % 2)) -eq 1 ]; then order="off $mode"; else order="$mode off"; fi
     for spec in $order; do
       up "$(model_file "$model")" "$spec"
-      for w in text random; do
-        for c in 1 16; do
+      for w in $workloads; do
+        for c in $concs; do
           read -r tps rounds drafts accepted <<<"$(bench "$c" "$w")"
           acc=$(awk -v d="$drafts" -v a="$accepted" 'BEGIN { if (d > 0) printf "%.2f", a / d; else printf "-" }')
           tpr=$(awk -v r="$rounds" -v a="$accepted" 'BEGIN { if (r > 0) printf "%.2f", (r + a) / r; else printf "-" }')
