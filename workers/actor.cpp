@@ -115,6 +115,7 @@ class Actor {
     TANDEM_RETURN_IF_ERROR(connect_scheduler());
     heartbeat_ = loop_.every(std::chrono::milliseconds(options_.heartbeat_ms), [this] { send_heartbeat(); });
     engine_->set_between_layers([this] { heartbeat_if_due(); });
+    if (draft_) draft_->set_between_layers([this] { heartbeat_if_due(); });
     loop_.on_signal({SIGINT, SIGTERM}, [this](int sig) {
       stop_signal_ = sig;
       loop_.stop();

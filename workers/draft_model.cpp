@@ -108,7 +108,8 @@ Status DraftModel::draft(std::span<const DraftJob> jobs, uint32_t penalty_window
   return Status::ok();
 }
 
-ModelDrafter::ModelDrafter(DraftModel& model, uint32_t max_k, uint32_t context) : model_(model), max_k_(max_k) {
+ModelDrafter::ModelDrafter(DraftModel& model, uint32_t max_k, uint32_t context)
+    : model_(model), max_k_(max_k), length_(max_k) {
   const uint32_t n = (context + 15) / 16;
   for (uint32_t b = 0; b < n; ++b) blocks_.push_back(static_cast<int32_t>(b));
 }
@@ -116,7 +117,8 @@ ModelDrafter::ModelDrafter(DraftModel& model, uint32_t max_k, uint32_t context) 
 uint32_t ModelDrafter::draft(std::span<const int32_t> history, std::span<int32_t> out) {
   at_ = static_cast<uint32_t>(history.size() - 1);
   const uint32_t context = model_.engine().config().context_length;  // it writes up to at + k - 1
-  const auto k = static_cast<uint32_t>(std::min<size_t>({out.size(), max_k_, context > at_ ? context - at_ : 0}));
+  const auto k =
+      static_cast<uint32_t>(std::min<size_t>({out.size(), max_k_, length_.next(), context > at_ ? context - at_ : 0}));
   if (k == 0 || sampling_ == nullptr) return 0;
   tokens_.assign(history.begin(), history.end());
   tokens_.resize(history.size() + k);
@@ -129,6 +131,7 @@ uint32_t ModelDrafter::draft(std::span<const int32_t> history, std::span<int32_t
 }
 
 void ModelDrafter::record(uint32_t drafted, uint32_t accepted) {
+  length_.record(drafted, accepted);
   if (drafted > 0) draft_pos_ = std::min(draft_pos_, at_ + 1 + accepted);
 }
 

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -17,6 +18,7 @@
 #include "workers/engine/engine.h"
 #include "workers/engine/generate.h"
 #include "workers/engine/sampler.h"
+#include "workers/speculation.h"
 
 namespace tandem::workers {
 
@@ -60,6 +62,9 @@ class DraftModel {
   Status draft(std::span<const DraftJob> jobs, uint32_t penalty_window);
 
   const engine::Engine& engine() const { return *engine_; }
+  // Engine::set_between_layers for the draft's forwards (a worker heartbeats through a long
+  // catch-up too).
+  void set_between_layers(std::function<void()> hook) { engine_->set_between_layers(std::move(hook)); }
 
  private:
   explicit DraftModel(std::unique_ptr<engine::Engine> engine);
@@ -74,8 +79,9 @@ class DraftModel {
 };
 
 // A draft model as one sequence's drafter for engine::generate (`tandem run --spec draft`):
-// its own block table over a pool of `context` positions. No draft past the draft model's
-// own context length (the worker's SequenceTable bounds its rounds the same way).
+// its own block table over a pool of `context` positions, its draft length adaptive as on a
+// worker. No draft past the draft model's own context length (the worker's SequenceTable
+// bounds its rounds the same way).
 class ModelDrafter final : public engine::Drafter {
  public:
   ModelDrafter(DraftModel& model, uint32_t max_k, uint32_t context);
@@ -90,6 +96,7 @@ class ModelDrafter final : public engine::Drafter {
  private:
   DraftModel& model_;
   uint32_t max_k_;
+  DraftLength length_;  // adaptive, as a worker's sequence
   std::vector<int32_t> blocks_, tokens_;
   std::vector<float> q_;
   uint32_t draft_pos_ = 0, at_ = 0;  // valid draft KV; where the last round's sample was fed
