@@ -112,6 +112,7 @@ int bench_command(int argc, char** argv) {
   auto prefix_groups = args->integer("prefix-groups", 1);
   auto cancel_fraction = args->real("cancel-fraction", 0);
   auto cancel_after = args->integer("cancel-after", 1);
+  auto temperature = args->real("temperature", 0);
   auto slo_ttft = args->real("slo-ttft-ms", 0);
   auto slo_tpot = args->real("slo-tpot-ms", 0);
   auto input_len = bench::parse_length_range(args->str("input-len").value_or("128"));
@@ -120,10 +121,12 @@ int bench_command(int argc, char** argv) {
        {&rate.status(), &burstiness.status(), &concurrency.status(), &num_requests.status(), &duration.status(),
         &warmup.status(), &seed.status(), &drain.status(), &shared_prefix.status(), &prefix_groups.status(),
         &cancel_fraction.status(), &cancel_after.status(), &slo_ttft.status(), &slo_tpot.status(), &input_len.status(),
-        &output_len.status()})
+        &output_len.status(), &temperature.status()})
     if (!st->is_ok()) return fail("bench", *st);
   if (*rate < 0 || *duration < 0 || *drain <= 0 || *slo_ttft < 0 || *slo_tpot < 0)
     return fail("bench", Status::invalid("--rate, --duration, --slo-* must be >= 0 and --drain-timeout > 0"));
+  if (!(*temperature >= 0 && *temperature <= 2))
+    return fail("bench", Status::invalid("--temperature must be in [0, 2], got " + std::to_string(*temperature)));
   load.rate = *rate;
   load.burstiness = *burstiness;
   load.concurrency = static_cast<uint32_t>(*concurrency);
@@ -158,6 +161,7 @@ int bench_command(int argc, char** argv) {
   wl.cancel_fraction = *cancel_fraction;
   wl.cancel_after = static_cast<uint32_t>(*cancel_after);
   wl.ignore_eos = args->has("ignore-eos");
+  wl.temperature = static_cast<float>(*temperature);
   wl.text_prompts = args->has("openai-url") && !args->has("token-prompts");
   wl.seed = load.seed;
   auto workload = bench::Workload::create(wl);

@@ -102,7 +102,11 @@ std::string request_body(const OpenAIOptions& options, const BenchRequest& b) {
     append_json_string(body, b.prompt_text);
   }
   body += ",\"max_tokens\":" + std::to_string(b.max_tokens);
-  body += ",\"stream\":true,\"stream_options\":{\"include_usage\":true},\"temperature\":0";
+  body += ",\"stream\":true,\"stream_options\":{\"include_usage\":true}";
+  if (b.temperature > 0)
+    body += ",\"temperature\":" + std::to_string(b.temperature) + ",\"seed\":" + std::to_string(b.seed);
+  else
+    body += ",\"temperature\":0";
   if (b.ignore_eos) body += ",\"ignore_eos\":true";
   body += '}';
   return body;

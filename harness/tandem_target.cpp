@@ -33,6 +33,8 @@ class TandemTarget final : public Target {
     req.prompt_text = b.prompt_text;
     req.max_tokens = b.max_tokens;
     req.ignore_eos = b.ignore_eos;
+    req.temperature = b.temperature;
+    req.seed = b.seed;
     const std::string id = req.id;
     client_->generate(std::move(req), [tracker, client = client_.get(), id](const Event& ev) {
       if (ev.final) return finish(*tracker, ev.fin);

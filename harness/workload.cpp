@@ -112,6 +112,8 @@ BenchRequest Workload::make(uint64_t index) const {
   BenchRequest r;
   r.index = index;
   r.ignore_eos = options_.ignore_eos;
+  r.temperature = options_.temperature;
+  r.seed = options_.seed * 1'000'003 + index;
   std::vector<int32_t> tokens;
   if (!dataset_.empty()) {
     const Entry& e = dataset_[index % dataset_.size()];

@@ -23,13 +23,13 @@
 #include "workers/kv_transfer.h"
 #include "workers/memory_budget.h"
 #include "workers/sequence_table.h"
+#include "workers/step_sampler.h"
 
 namespace tandem::worker {
 
 namespace {
 
 constexpr uint32_t kVersion = runtime::kProtocolVersion;
-constexpr uint32_t kPenaltyWindow = 64;  // tokens the repetition penalty looks back on, as tandem run
 // Transfers that arrive before the scheduler's KvExpect wait this long, this many at most
 // (the two come over different sockets; a transfer for an abandoned handoff never matches).
 constexpr int64_t kEarlyTransferUs = 10'000'000;
@@ -62,8 +62,7 @@ class Actor {
         pool_(std::move(pool)),
         draft_(std::move(draft)),
         fingerprint_(std::move(fingerprint)),
-        sampler_(engine_->config().vocab_size),
-        p_(engine_->config().vocab_size),
+        step_sampler_(engine_->config().vocab_size, engine_->threads()),
         table_(limits_of(*engine_, *pool_, options.role == runtime::Role::kPrefill ? 0 : options.spec_tokens,
                          draft_.get())) {}
 
@@ -312,68 +311,38 @@ class Actor {
     }
   }
 
-  // Samples each sequence of the staged step that asks for it, into `res`, sampled_ and
-  // accepted_: one token, or for a speculating round its rows in order while each row accepts
-  // the draft fed after it, then the first that does not or the one after the last draft.
-  // Every row is sampled with exactly the history plain decoding would have there (the
-  // accepted tokens before it): a row accepts its draft when the draft equals its own sample
-  // (the tokens are plain decoding's), or, for a draft model's draft at temperature > 0, by
-  // the rejection rule (engine::verify_sampled: distributed as plain decoding's).
+  // Samples each sequence of the staged step that asks for it (on the compute threads), into
+  // `res`, sampled_ and accepted_: one token, or for a speculating round its rows while each
+  // row accepts the draft fed after it (the accepted drafts), then the first that does not or
+  // the one after the last draft (StepSampler: plain decoding's tokens, or with a draft model's
+  // q at temperature > 0 the rejection rule's, distributed as plain decoding's).
   void sample_into(v1::StepResult* res) {
     const std::span<const SampleRequest> requests = table_.to_sample();
+    step_sampler_.run(requests, *engine_);
     sampled_.resize(requests.size());
     accepted_.resize(requests.size());
     uint32_t drafted = 0, accepted = 0;
     for (size_t i = 0; i < requests.size(); ++i) {
-      const SampleRequest& q = requests[i];
-      const size_t k = q.drafts.size();
+      const std::span<const RowSample> rows = step_sampler_.samples(i);
       v1::SeqResult* r = res->add_seqs();
-      r->set_seq_id(q.seq_id);
-      uint32_t row = 0;
-      for (;; ++row) {
-        const engine::Sample smp = sample_row(q, row);
-        sampled_[i] = smp.token;
-        if (row == 0) {
-          r->set_token(smp.token);
-          r->set_logprob(smp.logprob);
-          for (const engine::TokenLogprob& t : smp.top) {
-            r->add_top_ids(t.token);
-            r->add_top_logprobs(t.logprob);
-          }
-        } else {
-          r->add_more_tokens(smp.token);
-          r->add_more_logprobs(smp.logprob);
-        }
-        if (row == k || smp.token != q.drafts[row]) break;
+      r->set_seq_id(requests[i].seq_id);
+      r->set_token(rows[0].token);
+      r->set_logprob(rows[0].logprob);
+      for (const engine::TokenLogprob& t : step_sampler_.top(i)) {
+        r->add_top_ids(t.token);
+        r->add_top_logprobs(t.logprob);
       }
-      accepted_[i] = row;
-      drafted += static_cast<uint32_t>(k);
-      accepted += row;
+      for (const RowSample& more : rows.subspan(1)) {
+        r->add_more_tokens(more.token);
+        r->add_more_logprobs(more.logprob);
+      }
+      sampled_[i] = rows.back().token;
+      accepted_[i] = static_cast<uint32_t>(rows.size() - 1);
+      drafted += static_cast<uint32_t>(requests[i].drafts.size());
+      accepted += accepted_[i];
     }
     res->set_drafted(drafted);
     res->set_accepted(accepted);
-  }
-
-  // Row `row` of a sample request: the target's own sample there, or the rejection rule's
-  // token for a draft that came with its distribution q.
-  engine::Sample sample_row(const SampleRequest& q, uint32_t row) {
-    const size_t k = q.drafts.size(), base = q.history.size() - k;
-    const size_t gen_from = q.history.size() - q.generated.size();
-    const std::span<const int32_t> history = q.history.first(base + row);
-    const size_t from = history.size() > kPenaltyWindow ? history.size() - kPenaltyWindow : 0;
-    // Both spans end at the position sampled: what precedes it and nothing else.
-    const std::span<const int32_t> window = history.subspan(from),
-                                   generated = history.subspan(std::min(gen_from, history.size()));
-    const std::span<const float> logits = engine_->logits(q.logits_row + row);
-    if (row == k || q.q.empty()) return sampler_.sample(logits, *q.sampling, history.size(), window, generated);
-    const size_t vocab = p_.size();
-    sampler_.distribution(logits, *q.sampling, history.size(), window, generated, p_);
-    const engine::Verdict v =
-        engine::verify_sampled(p_, q.q.subspan(row * vocab, vocab), q.drafts[row], q.sampling->seed, history.size());
-    engine::Sample smp;
-    smp.token = v.token;
-    smp.logprob = sampler_.last_logprob(logits, v.token);
-    return smp;
   }
 
   // The plan through the table and the engine: apply, forward, sample, commit. An error fails
@@ -591,9 +560,8 @@ class Actor {
   std::unique_ptr<engine::KvPool> pool_;
   std::unique_ptr<workers::DraftModel> draft_;  // --spec draft; null otherwise
   std::string fingerprint_;
-  engine::Sampler sampler_;
-  std::vector<float> p_;  // the target's distribution at a row the rejection rule verifies
-  SequenceTable table_;   // every live sequence and announced handoff
+  StepSampler step_sampler_;
+  SequenceTable table_;  // every live sequence and announced handoff
   runtime::EventLoop loop_;
   std::unique_ptr<runtime::Socket> socket_;
   std::unique_ptr<runtime::EventLoop::Timer> heartbeat_;

@@ -83,27 +83,30 @@ void DraftModel::sample_row(const DraftJob& job, uint32_t row, uint32_t r, uint3
 
 Status DraftModel::draft(std::span<const DraftJob> jobs, uint32_t penalty_window) {
   if (!pool_) return Status::error(Code::kInternal, "the draft model has no KV pool");
-  uint32_t rounds = 0;
+  uint32_t rounds = jobs.empty() ? 0 : 1;
   for (const DraftJob& j : jobs) rounds = std::max(rounds, j.k);
-  // Round 0 feeds each sequence from its valid draft KV through its last sample; round r > 0
-  // feeds draft r - 1 (at position at + r). Each round's logits give draft r.
+  // Round 0 feeds each sequence from its valid draft KV through its last known token (a job of
+  // no drafts only catches up); round r > 0 feeds draft r - 1 (at position at + r). Each
+  // round's logits give draft r.
   for (uint32_t r = 0; r < rounds; ++r) {
     steps_.clear();
     job_of_.clear();
     for (uint32_t i = 0; i < jobs.size(); ++i) {
       const DraftJob& j = jobs[i];
-      if (j.k <= r) continue;
+      if (r > 0 && j.k <= r) continue;
       const auto at = static_cast<uint32_t>(j.tokens.size() - j.k - 1);
       const uint32_t from = r == 0 ? std::min(*j.draft_pos, at) : at + r;
       const std::span<const int32_t> feed = std::span<const int32_t>(j.tokens).subspan(from, at + r + 1 - from);
-      steps_.push_back(engine::SeqStep{feed, from, j.blocks, 1});
+      steps_.push_back(engine::SeqStep{feed, from, j.blocks, j.k > 0 ? 1u : 0u});
       job_of_.push_back(i);
     }
     TANDEM_RETURN_IF_ERROR(engine_->forward(steps_, *pool_));
-    for (uint32_t s = 0; s < steps_.size(); ++s) sample_row(jobs[job_of_[s]], s, r, penalty_window);
+    uint32_t row = 0;  // logits rows: one per step that drafts
+    for (uint32_t s = 0; s < steps_.size(); ++s)
+      if (steps_[s].n_logits > 0) sample_row(jobs[job_of_[s]], row++, r, penalty_window);
   }
-  for (const DraftJob& j : jobs)
-    if (j.k > 0) *j.draft_pos = static_cast<uint32_t>(j.tokens.size() - 1);  // at + k
+  // Written: through at, and drafts 0 .. k - 2 at at + 1 .. at + k - 1.
+  for (const DraftJob& j : jobs) *j.draft_pos = static_cast<uint32_t>(j.tokens.size() - (j.k > 0 ? 1 : 0));
   engine_->rest();  // its threads sleep while the target's run the verification
   return Status::ok();
 }

@@ -22,8 +22,8 @@
 
 namespace tandem::workers {
 
-// One sequence's drafts for a round: tokens [0, at] are known (the last one is the sample the
-// round feeds, at position at = tokens.size() - out.size() - 1); `out`, the tail of `tokens`,
+// One sequence's drafts for a round (k 0: a prompt chunk the draft only reads): tokens [0, at] are known (the last one
+// is the sample the round feeds, at position at = tokens.size() - out.size() - 1); `out`, the tail of `tokens`,
 // receives the drafts for positions at + 1 ... The draft KV of positions [0, *draft_pos) is
 // valid (tokens as they are now); the run catches up from there and advances it.
 struct DraftJob {
@@ -55,10 +55,11 @@ class DraftModel {
   Status make_pool(uint32_t n_blocks, uint32_t block_tokens);
 
   // Every job's drafts, batched: one forward that catches each sequence up to its last sample
-  // and gives its first draft, then one per further draft (a job with fewer drafts drops out).
-  // Draft i is greedy on the draft's logits (penalties applied as the target's sampler does) or,
-  // with q, drawn from them on kDraftStream. Sets *draft_pos to at + out.size(): the caller
-  // lowers it to the positions it keeps. Allocates only to grow its scratch.
+  // and gives its first draft, then one per further draft (a job with fewer drafts drops out;
+  // one with none only catches up). Draft i is greedy on the draft's logits (penalties applied
+  // as the target's sampler does) or, with q, drawn from them on kDraftStream. Sets *draft_pos
+  // to the positions written (at + k; tokens.size() without drafts): the caller lowers it to
+  // the positions it keeps. Allocates only to grow its scratch.
   Status draft(std::span<const DraftJob> jobs, uint32_t penalty_window);
 
   const engine::Engine& engine() const { return *engine_; }

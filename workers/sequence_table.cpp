@@ -150,6 +150,11 @@ void SequenceTable::stage(const runtime::SeqPlan& sp, size_t i, Held* held) {
   else
     seq.tokens.insert(seq.tokens.end(), sp.tokens.begin(), sp.tokens.end());
   st.drafts = sp.speculate ? draft(sp, seq) : 0;
+  // A draft model also reads each prompt chunk as the target does (no drafts: catching up
+  // only), so its work is in the step the plan's tokens pay for, not in a first round's spike.
+  if (limits_.draft_model && !sp.speculate && sp.tokens.size() > 1)
+    drafting_[n_drafting_++] =
+        workers::DraftJob{seq.tokens, 0, seq.blocks, &seq.draft_pos, &seq.sampling, seq.prompt_len, {}};
   const auto fed = std::span<const int32_t>(seq.tokens).subspan(st.start_pos);
   const uint32_t rows = sp.sample ? 1 + st.drafts : 0;
   steps_[i] = engine::SeqStep{fed, st.start_pos, seq.blocks, rows, seq.tail, seq.tail_end};
@@ -162,6 +167,7 @@ void SequenceTable::stage(const runtime::SeqPlan& sp, size_t i, Held* held) {
                       history,
                       history.subspan(std::min<size_t>(seq.prompt_len, history.size())),
                       history.last(st.drafts),
+                      seq.logprobs,
                       limits_.draft_model && st.drafts > 0 ? drafting_[n_drafting_ - 1].q : std::span<const float>()};
     ++n_samples_;
   }

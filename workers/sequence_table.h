@@ -66,6 +66,7 @@ struct SampleRequest {
   // logits_row + i holds the logits of the position after history's first size() - drafts + i
   // tokens: sampled with that prefix as its history, exactly as plain decoding would sample it.
   std::span<const int32_t> drafts = {};
+  bool logprobs = false;  // the request reports each token's logprob
   // With a draft model at temperature > 0: each draft's distribution under the draft model
   // (drafts.size() rows of vocab_size floats), verified by the rejection rule; empty: drafts are
   // accepted while they equal the target's own samples.

@@ -1238,7 +1238,9 @@ TEST(Gateway, TandemUpHttpStartsTheGatewaySupervised) {
     nices.push_back(std::stoi(field));
   }
   EXPECT_GE(nices.size(), 3u);
-  for (int n : nices) EXPECT_EQ(n, 10) << "a gateway thread's nice";
+  // 10 lower than this test's own (nice is relative; the kernel caps it at 19).
+  const int want = std::min(19, ::getpriority(PRIO_PROCESS, 0) + 10);
+  for (int n : nices) EXPECT_EQ(n, want) << "a gateway thread's nice";
   test::signal_one(gateway, SIGKILL);
   std::this_thread::sleep_for(200ms);
   EXPECT_TRUE(wait_served()) << d.output();

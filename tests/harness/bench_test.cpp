@@ -557,6 +557,28 @@ TEST(Bench, BookkeepingKeepsUpWithARawReader) {
       << "the harness is over " << 1 / floor << "x slower than a reader that only counts";
 }
 
+// --temperature: every request sampled at it, each with a seed of its own that the workload's
+// seed and its index fix (a rerun samples the same tokens; another --seed does not).
+TEST(Bench, ATemperatureGivesEveryRequestItsOwnReproducibleSeed) {
+  WorkloadOptions wo;
+  wo.temperature = 0.8f;
+  wo.seed = 5;
+  auto w = Workload::create(wo);
+  ASSERT_TRUE(w);
+  wo.seed = 6;
+  auto other = Workload::create(wo);
+  ASSERT_TRUE(other);
+  std::set<uint64_t> seeds;
+  for (uint64_t i = 0; i < 50; ++i) {
+    EXPECT_EQ(w->make(i).temperature, 0.8f);
+    EXPECT_EQ(w->make(i).seed, w->make(i).seed);
+    seeds.insert(w->make(i).seed);
+    seeds.insert(other->make(i).seed);
+  }
+  EXPECT_EQ(seeds.size(), 100u) << "a seed per request and per workload seed";
+  EXPECT_EQ(Workload::create(WorkloadOptions{}).value().make(0).temperature, 0.0f) << "greedy by default";
+}
+
 TEST(Bench, LoadShapesAndWorkloadsAreValidated) {
   EXPECT_FALSE(parse_length_range("8:4"));
   EXPECT_FALSE(parse_length_range("x"));

@@ -85,6 +85,11 @@ class Engine {
   // the compute threads sleep instead of spinning, leaving the cores to other threads.
   void rest() { pool_->rest(); }
 
+  // The compute threads, for work between forward passes (sampling a step's rows): fn(begin,
+  // end, thread) over [0, n), thread in [0, threads()).
+  uint32_t threads() const { return pool_->size(); }
+  void parallel_for(uint32_t n, FunctionRef<void(uint32_t, uint32_t, uint32_t)> fn) { pool_->parallel_for(n, fn); }
+
   // Benchmark hook: run only the weight GEMMs of a step of `tokens` rows (same shapes,
   // same threads), to measure what the rest of the forward pass costs on top.
   void run_gemms_only(uint32_t tokens, uint32_t logit_rows);

@@ -567,15 +567,15 @@ class Candidates {
 }  // namespace
 
 Sample Sampler::sample(std::span<const float> logits, const SamplingParams& params, uint64_t position,
-                       std::span<const int32_t> history, std::span<const int32_t> generated) {
-  return run(logits, params, position, history, generated, {});
+                       std::span<const int32_t> history, std::span<const int32_t> generated, Logprob logprob) {
+  return run(logits, params, position, history, generated, logprob, {});
 }
 
 Sample Sampler::distribution(std::span<const float> logits, const SamplingParams& params, uint64_t position,
                              std::span<const int32_t> history, std::span<const int32_t> generated,
                              std::span<float> probs) {
   assert(probs.size() == vocab_ && "probs must have vocab_size entries");
-  return run(logits, params, position, history, generated, probs);
+  return run(logits, params, position, history, generated, Logprob::kReport, probs);
 }
 
 float Sampler::last_logprob(std::span<const float> logits, int32_t token) const {
@@ -585,7 +585,8 @@ float Sampler::last_logprob(std::span<const float> logits, int32_t token) const 
 
 // sample() and distribution(): `probs` empty for sample().
 Sample Sampler::run(std::span<const float> logits, const SamplingParams& params, uint64_t position,
-                    std::span<const int32_t> history, std::span<const int32_t> generated, std::span<float> probs) {
+                    std::span<const int32_t> history, std::span<const int32_t> generated, Logprob logprob,
+                    std::span<float> probs) {
   assert(logits.size() == vocab_ && "logits must have vocab_size entries");
   const uint32_t n = static_cast<uint32_t>(std::min<size_t>(logits.size(), vocab_));
   const int32_t n_top = std::clamp(params.top_logprobs, 0, kMaxTopLogprobs);
@@ -611,8 +612,9 @@ Sample Sampler::run(std::span<const float> logits, const SamplingParams& params,
   // so take_all()'s sum is reused below instead of a pass here.
   const Stages stages = active_stages(params, n, history, generated, in.inf_mode);
   const bool reuse_norm = params.temperature == 1.0f && !stages.reshapes() && !stages.top_k;
+  const bool norm_needed = logprob == Logprob::kReport || n_top > 0;
   double log_norm = 0.0;
-  if (!reuse_norm) log_norm = static_cast<double>(in.max) + std::log(sum_exp(v, n, in.max));
+  if (!reuse_norm && norm_needed) log_norm = static_cast<double>(in.max) + std::log(sum_exp(v, n, in.max));
   const int32_t n_found = collect_top(v, n, n_top, top_.data());
 
   // 3-5. logit_bias, repetition penalty, presence / frequency penalties.
@@ -642,7 +644,9 @@ Sample Sampler::run(std::span<const float> logits, const SamplingParams& params,
   }
   last_inf_mode_ = in.inf_mode;
   last_log_norm_ = log_norm;
-  return report(logits, token, in.inf_mode, log_norm, n_found);
+  Sample out = report(logits, token, in.inf_mode, log_norm, n_found);
+  if (logprob == Logprob::kSkip) out.logprob = 0.0f;
+  return out;
 }
 
 // Nothing is possible (or the vocabulary is empty): token 0, logprob -inf; the top list is

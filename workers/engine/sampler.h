@@ -22,7 +22,7 @@ struct TokenLogprob {
 struct Sample {
   int32_t token = 0;
   // log-softmax of the raw logits (before penalty, temperature and truncation), as vLLM
-  // reports by default.
+  // reports by default; 0 when the caller did not ask for it (Logprob::kSkip).
   float logprob = 0.0f;
   std::span<const TokenLogprob> top;  // top_logprobs best by raw logprob; valid until next sample()
 };
@@ -31,6 +31,10 @@ struct Sample {
 // allocate. Not thread-safe: one per thread.
 class Sampler {
  public:
+  // Whether sample() reports the chosen token's logprob. Skipping it saves a pass of exp()
+  // over the vocabulary at temperature 0 (the top logprobs are reported either way).
+  enum class Logprob : bool { kSkip = false, kReport = true };
+
   explicit Sampler(uint32_t vocab_size);
 
   // `position` is the index in the sequence of the token being sampled; the uniform
@@ -47,7 +51,8 @@ class Sampler {
   // NaN logits count as -inf; if every logit is -inf/NaN the result is token 0 with
   // logprob -inf. See sampler.cpp. Does not allocate.
   Sample sample(std::span<const float> logits, const SamplingParams& params, uint64_t position,
-                std::span<const int32_t> history = {}, std::span<const int32_t> generated = {});
+                std::span<const int32_t> history = {}, std::span<const int32_t> generated = {},
+                Logprob logprob = Logprob::kReport);
 
   // The distribution sample() draws from, for speculative sampling's rejection rule: `probs`
   // (vocab_size entries) gets each token's probability after every stage (top-k, top-p and
@@ -56,15 +61,16 @@ class Sampler {
   // sample() returns for the same arguments. Does not allocate.
   Sample distribution(std::span<const float> logits, const SamplingParams& params, uint64_t position,
                       std::span<const int32_t> history, std::span<const int32_t> generated, std::span<float> probs);
-  // The raw logprob (as Sample::logprob) of `token` under the logits of the last sample() or
-  // distribution() call, which must be `logits`.
+  // The raw logprob (as Sample::logprob) of `token` under the logits of the last
+  // distribution() call (or sample() with Logprob::kReport), which must be `logits`.
   float last_logprob(std::span<const float> logits, int32_t token) const;
 
  private:
   Sample nothing_possible(uint32_t n, int32_t n_top);
   Sample report(std::span<const float> logits, uint32_t token, bool inf_mode, double log_norm, int32_t n_found);
   Sample run(std::span<const float> logits, const SamplingParams& params, uint64_t position,
-             std::span<const int32_t> history, std::span<const int32_t> generated, std::span<float> probs);
+             std::span<const int32_t> history, std::span<const int32_t> generated, Logprob logprob,
+             std::span<float> probs);
 
   uint32_t vocab_;
   std::vector<float> probs_;       // sanitized -> penalized logits -> sampling weights

@@ -31,6 +31,8 @@ struct BenchRequest {
   uint32_t input_tokens = 0;           // as far as the harness knows; a target may correct it
   uint32_t max_tokens = 16;
   bool ignore_eos = false;
+  float temperature = 0.0f;  // > 0: sampled with `seed` (from the workload's seed and the index)
+  uint64_t seed = 0;
   uint32_t cancel_after = 0;  // > 0: the target cancels the request once this many tokens arrived
 };
 
@@ -133,6 +135,7 @@ struct WorkloadOptions {
   double cancel_fraction = 0;  // share of requests cancelled after cancel_after tokens
   uint32_t cancel_after = 1;
   bool ignore_eos = false;
+  float temperature = 0.0f;
   bool text_prompts = false;  // synthetic prompts as words, dataset lines need "prompt" (a text-only OpenAI target)
   uint64_t seed = 0;
 };

@@ -1,0 +1,124 @@
+// The step sampler samples a step's rows on the engine's compute threads: its tokens, logprobs,
+// top lists and accepted drafts equal one sampler's, row after row, whichever way it splits the
+// work (every row at once for few sequences, whole sequences per thread for many).
+#include "workers/step_sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "workers/engine/engine.h"
+#include "workers/engine/generate.h"
+
+namespace tandem::worker {
+namespace {
+
+// One sequence of the test step: a prompt, then `drafts` tokens fed after it (the greedy
+// continuation, with the draft at `wrong` replaced so the round stops there; wrong >= drafts:
+// none replaced) and its sampling parameters.
+struct Case {
+  std::vector<int32_t> tokens;  // prompt + drafts
+  uint32_t drafts = 0;
+  model::SamplingParams sampling;
+  bool logprobs = false;
+};
+
+std::vector<Case> cases(engine::Engine& engine, uint32_t n) {
+  std::vector<Case> out;
+  for (uint32_t i = 0; i < n; ++i) {
+    Case c;
+    const std::string text = "The file " + std::to_string(i) + " is the file. The file is the";
+    const std::vector<int32_t> prompt = engine.tokenizer().encode(text, true).value();
+    engine::GenerateOptions greedy;
+    greedy.max_tokens = 6;
+    greedy.ignore_eos = true;
+    const std::vector<int32_t> next = engine::generate(engine, prompt, greedy).value().tokens;
+    c.drafts = (i + 3) % 5;  // 0..4 drafts: plain decodes beside speculating rounds
+    c.tokens = prompt;
+    c.tokens.insert(c.tokens.end(), next.begin(), next.begin() + c.drafts);
+    const uint32_t wrong = (i * 3) % 6;  // some rounds accept all, some stop early
+    if (wrong < c.drafts) c.tokens[prompt.size() + wrong] = (c.tokens[prompt.size() + wrong] + 1) % 256 + 3;
+    c.sampling.temperature = i % 3 == 0 ? 1.0f : 0.0f;
+    c.sampling.seed = 100 + i;
+    c.sampling.presence_penalty = i % 4 == 1 ? 0.5f : 0.0f;
+    c.sampling.top_logprobs = c.drafts == 0 && i % 2 == 0 ? 3 : 0;
+    c.logprobs = i % 2 == 0;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+// Runs the cases as one step (each sequence's whole prompt, with logits for its last 1 + drafts
+// positions), then samples it with a StepSampler and with one Sampler row by row, and compares.
+void check(uint32_t threads, uint32_t n_seqs) {
+  SCOPED_TRACE("threads " + std::to_string(threads) + ", sequences " + std::to_string(n_seqs));
+  auto engine = engine::Engine::load(std::string(TANDEM_SOURCE_DIR) + "/tests/data/tiny-trained.gguf",
+                                     {threads, engine::GemmBackend::kPacked})
+                    .value();
+  const std::vector<Case> cs = cases(*engine, n_seqs);
+  auto pool = engine::KvPool::create(engine->config(), 8 * n_seqs).value();
+  std::vector<std::vector<int32_t>> blocks(n_seqs);
+  std::vector<engine::SeqStep> steps;
+  std::vector<SampleRequest> requests;
+  uint32_t row = 0;
+  for (uint32_t i = 0; i < n_seqs; ++i) {
+    for (uint32_t b = 0; b < 8; ++b) blocks[i].push_back(static_cast<int32_t>(8 * i + b));
+    steps.push_back({cs[i].tokens, 0, blocks[i], 1 + cs[i].drafts});
+    const std::span<const int32_t> history(cs[i].tokens);
+    requests.push_back(
+        {i, row, &cs[i].sampling, history, history.last(3 + cs[i].drafts), history.last(cs[i].drafts), cs[i].logprobs});
+    row += 1 + cs[i].drafts;
+  }
+  ASSERT_TRUE(engine->forward(steps, *pool).is_ok());
+
+  StepSampler sampler(engine->config().vocab_size, threads);
+  sampler.run(requests, *engine);
+
+  engine::Sampler one(engine->config().vocab_size);
+  uint32_t accepted_somewhere = 0, stopped_somewhere = 0;
+  for (uint32_t i = 0; i < n_seqs; ++i) {
+    const SampleRequest& q = requests[i];
+    const size_t base = q.history.size() - q.drafts.size(), gen_from = q.history.size() - q.generated.size();
+    std::vector<RowSample> want;
+    std::vector<engine::TokenLogprob> want_top;
+    for (uint32_t r = 0;; ++r) {
+      const std::span<const int32_t> history = q.history.first(base + r);
+      const engine::Sample s = one.sample(engine->logits(q.logits_row + r), *q.sampling, history.size(), history,
+                                          history.subspan(std::min(gen_from, history.size())));
+      want.push_back({s.token, q.logprobs ? s.logprob : 0.0f});
+      if (r == 0) want_top.assign(s.top.begin(), s.top.end());
+      if (r == q.drafts.size() || s.token != q.drafts[r]) break;
+    }
+    const std::span<const RowSample> got = sampler.samples(i);
+    ASSERT_EQ(got.size(), want.size()) << "sequence " << i;
+    for (size_t r = 0; r < want.size(); ++r) {
+      EXPECT_EQ(got[r].token, want[r].token) << "sequence " << i << " row " << r;
+      EXPECT_EQ(got[r].logprob, want[r].logprob) << "sequence " << i << " row " << r;
+    }
+    ASSERT_EQ(sampler.top(i).size(), want_top.size()) << "sequence " << i;
+    for (size_t t = 0; t < want_top.size(); ++t) {
+      EXPECT_EQ(sampler.top(i)[t].token, want_top[t].token);
+      EXPECT_EQ(sampler.top(i)[t].logprob, want_top[t].logprob);
+    }
+    if (q.drafts.size() > 0 && got.size() == q.drafts.size() + 1) ++accepted_somewhere;
+    if (got.size() <= q.drafts.size()) ++stopped_somewhere;
+  }
+  if (n_seqs >= 8) {
+    EXPECT_GT(accepted_somewhere, 0u) << "some round should accept all its drafts";
+    EXPECT_GT(stopped_somewhere, 0u) << "some round should stop at a wrong draft";
+  }
+}
+
+TEST(StepSampler, EveryRowAtOnceForFewSequencesEqualsOneSamplerRowByRow) {
+  check(2, 1);
+  check(2, 3);
+}
+
+TEST(StepSampler, WholeSequencesPerThreadEqualOneSamplerRowByRow) {
+  check(2, 12);
+  check(1, 12);
+}
+
+}  // namespace
+}  // namespace tandem::worker

@@ -1,0 +1,95 @@
+#include "workers/step_sampler.h"
+
+#include <algorithm>
+
+namespace tandem::worker {
+
+StepSampler::StepSampler(uint32_t vocab_size, uint32_t threads)
+    : vocab_(vocab_size), p_(size_t{std::max<uint32_t>(threads, 1)} * vocab_size) {
+  samplers_.reserve(std::max<uint32_t>(threads, 1));
+  for (uint32_t t = 0; t < std::max<uint32_t>(threads, 1); ++t) samplers_.emplace_back(vocab_size);
+}
+
+// Row `row` of request i, sampled with exactly the history plain decoding would have there:
+// the tokens before its position (the drafts before it included) and nothing else.
+RowSample StepSampler::sample_row(uint32_t thread, size_t i, uint32_t row, const engine::Engine& engine) {
+  const SampleRequest& q = requests_[i];
+  const size_t base = q.history.size() - q.drafts.size();
+  const size_t gen_from = q.history.size() - q.generated.size();
+  const std::span<const int32_t> history = q.history.first(base + row);
+  const size_t from = history.size() > kPenaltyWindow ? history.size() - kPenaltyWindow : 0;
+  const std::span<const float> logits = engine.logits(q.logits_row + row);
+  if (row < q.drafts.size() && !q.q.empty()) {
+    if (row == 0) n_top_[i] = 0;  // a request that asks for top logprobs does not speculate
+    return verify_row(thread, q, row, logits, history, from, gen_from);
+  }
+  const engine::Sample smp = samplers_[thread].sample(
+      logits, *q.sampling, history.size(), history.subspan(from), history.subspan(std::min(gen_from, history.size())),
+      q.logprobs ? engine::Sampler::Logprob::kReport : engine::Sampler::Logprob::kSkip);
+  if (row == 0) {
+    n_top_[i] = static_cast<uint32_t>(smp.top.size());
+    std::copy(smp.top.begin(), smp.top.end(), tops_.begin() + static_cast<ptrdiff_t>(i * model::kMaxTopLogprobs));
+  }
+  return {smp.token, smp.logprob};
+}
+
+// A draft model's draft at temperature > 0: the target's distribution p at the row (the same
+// stages and history as sampling it) against the draft's q, by the rejection rule. A rejected
+// row's token never equals its draft (the residual is 0 there), so the round ends at it as at
+// any mismatch.
+RowSample StepSampler::verify_row(uint32_t thread, const SampleRequest& q, uint32_t row, std::span<const float> logits,
+                                  std::span<const int32_t> history, size_t from, size_t gen_from) {
+  engine::Sampler& sampler = samplers_[thread];
+  const std::span<float> p(p_.data() + size_t{thread} * vocab_, vocab_);
+  sampler.distribution(logits, *q.sampling, history.size(), history.subspan(from),
+                       history.subspan(std::min(gen_from, history.size())), p);
+  const engine::Verdict v = engine::verify_sampled(p, q.q.subspan(size_t{row} * vocab_, vocab_), q.drafts[row],
+                                                   q.sampling->seed, history.size());
+  return {v.token, q.logprobs ? sampler.last_logprob(logits, v.token) : 0.0f};
+}
+
+void StepSampler::run(std::span<const SampleRequest> requests, engine::Engine& engine) {
+  requests_ = requests;
+  const size_t n = requests.size();
+  first_.resize(n);
+  kept_.resize(n);
+  n_top_.resize(n);
+  if (tops_.size() < n * model::kMaxTopLogprobs) tops_.resize(n * model::kMaxTopLogprobs);
+  uint32_t total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    first_[i] = total;
+    total += static_cast<uint32_t>(requests[i].drafts.size()) + 1;
+  }
+  rows_.resize(total);
+  const uint32_t threads = std::min<uint32_t>(engine.threads(), static_cast<uint32_t>(samplers_.size()));
+  if (n < 2 * size_t{threads} && total > n) {
+    // Few sequences: every row at once, then each round's accepted prefix.
+    owner_.resize(total);
+    for (size_t i = 0; i < n; ++i)
+      std::fill_n(owner_.begin() + first_[i], requests[i].drafts.size() + 1, static_cast<uint32_t>(i));
+    engine.parallel_for(total, [&](uint32_t b, uint32_t e, uint32_t t) {
+      for (uint32_t r = b; r < e; ++r) rows_[r] = sample_row(t, owner_[r], r - first_[owner_[r]], engine);
+    });
+    for (size_t i = 0; i < n; ++i) {
+      const std::span<const int32_t> drafts = requests[i].drafts;
+      uint32_t row = 0;
+      while (row < drafts.size() && rows_[first_[i] + row].token == drafts[row]) ++row;
+      kept_[i] = row + 1;
+    }
+    return;
+  }
+  // Whole sequences per thread, each stopping at its first mismatch.
+  engine.parallel_for(static_cast<uint32_t>(n), [&](uint32_t b, uint32_t e, uint32_t t) {
+    for (uint32_t i = b; i < e; ++i) {
+      const std::span<const int32_t> drafts = requests[i].drafts;
+      uint32_t row = 0;
+      for (;; ++row) {
+        rows_[first_[i] + row] = sample_row(t, i, row, engine);
+        if (row == drafts.size() || rows_[first_[i] + row].token != drafts[row]) break;
+      }
+      kept_[i] = row + 1;
+    }
+  });
+}
+
+}  // namespace tandem::worker

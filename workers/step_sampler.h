@@ -1,0 +1,65 @@
+// Samples a step's rows on the engine's compute threads. After the forward pass the pool's
+// threads would otherwise spin while one thread samples every row (a pass or two over the
+// vocabulary per row: a quarter of a decode step on a 32k vocabulary). Each thread has its own
+// Sampler; the sampler is a pure function of (logits, parameters, seed, position, history), so
+// which thread samples a row changes nothing in the result.
+//
+// A speculating sequence's rows are verified in order: row i's sample is taken with the drafts
+// before it as its history, and the round ends at the first sample that differs from the draft
+// fed after it (with a draft model's q at temperature > 0: the rejection rule's token, which
+// equals the draft only when it accepts it). With few sequences (fewer than two per thread) every row is sampled at
+// once, in parallel, and the rows past the first mismatch are dropped; with more, each thread takes whole sequences and
+// stops at the mismatch, so no row is sampled in vain.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "workers/engine/engine.h"
+#include "workers/engine/sampler.h"
+#include "workers/sequence_table.h"
+
+namespace tandem::worker {
+
+inline constexpr uint32_t kPenaltyWindow = 64;  // tokens the repetition penalty looks back on, as tandem run
+
+// One sampled row: its token and (if the request asked) its raw logprob.
+struct RowSample {
+  int32_t token = 0;
+  float logprob = 0.0f;
+};
+
+class StepSampler {
+ public:
+  StepSampler(uint32_t vocab_size, uint32_t threads);
+
+  // Samples every request of the staged step from `engine`'s logits. Allocates only when a
+  // step is larger than any before it.
+  void run(std::span<const SampleRequest> requests, engine::Engine& engine);
+
+  // Request i's samples: its accepted drafts' rows, then the correction (or the token after
+  // the last draft). size() - 1 drafts were accepted.
+  std::span<const RowSample> samples(size_t i) const { return {rows_.data() + first_[i], kept_[i]}; }
+  // Request i's top logprobs (of its first row only: requests that ask do not speculate).
+  std::span<const engine::TokenLogprob> top(size_t i) const {
+    return {tops_.data() + i * model::kMaxTopLogprobs, n_top_[i]};
+  }
+
+ private:
+  RowSample sample_row(uint32_t thread, size_t i, uint32_t row, const engine::Engine& engine);
+  RowSample verify_row(uint32_t thread, const SampleRequest& q, uint32_t row, std::span<const float> logits,
+                       std::span<const int32_t> history, size_t from, size_t gen_from);
+
+  uint32_t vocab_;
+  std::vector<float> p_;                   // per compute thread: the target's distribution (verify_row)
+  std::vector<engine::Sampler> samplers_;  // one per compute thread
+  std::span<const SampleRequest> requests_;
+  std::vector<RowSample> rows_;             // every request's rows, request i's from first_[i]
+  std::vector<uint32_t> first_, kept_;      // per request: first row, rows kept
+  std::vector<uint32_t> owner_;             // per row: its request
+  std::vector<engine::TokenLogprob> tops_;  // per request: kMaxTopLogprobs slots
+  std::vector<uint32_t> n_top_;
+};
+
+}  // namespace tandem::worker
