@@ -61,8 +61,9 @@ up() {  # model spec
   done
   echo "tandem up did not become ready:"; cat "$tmp/up.out"; exit 1
 }
-down() {
+down() {  # LOGS=DIR keeps each run's `tandem up` output there
   kill "$up_pid" 2>/dev/null; wait "$up_pid" 2>/dev/null; up_pid=
+  [ -n "${LOGS:-}" ] && mkdir -p "$LOGS" && cp "$tmp/up.out" "$LOGS/up-$(date +%s%N).out"
 }
 bench() {  # concurrency workload -> "tok_s rounds drafts accepted" of this run
   local c=$1 w=$2 n=$(( $1 == 1 ? 16 : 96 )) before after
