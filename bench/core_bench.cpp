@@ -2,7 +2,9 @@
 // concurrent streams (prompts of 64 tokens, 256 generated, a finished stream replaced at once,
 // so prompt chunks join decodes as in serving). One iteration = one worker result taken in
 // (on_result) and the next plan built (tick): what the planning thread spends per step.
-// No sockets, no model weights: the tiny preset's vocabulary and metadata only.
+// No sockets, no model weights: the tiny preset's vocabulary and metadata only. The Spec
+// variants register a worker that speculates (4 drafts a round) and answer each round with
+// 0, 1 or 2 accepted drafts (by sequence id): the reservation, trim and multi-token results.
 #include <benchmark/benchmark.h>
 
 #include <array>
@@ -33,6 +35,7 @@ struct FakeWorker : Sink {
   struct Plan {
     uint64_t step_id = 0;
     std::vector<uint64_t> sampled;
+    std::vector<uint32_t> drafts;  // per sampled entry: max_drafts of a speculating round, else 0
   };
   std::array<Plan, 8> ring;
   size_t head = 0, size = 0;
@@ -42,8 +45,9 @@ struct FakeWorker : Sink {
     Plan& p = ring[(head + size++) % ring.size()];
     p.step_id = plan.step_id;
     p.sampled.clear();
+    p.drafts.clear();
     for (const SeqPlan& s : plan.seqs())
-      if (s.sample) p.sampled.push_back(s.seq_id);
+      if (s.sample) p.sampled.push_back(s.seq_id), p.drafts.push_back(s.speculate ? s.max_drafts : 0);
   }
   v1::RequestEvents wire_events;
   void send_events(const std::string&, const RequestEvents& ev) override {
@@ -80,13 +84,15 @@ v1::Submit request(uint64_t n) {
   return s;
 }
 
-void run_core(benchmark::State& state, bool wire) {
+void run_core(benchmark::State& state, bool wire, uint32_t spec_tokens = 0) {
   static const Model model;
   const auto streams = static_cast<uint32_t>(state.range(0));
   FakeWorker worker;
   worker.wire = wire;
   Core core(SchedulerConfig{}, model.config, model.tokenizer, worker);
-  core.add_worker(1, streams * (model.config.context_length / 16 + 2), 16, 0);
+  WorkerInfo info{Role::kBoth, streams * (model.config.context_length / 16 + 2), 16, {}};
+  info.spec_tokens = spec_tokens;
+  core.add_worker(1, info, 0);
   int64_t now = 1'000'000;
   uint64_t next = 0;
   for (; next < streams; ++next) core.submit("c", request(next), now);
@@ -100,10 +106,18 @@ void run_core(benchmark::State& state, bool wire) {
     --worker.size;
     result.Clear();
     result.set_step_id(p.step_id);
-    for (uint64_t id : p.sampled) {
+    for (size_t i = 0; i < p.sampled.size(); ++i) {
+      const uint64_t id = p.sampled[i];
       v1::SeqResult* r = result.add_seqs();
       r->set_seq_id(id);
       r->set_token(3 + static_cast<int32_t>(id % 250));
+      const uint32_t accepted = std::min<uint32_t>(p.drafts[i], static_cast<uint32_t>(id % 3));
+      for (uint32_t a = 0; a < accepted; ++a) {
+        r->add_more_tokens(3 + static_cast<int32_t>((id + a) % 250));
+        r->add_more_logprobs(0.0f);
+      }
+      result.set_drafted(result.drafted() + p.drafts[i]);
+      result.set_accepted(result.accepted() + accepted);
     }
     now += 1000;
     if (wire) {
@@ -114,7 +128,12 @@ void run_core(benchmark::State& state, bool wire) {
       for (int i = 0; i < result.seqs_size(); ++i) {
         plain.seqs[i].seq_id = result.seqs(i).seq_id();
         plain.seqs[i].token = result.seqs(i).token();
+        plain.seqs[i].more_tokens.assign(result.seqs(i).more_tokens().begin(), result.seqs(i).more_tokens().end());
+        plain.seqs[i].more_logprobs.assign(result.seqs(i).more_logprobs().begin(),
+                                           result.seqs(i).more_logprobs().end());
       }
+      plain.drafted = result.drafted();
+      plain.accepted = result.accepted();
     }
     core.on_result(1, plain, now);
     for (; !worker.finished.empty(); worker.finished.pop_back()) core.submit("c", request(next++), now);
@@ -128,6 +147,11 @@ BENCHMARK(BM_CoreStep)->Arg(64)->Arg(256)->Unit(benchmark::kNanosecond);
 // The same with the actor's protobuf mapping of every plan and result (actor_wire.h).
 void BM_CoreStepWire(benchmark::State& state) { run_core(state, true); }
 BENCHMARK(BM_CoreStepWire)->Arg(64)->Arg(256)->Unit(benchmark::kNanosecond);
+// A speculating worker (4 drafts a round), with and without the wire mapping.
+void BM_CoreStepSpec(benchmark::State& state) { run_core(state, false, 4); }
+BENCHMARK(BM_CoreStepSpec)->Arg(64)->Arg(256)->Unit(benchmark::kNanosecond);
+void BM_CoreStepSpecWire(benchmark::State& state) { run_core(state, true, 4); }
+BENCHMARK(BM_CoreStepSpecWire)->Arg(64)->Arg(256)->Unit(benchmark::kNanosecond);
 
 }  // namespace
 }  // namespace tandem::scheduler

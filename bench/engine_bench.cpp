@@ -5,12 +5,15 @@
 // and the same steps' weight GEMMs alone; then prints the ratios the engine is judged by.
 //
 //   tandem-engine-bench [--model FILE] [google benchmark flags]
-//   tandem-engine-bench --kv [--kv-threads N] [--kv-rounds R]   KV formats: sizes, decode
+//   tandem-engine-bench --kv [--kv-threads N] [--kv-rounds R] [--kv-batches 16,64] [--decode-context N]
+//                                                              KV formats: sizes, decode
 // Without --model it writes the small preset (seed 1) to models/small-1.gguf once.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
+#include <array>
 #include <chrono>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -175,15 +178,17 @@ void BM_GemmsOnly(benchmark::State& state) {
 
 // --- KV cache formats (--kv) ------------------------------------------------------------
 
-// Sizes of the KV formats on this model, and decode steps at batch 16 and 64 (context 512,
-// as BM_Decode) for F32, 8-bit and 4-bit KV (group 64; with the F32 open block, the
-// default, and without), measured alternating round by round (one step each per round) so
-// the ratios see the same noise. Each step is followed by its weight GEMMs alone.
-int run_kv_section(uint32_t threads, uint32_t rounds) {
+// Sizes of the KV formats on this model, and decode steps at each of `batches` (16 and 64 by
+// default; context --decode-context, 512 by default, as BM_Decode) for F32, 8-bit and 4-bit
+// uniform KV (group 64) and rotated 4- and 3-bit KV, all with the F32 window of 2 blocks (the
+// default), measured alternating round by round (one step each per round) so the ratios see
+// the same noise. Each step is followed by its weight GEMMs alone.
+int run_kv_section(uint32_t threads, uint32_t rounds, const std::vector<uint32_t>& batches) {
   Engine& e = engine_for(threads);
   const ModelConfig& c = e.config();
   constexpr int kFormats = 5;
-  const KvFormat formats[kFormats] = {{0, 64}, {8, 64}, {8, 64, false, false}, {4, 64}, {4, 64, false, false}};
+  constexpr auto kRot = KvScheme::kRotated;
+  const KvFormat formats[kFormats] = {{0, 64}, {8, 64}, {4, 64}, {4, 64, false, 2, kRot}, {3, 64, false, 2, kRot}};
   const size_t gib = size_t{1} << 30;
   const size_t f32_block = KvPool::bytes_per_block(c, 16, formats[0]);
   std::printf("KV formats on %s (%u layers x %u KV heads x head_dim %u, blocks of 16 tokens)\n", g_model.c_str(),
@@ -197,8 +202,9 @@ int run_kv_section(uint32_t threads, uint32_t rounds) {
                 double(f32_block) / block, tail, KvPool::blocks_for_bytes(c, gib, 16, f) / (1024 / 16 + tail));
   }
 
-  const uint32_t ctx = 512, per_seq = ctx / 16, max_batch = 64, steps_per_round = 1;
-  const uint32_t batches[2] = {16, 64};
+  const uint32_t ctx = g_decode_context, per_seq = (ctx + 15) / 16, steps_per_round = 1;
+  const uint32_t max_batch = *std::max_element(batches.begin(), batches.end());
+  const size_t n_batches = batches.size();
   std::vector<std::unique_ptr<KvPool>> pools;
   DecodeStep decode(max_batch, ctx);
   // Per format: the same steps, with each sequence's tail after all the positions' blocks
@@ -214,10 +220,10 @@ int run_kv_section(uint32_t threads, uint32_t rounds) {
     }
     for (uint32_t b = 0; b < max_batch && tail; ++b) steps[fi][b].tail = tails[fi][b], steps[fi][b].tail_end = ctx - 1;
   }
-  double step_s[2][kFormats] = {}, gemm_s[2][kFormats] = {};
+  std::vector<std::array<double, kFormats>> step_s(n_batches), gemm_s(n_batches);
   using clock = std::chrono::steady_clock;
   for (uint32_t r = 0; r <= rounds; ++r)  // round 0 warms up and is not counted
-    for (int bi = 0; bi < 2; ++bi)
+    for (size_t bi = 0; bi < n_batches; ++bi)
       for (int fi = 0; fi < kFormats; ++fi)
         for (uint32_t i = 0; i < steps_per_round; ++i) {
           const auto t0 = clock::now();
@@ -232,7 +238,7 @@ int run_kv_section(uint32_t threads, uint32_t rounds) {
   const double n_steps = double(rounds) * steps_per_round;
   std::printf("decode, context %u, %u threads, kernels %s, %u rounds x %u steps per setting, alternating\n", ctx,
               threads, kernels::best().name, rounds, steps_per_round);
-  for (int bi = 0; bi < 2; ++bi)
+  for (size_t bi = 0; bi < n_batches; ++bi)
     for (int fi = 0; fi < kFormats; ++fi) {
       const double tps = batches[bi] * n_steps / step_s[bi][fi];
       const double base = batches[bi] * n_steps / step_s[bi][0];
@@ -406,12 +412,18 @@ int main(int argc, char** argv) {
   if (!kv_threads) return cli::fail("engine-bench", kv_threads.status());
   if (!kv_rounds) return cli::fail("engine-bench", kv_rounds.status());
   const bool kv_only = args->has("kv");
+  std::vector<uint32_t> kv_batches = {16, 64};
+  if (args->has("kv-batches")) {
+    auto list = args->int_list("kv-batches");
+    if (!list) return cli::fail("engine-bench", list.status());
+    kv_batches.assign(list->begin(), list->end());
+  }
   g_model = args->str("model").value_or("");
   if (g_model.empty()) g_model = "models/small-1.gguf";
   g_model_f16 = "models/small-1-f16.gguf";
   if (kv_only)
     return ensure_model(g_model, TensorType::kF32)
-               ? run_kv_section(static_cast<uint32_t>(*kv_threads), static_cast<uint32_t>(*kv_rounds))
+               ? run_kv_section(static_cast<uint32_t>(*kv_threads), static_cast<uint32_t>(*kv_rounds), kv_batches)
                : 1;
   if (!ensure_model(g_model, TensorType::kF32) || !ensure_model(g_model_f16, TensorType::kF16)) return 1;
   int rc = static_cast<int>(rest.size());

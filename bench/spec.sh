@@ -4,8 +4,9 @@
 # (tests/data/tiny-trained.gguf, tests/data/vocab-trained.gguf) and each pair, `tandem up` with
 # one 2-thread worker and --spec off, then --spec ngram (the order alternates per pair), and on
 # each `tandem bench` closed-loop at concurrency 1 and 16 with text prompts (lines of
-# tests/data/heldout.txt: the models' output repeats) and with random ids (--input-len: drafts
-# mostly rejected, speculation should turn itself off). Prints output tokens/s per run, the
+# tests/data/heldout.txt: the models' output repeats, greedy) and with random ids sampled at
+# temperature 1 (--input-len, --temperature 1: output that does not repeat, drafts mostly
+# rejected, speculation should turn itself off). Prints output tokens/s per run, the
 # ngram/off ratios per pair and their medians, and the acceptance (drafts accepted / fed, and
 # tokens per round) from `tandem status --json`.
 #
@@ -71,7 +72,7 @@ bench() {  # concurrency workload -> "tok_s rounds drafts accepted" of this run
   before=$(spec_counts)
   local args=(--endpoint "ipc://$tmp/run/client.sock" --concurrency "$c" --num-requests "$n" --warmup "$c"
               --output-len "$out_len" --ignore-eos --seed 7 --out "$tmp/bench.json")
-  if [ "$w" = text ]; then args+=(--dataset "$tmp/text.jsonl"); else args+=(--input-len 64); fi
+  if [ "$w" = text ]; then args+=(--dataset "$tmp/text.jsonl"); else args+=(--input-len 64 --temperature 1); fi
   "$tandem" bench "${args[@]}" >"$tmp/bench.out" 2>&1 || { cat "$tmp/bench.out" >&2; echo "0 0 0 0"; return; }
   after=$(spec_counts)
   echo "$(json_get "$tmp/bench.json" "j['throughput']['output_tokens_per_s']") $before $after" |

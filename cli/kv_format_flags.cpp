@@ -1,5 +1,7 @@
 #include "cli/kv_format_flags.h"
 
+#include <string>
+
 namespace tandem::cli {
 
 Result<engine::KvFormat> kv_format_from_flags(const Args& args) {
@@ -14,8 +16,13 @@ Result<engine::KvFormat> kv_format_from_flags(const Args& args) {
   auto window = args.integer("kv-f32-window", f.f32_window);
   if (!window) return window.status();
   f.f32_window = static_cast<uint32_t>(*window);
+  auto scheme = args.choice("kv-quant-scheme", "uniform");
+  if (!scheme) return scheme.status();
+  if (*scheme == "rotated") f.scheme = engine::KvScheme::kRotated;
+  if (f.rotated() && f.bits != 4 && f.bits != 3)
+    return Status::invalid("--kv-quant-scheme rotated needs --kv-bits 4 or 3, got --kv-bits " + std::to_string(f.bits));
   if (Status st = f.validate_values(); !st)
-    return Status::invalid("--kv-bits / --kv-group-size / --kv-f32-window: " + st.message());
+    return Status::invalid("--kv-bits / --kv-quant-scheme / --kv-group-size / --kv-f32-window: " + st.message());
   return f;
 }
 

@@ -11,8 +11,9 @@
 
 namespace tandem::cli {
 
-// The format --kv-bits, --kv-group-size, --kv-f32-window and --kv-quant-skip-last-layer
-// ask for; errors name the bad value. Whether the group divides the model's head dimension
+// The format --kv-bits, --kv-quant-scheme, --kv-group-size, --kv-f32-window and
+// --kv-quant-skip-last-layer ask for; errors name the bad value (rotated without --kv-bits 4
+// or 3, uniform with 3). Whether the group divides the model's head dimension
 // is checked when the pool is made.
 Result<engine::KvFormat> kv_format_from_flags(const Args& args);
 

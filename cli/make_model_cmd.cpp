@@ -1,4 +1,4 @@
-// tandem make-model: deterministic random GGUF files (llama, qwen2, qwen3) for tests and benchmarks,
+// tandem make-model: deterministic random GGUF files (llama, qwen2, qwen3, qwen35) for tests and benchmarks,
 // in any type tandem writes, with the byte-level vocabulary or (--vocab-from) a real one; or (--from)
 // an existing F32/F16/BF16 GGUF quantized as llama-quantize does.
 #include <unistd.h>
@@ -82,7 +82,9 @@ Status apply_shape_flags(const Args& args, model::ModelConfig& c, std::optional<
   if (!context) return context.status();
   c.context_length = static_cast<uint32_t>(*context);
   const int64_t natural = c.dim / c.n_heads;
-  auto head_dim = args.integer("head-dim", c.arch->norm == model::NormVariant::kRmsQkNorm ? 2 * natural : natural);
+  const int64_t preset_head = c.key_length ? c.key_length : natural;  // a hybrid preset sets its own
+  auto head_dim = args.integer(
+      "head-dim", c.arch->norm == model::NormVariant::kRmsQkNorm && !c.key_length ? 2 * natural : preset_head);
   if (!head_dim) return head_dim.status();
   if (*head_dim != natural || c.dim % c.n_heads != 0) c.key_length = static_cast<uint32_t>(*head_dim);
   if (auto spec = args.str("rope-scaling")) return apply_rope_scaling(*spec, c, llama3);
@@ -147,7 +149,9 @@ Status write_scripted(const Args& args, const std::string& out, model::FileType 
 Status write_preset(const Args& args, const std::string& out, model::FileType type) {
   auto seed = args.integer("seed", 1);
   if (!seed) return seed.status();
-  auto config = model::preset_config(args.str("preset").value_or("tiny"));
+  auto arch = args.choice("arch", "llama");
+  if (!arch) return arch.status();
+  auto config = model::preset_config(args.str("preset").value_or("tiny"), *arch);
   if (!config) return config.status();
   config->tied_embeddings = args.has("tied");
   std::optional<model::Llama3Rope> llama3;

@@ -94,6 +94,9 @@ void print_table(const StatusInfo& s) {
           w.id, w.spec_tokens, (unsigned long long)w.spec_rounds,
           w.drafts ? 100.0 * double(w.drafts_accepted) / double(w.drafts) : 0.0, (unsigned long long)w.drafts,
           w.spec_rounds ? double(w.spec_rounds + w.drafts_accepted) / double(w.spec_rounds) : 0.0);
+  for (const WorkerInfo& w : s.workers)
+    if (w.state_slots_total > 0)
+      std::printf("worker %u recurrent state slots: %u of %u free\n", w.id, w.state_slots_free, w.state_slots_total);
   // Per role, when the deployment splits prefill and decode.
   bool split = false;
   for (const WorkerInfo& w : s.workers) split |= w.role != runtime::role_name(runtime::Role::kBoth);

@@ -17,11 +17,14 @@ Status worker_options_from(const Args& args, worker::WorkerOptions& o) {
   auto host_workers = args.integer("host-workers", o.host_workers);
   auto delay = args.integer("test-step-delay-ms", o.test_step_delay_ms);
   auto peer_idle = args.integer("kv-peer-idle-ms", o.kv_peer_idle_ms);
-  for (const Status* st : {&threads.status(), &blocks.status(), &memory.status(), &reserve.status(),
-                           &host_workers.status(), &block_tokens.status(), &delay.status(), &peer_idle.status()})
+  auto state_slots = args.integer("state-slots", o.state_slots);
+  for (const Status* st :
+       {&threads.status(), &blocks.status(), &memory.status(), &reserve.status(), &host_workers.status(),
+        &block_tokens.status(), &delay.status(), &peer_idle.status(), &state_slots.status()})
     if (!st->is_ok()) return *st;
   o.threads = static_cast<uint32_t>(*threads);
   o.kv_blocks = static_cast<uint32_t>(*blocks);
+  o.state_slots = static_cast<uint32_t>(*state_slots);
   o.kv_memory = static_cast<uint64_t>(*memory);
   o.memory_reserve = static_cast<uint64_t>(*reserve);
   o.host_workers = static_cast<uint32_t>(*host_workers);

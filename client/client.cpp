@@ -202,6 +202,7 @@ std::string submit_message(const GenerateRequest& r) {
     s->set_priority(r.priority);
     s->set_principal(r.principal);
     s->set_timeout_ms(static_cast<uint32_t>(r.timeout.count()));
+    if (r.spec_tokens) s->set_spec_tokens(*r.spec_tokens);
   });
 }
 

@@ -16,7 +16,7 @@ using namespace tandem;
 
 namespace {
 
-constexpr int kFormats = 3;
+constexpr int kFormats = 4;
 
 engine::KvFormat kv_format(int i) {
   engine::KvFormat f;  // F32
@@ -28,6 +28,9 @@ engine::KvFormat kv_format(int i) {
     f.group_size = 32;
     f.skip_last_layer = true;
     f.f32_window = 1;
+  } else if (i == 3) {  // rotated 3-bit codes (bit planes), the F32 window of 2 blocks
+    f.bits = 3;
+    f.scheme = engine::KvScheme::kRotated;
   }
   return f;
 }

@@ -356,6 +356,10 @@ void read_sampling(Fields& f, const ModelLimits& limits, GenerateRequest& r) {
   f.integer("seed", seed, INT64_MIN, INT64_MAX);
   r.seed = static_cast<uint64_t>(seed);
   f.boolean("ignore_eos", r.ignore_eos);
+  // llama.cpp's server's name for the most drafts a round (0: this request does not speculate).
+  int64_t n_max = -1;
+  f.integer("speculative.n_max", n_max, 0, UINT32_MAX);  // the scheduler refuses more than it takes
+  if (n_max >= 0) r.spec_tokens = static_cast<uint32_t>(n_max);
   f.boolean("include_stop_str_in_output", r.include_stop_string);
   int64_t priority = 0;
   f.integer("priority", priority, INT32_MIN, INT32_MAX);

@@ -40,8 +40,11 @@ using enum Presence;
 
 // Indexed by LayerTensor.
 constexpr std::string_view kTensorNames[] = {
-    "attn_norm", "attn_q",   "attn_k", "attn_v", "attn_output", "ffn_norm",    "ffn_gate",
-    "ffn_up",    "ffn_down", "attn_q", "attn_k", "attn_v",      "attn_q_norm", "attn_k_norm",
+    "attn_norm", "attn_q",    "attn_k",      "attn_v",      "attn_output",
+    "ffn_norm",  "ffn_gate",  "ffn_up",      "ffn_down",    "attn_q",
+    "attn_k",    "attn_v",    "attn_q_norm", "attn_k_norm", "post_attention_norm",
+    "attn_qkv",  "attn_gate", "ssm_conv1d",  "ssm_dt",      "ssm_a",
+    "ssm_beta",  "ssm_alpha", "ssm_norm",    "ssm_out",
 };
 
 // Every architecture's block in llama.cpp (src/models/{llama,qwen2,qwen3}.cpp); Q/K/V biases are
@@ -70,6 +73,50 @@ constexpr TensorSpec kQwen3Block[] = {
     {kAttnKBias, kKv, kKv, true, kRare}, {kAttnVBias, kKv, kKv, true, kRare},
 };
 
+// qwen35 (llama.cpp src/models/qwen35.cpp, docs/HYBRID.md): the llama keys, then the delta
+// net's; full_attention_interval defaults to 4 as in llama.cpp. rope.dimension_sections and
+// attention.recurrent_layers (arrays) are read beside these (model_config.cpp).
+constexpr uint32_t every_fourth(const ModelConfig&) { return 4; }
+constexpr UintParam kQwen35Uints[] = {
+    {"context_length", &ModelConfig::context_length, kMaxContext},
+    {"embedding_length", &ModelConfig::dim, kMaxSize},
+    {"block_count", &ModelConfig::n_layers, kMaxSize},
+    {"feed_forward_length", &ModelConfig::ffn_dim, kMaxSize},
+    {"attention.head_count", &ModelConfig::n_heads, kMaxSize},
+    {"attention.head_count_kv", &ModelConfig::n_kv_heads, kMaxSize, all_heads},
+    {"attention.key_length", &ModelConfig::key_length, kMaxSize, absent},
+    {"ssm.conv_kernel", &ModelConfig::ssm_conv_kernel, 64},
+    {"ssm.state_size", &ModelConfig::ssm_state_size, kMaxSize},
+    {"ssm.group_count", &ModelConfig::ssm_group_count, kMaxSize},
+    {"ssm.time_step_rank", &ModelConfig::ssm_time_step_rank, kMaxSize},
+    {"ssm.inner_size", &ModelConfig::ssm_inner_size, kMaxSize},
+    {"full_attention_interval", &ModelConfig::full_attention_interval, kMaxSize, every_fourth},
+};
+
+constexpr FloatParam kQwen35Floats[] = {
+    {"rope.freq_base", &ModelConfig::rope_freq_base, 10000000.0f},
+    {"attention.layer_norm_rms_epsilon", &ModelConfig::rms_eps, 1e-6f},
+};
+
+// Full-attention layers: the gated query (query and gate per head), Q/K norms, post-attention norm.
+constexpr TensorSpec kQwen35AttentionBlock[] = {
+    {kAttnNorm, kModel, kModel, true}, {kAttnQ, kModel, kQGated, false},      {kAttnK, kModel, kKv, false},
+    {kAttnV, kModel, kKv, false},      {kAttnOutput, kQ, kModel, false},      {kAttnQNorm, kHead, kHead, true},
+    {kAttnKNorm, kHead, kHead, true},  {kPostAttnNorm, kModel, kModel, true}, {kFfnGate, kModel, kFfn, false},
+    {kFfnUp, kModel, kFfn, false},     {kFfnDown, kFfn, kModel, false},
+};
+
+// Gated DeltaNet layers.
+constexpr TensorSpec kQwen35RecurrentBlock[] = {
+    {kAttnNorm, kModel, kModel, true},      {kAttnQkv, kModel, kConvChannels, false},
+    {kAttnGate, kModel, kVInner, false},    {kSsmConv1d, kConvKernel, kConvChannels, false},
+    {kSsmDt, kVHeads, kVHeads, true},       {kSsmA, kVHeads, kVHeads, true},
+    {kSsmBeta, kModel, kVHeads, false},     {kSsmAlpha, kModel, kVHeads, false},
+    {kSsmNorm, kSsmState, kSsmState, true}, {kSsmOut, kVInner, kModel, false},
+    {kPostAttnNorm, kModel, kModel, true},  {kFfnGate, kModel, kFfn, false},
+    {kFfnUp, kModel, kFfn, false},          {kFfnDown, kFfn, kModel, false},
+};
+
 // The default (hand-built configs) first. RoPE types as llama.cpp's llama_model_rope_type.
 constexpr Architecture kArchitectures[] = {
     {.name = "llama",
@@ -91,9 +138,16 @@ constexpr Architecture kArchitectures[] = {
      .uints = kLlamaUints,
      .floats = kLlamaFloats,
      .layer_tensors = kQwen3Block},
+    {.name = "qwen35",
+     .rope = RopeType::kNeox,
+     .norm = NormVariant::kRmsQkNorm,
+     .uints = kQwen35Uints,
+     .floats = kQwen35Floats,
+     .layer_tensors = kQwen35AttentionBlock,
+     .recurrent_tensors = kQwen35RecurrentBlock},
 };
 
-static_assert(std::size(kTensorNames) == static_cast<size_t>(kAttnKNorm) + 1, "a name for every LayerTensor");
+static_assert(std::size(kTensorNames) == static_cast<size_t>(kSsmOut) + 1, "a name for every LayerTensor");
 
 }  // namespace
 
@@ -104,6 +158,12 @@ uint64_t dim_size(Dim dim, const ModelConfig& c) {
     case kKv: return c.kv_dim();
     case kFfn: return c.ffn_dim;
     case kHead: return c.head_dim();
+    case kQGated: return 2 * uint64_t{c.n_heads} * c.head_dim();
+    case kConvChannels: return c.conv_channels();
+    case kVInner: return c.ssm_inner_size;
+    case kVHeads: return c.ssm_time_step_rank;
+    case kConvKernel: return c.ssm_conv_kernel;
+    case kSsmState: return c.ssm_state_size;
   }
   return 0;
 }
@@ -144,11 +204,18 @@ std::string layer_tensor(uint32_t layer, std::string_view name) {
 std::string_view tensor_name(LayerTensor role) { return kTensorNames[static_cast<size_t>(role)]; }
 
 std::string_view tensor_kind(LayerTensor role) {
-  return role == kAttnQBias || role == kAttnKBias || role == kAttnVBias ? "bias" : "weight";
+  if (role == kSsmA) return "";
+  return role == kAttnQBias || role == kAttnKBias || role == kAttnVBias || role == kSsmDt ? "bias" : "weight";
 }
 
 std::string layer_tensor(uint32_t layer, LayerTensor role) {
-  return "blk." + std::to_string(layer) + "." + std::string(tensor_name(role)) + "." + std::string(tensor_kind(role));
+  const std::string_view kind = tensor_kind(role);
+  return "blk." + std::to_string(layer) + "." + std::string(tensor_name(role)) + (kind.empty() ? "" : ".") +
+         std::string(kind);
+}
+
+std::span<const TensorSpec> layer_tensors(const ModelConfig& c, uint32_t layer) {
+  return c.is_recurrent(layer) ? c.arch->recurrent_tensors : c.arch->layer_tensors;
 }
 
 }  // namespace tandem::model

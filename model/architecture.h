@@ -46,6 +46,17 @@ enum class LayerTensor : uint8_t {
   kAttnVBias,
   kAttnQNorm,  // blk.{layer}.attn_q_norm.weight
   kAttnKNorm,
+  // Hybrid (qwen35) layers, docs/HYBRID.md. kPostAttnNorm is the FFN's norm in every qwen35 layer.
+  kPostAttnNorm,  // post_attention_norm
+  kAttnQkv,       // Gated DeltaNet: q|k|v conv inputs
+  kAttnGate,      // Gated DeltaNet: the output gate z
+  kSsmConv1d,     // depthwise conv kernel [conv_kernel][channels]
+  kSsmDt,         // ssm_dt.bias: the softplus gate's bias per V head
+  kSsmA,          // ssm_a (no suffix): -exp(A_log) per V head
+  kSsmBeta,
+  kSsmAlpha,
+  kSsmNorm,  // the gated RMSNorm's weight [state_size], shared by the V heads
+  kSsmOut,
 };
 
 // A dimension of a tensor, in terms of the hyper-parameters. GGUF lists a matrix's dimensions
@@ -56,13 +67,20 @@ enum class Dim : uint8_t {
   kKv,     // head_count_kv * head_dim
   kFfn,    // feed_forward_length
   kHead,   // head_dim: attention.key_length, else embedding_length / head_count
+  // Hybrid (qwen35) dimensions.
+  kQGated,        // 2 * head_count * head_dim: per head the query, then its output gate
+  kConvChannels,  // 2 * ssm.group_count * ssm.state_size + ssm.inner_size
+  kVInner,        // ssm.inner_size = ssm.time_step_rank * ssm.state_size
+  kVHeads,        // ssm.time_step_rank
+  kConvKernel,    // ssm.conv_kernel
+  kSsmState,      // ssm.state_size
 };
 uint64_t dim_size(Dim dim, const ModelConfig& config);
 
 // Its name in GGUF files: "attn_q" (blk.{layer}.attn_q.weight, and blk.{layer}.attn_q.bias for
 // kAttnQBias), the same in every architecture.
 std::string_view tensor_name(LayerTensor role);
-// "weight" or "bias".
+// "weight", "bias", or "" for a tensor without suffix (qwen35's ssm_a).
 std::string_view tensor_kind(LayerTensor role);
 
 // Whether a block tensor must be in a file, as llama.cpp loads it.
@@ -104,12 +122,20 @@ struct Architecture {
   std::span<const UintParam> uints;  // read in this order (its first error is reported)
   std::span<const FloatParam> floats;
   std::span<const TensorSpec> layer_tensors;  // in llama.cpp's file order
+  // A hybrid architecture's recurrent (Gated DeltaNet) layers; layer_tensors are then its
+  // full-attention layers (ModelConfig::recurrent says which is which). Empty: no such layers.
+  std::span<const TensorSpec> recurrent_tensors = {};
   // Loads rope_freqs.weight when present (Llama 3's per-pair frequency divisors, [head_dim / 2],
   // F32); llama.cpp ignores it for architectures without this.
   bool rope_freqs = false;
   std::string key(std::string_view suffix) const { return std::string(name) + "." + std::string(suffix); }
   const TensorSpec* find(LayerTensor role) const;
+  bool hybrid() const { return !recurrent_tensors.empty(); }
 };
+
+// The tensors of layer `layer` of a model: recurrent_tensors for a hybrid's recurrent layers,
+// layer_tensors otherwise.
+std::span<const TensorSpec> layer_tensors(const ModelConfig& config, uint32_t layer);
 
 // The row of `name`; nullptr for an architecture tandem does not run.
 const Architecture* find_architecture(std::string_view name);
@@ -129,6 +155,6 @@ inline constexpr std::string_view kOutput = "output.weight";         // absent: 
 inline constexpr std::string_view kRopeFreqs = "rope_freqs.weight";  // see Architecture::rope_freqs
 
 std::string layer_tensor(uint32_t layer, std::string_view name);  // "blk.{layer}.{name}.weight"
-std::string layer_tensor(uint32_t layer, LayerTensor role);       // "blk.{layer}.attn_q.bias", ...
+std::string layer_tensor(uint32_t layer, LayerTensor role);       // "blk.{layer}.attn_q.bias", "blk.{layer}.ssm_a"
 
 }  // namespace tandem::model

@@ -126,6 +126,14 @@ Status check_config(const ModelConfig& c, const std::optional<Llama3Rope>& llama
   if (c.arch == nullptr) return bad("no architecture");
   if (!(c.rope_scaling_factor > 0) || !(c.rope_attn_factor > 0))
     return bad("the rope scaling factor and attention factor must be positive");
+  if (c.arch->hybrid()) {
+    if (c.ssm_conv_kernel < 2 || c.ssm_state_size == 0 || c.ssm_group_count == 0 || c.ssm_time_step_rank == 0 ||
+        c.ssm_time_step_rank % c.ssm_group_count != 0 || c.ssm_inner_size != c.ssm_time_step_rank * c.ssm_state_size ||
+        c.recurrent.size() != c.n_layers || c.full_attention_interval == 0)
+      return bad("the hybrid's delta-net shape is inconsistent");
+    if (c.rope_dim() % 2 != 0 || c.rope_dim() > c.head_dim()) return bad("rope dims must be even and <= head_dim");
+    if (c.rope_scaling != RopeScaling::kNone || llama3) return bad("tandem's qwen35 has no RoPE scaling");
+  }
   if (llama3) {
     if (!c.arch->rope_freqs) return bad("architecture " + std::string(c.arch->name) + " has no rope_freqs.weight");
     if (!(llama3->factor > 0) || !(llama3->high_freq_factor > llama3->low_freq_factor) ||
@@ -139,8 +147,42 @@ Status check_config(const ModelConfig& c, const std::optional<Llama3Rope>& llama
 
 }  // namespace
 
-Result<ModelConfig> preset_config(const std::string& preset) {
+namespace {
+
+Result<ModelConfig> hybrid_preset(const std::string& preset, const Architecture* arch) {
   ModelConfig c;
+  c.arch = arch;
+  c.vocab_size = preset == "small" ? 49152 : 512;
+  if (preset == "tiny") {
+    c.name = "tandem-tiny-hybrid";
+    c.dim = 64, c.n_layers = 4, c.ffn_dim = 192, c.n_heads = 4, c.n_kv_heads = 2, c.key_length = 32;
+    c.rope_dims = 8, c.ssm_state_size = 16, c.ssm_group_count = 2, c.ssm_time_step_rank = 4;
+    c.context_length = 512;
+  } else if (preset == "small") {
+    c.name = "tandem-small-hybrid";
+    c.dim = 576, c.n_layers = 28, c.ffn_dim = 1536, c.n_heads = 8, c.n_kv_heads = 2, c.key_length = 64;
+    c.rope_dims = 16, c.ssm_state_size = 64, c.ssm_group_count = 4, c.ssm_time_step_rank = 8;
+    c.context_length = 2048;
+  } else {
+    return Status::invalid("unknown model preset '" + preset + "' (presets: tiny, small)");
+  }
+  c.ssm_conv_kernel = 4;
+  c.ssm_inner_size = c.ssm_time_step_rank * c.ssm_state_size;
+  c.full_attention_interval = 4;
+  for (uint32_t i = 0; i < c.n_layers; ++i) c.recurrent.push_back((i + 1) % c.full_attention_interval != 0);
+  c.rope_freq_base = 10000000.0f;
+  c.rms_eps = 1e-6f;
+  return c;
+}
+
+}  // namespace
+
+Result<ModelConfig> preset_config(const std::string& preset, std::string_view arch_name) {
+  const Architecture* arch = find_architecture(arch_name);
+  if (arch == nullptr) return Status::invalid("unknown architecture '" + std::string(arch_name) + "'");
+  if (arch->hybrid()) return hybrid_preset(preset, arch);
+  ModelConfig c;
+  c.arch = arch;
   if (preset == "tiny") {
     c.name = "tandem-tiny";
     c.vocab_size = 512;
@@ -204,7 +246,11 @@ void add_hyper_parameters(GgufWriter& w, const ModelConfig& c, bool f16) {
     if (c.*p.field != 0) w.add_u32(a.key(p.key), c.*p.field);
   if (c.key_length != 0) w.add_u32(a.key("attention.value_length"), c.key_length);
   for (const FloatParam& p : a.floats) w.add_f32(a.key(p.key), c.*p.field);
-  w.add_u32(a.key("rope.dimension_count"), c.head_dim());
+  w.add_u32(a.key("rope.dimension_count"), c.rope_dim());
+  if (a.hybrid()) {  // IMROPE sections covering every rotated pair (docs/HYBRID.md): [11, 11, 10, 0] for 32
+    const int32_t pairs = static_cast<int32_t>(c.rope_dim() / 2), t = (pairs + 2) / 3, h = (pairs - t + 1) / 2;
+    w.add_i32_array(a.key("rope.dimension_sections"), {t, h, pairs - t - h, 0});
+  }
   if (c.rope_scaling != RopeScaling::kNone) {
     w.add_string(a.key("rope.scaling.type"), std::string(rope_scaling_name(c.rope_scaling)));
     w.add_f32(a.key("rope.scaling.factor"), c.rope_scaling_factor);
@@ -284,12 +330,29 @@ void add_tensors(GgufWriter& w, const ModelConfig& c, uint64_t seed, bool f16) {
   const uint64_t dim = c.dim, vocab = c.vocab_size;
   auto std_dev = [](uint64_t fan_in) { return 1.0 / std::sqrt(static_cast<double>(fan_in)); };
   add_random(std::string(kTokenEmbd), dim, vocab, 1.0);
+  // ssm_a = -exp(A_log): decay rates from 0.01 to 2 per token (some heads remember past a chunk), no libm.
+  auto add_decay = [&](const std::string& name, uint64_t n) {
+    Rng rng(seed, tensor_index++ << 32);
+    buf.resize(n);
+    for (float& x : buf) {
+      const double u = rng.uniform();
+      x = static_cast<float>(-(0.01 + 1.99 * u * u * u));
+    }
+    w.add_tensor(name, {n}, TensorType::kF32, buf.data(), buf.size() * sizeof(float));
+  };
   for (uint32_t i = 0; i < c.n_layers; ++i) {
-    for (const TensorSpec& t : c.arch->layer_tensors) {
+    for (const TensorSpec& t : layer_tensors(c, i)) {
       if (t.presence == Presence::kRare) continue;
       const uint64_t in = dim_size(t.in, c);
       const std::string name = layer_tensor(i, t.role);
-      if (t.role == LayerTensor::kAttnQNorm || t.role == LayerTensor::kAttnKNorm) {
+      if (t.role == LayerTensor::kSsmA) {
+        add_decay(name, in);
+      } else if (t.role == LayerTensor::kSsmDt) {
+        add_random_vector(name, in, -1.0, 1.0);
+      } else if (t.role == LayerTensor::kSsmConv1d) {
+        add_random(name, in, dim_size(t.out, c), 0.5);
+      } else if (t.role == LayerTensor::kAttnQNorm || t.role == LayerTensor::kAttnKNorm ||
+                 t.role == LayerTensor::kSsmNorm) {
         add_random_vector(name, in, 1.0, 0.25);
       } else if (tensor_kind(t.role) == "bias") {
         add_random_vector(name, in, 0.0, 0.5);
@@ -423,6 +486,7 @@ Status make_scripted_model(ModelConfig config, const std::vector<int32_t>& chain
   config.vocab_size = vocabulary.size;
   config.dim = std::max<uint32_t>(64, (static_cast<uint32_t>(chain.size()) + 32) / 32 * 32);
   config.key_length = 0;
+  if (config.arch->hybrid()) return Status::invalid("make-model: scripted models are llama, qwen2 or qwen3");
   TANDEM_RETURN_IF_ERROR(check_config(config, std::nullopt, false));
   const uint64_t dim = config.dim;
   constexpr float kLogitScale = 16.0f;

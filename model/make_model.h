@@ -18,7 +18,12 @@ namespace tandem::model {
 // "tiny": vocab 512, dim 64, 2 layers, 4 heads, 2 KV heads, FFN 192, context 512.
 // "small": SmolLM2-135M's shape, untied: vocab 49152, dim 576, 30 layers, 9 heads,
 //          3 KV heads, FFN 1536, rope base 100000, rms eps 1e-5, context 2048.
-Result<ModelConfig> preset_config(const std::string& preset);
+// With a hybrid `arch` (qwen35, docs/HYBRID.md): "tiny" is scripts/qwen35-reference.py's tiny
+// preset (dim 64, 4 layers: 3 Gated DeltaNet + 1 full attention, delta net 2 QK / 4 V heads of
+// 16, attention 4 heads / 2 KV heads of 32 with RoPE on 8 dims, rope base 1e7, eps 1e-6);
+// "small" has the llama small preset's vocabulary and width (dim 576, FFN 1536, 28 layers: 21
+// + 7, delta net 4 QK / 8 V heads of 64, attention 8 heads / 2 KV heads of 64, RoPE on 16).
+Result<ModelConfig> preset_config(const std::string& preset, std::string_view arch = "llama");
 
 // Llama 3's RoPE scaling (Hugging Face rope_scaling.rope_type "llama3"), which llama.cpp's
 // convert script turns into rope_freqs.weight: per pair, 1 for wavelengths below

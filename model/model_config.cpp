@@ -180,6 +180,7 @@ Status check_head_dim(const GgufFile& file, const Checker& c, const ModelConfig&
       {"rope.dimension_count", "tandem applies rope to the whole head"},
   };
   for (const auto& [suffix, why] : must_equal_head_dim) {
+    if (a.hybrid() && std::string_view(suffix) == "rope.dimension_count") continue;  // partial: read_hybrid
     const std::string key = a.key(suffix);
     if (!file.find(key)) continue;
     std::optional<uint64_t> n = file.get_uint(key);
@@ -189,6 +190,77 @@ Status check_head_dim(const GgufFile& file, const Checker& c, const ModelConfig&
                     ")");
     }
   }
+  return Status::ok();
+}
+
+// A non-negative integer array key (GGUF integer or bool elements); nullopt when absent.
+Result<std::optional<std::vector<int64_t>>> read_int_array(const GgufFile& file, const Checker& c,
+                                                           const std::string& key) {
+  const GgufValue* v = file.find(key);
+  if (!v) return std::optional<std::vector<int64_t>>();
+  const auto* ints = std::get_if<std::vector<int64_t>>(&v->value);
+  if (v->type != GgufValueType::kArray || !ints) return c.fail("key " + key + " is not an integer or bool array");
+  return std::optional<std::vector<int64_t>>(*ints);
+}
+
+// IMROPE for text is NEOX RoPE on rope.dimension_count dims when every rotated pair reads the
+// t, h or w section (ggml_mrope_cache_init); llama.cpp gives an uncovered pair position 0 (no
+// rotation) where Hugging Face rotates it, so such files are refused (docs/HYBRID.md).
+Status check_rope_sections(const GgufFile& file, const Checker& c, const ModelConfig& cfg) {
+  const std::string key = cfg.arch->key("rope.dimension_sections");
+  auto sections = read_int_array(file, c, key);
+  if (!sections) return sections.status();
+  if (!*sections)
+    return c.fail("missing key " + key + " (llama.cpp requires it for " + std::string(cfg.arch->name) + ")");
+  std::vector<int64_t> s = **sections;
+  s.resize(4, 0);
+  const int64_t total = s[0] + s[1] + s[2] + s[3];
+  if (total <= 0 || s[0] < 0 || s[1] < 0 || s[2] < 0 || s[3] < 0)
+    return c.fail(key + " must be non-negative with a positive sum");
+  for (uint32_t pair = 0; pair < cfg.rope_dim() / 2; ++pair) {
+    const int64_t at = pair % total;
+    bool covered = false;
+    for (int64_t part = 0; part < 3; ++part) covered = covered || (at % 3 == part && at < 3 * s[part]);
+    if (!covered)
+      return c.fail(key + ": rotated pair " + std::to_string(pair) +
+                    " falls outside the text sections (llama.cpp and Hugging Face would disagree)");
+  }
+  return Status::ok();
+}
+
+// A hybrid's own keys (docs/HYBRID.md): partial RoPE and its sections, the delta net's shape,
+// the layer pattern (attention.recurrent_layers, else full_attention_interval), MTP layers.
+Status read_hybrid(const GgufFile& file, const Checker& c, ModelConfig& cfg) {
+  const Architecture& a = *cfg.arch;
+  const uint32_t hd = cfg.head_dim();
+  uint32_t n_rot = hd;
+  TANDEM_RETURN_IF_ERROR(c.read_uint(a.key("rope.dimension_count"), hd, n_rot, hd));
+  if (n_rot % 2 != 0) return c.fail(a.key("rope.dimension_count") + " " + std::to_string(n_rot) + " is odd");
+  cfg.rope_dims = n_rot == hd ? 0 : n_rot;
+  TANDEM_RETURN_IF_ERROR(check_rope_sections(file, c, cfg));
+  if (cfg.rope_scaling != RopeScaling::kNone)
+    return c.fail(a.key("rope.scaling.type") + ": tandem runs " + std::string(a.name) + " without RoPE scaling");
+  if (cfg.ssm_inner_size != uint64_t{cfg.ssm_time_step_rank} * cfg.ssm_state_size)
+    return c.fail(a.key("ssm.inner_size") + " " + std::to_string(cfg.ssm_inner_size) + " is not time_step_rank " +
+                  std::to_string(cfg.ssm_time_step_rank) + " x state_size " + std::to_string(cfg.ssm_state_size));
+  if (cfg.ssm_time_step_rank % cfg.ssm_group_count != 0)
+    return c.fail(a.key("ssm.group_count") + " " + std::to_string(cfg.ssm_group_count) +
+                  " does not divide time_step_rank " + std::to_string(cfg.ssm_time_step_rank));
+  if (cfg.ssm_conv_kernel < 2) return c.fail(a.key("ssm.conv_kernel") + " must be at least 2");
+  uint32_t mtp = 0;
+  TANDEM_RETURN_IF_ERROR(c.read_uint(a.key("nextn_predict_layers"), kMaxHyperParameter, mtp, 0u));
+  if (mtp >= cfg.n_layers)
+    return c.fail(a.key("nextn_predict_layers") + " " + std::to_string(mtp) + " leaves no trunk layer");
+  const uint32_t blocks = cfg.n_layers;
+  cfg.n_layers -= mtp;  // MTP blocks follow the trunk; not run (docs/HYBRID.md)
+  auto explicit_layers = read_int_array(file, c, a.key("attention.recurrent_layers"));
+  if (!explicit_layers) return explicit_layers.status();
+  cfg.recurrent.assign(cfg.n_layers, false);
+  if (*explicit_layers && (*explicit_layers)->size() < cfg.n_layers)
+    return c.fail(a.key("attention.recurrent_layers") + " has " + std::to_string((*explicit_layers)->size()) +
+                  " entries for " + std::to_string(blocks) + " blocks");
+  for (uint32_t i = 0; i < cfg.n_layers; ++i)
+    cfg.recurrent[i] = *explicit_layers ? (**explicit_layers)[i] != 0 : (i + 1) % cfg.full_attention_interval != 0;
   return Status::ok();
 }
 
@@ -209,7 +281,8 @@ Status read_hyper_parameters(const GgufFile& file, const Checker& c, ModelConfig
     return c.fail("head_count_kv " + std::to_string(cfg.n_kv_heads) + " does not divide head_count " +
                   std::to_string(cfg.n_heads));
   }
-  return read_rope_scaling(file, c, cfg);
+  TANDEM_RETURN_IF_ERROR(read_rope_scaling(file, c, cfg));
+  return a.hybrid() ? read_hybrid(file, c, cfg) : Status::ok();
 }
 
 // llama.cpp adds every bias it finds for these architectures (attn_output, the FFN's, Qwen2's
@@ -219,11 +292,12 @@ Status check_no_other_biases(const GgufFile& file, const Checker& c, const Model
   for (const GgufTensor& t : file.tensors()) {
     if (!t.name.ends_with(".bias")) continue;
     bool listed = false;
-    for (const TensorSpec& spec : cfg.arch->layer_tensors) {
-      if (tensor_kind(spec.role) != "bias") continue;
-      const std::string suffix = "." + std::string(tensor_name(spec.role)) + ".bias";
-      listed = listed || (t.name.starts_with("blk.") && t.name.ends_with(suffix));
-    }
+    for (std::span<const TensorSpec> specs : {cfg.arch->layer_tensors, cfg.arch->recurrent_tensors})
+      for (const TensorSpec& spec : specs) {
+        if (tensor_kind(spec.role) != "bias") continue;
+        const std::string suffix = "." + std::string(tensor_name(spec.role)) + ".bias";
+        listed = listed || (t.name.starts_with("blk.") && t.name.ends_with(suffix));
+      }
     if (!listed) return c.fail("tensor " + t.name + " is not supported (tandem adds no such bias)");
   }
   return Status::ok();
@@ -244,7 +318,7 @@ Status check_tensors(const GgufFile& file, const Checker& c, ModelConfig& cfg) {
   const uint64_t dim = cfg.dim, vocab = cfg.vocab_size;
   TANDEM_RETURN_IF_ERROR(c.check_tensor(embd_name, {dim, vocab}));
   for (uint32_t i = 0; i < cfg.n_layers; ++i) {
-    for (const TensorSpec& t : cfg.arch->layer_tensors) {
+    for (const TensorSpec& t : layer_tensors(cfg, i)) {
       const std::string name = layer_tensor(i, t.role);
       if (t.presence != Presence::kRequired && !file.tensor(name)) continue;
       std::vector<uint64_t> dims = {dim_size(t.in, cfg)};
@@ -312,6 +386,12 @@ std::string model_fingerprint(const GgufFile& file, const ModelConfig& c) {
     f.pod(c.rope_scaling_factor);
     f.pod(c.yarn_original_context());
     f.pod(c.rope_attn_factor);
+  }
+  if (c.arch->hybrid()) {
+    for (uint32_t v : {c.head_dim(), c.rope_dim(), c.ssm_conv_kernel, c.ssm_state_size, c.ssm_group_count,
+                       c.ssm_time_step_rank, c.ssm_inner_size})
+      f.pod(v);
+    for (bool r : c.recurrent) f.pod(r);
   }
   if (const GgufValue* tokens = file.find("tokenizer.ggml.tokens"))
     if (const auto* pieces = std::get_if<std::vector<std::string>>(&tokens->value))

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "model/architecture.h"
 #include "model/gguf.h"
@@ -33,6 +34,24 @@ struct ModelConfig {
   uint32_t rope_original_context = 0;  // llama.rope.scaling.original_context_length; 0: context_length
   float rope_attn_factor = 1.0f;       // llama.rope.scaling.attn_factor: a magnitude on every cos/sin
   bool rope_freqs = false;             // rope_freqs.weight present and used (Architecture::rope_freqs)
+  // Hybrid (qwen35) hyper-parameters, 0 / empty for the others (docs/HYBRID.md).
+  uint32_t rope_dims = 0;                // rope.dimension_count when below head_dim (partial RoPE); 0: all
+  uint32_t ssm_conv_kernel = 0;          // ssm.conv_kernel: K, the causal conv's width
+  uint32_t ssm_state_size = 0;           // ssm.state_size: d_k = d_v of a delta-net head
+  uint32_t ssm_group_count = 0;          // ssm.group_count: Q/K heads
+  uint32_t ssm_time_step_rank = 0;       // ssm.time_step_rank: V heads (gates)
+  uint32_t ssm_inner_size = 0;           // ssm.inner_size = V heads x state_size
+  uint32_t full_attention_interval = 0;  // layer i is full attention iff (i + 1) % interval == 0
+  std::vector<bool> recurrent;           // per layer: Gated DeltaNet (attention.recurrent_layers or the interval)
+  bool is_recurrent(uint32_t layer) const { return layer < recurrent.size() && recurrent[layer]; }
+  // Layers with a KV cache (all but a hybrid's recurrent ones).
+  uint32_t attention_layers() const {
+    uint32_t n = 0;
+    for (uint32_t l = 0; l < n_layers; ++l) n += is_recurrent(l) ? 0 : 1;
+    return n;
+  }
+  uint32_t conv_channels() const { return 2 * ssm_group_count * ssm_state_size + ssm_inner_size; }
+  uint32_t rope_dim() const { return rope_dims ? rope_dims : head_dim(); }
   uint32_t head_dim() const { return key_length ? key_length : dim / n_heads; }
   uint32_t q_dim() const { return n_heads * head_dim(); }
   uint32_t kv_dim() const { return n_kv_heads * head_dim(); }
@@ -43,7 +62,7 @@ struct ModelConfig {
 // that every tensor the architecture needs is present, of a type the engine computes on
 // (readable_type_names(): F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) with
 // rows of whole blocks, and of the shape the keys imply. Errors are Code::kModelFile and name the key or tensor:
-//   "unsupported architecture 'gpt2' (tandem runs 'llama', 'qwen2', 'qwen3')"
+//   "unsupported architecture 'gpt2' (tandem runs 'llama', 'qwen2', 'qwen3', 'qwen35')"
 //   "missing key llama.block_count"
 //   "llama.rope.scaling.type 'longrope' is not supported (tandem applies none, linear, yarn)"
 //   "tensor blk.3.attn_k.weight has shape [64, 48], expected [64, 32]"

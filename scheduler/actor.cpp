@@ -35,10 +35,13 @@ int64_t thread_cpu_us() {
 }
 
 // What two workers must agree on for KV to move between them: block size, storage
-// format (bits, group, last layer, F32 window) and so bytes per block.
+// format (bits, scheme and rotation seed or group, last layer, F32 window) and so bytes per block.
 std::string kv_format(const v1::Register& reg) {
-  std::string f =
-      reg.kv_bits() ? "q" + std::to_string(reg.kv_bits()) + "/g" + std::to_string(reg.kv_group_size()) : "f32";
+  const bool rotated = reg.kv_quant_scheme() == v1::KV_QUANT_SCHEME_ROTATED;
+  std::string f = !reg.kv_bits() ? "f32"
+                  : rotated      ? "rotated " + std::to_string(reg.kv_bits()) + "-bit (seed " +
+                                  std::to_string(reg.kv_rotation_seed()) + ")"
+                            : "q" + std::to_string(reg.kv_bits()) + "/g" + std::to_string(reg.kv_group_size());
   if (reg.kv_bits() && reg.kv_skip_last_layer()) f += "+f32-last";
   if (reg.kv_bits()) f += " with an F32 window of " + std::to_string(reg.kv_tail_blocks()) + " tail blocks";
   return f + ", " + std::to_string(reg.block_tokens()) + " tokens and " + std::to_string(reg.block_bytes()) +
@@ -662,7 +665,8 @@ class Actor final : public Sink {
 
   // The checks of registration.h: a KV pool a worker could hold, a kv_endpoint of its own.
   std::optional<Refusal> check_kv(const std::string& name, const v1::Register& reg, const RegisteringPeer& peer) {
-    std::optional<Refusal> refusal = check_kv_pool(reg, registration_);
+    std::optional<Refusal> refusal = check_kv_scheme(reg);
+    if (!refusal) refusal = check_kv_pool(reg, registration_);
     if (!refusal && !reg.kv_endpoint().empty())
       refusal = check_kv_endpoint(reg.kv_endpoint(), peer, registration_.kv_endpoint_allow);
     if (refusal)
@@ -738,7 +742,7 @@ class Actor final : public Sink {
     core_.add_worker(id,
                      WorkerInfo{*role, reg.kv_blocks(), reg.block_tokens(), reg.kv_endpoint(), reg.kv_tail_blocks(),
                                 reg.kv_public_key(), reg.kv_sender_public_key(),
-                                std::min(reg.spec_tokens(), WorkerInfo::kMaxSpecTokens)},
+                                std::min(reg.spec_tokens(), WorkerInfo::kMaxSpecTokens), reg.state_slots()},
                      now);
     command_.Clear();
     command_.set_version(kVersion);

@@ -152,6 +152,12 @@ Result<RequestSpec> admit_fields(const v1::Submit& submit, const AdmissionLimits
   spec.stream = submit.stream();
   spec.priority = submit.priority();
   spec.timeout_ms = submit.timeout_ms();
+  if (submit.has_spec_tokens()) {
+    if (submit.spec_tokens() > kMaxSpecTokens)
+      return Status::invalid("spec_tokens " + std::to_string(submit.spec_tokens()) + " is more than " +
+                             std::to_string(kMaxSpecTokens) + " drafts a round (0: this request does not speculate)");
+    spec.spec_tokens = submit.spec_tokens();
+  }
   return spec;
 }
 

@@ -38,6 +38,10 @@ struct AdmissionLimits {
 // A TokenizeQuery is bounded by the same prompt limits, so it is below this too.
 size_t max_client_message_bytes(const AdmissionLimits& limits);
 
+// Drafts a speculative round carries at most, per worker (Register.spec_tokens, capped) and
+// per request (Submit.spec_tokens, refused above it).
+inline constexpr uint32_t kMaxSpecTokens = 16;
+
 // A validated request, in native types. Everything the scheduler needs and nothing else.
 struct RequestSpec {
   std::string id;
@@ -55,6 +59,7 @@ struct RequestSpec {
   bool stream = true;
   int32_t priority = 0;
   uint32_t timeout_ms = 0;
+  std::optional<uint32_t> spec_tokens;  // drafts a round at most (0: none); none: the worker's
 };
 
 // Checks every field; the error (kInvalidArgument) names the first bad one, its message

@@ -61,6 +61,8 @@ struct Core::Worker {
   Role role = Role::kBoth;
   std::string kv_endpoint, kv_public_key, kv_sender_key;
   uint32_t spec_tokens = 0;  // WorkerInfo::spec_tokens
+  uint32_t max_running = 0;  // SchedulerConfig::max_running, within WorkerInfo::state_slots
+  uint32_t state_slots = 0;  // WorkerInfo::state_slots
   KvCacheManager kv;
   std::vector<Placement*> running;  // in placement order (the newest is preempted first)
   struct InFlight {
@@ -107,6 +109,9 @@ Core::Core(SchedulerConfig config, model::ModelConfig model, PromptRenderer rend
     : config_(config), model_(model), renderer_(std::move(renderer)), sink_(sink), metrics_(model.context_length) {
   limits_.context_length = model_.context_length;
   limits_.vocab_size = model_.vocab_size;
+  // A hybrid's recurrent state is not checkpointed (docs/HYBRID.md): a cached prefix's KV
+  // blocks alone cannot resume a sequence, so its prefixes are never matched or published.
+  if (model_.arch->hybrid()) config_.prefix_cache = false;
 }
 
 Core::~Core() = default;
@@ -129,9 +134,11 @@ uint32_t Core::running() const {
 
 std::vector<Core::WorkerView> Core::workers() const {
   std::vector<WorkerView> out;
-  for (const auto& [id, w] : workers_)
-    out.push_back({id, w->kv.total(), w->kv.free(), static_cast<uint32_t>(w->running.size()), &w->stats, w->role,
-                   w->kv.cached(), w->kv.evictions(), w->spec_tokens});
+  for (const auto& [id, w] : workers_) {
+    const auto running = static_cast<uint32_t>(w->running.size());
+    out.push_back({id, w->kv.total(), w->kv.free(), running, &w->stats, w->role, w->kv.cached(), w->kv.evictions(),
+                   w->spec_tokens, w->state_slots, w->state_slots > running ? w->state_slots - running : 0});
+  }
   return out;
 }
 
@@ -165,6 +172,8 @@ void Core::add_worker(uint32_t worker_id, const WorkerInfo& info, int64_t now_us
   w->kv_public_key = info.kv_public_key;
   w->kv_sender_key = info.kv_sender_key;
   w->spec_tokens = info.role == Role::kPrefill ? 0 : std::min(info.spec_tokens, WorkerInfo::kMaxSpecTokens);
+  w->state_slots = info.state_slots;
+  w->max_running = info.state_slots > 0 ? std::min(config_.max_running, info.state_slots) : config_.max_running;
   w->stats.registered_us = now_us;
   decode_workers_ += info.role == Role::kDecode;
   workers_[worker_id] = std::move(w);
@@ -486,7 +495,7 @@ bool Core::place(Request& r, int64_t now_us) {
     // A decode worker takes a prompt only when its cache holds all of it but at most one
     // chunk (a conversation's next turn: its last answer was decoded there); see below.
     const bool decode = w->role == Role::kDecode;
-    if ((!takes_prompts(*w) && !(decode && config_.prefix_cache)) || w->running.size() >= config_.max_running ||
+    if ((!takes_prompts(*w) && !(decode && config_.prefix_cache)) || w->running.size() >= w->max_running ||
         w->short_of_blocks)
       continue;
     PrefixHit hit = w->kv.match_prefix(r.tokens, r.keys);
@@ -546,7 +555,11 @@ uint32_t Core::tokens_wanted(const Worker& w, const Request& r) const {
   // A decode: one position past those computed (the worker feeds the token it sampled), and
   // a speculating one room for its drafts. A prefill worker's sequences decode elsewhere (handoff).
   if (w.role == Role::kPrefill || r.samples_planned >= r.spec.max_tokens) return 0;
-  return w.spec_tokens > 0 ? spec_wanted(w, r) : 1;
+  return speculates(w, r) ? spec_wanted(w, r) : 1;
+}
+
+bool Core::speculates(const Worker& w, const Request& r) {
+  return w.spec_tokens > 0 && r.spec.spec_tokens.value_or(1) > 0;
 }
 
 uint32_t Core::spec_wanted(const Worker& w, const Request& r) const {
@@ -554,7 +567,8 @@ uint32_t Core::spec_wanted(const Worker& w, const Request& r) const {
   // draft): at the context, wait for their results to say how far they really went.
   if (r.fed + 1 > model_.context_length) return 0;
   const uint32_t remaining = r.spec.max_tokens - r.samples_planned;  // at least 1 (tokens_wanted)
-  uint32_t k = std::min({w.spec_tokens, remaining - 1, model_.context_length - r.fed - 1});
+  uint32_t k = std::min(
+      {w.spec_tokens, r.spec.spec_tokens.value_or(w.spec_tokens), remaining - 1, model_.context_length - r.fed - 1});
   if (r.spec.sampling.top_logprobs > 0) k = 0;  // the worker does not speculate these (one token's top)
   return 1 + k;
 }
@@ -607,7 +621,7 @@ void Core::plan_tokens(Worker& w, Placement& p, Request& r, uint32_t n, std::vec
   const bool prompt = r.fed < r.target;
   // A speculating decode continues from the worker's positions, which the scheduler knows only
   // up to the rounds in flight; r.fed counts every round's whole reserve until its result.
-  s.speculate = !prompt && w.spec_tokens > 0;
+  s.speculate = !prompt && speculates(w, r);
   if (s.speculate) {
     s.max_drafts = n - 1;
     s.max_len = std::min(r.prompt_len + r.spec.max_tokens, model_.context_length);
@@ -931,7 +945,7 @@ bool Core::start_handoff(Request& r, int64_t now_us) {
   Worker* best = nullptr;
   double best_load = 0;
   for (auto& [id, w] : workers_) {
-    if (w->role != Role::kDecode || w->running.size() >= config_.max_running || w->short_of_blocks) continue;
+    if (w->role != Role::kDecode || w->running.size() >= w->max_running || w->short_of_blocks) continue;
     if (!w->kv.has_room({}, positions, static_cast<uint32_t>(w->running.size()))) continue;
     const double load = w->kv.load();
     if (!best || load < best_load || (load == best_load && w->running.size() < best->running.size())) {

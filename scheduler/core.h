@@ -81,7 +81,10 @@ struct WorkerInfo {
   // per round; 0: it does not speculate. Its decode rounds then continue from the worker's own
   // positions and reserve KV for 1 + spec_tokens positions (docs/ARCHITECTURE.md).
   uint32_t spec_tokens = 0;
-  static constexpr uint32_t kMaxSpecTokens = 16;
+  // A hybrid model's recurrent state slots (Register.state_slots): the worker holds at most
+  // this many sequences, so admission counts them beside its blocks. 0: no such bound.
+  uint32_t state_slots = 0;
+  static constexpr uint32_t kMaxSpecTokens = scheduler::kMaxSpecTokens;
 };
 
 // What the core sends. The actor maps it to the wire (actor_wire.h) and routes it; tests record.
@@ -197,7 +200,8 @@ class Core {
     Role role;
     uint32_t blocks_cached;  // free + cached + in use = total
     uint64_t evictions;
-    uint32_t spec_tokens;  // WorkerInfo::spec_tokens
+    uint32_t spec_tokens;                          // WorkerInfo::spec_tokens
+    uint32_t state_slots_total, state_slots_free;  // WorkerInfo::state_slots, less one per running sequence
   };
   std::vector<WorkerView> workers() const;
   // Every request of this client that has not had its final event.
@@ -255,6 +259,8 @@ class Core {
   // round reserved, 0 for others): its tokens to the request in order while it lives, then
   // what a speculating round did not use back to the pool.
   void take_result(Worker& w, Placement& p, const SeqResult& s, uint32_t reserve, int64_t now_us);
+  // Whether r's decodes on w speculate: w does and the request did not turn it off.
+  static bool speculates(const Worker& w, const Request& r);
   // A speculating decode's draft room in this step: 1 + max drafts (0: wait for results).
   uint32_t spec_wanted(const Worker& w, const Request& r) const;
   void requeue(Request& r);

@@ -25,8 +25,25 @@ bool loopback(const std::string& host) { return host.rfind("127.", 0) == 0 || ho
 }  // namespace
 
 uint64_t min_kv_bytes_per_token(const model::ModelConfig& config) {
-  // K and V of every layer's KV heads, 4 bits (half a byte) per element at the least.
-  return uint64_t{config.n_layers} * 2 * config.n_kv_heads * config.head_dim() / 2;
+  // K and V of every attention layer's KV heads, 3 bits per element at the least (rotated 3-bit codes).
+  return uint64_t{config.attention_layers()} * 2 * config.n_kv_heads * config.head_dim() * 3 / 8;
+}
+
+std::optional<Refusal> check_kv_scheme(const v1::Register& reg) {
+  switch (reg.kv_quant_scheme()) {
+    case v1::KV_QUANT_SCHEME_UNSPECIFIED:
+    case v1::KV_QUANT_SCHEME_UNIFORM:
+      if (reg.kv_bits() == 0 || reg.kv_bits() == 8 || reg.kv_bits() == 4) return std::nullopt;
+      return Refusal{v1::REFUSAL_REASON_KV_FORMAT, "uniform KV codes of " + std::to_string(reg.kv_bits()) +
+                                                       " bits: this scheduler knows 0 (F32), 8 and 4"};
+    case v1::KV_QUANT_SCHEME_ROTATED:
+      if (reg.kv_bits() == 4 || reg.kv_bits() == 3) return std::nullopt;
+      return Refusal{v1::REFUSAL_REASON_KV_FORMAT,
+                     "rotated KV codes of " + std::to_string(reg.kv_bits()) + " bits: the rotated scheme takes 4 or 3"};
+    default:
+      return Refusal{v1::REFUSAL_REASON_KV_FORMAT, "KV quantization scheme " + std::to_string(reg.kv_quant_scheme()) +
+                                                       " is not one this scheduler knows (uniform, rotated)"};
+  }
 }
 
 std::optional<Refusal> check_kv_pool(const v1::Register& reg, const RegistrationLimits& limits) {

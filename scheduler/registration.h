@@ -18,8 +18,8 @@ struct RegistrationLimits {
   // kv_blocks x block_bytes at most: what one worker could hold (--max-worker-kv-bytes,
   // default this host's MemTotal). 0: no bound.
   uint64_t max_worker_kv_bytes = 0;
-  // Bytes of KV per token below which no format stores this model (4 bits per element of
-  // every layer's K and V, scales not counted): a block_bytes under block_tokens x this is a
+  // Bytes of KV per token below which no format stores this model (3 bits per element of
+  // every layer's K and V, scales and norms not counted): a block_bytes under block_tokens x this is a
   // lie that would make the bound above meaningless. 0: not checked.
   uint64_t min_kv_bytes_per_token = 0;
   // [scheduler] kv_endpoint_allow: endpoints ("tcp://10.0.0.7:5600") or hosts ("10.0.0.7")
@@ -46,6 +46,11 @@ struct Refusal {
 // A KV pool of 1 to 2^24 blocks of 16 to 4096 tokens (a multiple of 16), of at least the
 // model's smallest block, and at most max_worker_kv_bytes in all.
 std::optional<Refusal> check_kv_pool(const v1::Register& reg, const RegistrationLimits& limits);
+
+// A KV code scheme this scheduler knows with a width it takes: uniform 0 (F32), 8 or 4 bits;
+// rotated 4 or 3. Refused otherwise (REFUSAL_REASON_KV_FORMAT): a worker of a newer build
+// whose scheme this scheduler could not account for.
+std::optional<Refusal> check_kv_scheme(const v1::Register& reg);
 
 // A kv_endpoint (prefill workers will push other sequences' KV to it) must be the peer's own:
 // ipc:// only from a local peer; tcp://HOST:PORT where HOST is the peer's address (or, from a

@@ -26,6 +26,8 @@ void fill_worker(const Core::WorkerView& w, const ActorStatus& actor, v1::Worker
   ws.set_spec_rounds(w.stats->spec_rounds);
   ws.set_drafts(w.stats->drafted);
   ws.set_drafts_accepted(w.stats->accepted);
+  ws.set_state_slots_total(w.state_slots_total);
+  ws.set_state_slots_free(w.state_slots_free);
   if (std::optional<WorkerPeerInfo> peer = actor.peer ? actor.peer(w.id) : std::nullopt) {
     ws.set_pid(peer->pid);
     ws.set_weight_bytes(peer->weight_bytes);

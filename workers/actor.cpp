@@ -39,7 +39,7 @@ namespace v1 = tandem::v1;
 
 // The bounds the sequence table checks plans against: the engine's and the pool's.
 TableLimits limits_of(const engine::Engine& engine, const engine::KvPool& pool, uint32_t spec_tokens,
-                      const workers::DraftModel* draft) {
+                      const workers::DraftModel* draft, const engine::StatePool* states) {
   return TableLimits{.vocab_size = engine.config().vocab_size,
                      .context_length = engine.config().context_length,
                      .n_blocks = pool.n_blocks(),
@@ -48,7 +48,8 @@ TableLimits limits_of(const engine::Engine& engine, const engine::KvPool& pool, 
                      .kv_format = pool.format().to_string(),
                      .spec_tokens = spec_tokens,
                      .draft_model = draft != nullptr,
-                     .draft_context_length = draft ? draft->engine().config().context_length : 0};
+                     .draft_context_length = draft ? draft->engine().config().context_length : 0,
+                     .state_slots = states != nullptr ? states->slots() : 0};
 }
 
 }  // namespace
@@ -56,15 +57,16 @@ TableLimits limits_of(const engine::Engine& engine, const engine::KvPool& pool, 
 class Actor {
  public:
   Actor(const WorkerOptions& options, std::unique_ptr<engine::Engine> engine, std::unique_ptr<engine::KvPool> pool,
-        std::unique_ptr<workers::DraftModel> draft, std::string fingerprint)
+        std::unique_ptr<workers::DraftModel> draft, std::unique_ptr<engine::StatePool> states, std::string fingerprint)
       : options_(options),
         engine_(std::move(engine)),
         pool_(std::move(pool)),
         draft_(std::move(draft)),
+        states_(std::move(states)),
         fingerprint_(std::move(fingerprint)),
         step_sampler_(engine_->config().vocab_size, engine_->threads()),
         table_(limits_of(*engine_, *pool_, options.role == runtime::Role::kPrefill ? 0 : options.spec_tokens,
-                         draft_.get())) {}
+                         draft_.get(), states_.get())) {}
 
   // CurveZMQ: the scheduler's public key and this worker's own key pair (its credential).
   Status start_curve() {
@@ -157,10 +159,13 @@ class Actor {
     r->set_kv_bits(pool_->format().bits);
     r->set_kv_group_size(pool_->format().group_size);
     r->set_kv_skip_last_layer(pool_->format().skip_last_layer);
+    r->set_kv_quant_scheme(kv_scheme_to_proto(pool_->format()));
+    if (pool_->format().rotated()) r->set_kv_rotation_seed(pool_->format().rotation_seed);
     r->set_kv_tail_blocks(pool_->tail_blocks());
     r->set_weight_bytes(engine_->weight_bytes_per_step() + (draft_ ? draft_->weight_bytes() : 0));
     if (draft_) r->set_draft_block_bytes(draft_->block_bytes(pool_->block_tokens()));
     if (options_.role != runtime::Role::kPrefill) r->set_spec_tokens(options_.spec_tokens);
+    if (states_) r->set_state_slots(states_->slots());
     r->set_threads(options_.threads);
     r->set_pid(static_cast<uint32_t>(getpid()));
     r->set_name(options_.name);
@@ -359,7 +364,7 @@ class Actor {
         return Status::error(st.code(), "draft model: " + st.message());
       }
     }
-    if (Status st = engine_->forward(table_.steps(), *pool_); !st) {
+    if (Status st = engine_->forward(table_.steps(), *pool_, states_.get()); !st) {
       table_.abort();
       return st;
     }
@@ -559,6 +564,7 @@ class Actor {
   std::unique_ptr<engine::Engine> engine_;
   std::unique_ptr<engine::KvPool> pool_;
   std::unique_ptr<workers::DraftModel> draft_;  // --spec draft; null otherwise
+  std::unique_ptr<engine::StatePool> states_;   // a hybrid model's recurrent states; null otherwise
   std::string fingerprint_;
   StepSampler step_sampler_;
   SequenceTable table_;  // every live sequence and announced handoff
@@ -648,6 +654,27 @@ Result<std::unique_ptr<workers::DraftModel>> load_draft(const WorkerOptions& opt
   return draft;
 }
 
+// A hybrid model's state pool (null for the others). What is not built for hybrids is refused
+// here, before the worker registers: a disaggregated role (the recurrent state would have to
+// travel with the KV) and speculative decoding (a rejected draft cannot be taken out of a state).
+Result<std::unique_ptr<engine::StatePool>> hybrid_states(const WorkerOptions& options,
+                                                         const model::ModelConfig& config) {
+  if (!config.arch->hybrid()) return std::unique_ptr<engine::StatePool>();
+  const std::string arch(config.arch->name);
+  if (options.role != runtime::Role::kBoth)
+    return Status::invalid("--role " + std::string(runtime::role_name(options.role)) + ": " + arch +
+                           " (a hybrid model) runs colocated only; handing off recurrent states is not built");
+  if (options.spec_tokens > 0)
+    return Status::invalid(
+        "--spec: speculative decoding on " + arch +
+        " (a hybrid model) is not built (a rejected draft cannot be removed from a recurrent state)");
+  auto states = engine::StatePool::create(config, options.state_slots);
+  if (!states) return states.status();
+  spdlog::info("worker: {} recurrent state slots of {} each", options.state_slots,
+               human_bytes((*states)->slot_floats() * sizeof(float)));
+  return std::move(*states);
+}
+
 // The actor for `options` (model loaded, KV pool made), started (registering), not running.
 Result<std::unique_ptr<Actor>> start_actor(const WorkerOptions& options) {
   auto file = model::GgufFile::open(options.model_path);
@@ -676,10 +703,12 @@ Result<std::unique_ptr<Actor>> start_actor(const WorkerOptions& options) {
                options.model_path, human_bytes((*eng)->weight_bytes_per_step()), *blocks, options.block_tokens,
                (*pool)->block_bytes(), options.kv_format.to_string(),
                human_bytes(uint64_t{(*pool)->block_bytes()} * *blocks), options.threads);
+  auto states = hybrid_states(options, (*eng)->config());
+  if (!states) return states.status();
   WorkerOptions opts = options;
   if (opts.name.empty()) opts.name = "worker-" + std::to_string(getpid());
   auto actor = std::make_unique<Actor>(opts, std::move(eng.value()), std::move(pool.value()), std::move(draft.value()),
-                                       fingerprint);
+                                       std::move(*states), fingerprint);
   TANDEM_RETURN_IF_ERROR(actor->start());
   return actor;
 }

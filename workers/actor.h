@@ -39,6 +39,8 @@ struct WorkerOptions {
   // --spec draft --draft-model FILE: the drafts come from this model (same vocabulary), run on
   // this worker with its KV beside the target's in every block; empty: prompt lookup.
   std::string draft_model_path;
+  // A hybrid model's recurrent state slots (engine::StatePool): the most sequences it holds at once.
+  uint32_t state_slots = 64;
   uint32_t heartbeat_ms = 1000;
   runtime::Role role = runtime::Role::kBoth;
   // Role decode: where prefill workers push KV. tcp://127.0.0.1:* picks a free port.

@@ -46,6 +46,8 @@ Result<std::unique_ptr<DraftModel>> DraftModel::load(const std::string& path, co
                                                      const engine::Engine& target) {
   auto eng = engine::Engine::load(path, options);
   if (!eng) return Status::invalid("--draft-model " + path + ": " + eng.status().message());
+  if ((*eng)->config().arch->hybrid())
+    return Status::invalid("--draft-model " + path + ": a hybrid (recurrent) draft model is not built");
   const std::string diff = vocabulary_difference(target.tokenizer(), (*eng)->tokenizer());
   if (!diff.empty())
     return Status::invalid("--draft-model " + path + " does not share the target model's vocabulary: " + diff);

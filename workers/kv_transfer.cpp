@@ -18,6 +18,19 @@ void for_each_region(const engine::KvPool& pool, Fn fn) {
 }
 }  // namespace
 
+v1::KvQuantScheme kv_scheme_to_proto(const engine::KvFormat& format) {
+  return format.rotated() ? v1::KV_QUANT_SCHEME_ROTATED : v1::KV_QUANT_SCHEME_UNIFORM;
+}
+
+namespace {
+// "uniform" or "rotated (seed N)": a transfer's scheme as an error names it.
+std::string scheme_name(v1::KvQuantScheme scheme, uint64_t seed) {
+  if (scheme == v1::KV_QUANT_SCHEME_ROTATED) return "rotated (seed " + std::to_string(seed) + ")";
+  if (scheme == v1::KV_QUANT_SCHEME_UNIFORM || scheme == v1::KV_QUANT_SCHEME_UNSPECIFIED) return "uniform";
+  return "unknown scheme " + std::to_string(scheme);
+}
+}  // namespace
+
 uint64_t max_transfer_bytes(const engine::KvPool& pool, uint32_t context_length) {
   const uint64_t blocks =
       std::min<uint64_t>(transfer_blocks(context_length, pool.block_tokens()), pool.n_blocks()) + pool.tail_blocks();
@@ -40,6 +53,8 @@ void pack_transfer(engine::KvPool& pool, std::span<const int32_t> positions_bloc
     header.add_run_blocks(j - i);
     i = j;
   }
+  header.set_kv_quant_scheme(kv_scheme_to_proto(pool.format()));
+  header.set_kv_rotation_seed(pool.format().rotated() ? pool.format().rotation_seed : 0);
   header.clear_region_block_bytes();
   for (uint32_t l = 0; l < pool.n_layers(); ++l) header.add_region_block_bytes(pool.region_block_bytes(l));
   out.push_back(runtime::to_frame(header));
@@ -66,6 +81,15 @@ Result<uint64_t> unpack_transfer(engine::KvPool& pool, const v1::KvTransfer& hea
     return Status::invalid("KV format differs: the transfer carries a tail of " + std::to_string(header.tail_blocks()) +
                            " blocks (F32 window), this pool's tails take " + std::to_string(pool.tail_blocks()) +
                            " and " + std::to_string(dest_tail.size()) + " were reserved");
+  const v1::KvQuantScheme scheme = kv_scheme_to_proto(pool.format());
+  const uint64_t seed = pool.format().rotated() ? pool.format().rotation_seed : 0;
+  const v1::KvQuantScheme sent = header.kv_quant_scheme() == v1::KV_QUANT_SCHEME_UNSPECIFIED
+                                     ? v1::KV_QUANT_SCHEME_UNIFORM
+                                     : header.kv_quant_scheme();
+  if (sent != scheme || header.kv_rotation_seed() != seed)
+    return Status::invalid("KV format differs: the transfer's codes are " +
+                           scheme_name(header.kv_quant_scheme(), header.kv_rotation_seed()) + ", this pool's " +
+                           scheme_name(scheme, seed));
   if (header.tail_end() < -1 || header.tail_end() > header.positions())
     return Status::invalid("transfer's tail_end " + std::to_string(header.tail_end()) + " is outside [-1, " +
                            std::to_string(header.positions()) + "]");

@@ -18,6 +18,9 @@
 
 namespace tandem::worker {
 
+// The wire's name of a format's code scheme (Register and KvTransfer carry it).
+v1::KvQuantScheme kv_scheme_to_proto(const engine::KvFormat& format);
+
 // Blocks that hold positions [0, positions).
 inline uint32_t transfer_blocks(uint32_t positions, uint32_t block_tokens) {
   return (positions + block_tokens - 1) / block_tokens;
@@ -40,9 +43,9 @@ void pack_transfer(engine::KvPool& pool, std::span<const int32_t> blocks, std::s
                    v1::KvTransfer& header, runtime::Frames& out);
 
 // Writes the raw frames of a transfer (frames[1..]) into `dest` blocks of `pool`. Refuses,
-// changing nothing, when the header's KV format, the frame count or a frame's size does not
-// match, or `dest` is too short. Returns the bytes copied.
-// `dest_tail`: the receiving sequence's tail (its size must be the header's tail_blocks).
+// changing nothing, when the header's KV format (bytes per region, code scheme, rotation seed), the frame count or a
+// frame's size does not match, or `dest` is too short. Returns the bytes copied. `dest_tail`: the receiving sequence's
+// tail (its size must be the header's tail_blocks).
 Result<uint64_t> unpack_transfer(engine::KvPool& pool, const v1::KvTransfer& header,
                                  std::span<const int32_t> dest_blocks, std::span<const int32_t> dest_tail,
                                  const runtime::Frames& frames);

@@ -13,6 +13,10 @@ std::string str(uint64_t v) { return std::to_string(v); }
 
 }  // namespace
 
+SequenceTable::SequenceTable(const TableLimits& limits) : limits_(limits) {
+  for (uint32_t s = limits.state_slots; s-- > 0;) free_slots_.push_back(static_cast<int32_t>(s));
+}
+
 // Messages are built only on failure: a valid plan allocates nothing here.
 Status SequenceTable::check_entry(const runtime::SeqPlan& sp, const Sequence* seq, uint64_t& tokens) const {
   auto bad = [&sp](const std::string& what) { return Status::invalid("sequence " + str(sp.seq_id) + " " + what); };
@@ -29,6 +33,12 @@ Status SequenceTable::check_entry(const runtime::SeqPlan& sp, const Sequence* se
     return bad("is a speculating round, but this worker does not speculate");
   const uint64_t start = sp.speculate ? held : sp.start_pos;
   if (start > held) return bad("plan starts at " + str(start) + " but " + str(held) + " positions are cached");
+  if (limits_.state_slots > 0 && seq != nullptr && start < held)
+    return bad("rolls back from position " + str(held) + " to " + str(start) +
+               "; a hybrid model's recurrent state cannot roll back");
+  if (limits_.state_slots > 0 && seq == nullptr && start > 0)
+    return bad("starts at position " + str(start) +
+               " from cached blocks; a hybrid model's recurrent state is not cached (no prefix cache for hybrids)");
   const int32_t last = seq != nullptr ? seq->last : -1;
   if (sp.tokens.empty() && last < 0) return bad("has no sampled token to continue from");
   const std::span<const int32_t> feed = sp.tokens.empty() ? std::span<const int32_t>(&last, 1) : sp.tokens;
@@ -71,6 +81,9 @@ Status SequenceTable::check(const runtime::StepPlan& plan) {
   }
   std::sort(fresh_.begin(), fresh_.end());
   if (auto dup = std::adjacent_find(fresh_.begin(), fresh_.end()); dup != fresh_.end()) return twice(*dup);
+  if (limits_.state_slots > 0 && fresh_.size() > free_slots_.size())
+    return Status::invalid("the plan starts " + str(fresh_.size()) + " sequences but only " + str(free_slots_.size()) +
+                           " of " + str(limits_.state_slots) + " recurrent state slots are free (raise --state-slots)");
   if (tokens > limits_.max_step_tokens)
     return Status::invalid("step of " + str(tokens) + " tokens is larger than the engine takes (" +
                            str(limits_.max_step_tokens) + ")");
@@ -138,6 +151,10 @@ void SequenceTable::stage(const runtime::SeqPlan& sp, size_t i, Held* held) {
     seq.tokens.assign(sp.history.begin(), sp.history.end());
     seq.tail.assign(sp.tail_blocks.begin(), sp.tail_blocks.end());
     seq.draft = workers::DraftLength(limits_.spec_tokens);
+    if (limits_.state_slots > 0) {
+      seq.state_slot = free_slots_.back();
+      free_slots_.pop_back();
+    }
   }
   seq.blocks.insert(seq.blocks.end(), sp.new_blocks.begin(), sp.new_blocks.end());
   // A start before the positions held rolls back to it (what it overwrites is kept for abort).
@@ -157,7 +174,7 @@ void SequenceTable::stage(const runtime::SeqPlan& sp, size_t i, Held* held) {
         workers::DraftJob{seq.tokens, 0, seq.blocks, &seq.draft_pos, &seq.sampling, seq.prompt_len, {}};
   const auto fed = std::span<const int32_t>(seq.tokens).subspan(st.start_pos);
   const uint32_t rows = sp.sample ? 1 + st.drafts : 0;
-  steps_[i] = engine::SeqStep{fed, st.start_pos, seq.blocks, rows, seq.tail, seq.tail_end};
+  steps_[i] = engine::SeqStep{fed, st.start_pos, seq.blocks, rows, seq.tail, seq.tail_end, seq.state_slot};
   if (sp.sample) {
     const std::span<const int32_t> history(seq.tokens);
     samples_[n_samples_] =
@@ -214,6 +231,7 @@ void SequenceTable::abort() {
   for (size_t i = staged_; i-- > 0;) {
     Staged& st = stage_[i];
     if (st.fresh) {
+      if (st.seq->state_slot >= 0) free_slots_.push_back(st.seq->state_slot);
       sequences_.erase(st.seq_id);
       continue;
     }
@@ -231,6 +249,8 @@ void SequenceTable::abort() {
 }
 
 void SequenceTable::drop(uint64_t seq_id) {
+  if (auto it = sequences_.find(seq_id); it != sequences_.end() && it->second.state_slot >= 0)
+    free_slots_.push_back(it->second.state_slot);
   sequences_.erase(seq_id);
   // A handoff abandoned before its KV arrived: what arrives later is dropped.
   std::erase_if(expected_, [seq_id](const auto& e) { return e.second.seq_id == seq_id; });
@@ -238,6 +258,8 @@ void SequenceTable::drop(uint64_t seq_id) {
 
 void SequenceTable::drop_all() {
   sequences_.clear();
+  free_slots_.clear();
+  for (uint32_t s = limits_.state_slots; s-- > 0;) free_slots_.push_back(static_cast<int32_t>(s));
   expected_.clear();
 }
 
@@ -276,6 +298,9 @@ std::optional<IncomingHandoff> SequenceTable::take_expected(uint64_t transfer_id
 }
 
 Status SequenceTable::receive(const IncomingHandoff& handoff, const HandoffState& state) {
+  if (limits_.state_slots > 0)
+    return Status::invalid("transfer for sequence " + str(handoff.seq_id) +
+                           ": handing off a hybrid model's recurrent state is not built");
   if (state.tokens.size() != handoff.positions)
     return Status::invalid("transfer for sequence " + str(handoff.seq_id) + " carries " + str(state.tokens.size()) +
                            " tokens for " + str(handoff.positions) + " positions");

@@ -36,6 +36,9 @@ struct TableLimits {
   // left for it to write (to_draft()) between apply() and the forward.
   bool draft_model = false;
   uint32_t draft_context_length = 0;  // the draft model's: it drafts no position past it
+  // A hybrid model's recurrent state slots (engine::StatePool), ids [0, state_slots): each held
+  // sequence takes one until it is dropped. 0: the model keeps no recurrent state.
+  uint32_t state_slots = 0;
 };
 
 // One live sequence as the worker holds it.
@@ -52,6 +55,7 @@ struct Sequence {
   // With a draft model: positions [0, draft_pos) hold the draft model's KV for these tokens
   // (0 for a sequence new here, received or from the prefix cache: it catches up when it drafts).
   uint32_t draft_pos = 0;
+  int32_t state_slot = -1;  // its recurrent state slot (TableLimits::state_slots); -1: none
 };
 
 // A sampled plan entry of the applied step, in plan order.
@@ -105,12 +109,15 @@ struct OutgoingHandoff {
 
 class SequenceTable {
  public:
-  explicit SequenceTable(const TableLimits& limits) : limits_(limits) {}
+  explicit SequenceTable(const TableLimits& limits);
 
   // Checks every entry of `plan` before changing anything (its `release` list is the caller's:
   // drop() those first). Refused, naming the sequence and the problem, with the table left as
   // it was: an unknown sequence without its first-appearance fields, a tail of the wrong size,
-  // a sequence twice, a start past the positions held (a start before them rolls back), a
+  // a sequence twice, a start past the positions held (a start before them rolls back), with
+  // recurrent state slots (a hybrid model) also a rollback, a new sequence that does not start
+  // at position 0 (a cached prefix: hybrids have no prefix cache yet) and more new sequences
+  // than free slots, a
   // decode with no sampled token, a token or block id out of range, a block table too short
   // or past the context, a step larger than the engine takes. On success the step is staged
   // (steps(), to_sample()) until commit() or abort(); a staged table refuses another apply.
@@ -133,8 +140,8 @@ class SequenceTable {
   void abort();
   bool staged() const { return staged_ > 0; }
 
-  // Forgets a sequence (finished, cancelled, preempted) and any handoff announced for it; an
-  // unknown id is nothing to do. Not while a step is staged.
+  // Forgets a sequence (finished, cancelled, preempted) and any handoff announced for it, and
+  // frees its state slot; an unknown id is nothing to do. Not while a step is staged.
   void drop(uint64_t seq_id);
   void drop_all();
   // Keeps `seq_id`'s first `positions` positions only (rejected draft tokens): its history
@@ -160,6 +167,8 @@ class SequenceTable {
 
   const Sequence* find(uint64_t seq_id) const;
   size_t size() const { return sequences_.size(); }
+  // State slots not held by a sequence (TableLimits::state_slots of them when none is held).
+  size_t free_state_slots() const { return free_slots_.size(); }
   size_t expected_handoffs() const { return expected_.size(); }
 
  private:
@@ -206,7 +215,8 @@ class SequenceTable {
   std::vector<uint64_t> fresh_;  // check(): the new sequences' ids, sorted
   uint64_t applies_ = 0;         // apply() calls, for Held::checked
   size_t staged_ = 0, n_samples_ = 0;
-  uint32_t n_rows_ = 0;  // logits rows of the staged step
+  uint32_t n_rows_ = 0;              // logits rows of the staged step
+  std::vector<int32_t> free_slots_;  // state slots no sequence holds; the next taken is the back
 };
 
 }  // namespace tandem::worker

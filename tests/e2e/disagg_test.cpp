@@ -215,50 +215,86 @@ TEST(Disagg, TheLastDecodeWorkerKilledEndsStreamsWithErrorsNotHangs) {
   EXPECT_EQ(test::in_use(st.workers[0]), 0u);
 }
 
+// 16 greedy streams of 24 tokens through `tandem up` with `flags`: their tokens and the bytes
+// handed over. With `refused` (a split deployment), a decode worker started with those KV
+// flags must be refused for its KV format, the error naming `refusal`.
+std::pair<std::vector<std::vector<int32_t>>, uint64_t> run_handoff(std::vector<std::string> flags,
+                                                                   const std::vector<std::string>& refused = {},
+                                                                   const std::string& refusal = "KV format") {
+  flags.insert(flags.end(), {"--threads", "1", "--kv-memory", "67108864"});
+  Deployment d(flags);
+  EXPECT_TRUE(d.ok());
+  std::pair<std::vector<std::vector<int32_t>>, uint64_t> out;
+  if (!d.ok()) return out;
+  auto client = d.client();
+  std::vector<std::shared_ptr<Stream>> streams;
+  for (uint32_t i = 0; i < 16; ++i) {
+    GenerateRequest r = test::greedy_request(prompt_of(40 + i * 9, 500 + i), 24);
+    r.ignore_eos = true;
+    streams.push_back(client->generate(r));
+  }
+  for (auto& s : streams) {
+    Collected c = collect(*s);
+    EXPECT_EQ(c.finals, 1);
+    EXPECT_EQ(c.fin.reason, FinishReason::kLength) << c.fin.error_message;
+    out.first.push_back(c.tokens);
+  }
+  out.second = client->status(5s).value().handoff_bytes;
+  if (!refused.empty()) {  // a decode worker storing KV in another format cannot join
+    const std::string dir = test::temp_dir();
+    std::vector<std::string> argv = {std::string(TANDEM_TANDEM_BIN) + "-worker",
+                                     "--model",
+                                     test::model_file("tiny", 1),
+                                     "--scheduler",
+                                     d.worker_endpoint(),
+                                     "--threads",
+                                     "1",
+                                     "--role",
+                                     "decode"};
+    argv.insert(argv.end(), refused.begin(), refused.end());
+    const pid_t w = test::spawn(argv, dir + "/w.out");
+    EXPECT_NE(test::wait_for(w, 30s), 0);
+    const std::string err = test::slurp(dir + "/w.out.err");
+    EXPECT_NE(err.find(refusal), std::string::npos) << err;
+  }
+  return out;
+}
+
 // Quantized KV moves as its quantized bytes: the split gives the same tokens as one worker
 // of role both with the same format, and moves fewer bytes than F32 does.
 TEST(Disagg, QuantizedKvIsHandedOverAsIsAndAMismatchedWorkerIsRefused) {
-  auto run = [](std::vector<std::string> flags) {
-    flags.insert(flags.end(), {"--threads", "1", "--kv-memory", "67108864"});
-    Deployment d(flags);
-    EXPECT_TRUE(d.ok());
-    std::pair<std::vector<std::vector<int32_t>>, uint64_t> out;
-    if (!d.ok()) return out;
-    auto client = d.client();
-    std::vector<std::shared_ptr<Stream>> streams;
-    for (uint32_t i = 0; i < 16; ++i) {
-      GenerateRequest r = test::greedy_request(prompt_of(40 + i * 9, 500 + i), 24);
-      r.ignore_eos = true;
-      streams.push_back(client->generate(r));
-    }
-    for (auto& s : streams) {
-      Collected c = collect(*s);
-      EXPECT_EQ(c.finals, 1);
-      EXPECT_EQ(c.fin.reason, FinishReason::kLength) << c.fin.error_message;
-      out.first.push_back(c.tokens);
-    }
-    out.second = client->status(5s).value().handoff_bytes;
-    if (flags[0] == "--prefill") {  // a decode worker storing KV in another format cannot join
-      // (against 8-bit workers: 8-bit too, but with an F32 window of one block; against F32: 8-bit)
-      const std::string dir = test::temp_dir();
-      const pid_t w = test::spawn({std::string(TANDEM_TANDEM_BIN) + "-worker", "--model", test::model_file("tiny", 1),
-                                   "--scheduler", d.worker_endpoint(), "--threads", "1", "--role", "decode",
-                                   "--kv-bits", "8", "--kv-f32-window", flags[5] == "8" ? "1" : "2"},
-                                  dir + "/w.out");
-      EXPECT_NE(test::wait_for(w, 30s), 0);
-      const std::string err = test::slurp(dir + "/w.out.err");
-      EXPECT_NE(err.find("KV format"), std::string::npos) << err;
-    }
-    return out;
-  };
-  const auto both8 = run({"--workers", "1", "--kv-bits", "8"});
-  const auto split8 = run({"--prefill", "1", "--decode", "1", "--kv-bits", "8"});
-  const auto split32 = run({"--prefill", "1", "--decode", "1", "--kv-bits", "0"});
+  const auto both8 = run_handoff({"--workers", "1", "--kv-bits", "8"});
+  // Against 8-bit workers: 8-bit too, but with an F32 window of one block; against F32: 8-bit.
+  const auto split8 =
+      run_handoff({"--prefill", "1", "--decode", "1", "--kv-bits", "8"}, {"--kv-bits", "8", "--kv-f32-window", "1"});
+  const auto split32 =
+      run_handoff({"--prefill", "1", "--decode", "1", "--kv-bits", "0"}, {"--kv-bits", "8", "--kv-f32-window", "2"});
   EXPECT_EQ(split8.first, both8.first) << "8-bit KV handed over byte for byte";
   EXPECT_GT(split8.second, 0u);
   // 8-bit blocks are 2.67x smaller here (head_dim 16); each sequence also moves the tail
   // of its F32 window (6 blocks), so these prompts (115 blocks in all) move 1.4x fewer bytes.
   EXPECT_LT(split8.second * 5, split32.second * 4) << "8-bit blocks move fewer bytes";
+}
+
+// Rotated KV (its codes, norms and F32 window tail) moves as its bytes too: a split deployment
+// gives the tokens of one worker of role both with the same format, and a decode worker with
+// another scheme or width is refused, the error naming the formats.
+TEST(Disagg, RotatedKvIsHandedOverAsIsAndAMismatchedWorkerIsRefused) {
+  const std::vector<std::string> rot4 = {"--kv-bits", "4", "--kv-quant-scheme", "rotated"};
+  auto with = [&](std::vector<std::string> head) {
+    head.insert(head.end(), rot4.begin(), rot4.end());
+    return head;
+  };
+  const auto both = run_handoff(with({"--workers", "1"}));
+  const auto split = run_handoff(with({"--prefill", "1", "--decode", "1"}), {"--kv-bits", "4"}, "KV format q4/g64");
+  EXPECT_EQ(split.first, both.first) << "rotated KV handed over byte for byte";
+  EXPECT_GT(split.second, 0u);
+  const auto split3 = run_handoff({"--prefill", "1", "--decode", "1", "--kv-bits", "3", "--kv-quant-scheme", "rotated"},
+                                  rot4, "KV format rotated 4-bit");
+  // (3-bit blocks are smaller, but at head_dim 16 a sequence's F32 window tail takes 16 of them
+  // against 11 at 4 bits: these short prompts move 6% more bytes, so bytes are not compared.)
+  EXPECT_GT(split3.second, 0u);
+  EXPECT_NE(split3.first, split.first) << "3 and 4 bits are different codes";
 }
 
 }  // namespace

@@ -36,6 +36,9 @@ const Case kCases[] = {
     {"qwen2_yarn", "--arch qwen2 --rope-scaling yarn:2:128", "qwen2"},
     {"qwen3", "--arch qwen3", "qwen3"},
     {"qwen3_head_dim_64_tied", "--arch qwen3 --head-dim 64 --tied", "qwen3"},
+    // The hybrid against scripts/qwen35-reference.py (float64, written from the equations).
+    {"qwen35", "--arch qwen35", "qwen35"},
+    {"qwen35_f16", "--arch qwen35 --dtype f16", "qwen35"},
 };
 
 constexpr double kTolerance = 1e-4;
@@ -55,13 +58,20 @@ std::string run(const std::string& command) {
 std::vector<std::vector<float>> engine_logits(Engine& e, const std::vector<int32_t>& tokens, size_t prompt) {
   auto pool = KvPool::create(e.config(), 16);
   EXPECT_TRUE(pool) << pool.status().to_string();
+  std::unique_ptr<StatePool> states;
+  if (e.config().arch->hybrid()) {
+    auto made = StatePool::create(e.config(), 2);
+    EXPECT_TRUE(made) << made.status().to_string();
+    states = std::move(*made);
+  }
   std::vector<int32_t> blocks(16);
   std::iota(blocks.begin(), blocks.end(), 0);
   std::vector<std::vector<float>> out;
   for (size_t at = 0; at < tokens.size();) {
     const size_t n = at < prompt ? std::min<size_t>(16, prompt - at) : 1;
     SeqStep s{std::span(tokens).subspan(at, n), static_cast<uint32_t>(at), blocks, static_cast<uint32_t>(n)};
-    Status st = e.forward({&s, 1}, **pool);
+    s.state_slot = states ? 1 : -1;
+    Status st = e.forward({&s, 1}, **pool, states.get());
     EXPECT_TRUE(st.is_ok()) << st.to_string();
     if (!st.is_ok()) return out;
     for (uint32_t r = 0; r < n; ++r) out.emplace_back(e.logits(r).begin(), e.logits(r).end());
@@ -91,9 +101,10 @@ TEST_P(ArchitectureVsReference, LogitsWithin1e4) {
   std::string list;
   for (int32_t t : tokens) list += (list.empty() ? "" : ",") + std::to_string(t);
   const std::string ref_path = dir + "/" + c.name + ".f64";
-  const std::string said =
-      run("/usr/bin/python3 " + std::string(TANDEM_SOURCE_DIR) + "/tests/model/reference_forward.py " + model +
-          " --tokens " + list + " --out " + ref_path);
+  const std::string script =
+      (*e)->config().arch->hybrid() ? "/scripts/qwen35-reference.py " : "/tests/model/reference_forward.py ";
+  const std::string said = run("/usr/bin/python3 " + std::string(TANDEM_SOURCE_DIR) + script + model + " --tokens " +
+                               list + " --out " + ref_path);
   ASSERT_EQ(said.rfind("exit ", 0), std::string::npos) << said;
   const size_t vocab = (*e)->config().vocab_size;
   std::vector<double> want(tokens.size() * vocab);

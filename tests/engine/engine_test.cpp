@@ -113,14 +113,14 @@ InvarianceRun run_alone(Engine& e, const std::vector<int32_t>& prompt, const std
 InvarianceRun run_batched(Engine& e, const std::vector<int32_t>& prompt, const std::vector<int32_t>& decode,
                           const std::vector<uint32_t>& chunks, uint32_t seed, const KvFormat& format) {
   InvarianceRun out;
-  auto pool = KvPool::create(e.config(), 72, 16, format).value();
-  std::vector<int32_t> all = iota_blocks(72);
+  const uint32_t tb = KvPool::tail_blocks_for(e.config(), 16, format);  // 16 at most (rotated 3-bit, head_dim 16)
+  auto pool = KvPool::create(e.config(), 48 + 3 * tb, 16, format).value();
+  std::vector<int32_t> all = iota_blocks(48 + 3 * tb);
   std::shuffle(all.begin(), all.end(), std::mt19937(seed));
   const std::vector<int32_t> mine(all.begin(), all.begin() + 16);
   const std::vector<int32_t> other1(all.begin() + 16, all.begin() + 32), other2(all.begin() + 32, all.begin() + 48);
-  const uint32_t tb = KvPool::tail_blocks_for(e.config(), 16, format);  // <= 8 each
   const std::vector<int32_t> tail(all.begin() + 48, all.begin() + 48 + tb),
-      tail1(all.begin() + 56, all.begin() + 56 + tb), tail2(all.begin() + 64, all.begin() + 64 + tb);
+      tail1(all.begin() + 48 + tb, all.begin() + 48 + 2 * tb), tail2(all.begin() + 48 + 2 * tb, all.end());
   const auto o1 = random_tokens(200, e.config().vocab_size, seed + 1);
   const auto o2 = random_tokens(200, e.config().vocab_size, seed + 2);
   uint32_t pos = 0, p1 = 0, p2 = 0;
@@ -180,8 +180,10 @@ TEST(BatchInvariance, PackedKernelsAreBitwiseIdentical) {
 // Quantized KV: the codes a token gets depend only on its own K/V, and the fused
 // dequantization is a fixed chain per output element.
 TEST(BatchInvariance, QuantizedKvIsBitwiseIdentical) {
+  constexpr auto kRot = KvScheme::kRotated;
   for (const KvFormat format :
-       {KvFormat{8, 64}, KvFormat{8, 64, false, 1}, KvFormat{8, 64, false, 0}, KvFormat{4, 32}, KvFormat{4, 64, true}})
+       {KvFormat{8, 64}, KvFormat{8, 64, false, 1}, KvFormat{8, 64, false, 0}, KvFormat{4, 32}, KvFormat{4, 64, true},
+        KvFormat{4, 64, false, 2, kRot}, KvFormat{3, 64, true, 2, kRot}, KvFormat{3, 64, false, 0, kRot}})
     for (uint32_t threads : {1u, 2u}) {
       const float worst = invariance_max_diff(GemmBackend::kPacked, threads, format);
       std::printf("%s, %u threads: largest logit difference alone vs batched: %g\n", format.to_string().c_str(),
@@ -340,7 +342,8 @@ namespace {
 TEST(Engine, StepsAllocateNothingAfterWarmUp) {
   for (const auto& [backend, format] :
        {std::pair{GemmBackend::kPacked, KvFormat{}}, std::pair{GemmBackend::kOpenBlas, KvFormat{}},
-        std::pair{GemmBackend::kPacked, KvFormat{4, 32, true}}}) {
+        std::pair{GemmBackend::kPacked, KvFormat{4, 32, true}},
+        std::pair{GemmBackend::kPacked, KvFormat{3, 64, false, 2, KvScheme::kRotated}}}) {
     auto e = load(test::model_file("tiny", 1), backend);
     const uint32_t tb = KvPool::tail_blocks_for(e->config(), 16, format);  // the F32 window's tails (4-bit)
     auto pool = KvPool::create(e->config(), 16 + 2 * tb, 16, format).value();

@@ -232,6 +232,84 @@ INSTANTIATE_TEST_SUITE_P(Shapes, QuantAttentionShapes,
                                             ::testing::Values(1u, 3u, 4u, 7u), ::testing::Values(8u, 4u),
                                             ::testing::Values(32u, 64u)));
 
+// Rotated KV (head_dim, block_tokens, query heads, bits): every variant gives the generic
+// kernel's bits, with and without an F32 window, and the generic kernel matches
+// double-precision attention over the cache as the pool reads it back (norm * level, rotated
+// back): scores against rotated keys need no inverse rotation because the transform is
+// orthonormal, and the values' single inverse rotation after the sum is exact up to rounding.
+class RotatedAttentionShapes : public ::testing::TestWithParam<std::tuple<uint32_t, uint32_t, uint32_t, uint32_t>> {};
+
+TEST_P(RotatedAttentionShapes, VariantsAgreeBitwiseWithReference) {
+  std::mt19937 rng(17);
+  const auto& param = GetParam();  // (see above: no structured binding)
+  const uint32_t hd = std::get<0>(param), bt = std::get<1>(param), n_q = std::get<2>(param), bits = std::get<3>(param);
+  ModelConfig c;
+  c.dim = hd;
+  c.n_heads = 1;
+  c.n_kv_heads = 1;
+  c.n_layers = 2;
+  auto pool = KvPool::create(c, 12, bt, {bits, 64, false, 2, KvScheme::kRotated}).value();
+  const uint32_t layer = 1;
+  const std::vector<int32_t> blocks = {5, 2, 7, 0, 3, 11, 9, 1, 4, 6};
+  const uint32_t n_tokens = static_cast<uint32_t>(blocks.size()) * bt;
+  std::vector<float> k(size_t{n_tokens} * hd), v(size_t{n_tokens} * hd), kr(k.size()), vr(v.size());
+  for (uint32_t t = 0; t < n_tokens; ++t) {
+    const auto kx = random_vec(hd, rng, 0.5f), vx = random_vec(hd, rng, 0.5f);
+    for (uint32_t d = 0; d < hd; ++d) {
+      k[size_t{t} * hd + d] = kx[d] + (d == 3 ? 4.0f : 0.3f);  // an offset and an outlier channel
+      v[size_t{t} * hd + d] = vx[d];
+    }
+    const auto block = static_cast<uint32_t>(blocks[t / bt]);
+    pool->write(layer, 0, block, t % bt, &k[size_t{t} * hd], &v[size_t{t} * hd]);
+    pool->read(layer, 0, block, t % bt, &kr[size_t{t} * hd], &vr[size_t{t} * hd]);
+  }
+  const auto q = random_vec(size_t{n_q} * hd, rng);
+  for (uint32_t n_keys : {1u, 15u, 16u, 17u, 33u, 100u, 160u}) {
+    std::vector<float> ref(size_t{n_q} * hd), scores(size_t{n_q} * 160);
+    AttentionArgs a;
+    a.q = q.data();
+    a.n_q = n_q;
+    a.head_dim = hd;
+    a.blocks = blocks.data();
+    a.kv_bits = bits;
+    a.kv_rotated = true;
+    a.k_signs = pool->rotation_signs(layer, 0);
+    a.v_signs = pool->rotation_signs(layer, 1);
+    a.levels = pool->rotation_levels()->levels;
+    a.k_bytes = pool->block_data(layer, 0, 0, 0);
+    a.v_bytes = pool->block_data(layer, 0, 1, 0);
+    a.block_bytes = pool->region_block_bytes(layer);
+    a.block_tokens = bt;
+    a.n_keys = n_keys;
+    a.scale = 0.125f;
+    a.scores = scores.data();
+    a.out = ref.data();
+    by_name("generic")->attention(a);
+    expect_near_double_attention(
+        a, ref, [&](uint32_t j, uint32_t d) { return double(kr[size_t{j} * hd + d]); },
+        [&](uint32_t j, uint32_t d) { return double(vr[size_t{j} * hd + d]); });
+    expect_variants_match_generic(a, ref);
+
+    const uint32_t from = (n_keys - 1) / bt >= 1 ? ((n_keys - 1) / bt - 1) * bt : 0;
+    std::vector<const float*> win_k, win_v;
+    for (uint32_t j = from; j < n_keys; ++j) win_k.push_back(&k[size_t{j} * hd]), win_v.push_back(&v[size_t{j} * hd]);
+    a.f32_from = from;
+    a.win_k = win_k.data();
+    a.win_v = win_v.data();
+    std::vector<float> open_ref(ref.size());
+    a.out = open_ref.data();
+    by_name("generic")->attention(a);
+    expect_near_double_attention(
+        a, open_ref, [&](uint32_t j, uint32_t d) { return double((j >= from ? k : kr)[size_t{j} * hd + d]); },
+        [&](uint32_t j, uint32_t d) { return double((j >= from ? v : vr)[size_t{j} * hd + d]); });
+    expect_variants_match_generic(a, open_ref);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, RotatedAttentionShapes,
+                         ::testing::Combine(::testing::Values(16u, 64u, 128u), ::testing::Values(16u, 32u),
+                                            ::testing::Values(1u, 3u, 4u, 7u), ::testing::Values(4u, 3u)));
+
 TEST(Kernels, SiluMulVariantsAgreeBitwise) {
   std::mt19937 rng(3);
   const size_t n = 1000;
@@ -249,6 +327,35 @@ TEST(Kernels, SiluMulVariantsAgreeBitwise) {
     std::vector<float> out(n);
     kern->silu_mul(g.data(), u.data(), out.data(), n);
     ASSERT_TRUE(bitwise_equal(out.data(), ref.data(), n)) << kern->name;
+  }
+}
+
+// argmax: the lowest index of the max, NaN as -inf, ties and +-inf and all-NaN rows, at
+// lengths around the 256-element blocks and the vector widths; every variant.
+TEST(Kernels, ArgmaxIsTheLowestIndexOfTheMaxInEveryVariant) {
+  std::mt19937 rng(5);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (uint32_t n : {0u, 1u, 7u, 16u, 255u, 256u, 257u, 1000u, 32000u}) {
+    for (int shape = 0; shape < 6; ++shape) {
+      std::vector<float> x = random_vec(n, rng, 3.0f);
+      uint32_t want = 0;
+      float want_max = -inf;
+      if (n > 0) {
+        if (shape == 1) std::fill(x.begin(), x.end(), nan);              // nothing possible: 0
+        if (shape == 2) std::fill(x.begin(), x.end(), -inf);             // nothing possible: 0
+        if (shape == 3) x[n / 2] = 50.0f, x[n - 1] = 50.0f, x[0] = nan;  // a tie: the lower
+        if (shape == 4) x[n - 1] = inf, x[n / 3] = nan;                  // +inf wins
+        if (shape == 5)
+          for (size_t i = 0; i < n; i += 2) x[i] = nan;  // every other NaN
+        for (uint32_t i = 0; i < n; ++i)
+          if (x[i] > want_max) want_max = x[i], want = i;
+      }
+      for (const Kernels* kern : variants()) {
+        float got_max = 0.0f;
+        EXPECT_EQ(kern->argmax(x.data(), n, &got_max), want) << kern->name << " n " << n << " shape " << shape;
+        EXPECT_EQ(got_max, want_max) << kern->name << " n " << n << " shape " << shape;
+      }
+    }
   }
 }
 

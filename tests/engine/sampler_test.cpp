@@ -176,6 +176,29 @@ TEST(SamplerGreedy, IsArgmaxWithLowestIdTieBreak) {
   EXPECT_EQ(s.sample(flat, SamplingParams{}, 3).token, 0);
 }
 
+// Without a logprob to report, greedy takes the argmax kernel's shortcut: the same token as the
+// full stages, on random rows, ties, NaN, +-inf and rows with nothing possible, and the stages
+// still run when a penalty or logit_bias reshapes the row.
+TEST(SamplerGreedy, SkippingTheLogprobGivesTheSameToken) {
+  const float nan = std::nanf("");
+  for (uint32_t n : {8u, 300u, 32000u}) {
+    Sampler s(n);
+    for (uint32_t trial = 0; trial < 40; ++trial) {
+      auto l = random_logits(n, trial);
+      if (trial % 5 == 1) l[trial % n] = nan, l[(trial * 7) % n] = kInf;
+      if (trial % 5 == 2) std::fill(l.begin(), l.end(), trial % 2 ? nan : -kInf);
+      if (trial % 5 == 3) l[n - 1] = l[n / 2] = 1e9f;
+      SamplingParams p;
+      const std::vector<int32_t> history = {static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin())};
+      if (trial % 5 == 4) p.repetition_penalty = 50.0f;  // reshapes: the top token is penalized
+      const Sample full = s.sample(l, p, trial, history, history);
+      const Sample quick = s.sample(l, p, trial, history, history, Sampler::Logprob::kSkip);
+      EXPECT_EQ(quick.token, full.token) << "n " << n << " trial " << trial;
+      EXPECT_EQ(quick.logprob, 0.0f);
+    }
+  }
+}
+
 TEST(SamplerGreedy, TopKOneAndTinyTemperatureAreGreedy) {
   Sampler s(500);
   for (uint32_t trial = 0; trial < 30; ++trial) {

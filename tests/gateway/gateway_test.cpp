@@ -551,6 +551,8 @@ TEST(Gateway, BadRequestsGetTheOpenAIErrorObjectAndTheGatewayKeepsServing) {
       {"{\"prompt\": \"x\", \"logit_bias\": " + many_biases(301) + "}", 400,
        "301 entries, at most 300 (OpenAI's limit)"},
       {"{\"prompt\": [1, 2, 999999]}", 400, "\"error\""},  // the scheduler's refusal, mapped
+      {"{\"prompt\": \"x\", \"speculative.n_max\": -1}", 400, "speculative.n_max: -1 is outside"},
+      {"{\"prompt\": \"x\", \"speculative.n_max\": 17}", 400, "spec_tokens 17 is more than 16 drafts a round"},
       {std::string(100, '[') + std::string(100, ']'), 400, "deeper than 64"},
   };
   for (const Case& c : cases) {
@@ -569,7 +571,8 @@ TEST(Gateway, BadRequestsGetTheOpenAIErrorObjectAndTheGatewayKeepsServing) {
   // Unknown fields are ignored, and logged once per name.
   for (int i = 0; i < 2; ++i) {
     const Reply ok = http(g.port(), "POST", "/v1/completions",
-                          "{\"prompt\":\"x\",\"max_tokens\":2,\"store\":true,\"frobnicate\":1,\"model\":\"tiny\"}");
+                          "{\"prompt\":\"x\",\"max_tokens\":2,\"store\":true,\"frobnicate\":1,\"model\":\"tiny\","
+                          "\"speculative.n_max\":0}");
     EXPECT_EQ(ok.status, 200) << ok.body;
     EXPECT_NE(ok.body.find("\"completion_tokens\":2"), std::string::npos) << ok.body;
   }
@@ -577,6 +580,7 @@ TEST(Gateway, BadRequestsGetTheOpenAIErrorObjectAndTheGatewayKeepsServing) {
   const size_t first = log.find("ignoring request field 'frobnicate'");
   EXPECT_NE(first, std::string::npos) << log;
   EXPECT_EQ(log.find("ignoring request field 'frobnicate'", first + 1), std::string::npos) << log;
+  EXPECT_EQ(log.find("ignoring request field 'speculative.n_max'"), std::string::npos) << log;
   // One access-log line per request, with the id the response carries.
   const Reply models = http(g.port(), "GET", "/v1/models");
   EXPECT_NE(models.body.find("\"id\":\"tiny\""), std::string::npos) << models.body;

@@ -11,6 +11,7 @@
 
 #include "tests/test_util.h"
 #include "model/gguf.h"
+#include "model/make_model.h"
 
 namespace tandem::model {
 namespace {
@@ -198,7 +199,7 @@ TEST(ModelConfigTest, AcceptsF16EverywhereIncludingNorms) {
 TEST(ModelConfigTest, UnsupportedArchitecture) {
   Spec spec;
   spec.set("general.architecture", std::string("gpt2"));
-  EXPECT_ERROR(spec, "unsupported architecture 'gpt2' (tandem runs 'llama', 'qwen2', 'qwen3')");
+  EXPECT_ERROR(spec, "unsupported architecture 'gpt2' (tandem runs 'llama', 'qwen2', 'qwen3', 'qwen35')");
   spec.erase("general.architecture");
   EXPECT_ERROR(spec, "missing key general.architecture");
 }
@@ -313,7 +314,7 @@ TEST(ArchitectureTable, LlamaRow) {
   ASSERT_NE(llama, nullptr);
   EXPECT_EQ(llama, default_architecture());
   EXPECT_EQ(find_architecture("gpt2"), nullptr);
-  EXPECT_EQ(architecture_names(), "'llama', 'qwen2', 'qwen3'");
+  EXPECT_EQ(architecture_names(), "'llama', 'qwen2', 'qwen3', 'qwen35'");
   EXPECT_EQ(llama->key("block_count"), "llama.block_count");
   EXPECT_EQ(llama->rope, RopeType::kNormal);
   EXPECT_EQ(llama->norm, NormVariant::kRms);
@@ -465,6 +466,110 @@ TEST(RopeScaling, RopeFreqsOnlyForLlama) {
   cfg = load(spec.write(), file);
   ASSERT_TRUE(cfg) << cfg.status().to_string();
   EXPECT_FALSE(cfg->rope_freqs);
+}
+
+}  // namespace
+}  // namespace tandem::model
+
+namespace tandem::model {
+namespace {
+
+// make-model's tiny qwen35 file, rewritten with `edit` applied to its keys (returning false
+// drops the key; `added` keys are appended) and without tensor `drop`.
+struct Qwen35File {
+  std::string dir = test::temp_dir();
+  std::string path() const { return dir + "/q35.gguf"; }
+  Qwen35File() {
+    auto c = preset_config("tiny", "qwen35");
+    EXPECT_TRUE(c) << c.status().to_string();
+    EXPECT_TRUE(make_model(*c, 1, path()).is_ok());
+  }
+  Result<ModelConfig> read_edited(const std::function<bool(const std::string&, GgufValue&)>& edit,
+                                  const std::string& drop = "",
+                                  const std::vector<std::pair<std::string, GgufValue>>& added = {}) const {
+    auto in = GgufFile::open(path());
+    EXPECT_TRUE(in);
+    GgufWriter w;
+    for (const std::string& key : (*in)->keys_in_file_order()) {
+      GgufValue v = *(*in)->find(key);
+      if (edit(key, v)) w.add_value(key, v);
+    }
+    for (const auto& [key, v] : added) w.add_value(key, v);
+    for (const GgufTensor& t : (*in)->tensors())
+      if (t.name != drop) w.add_tensor(t.name, t.dims, static_cast<TensorType>(t.type), t.data, t.nbytes);
+    const std::string out = dir + "/edited.gguf";
+    EXPECT_TRUE(w.write(out).is_ok());
+    auto file = GgufFile::open(out);
+    if (!file) return file.status();
+    return read_model_config(**file);
+  }
+  static GgufValue ints(GgufValueType type, std::vector<int64_t> v) {
+    GgufValue g;
+    g.type = GgufValueType::kArray;
+    g.array_type = type;
+    g.value = std::move(v);
+    return g;
+  }
+};
+
+void expect_refused(const Result<ModelConfig>& r, const std::string& fragment) {
+  ASSERT_FALSE(r) << "accepted, expected: " << fragment;
+  EXPECT_NE(r.status().message().find(fragment), std::string::npos) << r.status().message();
+}
+
+TEST(Qwen35Config, ReadsMakeModelsTinyFile) {
+  Qwen35File f;
+  auto c = f.read_edited([](const std::string&, GgufValue&) { return true; });
+  ASSERT_TRUE(c) << c.status().to_string();
+  EXPECT_EQ(c->arch->name, "qwen35");
+  EXPECT_EQ(c->recurrent, (std::vector<bool>{true, true, true, false}));  // (i + 1) % 4 != 0
+  EXPECT_EQ(c->attention_layers(), 1u);
+  EXPECT_EQ(c->head_dim(), 32u);
+  EXPECT_EQ(c->rope_dim(), 8u);
+  EXPECT_EQ(c->conv_channels(), 128u);
+  EXPECT_EQ(c->ssm_time_step_rank, 4u);
+  EXPECT_EQ(c->ssm_group_count, 2u);
+  EXPECT_EQ(layer_tensor(0, LayerTensor::kSsmA), "blk.0.ssm_a");
+  EXPECT_EQ(layer_tensor(0, LayerTensor::kSsmDt), "blk.0.ssm_dt.bias");
+}
+
+TEST(Qwen35Config, MissingOrInconsistentKeysAndTensorsAreNamed) {
+  Qwen35File f;
+  auto without = [&](const std::string& gone) {
+    return f.read_edited([&](const std::string& key, GgufValue&) { return key != gone; });
+  };
+  expect_refused(without("qwen35.ssm.state_size"), "missing key qwen35.ssm.state_size");
+  expect_refused(without("qwen35.rope.dimension_sections"), "missing key qwen35.rope.dimension_sections");
+  expect_refused(f.read_edited([](const std::string& key, GgufValue& v) {
+    if (key == "qwen35.ssm.inner_size") v.value = uint64_t{60};
+    return true;
+  }),
+                 "qwen35.ssm.inner_size 60 is not time_step_rank 4 x state_size 16");
+  expect_refused(f.read_edited([](const std::string& key, GgufValue& v) {
+    if (key == "qwen35.rope.dimension_sections") v = Qwen35File::ints(GgufValueType::kI32, {1, 1, 1, 1});
+    return true;
+  }),
+                 "falls outside the text sections");
+  expect_refused(f.read_edited([](const std::string&, GgufValue&) { return true; }, "blk.1.ssm_a"),
+                 "missing tensor blk.1.ssm_a");
+  expect_refused(f.read_edited([](const std::string&, GgufValue&) { return true; }, "blk.3.attn_q_norm.weight"),
+                 "missing tensor blk.3.attn_q_norm.weight");
+}
+
+TEST(Qwen35Config, AnExplicitLayerPatternWinsOverTheInterval) {
+  Qwen35File f;
+  auto keep = [](const std::string&, GgufValue&) { return true; };
+  // Layer 0 made full attention: its attention tensors are now required (and absent).
+  expect_refused(
+      f.read_edited(keep, "",
+                    {{"qwen35.attention.recurrent_layers", Qwen35File::ints(GgufValueType::kBool, {0, 1, 1, 0})}}),
+      "missing tensor blk.0.attn_q.weight");
+  auto same = f.read_edited(
+      keep, "", {{"qwen35.attention.recurrent_layers", Qwen35File::ints(GgufValueType::kBool, {1, 1, 1, 0})}});
+  ASSERT_TRUE(same) << same.status().to_string();
+  expect_refused(
+      f.read_edited(keep, "", {{"qwen35.attention.recurrent_layers", Qwen35File::ints(GgufValueType::kBool, {1, 1})}}),
+      "has 2 entries for 4 blocks");
 }
 
 }  // namespace

@@ -140,6 +140,19 @@ TEST(Admission, ValidTextPrompt) {
   EXPECT_EQ(spec.timeout_ms, 500u);
 }
 
+// spec_tokens: absent, 0 and 16 admitted as given; more than 16 refused, naming the field.
+TEST(Admission, SpecTokensPerRequest) {
+  EXPECT_FALSE(admit(valid(), tiny(), limits())->spec_tokens.has_value());
+  for (uint32_t k : {0u, 16u}) {
+    v1::Submit s = valid();
+    s.set_spec_tokens(k);
+    EXPECT_EQ(admit(s, tiny(), limits())->spec_tokens, std::optional<uint32_t>(k));
+  }
+  v1::Submit s = valid();
+  s.set_spec_tokens(17);
+  EXPECT_EQ(error_of(s), "spec_tokens 17 is more than 16 drafts a round (0: this request does not speculate)");
+}
+
 TEST(Admission, TextPromptWithoutBos) {
   v1::Submit s = valid();
   s.set_text("ok");

@@ -251,6 +251,37 @@ TEST(CoreSpec, AStopAndMaxTokensInsideARoundEndTheStreamAtTheirToken) {
   }
 }
 
+// Submit.spec_tokens per request on a worker of --spec-tokens 4: 0 plans it as plain decodes
+// (never speculate), 2 caps every round at 2 drafts, absent takes the worker's 4; the streams
+// are plain decoding's either way.
+TEST(CoreSpec, ARequestTurnsSpeculationOffOrCapsItsDrafts) {
+  std::map<std::string, uint32_t> most_drafts, speculating;
+  auto submit = [&](Harness& h) {
+    for (int k : {-1, 0, 2}) {
+      v1::Submit s = h.request("k" + std::to_string(k), 20, 40);
+      if (k >= 0) s.set_spec_tokens(static_cast<uint32_t>(k));
+      h.core->submit("c", s, h.now);
+    }
+  };
+  Harness h;
+  h.add(1, 512, 4);
+  h.workers[1].accept_all = true;
+  submit(h);
+  h.core->tick(h.now);
+  for (int i = 0; i < 100000 && !h.rec.plans[1].empty(); ++i) {
+    for (const auto& sp : h.rec.plans[1].front().seqs()) {
+      const std::string id = sp.seq_id() == 1 ? "k-1" : sp.seq_id() == 2 ? "k0" : "k2";
+      if (sp.speculate()) ++speculating[id], most_drafts[id] = std::max(most_drafts[id], sp.max_drafts());
+    }
+    h.answer(1);
+  }
+  EXPECT_EQ(most_drafts["k-1"], 4u) << "absent: the worker's";
+  EXPECT_EQ(speculating["k0"], 0u) << "0: no speculating round";
+  EXPECT_EQ(most_drafts["k2"], 2u) << "2: at most 2 drafts";
+  EXPECT_EQ(h.rec.tokens, streams(0, submit));
+  EXPECT_EQ(h.in_use(), 0u);
+}
+
 // Random accepts, rejects and cancels on two speculating workers and a plain one, against a
 // model of the pool: at every point every block is free, cached, or held by a live sequence
 // whose positions need it, and at the end all are back.

@@ -41,13 +41,40 @@ TEST(RegistrationRules, AKvEndpointIsThePeersOwnOrAllowed) {
   EXPECT_EQ(refusal->message.find("10.0.0.7"), std::string::npos) << refusal->message;
 }
 
+// The scheme a worker's KV codes are made with: one this scheduler knows, at a width it takes.
+TEST(RegistrationRules, AKvSchemeIsOneTheSchedulerKnowsAtAWidthItTakes) {
+  v1::Register r;
+  auto refusal = [&](v1::KvQuantScheme scheme, uint32_t bits) {
+    r.set_kv_quant_scheme(scheme);
+    r.set_kv_bits(bits);
+    return check_kv_scheme(r);
+  };
+  for (uint32_t bits : {0u, 8u, 4u}) {
+    EXPECT_FALSE(refusal(v1::KV_QUANT_SCHEME_UNSPECIFIED, bits)) << bits;  // a worker from before the field
+    EXPECT_FALSE(refusal(v1::KV_QUANT_SCHEME_UNIFORM, bits)) << bits;
+  }
+  EXPECT_FALSE(refusal(v1::KV_QUANT_SCHEME_ROTATED, 4));
+  EXPECT_FALSE(refusal(v1::KV_QUANT_SCHEME_ROTATED, 3));
+  auto bad = refusal(v1::KV_QUANT_SCHEME_ROTATED, 8);
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->reason, v1::REFUSAL_REASON_KV_FORMAT);
+  EXPECT_EQ(bad->message, "rotated KV codes of 8 bits: the rotated scheme takes 4 or 3");
+  bad = refusal(v1::KV_QUANT_SCHEME_UNIFORM, 3);
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->message, "uniform KV codes of 3 bits: this scheduler knows 0 (F32), 8 and 4");
+  bad = refusal(static_cast<v1::KvQuantScheme>(7), 4);  // a newer worker's scheme
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->reason, v1::REFUSAL_REASON_KV_FORMAT);
+  EXPECT_EQ(bad->message, "KV quantization scheme 7 is not one this scheduler knows (uniform, rotated)");
+}
+
 TEST(RegistrationRules, AKvPoolIsBoundedByBytesAndByTheModelsSmallestBlock) {
   model::ModelConfig tiny;
   tiny.n_layers = 2;
   tiny.n_kv_heads = 2;
   tiny.n_heads = 4;
   tiny.dim = 64;
-  EXPECT_EQ(min_kv_bytes_per_token(tiny), 64u);  // 2 layers x K,V x 2 heads x 16 dims x 4 bits
+  EXPECT_EQ(min_kv_bytes_per_token(tiny), 48u);  // 2 layers x K,V x 2 heads x 16 dims x 3 bits
   RegistrationLimits limits;
   limits.max_worker_kv_bytes = uint64_t{1} << 30;
   limits.min_kv_bytes_per_token = 64;

@@ -229,7 +229,7 @@ TEST(Registration, AKvPoolIsBoundedAndAHugeClaimCostsTheSchedulerLittle) {
   v1::Register r = decode_worker("ipc://" + d.dir() + "/kv.sock");
   r.set_role(v1::WORKER_ROLE_BOTH);
   r.set_kv_blocks(1u << 24);
-  // 2^24 blocks of the smallest size this model's KV could take (4 bits: 64 bytes per token):
+  // 2^24 blocks of 4-bit codes' size (64 bytes per token; rotated 3-bit codes take 48):
   // 16 GiB, within the host's memory here or refused; either way the scheduler stays small.
   r.set_block_bytes(16 * 64);
   const uint64_t before = scheduler_rss(d.pid());
@@ -251,6 +251,32 @@ TEST(Registration, AKvPoolIsBoundedAndAHugeClaimCostsTheSchedulerLittle) {
   const v1::RegisterReply tiny = register_as(d.worker_endpoint(), r);
   EXPECT_FALSE(tiny.accepted()) << "a worker claimed 2^24 blocks of 1 byte";
   EXPECT_EQ(tiny.reason(), v1::REFUSAL_REASON_KV_POOL);
+}
+
+// #23: the KV code scheme is part of the registration. A worker whose scheme this scheduler does
+// not know (a newer build's), or whose width the scheme does not take, is refused, typed as a
+// KV format refusal and named; a rotated 4-bit worker is accepted.
+TEST(Registration, AKvSchemeTheSchedulerDoesNotKnowIsRefused) {
+  Deployment d({"--workers", "1", "--threads", "1"});
+  ASSERT_TRUE(d.ok());
+  v1::Register r = decode_worker("ipc://" + d.dir() + "/kv.sock");
+  r.set_role(v1::WORKER_ROLE_BOTH);
+  r.set_kv_quant_scheme(static_cast<v1::KvQuantScheme>(7));
+  r.set_kv_bits(4);
+  const v1::RegisterReply unknown = register_as(d.worker_endpoint(), r);
+  EXPECT_FALSE(unknown.accepted());
+  EXPECT_EQ(unknown.reason(), v1::REFUSAL_REASON_KV_FORMAT);
+  EXPECT_NE(unknown.error_message().find("KV quantization scheme 7 is not one this scheduler knows"), std::string::npos)
+      << unknown.error_message();
+  r.set_kv_quant_scheme(v1::KV_QUANT_SCHEME_ROTATED);
+  r.set_kv_bits(8);
+  const v1::RegisterReply wide = register_as(d.worker_endpoint(), r);
+  EXPECT_FALSE(wide.accepted());
+  EXPECT_EQ(wide.reason(), v1::REFUSAL_REASON_KV_FORMAT);
+  EXPECT_NE(wide.error_message().find("the rotated scheme takes 4 or 3"), std::string::npos) << wide.error_message();
+  r.set_kv_bits(4);
+  r.set_kv_rotation_seed(1);
+  EXPECT_TRUE(register_as(d.worker_endpoint(), r).accepted());
 }
 
 }  // namespace

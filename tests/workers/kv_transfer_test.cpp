@@ -133,6 +133,47 @@ TEST(KvTransfer, MismatchesAreRefusedAndThePoolIsUntouched) {
   expect_refused(wrong_runs, dest, frames, "runs cover");
 }
 
+// Rotated KV: the header carries the scheme and the seed of the signs; a receiver of another
+// scheme or seed refuses even where the bytes per block agree (the codes would mean other
+// vectors), leaving its pool untouched, and a matching one takes the blocks as they are.
+TEST(KvTransfer, ARotatedTransferNeedsTheSameSchemeAndSeed) {
+  const model::ModelConfig config = tiny_config();
+  const engine::KvFormat rot4{4, 64, false, 0, engine::KvScheme::kRotated};
+  auto src = engine::KvPool::create(config, 16, 16, rot4).value();
+  fill(*src, 5);
+  const std::vector<int32_t> blocks = {0, 1, 2}, dest = {5, 6, 7};
+  v1::KvTransfer header;
+  header.set_positions(40);
+  runtime::Frames frames;
+  pack_transfer(*src, blocks, {}, header, frames);
+  EXPECT_EQ(header.kv_quant_scheme(), v1::KV_QUANT_SCHEME_ROTATED);
+  EXPECT_EQ(header.kv_rotation_seed(), engine::kKvRotationSeed);
+  auto same = engine::KvPool::create(config, 16, 16, rot4).value();
+  ASSERT_TRUE(unpack_transfer(*same, header, dest, {}, frames));
+  for (size_t i = 0; i < blocks.size(); ++i) EXPECT_TRUE(same_block(*src, blocks[i], *same, dest[i])) << i;
+
+  engine::KvFormat other_seed = rot4;
+  other_seed.rotation_seed ^= 1;
+  engine::KvFormat uniform = rot4;
+  uniform.scheme = engine::KvScheme::kUniform;
+  for (const auto& [format, words] :
+       {std::pair{other_seed, "the transfer's codes are rotated (seed " + std::to_string(engine::kKvRotationSeed) +
+                                  "), this pool's rotated (seed " + std::to_string(engine::kKvRotationSeed ^ 1) + ")"},
+        std::pair{uniform, std::string("this pool's uniform")}}) {
+    auto dst = engine::KvPool::create(config, 16, 16, format).value();
+    fill(*dst, 6);
+    v1::KvTransfer h = header;  // bytes per region made to agree: only the scheme or seed differs
+    h.clear_region_block_bytes();
+    for (uint32_t l = 0; l < dst->n_layers(); ++l) h.add_region_block_bytes(dst->region_block_bytes(l));
+    auto r = unpack_transfer(*dst, h, dest, {}, frames);
+    ASSERT_FALSE(r);
+    EXPECT_NE(r.status().message().find(words), std::string::npos) << r.status().message();
+    auto ref = engine::KvPool::create(config, 16, 16, format).value();
+    fill(*ref, 6);
+    for (int32_t b = 0; b < 16; ++b) EXPECT_TRUE(same_block(*ref, b, *dst, b)) << b;
+  }
+}
+
 // 8-bit KV with an F32 window: the sender's tail blocks follow its positions' blocks and
 // land in the receiver's tail; a receiver whose format keeps no window refuses.
 // The decode worker's KV socket drops a message over max_transfer_bytes (ZeroMQ counts 64

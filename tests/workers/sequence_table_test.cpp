@@ -663,3 +663,129 @@ TEST(SequenceTableSpec, ADraftModelRoundIsLeftToItAndItsValidPositionsFollowTheK
 
 }  // namespace
 }  // namespace tandem::worker
+
+namespace tandem::worker {
+namespace {
+
+TableLimits hybrid_limits(uint32_t slots) {
+  TableLimits l = limits();
+  l.state_slots = slots;
+  return l;
+}
+
+// Every held sequence has its own slot and held + free = total.
+void expect_slots_accounted(const SequenceTable& table, const std::vector<uint64_t>& ids, uint32_t total) {
+  std::vector<int32_t> held;
+  for (uint64_t id : ids)
+    if (const Sequence* s = table.find(id)) held.push_back(s->state_slot);
+  std::sort(held.begin(), held.end());
+  EXPECT_EQ(std::adjacent_find(held.begin(), held.end()), held.end()) << "a slot held twice";
+  for (int32_t s : held) EXPECT_TRUE(s >= 0 && static_cast<uint32_t>(s) < total) << s;
+  EXPECT_EQ(held.size() + table.free_state_slots(), total);
+}
+
+TEST(SequenceTableHybrid, NewSequencesTakeSlotsAndFinishOrCancelReturnsThem) {
+  SequenceTable table(hybrid_limits(2));
+  EXPECT_EQ(table.free_state_slots(), 2u);
+  runtime::StepPlan plan;
+  add_first(plan, 1, iota_tokens(5), {0}, true);
+  add_first(plan, 2, iota_tokens(5), {1}, true);
+  ASSERT_TRUE(table.apply(plan).is_ok());
+  EXPECT_NE(table.steps()[0].state_slot, table.steps()[1].state_slot);
+  EXPECT_GE(table.steps()[0].state_slot, 0);
+  table.commit(std::vector<int32_t>{7, 7});
+  EXPECT_EQ(table.free_state_slots(), 0u);
+
+  runtime::StepPlan third;  // no slot left: refused whole, nothing taken
+  add_first(third, 3, iota_tokens(5), {2}, true);
+  const Status full = table.apply(third);
+  EXPECT_FALSE(full.is_ok());
+  EXPECT_NE(full.message().find("recurrent state slots are free"), std::string::npos) << full.message();
+  EXPECT_EQ(table.find(3), nullptr);
+
+  table.drop(1);  // finished or cancelled: its slot is free again
+  EXPECT_EQ(table.free_state_slots(), 1u);
+  ASSERT_TRUE(table.apply(third).is_ok());
+  table.abort();  // an engine refusal of a new sequence gives its slot back
+  EXPECT_EQ(table.free_state_slots(), 1u);
+  run(table, third);
+  expect_slots_accounted(table, {1, 2, 3}, 2);
+  table.drop_all();
+  EXPECT_EQ(table.free_state_slots(), 2u);
+}
+
+TEST(SequenceTableHybrid, WhatARecurrentStateCannotDoIsRefused) {
+  SequenceTable table(hybrid_limits(4));
+  runtime::StepPlan plan;
+  add_first(plan, 1, iota_tokens(20), {0, 1}, true);
+  run(table, plan);
+  runtime::StepPlan back;  // a rollback (a preempted recompute comes as a new sequence instead)
+  add_next(back, 1, 10, iota_tokens(3));
+  const Status rolled = table.apply(back);
+  EXPECT_FALSE(rolled.is_ok());
+  EXPECT_NE(rolled.message().find("cannot roll back"), std::string::npos) << rolled.message();
+  runtime::StepPlan cached;  // a prefix-cache hit: KV blocks without a state
+  runtime::SeqPlan& s = add_first(cached, 2, iota_tokens(4), {2, 3}, true);
+  s.history = iota_tokens(16);
+  s.start_pos = 16;
+  const Status hit = table.apply(cached);
+  EXPECT_FALSE(hit.is_ok());
+  EXPECT_NE(hit.message().find("not cached"), std::string::npos) << hit.message();
+  IncomingHandoff in{.seq_id = 3, .positions = 1, .blocks = {4}};
+  const std::vector<int32_t> one = {5};
+  EXPECT_FALSE(table.receive(in, HandoffState{.tokens = one}).is_ok());
+  EXPECT_EQ(table.free_state_slots(), 3u);
+}
+
+// Random adds, decodes, aborts and drops (finish, cancel, preempt are all a drop on the
+// worker): every slot is always either held by exactly one sequence or free.
+TEST(SequenceTableHybrid, RandomizedSlotsAreNeverLostOrShared) {
+  constexpr uint32_t kSlots = 5;
+  SequenceTable table(hybrid_limits(kSlots));
+  std::mt19937 rng(11);
+  std::vector<uint64_t> ids;
+  std::map<uint64_t, uint32_t> positions;
+  uint64_t next_id = 1;
+  int32_t next_block = 0;
+  for (int round = 0; round < 400; ++round) {
+    runtime::StepPlan plan;
+    const uint32_t op = rng() % 4;
+    if (op == 0 && next_block + 2 <= static_cast<int32_t>(kBlocks)) {
+      add_first(plan, next_id, iota_tokens(1 + rng() % 8), {next_block}, true);
+      ids.push_back(next_id++);
+      ++next_block;
+    } else if (op == 1 && !positions.empty()) {
+      auto it = positions.begin();
+      std::advance(it, rng() % positions.size());
+      if (it->second + 1 >= kBt) continue;  // one block each
+      add_next(plan, it->first, it->second);
+    } else if (op == 2 && !positions.empty()) {
+      auto it = positions.begin();
+      std::advance(it, rng() % positions.size());
+      table.drop(it->first);
+      positions.erase(it);
+      if (next_block >= static_cast<int32_t>(kBlocks) - 2) next_block = 0;
+      expect_slots_accounted(table, ids, kSlots);
+      continue;
+    } else {
+      continue;
+    }
+    if (!table.apply(plan).is_ok()) {  // out of slots: refused whole
+      EXPECT_EQ(table.free_state_slots(), 0u);
+      continue;
+    }
+    if (rng() % 5 == 0) {
+      table.abort();
+    } else {
+      std::vector<int32_t> sampled(table.to_sample().size(), 7);
+      for (const engine::SeqStep& st : table.steps()) (void)st;
+      const uint64_t id = plan.seqs()[0].seq_id;
+      table.commit(sampled);
+      positions[id] = static_cast<uint32_t>(table.find(id)->tokens.size());
+    }
+    expect_slots_accounted(table, ids, kSlots);
+  }
+}
+
+}  // namespace
+}  // namespace tandem::worker

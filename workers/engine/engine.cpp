@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 
+#include "workers/engine/hybrid.h"
 #include "workers/engine/model_file.h"
 
 namespace tandem::engine {
@@ -55,7 +56,8 @@ void rms_norm(const float* x, const float* w, float* y, uint32_t n, float eps) {
 // dimensions); cos and sin carry the magnitude (rope.scaling.attn_factor, and YaRN's
 // 1 + 0.1 ln(factor)). Unscaled, without factors, this is exactly the plain table.
 std::vector<float> rope_table(const ModelConfig& c, const float* freq_factors) {
-  const uint32_t hd = c.head_dim(), half = hd / 2;
+  // A hybrid rotates the first rope_dim() dims only (partial RoPE): its angles use that width.
+  const uint32_t hd = c.head_dim(), rot = c.rope_dim(), half = rot / 2;
   const double base = c.rope_freq_base, factor = c.rope_scaling_factor;
   const double freq_scale = c.rope_scaling == model::RopeScaling::kNone ? 1.0 : 1.0 / factor;
   const bool yarn = c.rope_scaling == model::RopeScaling::kYarn;
@@ -71,7 +73,7 @@ std::vector<float> rope_table(const ModelConfig& c, const float* freq_factors) {
   std::vector<float> table(size_t{c.context_length} * hd);
   for (uint32_t p = 0; p < c.context_length; ++p) {
     for (uint32_t i = 0; i < half; ++i) {
-      double extrapolated = p * std::pow(base, -2.0 * i / hd);
+      double extrapolated = p * std::pow(base, -2.0 * i / rot);
       if (freq_factors) extrapolated /= freq_factors[i];
       double theta = freq_scale * extrapolated;
       if (yarn) {
@@ -192,6 +194,11 @@ struct Engine::Matrix {
 };
 
 struct Engine::Layer {
+  // ffn_norm is a hybrid's post_attention_norm. A hybrid's recurrent layer keeps its fused
+  // attn_qkv|attn_gate|ssm_beta|ssm_alpha in qkv and ssm_out in wo.
+  bool recurrent = false;
+  uint32_t rec_index = 0;                                    // its StatePool layer
+  std::vector<float> conv_kernel, dt_bias, ssm_a, ssm_norm;  // conv_kernel: [channels][conv_kernel]
   std::vector<float> attn_norm, ffn_norm;
   std::vector<float> qkv_bias;        // q|k|v, added after the GEMM; empty: no biases (absent ones are 0)
   std::vector<float> q_norm, k_norm;  // per-head RMSNorm weights [head_dim] (NormVariant::kRmsQkNorm)
@@ -218,6 +225,10 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::string& path, const Engi
   if (hd < 16 || hd > 256 || (hd & (hd - 1)) != 0)
     return Status::model_file(path + ": head dimension " + std::to_string(hd) +
                               " is not supported (tandem's attention takes 16, 32, 64, 128 or 256)");
+  // hybrid::delta_step's output row and conv window live on the stack.
+  if (config->arch->hybrid() && config->ssm_state_size > 1024)
+    return Status::model_file(path + ": ssm.state_size " + std::to_string(config->ssm_state_size) +
+                              " is above the 1024 tandem's delta net takes");
   auto tokenizer = Tokenizer::from_gguf(**file);
   if (!tokenizer) return tokenizer.status();
   // Fewer tokens than embedding rows is fine (padded vocabularies); more would let text
@@ -255,12 +266,31 @@ Status Engine::load_weights(const GgufFile& file) {
   embeddings_ = embd;
   output_norm_ = read_vector(*file.tensor(std::string(model::kOutputNorm)));
   weight_bytes_ = output_norm_.size() * sizeof(float);
+  uint32_t n_recurrent = 0;
   for (uint32_t l = 0; l < config_.n_layers; ++l) {
     using enum model::LayerTensor;
     auto t = [&](model::LayerTensor role) { return file.tensor(layer_tensor(l, role)); };
     auto layer = std::make_unique<Layer>();
     layer->attn_norm = read_vector(*t(kAttnNorm));
-    layer->ffn_norm = read_vector(*t(kFfnNorm));
+    layer->ffn_norm = read_vector(*t(config_.arch->hybrid() ? kPostAttnNorm : kFfnNorm));
+    if (config_.is_recurrent(l)) {
+      layer->recurrent = true;
+      layer->rec_index = n_recurrent++;
+      layer->conv_kernel = read_vector(*t(kSsmConv1d));
+      layer->dt_bias = read_vector(*t(kSsmDt));
+      layer->ssm_a = read_vector(*t(kSsmA));
+      layer->ssm_norm = read_vector(*t(kSsmNorm));
+      TANDEM_RETURN_IF_ERROR(build(layer->qkv, {t(kAttnQkv), t(kAttnGate), t(kSsmBeta), t(kSsmAlpha)}));
+      TANDEM_RETURN_IF_ERROR(build(layer->wo, {t(kSsmOut)}));
+      TANDEM_RETURN_IF_ERROR(build(layer->gate_up, {t(kFfnGate), t(kFfnUp)}));
+      TANDEM_RETURN_IF_ERROR(build(layer->down, {t(kFfnDown)}));
+      weight_bytes_ += layer->qkv.bytes() + layer->wo.bytes() + layer->gate_up.bytes() + layer->down.bytes() +
+                       (layer->attn_norm.size() + layer->ffn_norm.size() + layer->conv_kernel.size() +
+                        layer->dt_bias.size() + layer->ssm_a.size() + layer->ssm_norm.size()) *
+                           sizeof(float);
+      layers_.push_back(std::move(layer));
+      continue;
+    }
     if (config_.arch->norm == model::NormVariant::kRmsQkNorm) {
       layer->q_norm = read_vector(*t(kAttnQNorm));
       layer->k_norm = read_vector(*t(kAttnKNorm));
@@ -292,6 +322,12 @@ Status Engine::load_weights(const GgufFile& file) {
 }
 
 double Engine::gemm_flops(uint64_t tokens, uint64_t logit_rows) const {
+  if (config_.arch->hybrid()) {  // per layer from its matrices' shapes
+    double per_token = 0;
+    for (const auto& L : layers_)
+      for (const Matrix* m : {&L->qkv, &L->wo, &L->gate_up, &L->down}) per_token += 2.0 * m->n * m->k;
+    return per_token * tokens + 2.0 * config_.dim * config_.vocab_size * logit_rows;
+  }
   const double d = config_.dim, q = config_.q_dim(), kv = config_.kv_dim(), f = config_.ffn_dim;
   const double per_token = 2.0 * config_.n_layers * (d * (q + 2 * kv) + q * d + d * 2 * f + f * d);
   return per_token * tokens + 2.0 * d * config_.vocab_size * logit_rows;
@@ -384,7 +420,14 @@ void Engine::reserve_scratch(uint32_t tokens, uint32_t logit_rows, uint32_t max_
     x_.resize(size_t{tokens} * c.dim);
     xn_.resize(size_t{tokens} * c.dim);
     qkv_.resize(size_t{tokens} * (c.q_dim() + 2 * c.kv_dim()));
-    attn_.resize(size_t{tokens} * c.q_dim());
+    attn_.resize(size_t{tokens} * std::max(c.q_dim(), c.ssm_inner_size));
+    if (c.arch->hybrid()) {
+      mix_width_ =
+          std::max(2 * c.q_dim() + 2 * c.kv_dim(), c.conv_channels() + c.ssm_inner_size + 2 * c.ssm_time_step_rank);
+      mix_.resize(size_t{tokens} * mix_width_);
+      conv_out_.resize(size_t{tokens} * c.conv_channels());
+      gates_.resize(size_t{tokens} * 2 * c.ssm_time_step_rank);
+    }
     ffn_.resize(size_t{tokens} * 2 * c.ffn_dim);
     row_seq_.resize(tokens);
     row_pos_.resize(tokens);
@@ -462,7 +505,8 @@ void Engine::save_tails(std::span<const SeqStep> step, KvPool& pool, uint32_t l)
   }
 }
 
-Result<Engine::StepShape> Engine::check_step(std::span<const SeqStep> step, const KvPool& pool) const {
+Result<Engine::StepShape> Engine::check_step(std::span<const SeqStep> step, const KvPool& pool,
+                                             const StatePool* states) const {
   const ModelConfig& c = config_;
   if (step.empty()) return Status::invalid("forward: empty step");
   if (pool.block_tokens() % 16 != 0) return Status::invalid("forward: KV block size must be a multiple of 16");
@@ -515,6 +559,7 @@ Result<Engine::StepShape> Engine::check_step(std::span<const SeqStep> step, cons
     shape.logit_rows += q.n_logits;
     shape.max_keys = std::max<uint32_t>(shape.max_keys, static_cast<uint32_t>(end));
   }
+  TANDEM_RETURN_IF_ERROR(check_states(step, states));
   if (shape.tokens > (1u << 20))
     return Status::invalid("forward: step of " + std::to_string(shape.tokens) + " tokens is too large");
   return shape;
@@ -554,7 +599,7 @@ void Engine::lay_out_step(std::span<const SeqStep> step, const KvPool& pool, con
 // every q and k head at `pos`, pairing (2i, 2i + 1) (kNormal) or (i, i + head_dim / 2) (kNeox).
 void Engine::position_qk(const Layer& L, float* row, uint32_t pos) const {
   const ModelConfig& c = config_;
-  const uint32_t hd = c.head_dim(), half = hd / 2, n_q = c.n_heads, n_qk = c.n_heads + c.n_kv_heads;
+  const uint32_t hd = c.head_dim(), half = c.rope_dim() / 2, n_q = c.n_heads, n_qk = c.n_heads + c.n_kv_heads;
   if (!L.qkv_bias.empty())
     for (size_t i = 0; i < L.qkv_bias.size(); ++i) row[i] = row[i] + L.qkv_bias[i];
   if (!L.q_norm.empty())
@@ -618,6 +663,12 @@ void Engine::attend(std::span<const SeqStep> step, const KvPool& pool, uint32_t 
     a.block_tokens = bt;
     a.kv_bits = pool.layer_bits(l);
     a.group_size = pool.group_size();
+    a.kv_rotated = a.kv_bits && pool.format().rotated();
+    if (a.kv_rotated) {
+      a.k_signs = pool.rotation_signs(l, 0);
+      a.v_signs = pool.rotation_signs(l, 1);
+      a.levels = pool.rotation_levels()->levels;
+    }
     a.block_bytes = pool.region_block_bytes(l);
     a.block_stride = a.block_bytes / sizeof(float);
     a.scale = scale;
@@ -659,17 +710,27 @@ void Engine::feed_forward(const Layer& L, uint32_t T) {
   for (size_t i = 0; i < size_t{T} * dim; ++i) x_[i] = x_[i] + xn_[i];
 }
 
-Status Engine::forward(std::span<const SeqStep> step, KvPool& pool) {
-  auto shape = check_step(step, pool);
+Status Engine::forward(std::span<const SeqStep> step, KvPool& pool, StatePool* states) {
+  auto shape = check_step(step, pool, states);
   if (!shape) return shape.status();
   lay_out_step(step, pool, *shape);
   const auto T = static_cast<uint32_t>(shape->tokens);
+  if (config_.arch->hybrid())
+    for (const SeqStep& q : step)
+      if (q.start_pos == 0) states->reset(static_cast<uint32_t>(q.state_slot));
   for (uint32_t l = 0; l < config_.n_layers; ++l) {
-    attention_block(step, pool, l, *shape);
+    if (layers_[l]->recurrent) {
+      recurrent_block(step, *states, l, T);
+    } else {
+      attention_block(step, pool, l, *shape);
+    }
     feed_forward(*layers_[l], T);
     if (between_layers_) between_layers_();
   }
   compute_logits(step);
+  if (config_.arch->hybrid())
+    for (const SeqStep& q : step)
+      states->set_position(static_cast<uint32_t>(q.state_slot), q.start_pos + static_cast<uint32_t>(q.tokens.size()));
   return Status::ok();
 }
 
@@ -680,12 +741,19 @@ void Engine::attention_block(std::span<const SeqStep> step, KvPool& pool, uint32
   const uint32_t dim = c.dim;
   for (uint32_t t = 0; t < T; ++t)
     rms_norm(&x_[size_t{t} * dim], L.attn_norm.data(), &xn_[size_t{t} * dim], dim, c.rms_eps);
-  matmul(L.qkv, xn_.data(), dim, T, qkv_.data());
+  if (c.arch->hybrid()) {
+    matmul(L.qkv, xn_.data(), dim, T, mix_.data());
+    mix_stride_ = L.qkv.n;
+    split_gated_query(T);
+  } else {
+    matmul(L.qkv, xn_.data(), dim, T, qkv_.data());
+  }
   rope_and_store(step, pool, l, T);
   const bool window_layer = shape.window_rows > 0 && pool.layer_bits(l) != 0;
   if (window_layer) point_windows(step, pool, l);
   attend(step, pool, l, T, window_layer, shape.max_keys);
   if (window_layer) save_tails(step, pool, l);
+  if (c.arch->hybrid()) apply_output_gate(T);
   matmul(L.wo, attn_.data(), c.q_dim(), T, xn_.data());
   for (size_t i = 0; i < size_t{T} * dim; ++i) x_[i] = x_[i] + xn_[i];
 }
@@ -705,13 +773,134 @@ void Engine::compute_logits(std::span<const SeqStep> step) {
 void Engine::run_gemms_only(uint32_t tokens, uint32_t logit_rows) {
   reserve_scratch(tokens, logit_rows, 16);
   const uint32_t dim = config_.dim, ffn = config_.ffn_dim;
+  float* first = config_.arch->hybrid() ? mix_.data() : qkv_.data();
   for (const auto& L : layers_) {
-    matmul(L->qkv, xn_.data(), dim, tokens, qkv_.data());
-    matmul(L->wo, attn_.data(), config_.q_dim(), tokens, xn_.data());
+    matmul(L->qkv, xn_.data(), dim, tokens, first);
+    matmul(L->wo, attn_.data(), L->wo.k, tokens, xn_.data());
     matmul(L->gate_up, xn_.data(), dim, tokens, ffn_.data());
     matmul(L->down, ffn_.data(), 2 * ffn, tokens, xn_.data());
   }
   if (logit_rows > 0) matmul(*output_, logit_in_.data(), dim, logit_rows, logits_.data());
+}
+
+}  // namespace tandem::engine
+
+namespace tandem::engine {
+
+// ---- Hybrid (qwen35) layers: docs/HYBRID.md -------------------------------------------------
+
+Status Engine::check_states(std::span<const SeqStep> step, const StatePool* states) const {
+  if (!config_.arch->hybrid()) return Status::ok();
+  if (states == nullptr) return Status::invalid("forward: a hybrid model needs a recurrent state pool");
+  for (size_t s = 0; s < step.size(); ++s) {
+    const SeqStep& q = step[s];
+    auto bad = [s](const std::string& what) {
+      return Status::invalid("forward: sequence " + std::to_string(s) + ": " + what);
+    };
+    if (q.state_slot < 0 || static_cast<uint32_t>(q.state_slot) >= states->slots())
+      return bad("state slot " + std::to_string(q.state_slot) + " is outside the pool of " +
+                 std::to_string(states->slots()));
+    const uint32_t at = states->position(static_cast<uint32_t>(q.state_slot));
+    if (q.start_pos != 0 && at != q.start_pos)
+      return bad("its recurrent state holds " + std::to_string(at) + " positions, the chunk starts at " +
+                 std::to_string(q.start_pos) + " (a hybrid's state cannot roll back or skip positions)");
+    for (size_t o = 0; o < s; ++o)
+      if (step[o].state_slot == q.state_slot) return bad("shares state slot " + std::to_string(q.state_slot));
+  }
+  return Status::ok();
+}
+
+// The attention GEMM of a hybrid wrote per head [query | gate] then k, v into mix_: queries,
+// keys and values go to qkv_ in the usual layout; the gates stay in mix_ for apply_output_gate.
+void Engine::split_gated_query(uint32_t T) {
+  const ModelConfig& c = config_;
+  const uint32_t hd = c.head_dim(), qd = c.q_dim(), kvd = c.kv_dim(), qkv_w = qd + 2 * kvd;
+  for (uint32_t t = 0; t < T; ++t) {
+    const float* in = &mix_[size_t{t} * mix_stride_];
+    float* out = &qkv_[size_t{t} * qkv_w];
+    for (uint32_t h = 0; h < c.n_heads; ++h) std::memcpy(out + h * hd, in + 2 * h * hd, hd * sizeof(float));
+    std::memcpy(out + qd, in + 2 * qd, 2 * kvd * sizeof(float));
+  }
+}
+
+// attn_ *= sigmoid(gate), per head, before the output projection.
+void Engine::apply_output_gate(uint32_t T) {
+  const ModelConfig& c = config_;
+  const uint32_t hd = c.head_dim(), qd = c.q_dim();
+  for (uint32_t t = 0; t < T; ++t) {
+    const float* in = &mix_[size_t{t} * mix_stride_];
+    float* o = &attn_[size_t{t} * qd];
+    for (uint32_t h = 0; h < c.n_heads; ++h)
+      for (uint32_t i = 0; i < hd; ++i) {
+        const float g = in[2 * h * hd + hd + i];
+        o[h * hd + i] = o[h * hd + i] * (1.0f / (1.0f + std::exp(-g)));
+      }
+  }
+}
+
+// One sequence's conv outputs and gates of a recurrent layer (rows row0.. of mix_), then its
+// slot's conv state becomes the chunk's last K - 1 inputs. Token i's window reads the inputs
+// of positions i - K + 1 .. i: the chunk's rows, or the conv state before them; the same
+// floats in the same order whatever the chunking.
+void Engine::conv_inputs(const SeqStep& q, const Layer& L, StatePool& states, uint32_t row0) {
+  const ModelConfig& c = config_;
+  const uint32_t K = c.ssm_conv_kernel, C = c.conv_channels(), hv = c.ssm_time_step_rank, vd = c.ssm_inner_size;
+  const hybrid::DeltaNetShape shape{K, C, c.ssm_group_count, hv, c.ssm_state_size, c.rms_eps};
+  float* conv = states.conv(static_cast<uint32_t>(q.state_slot), L.rec_index);  // [K - 1][C]
+  const auto n = static_cast<int64_t>(q.tokens.size());
+  auto input = [&](int64_t i) -> const float* {  // input i of the chunk; negative: the conv state
+    return i >= 0 ? &mix_[size_t(row0 + i) * mix_stride_] : conv + size_t(K - 1 + i) * C;
+  };
+  const float* window[64];  // K <= 64 (model_config)
+  for (int64_t i = 0; i < n; ++i) {
+    for (uint32_t m = 0; m < K; ++m) window[m] = input(i - K + 1 + m);
+    const size_t r = row0 + static_cast<size_t>(i);
+    hybrid::conv_token(shape, L.conv_kernel.data(), window, &conv_out_[r * C]);
+    const float* row = &mix_[r * mix_stride_];
+    hybrid::gates(hv, row + C + vd + hv, row + C + vd, L.dt_bias.data(), L.ssm_a.data(), &gates_[r * 2 * hv],
+                  &gates_[r * 2 * hv + hv]);
+  }
+  // New state row j = input n - (K - 1) + j; in increasing j an old row is read before it is written.
+  for (uint32_t j = 0; j + 1 < K; ++j) {
+    const int64_t i = n - (K - 1) + j;
+    const float* src = input(i);
+    if (src != conv + size_t{j} * C) std::memmove(conv + size_t{j} * C, src, C * sizeof(float));
+  }
+}
+
+// A Gated DeltaNet block: norm, the fused projection (q|k|v conv inputs, z, beta, alpha), the
+// conv and gates per sequence, then per (sequence, V head) the delta rule token by token and
+// the gated norm, on the thread pool; the output projection and the residual.
+void Engine::recurrent_block(std::span<const SeqStep> step, StatePool& states, uint32_t l, uint32_t T) {
+  const ModelConfig& c = config_;
+  const Layer& L = *layers_[l];
+  const uint32_t dim = c.dim, C = c.conv_channels(), hv = c.ssm_time_step_rank, hk = c.ssm_group_count;
+  const uint32_t d = c.ssm_state_size, vd = c.ssm_inner_size, kd = hk * d;
+  for (uint32_t t = 0; t < T; ++t)
+    rms_norm(&x_[size_t{t} * dim], L.attn_norm.data(), &xn_[size_t{t} * dim], dim, c.rms_eps);
+  matmul(L.qkv, xn_.data(), dim, T, mix_.data());
+  mix_stride_ = L.qkv.n;
+  for (size_t s = 0; s < step.size(); ++s) conv_inputs(step[s], L, states, seq_row0_[s]);
+  std::atomic<uint32_t> next{0};
+  const auto items = static_cast<uint32_t>(step.size()) * hv;
+  auto work = [&](uint32_t) {
+    float o[1024];  // d <= 1024 (checked at load)
+    for (uint32_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < items;) {
+      const uint32_t s = it / hv, j = it % hv, i = j % hk;  // GGUF's tiled order: V head j reads Q/K head j mod H_k
+      const SeqStep& q = step[s];
+      float* S = states.recurrent(static_cast<uint32_t>(q.state_slot), L.rec_index) + size_t{j} * d * d;
+      for (uint32_t r = seq_row0_[s]; r < seq_row0_[s] + q.tokens.size(); ++r) {
+        const float* u = &conv_out_[size_t{r} * C];
+        const float* g = &gates_[size_t{r} * 2 * hv];
+        hybrid::delta_step(S, u + i * d, u + kd + i * d, u + 2 * kd + j * d, g[j], g[hv + j], d, o);
+        const float* z = &mix_[size_t{r} * mix_stride_ + C + j * d];
+        hybrid::gated_norm(o, L.ssm_norm.data(), z, d, c.rms_eps, &attn_[size_t{r} * vd + j * d]);
+      }
+    }
+  };
+  pool_->run(work);
+  matmul(L.wo, attn_.data(), vd, T, xn_.data());
+  for (size_t i = 0; i < size_t{T} * dim; ++i) x_[i] = x_[i] + xn_[i];
 }
 
 }  // namespace tandem::engine

@@ -14,6 +14,7 @@
 #include "workers/engine/huge_pages.h"
 #include "workers/engine/kernels.h"
 #include "workers/engine/kv_cache.h"
+#include "workers/engine/state_pool.h"
 #include "workers/engine/thread_pool.h"
 
 namespace tandem::engine {
@@ -49,6 +50,9 @@ struct SeqStep {
   // -1 or within [0, context length].
   std::span<const int32_t> tail = {};
   int64_t tail_end = -1;
+  // A hybrid model's recurrent state slot (StatePool): at start_pos 0 the engine zeroes it,
+  // otherwise it must hold exactly start_pos positions. -1: none (models without recurrent layers).
+  int32_t state_slot = -1;
 };
 
 class Engine {
@@ -67,8 +71,10 @@ class Engine {
 
   // One ragged forward pass over every sequence in `step`. Errors (nothing written to the
   // cache on error): empty step or chunk, token id out of range, a chunk running past the
-  // context length, a block table too short or naming a block outside the pool.
-  Status forward(std::span<const SeqStep> step, KvPool& pool);
+  // context length, a block table too short or naming a block outside the pool; for a hybrid
+  // model (config().arch->hybrid()) also no `states`, a slot outside it or named twice, or a
+  // slot whose state is not at the chunk's start_pos (a recurrent state cannot roll back).
+  Status forward(std::span<const SeqStep> step, KvPool& pool, StatePool* states = nullptr);
 
   // Logits of the previous forward: rows in step order, n_logits rows per sequence.
   uint32_t logit_rows() const { return n_logit_rows_; }
@@ -111,7 +117,7 @@ class Engine {
   // The stages of forward(): every check before anything is written; scratch, embeddings and
   // window geometry; then per layer the attention block (norm, QKV, RoPE + KV store,
   // attention, output projection, residual) and the feed-forward block; then the logits.
-  Result<StepShape> check_step(std::span<const SeqStep> step, const KvPool& pool) const;
+  Result<StepShape> check_step(std::span<const SeqStep> step, const KvPool& pool, const StatePool* states) const;
   void lay_out_step(std::span<const SeqStep> step, const KvPool& pool, const StepShape& shape);
   void position_qk(const Layer& layer, float* qkv_row, uint32_t pos) const;
   void rope_and_store(std::span<const SeqStep> step, KvPool& pool, uint32_t layer, uint32_t tokens);
@@ -119,6 +125,12 @@ class Engine {
               uint32_t max_keys);
   void attention_block(std::span<const SeqStep> step, KvPool& pool, uint32_t layer, const StepShape& shape);
   void feed_forward(const Layer& layer, uint32_t tokens);
+  // Hybrid (qwen35) layers: a Gated DeltaNet block; the gated query's split and output gate.
+  Status check_states(std::span<const SeqStep> step, const StatePool* states) const;
+  void recurrent_block(std::span<const SeqStep> step, StatePool& states, uint32_t layer, uint32_t tokens);
+  void conv_inputs(const SeqStep& q, const Layer& layer, StatePool& states, uint32_t row0);
+  void split_gated_query(uint32_t tokens);
+  void apply_output_gate(uint32_t tokens);
   void compute_logits(std::span<const SeqStep> step);
   void point_windows(std::span<const SeqStep> step, KvPool& pool, uint32_t layer);
   void save_tails(std::span<const SeqStep> step, KvPool& pool, uint32_t layer);
@@ -165,6 +177,11 @@ class Engine {
   std::vector<uint16_t> act_bf16_;  // activation rows rounded to BF16 for kBf16Pairs parts
   const float* act_bf16_source_ = nullptr;
   std::vector<float> x_, xn_, qkv_, attn_, ffn_, logit_in_, logits_;
+  // Hybrid: a layer's first GEMM output, rows of its width (gated q|k|v, or delta-net q|k|v|z|beta|alpha), the
+  // conv outputs [T][channels] and the gates [T][2 * V heads] (g, then beta).
+  std::vector<float> mix_, conv_out_, gates_;
+  uint32_t mix_width_ = 0;           // the widest layer's row: mix_'s capacity per token
+  uint32_t mix_stride_ = 0;          // this layer's row (its fused matrix's n)
   std::vector<float> attn_scratch_;  // per thread scores
   std::vector<uint32_t> row_seq_, row_pos_;
   // F32 windows of the step (sequences with a tail, quantized layers): per sequence, row

@@ -39,9 +39,9 @@ Sample sample_row(Sampler& sampler, std::span<const float> logits, const Generat
 
 // The decode loop after the prompt: samples the rows of the last forward in order, keeps the
 // drafts equal to their samples, feeds the last token and the next drafts.
-Status decode(Engine& engine, KvPool& pool, std::span<const int32_t> blocks, std::span<const int32_t> tail,
-              size_t prompt_len, uint32_t total, const GenerateOptions& options, std::vector<int32_t>& seq,
-              Generation& gen, const std::function<void(int32_t, float)>& on_token) {
+Status decode(Engine& engine, KvPool& pool, StatePool* states, std::span<const int32_t> blocks,
+              std::span<const int32_t> tail, size_t prompt_len, uint32_t total, const GenerateOptions& options,
+              std::vector<int32_t>& seq, Generation& gen, const std::function<void(int32_t, float)>& on_token) {
   if (options.max_tokens == 0) return Status::ok();
   Sampler sampler(engine.config().vocab_size);
   std::vector<float> p(engine.config().vocab_size);
@@ -78,8 +78,8 @@ Status decode(Engine& engine, KvPool& pool, std::span<const int32_t> blocks, std
     const uint32_t k = draft_room(options, at, total, room);
     feed[0] = seq.back();
     drafted = k > 0 ? options.drafter->draft(seq, std::span<int32_t>(feed).subspan(1, k)) : 0;
-    SeqStep s{std::span<const int32_t>(feed).first(1 + drafted), at, blocks, 1 + drafted, tail, tail_end};
-    TANDEM_RETURN_IF_ERROR(engine.forward({&s, 1}, pool));
+    SeqStep s{std::span<const int32_t>(feed).first(1 + drafted), at, blocks, 1 + drafted, tail, tail_end, 0};
+    TANDEM_RETURN_IF_ERROR(engine.forward({&s, 1}, pool, states));
     tail_end = at + 1 + drafted;
     ++gen.decode_steps;
   }
@@ -102,6 +102,15 @@ Result<Generation> generate(Engine& engine, std::span<const int32_t> prompt, con
   const uint32_t n_blocks = (total + 15) / 16, n_tail = KvPool::tail_blocks_for(c, 16, options.kv_format);
   auto pool = KvPool::create(c, n_blocks + n_tail, 16, options.kv_format);
   if (!pool) return pool.status();
+  // A hybrid's recurrent state: one slot, this sequence's.
+  std::unique_ptr<StatePool> states;
+  if (c.arch->hybrid()) {
+    if (options.drafter != nullptr && options.spec_tokens > 0)
+      return Status::invalid("speculative decoding on a hybrid model (" + std::string(c.arch->name) + ") is not built");
+    auto made = StatePool::create(c, 1);
+    if (!made) return made.status();
+    states = std::move(*made);
+  }
   std::vector<int32_t> blocks, tail;  // the tail: the F32 open block's own blocks, after the positions'
   for (uint32_t b = 0; b < n_blocks + n_tail; ++b) (b < n_blocks ? blocks : tail).push_back(static_cast<int32_t>(b));
 
@@ -114,13 +123,14 @@ Result<Generation> generate(Engine& engine, std::span<const int32_t> prompt, con
   while (pos < prompt.size()) {
     const uint32_t n = std::min<uint32_t>(options.prefill_chunk, static_cast<uint32_t>(prompt.size()) - pos);
     const bool last = pos + n == prompt.size();
-    SeqStep s{prompt.subspan(pos, n), pos, blocks, last ? 1u : 0u, tail, pos};
-    TANDEM_RETURN_IF_ERROR(engine.forward({&s, 1}, **pool));
+    SeqStep s{prompt.subspan(pos, n), pos, blocks, last ? 1u : 0u, tail, pos, 0};
+    TANDEM_RETURN_IF_ERROR(engine.forward({&s, 1}, **pool, states.get()));
     pos += n;
   }
   auto t1 = now();
   gen.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
-  TANDEM_RETURN_IF_ERROR(decode(engine, **pool, blocks, tail, prompt.size(), total, options, seq, gen, on_token));
+  TANDEM_RETURN_IF_ERROR(
+      decode(engine, **pool, states.get(), blocks, tail, prompt.size(), total, options, seq, gen, on_token));
   gen.decode_seconds = std::chrono::duration<double>(now() - t1).count();
   return gen;
 }

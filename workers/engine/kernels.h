@@ -145,6 +145,12 @@ struct AttentionArgs {
   uint32_t f32_from = 0;
   const float* const* win_k = nullptr;
   const float* const* win_v = nullptr;
+  // Rotated KV (kv_cache.h, KvScheme::kRotated; kv_bits 4 or 3, group_size unused): the
+  // layer's K and V signs (head_dim floats each) and its 2^kv_bits levels.
+  bool kv_rotated = false;
+  const float* k_signs = nullptr;
+  const float* v_signs = nullptr;
+  const float* levels = nullptr;
   float scale = 1.0f;
   float* scores = nullptr;  // scratch, n_q * round_up(n_keys, 16) floats
   float* out = nullptr;     // [n_q][head_dim]
@@ -197,9 +203,17 @@ struct Kernels {
   // chain over d = l, l + 16, ... of q[d]*k_j[d], s_j = scale * (lanes tree-reduced as the
   // softmax sums are); their values continue o's chain after the coded ones:
   // o[d] = fma(p_j, v_j[d], o[d]).
+  // Rotated KV (kv_rotated; L: the levels, n_j: row j's norm, c_j: its codes; R: the
+  // transform of kv_rotation.h): per head, q~ = rotate_row(q, k_signs) once;
+  //   s_j = (n_j * (fma chain over d of q~[d] * L[c_j[d]])) * scale
+  //   a[d] = fma chain over coded j of (p_j * n_j) * L[c_j[d]]; o = unrotate_row(a, v_signs)
+  // then the F32 window's values continue o's chain as above, and out[d] = o[d] * (1 / sum).
   void (*attention)(const AttentionArgs& args);
   // out[i] = (g * sigmoid(g)) * up[i] with g = gate[i]; sigmoid via exp_approx(-|g|).
   void (*silu_mul)(const float* gate, const float* up, float* out, size_t n);
+  // The lowest i < n holding the largest x[i], NaN counted as -inf; *max = that value. All -inf
+  // or NaN (or n = 0): 0 and -inf. Exact, so every variant agrees by definition (greedy sampling).
+  uint32_t (*argmax)(const float* x, uint32_t n, float* max);
 };
 
 // The best variant this CPU runs. TANDEM_KERNELS=generic|avx2|avx512 overrides (tests

@@ -11,6 +11,19 @@ struct V256 {
     out[0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b));
     out[1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(b, 8)));
   }
+  // A table of 16 levels (rotated KV) and its lookup: 16 byte indices to 2 vectors of levels.
+  struct Table {
+    __m256 lo, hi;
+  };
+  static constexpr bool kPlaneMasks = false;  // 3-bit codes: through bytes (kernels_simd.h, rotated16)
+  static Table table(const float* levels16) { return {_mm256_loadu_ps(levels16), _mm256_loadu_ps(levels16 + 8)}; }
+  static void lookup(__m128i b, const Table& t, T* out) {
+    for (int h = 0; h < 2; ++h) {
+      const __m256i idx = _mm256_cvtepu8_epi32(h ? _mm_srli_si128(b, 8) : b);
+      const __m256 lo = _mm256_permutevar8x32_ps(t.lo, idx), hi = _mm256_permutevar8x32_ps(t.hi, idx);
+      out[h] = _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));  // bit 3: the high half
+    }
+  }
   static T load_f16(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
   static T load_bf16(const uint16_t* p) {
     const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));

@@ -10,6 +10,25 @@ struct V512 {
   TANDEM_SIMD_LANE_OPS(512)
   static constexpr uint32_t kMaxRows = 12;  // 12 x 2 accumulators + 2 weights + 1 broadcast
   static void u8_to_float(__m128i b, T* out) { out[0] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b)); }
+  // A table of 16 levels (rotated KV) in one register and its lookup: 16 byte indices to levels.
+  struct Table {
+    __m512 v;
+  };
+  static Table table(const float* levels16) { return {_mm512_loadu_ps(levels16)}; }
+  static void lookup(__m128i b, const Table& t, T* out) {
+    out[0] = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(b), t.v);
+  }
+  // 16 3-bit codes from three bit planes `plane` bytes apart, each plane's 16-bit word a mask:
+  // code = 1 where plane 0 has the bit, | 2 where plane 1, | 4 where plane 2; then the lookup.
+  static constexpr bool kPlaneMasks = true;
+  static void lookup_planes(const uint8_t* p, size_t plane, const Table& t, T* out) {
+    uint16_t w[3];
+    for (int b = 0; b < 3; ++b) std::memcpy(&w[b], p + b * plane, 2);
+    __m512i idx = _mm512_maskz_mov_epi32(w[0], _mm512_set1_epi32(1));
+    idx = _mm512_mask_or_epi32(idx, w[1], idx, _mm512_set1_epi32(2));
+    idx = _mm512_mask_or_epi32(idx, w[2], idx, _mm512_set1_epi32(4));
+    out[0] = _mm512_permutexvar_ps(idx, t.v);
+  }
   static T load_f16(const uint16_t* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }

@@ -2,9 +2,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "workers/engine/kernels.h"
 #include "workers/engine/kernels_quant.h"
+#include "workers/engine/kernels_rotated.h"
 #include "workers/engine/kernels_scalar.h"
 
 namespace tandem::engine::kernels {
@@ -66,16 +68,6 @@ void qgemm(const QuantRows& a, uint32_t m, const QuantView& w, uint32_t n0, uint
     for (uint32_t r = 0; r < m; ++r) c[size_t{r} * ldc + n] = tiled_dot(t, w.type, n, act_row(a, r));
 }
 
-// Softmax of s[0, n) in place (exp of s - max, 16 lane partial sums); returns 1 / sum.
-float softmax(float* s, uint32_t n, float mx) {
-  float lanes[16] = {};
-  for (uint32_t j = 0; j < n; ++j) {
-    s[j] = exp_scalar(s[j] - mx);
-    lanes[j % 16] = lanes[j % 16] + s[j];
-  }
-  return 1.0f / reduce16(lanes);
-}
-
 void attention_f32(const AttentionArgs& x) {
   const uint32_t hd = x.head_dim, bt = x.block_tokens;
   const uint32_t stride = (x.n_keys + 15) / 16 * 16;
@@ -91,7 +83,7 @@ void attention_f32(const AttentionArgs& x) {
       s[j] = acc * x.scale;
       mx = std::max(mx, s[j]);
     }
-    const float inv = softmax(s, x.n_keys, mx);
+    const float inv = softmax_scalar(s, x.n_keys, mx);
     float* out = x.out + h * hd;
     for (uint32_t d = 0; d < hd; ++d) out[d] = 0.0f;
     for (uint32_t j = 0; j < x.n_keys; ++j) {
@@ -139,7 +131,7 @@ void attention_quant(const AttentionArgs& x) {
       s[j] = t * x.scale;
       mx = std::max(mx, s[j]);
     }
-    const float inv = softmax(s, x.n_keys, mx);
+    const float inv = softmax_scalar(s, x.n_keys, mx);
     float* out = x.out + h * hd;
     float pb[16] = {};
     for (uint32_t d = 0; d < hd; ++d) out[d] = 0.0f;
@@ -162,15 +154,27 @@ void attention_quant(const AttentionArgs& x) {
   }
 }
 
-void attention(const AttentionArgs& x) { x.kv_bits ? attention_quant(x) : attention_f32(x); }
+void attention(const AttentionArgs& x) {
+  if (x.kv_rotated) return attention_rotated_scalar(x);
+  x.kv_bits ? attention_quant(x) : attention_f32(x);
+}
 
 void silu_mul(const float* gate, const float* up, float* out, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = silu_mul_scalar(gate[i], up[i]);
 }
 
+uint32_t argmax(const float* x, uint32_t n, float* max) {
+  float best = -std::numeric_limits<float>::infinity();
+  uint32_t at = 0;
+  for (uint32_t i = 0; i < n; ++i)
+    if (x[i] > best) best = x[i], at = i;  // NaN compares false
+  *max = best;
+  return at;
+}
+
 }  // namespace
 
-extern const Kernels kGenericKernels{"generic",       gemm,          gemm_bf16, gemm16,  qgemm,
-                                     round_rows_bf16, quantize_rows, attention, silu_mul};
+extern const Kernels kGenericKernels{"generic",       gemm,          gemm_bf16, gemm16,   qgemm,
+                                     round_rows_bf16, quantize_rows, attention, silu_mul, argmax};
 
 }  // namespace tandem::engine::kernels

@@ -50,4 +50,24 @@ inline uint32_t code_at(const uint8_t* row, uint32_t i, uint32_t bits) {
   return bits == 8 ? row[i] : (row[i / 2] >> (4 * (i & 1))) & 15u;
 }
 
+// Code `i` of a row of `n` rotated KV codes (kv_cache.h): 4 bits as code_at; 3 bits as three
+// bit planes of n / 8 bytes each, bit b of the code at bit i % 8 of byte i / 8 of plane b.
+inline uint32_t rotated_code_at(const uint8_t* row, uint32_t i, uint32_t n, uint32_t bits) {
+  if (bits == 4) return code_at(row, i, 4);
+  const uint8_t* p = row + i / 8;
+  const uint32_t s = i % 8, plane = n / 8;
+  return ((p[0] >> s) & 1u) | (((p[plane] >> s) & 1u) << 1) | (((p[2 * plane] >> s) & 1u) << 2);
+}
+
+// Softmax of s[0, n) in place (exp of s - max, 16 lane partial sums, tree-reduced); returns
+// 1 / sum: the definition every variant's softmax reproduces.
+inline float softmax_scalar(float* s, uint32_t n, float mx) {
+  float lanes[16] = {};
+  for (uint32_t j = 0; j < n; ++j) {
+    s[j] = exp_scalar(s[j] - mx);
+    lanes[j % 16] = lanes[j % 16] + s[j];
+  }
+  return 1.0f / reduce16(lanes);
+}
+
 }  // namespace tandem::engine::kernels

@@ -7,9 +7,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 
 #include "model/half.h"
 #include "workers/engine/kernels.h"
+#include "workers/engine/kernels_rotated.h"
 #include "workers/engine/kernels_scalar.h"
 
 // The members of a lane type (V256, V512) whose intrinsics differ between instruction sets
@@ -355,15 +358,51 @@ struct Ops : V {
   // as 16 / W float vectors; the conversion is exact.
   template <uint32_t BITS>
   static void codes16(const uint8_t* p, T* out) {
-    __m128i b;
-    if constexpr (BITS == 8) {
-      b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    V::u8_to_float(BITS == 8 ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)) : nibbles16(p), out);
+  }
+
+  // 16 4-bit codes (8 bytes, the even index in the low nibble) as 16 bytes.
+  static __m128i nibbles16(const uint8_t* p) {
+    const __m128i packed = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    return _mm_unpacklo_epi8(_mm_and_si128(packed, mask), _mm_and_si128(_mm_srli_epi16(packed, 4), mask));
+  }
+
+  // 16 rotated codes as 16 bytes (kv_cache.h): 4 bits as nibbles16; 3 bits from three bit
+  // planes `plane` bytes apart, 2 bytes each (code i: bit i of each plane's 16-bit word).
+  template <uint32_t BITS>
+  static __m128i rotated16(const uint8_t* p, size_t plane) {
+    if constexpr (BITS == 4) {
+      return nibbles16(p);
     } else {
-      const __m128i packed = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-      const __m128i mask = _mm_set1_epi8(0x0F);
-      b = _mm_unpacklo_epi8(_mm_and_si128(packed, mask), _mm_and_si128(_mm_srli_epi16(packed, 4), mask));
+      const __m128i sel = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+      const __m128i bit = _mm_setr_epi8(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
+      __m128i out = _mm_setzero_si128();
+      for (uint32_t b = 0; b < 3; ++b) {
+        uint16_t w;
+        std::memcpy(&w, p + b * plane, 2);
+        const __m128i x = _mm_shuffle_epi8(_mm_set1_epi16(static_cast<int16_t>(w)), sel);
+        out = _mm_or_si128(out, _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(x, bit), bit), _mm_set1_epi8(1 << b)));
+      }
+      return out;
     }
-    V::u8_to_float(b, out);
+  }
+  // The levels of 16 rotated codes at p (planes `plane` bytes apart for 3 bits) as 16 / W
+  // vectors. Where the lane type has mask registers (V::kPlaneMasks), the 3-bit planes' words
+  // are those masks and the codes are built in 32-bit lanes directly.
+  template <uint32_t BITS>
+  [[gnu::always_inline]] static void rotated_levels(const uint8_t* p, size_t plane, const typename V::Table& t,
+                                                    T* out) {
+    if constexpr (BITS == 3 && V::kPlaneMasks) {
+      V::lookup_planes(p, plane, t, out);
+    } else {
+      V::lookup(rotated16<BITS>(p, plane), t, out);
+    }
+  }
+  // The byte where the 16 rotated codes from index i (a multiple of 16) start in a row.
+  template <uint32_t BITS>
+  static size_t rotated_offset(uint32_t i) {
+    return BITS == 4 ? i / 2 : i / 8;
   }
 
   // Quantized K: scores of NQ heads against the 16 keys at j0 (one block), the dot product
@@ -534,8 +573,127 @@ struct Ops : V {
     }
   }
 
+  // Rotated K: scores of NQ rotated query heads (qr) against the 16 keys at j0 (one block),
+  // lane by lane the chain of kernels_rotated.h: (n_j * (fma chain over d of qr[d] * L[c_j[d]])) * scale.
+  template <uint32_t NQ, uint32_t BITS>
+  static void scores_rot(const AttentionArgs& x, const float* qr, const typename V::Table& levels, uint32_t j0,
+                         float* s, uint32_t stride, T* mx) {
+    constexpr uint32_t L = 16 / W;
+    const uint32_t hd = x.head_dim, bt = x.block_tokens;
+    const size_t row_bytes = size_t{bt} * BITS / 8;
+    const uint8_t* kb = x.k_bytes + x.blocks[j0 / bt] * x.block_bytes;
+    const uint32_t slot = j0 % bt;
+    if (slot == 0 && j0 + bt < x.n_keys) {  // the next block, all at once: another page
+      const char* nb = reinterpret_cast<const char*>(x.k_bytes + x.blocks[j0 / bt + 1] * x.block_bytes);
+      for (size_t line = 0; line < x.block_bytes; line += 64) _mm_prefetch(nb + line, _MM_HINT_T0);
+    }
+    const uint8_t* codes = kb + rotated_offset<BITS>(slot);
+    T acc[NQ][L];
+    for (uint32_t h = 0; h < NQ; ++h)
+      for (uint32_t i = 0; i < L; ++i) acc[h][i] = V::zero();
+    for (uint32_t d = 0; d < hd; ++d) {
+      T k[L];
+      rotated_levels<BITS>(codes + d * row_bytes, bt / 8, levels, k);
+#pragma GCC unroll 8
+      for (uint32_t h = 0; h < NQ; ++h) {
+        const T qd = V::set1(qr[h * hd + d]);
+        for (uint32_t i = 0; i < L; ++i) acc[h][i] = V::fma(qd, k[i], acc[h][i]);
+      }
+    }
+    const float* norms = reinterpret_cast<const float*>(kb + hd * row_bytes) + slot;
+    const T scale = V::set1(x.scale);
+    const uint32_t valid = std::min(16u, x.n_keys - j0);
+    for (uint32_t h = 0; h < NQ; ++h)
+      for (uint32_t i = 0; i < L; ++i) {
+        const T sv = V::mul(V::mul(V::loadu(norms + i * W), acc[h][i]), scale);
+        V::storeu(s + h * stride + j0 + i * W, sv);
+        mx[h] = V::max(mx[h], V::masked_keep(sv, V::set1(-INFINITY), valid, i * W));
+      }
+  }
+
+  // Rotated V: a[h][d] = fma chain over the coded keys of (p_j * n_j) * L[c_j[d]], in the
+  // rotated basis. DV vectors span the head dimension.
+  template <uint32_t NQ, uint32_t DV, uint32_t BITS>
+  static void weighted_values_rot(const AttentionArgs& x, const float* p, uint32_t stride, uint32_t coded,
+                                  const typename V::Table& levels, float* a) {
+    constexpr uint32_t L = 16 / W;
+    const uint32_t hd = x.head_dim, bt = x.block_tokens;
+    const size_t code_bytes = size_t{hd} * bt * BITS / 8;
+    T o[NQ][DV];
+    clear(o);
+    for (uint32_t j = 0; j < coded; ++j) {
+      const uint8_t* vb = x.v_bytes + x.blocks[j / bt] * x.block_bytes;
+      const uint32_t slot = j % bt;
+      if (slot == 0 && j + bt < coded) {
+        const char* nb = reinterpret_cast<const char*>(x.v_bytes + x.blocks[j / bt + 1] * x.block_bytes);
+        for (size_t line = 0; line < x.block_bytes; line += 64) _mm_prefetch(nb + line, _MM_HINT_T0);
+      }
+      const uint8_t* row = vb + size_t{slot} * hd * BITS / 8;
+      const float norm = reinterpret_cast<const float*>(vb + code_bytes)[slot];
+      T c[DV < L ? L : DV];  // DV < L only in instantiations no head_dim reaches
+#pragma GCC unroll 16
+      for (uint32_t v = 0; v < DV; v += L)
+        rotated_levels<BITS>(row + rotated_offset<BITS>(v * W), hd / 8, levels, c + v);
+#pragma GCC unroll 8
+      for (uint32_t h = 0; h < NQ; ++h) {
+        const T pn = V::set1(p[h * stride + j] * norm);
+#pragma GCC unroll 16
+        for (uint32_t v = 0; v < DV; ++v) o[h][v] = V::fma(pn, c[v], o[h][v]);
+      }
+    }
+    store_rows(o, a, hd);
+  }
+
+  template <uint32_t NQ, uint32_t BITS>
+  static void heads_rot(const AttentionArgs& x, uint32_t h0) {
+    const uint32_t hd = x.head_dim, stride = (x.n_keys + 15) / 16 * 16;
+    const uint32_t coded = x.win_k ? x.f32_from : x.n_keys;
+    const float* q = x.q + h0 * hd;
+    float* s = x.scores + h0 * stride;
+    alignas(64) float qr[NQ * 256], a[NQ * 256];  // head_dim <= 256 (kv_rotation::check_head_dim)
+    for (uint32_t h = 0; h < NQ; ++h) kv_rotation::rotate_row({q + h * hd, hd}, {x.k_signs, hd}, {qr + h * hd, hd});
+    float padded[16] = {};  // 3 bits: 8 levels, the rest never indexed
+    std::copy_n(x.levels, 1u << BITS, padded);
+    const typename V::Table levels = V::table(padded);
+    T mx[NQ];
+    for (uint32_t h = 0; h < NQ; ++h) mx[h] = V::set1(-INFINITY);
+    for (uint32_t j0 = 0; j0 < coded; j0 += 16) scores_rot<NQ, BITS>(x, qr, levels, j0, s, stride, mx);
+    for (uint32_t j = coded; j < x.n_keys; ++j) scores_row<NQ>(x, q, x.win_k[j - coded], j, s, stride, mx);
+    float inv[NQ];
+    softmax<NQ>(x, s, stride, mx, inv);
+    switch (hd / W) {
+      case 1: weighted_values_rot<NQ, 1, BITS>(x, s, stride, coded, levels, a); break;
+      case 2: weighted_values_rot<NQ, 2, BITS>(x, s, stride, coded, levels, a); break;
+      case 4: weighted_values_rot<NQ, 4, BITS>(x, s, stride, coded, levels, a); break;
+      case 8: weighted_values_rot<NQ, 8, BITS>(x, s, stride, coded, levels, a); break;
+      case 16: weighted_values_rot<NQ, 16, BITS>(x, s, stride, coded, levels, a); break;
+      case 32:  // head_dim 256 on 8 lanes (head_dim <= 256: no wider instantiation is reached)
+        if constexpr (W * 32 <= 256) weighted_values_rot<NQ, 32, BITS>(x, s, stride, coded, levels, a);
+        break;
+    }
+    for (uint32_t h = 0; h < NQ; ++h)
+      rotated_finish(x, a + h * hd, s + h * stride, coded, inv[h], x.out + (h0 + h) * hd);
+  }
+
+  template <uint32_t BITS>
+  static void attention_rot(const AttentionArgs& x) {
+    uint32_t h = 0;
+    for (; h + 4 <= x.n_q; h += 4) heads_rot<4, BITS>(x, h);
+    switch (x.n_q - h) {
+      case 3: heads_rot<3, BITS>(x, h); break;
+      case 2: heads_rot<2, BITS>(x, h); break;
+      case 1: heads_rot<1, BITS>(x, h); break;
+    }
+  }
+
+  static void attention_rotated(const AttentionArgs& x) {
+    if (x.kv_bits == 4) return attention_rot<4>(x);
+    attention_rot<3>(x);
+  }
+
   // Query heads in chunks of up to 4 (register budget of the value accumulation).
   static void attention(const AttentionArgs& x) {
+    if (x.kv_rotated) return attention_rotated(x);
     if (x.kv_bits == 8) return attention_q<8>(x);
     if (x.kv_bits == 4) return attention_q<4>(x);
     uint32_t h = 0;
@@ -560,13 +718,43 @@ struct Ops : V {
     }
     for (; i < n; ++i) out[i] = silu_mul_scalar(gate[i], up[i]);
   }
+
+  // Blocks of 256: each block's max in vectors (maxps returns its second operand when either
+  // is NaN, so a NaN never wins), the first block holding the largest, then the first element
+  // of that block equal to it.
+  static uint32_t argmax(const float* x, uint32_t n, float* max) {
+    constexpr uint32_t kBlock = 256;
+    static_assert(kBlock % (4 * W) == 0);
+    const float ninf = -std::numeric_limits<float>::infinity();
+    float best = ninf;
+    uint32_t best_block = 0;
+    for (uint32_t b = 0; b < n; b += kBlock) {
+      const uint32_t e = std::min(n, b + kBlock);
+      T m0 = V::set1(ninf), m1 = m0, m2 = m0, m3 = m0;
+      uint32_t i = b;
+      for (; i + 4 * W <= e; i += 4 * W) {
+        m0 = V::max(V::loadu(x + i), m0);
+        m1 = V::max(V::loadu(x + i + W), m1);
+        m2 = V::max(V::loadu(x + i + 2 * W), m2);
+        m3 = V::max(V::loadu(x + i + 3 * W), m3);
+      }
+      float bm = V::hmax(V::max(V::max(m0, m1), V::max(m2, m3)));
+      for (; i < e; ++i) bm = x[i] > bm ? x[i] : bm;
+      if (bm > best) best = bm, best_block = b;
+    }
+    *max = best;
+    if (best == ninf) return 0;
+    uint32_t i = best_block;
+    while (!(x[i] == best)) ++i;
+    return i;
+  }
 };
 
 template <class V>
 inline Kernels make_kernels(const char* name, decltype(Kernels::gemm_bf16) gemm_bf16, decltype(Kernels::qgemm) qgemm,
                             decltype(Kernels::round_bf16) round_bf16, decltype(Kernels::quantize) quantize) {
-  return Kernels{name,       Ops<V>::gemm, gemm_bf16,         Ops<V>::gemm16,  qgemm,
-                 round_bf16, quantize,     Ops<V>::attention, Ops<V>::silu_mul};
+  return Kernels{name,       Ops<V>::gemm, gemm_bf16,         Ops<V>::gemm16,   qgemm,
+                 round_bf16, quantize,     Ops<V>::attention, Ops<V>::silu_mul, Ops<V>::argmax};
 }
 
 }  // namespace tandem::engine::kernels::simd

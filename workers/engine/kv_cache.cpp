@@ -15,8 +15,12 @@
 namespace tandem::engine {
 
 Status KvFormat::validate_values() const {
-  if (bits != 0 && bits != 8 && bits != 4)
-    return Status::invalid("KV bits must be 0 (f32), 8 or 4, got " + std::to_string(bits));
+  if (rotated() && bits != 4 && bits != 3)
+    return Status::invalid("the rotated KV scheme needs 4 or 3 bits per element, got " + std::to_string(bits) +
+                           (bits == 0 ? " (F32 KV has no scheme: use the uniform one)" : ""));
+  if (!rotated() && bits != 0 && bits != 8 && bits != 4)
+    return Status::invalid("KV bits must be 0 (f32), 8 or 4, got " + std::to_string(bits) +
+                           (bits == 3 ? " (3 bits only with the rotated scheme)" : ""));
   if (group_size != 32 && group_size != 64 && group_size != 128)
     return Status::invalid("KV group size must be 32, 64 or 128, got " + std::to_string(group_size));
   if (f32_window > 2)
@@ -27,6 +31,7 @@ Status KvFormat::validate_values() const {
 Status KvFormat::validate(const ModelConfig& config) const {
   TANDEM_RETURN_IF_ERROR(validate_values());
   const uint32_t hd = config.head_dim();
+  if (rotated()) return kv_rotation::check_head_dim(hd);
   if (bits != 0 && hd % effective_group(hd) != 0)
     return Status::invalid("KV group size " + std::to_string(group_size) + " does not divide the head dimension " +
                            std::to_string(hd));
@@ -35,6 +40,9 @@ Status KvFormat::validate(const ModelConfig& config) const {
 
 std::string KvFormat::to_string() const {
   if (bits == 0) return "f32";
+  if (rotated())
+    return "rot" + std::to_string(bits) + (skip_last_layer ? "+f32-last" : "") +
+           (f32_window == 2 ? "" : "+w" + std::to_string(f32_window));
   return "q" + std::to_string(bits) + "/g" + std::to_string(group_size) + (skip_last_layer ? "+f32-last" : "") +
          (f32_window == 2 ? "" : "+w" + std::to_string(f32_window));
 }
@@ -58,9 +66,10 @@ QuantParams quantize_group(const float* x, uint32_t n, uint32_t bits, uint8_t* c
   return p;
 }
 
-size_t region_block_bytes(uint32_t head_dim, uint32_t block_tokens, uint32_t bits, uint32_t group) {
+size_t region_block_bytes(uint32_t head_dim, uint32_t block_tokens, uint32_t bits, uint32_t group, KvScheme scheme) {
   const size_t cells = size_t{head_dim} * block_tokens;
   if (bits == 0) return cells * sizeof(float);
+  if (scheme == KvScheme::kRotated) return cells * bits / 8 + size_t{block_tokens} * sizeof(float);
   return cells * bits / 8 + 2 * size_t{head_dim / group} * block_tokens * sizeof(float);
 }
 
@@ -79,14 +88,27 @@ Result<std::unique_ptr<KvPool>> KvPool::create(const ModelConfig& config, uint32
   pool->n_kv_heads_ = config.n_kv_heads;
   pool->head_dim_ = config.head_dim();
   pool->f32_region_block_ = engine::region_block_bytes(pool->head_dim_, block_tokens, 0, 1);
-  pool->quant_region_block_ =
-      format.bits ? engine::region_block_bytes(pool->head_dim_, block_tokens, format.bits, pool->group_size()) : 0;
+  pool->quant_region_block_ = format.bits ? engine::region_block_bytes(pool->head_dim_, block_tokens, format.bits,
+                                                                       pool->group_size(), format.scheme)
+                                          : 0;
+  if (format.rotated()) {
+    pool->levels_ = kv_rotation::levels(pool->head_dim_, format.bits);
+    if (!pool->levels_)
+      return Status::invalid("no rotated KV level table for head dimension " + std::to_string(pool->head_dim_) +
+                             " and " + std::to_string(format.bits) + " bits");
+    pool->signs_.resize(size_t{config.n_layers} * 2 * pool->head_dim_);
+    for (uint32_t l = 0; l < config.n_layers; ++l)
+      for (uint32_t kv = 0; kv < 2; ++kv)
+        kv_rotation::signs(format.rotation_seed, l, kv,
+                           std::span(pool->signs_).subspan((size_t{l} * 2 + kv) * pool->head_dim_, pool->head_dim_));
+  }
   pool->tail_blocks_ = tail_blocks_for(config, block_tokens, format);
   if (pool->tail_blocks_)
     pool->tail_rows_ = static_cast<uint32_t>(pool->quant_region_block_ / (pool->head_dim_ * sizeof(float)));
   size_t offset = 0;
   for (uint32_t l = 0; l < config.n_layers; ++l) {
     pool->layer_offset_.push_back(offset);
+    if (config.is_recurrent(l)) continue;  // a hybrid's recurrent layer keeps its state in a StatePool
     offset += 2 * size_t{config.n_kv_heads} * n_blocks * pool->region_block_bytes(l);
     pool->block_bytes_ += 2 * size_t{config.n_kv_heads} * pool->region_block_bytes(l);
   }
@@ -115,9 +137,10 @@ size_t KvPool::bytes_per_block(const ModelConfig& config, uint32_t block_tokens,
   const uint32_t hd = config.head_dim();
   size_t total = 0;
   for (uint32_t l = 0; l < config.n_layers; ++l)
-    total +=
-        2 * size_t{config.n_kv_heads} *
-        engine::region_block_bytes(hd, block_tokens, format.layer_bits(l, config.n_layers), format.effective_group(hd));
+    if (!config.is_recurrent(l))
+      total += 2 * size_t{config.n_kv_heads} *
+               engine::region_block_bytes(hd, block_tokens, format.layer_bits(l, config.n_layers),
+                                          format.effective_group(hd), format.scheme);
   return total;
 }
 
@@ -126,10 +149,11 @@ uint32_t KvPool::tail_blocks_for(const ModelConfig& config, uint32_t block_token
   for (uint32_t l = 0; l < config.n_layers; ++l) quantized |= format.layer_bits(l, config.n_layers) != 0;
   if (!quantized || format.f32_window == 0) return 0;
   const uint32_t hd = config.head_dim();
-  // A quantized region block holds at least block_tokens / 2 rows (bits >= 4: codes alone
-  // take hd * block_tokens / 2 bytes), so a tail is at most a few blocks.
-  const size_t rows = engine::region_block_bytes(hd, block_tokens, format.bits, format.effective_group(hd)) /
-                      (size_t{hd} * sizeof(float));
+  // A quantized region block holds at least 3 block_tokens / 32 rows (bits >= 3: codes alone
+  // take 3 hd * block_tokens / 8 bytes), so a tail is at most a few blocks.
+  const size_t rows =
+      engine::region_block_bytes(hd, block_tokens, format.bits, format.effective_group(hd), format.scheme) /
+      (size_t{hd} * sizeof(float));
   return static_cast<uint32_t>((size_t{format.f32_window} * block_tokens + rows - 1) / rows);
 }
 
@@ -150,6 +174,16 @@ void put_code(uint8_t* row, uint32_t i, uint32_t bits, uint8_t code) {
   }
 }
 
+// Code i of a rotated row of n codes (kv_cache.h: 4 bits as put_code, 3 bits as bit planes).
+void put_rotated_code(uint8_t* row, uint32_t i, uint32_t n, uint32_t bits, uint8_t code) {
+  if (bits == 4) return put_code(row, i, 4, code);
+  for (uint32_t b = 0; b < 3; ++b) {
+    uint8_t& byte = row[size_t{b} * n / 8 + i / 8];
+    const auto bit = static_cast<uint8_t>(1u << (i % 8));
+    byte = (code >> b) & 1 ? static_cast<uint8_t>(byte | bit) : static_cast<uint8_t>(byte & ~bit);
+  }
+}
+
 }  // namespace
 
 void KvPool::write(uint32_t layer, uint32_t kv_head, uint32_t block, uint32_t slot, const float* k, const float* v) {
@@ -162,6 +196,27 @@ void KvPool::write(uint32_t layer, uint32_t kv_head, uint32_t block, uint32_t sl
     std::memcpy(reinterpret_cast<float*>(vb) + size_t{slot} * hd, v, hd * sizeof(float));
     return;
   }
+  if (format_.rotated()) return write_rotated(layer, kb, vb, slot, bits, k, v);
+  write_uniform(kb, vb, slot, bits, k, v);
+}
+
+void KvPool::write_rotated(uint32_t layer, uint8_t* kb, uint8_t* vb, uint32_t slot, uint32_t bits, const float* k,
+                           const float* v) {
+  const uint32_t hd = head_dim_, bt = block_tokens_;
+  const size_t code_bytes = size_t{hd} * bt * bits / 8;
+  uint8_t codes[256];  // head_dim <= 256 (kv_rotation::check_head_dim)
+  float scratch[256];
+  const float norm_k = kv_rotation::quantize({k, hd}, {rotation_signs(layer, 0), hd}, *levels_, codes, scratch);
+  for (uint32_t d = 0; d < hd; ++d) put_rotated_code(kb + size_t{d} * bt * bits / 8, slot, bt, bits, codes[d]);
+  reinterpret_cast<float*>(kb + code_bytes)[slot] = norm_k;
+  const float norm_v = kv_rotation::quantize({v, hd}, {rotation_signs(layer, 1), hd}, *levels_, codes, scratch);
+  uint8_t* row = vb + size_t{slot} * hd * bits / 8;
+  for (uint32_t d = 0; d < hd; ++d) put_rotated_code(row, d, hd, bits, codes[d]);
+  reinterpret_cast<float*>(vb + code_bytes)[slot] = norm_v;
+}
+
+void KvPool::write_uniform(uint8_t* kb, uint8_t* vb, uint32_t slot, uint32_t bits, const float* k, const float* v) {
+  const uint32_t hd = head_dim_, bt = block_tokens_;
   const uint32_t g_size = group_size(), groups = hd / g_size;
   const size_t code_bytes = size_t{hd} * bt * bits / 8;
   uint8_t codes[256];  // head_dim <= 256 (Engine::load)
@@ -196,6 +251,7 @@ void KvPool::read(uint32_t layer, uint32_t kv_head, uint32_t block, uint32_t slo
     std::memcpy(v, reinterpret_cast<const float*>(vb) + size_t{slot} * hd, hd * sizeof(float));
     return;
   }
+  if (format_.rotated()) return read_rotated(layer, kb, vb, slot, bits, k, v);
   const uint32_t g_size = group_size(), groups = hd / g_size;
   const size_t code_bytes = size_t{hd} * bt * bits / 8;
   auto code = [bits](const uint8_t* row, uint32_t i) { return static_cast<float>(kernels::code_at(row, i, bits)); };
@@ -213,6 +269,22 @@ void KvPool::read(uint32_t layer, uint32_t kv_head, uint32_t block, uint32_t slo
     const uint32_t g = d / g_size;
     v[d] = std::fma(vs[size_t{slot} * groups + g], code(row, d), vbias[size_t{slot} * groups + g]);
   }
+}
+
+void KvPool::read_rotated(uint32_t layer, const uint8_t* kb, const uint8_t* vb, uint32_t slot, uint32_t bits, float* k,
+                          float* v) const {
+  const uint32_t hd = head_dim_, bt = block_tokens_;
+  const size_t code_bytes = size_t{hd} * bt * bits / 8;
+  uint8_t codes[256];
+  float y[256];
+  for (uint32_t d = 0; d < hd; ++d)
+    codes[d] = static_cast<uint8_t>(kernels::rotated_code_at(kb + size_t{d} * bt * bits / 8, slot, bt, bits));
+  kv_rotation::dequantize({codes, hd}, reinterpret_cast<const float*>(kb + code_bytes)[slot], *levels_, {y, hd});
+  kv_rotation::unrotate_row({y, hd}, {rotation_signs(layer, 0), hd}, {k, hd});
+  const uint8_t* row = vb + size_t{slot} * hd * bits / 8;
+  for (uint32_t d = 0; d < hd; ++d) codes[d] = static_cast<uint8_t>(kernels::rotated_code_at(row, d, hd, bits));
+  kv_rotation::dequantize({codes, hd}, reinterpret_cast<const float*>(vb + code_bytes)[slot], *levels_, {y, hd});
+  kv_rotation::unrotate_row({y, hd}, {rotation_signs(layer, 1), hd}, {v, hd});
 }
 
 BlockAllocator::BlockAllocator(uint32_t n_blocks) : used_(n_blocks, 0), n_free_(n_blocks) {}

@@ -12,6 +12,7 @@
 
 #include "runtime/status.h"
 #include "workers/engine/huge_pages.h"
+#include "workers/engine/kv_rotation.h"
 #include "workers/engine/model_file.h"
 
 namespace tandem::engine {
@@ -29,15 +30,31 @@ namespace tandem::engine {
 // of its attention, are exact (KIVI's full-precision residual, 16-31 tokens long). Quality:
 // on the trained tiny model, 8-bit free-running greedy agreement goes from 86% (window 0)
 // to 95% (1) and 98% (2) (bench/RESULTS.md); it costs f32_window F32 blocks per sequence.
+//
+// scheme kRotated (docs/KV_ROTATED.md, bits 4 or 3): each head row is stored as its F32 L2
+// norm plus its direction rotated by a randomized Hadamard transform (signs from
+// rotation_seed, the layer and K|V), each rotated coordinate the index of a Lloyd-Max level;
+// group_size is unused. The F32 window and skip_last_layer work as for uniform codes.
+enum class KvScheme : uint32_t { kUniform = 0, kRotated = 1 };
+
+// The rotated scheme's sign seed. Fixed, not per model or flag: every worker, `tandem run`
+// and the service agree without configuration; registration and the handoff carry it, so a
+// build that changes it is refused by one that does not, never silently misread.
+inline constexpr uint64_t kKvRotationSeed = 0x7A4E3D5C9B1F2E81ull;
+
 struct KvFormat {
   uint32_t bits = 0;
   uint32_t group_size = 64;
   bool skip_last_layer = false;
   uint32_t f32_window = 2;  // 0, 1 or 2 blocks
+  KvScheme scheme = KvScheme::kUniform;
+  uint64_t rotation_seed = kKvRotationSeed;
 
-  // Errors name the bad value: bits not 0/8/4, group not 32/64/128 ...
+  bool rotated() const { return scheme == KvScheme::kRotated; }
+  // Errors name the bad value: bits not 0/8/4 (uniform) or 4/3 (rotated), group not 32/64/128 ...
   Status validate_values() const;
-  // ... or, for this model, the group not dividing head_dim.
+  // ... or, for this model, the group not dividing head_dim (uniform) or a head_dim the
+  // rotation cannot take (rotated: a power of two in [16, 256]).
   Status validate(const ModelConfig& config) const;
   // The group actually used for a head of `head_dim` elements: min(group_size, head_dim).
   uint32_t effective_group(uint32_t head_dim) const { return group_size < head_dim ? group_size : head_dim; }
@@ -45,7 +62,8 @@ struct KvFormat {
   uint32_t layer_bits(uint32_t layer, uint32_t n_layers) const {
     return skip_last_layer && layer + 1 == n_layers ? 0 : bits;
   }
-  std::string to_string() const;  // "f32", "q8/g64", "q4/g32+f32-last", "q8/g64+w1" (F32 window of 1 block)
+  // "f32", "q8/g64", "q4/g32+f32-last", "q8/g64+w1" (F32 window of 1 block), "rot4", "rot3+f32-last"
+  std::string to_string() const;
   bool operator==(const KvFormat&) const = default;
 };
 
@@ -58,7 +76,9 @@ struct QuantParams {
 };
 QuantParams quantize_group(const float* x, uint32_t n, uint32_t bits, uint8_t* codes);
 
-// Layout: one region per (layer, KV head, K or V), each an array of n_blocks blocks.
+// Layout: one region per (layer, KV head, K or V), each an array of n_blocks blocks; a hybrid
+// model's recurrent layers have none (their state is in a StatePool, state_pool.h).
+// (Rotated layers: see below.)
 // F32 layers:
 //   K block: [head_dim][block_tokens] floats (transposed: 16 keys per vector)
 //   V block: [block_tokens][head_dim] floats
@@ -68,6 +88,11 @@ QuantParams quantize_group(const float* x, uint32_t n, uint32_t bits, uint8_t* c
 //            F32 biases [groups][block_tokens]  (16 keys' parameters side by side)
 //   V block: codes [block_tokens][head_dim], then F32 scales [block_tokens][groups], then
 //            F32 biases [block_tokens][groups]
+// Rotated layers (KvScheme::kRotated; codes: 4 bits two per byte as above; 3 bits as three
+// bit planes, a row of n codes taking bit 0 of every code in n / 8 bytes, then bit 1, then
+// bit 2, code i at bit i % 8 of byte i / 8 of each plane: rotated_code_at):
+//   K block: codes [head_dim][block_tokens], then F32 norms [block_tokens]
+//   V block: codes [block_tokens][head_dim], then F32 norms [block_tokens]
 // so a sequence whose blocks have consecutive ids reads one contiguous run per region in
 // attention. (Scattered 4 KiB pieces read at a third of the bandwidth of long runs on
 // this machine: see bench/RESULTS.md.)
@@ -96,6 +121,12 @@ class KvPool {
   uint32_t layer_bits(uint32_t layer) const { return format_.layer_bits(layer, n_layers_); }
   // The group size in use (see KvFormat::effective_group).
   uint32_t group_size() const { return format_.effective_group(head_dim_); }
+  // Rotated scheme: the ±1 signs of (layer, kv) (head_dim floats) and the level table; the
+  // signs are those of kv_rotation::signs(format().rotation_seed, layer, kv).
+  const float* rotation_signs(uint32_t layer, uint32_t kv) const {
+    return signs_.data() + (size_t{layer} * 2 + kv) * head_dim_;
+  }
+  const kv_rotation::Levels* rotation_levels() const { return levels_; }
   // Bytes one block takes across all layers, heads, K and V.
   size_t block_bytes() const { return block_bytes_; }
   // Blocks one sequence's tail takes (see tail_blocks_for); 0: no F32 window.
@@ -130,11 +161,19 @@ class KvPool {
   // codes and parameters.
   void write(uint32_t layer, uint32_t kv_head, uint32_t block, uint32_t slot, const float* k, const float* v);
   // The K and V of one token as attention would see them from the block: dequantized
-  // (scale * code + bias) in a quantized layer, as stored in an F32 one.
+  // (scale * code + bias; rotated: norm * level, rotated back) in a quantized layer, as
+  // stored in an F32 one.
   void read(uint32_t layer, uint32_t kv_head, uint32_t block, uint32_t slot, float* k, float* v) const;
 
  private:
   KvPool() = default;
+  void write_uniform(uint8_t* kb, uint8_t* vb, uint32_t slot, uint32_t bits, const float* k, const float* v);
+  void write_rotated(uint32_t layer, uint8_t* kb, uint8_t* vb, uint32_t slot, uint32_t bits, const float* k,
+                     const float* v);
+  void read_rotated(uint32_t layer, const uint8_t* kb, const uint8_t* vb, uint32_t slot, uint32_t bits, float* k,
+                    float* v) const;
+  std::vector<float> signs_;                     // rotated: [layer][K|V][head_dim]
+  const kv_rotation::Levels* levels_ = nullptr;  // rotated: the table of (head_dim, bits)
   HugeMemory data_;
   KvFormat format_;
   uint32_t n_blocks_ = 0, block_tokens_ = 16, n_layers_ = 0, n_kv_heads_ = 0, head_dim_ = 0;
@@ -144,7 +183,8 @@ class KvPool {
 };
 
 // Bytes of one block in one region for a head of `head_dim`, `block_tokens` tokens.
-size_t region_block_bytes(uint32_t head_dim, uint32_t block_tokens, uint32_t bits, uint32_t group);
+size_t region_block_bytes(uint32_t head_dim, uint32_t block_tokens, uint32_t bits, uint32_t group,
+                          KvScheme scheme = KvScheme::kUniform);
 
 // Block ids for in-process use (tandem run, tests, benchmarks); the service's scheduler
 // has its own accounting. Prefers the id after a table's last block, then the lowest

@@ -7,8 +7,8 @@
 //
 // These are the scalar reference operations, one fixed sequence of IEEE operations each (the
 // engine builds with -ffp-contract=off), so a SIMD kernel that keeps the same order is bitwise
-// equal to them and no result depends on the batch. Not yet wired into the KV pool, the flags or
-// the registration: the next step of #23.
+// equal to them and no result depends on the batch. The KV pool writes rows with quantize
+// (KvScheme::kRotated); attention's reference is kernels_rotated.h.
 #pragma once
 
 #include <cstdint>

@@ -256,6 +256,7 @@ Verdict verify_sampled(std::span<const float> p, std::span<const float> q, int32
 
 Sampler::Sampler(uint32_t vocab_size)
     : vocab_(vocab_size),
+      kernels_(&kernels::best()),
       probs_(vocab_size),
       order_(vocab_size),
       seen_(vocab_size, 0),
@@ -591,6 +592,16 @@ Sample Sampler::run(std::span<const float> logits, const SamplingParams& params,
   const uint32_t n = static_cast<uint32_t>(std::min<size_t>(logits.size(), vocab_));
   const int32_t n_top = std::clamp(params.top_logprobs, 0, kMaxTopLogprobs);
   float* const v = probs_.data();  // sanitized logits, then reshaped, then weights
+
+  // Greedy, nothing reshaping the logits and nothing to report but the token: the lowest id
+  // holding the max (NaN as -inf), which is what the stages below end with, in one read.
+  if (params.temperature <= 0.0f && n_top == 0 && logprob == Logprob::kSkip &&
+      !active_stages(params, n, history, generated, false).reshapes()) {
+    float max = 0.0f;
+    Sample out;
+    out.token = static_cast<int32_t>(kernels_->argmax(logits.data(), n, &max));
+    return out;
+  }
 
   // 1. Sanitize.
   Sanitized in = sanitize(logits, v, n);

@@ -7,6 +7,7 @@
 
 #include "model/sampling_params.h"
 #include "runtime/status.h"
+#include "workers/engine/kernels.h"
 
 namespace tandem::engine {
 
@@ -73,12 +74,13 @@ class Sampler {
              std::span<float> probs);
 
   uint32_t vocab_;
-  std::vector<float> probs_;       // sanitized -> penalized logits -> sampling weights
-  std::vector<int32_t> order_;     // candidate ids (top-k buffer, then descending order)
-  std::vector<uint8_t> seen_;      // repetition penalty dedup flags, all 0 between calls
-  std::vector<uint32_t> counts_;   // presence / frequency occurrence counts, all 0 between calls
-  std::vector<TokenLogprob> top_;  // kMaxTopLogprobs entries; Sample::top points here
-  double last_log_norm_ = 0.0;     // the last call's log-softmax normalizer (last_logprob)
+  const kernels::Kernels* kernels_;  // argmax: greedy sampling that reports nothing else
+  std::vector<float> probs_;         // sanitized -> penalized logits -> sampling weights
+  std::vector<int32_t> order_;       // candidate ids (top-k buffer, then descending order)
+  std::vector<uint8_t> seen_;        // repetition penalty dedup flags, all 0 between calls
+  std::vector<uint32_t> counts_;     // presence / frequency occurrence counts, all 0 between calls
+  std::vector<TokenLogprob> top_;    // kMaxTopLogprobs entries; Sample::top points here
+  double last_log_norm_ = 0.0;       // the last call's log-softmax normalizer (last_logprob)
   bool last_inf_mode_ = false;
 };
 

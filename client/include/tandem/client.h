@@ -71,6 +71,9 @@ struct GenerateRequest {
   bool ignore_eos = false;
   bool logprobs = false;
   int32_t priority = 0;  // higher runs first among waiting requests
+  // Speculative decoding on workers that speculate: unset, the worker's --spec-tokens drafts a
+  // round; 0, none for this request; K <= 16, at most K.
+  std::optional<uint32_t> spec_tokens;
   // Whom a proxy (an HTTP gateway) sends this request for: the scheduler's per-client limits
   // count per principal and its logs name it. "" = the client itself. At most 128 bytes of
   // printable ASCII; with --client-keys only a key listed with `proxy` may set it.
@@ -164,6 +167,8 @@ struct WorkerInfo {
   // Tokens per round: (spec_rounds + drafts_accepted) / spec_rounds.
   uint32_t spec_tokens = 0;
   uint64_t spec_rounds = 0, drafts = 0, drafts_accepted = 0;
+  // A hybrid model (qwen35): recurrent state slots, one per sequence held (0: not a hybrid).
+  uint32_t state_slots_total = 0, state_slots_free = 0;
 };
 
 struct StatusInfo {
@@ -238,6 +243,8 @@ void list_status_fields(Field&& field) {
   field("spec_rounds", &WorkerInfo::spec_rounds);
   field("drafts", &WorkerInfo::drafts);
   field("drafts_accepted", &WorkerInfo::drafts_accepted);
+  field("state_slots_total", &WorkerInfo::state_slots_total);
+  field("state_slots_free", &WorkerInfo::state_slots_free);
   field("idle_us", &WorkerInfo::idle_us, nullptr);
   field("compute_us", &WorkerInfo::compute_us, nullptr);
 }

@@ -283,6 +283,7 @@ class Client:
         timeout: Optional[float] = None,
         stream: bool = True,
         id: Optional[str] = None,
+        spec_tokens: Optional[int] = None,
     ) -> Stream:
         """Submits a request; its events arrive on the returned Stream. The prompt is token ids
         (a sequence of ints), text (a str, tokenized by the scheduler, BOS added unless no_bos),
@@ -294,7 +295,8 @@ class Client:
         limits) gets its final error event at once. `timeout`: seconds from arrival at the
         scheduler (None: no deadline). `principal`: whom a proxy sends the request for (the
         scheduler's per-client limits count per principal; with --client-keys only a `proxy`
-        key may set it)."""
+        key may set it). `spec_tokens`: on workers that speculate, at most this many drafts a
+        round (0: this request does not speculate; None: the workers' --spec-tokens)."""
         if isinstance(prompt, (bytes, bytearray)):
             raise TypeError("prompt: text (str) or token ids (a sequence of int), not bytes")
         request_id = id if id is not None else self._next_id()
@@ -328,6 +330,8 @@ class Client:
             s._push(_final_error("INVALID_ARGUMENT", "timeout must be in [0, 2^32) ms"))
             return s
         sub.timeout_ms = timeout_ms
+        if spec_tokens is not None:
+            sub.spec_tokens = spec_tokens
         too_large = self._over_limits(request_id, principal, prompt, messages, tools)
         if too_large:
             s._push(_final_error("INVALID_ARGUMENT", too_large))
