@@ -10,11 +10,18 @@
 # ngram/off ratios per pair and their medians, and the acceptance (drafts accepted / fed, and
 # tokens per round) from `tandem status --json`.
 #
-#   bench/spec.sh [BUILD] [PAIRS] [OUTPUT_LEN]     e.g. bench/spec.sh build/release 3 256
+#
+# MODE draft: --spec draft against off instead, on the small preset (random weights, seed 1)
+# drafting for itself through its Q4_0 copy (`tandem make-model --from ... --dtype q4_0`),
+# text prompts only, at concurrency 1 and 4 (4 and 8 requests: it decodes ~100x slower).
+#
+#   bench/spec.sh [BUILD] [PAIRS] [OUTPUT_LEN] [MODE]   e.g. bench/spec.sh build/release 3 256 ngram
 set -uo pipefail
 build=${1:-build/release}
 pairs=${2:-3}
 out_len=${3:-256}
+mode=${4:-ngram}
+[ "$mode" = ngram ] || [ "$mode" = draft ] || { echo "MODE must be ngram or draft"; exit 2; }
 [ "$pairs" -ge 1 ] && [ "$pairs" -le 20 ] || { echo "PAIRS must be 1..20"; exit 2; }
 tandem=$build/cli/tandem
 [ -x "$tandem" ] || { echo "no $tandem: build the tandem target first"; exit 2; }
@@ -43,8 +50,10 @@ spec_counts() {  # -> "rounds drafts accepted" summed over the workers
   json_get "$tmp/status.json" "' '.join(str(sum(w.get(k, 0) for w in j['workers'])) for k in ('spec_rounds', 'drafts', 'drafts_accepted'))"
 }
 up() {  # model spec
+  local spec=(--spec "$2")
+  [ "$2" = draft ] && spec+=(--draft-model "$tmp/small-q4.gguf")
   rm -rf "$tmp/run"
-  "$tandem" up --model "$1" --workers 1 --threads 2 --spec "$2" --runtime-dir "$tmp/run" --log-level warn \
+  "$tandem" up --model "$1" --workers 1 --threads 2 "${spec[@]}" --runtime-dir "$tmp/run" --log-level warn \
     >"$tmp/up.out" 2>&1 &
   up_pid=$!
   for _ in $(seq 1 600); do
@@ -53,11 +62,13 @@ up() {  # model spec
   done
   echo "tandem up did not become ready:"; cat "$tmp/up.out"; exit 1
 }
-down() {
+down() {  # LOGS=DIR keeps each run's `tandem up` output there
   kill "$up_pid" 2>/dev/null; wait "$up_pid" 2>/dev/null; up_pid=
+  [ -n "${LOGS:-}" ] && mkdir -p "$LOGS" && cp "$tmp/up.out" "$LOGS/up-$(date +%s%N).out"
 }
 bench() {  # concurrency workload -> "tok_s rounds drafts accepted" of this run
   local c=$1 w=$2 n=$(( $1 == 1 ? 16 : 96 )) before after
+  [ "$mode" = draft ] && n=$(( $1 == 1 ? 4 : 2 * $1 ))  # the small preset decodes ~100x slower
   before=$(spec_counts)
   local args=(--endpoint "ipc://$tmp/run/client.sock" --concurrency "$c" --num-requests "$n" --warmup "$c"
               --output-len "$out_len" --ignore-eos --seed 7 --out "$tmp/bench.json")
@@ -68,15 +79,24 @@ bench() {  # concurrency workload -> "tok_s rounds drafts accepted" of this run
     awk '{ printf "%.1f %d %d %d\n", $1, $5 - $2, $6 - $3, $7 - $4 }'
 }
 
-echo "bench/spec.sh: $(date -u +%FT%TZ), $(git -C "$root" rev-parse --short HEAD 2>/dev/null), output $out_len tokens, $pairs pairs"
+models="tiny-trained vocab-trained" workloads="text random" concs="1 16"
+if [ "$mode" = draft ]; then
+  workloads=text concs="1 4"
+  "$tandem" make-model --preset small --seed 1 --out "$tmp/small.gguf" >/dev/null || exit 1
+  "$tandem" make-model --from "$tmp/small.gguf" --dtype q4_0 --out "$tmp/small-q4.gguf" >/dev/null || exit 1
+  models=small
+fi
+model_file() { if [ "$1" = small ]; then echo "$tmp/small.gguf"; else echo "$root/tests/data/$1.gguf"; fi; }
+
+echo "bench/spec.sh: $(date -u +%FT%TZ), $(git -C "$root" rev-parse --short HEAD 2>/dev/null), output $out_len tokens, $pairs pairs, $mode"
 printf '%-14s %-5s %-6s %-6s %4s %10s %8s %10s\n' model pair spec prompt conc "tok/s" accept "tok/round"
-for model in tiny-trained vocab-trained; do
+for model in $models; do
   for i in $(seq 1 "$pairs"); do
-    if [ $((i % 2)) -eq 1 ]; then order="off ngram"; else order="ngram off"; fi
+    if [ $((i % 2)) -eq 1 ]; then order="off $mode"; else order="$mode off"; fi
     for spec in $order; do
-      up "$root/tests/data/$model.gguf" "$spec"
-      for w in text random; do
-        for c in 1 16; do
+      up "$(model_file "$model")" "$spec"
+      for w in $workloads; do
+        for c in $concs; do
           read -r tps rounds drafts accepted <<<"$(bench "$c" "$w")"
           acc=$(awk -v d="$drafts" -v a="$accepted" 'BEGIN { if (d > 0) printf "%.2f", a / d; else printf "-" }')
           tpr=$(awk -v r="$rounds" -v a="$accepted" 'BEGIN { if (r > 0) printf "%.2f", (r + a) / r; else printf "-" }')
@@ -89,13 +109,13 @@ for model in tiny-trained vocab-trained; do
   done
 done
 echo
-echo "ngram/off output tokens/s, per pair and median (goals: text 2x at 1, 1.5x at 16; random >= 0.95x):"
-awk '{ t[$1 " " $4 " " $5 " " $2 " " $3] = $6; key[$1 " " $4 " " $5] = 1; if ($2 > np) np = $2 }
+echo "$mode/off output tokens/s, per pair and median (goals, ngram: text 2x at 1, 1.5x at 16; random >= 0.95x):"
+awk -v mode="$mode" '{ t[$1 " " $4 " " $5 " " $2 " " $3] = $6; key[$1 " " $4 " " $5] = 1; if ($2 > np) np = $2 }
      END {
        for (k in key) {
          n = 0; line = sprintf("  %-30s", k)
          for (i = 1; i <= np; ++i) {
-           o = t[k " " i " off"]; g = t[k " " i " ngram"]
+           o = t[k " " i " off"]; g = t[k " " i " " mode]
            if (o > 0) { v[++n] = g / o; line = line sprintf(" %.3f", g / o) }
          }
          for (a = 1; a <= n; ++a) for (b = a + 1; b <= n; ++b) if (v[b] < v[a]) { x = v[a]; v[a] = v[b]; v[b] = x }

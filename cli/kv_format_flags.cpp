@@ -32,14 +32,19 @@ Result<engine::GemmBackend> gemm_from_flags(const Args& args) {
   return *gemm == "openblas" ? engine::GemmBackend::kOpenBlas : engine::GemmBackend::kPacked;
 }
 
-Result<uint32_t> spec_tokens_from_flags(const Args& args) {
+Result<SpecFlags> spec_from_flags(const Args& args) {
   auto spec = args.choice("spec", "off");
   if (!spec) return spec.status();
   auto k = args.integer("spec-tokens", 4);
   if (!k) return k.status();
-  if (*spec == "draft")
-    return Status::invalid("--spec draft: speculation from a draft model is not built yet; use --spec ngram");
-  return *spec == "ngram" ? static_cast<uint32_t>(*k) : 0u;
+  SpecFlags out;
+  out.draft_model = args.str("draft-model").value_or("");
+  if (*spec == "draft" && out.draft_model.empty())
+    return Status::invalid("--spec draft needs --draft-model FILE (the draft model, of the target's vocabulary)");
+  if (*spec != "draft" && !out.draft_model.empty())
+    return Status::invalid("--draft-model is given but --spec is " + *spec + ": add --spec draft");
+  out.spec_tokens = *spec == "off" ? 0u : static_cast<uint32_t>(*k);
+  return out;
 }
 
 }  // namespace tandem::cli

@@ -2,6 +2,8 @@
 // share (their rows of the flag table): the KV cache format, the GEMM backend and speculation.
 #pragma once
 
+#include <string>
+
 #include "cli/args.h"
 #include "runtime/status.h"
 #include "workers/engine/engine.h"
@@ -18,8 +20,13 @@ Result<engine::KvFormat> kv_format_from_flags(const Args& args);
 // --gemm packed|openblas.
 Result<engine::GemmBackend> gemm_from_flags(const Args& args);
 
-// --spec and --spec-tokens: the most drafts a speculating sequence carries per round, 0 for
-// --spec off. --spec draft is refused (a draft model is not built).
-Result<uint32_t> spec_tokens_from_flags(const Args& args);
+// --spec, --spec-tokens and --draft-model: the most drafts a speculating sequence carries per
+// round (0 for --spec off) and, for --spec draft, the draft model's file. Refused: --spec draft
+// without --draft-model, --draft-model without --spec draft.
+struct SpecFlags {
+  uint32_t spec_tokens = 0;
+  std::string draft_model;
+};
+Result<SpecFlags> spec_from_flags(const Args& args);
 
 }  // namespace tandem::cli

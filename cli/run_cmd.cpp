@@ -2,6 +2,7 @@
 // reference the service's streams are compared with.
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <string>
 
 #include "cli/args.h"
@@ -12,6 +13,7 @@
 #include "runtime/utf8.h"
 #include "workers/engine/engine.h"
 #include "workers/engine/generate.h"
+#include "workers/draft_model.h"
 #include "workers/speculation.h"
 
 namespace tandem::cli {
@@ -23,7 +25,8 @@ constexpr const char* kUsage =
     "       tandem run --model FILE --chat [--system TEXT] --prompt TEXT [flags]";
 
 // The generation and engine options the flags give.
-Status options_from_flags(const Args& args, engine::GenerateOptions& opt, engine::EngineOptions& eopt) {
+Status options_from_flags(const Args& args, engine::GenerateOptions& opt, engine::EngineOptions& eopt,
+                          std::string& draft_model) {
   auto max_tokens = args.integer("max-tokens", 32);
   auto threads = args.integer("threads", 2);
   auto chunk = args.integer("chunk", 512);
@@ -36,9 +39,10 @@ Status options_from_flags(const Args& args, engine::GenerateOptions& opt, engine
   auto kv_format = kv_format_from_flags(args);
   if (!kv_format) return kv_format.status();
   opt.kv_format = *kv_format;
-  auto spec = spec_tokens_from_flags(args);
+  auto spec = spec_from_flags(args);
   if (!spec) return spec.status();
-  opt.spec_tokens = *spec;
+  opt.spec_tokens = spec->spec_tokens;
+  draft_model = spec->draft_model;
   opt.sampling = std::move(sampling.value());
   TANDEM_RETURN_IF_ERROR(engine::validate(opt.sampling));
   eopt.threads = static_cast<uint32_t>(*threads);
@@ -72,7 +76,8 @@ int run_command(int argc, char** argv) {
   if (Status st = check_chat_flags(*args); !st) return fail("run", st);
   engine::GenerateOptions opt;
   engine::EngineOptions eopt;
-  if (Status st = options_from_flags(*args, opt, eopt); !st) return fail("run", st);
+  std::string draft_path;
+  if (Status st = options_from_flags(*args, opt, eopt, draft_path); !st) return fail("run", st);
 
   auto eng = engine::Engine::load(*model, eopt);
   if (!eng) return fail("run", eng.status());
@@ -94,8 +99,19 @@ int run_command(int argc, char** argv) {
     std::fflush(stdout);
     pending.erase(0, cut);
   };
-  workers::NgramDrafter drafter(std::max(opt.spec_tokens, 1u));
-  if (opt.spec_tokens > 0) opt.drafter = &drafter;
+  workers::NgramDrafter ngram(std::max(opt.spec_tokens, 1u));
+  std::unique_ptr<workers::DraftModel> draft_model;
+  std::unique_ptr<workers::ModelDrafter> model_drafter;
+  if (!draft_path.empty()) {
+    auto loaded = workers::DraftModel::load(draft_path, eopt, e);
+    if (!loaded) return fail("run", loaded.status());
+    draft_model = std::move(loaded.value());
+    const uint32_t context = e.config().context_length;
+    if (Status st = draft_model->make_pool((context + 15) / 16, 16); !st) return fail("run", st);
+    model_drafter = std::make_unique<workers::ModelDrafter>(*draft_model, opt.spec_tokens, context);
+    model_drafter->set_sampling(&opt.sampling, static_cast<uint32_t>(prompt.size()));
+  }
+  if (opt.spec_tokens > 0) opt.drafter = model_drafter ? static_cast<engine::Drafter*>(model_drafter.get()) : &ngram;
   auto gen = engine::generate(e, prompt, opt, on_token);
   if (!gen) return fail("run", gen.status());
 

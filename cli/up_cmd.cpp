@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "workers/draft_model.h"
 #include "cli/args.h"
 #include "cli/commands.h"
 #include "cli/config.h"
@@ -65,6 +66,8 @@ Status check_children(const std::vector<ChildSpec>& children) {
     } else {
       worker::WorkerOptions o;
       TANDEM_RETURN_IF_ERROR(worker_options_from(*args, o));
+      if (auto model = args->str("model"); model && !o.draft_model_path.empty())
+        TANDEM_RETURN_IF_ERROR(workers::check_draft_model_file(*model, o.draft_model_path));
     }
   }
   return Status::ok();

@@ -43,9 +43,10 @@ Status worker_options_from(const Args& args, worker::WorkerOptions& o) {
   auto gemm = gemm_from_flags(args);
   if (!gemm) return gemm.status();
   o.gemm = *gemm;
-  auto spec = spec_tokens_from_flags(args);
+  auto spec = spec_from_flags(args);
   if (!spec) return spec.status();
-  o.spec_tokens = *spec;
+  o.spec_tokens = spec->spec_tokens;
+  o.draft_model_path = spec->draft_model;
   return Status::ok();
 }
 

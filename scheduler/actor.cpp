@@ -727,16 +727,17 @@ class Actor final : public Sink {
       forget_worker(identity, now);  // re-registration: its old state is gone
     }
     const uint32_t id = next_worker_id_++;
-    worker_by_identity_[identity] = WorkerPeer{id,
-                                               *role,
-                                               reg.pid(),
-                                               now,
-                                               kv_format(reg),
-                                               reg.weight_bytes(),
-                                               uint64_t{reg.kv_blocks()} * reg.block_bytes(),
-                                               credential,
-                                               reg.kv_endpoint(),
-                                               peer};
+    worker_by_identity_[identity] =
+        WorkerPeer{id,
+                   *role,
+                   reg.pid(),
+                   now,
+                   kv_format(reg),
+                   reg.weight_bytes(),
+                   uint64_t{reg.kv_blocks()} * (reg.block_bytes() + reg.draft_block_bytes()),
+                   credential,
+                   reg.kv_endpoint(),
+                   peer};
     worker_identity_[id] = identity;
     core_.add_worker(id,
                      WorkerInfo{*role, reg.kv_blocks(), reg.block_tokens(), reg.kv_endpoint(), reg.kv_tail_blocks(),

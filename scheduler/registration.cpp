@@ -56,12 +56,14 @@ std::optional<Refusal> check_kv_pool(const v1::Register& reg, const Registration
     return Refusal{v1::REFUSAL_REASON_KV_POOL, "invalid KV pool: " + std::to_string(reg.block_bytes()) +
                                                    " bytes per block of " + std::to_string(bt) +
                                                    " tokens is less than this model's KV takes in any format"};
-  // block_bytes < 2^64 / 2^24: the product does not wrap.
-  const unsigned __int128 bytes = static_cast<unsigned __int128>(reg.kv_blocks()) * reg.block_bytes();
+  // Each below 2^64, times at most 2^24: the product does not wrap. A draft model's layers
+  // (draft_block_bytes) share the blocks.
+  const unsigned __int128 bytes = static_cast<unsigned __int128>(reg.kv_blocks()) * reg.block_bytes() +
+                                  static_cast<unsigned __int128>(reg.kv_blocks()) * reg.draft_block_bytes();
   if (limits.max_worker_kv_bytes && bytes > limits.max_worker_kv_bytes)
     return Refusal{v1::REFUSAL_REASON_KV_POOL,
                    "KV pool too large: " + std::to_string(reg.kv_blocks()) + " blocks of " +
-                       std::to_string(reg.block_bytes()) +
+                       std::to_string(reg.block_bytes() + reg.draft_block_bytes()) +
                        " bytes is more than a worker may hold (the scheduler's --max-worker-kv-bytes)"};
   return std::nullopt;
 }

@@ -19,6 +19,7 @@
 #include "runtime/zap.h"
 #include "tandem/v1/worker.pb.h"
 #include "workers/engine/sampler.h"
+#include "workers/draft_model.h"
 #include "workers/kv_transfer.h"
 #include "workers/memory_budget.h"
 #include "workers/sequence_table.h"
@@ -38,7 +39,7 @@ namespace v1 = tandem::v1;
 
 // The bounds the sequence table checks plans against: the engine's and the pool's.
 TableLimits limits_of(const engine::Engine& engine, const engine::KvPool& pool, uint32_t spec_tokens,
-                      const engine::StatePool* states) {
+                      const workers::DraftModel* draft, const engine::StatePool* states) {
   return TableLimits{.vocab_size = engine.config().vocab_size,
                      .context_length = engine.config().context_length,
                      .n_blocks = pool.n_blocks(),
@@ -46,6 +47,8 @@ TableLimits limits_of(const engine::Engine& engine, const engine::KvPool& pool, 
                      .tail_blocks = pool.tail_blocks(),
                      .kv_format = pool.format().to_string(),
                      .spec_tokens = spec_tokens,
+                     .draft_model = draft != nullptr,
+                     .draft_context_length = draft ? draft->engine().config().context_length : 0,
                      .state_slots = states != nullptr ? states->slots() : 0};
 }
 
@@ -54,15 +57,16 @@ TableLimits limits_of(const engine::Engine& engine, const engine::KvPool& pool, 
 class Actor {
  public:
   Actor(const WorkerOptions& options, std::unique_ptr<engine::Engine> engine, std::unique_ptr<engine::KvPool> pool,
-        std::unique_ptr<engine::StatePool> states, std::string fingerprint)
+        std::unique_ptr<workers::DraftModel> draft, std::unique_ptr<engine::StatePool> states, std::string fingerprint)
       : options_(options),
         engine_(std::move(engine)),
         pool_(std::move(pool)),
+        draft_(std::move(draft)),
         states_(std::move(states)),
         fingerprint_(std::move(fingerprint)),
         step_sampler_(engine_->config().vocab_size, engine_->threads()),
         table_(limits_of(*engine_, *pool_, options.role == runtime::Role::kPrefill ? 0 : options.spec_tokens,
-                         states_.get())) {}
+                         draft_.get(), states_.get())) {}
 
   // CurveZMQ: the scheduler's public key and this worker's own key pair (its credential).
   Status start_curve() {
@@ -112,6 +116,7 @@ class Actor {
     TANDEM_RETURN_IF_ERROR(connect_scheduler());
     heartbeat_ = loop_.every(std::chrono::milliseconds(options_.heartbeat_ms), [this] { send_heartbeat(); });
     engine_->set_between_layers([this] { heartbeat_if_due(); });
+    if (draft_) draft_->set_between_layers([this] { heartbeat_if_due(); });
     loop_.on_signal({SIGINT, SIGTERM}, [this](int sig) {
       stop_signal_ = sig;
       loop_.stop();
@@ -157,7 +162,8 @@ class Actor {
     r->set_kv_quant_scheme(kv_scheme_to_proto(pool_->format()));
     if (pool_->format().rotated()) r->set_kv_rotation_seed(pool_->format().rotation_seed);
     r->set_kv_tail_blocks(pool_->tail_blocks());
-    r->set_weight_bytes(engine_->weight_bytes_per_step());
+    r->set_weight_bytes(engine_->weight_bytes_per_step() + (draft_ ? draft_->weight_bytes() : 0));
+    if (draft_) r->set_draft_block_bytes(draft_->block_bytes(pool_->block_tokens()));
     if (options_.role != runtime::Role::kPrefill) r->set_spec_tokens(options_.spec_tokens);
     if (states_) r->set_state_slots(states_->slots());
     r->set_threads(options_.threads);
@@ -312,8 +318,9 @@ class Actor {
 
   // Samples each sequence of the staged step that asks for it (on the compute threads), into
   // `res`, sampled_ and accepted_: one token, or for a speculating round its rows while each
-  // sample equals the draft fed after it (the accepted drafts), then the first that does not or
-  // the one after the last draft: exactly plain decoding's tokens (StepSampler).
+  // row accepts the draft fed after it (the accepted drafts), then the first that does not or
+  // the one after the last draft (StepSampler: plain decoding's tokens, or with a draft model's
+  // q at temperature > 0 the rejection rule's, distributed as plain decoding's).
   void sample_into(v1::StepResult* res) {
     const std::span<const SampleRequest> requests = table_.to_sample();
     step_sampler_.run(requests, *engine_);
@@ -350,6 +357,13 @@ class Actor {
     for (const runtime::SeqPlan& sp : plan_.seqs())
       if (sp.first) log_request(sp.seq_id, sp.request_id, sp.principal, "placed");
     if (table_.steps().empty()) return Status::ok();  // a plan that only releases sequences
+    if (draft_ && !table_.to_draft().empty()) {
+      engine_->rest();  // the target's threads leave the cores to the draft model's
+      if (Status st = draft_->draft(table_.to_draft(), kPenaltyWindow); !st) {
+        table_.abort();
+        return Status::error(st.code(), "draft model: " + st.message());
+      }
+    }
     if (Status st = engine_->forward(table_.steps(), *pool_, states_.get()); !st) {
       table_.abort();
       return st;
@@ -549,7 +563,8 @@ class Actor {
   WorkerOptions options_;
   std::unique_ptr<engine::Engine> engine_;
   std::unique_ptr<engine::KvPool> pool_;
-  std::unique_ptr<engine::StatePool> states_;  // a hybrid model's recurrent states; null otherwise
+  std::unique_ptr<workers::DraftModel> draft_;  // --spec draft; null otherwise
+  std::unique_ptr<engine::StatePool> states_;   // a hybrid model's recurrent states; null otherwise
   std::string fingerprint_;
   StepSampler step_sampler_;
   SequenceTable table_;  // every live sequence and announced handoff
@@ -599,14 +614,16 @@ namespace {
 
 // The KV blocks `options` ask for: a count, a byte budget, or (kv_memory 0) what the host had
 // left before the engine loaded, less the weights of every worker on the host and a reserve.
+// With a draft model, each block also holds its layers and the host its weights.
 Result<uint32_t> kv_blocks_for(const WorkerOptions& options, const engine::Engine& engine,
-                               const std::optional<HostMemory>& host) {
+                               const workers::DraftModel* draft, const std::optional<HostMemory>& host) {
   if (options.kv_blocks != 0) return options.kv_blocks;
   uint64_t bytes = options.kv_memory;
   if (bytes == 0) {
     // The engine's weights are private copies today: each worker on the host holds its own.
     KvBudget budget{.usable = host->usable(),
-                    .weights = uint64_t{engine.weight_bytes_per_step()} * options.host_workers,
+                    .weights = uint64_t{engine.weight_bytes_per_step() + (draft ? draft->weight_bytes() : 0)} *
+                               options.host_workers,
                     .reserve = options.memory_reserve,
                     .share = options.host_workers};
     spdlog::info("worker: {}; {}", host->to_string(), budget.to_string());
@@ -614,13 +631,27 @@ Result<uint32_t> kv_blocks_for(const WorkerOptions& options, const engine::Engin
   }
   // The most blocks a registration may claim (--kv-blocks' range): a larger host gets a pool that large.
   constexpr uint32_t kMaxBlocks = 1u << 24;
-  const uint32_t blocks = std::min(
-      kMaxBlocks, engine::KvPool::blocks_for_bytes(engine.config(), bytes, options.block_tokens, options.kv_format));
+  const size_t per_block = engine::KvPool::bytes_per_block(engine.config(), options.block_tokens, options.kv_format) +
+                           (draft ? draft->block_bytes(options.block_tokens) : 0);
+  const uint32_t blocks = static_cast<uint32_t>(std::min<uint64_t>(kMaxBlocks, per_block ? bytes / per_block : 0));
   if (blocks == 0)
     return Status::invalid("no memory left for the KV cache: " + human_bytes(bytes) + " holds no block of " +
                            std::to_string(options.block_tokens) +
                            " tokens (lower --memory-reserve or set --kv-memory)");
   return blocks;
+}
+
+// The draft model of --spec draft (null without one, and on a prefill worker, which never
+// speculates); refused when its vocabulary is not the target's.
+Result<std::unique_ptr<workers::DraftModel>> load_draft(const WorkerOptions& options, const engine::Engine& target) {
+  if (options.draft_model_path.empty() || options.spec_tokens == 0 || options.role == runtime::Role::kPrefill)
+    return std::unique_ptr<workers::DraftModel>();
+  auto draft = workers::DraftModel::load(options.draft_model_path, {options.threads, options.gemm}, target);
+  if (!draft) return draft.status();
+  spdlog::info("worker: draft model {} loaded, weights {}, {} bytes of KV per block beside the target's",
+               options.draft_model_path, human_bytes((*draft)->weight_bytes()),
+               (*draft)->block_bytes(options.block_tokens));
+  return draft;
 }
 
 // A hybrid model's state pool (null for the others). What is not built for hybrids is refused
@@ -661,10 +692,13 @@ Result<std::unique_ptr<Actor>> start_actor(const WorkerOptions& options) {
   auto eng = engine::Engine::load(options.model_path, {options.threads, options.gemm});
   if (!eng) return eng.status();
   TANDEM_RETURN_IF_ERROR(options.kv_format.validate((*eng)->config()));
-  auto blocks = kv_blocks_for(options, **eng, host);
+  auto draft = load_draft(options, **eng);
+  if (!draft) return draft.status();
+  auto blocks = kv_blocks_for(options, **eng, draft->get(), host);
   if (!blocks) return blocks.status();
   auto pool = engine::KvPool::create((*eng)->config(), *blocks, options.block_tokens, options.kv_format);
   if (!pool) return pool.status();
+  if (*draft) TANDEM_RETURN_IF_ERROR((*draft)->make_pool(*blocks, options.block_tokens));
   spdlog::info("worker: {} loaded, weights {}, {} KV blocks of {} tokens, {} bytes each, KV {} ({}), {} threads",
                options.model_path, human_bytes((*eng)->weight_bytes_per_step()), *blocks, options.block_tokens,
                (*pool)->block_bytes(), options.kv_format.to_string(),
@@ -673,8 +707,8 @@ Result<std::unique_ptr<Actor>> start_actor(const WorkerOptions& options) {
   if (!states) return states.status();
   WorkerOptions opts = options;
   if (opts.name.empty()) opts.name = "worker-" + std::to_string(getpid());
-  auto actor =
-      std::make_unique<Actor>(opts, std::move(eng.value()), std::move(pool.value()), std::move(*states), fingerprint);
+  auto actor = std::make_unique<Actor>(opts, std::move(eng.value()), std::move(pool.value()), std::move(draft.value()),
+                                       std::move(*states), fingerprint);
   TANDEM_RETURN_IF_ERROR(actor->start());
   return actor;
 }

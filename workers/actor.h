@@ -36,6 +36,9 @@ struct WorkerOptions {
   // Speculative decoding (--spec ngram --spec-tokens K): drafts per round at most; 0: off. A
   // prefill worker never speculates (its sequences decode elsewhere).
   uint32_t spec_tokens = 0;
+  // --spec draft --draft-model FILE: the drafts come from this model (same vocabulary), run on
+  // this worker with its KV beside the target's in every block; empty: prompt lookup.
+  std::string draft_model_path;
   // A hybrid model's recurrent state slots (engine::StatePool): the most sequences it holds at once.
   uint32_t state_slots = 64;
   uint32_t heartbeat_ms = 1000;

@@ -99,9 +99,23 @@ uint32_t SequenceTable::draft(const runtime::SeqPlan& sp, Sequence& seq) {
   k = workers::draft_budget(k, remaining, limits_.context_length - at);
   k = static_cast<uint32_t>(std::min<uint64_t>(k, seq.blocks.size() * uint64_t{bt} - (at + 1)));
   if (!seq.tail.empty()) k = std::min(k, bt - 1 - at % bt);
+  // A draft model writes positions up to at + k - 1: within its own context.
+  if (limits_.draft_model) k = std::min(k, limits_.draft_context_length > at ? limits_.draft_context_length - at : 0);
   if (k == 0) return 0;
   const size_t from = seq.tokens.size();
   seq.tokens.resize(from + k);
+  if (limits_.draft_model) {  // the draft model writes them (to_draft()) before the forward
+    const size_t q_floats = seq.sampling.temperature > 0.0f ? size_t{k} * limits_.vocab_size : 0;
+    drafting_[n_drafting_++] = workers::DraftJob{seq.tokens,
+                                                 k,
+                                                 seq.blocks,
+                                                 &seq.draft_pos,
+                                                 &seq.sampling,
+                                                 seq.prompt_len,
+                                                 std::span<float>(q_).subspan(q_used_, q_floats)};
+    q_used_ += q_floats;
+    return k;
+  }
   const std::span<int32_t> all(seq.tokens);
   const uint32_t n =
       workers::ngram_draft(all.first(from), workers::NgramConfig{.max_k = limits_.spec_tokens}, all.subspan(from, k));
@@ -146,23 +160,32 @@ void SequenceTable::stage(const runtime::SeqPlan& sp, size_t i, Held* held) {
   // A start before the positions held rolls back to it (what it overwrites is kept for abort).
   st.cut.assign(seq.tokens.begin() + st.start_pos, seq.tokens.end());
   seq.tokens.resize(st.start_pos);
+  st.draft_pos_before = seq.draft_pos;
+  seq.draft_pos = std::min(seq.draft_pos, st.start_pos);
   if (sp.tokens.empty())
     seq.tokens.push_back(seq.last);
   else
     seq.tokens.insert(seq.tokens.end(), sp.tokens.begin(), sp.tokens.end());
   st.drafts = sp.speculate ? draft(sp, seq) : 0;
+  // A draft model also reads each prompt chunk as the target does (no drafts: catching up
+  // only), so its work is in the step the plan's tokens pay for, not in a first round's spike.
+  if (limits_.draft_model && !sp.speculate && sp.tokens.size() > 1)
+    drafting_[n_drafting_++] =
+        workers::DraftJob{seq.tokens, 0, seq.blocks, &seq.draft_pos, &seq.sampling, seq.prompt_len, {}};
   const auto fed = std::span<const int32_t>(seq.tokens).subspan(st.start_pos);
   const uint32_t rows = sp.sample ? 1 + st.drafts : 0;
   steps_[i] = engine::SeqStep{fed, st.start_pos, seq.blocks, rows, seq.tail, seq.tail_end, seq.state_slot};
   if (sp.sample) {
     const std::span<const int32_t> history(seq.tokens);
-    samples_[n_samples_] = SampleRequest{sp.seq_id,
-                                         n_rows_,
-                                         &seq.sampling,
-                                         history,
-                                         history.subspan(std::min<size_t>(seq.prompt_len, history.size())),
-                                         history.last(st.drafts),
-                                         seq.logprobs};
+    samples_[n_samples_] =
+        SampleRequest{sp.seq_id,
+                      n_rows_,
+                      &seq.sampling,
+                      history,
+                      history.subspan(std::min<size_t>(seq.prompt_len, history.size())),
+                      history.last(st.drafts),
+                      seq.logprobs,
+                      limits_.draft_model && st.drafts > 0 ? drafting_[n_drafting_ - 1].q : std::span<const float>()};
     ++n_samples_;
   }
   n_rows_ += rows;
@@ -171,8 +194,14 @@ void SequenceTable::stage(const runtime::SeqPlan& sp, size_t i, Held* held) {
 Status SequenceTable::apply(const runtime::StepPlan& plan) {
   TANDEM_RETURN_IF_ERROR(check(plan));
   const size_t n = plan.seqs().size();
-  if (stage_.size() < n) stage_.resize(n), steps_.resize(n), samples_.resize(n);
-  n_samples_ = 0;
+  if (stage_.size() < n) stage_.resize(n), steps_.resize(n), samples_.resize(n), drafting_.resize(n);
+  if (limits_.draft_model) {  // room for every round's q before any view of it is taken
+    size_t rows = 0;
+    for (const runtime::SeqPlan& sp : plan.seqs())
+      if (sp.speculate) rows += std::min(sp.max_drafts, limits_.spec_tokens);
+    if (q_.size() < rows * limits_.vocab_size) q_.resize(rows * limits_.vocab_size);
+  }
+  n_samples_ = n_drafting_ = q_used_ = 0;
   n_rows_ = 0;
   for (size_t i = 0; i < n; ++i) stage(plan.seqs()[i], i, found_[i]);
   staged_ = n;
@@ -192,9 +221,10 @@ void SequenceTable::commit(std::span<const int32_t> sampled, std::span<const uin
     seq.last = sampled[k++];
     if (!st.speculate) continue;
     seq.tokens.resize(st.start_pos + 1 + kept);  // the fed sample and the accepted drafts
+    seq.draft_pos = std::min<uint32_t>(seq.draft_pos, static_cast<uint32_t>(seq.tokens.size()));
     seq.draft.record(st.drafts, kept);
   }
-  staged_ = n_samples_ = 0;
+  staged_ = n_samples_ = n_drafting_ = 0;
 }
 
 void SequenceTable::abort() {
@@ -213,8 +243,9 @@ void SequenceTable::abort() {
     seq.sampling = st.sampling_before;
     seq.logprobs = st.logprobs_before;
     seq.prompt_len = st.prompt_len_before;
+    seq.draft_pos = st.draft_pos_before;
   }
-  staged_ = n_samples_ = 0;
+  staged_ = n_samples_ = n_drafting_ = 0;
 }
 
 void SequenceTable::drop(uint64_t seq_id) {
@@ -242,6 +273,7 @@ Status SequenceTable::trim(uint64_t seq_id, uint32_t positions) {
                            " positions, cannot keep " + str(positions));
   if (positions == seq.tokens.size()) return Status::ok();
   seq.tokens.resize(positions);
+  seq.draft_pos = std::min(seq.draft_pos, positions);
   seq.blocks.resize(std::min<size_t>(seq.blocks.size(), transfer_blocks(positions, limits_.block_tokens)));
   seq.last = -1;
   // tail_end stays: the engine reads back from the codes the window positions a rollback leaves.
@@ -288,6 +320,7 @@ Status SequenceTable::receive(const IncomingHandoff& handoff, const HandoffState
   seq.logprobs = state.logprobs;
   seq.prompt_len = state.prompt_len;
   seq.draft = workers::DraftLength(limits_.spec_tokens);
+  seq.draft_pos = 0;  // the draft model's layers are not sent: it catches up here
   return Status::ok();
 }
 

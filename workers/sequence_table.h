@@ -16,6 +16,7 @@
 #include "model/sampling_params.h"
 #include "runtime/status.h"
 #include "runtime/step_plan.h"
+#include "workers/draft_model.h"
 #include "workers/engine/engine.h"
 #include "workers/speculation.h"
 
@@ -31,6 +32,10 @@ struct TableLimits {
   std::string kv_format = "F32";                 // named in errors about tails
   uint64_t max_step_tokens = uint64_t{1} << 20;  // Engine::forward refuses a larger step
   uint32_t spec_tokens = 0;  // drafts per speculating round at most (0: the worker does not speculate)
+  // A draft model proposes the drafts (DraftModel), not prompt lookup: a round's drafts are
+  // left for it to write (to_draft()) between apply() and the forward.
+  bool draft_model = false;
+  uint32_t draft_context_length = 0;  // the draft model's: it drafts no position past it
   // A hybrid model's recurrent state slots (engine::StatePool), ids [0, state_slots): each held
   // sequence takes one until it is dropped. 0: the model keeps no recurrent state.
   uint32_t state_slots = 0;
@@ -47,6 +52,9 @@ struct Sequence {
   bool logprobs = false;
   uint32_t prompt_len = 0;  // tokens[prompt_len:] were generated (presence/frequency penalties)
   workers::DraftLength draft = workers::DraftLength(0);  // its next rounds' draft length (speculation)
+  // With a draft model: positions [0, draft_pos) hold the draft model's KV for these tokens
+  // (0 for a sequence new here, received or from the prefix cache: it catches up when it drafts).
+  uint32_t draft_pos = 0;
   int32_t state_slot = -1;  // its recurrent state slot (TableLimits::state_slots); -1: none
 };
 
@@ -63,6 +71,10 @@ struct SampleRequest {
   // tokens: sampled with that prefix as its history, exactly as plain decoding would sample it.
   std::span<const int32_t> drafts = {};
   bool logprobs = false;  // the request reports each token's logprob
+  // With a draft model at temperature > 0: each draft's distribution under the draft model
+  // (drafts.size() rows of vocab_size floats), verified by the rejection rule; empty: drafts are
+  // accepted while they equal the target's own samples.
+  std::span<const float> q = {};
 };
 
 // A handoff the scheduler announced to this (decode) worker (v1::KvExpect): the blocks its
@@ -115,6 +127,9 @@ class SequenceTable {
   std::span<const engine::SeqStep> steps() const { return {steps_.data(), staged_}; }
   // The staged entries that asked for a sample, in plan order.
   std::span<const SampleRequest> to_sample() const { return {samples_.data(), n_samples_}; }
+  // With a draft model: the staged speculating rounds whose drafts it must write before the
+  // forward (placeholders until then), with room for their q at temperature > 0.
+  std::span<const workers::DraftJob> to_draft() const { return {drafting_.data(), n_drafting_}; }
   // The engine ran the staged step: `sampled` holds one token per to_sample() entry, in order
   // (a speculating round's last emitted token), and `accepted` (empty: none) how many of each
   // entry's drafts were accepted. Positions, histories, tails and last tokens advance; a
@@ -172,6 +187,7 @@ class SequenceTable {
     std::vector<int32_t> cut_blocks;  // block-table entries keep_blocks dropped
     bool speculate = false;
     uint32_t drafts = 0;  // fed after the last sample
+    uint32_t draft_pos_before = 0;
     model::SamplingParams sampling_before;
     bool logprobs_before = false;
     uint32_t prompt_len_before = 0;
@@ -192,6 +208,9 @@ class SequenceTable {
   std::vector<Staged> stage_;
   std::vector<engine::SeqStep> steps_;
   std::vector<SampleRequest> samples_;
+  std::vector<workers::DraftJob> drafting_;
+  std::vector<float> q_;  // the draft model's distributions of the staged drafts (temperature > 0)
+  size_t n_drafting_ = 0, q_used_ = 0;
   std::vector<Held*> found_;     // check(): each entry's sequence, nullptr for a new one
   std::vector<uint64_t> fresh_;  // check(): the new sequences' ids, sorted
   uint64_t applies_ = 0;         // apply() calls, for Held::checked

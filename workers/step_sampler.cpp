@@ -4,11 +4,8 @@
 
 namespace tandem::worker {
 
-namespace {
-constexpr uint32_t kPenaltyWindow = 64;  // tokens the repetition penalty looks back on, as tandem run
-}  // namespace
-
-StepSampler::StepSampler(uint32_t vocab_size, uint32_t threads) {
+StepSampler::StepSampler(uint32_t vocab_size, uint32_t threads)
+    : vocab_(vocab_size), p_(size_t{std::max<uint32_t>(threads, 1)} * vocab_size) {
   samplers_.reserve(std::max<uint32_t>(threads, 1));
   for (uint32_t t = 0; t < std::max<uint32_t>(threads, 1); ++t) samplers_.emplace_back(vocab_size);
 }
@@ -21,15 +18,34 @@ RowSample StepSampler::sample_row(uint32_t thread, size_t i, uint32_t row, const
   const size_t gen_from = q.history.size() - q.generated.size();
   const std::span<const int32_t> history = q.history.first(base + row);
   const size_t from = history.size() > kPenaltyWindow ? history.size() - kPenaltyWindow : 0;
-  const engine::Sample smp =
-      samplers_[thread].sample(engine.logits(q.logits_row + row), *q.sampling, history.size(), history.subspan(from),
-                               history.subspan(std::min(gen_from, history.size())),
-                               q.logprobs ? engine::Sampler::Logprob::kReport : engine::Sampler::Logprob::kSkip);
+  const std::span<const float> logits = engine.logits(q.logits_row + row);
+  if (row < q.drafts.size() && !q.q.empty()) {
+    if (row == 0) n_top_[i] = 0;  // a request that asks for top logprobs does not speculate
+    return verify_row(thread, q, row, logits, history, from, gen_from);
+  }
+  const engine::Sample smp = samplers_[thread].sample(
+      logits, *q.sampling, history.size(), history.subspan(from), history.subspan(std::min(gen_from, history.size())),
+      q.logprobs ? engine::Sampler::Logprob::kReport : engine::Sampler::Logprob::kSkip);
   if (row == 0) {
     n_top_[i] = static_cast<uint32_t>(smp.top.size());
     std::copy(smp.top.begin(), smp.top.end(), tops_.begin() + static_cast<ptrdiff_t>(i * model::kMaxTopLogprobs));
   }
   return {smp.token, smp.logprob};
+}
+
+// A draft model's draft at temperature > 0: the target's distribution p at the row (the same
+// stages and history as sampling it) against the draft's q, by the rejection rule. A rejected
+// row's token never equals its draft (the residual is 0 there), so the round ends at it as at
+// any mismatch.
+RowSample StepSampler::verify_row(uint32_t thread, const SampleRequest& q, uint32_t row, std::span<const float> logits,
+                                  std::span<const int32_t> history, size_t from, size_t gen_from) {
+  engine::Sampler& sampler = samplers_[thread];
+  const std::span<float> p(p_.data() + size_t{thread} * vocab_, vocab_);
+  sampler.distribution(logits, *q.sampling, history.size(), history.subspan(from),
+                       history.subspan(std::min(gen_from, history.size())), p);
+  const engine::Verdict v = engine::verify_sampled(p, q.q.subspan(size_t{row} * vocab_, vocab_), q.drafts[row],
+                                                   q.sampling->seed, history.size());
+  return {v.token, q.logprobs ? sampler.last_logprob(logits, v.token) : 0.0f};
 }
 
 void StepSampler::run(std::span<const SampleRequest> requests, engine::Engine& engine) {

@@ -6,9 +6,10 @@
 //
 // A speculating sequence's rows are verified in order: row i's sample is taken with the drafts
 // before it as its history, and the round ends at the first sample that differs from the draft
-// fed after it. With few sequences (fewer than two per thread) every row is sampled at once, in
-// parallel, and the rows past the first mismatch are dropped; with more, each thread takes whole
-// sequences and stops at the mismatch, so no row is sampled in vain.
+// fed after it (with a draft model's q at temperature > 0: the rejection rule's token, which
+// equals the draft only when it accepts it). With few sequences (fewer than two per thread) every row is sampled at
+// once, in parallel, and the rows past the first mismatch are dropped; with more, each thread takes whole sequences and
+// stops at the mismatch, so no row is sampled in vain.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +21,8 @@
 #include "workers/sequence_table.h"
 
 namespace tandem::worker {
+
+inline constexpr uint32_t kPenaltyWindow = 64;  // tokens the repetition penalty looks back on, as tandem run
 
 // One sampled row: its token and (if the request asked) its raw logprob.
 struct RowSample {
@@ -45,7 +48,11 @@ class StepSampler {
 
  private:
   RowSample sample_row(uint32_t thread, size_t i, uint32_t row, const engine::Engine& engine);
+  RowSample verify_row(uint32_t thread, const SampleRequest& q, uint32_t row, std::span<const float> logits,
+                       std::span<const int32_t> history, size_t from, size_t gen_from);
 
+  uint32_t vocab_;
+  std::vector<float> p_;                   // per compute thread: the target's distribution (verify_row)
   std::vector<engine::Sampler> samplers_;  // one per compute thread
   std::span<const SampleRequest> requests_;
   std::vector<RowSample> rows_;             // every request's rows, request i's from first_[i]

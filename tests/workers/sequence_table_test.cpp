@@ -58,6 +58,15 @@ runtime::SeqPlan& add_next(runtime::StepPlan& plan, uint64_t id, uint32_t start,
 }
 
 // Applies and commits, sampling `token` for every entry that asks.
+// A speculating round of a held sequence (its start is the positions held).
+runtime::SeqPlan& add_round(runtime::StepPlan& plan, uint64_t id, uint32_t max_drafts, uint32_t max_len) {
+  runtime::SeqPlan& s = add_next(plan, id, 0);
+  s.speculate = true;
+  s.max_drafts = max_drafts;
+  s.max_len = max_len;
+  return s;
+}
+
 void run(SequenceTable& table, const runtime::StepPlan& plan, int32_t token = 7) {
   const Status st = table.apply(plan);
   ASSERT_TRUE(st.is_ok()) << st.message();
@@ -479,7 +488,6 @@ TEST(SequenceTable, RandomizedAgainstAModelOfPositions) {
   EXPECT_GT(committed, 1000u);
   EXPECT_GT(aborted, 200u);
 }
-
 }  // namespace
 }  // namespace tandem::worker
 
@@ -521,10 +529,7 @@ TEST(SequenceTableSpec, RoundsDraftFromTheHistoryAndCommitKeepsTheAcceptedOnly) 
 
   // max_len leaves room for one token more: no drafts (the round emits one token).
   plan.clear();
-  runtime::SeqPlan& t = add_next(plan, 1, 0);
-  t.speculate = true;
-  t.max_drafts = 4;
-  t.max_len = 13;
+  add_round(plan, 1, 4, 13);
   ASSERT_TRUE(table.apply(plan).is_ok());
   EXPECT_TRUE(table.to_sample()[0].drafts.empty());
   table.abort();
@@ -613,6 +618,47 @@ TEST(SequenceTableSpec, AWarmSpeculatingRoundAllocatesNothing) {
   }
   EXPECT_EQ(allocations, 0);
   EXPECT_GT(drafts, 16u * 8);
+}
+
+// With a draft model the table leaves a round's drafts for it (to_draft(): placeholders, q rows
+// at temperature > 0, the valid draft KV), bounded by the draft's context too; commit, a
+// rollback and a trim lower the valid draft positions to what they keep; abort restores them.
+TEST(SequenceTableSpec, ADraftModelRoundIsLeftToItAndItsValidPositionsFollowTheKeptOnes) {
+  TableLimits lim = limits();
+  lim.spec_tokens = 4;
+  lim.draft_model = true;
+  lim.draft_context_length = 11;
+  SequenceTable table(lim);
+  runtime::StepPlan plan;
+  add_first(plan, 1, {1, 2, 3, 4, 5, 6, 7, 8}, {0, 1}, true).sampling.temperature = 1.0f;
+  run(table, plan, 3);
+  EXPECT_EQ(table.find(1)->draft_pos, 0u);
+  plan.clear();
+  add_round(plan, 1, 4, 100);
+  ASSERT_TRUE(table.apply(plan).is_ok());
+  ASSERT_EQ(table.to_draft().size(), 1u);
+  const workers::DraftJob& job = table.to_draft()[0];
+  // The sample goes in at 8; the draft model writes up to at + k - 1 < its context (11): 3 drafts.
+  EXPECT_EQ(job.k, 3u);
+  EXPECT_EQ(job.tokens.size(), 12u);
+  EXPECT_EQ(job.q.size(), 3u * kVocab);
+  EXPECT_EQ(table.to_sample()[0].q.size(), 3u * kVocab);
+  EXPECT_EQ(table.to_sample()[0].drafts.size(), 3u);
+  *job.draft_pos = 11;  // what DraftModel::draft sets: positions [0, at + k)
+  const std::vector<int32_t> sampled = {9};
+  const std::vector<uint32_t> accepted = {1};
+  table.commit(sampled, accepted);
+  EXPECT_EQ(table.find(1)->tokens.size(), 10u);
+  EXPECT_EQ(table.find(1)->draft_pos, 10u) << "the accepted positions only";
+  // A rollback, then abort: the valid positions come back.
+  plan.clear();
+  add_next(plan, 1, 4, {5, 6});
+  ASSERT_TRUE(table.apply(plan).is_ok());
+  EXPECT_EQ(table.find(1)->draft_pos, 4u);
+  table.abort();
+  EXPECT_EQ(table.find(1)->draft_pos, 10u);
+  ASSERT_TRUE(table.trim(1, 6).is_ok());
+  EXPECT_EQ(table.find(1)->draft_pos, 6u);
 }
 
 }  // namespace

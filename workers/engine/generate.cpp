@@ -19,6 +19,24 @@ uint32_t draft_room(const GenerateOptions& options, uint32_t at, uint32_t total,
   return at + 1 + k <= total ? k : 0;
 }
 
+// One row of a round: the token plain decoding samples there, or, for draft `draft` (>= 0)
+// that came with a distribution q at temperature > 0, the rejection rule's token (the
+// draft itself when accepted).
+Sample sample_row(Sampler& sampler, std::span<const float> logits, const GenerateOptions& options,
+                  std::span<const int32_t> seq, size_t prompt_len, int32_t draft, std::span<const float> q,
+                  std::vector<float>& p) {
+  const size_t from = seq.size() > options.penalty_window ? seq.size() - options.penalty_window : 0;
+  const std::span<const int32_t> history = seq.subspan(from), generated = seq.subspan(prompt_len);
+  if (draft < 0 || q.empty() || options.sampling.temperature <= 0.0f)
+    return sampler.sample(logits, options.sampling, seq.size(), history, generated);
+  sampler.distribution(logits, options.sampling, seq.size(), history, generated, p);
+  const Verdict v = verify_sampled(p, q, draft, options.sampling.seed, seq.size());
+  Sample smp;
+  smp.token = v.token;
+  smp.logprob = sampler.last_logprob(logits, v.token);
+  return smp;
+}
+
 // The decode loop after the prompt: samples the rows of the last forward in order, keeps the
 // drafts equal to their samples, feeds the last token and the next drafts.
 Status decode(Engine& engine, KvPool& pool, StatePool* states, std::span<const int32_t> blocks,
@@ -26,6 +44,7 @@ Status decode(Engine& engine, KvPool& pool, StatePool* states, std::span<const i
               std::vector<int32_t>& seq, Generation& gen, const std::function<void(int32_t, float)>& on_token) {
   if (options.max_tokens == 0) return Status::ok();
   Sampler sampler(engine.config().vocab_size);
+  std::vector<float> p(engine.config().vocab_size);
   std::vector<int32_t> feed(1 + options.spec_tokens);
   uint32_t drafted = 0;                                 // drafts fed by the last forward
   int64_t tail_end = static_cast<int64_t>(prompt_len);  // the end of the last write
@@ -33,10 +52,9 @@ Status decode(Engine& engine, KvPool& pool, StatePool* states, std::span<const i
     uint32_t accepted = 0;
     bool done = false;
     for (uint32_t row = 0; row <= drafted; ++row) {
-      const size_t from = seq.size() > options.penalty_window ? seq.size() - options.penalty_window : 0;
-      const std::span<const int32_t> tokens(seq);
-      const Sample smp = sampler.sample(engine.logits(row), options.sampling, seq.size(), tokens.subspan(from),
-                                        tokens.subspan(prompt_len));
+      const int32_t draft = row < drafted ? feed[row + 1] : -1;
+      const Sample smp = sample_row(sampler, engine.logits(row), options, seq, prompt_len, draft,
+                                    draft >= 0 ? options.drafter->q(row) : std::span<const float>(), p);
       gen.tokens.push_back(smp.token);
       gen.logprobs.push_back(smp.logprob);
       if (on_token) on_token(smp.token, smp.logprob);
@@ -49,7 +67,7 @@ Status decode(Engine& engine, KvPool& pool, StatePool* states, std::span<const i
         done = true;
         break;
       }
-      if (row == drafted || smp.token != feed[row + 1]) break;
+      if (row == drafted || smp.token != draft) break;
       ++accepted;
     }
     if (options.drafter) options.drafter->record(drafted, accepted);

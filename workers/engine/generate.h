@@ -20,6 +20,10 @@ class Drafter {
   virtual ~Drafter() = default;
   virtual uint32_t draft(std::span<const int32_t> history, std::span<int32_t> out) = 0;
   virtual void record(uint32_t drafted, uint32_t accepted) = 0;
+  // The distribution draft i of the last draft() was drawn from (vocab_size floats), for the
+  // rejection rule at temperature > 0 (verify_sampled); empty: verified by equality with the
+  // target's own sample (prompt lookup, greedy drafts).
+  virtual std::span<const float> q(uint32_t) const { return {}; }
 };
 
 struct GenerateOptions {
@@ -31,7 +35,9 @@ struct GenerateOptions {
   KvFormat kv_format;            // how the sequence's KV is stored
   // Speculative decoding (null: off): each step feeds the last token and up to spec_tokens
   // drafts, samples every position exactly as plain decoding would and keeps the drafts that
-  // equal the samples, so the tokens are those of plain decoding.
+  // equal the samples, so the tokens are those of plain decoding. A drafter that gives q at
+  // temperature > 0 (a draft model) is verified by the rejection rule instead (verify_sampled):
+  // the tokens are distributed as plain decoding's, not equal to them.
   Drafter* drafter = nullptr;
   uint32_t spec_tokens = 0;
 };

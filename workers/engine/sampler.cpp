@@ -226,6 +226,34 @@ double uniform_draw(uint64_t seed, uint64_t position) {
   return static_cast<double>(h >> 11) * 0x1.0p-53;  // top 53 bits: [0, 1)
 }
 
+Verdict verify_sampled(std::span<const float> p, std::span<const float> q, int32_t draft, uint64_t seed,
+                       uint64_t position) {
+  auto q_of = [&q](size_t t) { return t < q.size() ? double{q[t]} : 0.0; };
+  const auto d = static_cast<size_t>(draft);
+  const double pd = d < p.size() ? double{p[d]} : 0.0;
+  // Accept when u < p/q, i.e. u * q < p (q > 0: the draft was drawn from q).
+  if (uniform_draw(seed, position + kAcceptStream) * q_of(d) < pd) return {true, draft};
+  double total = 0.0;
+  for (size_t t = 0; t < p.size(); ++t) total += std::max(0.0, double{p[t]} - q_of(t));
+  // p == q up to rounding leaves no residual: draw from p itself (the rejection had probability ~0).
+  const bool from_p = !(total > 0.0);
+  if (from_p) {
+    total = 0.0;
+    for (float x : p) total += x;
+  }
+  const double target = uniform_draw(seed, position + kResidualStream) * total;
+  double cum = 0.0;
+  size_t last = 0;
+  for (size_t t = 0; t < p.size(); ++t) {
+    const double w = from_p ? double{p[t]} : std::max(0.0, double{p[t]} - q_of(t));
+    if (w <= 0.0) continue;
+    last = t;
+    cum += w;
+    if (cum > target) return {false, static_cast<int32_t>(t)};
+  }
+  return {false, static_cast<int32_t>(last)};
+}
+
 Sampler::Sampler(uint32_t vocab_size)
     : vocab_(vocab_size),
       kernels_(&kernels::best()),
@@ -508,6 +536,16 @@ class Candidates {
     kept_total_ = cum;
   }
 
+  // Every kept token's probability into probs (zeroed first): its weight over their sum.
+  void fill(std::span<float> probs) {
+    std::fill(probs.begin(), probs.end(), 0.0f);
+    while (tail_pending_) extend();
+    double sum = 0.0;
+    for (uint32_t j = 0; j < sorted_end_; ++j) sum += v_[ord_[j]];
+    if (!(sum > 0.0)) return;
+    for (uint32_t j = 0; j < sorted_end_; ++j) probs[ord_[j]] = static_cast<float>(v_[ord_[j]] / sum);
+  }
+
   // Walks the kept tokens in descending weight until cum >= u * kept_total.
   uint32_t draw(double u) {
     const double target = u * kept_total_;
@@ -583,6 +621,25 @@ class Candidates {
 
 Sample Sampler::sample(std::span<const float> logits, const SamplingParams& params, uint64_t position,
                        std::span<const int32_t> history, std::span<const int32_t> generated, Logprob logprob) {
+  return run(logits, params, position, history, generated, logprob, {});
+}
+
+Sample Sampler::distribution(std::span<const float> logits, const SamplingParams& params, uint64_t position,
+                             std::span<const int32_t> history, std::span<const int32_t> generated,
+                             std::span<float> probs) {
+  assert(probs.size() == vocab_ && "probs must have vocab_size entries");
+  return run(logits, params, position, history, generated, Logprob::kReport, probs);
+}
+
+float Sampler::last_logprob(std::span<const float> logits, int32_t token) const {
+  if (token < 0 || static_cast<size_t>(token) >= logits.size()) return -kInf;
+  return raw_logprob(logits, static_cast<uint32_t>(token), last_inf_mode_, last_log_norm_);
+}
+
+// sample() and distribution(): `probs` empty for sample().
+Sample Sampler::run(std::span<const float> logits, const SamplingParams& params, uint64_t position,
+                    std::span<const int32_t> history, std::span<const int32_t> generated, Logprob logprob,
+                    std::span<float> probs) {
   assert(logits.size() == vocab_ && "logits must have vocab_size entries");
   const uint32_t n = static_cast<uint32_t>(std::min<size_t>(logits.size(), vocab_));
   const int32_t n_top = std::clamp(params.top_logprobs, 0, kMaxTopLogprobs);
@@ -600,7 +657,17 @@ Sample Sampler::sample(std::span<const float> logits, const SamplingParams& para
 
   // 1. Sanitize.
   Sanitized in = sanitize(logits, v, n);
-  if (in.max == -kInf) return nothing_possible(n, n_top);
+  auto one_hot = [&probs](uint32_t token) {
+    if (probs.empty()) return;
+    std::fill(probs.begin(), probs.end(), 0.0f);
+    probs[token] = 1.0f;
+  };
+  if (in.max == -kInf) {
+    last_inf_mode_ = false;
+    last_log_norm_ = kInf;
+    one_hot(0);
+    return nothing_possible(n, n_top);
+  }
 
   // 2. The raw log-softmax normalizer and top list, before anything reshapes v. At
   // temperature 1 over the whole vocabulary with nothing reshaping the logits, the sampling
@@ -635,7 +702,12 @@ Sample Sampler::sample(std::span<const float> logits, const SamplingParams& para
     }
     candidates.keep_nucleus();
     token = candidates.draw(uniform_draw(params.seed, position));
+    if (!probs.empty()) candidates.fill(probs);
+  } else {
+    one_hot(token);
   }
+  last_inf_mode_ = in.inf_mode;
+  last_log_norm_ = log_norm;
   Sample out = report(logits, token, in.inf_mode, log_norm, n_found);
   if (logprob == Logprob::kSkip) out.logprob = 0.0f;
   return out;

@@ -55,9 +55,23 @@ class Sampler {
                 std::span<const int32_t> history = {}, std::span<const int32_t> generated = {},
                 Logprob logprob = Logprob::kReport);
 
+  // The distribution sample() draws from, for speculative sampling's rejection rule: `probs`
+  // (vocab_size entries) gets each token's probability after every stage (top-k, top-p and
+  // min-p included; 0 outside the kept tokens; summing to 1 up to rounding). At temperature 0,
+  // or when nothing is possible, all of it is on the token sample() would return. Returns what
+  // sample() returns for the same arguments. Does not allocate.
+  Sample distribution(std::span<const float> logits, const SamplingParams& params, uint64_t position,
+                      std::span<const int32_t> history, std::span<const int32_t> generated, std::span<float> probs);
+  // The raw logprob (as Sample::logprob) of `token` under the logits of the last
+  // distribution() call (or sample() with Logprob::kReport), which must be `logits`.
+  float last_logprob(std::span<const float> logits, int32_t token) const;
+
  private:
   Sample nothing_possible(uint32_t n, int32_t n_top);
   Sample report(std::span<const float> logits, uint32_t token, bool inf_mode, double log_norm, int32_t n_found);
+  Sample run(std::span<const float> logits, const SamplingParams& params, uint64_t position,
+             std::span<const int32_t> history, std::span<const int32_t> generated, Logprob logprob,
+             std::span<float> probs);
 
   uint32_t vocab_;
   const kernels::Kernels* kernels_;  // argmax: greedy sampling that reports nothing else
@@ -68,9 +82,30 @@ class Sampler {
   std::vector<uint8_t> seen_;        // repetition penalty dedup flags, all 0 between calls
   std::vector<uint32_t> counts_;     // presence / frequency occurrence counts, all 0 between calls
   std::vector<TokenLogprob> top_;    // kMaxTopLogprobs entries; Sample::top points here
+  double last_log_norm_ = 0.0;       // the last call's log-softmax normalizer (last_logprob)
+  bool last_inf_mode_ = false;
 };
 
 // The uniform draw in [0, 1) for (seed, position): a counter-based hash (splitmix64).
 double uniform_draw(uint64_t seed, uint64_t position);
+
+// Speculative sampling's rule for a draft model at temperature > 0 (Leviathan et al. 2023,
+// Chen et al. 2023): draft `draft` at `position`, drawn from the draft model's distribution
+// `q`, is accepted with probability min(1, p[draft] / q[draft]) under the target's
+// distribution `p` (both as Sampler::distribution gives them: penalties and logit_bias are in
+// p exactly as plain decoding applies them); rejected, the position's token is drawn from
+// normalize(max(0, p - q)) instead. The emitted token is then distributed exactly as p. Each
+// uniform is a pure function of (seed, position) on a stream of its own (kAcceptStream,
+// kResidualStream; the draft model draws on kDraftStream), independent of the target's own
+// draw at a position, so a round is reproducible. No allocation.
+inline constexpr uint64_t kDraftStream = uint64_t{1} << 40;
+inline constexpr uint64_t kAcceptStream = uint64_t{2} << 40;
+inline constexpr uint64_t kResidualStream = uint64_t{3} << 40;
+struct Verdict {
+  bool accepted = false;
+  int32_t token = 0;  // the draft when accepted, else the residual's draw
+};
+Verdict verify_sampled(std::span<const float> p, std::span<const float> q, int32_t draft, uint64_t seed,
+                       uint64_t position);
 
 }  // namespace tandem::engine
