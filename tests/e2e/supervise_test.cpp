@@ -168,8 +168,16 @@ TEST(Supervise, EveryProcessLogsToItsOwnFileUnderTheLogFolder) {
   test::Deployment d({"--workers", "2", "--threads", "1", "--log-dir", logs, "--log-level", "info"});
   ASSERT_TRUE(d.ok());
   EXPECT_NE(test::slurp(logs + "/scheduler.log").find("worker 2 registered"), std::string::npos);
-  for (const char* w : {"worker-0", "worker-1"})
-    EXPECT_NE(test::slurp(logs + "/" + w + ".log").find("registered as worker"), std::string::npos) << w;
+  // A worker logs its registration when the scheduler's answer arrives, which can be after the
+  // deployment says it is ready (the scheduler's side): wait for it, at most 10 s.
+  for (const char* w : {"worker-0", "worker-1"}) {
+    bool logged = false;
+    for (int i = 0; i < 100 && !logged; ++i) {
+      logged = test::slurp(logs + "/" + w + ".log").find("registered as worker") != std::string::npos;
+      if (!logged) std::this_thread::sleep_for(100ms);
+    }
+    EXPECT_TRUE(logged) << w << ": " << test::slurp(logs + "/" + w + ".log");
+  }
 }
 
 // Under 16 streams, SIGTERM: every stream ends with its final event (finished, or cancelled
