@@ -66,8 +66,12 @@ Status check_children(const std::vector<ChildSpec>& children) {
     } else {
       worker::WorkerOptions o;
       TANDEM_RETURN_IF_ERROR(worker_options_from(*args, o));
-      if (auto model = args->str("model"); model && !o.draft_model_path.empty())
-        TANDEM_RETURN_IF_ERROR(workers::check_draft_model_file(*model, o.draft_model_path));
+      if (auto model = args->str("model")) {
+        o.model_path = *model;
+        TANDEM_RETURN_IF_ERROR(worker::check_model_options(o));
+        if (!o.draft_model_path.empty())
+          TANDEM_RETURN_IF_ERROR(workers::check_draft_model_file(*model, o.draft_model_path));
+      }
     }
   }
   return Status::ok();

@@ -654,12 +654,10 @@ Result<std::unique_ptr<workers::DraftModel>> load_draft(const WorkerOptions& opt
   return draft;
 }
 
-// A hybrid model's state pool (null for the others). What is not built for hybrids is refused
-// here, before the worker registers: a disaggregated role (the recurrent state would have to
-// travel with the KV) and speculative decoding (a rejected draft cannot be taken out of a state).
-Result<std::unique_ptr<engine::StatePool>> hybrid_states(const WorkerOptions& options,
-                                                         const model::ModelConfig& config) {
-  if (!config.arch->hybrid()) return std::unique_ptr<engine::StatePool>();
+// What is not built for hybrids: a disaggregated role (the recurrent state would have to travel
+// with the KV) and speculative decoding (a rejected draft cannot be taken out of a state).
+Status check_hybrid_options(const WorkerOptions& options, const model::ModelConfig& config) {
+  if (!config.arch->hybrid()) return Status::ok();
   const std::string arch(config.arch->name);
   if (options.role != runtime::Role::kBoth)
     return Status::invalid("--role " + std::string(runtime::role_name(options.role)) + ": " + arch +
@@ -668,6 +666,15 @@ Result<std::unique_ptr<engine::StatePool>> hybrid_states(const WorkerOptions& op
     return Status::invalid(
         "--spec: speculative decoding on " + arch +
         " (a hybrid model) is not built (a rejected draft cannot be removed from a recurrent state)");
+  return Status::ok();
+}
+
+// A hybrid model's state pool (null for the others), refusing what check_hybrid_options does
+// before the worker registers.
+Result<std::unique_ptr<engine::StatePool>> hybrid_states(const WorkerOptions& options,
+                                                         const model::ModelConfig& config) {
+  if (!config.arch->hybrid()) return std::unique_ptr<engine::StatePool>();
+  TANDEM_RETURN_IF_ERROR(check_hybrid_options(options, config));
   auto states = engine::StatePool::create(config, options.state_slots);
   if (!states) return states.status();
   spdlog::info("worker: {} recurrent state slots of {} each", options.state_slots,
@@ -714,6 +721,14 @@ Result<std::unique_ptr<Actor>> start_actor(const WorkerOptions& options) {
 }
 
 }  // namespace
+
+Status check_model_options(const WorkerOptions& options) {
+  auto file = model::GgufFile::open(options.model_path);
+  if (!file) return Status::ok();  // the worker reports it, as it would without this check
+  auto config = model::read_model_config(**file);
+  if (!config) return Status::ok();
+  return check_hybrid_options(options, *config);
+}
 
 Result<WorkerStop> run_worker(const WorkerOptions& options) {
   auto actor = start_actor(options);

@@ -66,6 +66,11 @@ struct WorkerStop {
   int signal = 0;
 };
 
+// What a worker of `options` would refuse about its model before loading it (a hybrid model in a
+// disaggregated role or with speculation): `tandem up` checks every worker with it before
+// starting anything. A model file that cannot be read is left to the worker to report.
+Status check_model_options(const WorkerOptions& options);
+
 // Runs until the scheduler says shutdown, or SIGINT/SIGTERM. Errors: the model file, the KV
 // pool, or a refused registration (the scheduler's reason).
 Result<WorkerStop> run_worker(const WorkerOptions& options);

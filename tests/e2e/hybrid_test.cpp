@@ -165,5 +165,26 @@ TEST(HybridStreams, PreemptedStreamsRecomputeToTheSameTokens) {
   EXPECT_EQ(st.workers[0].state_slots_free, st.workers[0].state_slots_total);
 }
 
+// What is not built for hybrids is refused by `tandem up` itself, before any process starts
+// (not by workers that exit and are restarted): a split deployment and speculation.
+TEST(HybridStreams, TandemUpRefusesASplitOrSpeculatingHybridDeploymentAtOnce) {
+  const std::string up = std::string(TANDEM_TANDEM_BIN) + " up --model " + hybrid_model() + " --runtime-dir " +
+                         test::temp_dir() + "/refused";
+  struct Case {
+    std::string flags, error;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"--prefill 1 --decode 1", "(a hybrid model) runs colocated only"},
+           {"--spec ngram", "--spec: speculative decoding on qwen35 (a hybrid model) is not built"},
+       }) {
+    const auto start = std::chrono::steady_clock::now();
+    const test::CommandOutput r = test::run_command(up + " " + c.flags);
+    EXPECT_NE(r.exit_code, 0) << c.flags;
+    EXPECT_NE(r.err.find(c.error), std::string::npos) << c.flags << ": " << r.err;
+    EXPECT_EQ((r.out + r.err).find("started"), std::string::npos) << c.flags << ": nothing starts\n" << r.out << r.err;
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 20s) << "refused at once, not after restarts";
+  }
+}
+
 }  // namespace
 }  // namespace tandem
