@@ -20,12 +20,7 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-python3 - "$root/tests/data/heldout.txt" >"$tmp/text.jsonl" <<'PY'
-import json, sys
-t = open(sys.argv[1]).read().replace("\n", " ")
-for i in range(32):
-    print(json.dumps({"prompt": t[i * 700:i * 700 + 200]}))
-PY
+python3 "$root/bench/text-prompts.py" >"$tmp/text.jsonl"  # 32 windows of the held-out text
 echo "bench/decode-ab.sh: $(date -u +%FT%TZ), model $(basename "$model"), $pairs pairs"
 for p in $(seq 1 "$pairs"); do
   if [ $((p % 2)) -eq 1 ]; then order="old new"; else order="new old"; fi

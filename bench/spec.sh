@@ -34,13 +34,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# 32 text prompts: 200-byte windows of the held-out text, JSON-escaped.
-python3 - "$root/tests/data/heldout.txt" >"$tmp/text.jsonl" <<'EOF'
-import json, sys
-t = open(sys.argv[1]).read().replace("\n", " ")
-for i in range(32):
-    print(json.dumps({"prompt": t[i * 700:i * 700 + 200]}))
-EOF
+python3 "$root/bench/text-prompts.py" >"$tmp/text.jsonl"  # 32 windows of the held-out text
 
 json_get() {  # file expr -> value (python expression over `j`)
   python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1"
