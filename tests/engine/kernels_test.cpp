@@ -90,6 +90,22 @@ void expect_near_double_attention(const AttentionArgs& a, const std::vector<floa
 }
 
 // Every variant's attention output for `a` equals `ref` (the generic kernel's) bit for bit.
+// With an F32 window of two blocks (the query's block and the one before, exact from k and v
+// themselves): sets a's window to them, runs the generic kernel into `out` and returns the
+// first window key. win_k and win_v hold the row pointers a points at.
+uint32_t run_with_window(AttentionArgs& a, const std::vector<float>& k, const std::vector<float>& v, uint32_t hd,
+                         uint32_t bt, uint32_t n_keys, std::vector<const float*>& win_k,
+                         std::vector<const float*>& win_v, std::vector<float>& out) {
+  const uint32_t from = (n_keys - 1) / bt >= 1 ? ((n_keys - 1) / bt - 1) * bt : 0;
+  for (uint32_t j = from; j < n_keys; ++j) win_k.push_back(&k[size_t{j} * hd]), win_v.push_back(&v[size_t{j} * hd]);
+  a.f32_from = from;
+  a.win_k = win_k.data();
+  a.win_v = win_v.data();
+  a.out = out.data();
+  by_name("generic")->attention(a);
+  return from;
+}
+
 void expect_variants_match_generic(AttentionArgs a, const std::vector<float>& ref) {
   for (const Kernels* kern : variants()) {
     std::vector<float> out(ref.size(), -1.0f);
@@ -211,15 +227,9 @@ TEST_P(QuantAttentionShapes, VariantsAgreeBitwiseWithReference) {
 
     // With an F32 window of two blocks: the keys of the query's block and the one before come
     // exact from their F32 rows, wherever those are (here: k and v themselves).
-    const uint32_t from = (n_keys - 1) / bt >= 1 ? ((n_keys - 1) / bt - 1) * bt : 0;
     std::vector<const float*> win_k, win_v;
-    for (uint32_t j = from; j < n_keys; ++j) win_k.push_back(&k[size_t{j} * hd]), win_v.push_back(&v[size_t{j} * hd]);
-    a.f32_from = from;
-    a.win_k = win_k.data();
-    a.win_v = win_v.data();
     std::vector<float> open_ref(ref.size());
-    a.out = open_ref.data();
-    by_name("generic")->attention(a);
+    const uint32_t from = run_with_window(a, k, v, hd, bt, n_keys, win_k, win_v, open_ref);
     expect_near_double_attention(
         a, open_ref, [&](uint32_t j, uint32_t d) { return j >= from ? double(k[size_t{j} * hd + d]) : deq(0, j, d); },
         [&](uint32_t j, uint32_t d) { return j >= from ? double(v[size_t{j} * hd + d]) : deq(1, j, d); });
@@ -290,15 +300,9 @@ TEST_P(RotatedAttentionShapes, VariantsAgreeBitwiseWithReference) {
         [&](uint32_t j, uint32_t d) { return double(vr[size_t{j} * hd + d]); });
     expect_variants_match_generic(a, ref);
 
-    const uint32_t from = (n_keys - 1) / bt >= 1 ? ((n_keys - 1) / bt - 1) * bt : 0;
     std::vector<const float*> win_k, win_v;
-    for (uint32_t j = from; j < n_keys; ++j) win_k.push_back(&k[size_t{j} * hd]), win_v.push_back(&v[size_t{j} * hd]);
-    a.f32_from = from;
-    a.win_k = win_k.data();
-    a.win_v = win_v.data();
     std::vector<float> open_ref(ref.size());
-    a.out = open_ref.data();
-    by_name("generic")->attention(a);
+    const uint32_t from = run_with_window(a, k, v, hd, bt, n_keys, win_k, win_v, open_ref);
     expect_near_double_attention(
         a, open_ref, [&](uint32_t j, uint32_t d) { return double((j >= from ? k : kr)[size_t{j} * hd + d]); },
         [&](uint32_t j, uint32_t d) { return double((j >= from ? v : vr)[size_t{j} * hd + d]); });
