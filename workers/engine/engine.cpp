@@ -436,6 +436,9 @@ void Engine::reserve_scratch(uint32_t tokens, uint32_t logit_rows, uint32_t max_
     cap_logit_rows_ = logit_rows;
     logit_in_.resize(size_t{logit_rows} * c.dim);
     logits_.resize(size_t{logit_rows} * c.vocab_size);
+    logit_at_.resize(logit_rows);
+    head_in_.resize(size_t{logit_rows} * c.dim);
+    first_rows_.reserve(logit_rows);
   }
   if (max_keys > cap_keys_) {
     cap_keys_ = max_keys;
@@ -710,7 +713,7 @@ void Engine::feed_forward(const Layer& L, uint32_t T) {
   for (size_t i = 0; i < size_t{T} * dim; ++i) x_[i] = x_[i] + xn_[i];
 }
 
-Status Engine::forward(std::span<const SeqStep> step, KvPool& pool, StatePool* states) {
+Status Engine::forward(std::span<const SeqStep> step, KvPool& pool, StatePool* states, LogitRows logit_rows) {
   auto shape = check_step(step, pool, states);
   if (!shape) return shape.status();
   lay_out_step(step, pool, *shape);
@@ -727,7 +730,7 @@ Status Engine::forward(std::span<const SeqStep> step, KvPool& pool, StatePool* s
     feed_forward(*layers_[l], T);
     if (between_layers_) between_layers_();
   }
-  compute_logits(step);
+  compute_logits(step, logit_rows);
   if (config_.arch->hybrid())
     for (const SeqStep& q : step)
       states->set_position(static_cast<uint32_t>(q.state_slot), q.start_pos + static_cast<uint32_t>(q.tokens.size()));
@@ -758,16 +761,53 @@ void Engine::attention_block(std::span<const SeqStep> step, KvPool& pool, uint32
   for (size_t i = 0; i < size_t{T} * dim; ++i) x_[i] = x_[i] + xn_[i];
 }
 
-void Engine::compute_logits(std::span<const SeqStep> step) {
+void Engine::compute_logits(std::span<const SeqStep> step, LogitRows which) {
   const uint32_t dim = config_.dim;
   uint32_t r = 0, t = 0;
+  first_rows_.clear();
   for (const SeqStep& q : step) {
     const auto n = static_cast<uint32_t>(q.tokens.size());
+    if (q.n_logits > 0) first_rows_.push_back(r);
     for (uint32_t i = n - q.n_logits; i < n; ++i, ++r)
       rms_norm(&x_[size_t(t + i) * dim], output_norm_.data(), &logit_in_[size_t{r} * dim], dim, config_.rms_eps);
     t += n;
   }
+  logits_filled_ = 0;
+  if (which == LogitRows::kFirstPerSequence && first_rows_.size() < n_logit_rows_) {
+    std::fill_n(logit_at_.begin(), n_logit_rows_, nullptr);
+    head_rows(first_rows_);
+    return;
+  }
   if (n_logit_rows_ > 0) matmul(*output_, logit_in_.data(), dim, n_logit_rows_, logits_.data());
+  for (uint32_t row = 0; row < n_logit_rows_; ++row) logit_at_[row] = logits_.data() + size_t{row} * config_.vocab_size;
+  logits_filled_ = n_logit_rows_;
+}
+
+void Engine::head_rows(std::span<const uint32_t> rows) {
+  const uint32_t dim = config_.dim;
+  for (size_t j = 0; j < rows.size(); ++j) std::copy_n(&logit_in_[size_t{rows[j]} * dim], dim, &head_in_[j * dim]);
+  float* out = logits_.data() + size_t{logits_filled_} * config_.vocab_size;
+  if (!rows.empty()) matmul(*output_, head_in_.data(), dim, static_cast<uint32_t>(rows.size()), out);
+  for (size_t j = 0; j < rows.size(); ++j) logit_at_[rows[j]] = out + j * config_.vocab_size;
+  logits_filled_ += static_cast<uint32_t>(rows.size());
+}
+
+Status Engine::compute_logit_rows(std::span<const uint32_t> rows) {
+  for (size_t j = 0; j < rows.size(); ++j) {
+    const uint32_t row = rows[j];
+    std::string bad;
+    if (row >= n_logit_rows_)
+      bad = "is outside the step's " + std::to_string(n_logit_rows_) + " logit rows";
+    else if (logit_at_[row] != nullptr)
+      bad = "is computed already (or named twice)";
+    if (!bad.empty()) {
+      for (size_t i = 0; i < j; ++i) logit_at_[rows[i]] = nullptr;  // as it was
+      return Status::invalid("compute_logit_rows: row " + std::to_string(row) + " " + bad);
+    }
+    logit_at_[row] = logits_.data();  // taken: a second mention is refused
+  }
+  head_rows(rows);
+  return Status::ok();
 }
 
 void Engine::run_gemms_only(uint32_t tokens, uint32_t logit_rows) {
