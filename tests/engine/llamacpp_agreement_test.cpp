@@ -1,5 +1,6 @@
-// The engine against today's llama.cpp (the npm build de3ff815) on make-model's qwen2, qwen3 and
-// llama-with-Llama-3-RoPE files: teacher-forced on llama.cpp's greedy tokens
+// The engine against today's llama.cpp (the npm build de3ff815) on make-model's qwen2, qwen3,
+// llama-with-Llama-3-RoPE, gemma2 and gemma3 files (the Gemmas' windows of 32 on prompts of 161
+// to 342 tokens, arch-window-prompts.txt): teacher-forced on llama.cpp's greedy tokens
 // (tests/data/quant-npm/arch-*-llamacpp.jsonl), the engine's top-1 must equal llama.cpp's at
 // >= 99 % of positions and its log-probabilities of llama.cpp's top-5 tokens be within
 // kLogprobTolerance. The files are remade with make-model and must hash as the references say.
@@ -82,9 +83,10 @@ std::vector<std::vector<int32_t>> read_prompts(const std::string& path) {
 // Log-softmax of the engine's logits for the `count` positions after `prompt` when it is fed
 // the prompt and then `forced` (one chunk; logits of its last `count` rows).
 std::vector<std::vector<double>> forced_logprobs(Engine& e, std::vector<int32_t> tokens, size_t count) {
-  auto pool = KvPool::create(e.config(), 16);
+  const auto n_blocks = static_cast<uint32_t>((tokens.size() + 15) / 16);
+  auto pool = KvPool::create(e.config(), n_blocks);
   EXPECT_TRUE(pool) << pool.status().to_string();
-  std::vector<int32_t> blocks(16);
+  std::vector<int32_t> blocks(n_blocks);
   std::iota(blocks.begin(), blocks.end(), 0);
   SeqStep s{tokens, 0, blocks, static_cast<uint32_t>(count)};
   Status st = e.forward({&s, 1}, **pool);
@@ -104,6 +106,7 @@ std::vector<std::vector<double>> forced_logprobs(Engine& e, std::vector<int32_t>
 struct Case {
   const char* name;
   const char* flags;  // for tandem make-model --preset tiny ... --seed 7
+  const char* prompts = "arch-prompts.txt";
 };
 
 class AgreesWithLlamaCpp : public ::testing::TestWithParam<Case> {};
@@ -122,7 +125,7 @@ TEST_P(AgreesWithLlamaCpp, TeacherForcedTop1AndLogprobs) {
 
   auto e = Engine::load(model);
   ASSERT_TRUE(e) << e.status().to_string();
-  const auto prompts = read_prompts(data + "arch-prompts.txt");
+  const auto prompts = read_prompts(data + GetParam().prompts);
   const auto refs = read_references(data + "arch-" + name + "-llamacpp.jsonl");
   ASSERT_EQ(refs.size(), prompts.size());
   size_t positions = 0, agree = 0;
@@ -150,7 +153,9 @@ TEST_P(AgreesWithLlamaCpp, TeacherForcedTop1AndLogprobs) {
 
 INSTANTIATE_TEST_SUITE_P(Files, AgreesWithLlamaCpp,
                          ::testing::Values(Case{"qwen2", "--arch qwen2"}, Case{"qwen3", "--arch qwen3"},
-                                           Case{"llama3_rope_freqs", "--rope-scaling llama3:8:256"}),
+                                           Case{"llama3_rope_freqs", "--rope-scaling llama3:8:256"},
+                                           Case{"gemma2", "--arch gemma2", "arch-window-prompts.txt"},
+                                           Case{"gemma3", "--arch gemma3", "arch-window-prompts.txt"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
