@@ -1,7 +1,8 @@
 // A sliding-window model (gemma3, docs/WINDOWS.md) as real processes: `tandem up` on
 // make-model's tiny gemma3 file (window 32), streams whose prompts are up to 9 windows long,
-// greedy and seeded, prompts cut into chunks of 7, shared prefixes served from the prefix
-// cache: every stream equals the engine alone (whole prompt in one chunk, batch of one).
+// greedy and seeded, colocated with prompts cut into chunks of 7 and shared prefixes served
+// from the prefix cache, and split into a prefill and a decode worker: every stream equals the
+// engine alone (whole prompt in one chunk, batch of one).
 #include <gtest/gtest.h>
 
 #include <random>
@@ -23,7 +24,10 @@ std::string gemma_model() {
   return path;
 }
 
-TEST(GemmaStreams, PromptsLongerThanTheWindowEqualTheEngineAlone) {
+// Streams of `deployment_flags` on the tiny gemma3 (window 32): prompts of 40 to 300 tokens,
+// half of them one shared 120-token prompt, greedy and seeded, 40 tokens each; every stream
+// equals the engine alone.
+void expect_streams_equal_the_engine(const std::vector<std::string>& deployment_flags) {
   auto engine = engine::Engine::load(gemma_model(), {1, engine::GemmBackend::kPacked}).value();
   ASSERT_EQ(engine->config().window(0), 32u);
   std::mt19937 rng(5);
@@ -42,7 +46,7 @@ TEST(GemmaStreams, PromptsLongerThanTheWindowEqualTheEngineAlone) {
     want.push_back(engine_alone(*engine, r));
     reqs.push_back(std::move(r));
   }
-  Deployment d({"--workers", "2", "--threads", "1", "--kv-memory", "67108864", "--prefill-chunk", "7"}, gemma_model());
+  Deployment d(deployment_flags, gemma_model());
   ASSERT_TRUE(d.ok());
   auto client = d.client();
   ASSERT_TRUE(client);
@@ -54,6 +58,17 @@ TEST(GemmaStreams, PromptsLongerThanTheWindowEqualTheEngineAlone) {
     EXPECT_EQ(c.fin.reason, FinishReason::kLength) << c.fin.error_message;
     EXPECT_EQ(c.tokens, want[i]) << "stream " << i;
   }
+}
+
+// Two colocated workers, prompts cut into chunks of 7, shared prefixes from the prefix cache.
+TEST(GemmaStreams, PromptsLongerThanTheWindowEqualTheEngineAlone) {
+  expect_streams_equal_the_engine(
+      {"--workers", "2", "--threads", "1", "--kv-memory", "67108864", "--prefill-chunk", "7"});
+}
+
+// Prefill and decode on separate workers: every layer's blocks are handed off (no rings yet).
+TEST(GemmaStreams, SplitPrefillAndDecodeEqualTheEngineAlone) {
+  expect_streams_equal_the_engine({"--prefill", "1", "--decode", "1", "--threads", "1", "--kv-memory", "67108864"});
 }
 
 }  // namespace
