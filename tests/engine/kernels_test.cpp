@@ -169,6 +169,44 @@ TEST_P(AttentionShapes, VariantsAgreeBitwiseWithReference) {
   }
 }
 
+// A masked key's probability is exactly 0 (kernels::clear_masked): values of keys outside the
+// window never reach the output, however large (here 1e37, which a probability of exp(-87) would
+// still carry into the result), in every variant.
+TEST(Kernels, KeysOutsideTheWindowNeverReachTheOutput) {
+  std::mt19937 rng(19);
+  const uint32_t hd = 64, bt = 16, n_q = 2, n_keys = 100;
+  const size_t block_stride = size_t{2} * hd * bt;
+  auto pool = random_vec(block_stride * 7, rng, 0.5f);
+  const std::vector<int32_t> blocks = {3, 0, 6, 1, 5, 2, 4};
+  const auto q = random_vec(size_t{n_q} * hd, rng);
+  std::vector<float> scores(size_t{n_q} * 112), want(size_t{n_q} * hd), got(want.size());
+  AttentionArgs a;
+  a.q = q.data();
+  a.n_q = n_q;
+  a.head_dim = hd;
+  a.blocks = blocks.data();
+  a.k_base = pool.data();
+  a.block_stride = block_stride;
+  a.block_tokens = bt;
+  a.n_keys = n_keys;
+  a.first_key = 60;
+  a.scale = 0.125f;
+  a.scores = scores.data();
+  for (const Kernels* kern : variants()) {
+    a.v_base = pool.data() + size_t{hd} * bt;
+    a.out = want.data();
+    kern->attention(a);
+    auto huge = pool;
+    for (uint32_t j = 0; j < a.first_key; ++j)
+      for (uint32_t d = 0; d < hd; ++d)
+        huge[blocks[j / bt] * block_stride + size_t{hd} * bt + (j % bt) * hd + d] = 1e37f;
+    a.v_base = huge.data() + size_t{hd} * bt;
+    a.out = got.data();
+    kern->attention(a);
+    EXPECT_TRUE(bitwise_equal(got.data(), want.data(), got.size())) << kern->name;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionShapes,
                          ::testing::Combine(::testing::Values(16u, 64u, 128u), ::testing::Values(16u, 32u),
                                             ::testing::Values(1u, 3u, 4u, 7u)));
