@@ -23,6 +23,8 @@ struct Case {
   const char* name;
   const char* flags;  // for tandem make-model, after --preset tiny
   const char* arch;
+  size_t tokens = 40;  // positions compared; the first `prompt` go in chunks of 16, then one a step
+  size_t prompt = 24;
 };
 
 // qwen3's default head is twice dim / heads (32 here, as Qwen3-0.6B's 128 against 1024 / 16).
@@ -39,6 +41,11 @@ const Case kCases[] = {
     // The hybrid against scripts/qwen35-reference.py (float64, written from the equations).
     {"qwen35", "--arch qwen35", "qwen35"},
     {"qwen35_f16", "--arch qwen35 --dtype f16", "qwen35"},
+    // Sliding-window layers (window 32, docs/WINDOWS.md) over more than 3 windows, prompt and decode.
+    {"gemma2", "--arch gemma2", "gemma2", 120, 100},
+    {"gemma2_f16", "--arch gemma2 --dtype f16", "gemma2", 120, 100},
+    {"gemma3", "--arch gemma3", "gemma3", 120, 100},
+    {"gemma3_window_20", "--arch gemma3 --sliding-window 20", "gemma3", 120, 100},
 };
 
 constexpr double kTolerance = 1e-4;
@@ -94,8 +101,8 @@ TEST_P(ArchitectureVsReference, LogitsWithin1e4) {
   auto e = Engine::load(model, {2, backend});
   ASSERT_TRUE(e) << e.status().to_string();
   EXPECT_EQ((*e)->config().arch->name, c.arch);
-  const auto tokens = test::random_tokens(40, (*e)->config().vocab_size, 11);
-  const auto got = engine_logits(**e, tokens, 24);
+  const auto tokens = test::random_tokens(c.tokens, (*e)->config().vocab_size, 11);
+  const auto got = engine_logits(**e, tokens, c.prompt);
   ASSERT_EQ(got.size(), tokens.size());
 
   std::string list;

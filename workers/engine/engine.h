@@ -137,6 +137,7 @@ class Engine {
               uint32_t max_keys);
   void attention_block(std::span<const SeqStep> step, KvPool& pool, uint32_t layer, const StepShape& shape);
   void feed_forward(const Layer& layer, uint32_t tokens);
+  void add_residual(const std::vector<float>& post_norm, uint32_t tokens);
   // Hybrid (qwen35) layers: a Gated DeltaNet block; the gated query's split and output gate.
   Status check_states(std::span<const SeqStep> step, const StatePool* states) const;
   void recurrent_block(std::span<const SeqStep> step, StatePool& states, uint32_t layer, uint32_t tokens);
@@ -171,7 +172,9 @@ class Engine {
   std::unique_ptr<GgufFile> file_;          // mapped: quantized matrices and the embedding point into it
   const GgufTensor* embeddings_ = nullptr;  // token_embd.weight [vocab][dim], any accepted type
   std::vector<float> output_norm_;
-  std::vector<float> rope_;  // [context][head_dim]: cos, sin of each pair (scaling and magnitude included)
+  std::vector<float> rope_;      // [context][head_dim]: cos, sin of each pair (scaling and magnitude included)
+  std::vector<float> rope_swa_;  // the windowed layers' table (docs/WINDOWS.md); empty: no windows
+  float embed_scale_ = 1.0f;     // Gemma: sqrtf(dim) on the token embeddings
   std::function<void()> between_layers_;
   size_t weight_bytes_ = 0;
 
