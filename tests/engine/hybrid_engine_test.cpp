@@ -3,6 +3,8 @@
 // the state slots refuse what a recurrent state cannot do.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -66,31 +68,70 @@ std::vector<uint32_t> cuts_every(uint32_t n, std::vector<uint32_t> sizes) {
   return cuts;
 }
 
+constexpr uint32_t kPrompt = 250, kTokens = 270;  // prompt, then 20 decode steps past the grid point 256
+constexpr uint32_t kBlocksPerSeq = 17;            // 16-token blocks
+
+// A sequence of `t` in state slot `slot`: its prompt cut at prompt_cuts, then one token a step.
+Seq make_seq(const std::vector<int32_t>& t, int32_t slot, std::vector<uint32_t> prompt_cuts) {
+  Seq s{t, std::vector<int32_t>(kBlocksPerSeq), slot, std::move(prompt_cuts), {}};
+  std::iota(s.blocks.begin(), s.blocks.end(), slot * static_cast<int32_t>(kBlocksPerSeq));
+  for (uint32_t p = kPrompt + 1; p <= kTokens; ++p) s.cuts.push_back(p);
+  return s;
+}
+
+// Every position's logits of `tokens`, prompt in one chunk, alone.
+std::vector<float> alone(Engine& e, KvPool& kv, StatePool& states, const std::vector<int32_t>& tokens) {
+  std::vector<Seq> one = {make_seq(tokens, 0, {kPrompt})};
+  run(e, kv, states, one);
+  return one[0].logits;
+}
+
 TEST(HybridEngine, LogitsAreBitwiseTheSameForAnyChunkingAndBatch) {
   auto e = Engine::load(hybrid_model(), {2, GemmBackend::kPacked});
   ASSERT_TRUE(e) << e.status().to_string();
-  auto kv = KvPool::create((*e)->config(), 64);
-  auto states = StatePool::create((*e)->config(), 4);
+  auto kv = KvPool::create((*e)->config(), 8 * kBlocksPerSeq);
+  auto states = StatePool::create((*e)->config(), 8);
   ASSERT_TRUE(kv && states);
-  const uint32_t n = 150;  // prompt 140 + 10 decode steps (chunks of 1)
-  const std::vector<int32_t> tokens = test::random_tokens(n, (*e)->config().vocab_size, 21);
-  const std::vector<int32_t> other = test::random_tokens(n, (*e)->config().vocab_size, 22);
-  auto make = [&](const std::vector<int32_t>& t, int32_t slot, std::vector<uint32_t> prompt_cuts) {
-    Seq s{t, std::vector<int32_t>(16), slot, std::move(prompt_cuts), {}};
-    std::iota(s.blocks.begin(), s.blocks.end(), slot * 16);
-    for (uint32_t p = 141; p <= n; ++p) s.cuts.push_back(p);
-    return s;
-  };
-  std::vector<Seq> alone = {make(tokens, 0, {140})};
-  run(**e, **kv, **states, alone);
-  // Cut off the 64-token grid and the 16-token blocks, beside another sequence cut otherwise.
-  std::vector<Seq> shared = {make(other, 1, cuts_every(140, {64, 64, 12})), make(tokens, 2, cuts_every(140, {7, 30}))};
-  run(**e, **kv, **states, shared);
-  std::vector<Seq> single_tokens = {make(tokens, 3, cuts_every(140, {1}))};
-  run(**e, **kv, **states, single_tokens);
-  const size_t bytes = alone[0].logits.size() * sizeof(float);
-  EXPECT_EQ(std::memcmp(alone[0].logits.data(), shared[1].logits.data(), bytes), 0) << "chunks of 7 and 30, batched";
-  EXPECT_EQ(std::memcmp(alone[0].logits.data(), single_tokens[0].logits.data(), bytes), 0) << "one token a step";
+  const uint32_t vocab = (*e)->config().vocab_size;
+  const std::vector<int32_t> tokens = test::random_tokens(kTokens, vocab, 21);
+  const std::vector<int32_t> other = test::random_tokens(kTokens, vocab, 22);
+  const std::vector<float> expected = alone(**e, **kv, **states, tokens);
+  // Prompt chunks on, across and off the 64-token grid (and the 16-token blocks), sequences
+  // sharing steps with others cut otherwise; every one then decodes across a grid point.
+  const std::vector<std::vector<uint32_t>> cuts = {{7}, {50}, {64}, {100}, {200}, {1}, {7, 30}, {64, 64, 12}};
+  std::vector<Seq> batch = {make_seq(other, 0, cuts_every(kPrompt, {64, 64, 12}))};
+  for (size_t i = 0; i < cuts.size() - 1; ++i)
+    batch.push_back(make_seq(tokens, static_cast<int32_t>(i + 1), cuts_every(kPrompt, cuts[i])));
+  run(**e, **kv, **states, batch);
+  std::vector<Seq> last = {make_seq(tokens, 0, cuts_every(kPrompt, cuts.back()))};  // slot 0 again: a recompute
+  run(**e, **kv, **states, last);
+  batch.push_back(last[0]);
+  const size_t bytes = expected.size() * sizeof(float);
+  for (size_t i = 1; i < batch.size(); ++i)
+    EXPECT_EQ(std::memcmp(expected.data(), batch[i].logits.data(), bytes), 0)
+        << "prompt chunks of " << cuts[i - 1][0] << (cuts[i - 1].size() > 1 ? ", ..." : "");
+}
+
+// The two forms of the delta rule (EngineOptions::delta) are the same math: they agree to float
+// rounding over prompt and decode.
+TEST(HybridEngine, ChunkedFormAgreesWithTokenByToken) {
+  std::vector<float> logits[2];
+  const DeltaForm forms[2] = {DeltaForm::kChunked, DeltaForm::kTokenByToken};
+  for (int f = 0; f < 2; ++f) {
+    auto e = Engine::load(hybrid_model(), {2, GemmBackend::kPacked, forms[f]});
+    ASSERT_TRUE(e) << e.status().to_string();
+    auto kv = KvPool::create((*e)->config(), kBlocksPerSeq);
+    auto states = StatePool::create((*e)->config(), 1);
+    ASSERT_TRUE(kv && states);
+    logits[f] = alone(**e, **kv, **states, test::random_tokens(kTokens, (*e)->config().vocab_size, 21));
+  }
+  float worst = 0, largest = 0;
+  for (size_t i = 0; i < logits[0].size(); ++i) {
+    worst = std::max(worst, std::abs(logits[0][i] - logits[1][i]));
+    largest = std::max(largest, std::abs(logits[1][i]));
+  }
+  EXPECT_LT(worst, 1e-4f * std::max(1.0f, largest));
+  EXPECT_GT(worst, 0.0f) << "the forms round differently: equal bits would mean one form ran twice";
 }
 
 TEST(HybridEngine, StateSlotsRefuseWhatARecurrentStateCannotDo) {
