@@ -65,4 +65,5 @@ done <<'LIST'
 qwen2 --arch qwen2
 qwen3 --arch qwen3
 llama3_rope_freqs --rope-scaling llama3:8:256
+qwen35 --arch qwen35
 LIST

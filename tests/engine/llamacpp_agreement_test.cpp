@@ -1,5 +1,5 @@
-// The engine against today's llama.cpp (the npm build de3ff815) on make-model's qwen2, qwen3 and
-// llama-with-Llama-3-RoPE files: teacher-forced on llama.cpp's greedy tokens
+// The engine against today's llama.cpp (the npm build de3ff815) on make-model's qwen2, qwen3,
+// llama-with-Llama-3-RoPE and qwen35 (hybrid) files: teacher-forced on llama.cpp's greedy tokens
 // (tests/data/quant-npm/arch-*-llamacpp.jsonl), the engine's top-1 must equal llama.cpp's at
 // >= 99 % of positions and its log-probabilities of llama.cpp's top-5 tokens be within
 // kLogprobTolerance. The files are remade with make-model and must hash as the references say.
@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <numeric>
 #include <sstream>
 #include <string>
@@ -87,7 +88,12 @@ std::vector<std::vector<double>> forced_logprobs(Engine& e, std::vector<int32_t>
   std::vector<int32_t> blocks(16);
   std::iota(blocks.begin(), blocks.end(), 0);
   SeqStep s{tokens, 0, blocks, static_cast<uint32_t>(count)};
-  Status st = e.forward({&s, 1}, **pool);
+  std::unique_ptr<StatePool> states;  // a hybrid's recurrent state
+  if (e.config().arch->hybrid()) {
+    states = std::move(StatePool::create(e.config(), 1).value());
+    s.state_slot = 0;
+  }
+  Status st = e.forward({&s, 1}, **pool, states.get());
   EXPECT_TRUE(st.is_ok()) << st.to_string();
   std::vector<std::vector<double>> out;
   for (uint32_t r = 0; st.is_ok() && r < count; ++r) {
@@ -150,7 +156,8 @@ TEST_P(AgreesWithLlamaCpp, TeacherForcedTop1AndLogprobs) {
 
 INSTANTIATE_TEST_SUITE_P(Files, AgreesWithLlamaCpp,
                          ::testing::Values(Case{"qwen2", "--arch qwen2"}, Case{"qwen3", "--arch qwen3"},
-                                           Case{"llama3_rope_freqs", "--rope-scaling llama3:8:256"}),
+                                           Case{"llama3_rope_freqs", "--rope-scaling llama3:8:256"},
+                                           Case{"qwen35", "--arch qwen35"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
