@@ -5,14 +5,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "tests/test_util.h"
 #include "workers/engine/engine.h"
+#include "workers/engine/hybrid.h"
 
 namespace tandem::engine {
 namespace {
@@ -132,6 +135,62 @@ TEST(HybridEngine, ChunkedFormAgreesWithTokenByToken) {
   }
   EXPECT_LT(worst, 1e-4f * std::max(1.0f, largest));
   EXPECT_GT(worst, 0.0f) << "the forms round differently: equal bits would mean one form ran twice";
+}
+
+// hybrid::delta_rows on its own, at head sizes the tiny preset does not have (several panels, a
+// partial one): one V head over 200 rows, the calls cut in `cuts`, keys stored as the engine
+// stores them (the call's first grid chunk before, its last after).
+std::vector<float> delta_rule(uint32_t d, const std::vector<float>& rows, const std::vector<float>& gates,
+                              const std::vector<uint32_t>& cuts) {
+  const hybrid::ChunkLayout lay{d, 1, 1};
+  std::vector<float> layer(lay.floats()), scratch(hybrid::chunk_scratch_floats(d)), o(rows.size() / 3);
+  float* keys = hybrid::key_rows(layer.data(), lay, 0);
+  const size_t C = 3 * d;
+  for (uint32_t from = 0, c = 0; c < cuts.size(); from = cuts[c++]) {
+    const uint32_t n = cuts[c] - from, grid = hybrid::kGrid;
+    const float* k = rows.data() + from * C + d;
+    hybrid::store_keys(k, C, from, std::min(n, (from / grid + 1) * grid - from), d, keys);
+    const hybrid::HeadRows in{k - d, k, k + d, C, gates.data() + 2 * from, gates.data() + 2 * from + 1, 2};
+    hybrid::delta_rows(kernels::best(), lay, hybrid::head_state(layer.data(), lay, 0), keys, in, from, n,
+                       o.data() + from * d, d, scratch.data());
+    const uint32_t last = cuts[c] / grid * grid;
+    if (last > from && last < cuts[c]) hybrid::store_keys(rows.data() + last * C + d, C, last, cuts[c] - last, d, keys);
+  }
+  return o;
+}
+
+TEST(HybridDeltaRule, ChunkedRowsMatchTheRecurrentStepAtAnyHeadSize) {
+  for (uint32_t d : {16u, 48u, 64u, 128u}) {
+    const uint32_t n = 200;
+    std::mt19937 rng(d);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> rows(size_t{n} * 3 * d), gates(2 * n);
+    for (float& x : rows) x = nd(rng);
+    for (uint32_t r = 0; r < n; ++r) {  // q, k unit vectors (q / sqrt(d) as conv_token scales it)
+      for (uint32_t part = 0; part < 2; ++part) {
+        float* x = &rows[(size_t{r} * 3 + part) * d];
+        float ss = 0;
+        for (uint32_t i = 0; i < d; ++i) ss += x[i] * x[i];
+        for (uint32_t i = 0; i < d; ++i) x[i] /= std::sqrt(ss) * (part == 0 ? std::sqrt(float(d)) : 1.0f);
+      }
+      gates[2 * r] = -std::abs(nd(rng)) * 0.3f, gates[2 * r + 1] = 1.0f / (1.0f + std::exp(-nd(rng)));
+    }
+    std::vector<float> S(size_t{d} * d), want(size_t{n} * d);
+    for (uint32_t r = 0; r < n; ++r) {
+      const float* x = &rows[size_t{r} * 3 * d];
+      hybrid::delta_step(S.data(), x, x + d, x + 2 * d, gates[2 * r], gates[2 * r + 1], d, &want[size_t{r} * d]);
+    }
+    const std::vector<float> whole = delta_rule(d, rows, gates, {n});
+    float worst = 0;
+    for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(whole[i] - want[i]));
+    EXPECT_LT(worst, 1e-4f) << "d " << d;
+    std::printf("d %u: max |o error| against the recurrent step %.3g\n", d, worst);
+    for (const auto& sizes : std::vector<std::vector<uint32_t>>{{1}, {7}, {50}, {64}, {100, 3}})
+      EXPECT_EQ(std::memcmp(delta_rule(d, rows, gates, cuts_every(n, sizes)).data(), whole.data(),
+                            whole.size() * sizeof(float)),
+                0)
+          << "d " << d << ", calls of " << sizes[0];
+  }
 }
 
 TEST(HybridEngine, StateSlotsRefuseWhatARecurrentStateCannotDo) {
