@@ -840,33 +840,38 @@ void Engine::apply_output_gate(uint32_t T) {
   }
 }
 
-// One sequence's conv outputs and gates of a recurrent layer (rows row0.. of mix_), then its
-// slot's conv state becomes the chunk's last K - 1 inputs. Token i's window reads the inputs
-// of positions i - K + 1 .. i: the chunk's rows, or the conv state before them; the same
-// floats in the same order whatever the chunking.
-void Engine::conv_inputs(const SeqStep& q, const Layer& L, StatePool& states, uint32_t row0) {
+// Every row's conv output and gates of a recurrent layer, on the pool; then each slot's conv
+// state becomes its chunk's last K - 1 inputs. Row i of a sequence's chunk reads the inputs of
+// positions i - K + 1 .. i: the chunk's rows, or the conv state before them (unchanged until
+// every row is done); the same floats in the same order whatever the chunking.
+void Engine::conv_inputs(std::span<const SeqStep> step, const Layer& L, StatePool& states, uint32_t T) {
   const ModelConfig& c = config_;
   const uint32_t K = c.ssm_conv_kernel, C = c.conv_channels(), hv = c.ssm_time_step_rank, vd = c.ssm_inner_size;
   const hybrid::DeltaNetShape shape{K, C, c.ssm_group_count, hv, c.ssm_state_size, c.rms_eps};
-  float* conv = states.conv(static_cast<uint32_t>(q.state_slot), L.rec_index);  // [K - 1][C]
-  const auto n = static_cast<int64_t>(q.tokens.size());
-  auto input = [&](int64_t i) -> const float* {  // input i of the chunk; negative: the conv state
-    return i >= 0 ? &mix_[size_t(row0 + i) * mix_stride_] : conv + size_t(K - 1 + i) * C;
+  auto conv = [&](size_t s) { return states.conv(static_cast<uint32_t>(step[s].state_slot), L.rec_index); };
+  auto input = [&](size_t s, int64_t i) -> const float* {  // input i of the chunk; negative: the conv state
+    return i >= 0 ? &mix_[size_t(seq_row0_[s] + i) * mix_stride_] : conv(s) + size_t(K - 1 + i) * C;
   };
-  const float* window[64];  // K <= 64 (model_config)
-  for (int64_t i = 0; i < n; ++i) {
-    for (uint32_t m = 0; m < K; ++m) window[m] = input(i - K + 1 + m);
-    const size_t r = row0 + static_cast<size_t>(i);
-    hybrid::conv_token(shape, L.conv_kernel.data(), window, &conv_out_[r * C]);
-    const float* row = &mix_[r * mix_stride_];
-    hybrid::gates(hv, row + C + vd + hv, row + C + vd, L.dt_bias.data(), L.ssm_a.data(), &gates_[r * 2 * hv],
-                  &gates_[r * 2 * hv + hv]);
-  }
+  pool_->parallel_for(T, [&](uint32_t r0, uint32_t r1, uint32_t) {
+    const float* window[64];  // K <= 64 (model_config)
+    for (uint32_t r = r0; r < r1; ++r) {
+      const uint32_t s = row_seq_[r];
+      const int64_t i = int64_t{r} - seq_row0_[s];
+      for (uint32_t m = 0; m < K; ++m) window[m] = input(s, i - K + 1 + m);
+      hybrid::conv_token(shape, L.conv_kernel.data(), window, &conv_out_[size_t{r} * C]);
+      const float* row = &mix_[size_t{r} * mix_stride_];
+      hybrid::gates(hv, row + C + vd + hv, row + C + vd, L.dt_bias.data(), L.ssm_a.data(), &gates_[size_t{r} * 2 * hv],
+                    &gates_[size_t{r} * 2 * hv + hv]);
+    }
+  });
   // New state row j = input n - (K - 1) + j; in increasing j an old row is read before it is written.
-  for (uint32_t j = 0; j + 1 < K; ++j) {
-    const int64_t i = n - (K - 1) + j;
-    const float* src = input(i);
-    if (src != conv + size_t{j} * C) std::memmove(conv + size_t{j} * C, src, C * sizeof(float));
+  for (size_t s = 0; s < step.size(); ++s) {
+    const auto n = static_cast<int64_t>(step[s].tokens.size());
+    for (uint32_t j = 0; j + 1 < K; ++j) {
+      const float* src = input(s, n - (K - 1) + j);
+      float* dst = conv(s) + size_t{j} * C;
+      if (src != dst) std::memmove(dst, src, C * sizeof(float));
+    }
   }
 }
 
@@ -937,7 +942,7 @@ void Engine::recurrent_block(std::span<const SeqStep> step, StatePool& states, u
     rms_norm(&x_[size_t{t} * dim], L.attn_norm.data(), &xn_[size_t{t} * dim], dim, c.rms_eps);
   matmul(L.qkv, xn_.data(), dim, T, mix_.data());
   mix_stride_ = L.qkv.n;
-  for (size_t s = 0; s < step.size(); ++s) conv_inputs(step[s], L, states, seq_row0_[s]);
+  conv_inputs(step, L, states, T);
   const bool chunked = options_.delta == DeltaForm::kChunked;
   if (chunked) store_chunk_keys(step, states, L, true);
   delta_heads(step, states, L);

@@ -136,7 +136,7 @@ class Engine {
   // Hybrid (qwen35) layers: a Gated DeltaNet block; the gated query's split and output gate.
   Status check_states(std::span<const SeqStep> step, const StatePool* states) const;
   void recurrent_block(std::span<const SeqStep> step, StatePool& states, uint32_t layer, uint32_t tokens);
-  void conv_inputs(const SeqStep& q, const Layer& layer, StatePool& states, uint32_t row0);
+  void conv_inputs(std::span<const SeqStep> step, const Layer& layer, StatePool& states, uint32_t tokens);
   void store_chunk_keys(std::span<const SeqStep> step, StatePool& states, const Layer& layer, bool first);
   void delta_heads(std::span<const SeqStep> step, StatePool& states, const Layer& layer);
   void split_gated_query(uint32_t tokens);
