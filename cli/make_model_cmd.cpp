@@ -87,6 +87,13 @@ Status apply_shape_flags(const Args& args, model::ModelConfig& c, std::optional<
       "head-dim", c.arch->norm == model::NormVariant::kRmsQkNorm && !c.key_length ? 2 * natural : preset_head);
   if (!head_dim) return head_dim.status();
   if (*head_dim != natural || c.dim % c.n_heads != 0) c.key_length = static_cast<uint32_t>(*head_dim);
+  if (args.has("sliding-window")) {
+    if (c.arch->swa_pattern == 0)
+      return Status::invalid("--sliding-window: architecture '" + *arch + "' has no sliding-window layers");
+    auto window = args.integer("sliding-window", c.sliding_window);
+    if (!window) return window.status();
+    c.sliding_window = static_cast<uint32_t>(*window);
+  }
   if (auto spec = args.str("rope-scaling")) return apply_rope_scaling(*spec, c, llama3);
   return Status::ok();
 }
@@ -153,7 +160,7 @@ Status write_preset(const Args& args, const std::string& out, model::FileType ty
   if (!arch) return arch.status();
   auto config = model::preset_config(args.str("preset").value_or("tiny"), *arch);
   if (!config) return config.status();
-  config->tied_embeddings = args.has("tied");
+  config->tied_embeddings = config->tied_embeddings || args.has("tied");  // Gemma presets are tied
   std::optional<model::Llama3Rope> llama3;
   TANDEM_RETURN_IF_ERROR(apply_shape_flags(args, *config, llama3));
   auto vocab = vocabulary_flags(args);

@@ -44,7 +44,7 @@ constexpr std::string_view kTensorNames[] = {
     "ffn_norm",  "ffn_gate",  "ffn_up",      "ffn_down",    "attn_q",
     "attn_k",    "attn_v",    "attn_q_norm", "attn_k_norm", "post_attention_norm",
     "attn_qkv",  "attn_gate", "ssm_conv1d",  "ssm_dt",      "ssm_a",
-    "ssm_beta",  "ssm_alpha", "ssm_norm",    "ssm_out",
+    "ssm_beta",  "ssm_alpha", "ssm_norm",    "ssm_out",     "post_ffw_norm",
 };
 
 // Every architecture's block in llama.cpp (src/models/{llama,qwen2,qwen3}.cpp); Q/K/V biases are
@@ -117,6 +117,57 @@ constexpr TensorSpec kQwen35RecurrentBlock[] = {
     {kFfnUp, kModel, kFfn, false},          {kFfnDown, kFfn, kModel, false},
 };
 
+// Gemma 2 and 3 (llama.cpp src/models/gemma2.cpp, gemma3.cpp): the llama keys, then the window
+// and soft-capping keys. A fallback of 0 is "absent": Gemma 2's window defaults to 4096 and its
+// caps to 50 and 30 as in llama.cpp; Gemma 3 without a window has no windowed layer, without a
+// final cap no cap, and it reads no attention cap. rope.freq_base_swa absent: Gemma 2's windowed
+// layers use rope.freq_base, Gemma 3's 10000. attention.sliding_window_pattern (an integer or a
+// per-layer bool array) is read beside these (model_config.cpp).
+constexpr uint32_t gemma_window(const ModelConfig& c) { return c.arch->name == "gemma2" ? 4096 : 0; }
+constexpr UintParam kGemmaUints[] = {
+    {"context_length", &ModelConfig::context_length, kMaxContext},
+    {"embedding_length", &ModelConfig::dim, kMaxSize},
+    {"block_count", &ModelConfig::n_layers, kMaxSize},
+    {"feed_forward_length", &ModelConfig::ffn_dim, kMaxSize},
+    {"attention.head_count", &ModelConfig::n_heads, kMaxSize},
+    {"attention.head_count_kv", &ModelConfig::n_kv_heads, kMaxSize, all_heads},
+    {"attention.key_length", &ModelConfig::key_length, kMaxSize, absent},
+    {"attention.sliding_window", &ModelConfig::sliding_window, kMaxContext, gemma_window},
+};
+
+constexpr FloatParam kGemma2Floats[] = {
+    {"rope.freq_base", &ModelConfig::rope_freq_base, 10000.0f},
+    {"rope.freq_base_swa", &ModelConfig::rope_freq_base_swa, 0.0f},
+    {"attention.layer_norm_rms_epsilon", &ModelConfig::rms_eps, 1e-6f},
+    {"attn_logit_softcapping", &ModelConfig::attn_softcap, 50.0f},
+    {"final_logit_softcapping", &ModelConfig::final_softcap, 30.0f},
+};
+
+constexpr FloatParam kGemma3Floats[] = {
+    {"rope.freq_base", &ModelConfig::rope_freq_base, 10000.0f},
+    {"rope.freq_base_swa", &ModelConfig::rope_freq_base_swa, 10000.0f},
+    {"attention.layer_norm_rms_epsilon", &ModelConfig::rms_eps, 1e-6f},
+    {"final_logit_softcapping", &ModelConfig::final_softcap, 0.0f},
+};
+
+// Pre and post norms around attention and the FFN; Gemma 3 adds Q/K norms.
+constexpr TensorSpec kGemma2Block[] = {
+    {kAttnNorm, kModel, kModel, true},   {kAttnQ, kModel, kQ, false},          {kAttnK, kModel, kKv, false},
+    {kAttnV, kModel, kKv, false},        {kAttnOutput, kQ, kModel, false},     {kPostAttnNorm, kModel, kModel, true},
+    {kFfnNorm, kModel, kModel, true},    {kFfnGate, kModel, kFfn, false},      {kFfnUp, kModel, kFfn, false},
+    {kFfnDown, kFfn, kModel, false},     {kFfnPostNorm, kModel, kModel, true}, {kAttnQBias, kQ, kQ, true, kRare},
+    {kAttnKBias, kKv, kKv, true, kRare}, {kAttnVBias, kKv, kKv, true, kRare},
+};
+
+constexpr TensorSpec kGemma3Block[] = {
+    {kAttnNorm, kModel, kModel, true},    {kAttnQ, kModel, kQ, false},       {kAttnK, kModel, kKv, false},
+    {kAttnV, kModel, kKv, false},         {kAttnOutput, kQ, kModel, false},  {kPostAttnNorm, kModel, kModel, true},
+    {kAttnKNorm, kHead, kHead, true},     {kAttnQNorm, kHead, kHead, true},  {kFfnNorm, kModel, kModel, true},
+    {kFfnGate, kModel, kFfn, false},      {kFfnUp, kModel, kFfn, false},     {kFfnDown, kFfn, kModel, false},
+    {kFfnPostNorm, kModel, kModel, true}, {kAttnQBias, kQ, kQ, true, kRare}, {kAttnKBias, kKv, kKv, true, kRare},
+    {kAttnVBias, kKv, kKv, true, kRare},
+};
+
 // The default (hand-built configs) first. RoPE types as llama.cpp's llama_model_rope_type.
 constexpr Architecture kArchitectures[] = {
     {.name = "llama",
@@ -145,9 +196,30 @@ constexpr Architecture kArchitectures[] = {
      .floats = kQwen35Floats,
      .layer_tensors = kQwen35AttentionBlock,
      .recurrent_tensors = kQwen35RecurrentBlock},
+    {.name = "gemma2",
+     .rope = RopeType::kNeox,
+     .norm = NormVariant::kRms,
+     .uints = kGemmaUints,
+     .floats = kGemma2Floats,
+     .layer_tensors = kGemma2Block,
+     .ffn = Activation::kGeluTanh,
+     .embed_scale = true,
+     .post_norms = true,
+     .swa_pattern = 2},
+    {.name = "gemma3",
+     .rope = RopeType::kNeox,
+     .norm = NormVariant::kRmsQkNorm,
+     .uints = kGemmaUints,
+     .floats = kGemma3Floats,
+     .layer_tensors = kGemma3Block,
+     .ffn = Activation::kGeluTanh,
+     .embed_scale = true,
+     .post_norms = true,
+     .swa_pattern = 6,
+     .swa_rope_unscaled = true},
 };
 
-static_assert(std::size(kTensorNames) == static_cast<size_t>(kSsmOut) + 1, "a name for every LayerTensor");
+static_assert(std::size(kTensorNames) == static_cast<size_t>(kFfnPostNorm) + 1, "a name for every LayerTensor");
 
 }  // namespace
 

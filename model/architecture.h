@@ -30,6 +30,10 @@ std::string_view rope_scaling_name(RopeScaling scaling);  // "none", "linear", "
 // attn_k_norm: one weight of head_dim shared by the heads) after the biases, before RoPE (Qwen3).
 enum class NormVariant : uint8_t { kRms, kRmsQkNorm };
 
+// The FFN's gate activation: out = act(gate) * up. kSilu: SwiGLU (Llama, Qwen). kGeluTanh:
+// GeGLU with the tanh approximation of GELU, as ggml_gelu (Gemma).
+enum class Activation : uint8_t { kSilu, kGeluTanh };
+
 // The tensors of a block by role: the engine asks for a role, the table gives its GGUF name.
 enum class LayerTensor : uint8_t {
   kAttnNorm,
@@ -57,6 +61,7 @@ enum class LayerTensor : uint8_t {
   kSsmAlpha,
   kSsmNorm,  // the gated RMSNorm's weight [state_size], shared by the V heads
   kSsmOut,
+  kFfnPostNorm,  // post_ffw_norm: Gemma's norm of the FFN output before the residual add
 };
 
 // A dimension of a tensor, in terms of the hyper-parameters. GGUF lists a matrix's dimensions
@@ -125,6 +130,17 @@ struct Architecture {
   // A hybrid architecture's recurrent (Gated DeltaNet) layers; layer_tensors are then its
   // full-attention layers (ModelConfig::recurrent says which is which). Empty: no such layers.
   std::span<const TensorSpec> recurrent_tensors = {};
+  Activation ffn = Activation::kSilu;
+  // Gemma: the token embeddings are multiplied by sqrt(embedding_length), and the attention and
+  // FFN outputs are RMS-normalised (post_attention_norm, post_ffw_norm) before each residual add.
+  bool embed_scale = false;
+  bool post_norms = false;
+  // Sliding-window attention (docs/WINDOWS.md): the default of attention.sliding_window_pattern,
+  // llama.cpp's n_pattern (layer l is windowed iff l % n < n - 1); 0: no windowed layers.
+  uint32_t swa_pattern = 0;
+  // Windowed layers' RoPE ignores the file's rope scaling (Gemma 3: llama.cpp's
+  // rope_freq_scale_train_swa stays 1); false: they scale as the full layers do (Gemma 2).
+  bool swa_rope_unscaled = false;
   // Loads rope_freqs.weight when present (Llama 3's per-pair frequency divisors, [head_dim / 2],
   // F32); llama.cpp ignores it for architectures without this.
   bool rope_freqs = false;

@@ -175,12 +175,43 @@ Result<ModelConfig> hybrid_preset(const std::string& preset, const Architecture*
   return c;
 }
 
+// Gemma 2/3 (make_model.h): Gemma's shape (a head longer than dim / heads, one window pattern)
+// scaled down; tiny's window of 32 so short prompts cross it, and caps that bite.
+Result<ModelConfig> gemma_preset(const std::string& preset, const Architecture* arch) {
+  ModelConfig c;
+  c.arch = arch;
+  const bool gemma3 = arch->name == "gemma3";
+  if (preset == "tiny") {
+    c.name = "tandem-tiny-" + std::string(arch->name);
+    c.vocab_size = 512, c.dim = 64, c.n_layers = gemma3 ? 6 : 4, c.n_heads = 4, c.n_kv_heads = 2;
+    c.key_length = 32, c.ffn_dim = 192, c.context_length = 512, c.sliding_window = 32;
+    c.attn_softcap = gemma3 ? 0.0f : 5.0f;
+    c.final_softcap = gemma3 ? 0.0f : 30.0f;
+  } else if (preset == "small") {
+    c.name = "tandem-small-" + std::string(arch->name);
+    c.vocab_size = 49152, c.dim = 640, c.n_layers = 18, c.n_heads = 4, c.n_kv_heads = 1;
+    c.key_length = 256, c.ffn_dim = 2048, c.context_length = 2048, c.sliding_window = 512;
+    c.attn_softcap = gemma3 ? 0.0f : 50.0f;
+    c.final_softcap = gemma3 ? 0.0f : 30.0f;
+  } else {
+    return Status::invalid("unknown model preset '" + preset + "' (presets: tiny, small)");
+  }
+  c.rope_freq_base = gemma3 ? 1000000.0f : 10000.0f;
+  c.rope_freq_base_swa = gemma3 ? 10000.0f : 0.0f;
+  c.rms_eps = 1e-6f;
+  c.tied_embeddings = true;  // Gemma's files have no output.weight
+  c.swa_pattern = arch->swa_pattern;
+  for (uint32_t l = 0; l < c.n_layers; ++l) c.swa_layers.push_back(l % c.swa_pattern < c.swa_pattern - 1);
+  return c;
+}
+
 }  // namespace
 
 Result<ModelConfig> preset_config(const std::string& preset, std::string_view arch_name) {
   const Architecture* arch = find_architecture(arch_name);
   if (arch == nullptr) return Status::invalid("unknown architecture '" + std::string(arch_name) + "'");
   if (arch->hybrid()) return hybrid_preset(preset, arch);
+  if (arch->swa_pattern != 0) return gemma_preset(preset, arch);
   ModelConfig c;
   c.arch = arch;
   if (preset == "tiny") {
@@ -245,7 +276,9 @@ void add_hyper_parameters(GgufWriter& w, const ModelConfig& c, bool f16) {
   for (const UintParam& p : a.uints)
     if (c.*p.field != 0) w.add_u32(a.key(p.key), c.*p.field);
   if (c.key_length != 0) w.add_u32(a.key("attention.value_length"), c.key_length);
-  for (const FloatParam& p : a.floats) w.add_f32(a.key(p.key), c.*p.field);
+  for (const FloatParam& p : a.floats)
+    if (c.*p.field != 0) w.add_f32(a.key(p.key), c.*p.field);
+  if (a.swa_pattern != 0 && c.sliding_window != 0) w.add_u32(a.key("attention.sliding_window_pattern"), c.swa_pattern);
   w.add_u32(a.key("rope.dimension_count"), c.rope_dim());
   if (a.hybrid()) {  // IMROPE sections covering every rotated pair (docs/HYBRID.md): [11, 11, 10, 0] for 32
     const int32_t pairs = static_cast<int32_t>(c.rope_dim() / 2), t = (pairs + 2) / 3, h = (pairs - t + 1) / 2;

@@ -23,6 +23,12 @@ namespace tandem::model {
 // 16, attention 4 heads / 2 KV heads of 32 with RoPE on 8 dims, rope base 1e7, eps 1e-6);
 // "small" has the llama small preset's vocabulary and width (dim 576, FFN 1536, 28 layers: 21
 // + 7, delta net 4 QK / 8 V heads of 64, attention 8 heads / 2 KV heads of 64, RoPE on 16).
+// With gemma2 / gemma3 (docs/WINDOWS.md): "tiny" is dim 64, 4 heads / 2 KV heads of 32, FFN 192,
+// context 512, tied embeddings, eps 1e-6, a sliding window of 32 on llama.cpp's pattern (gemma2:
+// 4 layers alternating windowed / full, a cap of 5 on attention so it bites, 30 on the logits;
+// gemma3: 6 layers, five windowed then one full, rope base 1e6 and 10000 on windowed layers);
+// "small" is Gemma 3 270M's shape with the llama small preset's vocabulary (dim 640, 18 layers,
+// 4 heads / 1 KV head of 256, FFN 2048, window 512; gemma2's caps 50 and 30).
 Result<ModelConfig> preset_config(const std::string& preset, std::string_view arch = "llama");
 
 // Llama 3's RoPE scaling (Hugging Face rope_scaling.rope_type "llama3"), which llama.cpp's

@@ -264,6 +264,36 @@ Status read_hybrid(const GgufFile& file, const Checker& c, ModelConfig& cfg) {
   return Status::ok();
 }
 
+// Which layers are windowed (docs/WINDOWS.md), as llama.cpp's load_swa_pattern: the per-layer
+// bool array attention.sliding_window_pattern, else its integer n (default the row's): layer l
+// is windowed iff n == 0 or l % n < n - 1. No window (Gemma 3 without the key): none is.
+Status read_windows(const GgufFile& file, const Checker& c, ModelConfig& cfg) {
+  const Architecture& a = *cfg.arch;
+  if (cfg.rope_freq_base_swa == 0) cfg.rope_freq_base_swa = cfg.rope_freq_base;
+  cfg.swa_layers.assign(cfg.n_layers, false);
+  if (cfg.sliding_window == 0) return Status::ok();
+  const std::string key = a.key("attention.sliding_window_pattern");
+  const GgufValue* v = file.find(key);
+  if (v && v->type == GgufValueType::kArray) {
+    auto layers = read_int_array(file, c, key);
+    if (!layers) return layers.status();
+    if ((*layers)->size() < cfg.n_layers)
+      return c.fail(key + " has " + std::to_string((*layers)->size()) + " entries for " + std::to_string(cfg.n_layers) +
+                    " blocks");
+    for (uint32_t l = 0; l < cfg.n_layers; ++l) cfg.swa_layers[l] = (**layers)[l] != 0;
+    return Status::ok();
+  }
+  uint32_t n = a.swa_pattern;
+  if (v) {
+    std::optional<uint64_t> x = file.get_uint(key);
+    if (!x || *x > kMaxHyperParameter) return c.fail("key " + key + " is not a layer count or a bool array");
+    n = static_cast<uint32_t>(*x);
+  }
+  cfg.swa_pattern = n;
+  for (uint32_t l = 0; l < cfg.n_layers; ++l) cfg.swa_layers[l] = n == 0 || l % n < n - 1;
+  return Status::ok();
+}
+
 // The architecture's keys, then what they must satisfy together.
 Status read_hyper_parameters(const GgufFile& file, const Checker& c, ModelConfig& cfg) {
   const Architecture& a = *cfg.arch;
@@ -282,6 +312,7 @@ Status read_hyper_parameters(const GgufFile& file, const Checker& c, ModelConfig
                   std::to_string(cfg.n_heads));
   }
   TANDEM_RETURN_IF_ERROR(read_rope_scaling(file, c, cfg));
+  if (a.swa_pattern != 0) TANDEM_RETURN_IF_ERROR(read_windows(file, c, cfg));
   return a.hybrid() ? read_hybrid(file, c, cfg) : Status::ok();
 }
 
@@ -392,6 +423,10 @@ std::string model_fingerprint(const GgufFile& file, const ModelConfig& c) {
                        c.ssm_time_step_rank, c.ssm_inner_size})
       f.pod(v);
     for (bool r : c.recurrent) f.pod(r);
+  }
+  if (c.arch->swa_pattern != 0) {
+    for (float v : {c.rope_freq_base_swa, c.attn_softcap, c.final_softcap}) f.pod(v);
+    for (uint32_t l = 0; l < c.n_layers; ++l) f.pod(c.window(l));
   }
   if (const GgufValue* tokens = file.find("tokenizer.ggml.tokens"))
     if (const auto* pieces = std::get_if<std::vector<std::string>>(&tokens->value))

@@ -43,6 +43,17 @@ struct ModelConfig {
   uint32_t ssm_inner_size = 0;           // ssm.inner_size = V heads x state_size
   uint32_t full_attention_interval = 0;  // layer i is full attention iff (i + 1) % interval == 0
   std::vector<bool> recurrent;           // per layer: Gated DeltaNet (attention.recurrent_layers or the interval)
+  // Sliding-window attention (Gemma 2/3, docs/WINDOWS.md): a query at position p of a windowed
+  // layer sees the keys p - W + 1 .. p (W = attention.sliding_window), as llama.cpp.
+  uint32_t sliding_window = 0;   // attention.sliding_window; 0: none
+  uint32_t swa_pattern = 0;      // attention.sliding_window_pattern as an integer (0: from swa_layers)
+  std::vector<bool> swa_layers;  // per layer: windowed
+  float rope_freq_base_swa = 0;  // rope.freq_base_swa: the windowed layers' RoPE base (0: rope_freq_base)
+  float attn_softcap = 0;        // attn_logit_softcapping: score s -> c tanh(s / c) before the softmax; 0: none
+  float final_softcap = 0;       // final_logit_softcapping: the same on the logits; 0: none
+  // The window of layer `layer` in positions, 0 for a full-attention layer: what the attention
+  // masks today, and what a ring of KV blocks per sequence would keep.
+  uint32_t window(uint32_t layer) const { return layer < swa_layers.size() && swa_layers[layer] ? sliding_window : 0; }
   bool is_recurrent(uint32_t layer) const { return layer < recurrent.size() && recurrent[layer]; }
   // Layers with a KV cache (all but a hybrid's recurrent ones).
   uint32_t attention_layers() const {
@@ -62,12 +73,13 @@ struct ModelConfig {
 // that every tensor the architecture needs is present, of a type the engine computes on
 // (readable_type_names(): F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) with
 // rows of whole blocks, and of the shape the keys imply. Errors are Code::kModelFile and name the key or tensor:
-//   "unsupported architecture 'gpt2' (tandem runs 'llama', 'qwen2', 'qwen3', 'qwen35')"
+//   "unsupported architecture 'gpt2' (tandem runs 'llama', 'qwen2', 'qwen3', 'qwen35', 'gemma2', 'gemma3')"
 //   "missing key llama.block_count"
 //   "llama.rope.scaling.type 'longrope' is not supported (tandem applies none, linear, yarn)"
 //   "tensor blk.3.attn_k.weight has shape [64, 48], expected [64, 32]"
 //   "tensor blk.0.ffn_up.weight has unsupported type IQ2_XS (tandem loads F32, F16, BF16, ...)"
 //   "head_count 5 does not divide embedding_length 64"
+//   "gemma2.attention.sliding_window_pattern has 3 entries for 4 blocks"
 Result<ModelConfig> read_model_config(const GgufFile& file);
 
 // A short hex digest of what makes two files the same model for serving: the architecture,

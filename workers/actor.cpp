@@ -321,9 +321,9 @@ class Actor {
   // row accepts the draft fed after it (the accepted drafts), then the first that does not or
   // the one after the last draft (StepSampler: plain decoding's tokens, or with a draft model's
   // q at temperature > 0 the rejection rule's, distributed as plain decoding's).
-  void sample_into(v1::StepResult* res) {
+  Status sample_into(v1::StepResult* res, engine::LogitRows computed) {
     const std::span<const SampleRequest> requests = table_.to_sample();
-    step_sampler_.run(requests, *engine_);
+    TANDEM_RETURN_IF_ERROR(step_sampler_.run(requests, *engine_, computed));
     sampled_.resize(requests.size());
     accepted_.resize(requests.size());
     uint32_t drafted = 0, accepted = 0;
@@ -348,6 +348,7 @@ class Actor {
     }
     res->set_drafted(drafted);
     res->set_accepted(accepted);
+    return Status::ok();
   }
 
   // The plan through the table and the engine: apply, forward, sample, commit. An error fails
@@ -364,11 +365,13 @@ class Actor {
         return Status::error(st.code(), "draft model: " + st.message());
       }
     }
-    if (Status st = engine_->forward(table_.steps(), *pool_, states_.get()); !st) {
+    const engine::LogitRows computed = StepSampler::logit_rows(table_.to_sample(), engine_->threads());
+    Status st = engine_->forward(table_.steps(), *pool_, states_.get(), computed);
+    if (st) st = sample_into(res, computed);
+    if (!st) {
       table_.abort();
       return st;
     }
-    sample_into(res);
     table_.commit(sampled_, accepted_);
     return Status::ok();
   }

@@ -43,6 +43,8 @@ void DraftLength::record(uint32_t drafted, uint32_t accepted) {
     k_ = std::min(max_k_, std::max(k_, drafted) + 1);
   else if (accepted == 0)
     k_ /= 2;
+  rate_ += kRateWeight * (float(accepted) / float(drafted) - rate_);
+  if (rate_ < kMinRate) k_ = 0;
 }
 
 }  // namespace tandem::workers

@@ -38,12 +38,18 @@ uint32_t accepted_prefix(std::span<const int32_t> drafts, std::span<const int32_
 uint32_t draft_budget(uint32_t k, uint32_t remaining_tokens, uint32_t context_room);
 
 // The draft length of a sequence's next round, from its own past rounds: all accepted grows
-// it by one (up to max_k), none accepted halves it, a partial acceptance keeps it. At 0 the
-// sequence decodes plainly and probes again with one draft every kProbeEvery rounds, so on
-// output that does not repeat speculation turns itself off and costs almost nothing.
+// it by one (up to max_k), none accepted halves it, a partial acceptance keeps it; and whatever
+// the last round, a sequence whose recent acceptance (an average of accepted / drafted over its
+// rounds, each weighing kRateWeight) is under kMinRate stops drafting: its partial rounds cost
+// more verified rows than they save steps (random output on a small vocabulary matches a 2-gram
+// now and then, and accepts one draft in five). At 0 the sequence decodes plainly and probes
+// again with one draft every kProbeEvery rounds, so on output that does not repeat speculation
+// turns itself off and costs almost nothing.
 class DraftLength {
  public:
   static constexpr uint32_t kProbeEvery = 16;
+  static constexpr float kMinRate = 0.3f;
+  static constexpr float kRateWeight = 0.25f;
   explicit DraftLength(uint32_t max_k) : max_k_(max_k), k_(max_k) {}
   // The drafts the next round asks for.
   uint32_t next() const { return k_ > 0 ? k_ : (idle_rounds_ + 1 >= kProbeEvery ? 1u : 0u); }
@@ -53,6 +59,7 @@ class DraftLength {
  private:
   uint32_t max_k_, k_;
   uint32_t idle_rounds_ = 0;  // rounds at k = 0 since the last probe
+  float rate_ = 1.0f;         // recent accepted / drafted (a fresh sequence is given the benefit)
 };
 
 // Prompt lookup with an adaptive length, as one sequence's drafter for engine::generate

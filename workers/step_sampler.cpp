@@ -48,7 +48,11 @@ RowSample StepSampler::verify_row(uint32_t thread, const SampleRequest& q, uint3
   return {v.token, q.logprobs ? sampler.last_logprob(logits, v.token) : 0.0f};
 }
 
-void StepSampler::run(std::span<const SampleRequest> requests, engine::Engine& engine) {
+engine::LogitRows StepSampler::logit_rows(std::span<const SampleRequest> requests, uint32_t threads) {
+  return requests.size() < 2 * size_t{threads} ? engine::LogitRows::kAll : engine::LogitRows::kFirstPerSequence;
+}
+
+Status StepSampler::run(std::span<const SampleRequest> requests, engine::Engine& engine, engine::LogitRows computed) {
   requests_ = requests;
   const size_t n = requests.size();
   first_.resize(n);
@@ -62,34 +66,55 @@ void StepSampler::run(std::span<const SampleRequest> requests, engine::Engine& e
   }
   rows_.resize(total);
   const uint32_t threads = std::min<uint32_t>(engine.threads(), static_cast<uint32_t>(samplers_.size()));
-  if (n < 2 * size_t{threads} && total > n) {
-    // Few sequences: every row at once, then each round's accepted prefix.
-    owner_.resize(total);
-    for (size_t i = 0; i < n; ++i)
-      std::fill_n(owner_.begin() + first_[i], requests[i].drafts.size() + 1, static_cast<uint32_t>(i));
-    engine.parallel_for(total, [&](uint32_t b, uint32_t e, uint32_t t) {
-      for (uint32_t r = b; r < e; ++r) rows_[r] = sample_row(t, owner_[r], r - first_[owner_[r]], engine);
-    });
-    for (size_t i = 0; i < n; ++i) {
-      const std::span<const int32_t> drafts = requests[i].drafts;
-      uint32_t row = 0;
-      while (row < drafts.size() && rows_[first_[i] + row].token == drafts[row]) ++row;
-      kept_[i] = row + 1;
-    }
-    return;
+  if (computed == engine::LogitRows::kAll && n < 2 * size_t{threads} && total > n) {
+    run_all_rows(engine, total);
+    return Status::ok();
   }
-  // Whole sequences per thread, each stopping at its first mismatch.
-  engine.parallel_for(static_cast<uint32_t>(n), [&](uint32_t b, uint32_t e, uint32_t t) {
-    for (uint32_t i = b; i < e; ++i) {
-      const std::span<const int32_t> drafts = requests[i].drafts;
-      uint32_t row = 0;
-      for (;; ++row) {
-        rows_[first_[i] + row] = sample_row(t, i, row, engine);
-        if (row == drafts.size() || rows_[first_[i] + row].token != drafts[row]) break;
-      }
-      kept_[i] = row + 1;
-    }
+  return run_waves(engine, computed);
+}
+
+// Few sequences: every row at once, then each round's accepted prefix.
+void StepSampler::run_all_rows(engine::Engine& engine, uint32_t total) {
+  const size_t n = requests_.size();
+  owner_.resize(total);
+  for (size_t i = 0; i < n; ++i)
+    std::fill_n(owner_.begin() + first_[i], requests_[i].drafts.size() + 1, static_cast<uint32_t>(i));
+  engine.parallel_for(total, [&](uint32_t b, uint32_t e, uint32_t t) {
+    for (uint32_t r = b; r < e; ++r) rows_[r] = sample_row(t, owner_[r], r - first_[owner_[r]], engine);
   });
+  for (size_t i = 0; i < n; ++i) {
+    const std::span<const int32_t> drafts = requests_[i].drafts;
+    uint32_t row = 0;
+    while (row < drafts.size() && rows_[first_[i] + row].token == drafts[row]) ++row;
+    kept_[i] = row + 1;
+  }
+}
+
+// Wave j: row j of every request still in its round (its rows so far equal its drafts), its
+// logits computed first unless the forward pass did.
+Status StepSampler::run_waves(engine::Engine& engine, engine::LogitRows computed) {
+  alive_.resize(requests_.size());
+  for (uint32_t i = 0; i < alive_.size(); ++i) alive_[i] = i;
+  for (uint32_t wave = 0; !alive_.empty(); ++wave) {
+    if (wave > 0 && computed == engine::LogitRows::kFirstPerSequence) {
+      wave_rows_.resize(alive_.size());
+      for (size_t j = 0; j < alive_.size(); ++j) wave_rows_[j] = requests_[alive_[j]].logits_row + wave;
+      TANDEM_RETURN_IF_ERROR(engine.compute_logit_rows(wave_rows_));
+    }
+    engine.parallel_for(static_cast<uint32_t>(alive_.size()), [&](uint32_t b, uint32_t e, uint32_t t) {
+      for (uint32_t j = b; j < e; ++j) rows_[first_[alive_[j]] + wave] = sample_row(t, alive_[j], wave, engine);
+    });
+    size_t still = 0;
+    for (uint32_t i : alive_) {
+      const std::span<const int32_t> drafts = requests_[i].drafts;
+      if (wave < drafts.size() && rows_[first_[i] + wave].token == drafts[wave])
+        alive_[still++] = i;
+      else
+        kept_[i] = wave + 1;
+    }
+    alive_.resize(still);
+  }
+  return Status::ok();
 }
 
 }  // namespace tandem::worker

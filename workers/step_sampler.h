@@ -8,8 +8,10 @@
 // before it as its history, and the round ends at the first sample that differs from the draft
 // fed after it (with a draft model's q at temperature > 0: the rejection rule's token, which
 // equals the draft only when it accepts it). With few sequences (fewer than two per thread) every row is sampled at
-// once, in parallel, and the rows past the first mismatch are dropped; with more, each thread takes whole sequences and
-// stops at the mismatch, so no row is sampled in vain.
+// once, in parallel, and the rows past the first mismatch are dropped. With more, the rows go in waves: wave j samples
+// row j of every sequence still in its round, and its logits are computed only then (forward with
+// LogitRows::kFirstPerSequence, then Engine::compute_logit_rows per wave), so no row past a mismatch is sampled or
+// even goes through the output matrix: a speculating step then pays the head for the tokens it emits only.
 #pragma once
 
 #include <cstdint>
@@ -34,9 +36,15 @@ class StepSampler {
  public:
   StepSampler(uint32_t vocab_size, uint32_t threads);
 
-  // Samples every request of the staged step from `engine`'s logits. Allocates only when a
-  // step is larger than any before it.
-  void run(std::span<const SampleRequest> requests, engine::Engine& engine);
+  // Which logit rows the forward pass of a step with these requests computes up front: all of
+  // them with few sequences, each sequence's first with many (run computes the others per wave).
+  static engine::LogitRows logit_rows(std::span<const SampleRequest> requests, uint32_t threads);
+
+  // Samples every request of the staged step from `engine`'s logits, its forward pass having
+  // computed `computed` (logit_rows()). Allocates only when a step is larger than any before it.
+  // An error: the engine refused a wave's rows (the step fails).
+  Status run(std::span<const SampleRequest> requests, engine::Engine& engine,
+             engine::LogitRows computed = engine::LogitRows::kAll);
 
   // Request i's samples: its accepted drafts' rows, then the correction (or the token after
   // the last draft). size() - 1 drafts were accepted.
@@ -47,6 +55,8 @@ class StepSampler {
   }
 
  private:
+  void run_all_rows(engine::Engine& engine, uint32_t total);
+  Status run_waves(engine::Engine& engine, engine::LogitRows computed);
   RowSample sample_row(uint32_t thread, size_t i, uint32_t row, const engine::Engine& engine);
   RowSample verify_row(uint32_t thread, const SampleRequest& q, uint32_t row, std::span<const float> logits,
                        std::span<const int32_t> history, size_t from, size_t gen_from);
@@ -55,10 +65,11 @@ class StepSampler {
   std::vector<float> p_;                   // per compute thread: the target's distribution (verify_row)
   std::vector<engine::Sampler> samplers_;  // one per compute thread
   std::span<const SampleRequest> requests_;
-  std::vector<RowSample> rows_;             // every request's rows, request i's from first_[i]
-  std::vector<uint32_t> first_, kept_;      // per request: first row, rows kept
-  std::vector<uint32_t> owner_;             // per row: its request
-  std::vector<engine::TokenLogprob> tops_;  // per request: kMaxTopLogprobs slots
+  std::vector<RowSample> rows_;              // every request's rows, request i's from first_[i]
+  std::vector<uint32_t> first_, kept_;       // per request: first row, rows kept
+  std::vector<uint32_t> owner_;              // per row: its request
+  std::vector<uint32_t> alive_, wave_rows_;  // run_waves: requests still in their round, their next rows
+  std::vector<engine::TokenLogprob> tops_;   // per request: kMaxTopLogprobs slots
   std::vector<uint32_t> n_top_;
 };
 

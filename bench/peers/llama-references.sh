@@ -5,7 +5,8 @@
 #     OUT/{trained,mid}-llamacpp-TYPE.jsonl, and how many tokens differ from the older
 #     QUANT_DIR/{trained,mid}-llamacpp-TYPE.jsonl (made by llama.cpp c392e50);
 #   - for make-model's architecture files (tiny preset, seed 7, as tests/engine/architecture_test
-#     makes them): OUT/arch-NAME.gguf.sha256 and OUT/arch-NAME-llamacpp.jsonl for OUT/arch-prompts.txt.
+#     makes them): OUT/arch-NAME.gguf.sha256 and OUT/arch-NAME-llamacpp.jsonl for OUT/arch-prompts.txt
+#     (the sliding-window gemma2 and gemma3: OUT/arch-window-prompts.txt).
 #
 #   bench/peers/llama-references.sh QUANT_DIR OUT [TANDEM_BIN]
 #   QUANT_DIR: e.g. ../shared/data/quant; TANDEM_BIN default build/release/cli/tandem.
@@ -55,15 +56,19 @@ done
 # make-model's architecture files, as tests/engine/architecture_test.cpp writes them.
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-while read -r name flags; do
+# Each line: the name, the prompts file (in OUT), then make-model's flags. The sliding-window
+# architectures (window 32) take arch-window-prompts.txt, prompts of 161 to 342 tokens.
+while read -r name prompts flags; do
   # shellcheck disable=SC2086
   "$tandem" make-model --preset tiny $flags --seed 7 --out "$tmp/$name.gguf" 2>/dev/null
   (cd "$tmp" && sha256sum "$name.gguf") >"$out/arch-$name.gguf.sha256"
-  "$ref" "$tmp/$name.gguf" "$out/arch-prompts.txt" 2>/dev/null >"$out/arch-$name-llamacpp.jsonl"
-  echo "arch-$name-llamacpp.jsonl: make-model --preset tiny $flags --seed 7"
+  "$ref" "$tmp/$name.gguf" "$out/$prompts" 2>/dev/null >"$out/arch-$name-llamacpp.jsonl"
+  echo "arch-$name-llamacpp.jsonl: make-model --preset tiny $flags --seed 7, $prompts"
 done <<'LIST'
-qwen2 --arch qwen2
-qwen3 --arch qwen3
-llama3_rope_freqs --rope-scaling llama3:8:256
-qwen35 --arch qwen35
+qwen2 arch-prompts.txt --arch qwen2
+qwen3 arch-prompts.txt --arch qwen3
+llama3_rope_freqs arch-prompts.txt --rope-scaling llama3:8:256
+gemma2 arch-window-prompts.txt --arch gemma2
+gemma3 arch-window-prompts.txt --arch gemma3
+qwen35 arch-prompts.txt --arch qwen35
 LIST

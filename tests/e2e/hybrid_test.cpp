@@ -17,16 +17,11 @@ namespace {
 using namespace std::chrono_literals;
 using test::collect;
 using test::Collected;
+using test::engine_alone;
 using Deployment = test::ClientDeployment;
 
 std::string hybrid_model() {
-  static const std::string path = [] {
-    const std::string p = test::temp_dir() + "/qwen35-tiny.gguf";
-    const std::string cmd =
-        std::string(TANDEM_TANDEM_BIN) + " make-model --arch qwen35 --preset tiny --seed 3 --out " + p + " 2>/dev/null";
-    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-    return p;
-  }();
+  static const std::string path = test::tiny_model("qwen35", 3);
   return path;
 }
 
@@ -46,14 +41,6 @@ std::vector<GenerateRequest> requests(uint32_t n, uint32_t seed) {
     out.push_back(std::move(r));
   }
   return out;
-}
-
-std::vector<int32_t> engine_alone(engine::Engine& e, const GenerateRequest& r) {
-  engine::GenerateOptions opt;
-  opt.max_tokens = r.max_tokens;
-  opt.ignore_eos = true;
-  opt.sampling = sampling_params(r);
-  return engine::generate(e, r.prompt_tokens, opt).value().tokens;
 }
 
 // Every block and slot back (bounded wait for the last releases).

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <string>
@@ -70,6 +71,24 @@ inline Collected collect(Stream& s, std::chrono::milliseconds limit = 60s) {
     c.texts.push_back(ev->token.text);
   }
   return c;
+}
+
+// `tandem make-model --arch ARCH --preset tiny --seed SEED`, made once per test process.
+inline std::string tiny_model(const std::string& arch, unsigned seed) {
+  const std::string p = temp_dir() + "/" + arch + "-tiny-" + std::to_string(seed) + ".gguf";
+  const std::string cmd = std::string(TANDEM_TANDEM_BIN) + " make-model --arch " + arch + " --preset tiny --seed " +
+                          std::to_string(seed) + " --out " + p + " 2>/dev/null";
+  if (std::system(cmd.c_str()) != 0) return "make-model failed: " + cmd;
+  return p;
+}
+
+// The tokens the engine alone gives `r` (ignore_eos; the whole prompt in one chunk, batch of one).
+inline std::vector<int32_t> engine_alone(engine::Engine& e, const GenerateRequest& r) {
+  engine::GenerateOptions opt;
+  opt.max_tokens = r.max_tokens;
+  opt.ignore_eos = true;
+  opt.sampling = sampling_params(r);
+  return engine::generate(e, r.prompt_tokens, opt).value().tokens;
 }
 
 inline std::vector<int32_t> prompt_of(uint32_t len, uint32_t salt) {

@@ -23,6 +23,8 @@ struct Case {
   const char* name;
   const char* flags;  // for tandem make-model, after --preset tiny
   const char* arch;
+  size_t tokens = 40;  // positions compared; the first `prompt` go in chunks of 16, then one a step
+  size_t prompt = 24;
 };
 
 // qwen3's default head is twice dim / heads (32 here, as Qwen3-0.6B's 128 against 1024 / 16).
@@ -37,8 +39,15 @@ const Case kCases[] = {
     {"qwen3", "--arch qwen3", "qwen3"},
     {"qwen3_head_dim_64_tied", "--arch qwen3 --head-dim 64 --tied", "qwen3"},
     // The hybrid against scripts/qwen35-reference.py (float64, written from the equations).
-    {"qwen35", "--arch qwen35", "qwen35"},
-    {"qwen35_f16", "--arch qwen35 --dtype f16", "qwen35"},
+    // 150 positions: the prompt's chunks of 16 and the decode steps cross the delta rule's
+    // 64-token grid (positions 64 and 128 fold a grid chunk).
+    {"qwen35", "--arch qwen35", "qwen35", 150, 100},
+    {"qwen35_f16", "--arch qwen35 --dtype f16", "qwen35", 150, 100},
+    // Sliding-window layers (window 32, docs/WINDOWS.md) over more than 3 windows, prompt and decode.
+    {"gemma2", "--arch gemma2", "gemma2", 120, 100},
+    {"gemma2_f16", "--arch gemma2 --dtype f16", "gemma2", 120, 100},
+    {"gemma3", "--arch gemma3", "gemma3", 120, 100},
+    {"gemma3_window_20", "--arch gemma3 --sliding-window 20", "gemma3", 120, 100},
 };
 
 constexpr double kTolerance = 1e-4;
@@ -94,17 +103,15 @@ TEST_P(ArchitectureVsReference, LogitsWithin1e4) {
   auto e = Engine::load(model, {2, backend});
   ASSERT_TRUE(e) << e.status().to_string();
   EXPECT_EQ((*e)->config().arch->name, c.arch);
-  // A hybrid's run crosses the delta rule's 64-token grid in its prompt (chunks of 16) and in
-  // decode (positions 64 and 128 fold a grid chunk).
-  const bool hybrid = (*e)->config().arch->hybrid();
-  const auto tokens = test::random_tokens(hybrid ? 150 : 40, (*e)->config().vocab_size, 11);
-  const auto got = engine_logits(**e, tokens, hybrid ? 100 : 24);
+  const auto tokens = test::random_tokens(c.tokens, (*e)->config().vocab_size, 11);
+  const auto got = engine_logits(**e, tokens, c.prompt);
   ASSERT_EQ(got.size(), tokens.size());
 
   std::string list;
   for (int32_t t : tokens) list += (list.empty() ? "" : ",") + std::to_string(t);
   const std::string ref_path = dir + "/" + c.name + ".f64";
-  const std::string script = hybrid ? "/scripts/qwen35-reference.py " : "/tests/model/reference_forward.py ";
+  const std::string script =
+      (*e)->config().arch->hybrid() ? "/scripts/qwen35-reference.py " : "/tests/model/reference_forward.py ";
   const std::string said = run("/usr/bin/python3 " + std::string(TANDEM_SOURCE_DIR) + script + model + " --tokens " +
                                list + " --out " + ref_path);
   ASSERT_EQ(said.rfind("exit ", 0), std::string::npos) << said;

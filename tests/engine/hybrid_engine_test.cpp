@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tests/test_util.h"
+#include "tests/engine/step_runs.h"
 #include "workers/engine/engine.h"
 #include "workers/engine/hybrid.h"
 
@@ -31,52 +32,15 @@ std::string hybrid_model() {
   return path;
 }
 
-struct Seq {
-  std::vector<int32_t> tokens;
-  std::vector<int32_t> blocks;
-  int32_t slot = 0;
-  std::vector<uint32_t> cuts;  // chunk ends within the tokens
-  std::vector<float> logits;   // every position's, [tokens][vocab]
-};
-
-// Runs every sequence through its chunks, the i-th chunks of all sequences in one step.
-void run(Engine& e, KvPool& kv, StatePool& states, std::vector<Seq>& seqs) {
-  const uint32_t vocab = e.config().vocab_size;
-  size_t most = 0;
-  for (const Seq& s : seqs) most = std::max(most, s.cuts.size());
-  for (size_t c = 0; c < most; ++c) {
-    std::vector<SeqStep> step;
-    std::vector<Seq*> in;
-    for (Seq& s : seqs) {
-      if (c >= s.cuts.size()) continue;
-      const uint32_t from = c == 0 ? 0 : s.cuts[c - 1], to = s.cuts[c];
-      SeqStep q{std::span(s.tokens).subspan(from, to - from), from, s.blocks, to - from};
-      q.state_slot = s.slot;
-      step.push_back(q);
-      in.push_back(&s);
-    }
-    const Status st = e.forward(step, kv, &states);
-    ASSERT_TRUE(st.is_ok()) << st.to_string();
-    uint32_t row = 0;
-    for (size_t i = 0; i < step.size(); ++i)
-      for (uint32_t r = 0; r < step[i].n_logits; ++r, ++row)
-        in[i]->logits.insert(in[i]->logits.end(), e.logits(row).begin(), e.logits(row).end());
-  }
-  for (const Seq& s : seqs) ASSERT_EQ(s.logits.size(), s.tokens.size() * size_t{vocab});
-}
-
-std::vector<uint32_t> cuts_every(uint32_t n, std::vector<uint32_t> sizes) {
-  std::vector<uint32_t> cuts;
-  for (uint32_t at = 0, i = 0; at < n; ++i) cuts.push_back(at = std::min(n, at + sizes[i % sizes.size()]));
-  return cuts;
-}
+using test_runs::cuts_every;
+using test_runs::Seq;
 
 constexpr uint32_t kPrompt = 250, kTokens = 270;  // prompt, then 20 decode steps past the grid point 256
 constexpr uint32_t kBlocksPerSeq = 17;            // 16-token blocks
 
 // A sequence of `t` in state slot `slot`: its prompt cut at prompt_cuts, then one token a step.
 Seq make_seq(const std::vector<int32_t>& t, int32_t slot, std::vector<uint32_t> prompt_cuts) {
-  Seq s{t, std::vector<int32_t>(kBlocksPerSeq), slot, std::move(prompt_cuts), {}};
+  Seq s{t, std::vector<int32_t>(kBlocksPerSeq), std::move(prompt_cuts), slot};
   std::iota(s.blocks.begin(), s.blocks.end(), slot * static_cast<int32_t>(kBlocksPerSeq));
   for (uint32_t p = kPrompt + 1; p <= kTokens; ++p) s.cuts.push_back(p);
   return s;
@@ -85,7 +49,7 @@ Seq make_seq(const std::vector<int32_t>& t, int32_t slot, std::vector<uint32_t> 
 // Every position's logits of `tokens`, prompt in one chunk, alone.
 std::vector<float> alone(Engine& e, KvPool& kv, StatePool& states, const std::vector<int32_t>& tokens) {
   std::vector<Seq> one = {make_seq(tokens, 0, {kPrompt})};
-  run(e, kv, states, one);
+  test_runs::run(e, kv, &states, one);
   return one[0].logits;
 }
 
@@ -105,9 +69,9 @@ TEST(HybridEngine, LogitsAreBitwiseTheSameForAnyChunkingAndBatch) {
   std::vector<Seq> batch = {make_seq(other, 0, cuts_every(kPrompt, {64, 64, 12}))};
   for (size_t i = 0; i < cuts.size() - 1; ++i)
     batch.push_back(make_seq(tokens, static_cast<int32_t>(i + 1), cuts_every(kPrompt, cuts[i])));
-  run(**e, **kv, **states, batch);
+  test_runs::run(**e, **kv, states->get(), batch);
   std::vector<Seq> last = {make_seq(tokens, 0, cuts_every(kPrompt, cuts.back()))};  // slot 0 again: a recompute
-  run(**e, **kv, **states, last);
+  test_runs::run(**e, **kv, states->get(), last);
   batch.push_back(last[0]);
   const size_t bytes = expected.size() * sizeof(float);
   for (size_t i = 1; i < batch.size(); ++i)

@@ -67,7 +67,7 @@ TEST(Kernels, GemmVariantsAgreeBitwiseForEveryRowCount) {
 }
 
 // The generic kernel's output `ref` against double-precision softmax attention over
-// key(j, d) and value(j, d), within 2e-5.
+// key(j, d) and value(j, d) (keys from a.first_key on, scores soft-capped by a.softcap), within 2e-5.
 template <class Key, class Value>
 void expect_near_double_attention(const AttentionArgs& a, const std::vector<float>& ref, Key key, Value value) {
   const uint32_t hd = a.head_dim;
@@ -78,6 +78,8 @@ void expect_near_double_attention(const AttentionArgs& a, const std::vector<floa
       double dot = 0;
       for (uint32_t d = 0; d < hd; ++d) dot += double(a.q[h * hd + d]) * key(j, d);
       s[j] = dot * a.scale;
+      if (a.softcap > 0) s[j] = a.softcap * std::tanh(s[j] / a.softcap);
+      if (j < a.first_key) s[j] = -INFINITY;  // outside the sliding window
       mx = std::max(mx, s[j]);
     }
     for (auto& x : s) sum += (x = std::exp(x - mx));
@@ -115,6 +117,19 @@ void expect_variants_match_generic(AttentionArgs a, const std::vector<float>& re
   }
 }
 
+// `a` again with a sliding window of 7 keys and Gemma 2's soft cap (2 here, so it bites): the
+// generic kernel against double precision over the window, and every variant's bits.
+template <class Key, class Value>
+void expect_windowed(AttentionArgs a, Key key, Value value) {
+  a.first_key = a.n_keys > 7 ? a.n_keys - 7 : 0;
+  a.softcap = 2.0f;
+  std::vector<float> ref(size_t{a.n_q} * a.head_dim);
+  a.out = ref.data();
+  by_name("generic")->attention(a);
+  expect_near_double_attention(a, ref, key, value);
+  expect_variants_match_generic(a, ref);
+}
+
 class AttentionShapes : public ::testing::TestWithParam<std::tuple<uint32_t, uint32_t, uint32_t>> {};
 
 TEST_P(AttentionShapes, VariantsAgreeBitwiseWithReference) {
@@ -144,12 +159,51 @@ TEST_P(AttentionShapes, VariantsAgreeBitwiseWithReference) {
     a.out = ref.data();
     by_name("generic")->attention(a);
     // Against a straightforward double-precision softmax attention.
-    expect_near_double_attention(
-        a, ref, [&](uint32_t j, uint32_t d) { return double(pool[blocks[j / bt] * block_stride + d * bt + j % bt]); },
-        [&](uint32_t j, uint32_t d) {
-          return double(pool[blocks[j / bt] * block_stride + size_t{hd} * bt + (j % bt) * hd + d]);
-        });
+    auto key = [&](uint32_t j, uint32_t d) { return double(pool[blocks[j / bt] * block_stride + d * bt + j % bt]); };
+    auto value = [&](uint32_t j, uint32_t d) {
+      return double(pool[blocks[j / bt] * block_stride + size_t{hd} * bt + (j % bt) * hd + d]);
+    };
+    expect_near_double_attention(a, ref, key, value);
     expect_variants_match_generic(a, ref);
+    expect_windowed(a, key, value);
+  }
+}
+
+// A masked key's probability is exactly 0 (kernels::clear_masked): values of keys outside the
+// window never reach the output, however large (here 1e37, which a probability of exp(-87) would
+// still carry into the result), in every variant.
+TEST(Kernels, KeysOutsideTheWindowNeverReachTheOutput) {
+  std::mt19937 rng(19);
+  const uint32_t hd = 64, bt = 16, n_q = 2, n_keys = 100;
+  const size_t block_stride = size_t{2} * hd * bt;
+  auto pool = random_vec(block_stride * 7, rng, 0.5f);
+  const std::vector<int32_t> blocks = {3, 0, 6, 1, 5, 2, 4};
+  const auto q = random_vec(size_t{n_q} * hd, rng);
+  std::vector<float> scores(size_t{n_q} * 112), want(size_t{n_q} * hd), got(want.size());
+  AttentionArgs a;
+  a.q = q.data();
+  a.n_q = n_q;
+  a.head_dim = hd;
+  a.blocks = blocks.data();
+  a.k_base = pool.data();
+  a.block_stride = block_stride;
+  a.block_tokens = bt;
+  a.n_keys = n_keys;
+  a.first_key = 60;
+  a.scale = 0.125f;
+  a.scores = scores.data();
+  for (const Kernels* kern : variants()) {
+    a.v_base = pool.data() + size_t{hd} * bt;
+    a.out = want.data();
+    kern->attention(a);
+    auto huge = pool;
+    for (uint32_t j = 0; j < a.first_key; ++j)
+      for (uint32_t d = 0; d < hd; ++d)
+        huge[blocks[j / bt] * block_stride + size_t{hd} * bt + (j % bt) * hd + d] = 1e37f;
+    a.v_base = huge.data() + size_t{hd} * bt;
+    a.out = got.data();
+    kern->attention(a);
+    EXPECT_TRUE(bitwise_equal(got.data(), want.data(), got.size())) << kern->name;
   }
 }
 
@@ -230,10 +284,14 @@ TEST_P(QuantAttentionShapes, VariantsAgreeBitwiseWithReference) {
     std::vector<const float*> win_k, win_v;
     std::vector<float> open_ref(ref.size());
     const uint32_t from = run_with_window(a, k, v, hd, bt, n_keys, win_k, win_v, open_ref);
-    expect_near_double_attention(
-        a, open_ref, [&](uint32_t j, uint32_t d) { return j >= from ? double(k[size_t{j} * hd + d]) : deq(0, j, d); },
-        [&](uint32_t j, uint32_t d) { return j >= from ? double(v[size_t{j} * hd + d]) : deq(1, j, d); });
+    auto key = [&](uint32_t j, uint32_t d) { return j >= from ? double(k[size_t{j} * hd + d]) : deq(0, j, d); };
+    auto value = [&](uint32_t j, uint32_t d) { return j >= from ? double(v[size_t{j} * hd + d]) : deq(1, j, d); };
+    expect_near_double_attention(a, open_ref, key, value);
     expect_variants_match_generic(a, open_ref);
+    expect_windowed(a, key, value);
+    a.win_k = a.win_v = nullptr;
+    expect_windowed(
+        a, [&](uint32_t j, uint32_t d) { return deq(0, j, d); }, [&](uint32_t j, uint32_t d) { return deq(1, j, d); });
   }
 }
 
@@ -303,10 +361,15 @@ TEST_P(RotatedAttentionShapes, VariantsAgreeBitwiseWithReference) {
     std::vector<const float*> win_k, win_v;
     std::vector<float> open_ref(ref.size());
     const uint32_t from = run_with_window(a, k, v, hd, bt, n_keys, win_k, win_v, open_ref);
-    expect_near_double_attention(
-        a, open_ref, [&](uint32_t j, uint32_t d) { return double((j >= from ? k : kr)[size_t{j} * hd + d]); },
-        [&](uint32_t j, uint32_t d) { return double((j >= from ? v : vr)[size_t{j} * hd + d]); });
+    auto key = [&](uint32_t j, uint32_t d) { return double((j >= from ? k : kr)[size_t{j} * hd + d]); };
+    auto value = [&](uint32_t j, uint32_t d) { return double((j >= from ? v : vr)[size_t{j} * hd + d]); };
+    expect_near_double_attention(a, open_ref, key, value);
     expect_variants_match_generic(a, open_ref);
+    expect_windowed(a, key, value);
+    a.win_k = a.win_v = nullptr;
+    expect_windowed(
+        a, [&](uint32_t j, uint32_t d) { return double(kr[size_t{j} * hd + d]); },
+        [&](uint32_t j, uint32_t d) { return double(vr[size_t{j} * hd + d]); });
   }
 }
 

@@ -1,8 +1,11 @@
 // The engine against today's llama.cpp (the npm build de3ff815) on make-model's qwen2, qwen3,
-// llama-with-Llama-3-RoPE and qwen35 (hybrid) files: teacher-forced on llama.cpp's greedy tokens
+// llama-with-Llama-3-RoPE, gemma2 and gemma3 files (the Gemmas' windows of 32 on prompts of 161
+// to 342 tokens, arch-window-prompts.txt) and qwen35 (the hybrid) files: teacher-forced on
+// llama.cpp's greedy tokens
 // (tests/data/quant-npm/arch-*-llamacpp.jsonl), the engine's top-1 must equal llama.cpp's at
 // >= 99 % of positions and its log-probabilities of llama.cpp's top-5 tokens be within
-// kLogprobTolerance. The files are remade with make-model and must hash as the references say.
+// kLogprobTolerance (Gemma: kGeluTableTolerance, llama.cpp's F16 GELU table). The files are
+// remade with make-model and must hash as the references say.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,6 +28,12 @@ namespace {
 // Both sides compute in F32 with different summation orders, and the references keep 6
 // significant digits: the largest difference measured is 6.6e-6 (qwen2; the test prints it).
 constexpr double kLogprobTolerance = 1e-4;
+// Gemma's GeGLU: llama.cpp's CPU GELU reads a table of F16 values indexed by the input rounded
+// to F16 (ggml-cpu/vec.h, GGML_GELU_FP16), where tandem computes it in F32. Measured 1.2e-3
+// (gemma2) and 3.3e-3 (gemma3); the float64 reference with that F16 table instead of the exact
+// GELU comes 2 to 3.5 times closer to llama.cpp (5.8e-4, 9.5e-4), and tandem is within 2e-5 of
+// the exact reference (architecture_test).
+constexpr double kGeluTableTolerance = 5e-3;
 constexpr double kMinAgreement = 0.99;
 
 struct Reference {
@@ -83,9 +92,10 @@ std::vector<std::vector<int32_t>> read_prompts(const std::string& path) {
 // Log-softmax of the engine's logits for the `count` positions after `prompt` when it is fed
 // the prompt and then `forced` (one chunk; logits of its last `count` rows).
 std::vector<std::vector<double>> forced_logprobs(Engine& e, std::vector<int32_t> tokens, size_t count) {
-  auto pool = KvPool::create(e.config(), 16);
+  const auto n_blocks = static_cast<uint32_t>((tokens.size() + 15) / 16);
+  auto pool = KvPool::create(e.config(), n_blocks);
   EXPECT_TRUE(pool) << pool.status().to_string();
-  std::vector<int32_t> blocks(16);
+  std::vector<int32_t> blocks(n_blocks);
   std::iota(blocks.begin(), blocks.end(), 0);
   SeqStep s{tokens, 0, blocks, static_cast<uint32_t>(count)};
   std::unique_ptr<StatePool> states;  // a hybrid's recurrent state
@@ -110,6 +120,8 @@ std::vector<std::vector<double>> forced_logprobs(Engine& e, std::vector<int32_t>
 struct Case {
   const char* name;
   const char* flags;  // for tandem make-model --preset tiny ... --seed 7
+  const char* prompts = "arch-prompts.txt";
+  double tolerance = kLogprobTolerance;
 };
 
 class AgreesWithLlamaCpp : public ::testing::TestWithParam<Case> {};
@@ -128,7 +140,7 @@ TEST_P(AgreesWithLlamaCpp, TeacherForcedTop1AndLogprobs) {
 
   auto e = Engine::load(model);
   ASSERT_TRUE(e) << e.status().to_string();
-  const auto prompts = read_prompts(data + "arch-prompts.txt");
+  const auto prompts = read_prompts(data + GetParam().prompts);
   const auto refs = read_references(data + "arch-" + name + "-llamacpp.jsonl");
   ASSERT_EQ(refs.size(), prompts.size());
   size_t positions = 0, agree = 0;
@@ -151,14 +163,17 @@ TEST_P(AgreesWithLlamaCpp, TeacherForcedTop1AndLogprobs) {
   RecordProperty("agreement", std::to_string(agreement));
   RecordProperty("max_abs_logprob_difference", std::to_string(worst));
   EXPECT_GE(agreement, kMinAgreement);
-  EXPECT_LE(worst, kLogprobTolerance);
+  EXPECT_LE(worst, GetParam().tolerance);
 }
 
-INSTANTIATE_TEST_SUITE_P(Files, AgreesWithLlamaCpp,
-                         ::testing::Values(Case{"qwen2", "--arch qwen2"}, Case{"qwen3", "--arch qwen3"},
-                                           Case{"llama3_rope_freqs", "--rope-scaling llama3:8:256"},
-                                           Case{"qwen35", "--arch qwen35"}),
-                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Files, AgreesWithLlamaCpp,
+    ::testing::Values(Case{"qwen2", "--arch qwen2"}, Case{"qwen3", "--arch qwen3"},
+                      Case{"llama3_rope_freqs", "--rope-scaling llama3:8:256"},
+                      Case{"gemma2", "--arch gemma2", "arch-window-prompts.txt", kGeluTableTolerance},
+                      Case{"gemma3", "--arch gemma3", "arch-window-prompts.txt", kGeluTableTolerance},
+                      Case{"qwen35", "--arch qwen35"}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace tandem::engine

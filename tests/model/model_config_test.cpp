@@ -199,7 +199,8 @@ TEST(ModelConfigTest, AcceptsF16EverywhereIncludingNorms) {
 TEST(ModelConfigTest, UnsupportedArchitecture) {
   Spec spec;
   spec.set("general.architecture", std::string("gpt2"));
-  EXPECT_ERROR(spec, "unsupported architecture 'gpt2' (tandem runs 'llama', 'qwen2', 'qwen3', 'qwen35')");
+  EXPECT_ERROR(spec,
+               "unsupported architecture 'gpt2' (tandem runs 'llama', 'qwen2', 'qwen3', 'qwen35', 'gemma2', 'gemma3')");
   spec.erase("general.architecture");
   EXPECT_ERROR(spec, "missing key general.architecture");
 }
@@ -314,7 +315,7 @@ TEST(ArchitectureTable, LlamaRow) {
   ASSERT_NE(llama, nullptr);
   EXPECT_EQ(llama, default_architecture());
   EXPECT_EQ(find_architecture("gpt2"), nullptr);
-  EXPECT_EQ(architecture_names(), "'llama', 'qwen2', 'qwen3', 'qwen35'");
+  EXPECT_EQ(architecture_names(), "'llama', 'qwen2', 'qwen3', 'qwen35', 'gemma2', 'gemma3'");
   EXPECT_EQ(llama->key("block_count"), "llama.block_count");
   EXPECT_EQ(llama->rope, RopeType::kNormal);
   EXPECT_EQ(llama->norm, NormVariant::kRms);
@@ -474,13 +475,13 @@ TEST(RopeScaling, RopeFreqsOnlyForLlama) {
 namespace tandem::model {
 namespace {
 
-// make-model's tiny qwen35 file, rewritten with `edit` applied to its keys (returning false
-// drops the key; `added` keys are appended) and without tensor `drop`.
+// make-model's tiny file of `arch` (qwen35 unless named), rewritten with `edit` applied to its
+// keys (returning false drops the key; `added` keys are appended) and without tensor `drop`.
 struct Qwen35File {
   std::string dir = test::temp_dir();
   std::string path() const { return dir + "/q35.gguf"; }
-  Qwen35File() {
-    auto c = preset_config("tiny", "qwen35");
+  explicit Qwen35File(std::string_view arch = "qwen35") {
+    auto c = preset_config("tiny", arch);
     EXPECT_TRUE(c) << c.status().to_string();
     EXPECT_TRUE(make_model(*c, 1, path()).is_ok());
   }
@@ -570,6 +571,52 @@ TEST(Qwen35Config, AnExplicitLayerPatternWinsOverTheInterval) {
   expect_refused(
       f.read_edited(keep, "", {{"qwen35.attention.recurrent_layers", Qwen35File::ints(GgufValueType::kBool, {1, 1})}}),
       "has 2 entries for 4 blocks");
+}
+
+// Gemma's windowed layers (docs/WINDOWS.md), as llama.cpp's load_swa_pattern: an integer
+// pattern n windows layer l iff l % n < n - 1, a bool array names each layer, Gemma 2 without a
+// window has 4096 and Gemma 3 none; a short array is refused, naming the key.
+TEST(GemmaConfig, WindowedLayersFollowLlamaCppsPattern) {
+  Qwen35File g2("gemma2"), g3("gemma3");
+  auto keep = [](const std::string&, GgufValue&) { return true; };
+  auto c = g2.read_edited(keep);
+  ASSERT_TRUE(c) << c.status().to_string();
+  EXPECT_EQ(c->swa_layers, (std::vector<bool>{true, false, true, false}));
+  EXPECT_EQ(c->window(0), 32u);
+  EXPECT_EQ(c->window(1), 0u);
+  EXPECT_EQ(c->attn_softcap, 5.0f);
+  EXPECT_EQ(c->final_softcap, 30.0f);
+  EXPECT_EQ(c->rope_freq_base_swa, c->rope_freq_base);
+  c = g2.read_edited(
+      [](const std::string& key, GgufValue&) { return key.find("sliding_window") == std::string::npos; });
+  ASSERT_TRUE(c) << c.status().to_string();
+  EXPECT_EQ(c->window(0), 4096u);
+  c = g3.read_edited(keep);
+  ASSERT_TRUE(c) << c.status().to_string();
+  EXPECT_EQ(c->swa_layers, (std::vector<bool>{true, true, true, true, true, false}));
+  EXPECT_EQ(c->rope_freq_base_swa, 10000.0f);
+  EXPECT_EQ(c->final_softcap, 0.0f);
+  c = g3.read_edited([](const std::string& key, GgufValue& v) {
+    if (key == "gemma3.attention.sliding_window_pattern") v.value = uint64_t{3};
+    return true;
+  });
+  ASSERT_TRUE(c) << c.status().to_string();
+  EXPECT_EQ(c->swa_layers, (std::vector<bool>{true, true, false, true, true, false}));
+  c = g3.read_edited([](const std::string& key, GgufValue& v) {
+    if (key == "gemma3.attention.sliding_window_pattern")
+      v = Qwen35File::ints(GgufValueType::kBool, {0, 1, 0, 0, 1, 1});
+    return true;
+  });
+  ASSERT_TRUE(c) << c.status().to_string();
+  EXPECT_EQ(c->swa_layers, (std::vector<bool>{false, true, false, false, true, true}));
+  c = g3.read_edited([](const std::string& key, GgufValue&) { return key != "gemma3.attention.sliding_window"; });
+  ASSERT_TRUE(c) << c.status().to_string();
+  for (uint32_t l = 0; l < 6; ++l) EXPECT_EQ(c->window(l), 0u) << "no window, no windowed layer";
+  expect_refused(g3.read_edited([](const std::string& key, GgufValue& v) {
+    if (key == "gemma3.attention.sliding_window_pattern") v = Qwen35File::ints(GgufValueType::kBool, {1, 0});
+    return true;
+  }),
+                 "gemma3.attention.sliding_window_pattern has 2 entries for 6 blocks");
 }
 
 }  // namespace

@@ -7,7 +7,12 @@ Reads the GGUF file with its own minimal reader (no llama.cpp, no gguf-py), comp
 logits of every position of the token sequence in float64 with numpy, and writes them as
 little-endian float64, [tokens][vocab]. Architectures: llama (optional Q/K/V biases,
 Llama 3 rope_freqs.weight, linear and YaRN RoPE scaling), qwen2 (Q/K/V biases, NEOX RoPE),
-qwen3 (per-head Q/K RMSNorm before RoPE, NEOX RoPE, head_dim from attention.key_length).
+qwen3 (per-head Q/K RMSNorm before RoPE, NEOX RoPE, head_dim from attention.key_length),
+gemma2 and gemma3 (Hugging Face's Gemma2/Gemma3 models as llama.cpp reads their GGUF files:
+embeddings times sqrt(dim), GeGLU with tanh GELU, RMSNorm after attention and after the FFN,
+sliding-window layers on llama.cpp's pattern where a query at position p sees keys
+p - W + 1 .. p, attention and final logit soft-capping (gemma2), Q/K norms and a separate RoPE
+base on the windowed layers (gemma3); the GGUF norms already hold Gemma's 1 + w).
 The semantics are llama.cpp's (src/llama-model.cpp, ggml's rope), written out from their
 definitions here, not translated from tandem's engine.
 """
@@ -78,13 +83,13 @@ class Gguf:
 
 # ---- the model --------------------------------------------------------------------------
 
-ROPE_NEOX = {"qwen2", "qwen3"}  # llama.cpp's LLAMA_ROPE_TYPE_NEOX; llama is NORM (adjacent pairs)
+ROPE_NEOX = {"qwen2", "qwen3", "gemma2", "gemma3"}  # llama.cpp's LLAMA_ROPE_TYPE_NEOX; llama is NORM (adjacent pairs)
 
 
 class Config:
     def __init__(self, g):
         arch = g.kv["general.architecture"]
-        if arch not in ("llama", "qwen2", "qwen3"):
+        if arch not in ("llama", "qwen2", "qwen3", "gemma2", "gemma3"):
             raise ValueError(f"architecture {arch!r}")
         k = lambda key, default=None: g.kv.get(f"{arch}.{key}", default)
         self.arch = arch
@@ -106,13 +111,36 @@ class Config:
         self.neox = arch in ROPE_NEOX
         # Llama 3's per-pair frequency divisors: llama.cpp loads rope_freqs.weight for llama only.
         self.freq_factors = g.tensors.get("rope_freqs.weight") if arch == "llama" else None
+        self.gemma = arch in ("gemma2", "gemma3")
+        self.qk_norm = arch in ("qwen3", "gemma3")
+        # Gemma: which layers are windowed (sliding_window_pattern: a bool per layer, or n with
+        # layer l windowed iff l % n < n - 1; defaults 2 and 6), the window (gemma2 defaults to
+        # 4096; gemma3 without one has none), the windowed layers' RoPE base, the caps.
+        self.window = [0] * self.n_layers
+        self.caps = (None, None)
+        self.swa_base = self.base
+        if self.gemma:
+            w = k("attention.sliding_window", 4096 if arch == "gemma2" else 0)
+            pattern = k("attention.sliding_window_pattern", 2 if arch == "gemma2" else 6)
+            for layer in range(self.n_layers):
+                if isinstance(pattern, list):
+                    windowed = bool(pattern[layer])
+                else:
+                    windowed = pattern == 0 or layer % pattern < pattern - 1
+                self.window[layer] = w if windowed else 0
+            self.swa_base = k("rope.freq_base_swa", self.base if arch == "gemma2" else 10000.0)
+            if arch == "gemma2":
+                self.caps = (k("attn_logit_softcapping", 50.0), k("final_logit_softcapping", 30.0))
+            else:
+                self.caps = (None, k("final_logit_softcapping"))
 
 
-def rope_tables(c, n_pos):
-    """cos and sin [pos][pair], magnitude included (YaRN's mscale)."""
+def rope_tables(c, n_pos, base=None):
+    """cos and sin [pos][pair], magnitude included (YaRN's mscale); `base` overrides c.base."""
     hd = c.head_dim
+    base = c.base if base is None else base
     i = np.arange(hd // 2, dtype=np.float64)
-    extrap = np.arange(n_pos, dtype=np.float64)[:, None] * c.base ** (-2.0 * i / hd)[None, :]
+    extrap = np.arange(n_pos, dtype=np.float64)[:, None] * base ** (-2.0 * i / hd)[None, :]
     if c.freq_factors is not None:
         extrap = extrap / c.freq_factors[None, :]
     interp = extrap / c.factor
@@ -122,7 +150,7 @@ def rope_tables(c, n_pos):
         # angle below the `low` correction dimension, the interpolated one above `high`, and
         # a linear ramp between; attention is sharpened by 1 + 0.1 ln(factor).
         def corr_dim(beta):
-            return hd * math.log(c.orig_ctx / (beta * 2 * math.pi)) / (2 * math.log(c.base))
+            return hd * math.log(c.orig_ctx / (beta * 2 * math.pi)) / (2 * math.log(base))
 
         low = max(0.0, math.floor(corr_dim(32.0)))
         high = min(hd - 1.0, math.ceil(corr_dim(1.0)))
@@ -153,15 +181,39 @@ def rms_norm(x, w, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def soft_cap(x, cap):
+    return x if cap is None else cap * np.tanh(x / cap)
+
+
+def attention_mask(n, window):
+    """0 where query i sees key j: j <= i, and with a window W, i - j < W (keys i - W + 1 .. i)."""
+    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    seen = (j <= i) & ((i - j < window) if window else True)
+    return np.where(seen, 0.0, -np.inf)
+
+
 def forward(g, tokens):
     c = Config(g)
     T = g.tensors
     n, hd = len(tokens), c.head_dim
     x = T["token_embd.weight"][tokens]
+    if c.gemma:
+        x = x * math.sqrt(c.dim)  # Gemma's embedding normalizer
     cos, sin = rope_tables(c, n)
+    # Gemma 3's windowed layers: their own base and no RoPE scaling; Gemma 2's: the file's scaling.
+    swa = Config.__new__(Config)
+    swa.__dict__.update(c.__dict__)
+    if c.arch == "gemma3":
+        swa.scaling, swa.factor, swa.attn_factor = "none", 1.0, 1.0
+    swa_cos, swa_sin = rope_tables(swa, n, c.swa_base)
     group = c.n_heads // c.n_kv
-    mask = np.triu(np.full((n, n), -np.inf), k=1)
     for layer in range(c.n_layers):
+        mask = attention_mask(n, c.window[layer])
+        lcos, lsin = (swa_cos, swa_sin) if c.window[layer] else (cos, sin)
         w = lambda name, kind="weight": T.get(f"blk.{layer}.{name}.{kind}")
         h = rms_norm(x, w("attn_norm"), c.eps)
         qkv = []
@@ -171,22 +223,25 @@ def forward(g, tokens):
                 y = y + w(name, "bias")
             qkv.append(y.reshape(n, heads, hd))
         q, k, v = qkv
-        if c.arch == "qwen3":
+        if c.qk_norm:
             q = rms_norm(q, w("attn_q_norm"), c.eps)
             k = rms_norm(k, w("attn_k_norm"), c.eps)
-        q, k = rope(q, cos, sin, c.neox), rope(k, cos, sin, c.neox)
+        q, k = rope(q, lcos, lsin, c.neox), rope(k, lcos, lsin, c.neox)
         out = np.empty((n, c.n_heads, hd))
         for head in range(c.n_heads):
             kv = head // group
-            scores = q[:, head, :] @ k[:, kv, :].T / math.sqrt(hd) + mask
+            scores = soft_cap(q[:, head, :] @ k[:, kv, :].T / math.sqrt(hd), c.caps[0]) + mask
             p = np.exp(scores - scores.max(axis=1, keepdims=True))
             out[:, head, :] = (p / p.sum(axis=1, keepdims=True)) @ v[:, kv, :]
-        x = x + out.reshape(n, c.n_heads * hd) @ w("attn_output").T
+        attn = out.reshape(n, c.n_heads * hd) @ w("attn_output").T
+        x = x + (rms_norm(attn, w("post_attention_norm"), c.eps) if c.gemma else attn)
         h = rms_norm(x, w("ffn_norm"), c.eps)
         gate, up = h @ w("ffn_gate").T, h @ w("ffn_up").T
-        x = x + (gate / (1.0 + np.exp(-gate)) * up) @ w("ffn_down").T
+        act = gelu_tanh(gate) if c.gemma else gate / (1.0 + np.exp(-gate))
+        ffn = (act * up) @ w("ffn_down").T
+        x = x + (rms_norm(ffn, w("post_ffw_norm"), c.eps) if c.gemma else ffn)
     head = T.get("output.weight", T["token_embd.weight"])  # absent: tied to the embedding
-    return rms_norm(x, T["output_norm.weight"], c.eps) @ head.T
+    return soft_cap(rms_norm(x, T["output_norm.weight"], c.eps) @ head.T, c.caps[1])
 
 
 def main():

@@ -87,6 +87,18 @@ TEST(DraftLength, GrowsOnFullAcceptanceHalvesOnNoneAndProbesWhenOff) {
   EXPECT_EQ(k.next(), 4u);
 }
 
+// Rounds that accept one draft in four never end in none accepted, so only the acceptance rate
+// turns them off; one in two keeps speculating.
+TEST(DraftLength, PartialRoundsAcceptingLittleTurnItOff) {
+  DraftLength low(4), half(4);
+  for (int round = 0; round < 12; ++round) {
+    low.record(low.next(), low.next() > 0 ? 1 : 0);
+    half.record(4, 2);
+  }
+  EXPECT_EQ(low.next(), 0u) << "a draft in four accepted should turn speculation off";
+  EXPECT_EQ(half.next(), 4u);
+}
+
 // A stand-in for the target model that repeats: the next token is a function of the last 3.
 int32_t target_next(const std::vector<int32_t>& h) {
   const size_t n = h.size();

@@ -1,6 +1,8 @@
 // The step sampler samples a step's rows on the engine's compute threads: its tokens, logprobs,
 // top lists and accepted drafts equal one sampler's, row after row, whichever way it splits the
-// work (every row at once for few sequences, whole sequences per thread for many).
+// work (every row at once for few sequences, waves of rows for many), and when it has the
+// engine compute each wave's logits only then (a forward pass with LogitRows::kFirstPerSequence),
+// those logits are bitwise the eager pass's and no row past a mismatch is computed.
 #include "workers/step_sampler.h"
 
 #include <gtest/gtest.h>
@@ -51,8 +53,9 @@ std::vector<Case> cases(engine::Engine& engine, uint32_t n) {
 
 // Runs the cases as one step (each sequence's whole prompt, with logits for its last 1 + drafts
 // positions), then samples it with a StepSampler and with one Sampler row by row, and compares.
-void check(uint32_t threads, uint32_t n_seqs) {
-  SCOPED_TRACE("threads " + std::to_string(threads) + ", sequences " + std::to_string(n_seqs));
+void check(uint32_t threads, uint32_t n_seqs, engine::LogitRows computed = engine::LogitRows::kAll) {
+  SCOPED_TRACE("threads " + std::to_string(threads) + ", sequences " + std::to_string(n_seqs) +
+               (computed == engine::LogitRows::kAll ? ", every logit row up front" : ", logit rows per wave"));
   auto engine = engine::Engine::load(std::string(TANDEM_SOURCE_DIR) + "/tests/data/tiny-trained.gguf",
                                      {threads, engine::GemmBackend::kPacked})
                     .value();
@@ -71,12 +74,21 @@ void check(uint32_t threads, uint32_t n_seqs) {
     row += 1 + cs[i].drafts;
   }
   ASSERT_TRUE(engine->forward(steps, *pool).is_ok());
+  const uint32_t vocab = engine->config().vocab_size;
+  std::vector<float> eager(size_t{row} * vocab);  // every row's logits from the eager pass
+  for (uint32_t r = 0; r < row; ++r) std::copy_n(engine->logits(r).data(), vocab, eager.begin() + size_t{r} * vocab);
+  auto logits = [&](uint32_t r) { return std::span<const float>(eager).subspan(size_t{r} * vocab, vocab); };
+  if (computed != engine::LogitRows::kAll) {  // the same step again, its rows' logits left for the waves
+    ASSERT_EQ(StepSampler::logit_rows(requests, threads), computed);
+    ASSERT_TRUE(engine->forward(steps, *pool, nullptr, computed).is_ok());
+    ASSERT_EQ(engine->logit_rows_computed(), n_seqs);
+  }
 
-  StepSampler sampler(engine->config().vocab_size, threads);
-  sampler.run(requests, *engine);
+  StepSampler sampler(vocab, threads);
+  ASSERT_TRUE(sampler.run(requests, *engine, computed).is_ok());
 
   engine::Sampler one(engine->config().vocab_size);
-  uint32_t accepted_somewhere = 0, stopped_somewhere = 0;
+  uint32_t accepted_somewhere = 0, stopped_somewhere = 0, rows_kept = 0;
   for (uint32_t i = 0; i < n_seqs; ++i) {
     const SampleRequest& q = requests[i];
     const size_t base = q.history.size() - q.drafts.size(), gen_from = q.history.size() - q.generated.size();
@@ -84,7 +96,7 @@ void check(uint32_t threads, uint32_t n_seqs) {
     std::vector<engine::TokenLogprob> want_top;
     for (uint32_t r = 0;; ++r) {
       const std::span<const int32_t> history = q.history.first(base + r);
-      const engine::Sample s = one.sample(engine->logits(q.logits_row + r), *q.sampling, history.size(), history,
+      const engine::Sample s = one.sample(logits(q.logits_row + r), *q.sampling, history.size(), history,
                                           history.subspan(std::min(gen_from, history.size())));
       want.push_back({s.token, q.logprobs ? s.logprob : 0.0f});
       if (r == 0) want_top.assign(s.top.begin(), s.top.end());
@@ -92,6 +104,11 @@ void check(uint32_t threads, uint32_t n_seqs) {
     }
     const std::span<const RowSample> got = sampler.samples(i);
     ASSERT_EQ(got.size(), want.size()) << "sequence " << i;
+    rows_kept += static_cast<uint32_t>(got.size());
+    for (uint32_t r = 0; r < got.size(); ++r)  // what the sampler read: bitwise the eager pass's logits
+      ASSERT_TRUE(std::equal(logits(q.logits_row + r).begin(), logits(q.logits_row + r).end(),
+                             engine->logits(q.logits_row + r).begin()))
+          << "sequence " << i << " row " << r;
     for (size_t r = 0; r < want.size(); ++r) {
       EXPECT_EQ(got[r].token, want[r].token) << "sequence " << i << " row " << r;
       EXPECT_EQ(got[r].logprob, want[r].logprob) << "sequence " << i << " row " << r;
@@ -104,6 +121,8 @@ void check(uint32_t threads, uint32_t n_seqs) {
     if (q.drafts.size() > 0 && got.size() == q.drafts.size() + 1) ++accepted_somewhere;
     if (got.size() <= q.drafts.size()) ++stopped_somewhere;
   }
+  if (computed != engine::LogitRows::kAll)
+    EXPECT_EQ(engine->logit_rows_computed(), rows_kept) << "a row past a round's mismatch went through the head";
   if (n_seqs >= 8) {
     EXPECT_GT(accepted_somewhere, 0u) << "some round should accept all its drafts";
     EXPECT_GT(stopped_somewhere, 0u) << "some round should stop at a wrong draft";
@@ -115,9 +134,30 @@ TEST(StepSampler, EveryRowAtOnceForFewSequencesEqualsOneSamplerRowByRow) {
   check(2, 3);
 }
 
-TEST(StepSampler, WholeSequencesPerThreadEqualOneSamplerRowByRow) {
+TEST(StepSampler, WavesOfRowsForManySequencesEqualOneSamplerRowByRow) {
   check(2, 12);
   check(1, 12);
+}
+
+TEST(StepSampler, LogitsComputedPerWaveAreTheEagerOnesAndOnlyTheRowsKept) {
+  check(2, 12, engine::LogitRows::kFirstPerSequence);
+  check(1, 5, engine::LogitRows::kFirstPerSequence);
+}
+
+TEST(StepSampler, TheEngineRefusesARowOutsideTheStepOrComputedTwice) {
+  auto engine = engine::Engine::load(std::string(TANDEM_SOURCE_DIR) + "/tests/data/tiny-trained.gguf").value();
+  auto pool = engine::KvPool::create(engine->config(), 4).value();
+  const std::vector<int32_t> tokens = {1, 72, 101, 108}, blocks = {0, 1};
+  const std::vector<engine::SeqStep> steps = {{tokens, 0, blocks, 3}};
+  ASSERT_TRUE(engine->forward(steps, *pool, nullptr, engine::LogitRows::kFirstPerSequence).is_ok());
+  EXPECT_EQ(engine->logit_rows_computed(), 1u);
+  for (const std::vector<uint32_t>& bad : {std::vector<uint32_t>{3}, {0}, {1, 1}}) {
+    const Status st = engine->compute_logit_rows(bad);
+    EXPECT_FALSE(st.is_ok());
+    EXPECT_NE(st.message().find("compute_logit_rows: row"), std::string::npos) << st.message();
+  }
+  EXPECT_TRUE(engine->compute_logit_rows(std::vector<uint32_t>{2, 1}).is_ok());  // after the refusals, as before them
+  EXPECT_EQ(engine->logit_rows_computed(), 3u);
 }
 
 }  // namespace

@@ -87,6 +87,30 @@ std::vector<float> rope_table(const ModelConfig& c, const float* freq_factors) {
   return table;
 }
 
+// GeGLU in place: gate[i] = gelu(gate[i]) * up[i], GELU's tanh approximation as ggml_gelu.
+void gelu_tanh_mul(float* gate, const float* up, uint32_t n) {
+  constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f, kCoefA = 0.044715f;
+  for (uint32_t i = 0; i < n; ++i) {
+    const float x = gate[i];
+    gate[i] = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kCoefA * x * x))) * up[i];
+  }
+}
+
+// Gemma's soft-capping: cap * tanh(x / cap), as llama.cpp (a scale by 1 / cap, tanh, a scale by cap).
+void soft_cap(float* x, size_t n, float cap) {
+  const float inv = 1.0f / cap;
+  for (size_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] * inv);
+}
+
+// The RoPE table of a model's windowed layers (docs/WINDOWS.md): base rope.freq_base_swa, and
+// unscaled where the architecture says so (Gemma 3), as llama.cpp's get_rope_freq_base/scale.
+ModelConfig windowed_rope_config(const ModelConfig& c) {
+  ModelConfig w = c;
+  w.rope_freq_base = c.rope_freq_base_swa;
+  if (c.arch->swa_rope_unscaled) w.rope_scaling = model::RopeScaling::kNone, w.rope_scaling_factor = 1.0f;
+  return w;
+}
+
 }  // namespace
 
 // A weight matrix W[N][K], several GGUF tensors fused along N (q|k|v, gate|up), as parts
@@ -202,6 +226,9 @@ struct Engine::Layer {
   std::vector<float> attn_norm, ffn_norm;
   std::vector<float> qkv_bias;        // q|k|v, added after the GEMM; empty: no biases (absent ones are 0)
   std::vector<float> q_norm, k_norm;  // per-head RMSNorm weights [head_dim] (NormVariant::kRmsQkNorm)
+  // Gemma: the norms of the attention and FFN outputs (Architecture::post_norms); empty: none.
+  std::vector<float> post_attn_norm, post_ffn_norm;
+  uint32_t window = 0;  // ModelConfig::window(layer): 0 full attention
   Matrix qkv, wo, gate_up, down;
 };
 
@@ -245,6 +272,7 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::string& path, const Engi
   engine->tokenizer_ = std::move(tokenizer.value());
   engine->pool_ = std::make_unique<ThreadPool>(options.threads);
   engine->kernels_ = &kernels::best();
+  engine->embed_scale_ = std::sqrt(static_cast<float>(config->dim));
   if (options.gemm == GemmBackend::kOpenBlas) openblas_set_num_threads(static_cast<int>(options.threads));
   TANDEM_RETURN_IF_ERROR(engine->load_weights(**file));
   if (config->arch->hybrid())
@@ -252,6 +280,8 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::string& path, const Engi
   std::vector<float> freq_factors;
   if (config->rope_freqs) freq_factors = read_vector(*(*file)->tensor(std::string(model::kRopeFreqs)));
   engine->rope_ = rope_table(*config, config->rope_freqs ? freq_factors.data() : nullptr);
+  if (config->sliding_window != 0)
+    engine->rope_swa_ = rope_table(windowed_rope_config(*config), config->rope_freqs ? freq_factors.data() : nullptr);
   engine->file_ = std::move(file.value());  // quantized weights and the embedding are read in place
   return engine;
 }
@@ -297,6 +327,11 @@ Status Engine::load_weights(const GgufFile& file) {
       layer->q_norm = read_vector(*t(kAttnQNorm));
       layer->k_norm = read_vector(*t(kAttnKNorm));
     }
+    if (config_.arch->post_norms) {
+      layer->post_attn_norm = read_vector(*t(kPostAttnNorm));
+      layer->post_ffn_norm = read_vector(*t(kFfnPostNorm));
+    }
+    layer->window = config_.window(l);
     if (t(kAttnQBias) || t(kAttnKBias) || t(kAttnVBias)) {
       layer->qkv_bias.assign(config_.q_dim() + 2 * config_.kv_dim(), 0.0f);
       size_t at = 0;
@@ -312,7 +347,7 @@ Status Engine::load_weights(const GgufFile& file) {
     TANDEM_RETURN_IF_ERROR(build(layer->down, {t(kFfnDown)}));
     weight_bytes_ += layer->qkv.bytes() + layer->wo.bytes() + layer->gate_up.bytes() + layer->down.bytes() +
                      (layer->attn_norm.size() + layer->ffn_norm.size() + layer->qkv_bias.size() + layer->q_norm.size() +
-                      layer->k_norm.size()) *
+                      layer->k_norm.size() + layer->post_attn_norm.size() + layer->post_ffn_norm.size()) *
                          sizeof(float);
     layers_.push_back(std::move(layer));
   }
@@ -438,6 +473,9 @@ void Engine::reserve_scratch(uint32_t tokens, uint32_t logit_rows, uint32_t max_
     cap_logit_rows_ = logit_rows;
     logit_in_.resize(size_t{logit_rows} * c.dim);
     logits_.resize(size_t{logit_rows} * c.vocab_size);
+    logit_at_.resize(logit_rows);
+    head_in_.resize(size_t{logit_rows} * c.dim);
+    first_rows_.reserve(logit_rows);
   }
   if (max_keys > cap_keys_) {
     cap_keys_ = max_keys;
@@ -593,6 +631,8 @@ void Engine::lay_out_step(std::span<const SeqStep> step, const KvPool& pool, con
       row_seq_[t] = static_cast<uint32_t>(s);
       row_pos_[t] = step[s].start_pos + static_cast<uint32_t>(i);
       read_row(*embeddings_, static_cast<uint64_t>(step[s].tokens[i]), &x_[size_t{t} * dim]);
+      if (c.arch->embed_scale)  // Gemma: times sqrt(dim), as llama.cpp's ggml_scale by sqrtf(n_embd)
+        for (uint32_t d = 0; d < dim; ++d) x_[size_t{t} * dim + d] *= embed_scale_;
     }
   }
 }
@@ -607,7 +647,7 @@ void Engine::position_qk(const Layer& L, float* row, uint32_t pos) const {
   if (!L.q_norm.empty())
     for (uint32_t h = 0; h < n_qk; ++h)
       rms_norm(row + h * hd, (h < n_q ? L.q_norm : L.k_norm).data(), row + h * hd, hd, c.rms_eps);
-  const float* cs = &rope_[size_t{pos} * hd];
+  const float* cs = &(L.window ? rope_swa_ : rope_)[size_t{pos} * hd];
   if (c.arch->rope == model::RopeType::kNeox) {
     for (uint32_t h = 0; h < n_qk; ++h) {
       float* v = row + h * hd;
@@ -654,6 +694,7 @@ void Engine::attend(std::span<const SeqStep> step, const KvPool& pool, uint32_t 
   const uint32_t qd = c.q_dim(), hd = c.head_dim(), n_kv = c.n_kv_heads, group = c.n_heads / n_kv;
   const uint32_t qkv_w = qd + 2 * c.kv_dim(), bt = pool.block_tokens();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const uint32_t window = layers_[l]->window;
   const size_t scratch_per_thread = size_t{group} * ((max_keys + 15) / 16 * 16);
   std::atomic<uint32_t> next{0};
   const uint32_t items = T * n_kv;
@@ -674,6 +715,7 @@ void Engine::attend(std::span<const SeqStep> step, const KvPool& pool, uint32_t 
     a.block_bytes = pool.region_block_bytes(l);
     a.block_stride = a.block_bytes / sizeof(float);
     a.scale = scale;
+    a.softcap = c.attn_softcap;
     a.scores = attn_scratch_.data() + thread * scratch_per_thread;
     for (uint32_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < items;) {
       const uint32_t t = it / n_kv, h = it % n_kv;
@@ -684,6 +726,7 @@ void Engine::attend(std::span<const SeqStep> step, const KvPool& pool, uint32_t 
       a.k_base = reinterpret_cast<const float*>(a.k_bytes);
       a.v_base = reinterpret_cast<const float*>(a.v_bytes);
       a.n_keys = row_pos_[t] + 1;
+      a.first_key = window != 0 && a.n_keys > window ? a.n_keys - window : 0;  // keys p - W + 1 .. p
       a.out = &attn_[size_t{t} * qd + size_t{h} * group * hd];
       a.win_k = a.win_v = nullptr;
       if (const SeqWindow& w = seq_window_[row_seq_[t]]; window_layer && w.at >= 0) {
@@ -704,15 +747,20 @@ void Engine::feed_forward(const Layer& L, uint32_t T) {
   for (uint32_t t = 0; t < T; ++t)
     rms_norm(&x_[size_t{t} * dim], L.ffn_norm.data(), &xn_[size_t{t} * dim], dim, c.rms_eps);
   matmul(L.gate_up, xn_.data(), dim, T, ffn_.data());
+  const bool gelu = c.arch->ffn == model::Activation::kGeluTanh;
   for (uint32_t t = 0; t < T; ++t) {
     float* g = &ffn_[size_t{t} * 2 * ffn];
-    kernels_->silu_mul(g, g + ffn, g, ffn);  // in place: out[i] depends on g[i], u[i] only
+    if (gelu) {
+      gelu_tanh_mul(g, g + ffn, ffn);
+    } else {
+      kernels_->silu_mul(g, g + ffn, g, ffn);  // in place: out[i] depends on g[i], u[i] only
+    }
   }
   matmul(L.down, ffn_.data(), 2 * ffn, T, xn_.data());
-  for (size_t i = 0; i < size_t{T} * dim; ++i) x_[i] = x_[i] + xn_[i];
+  add_residual(L.post_ffn_norm, T);
 }
 
-Status Engine::forward(std::span<const SeqStep> step, KvPool& pool, StatePool* states) {
+Status Engine::forward(std::span<const SeqStep> step, KvPool& pool, StatePool* states, LogitRows logit_rows) {
   auto shape = check_step(step, pool, states);
   if (!shape) return shape.status();
   lay_out_step(step, pool, *shape);
@@ -729,7 +777,7 @@ Status Engine::forward(std::span<const SeqStep> step, KvPool& pool, StatePool* s
     feed_forward(*layers_[l], T);
     if (between_layers_) between_layers_();
   }
-  compute_logits(step);
+  compute_logits(step, logit_rows);
   if (config_.arch->hybrid())
     for (const SeqStep& q : step)
       states->set_position(static_cast<uint32_t>(q.state_slot), q.start_pos + static_cast<uint32_t>(q.tokens.size()));
@@ -757,19 +805,68 @@ void Engine::attention_block(std::span<const SeqStep> step, KvPool& pool, uint32
   if (window_layer) save_tails(step, pool, l);
   if (c.arch->hybrid()) apply_output_gate(T);
   matmul(L.wo, attn_.data(), c.q_dim(), T, xn_.data());
+  add_residual(L.post_attn_norm, T);
+}
+
+// x += xn for the step's T rows, xn first RMS-normalised by `post_norm` when there is one (Gemma).
+void Engine::add_residual(const std::vector<float>& post_norm, uint32_t T) {
+  const uint32_t dim = config_.dim;
+  if (!post_norm.empty())
+    for (uint32_t t = 0; t < T; ++t)
+      rms_norm(&xn_[size_t{t} * dim], post_norm.data(), &xn_[size_t{t} * dim], dim, config_.rms_eps);
   for (size_t i = 0; i < size_t{T} * dim; ++i) x_[i] = x_[i] + xn_[i];
 }
 
-void Engine::compute_logits(std::span<const SeqStep> step) {
+void Engine::compute_logits(std::span<const SeqStep> step, LogitRows which) {
   const uint32_t dim = config_.dim;
   uint32_t r = 0, t = 0;
+  first_rows_.clear();
   for (const SeqStep& q : step) {
     const auto n = static_cast<uint32_t>(q.tokens.size());
+    if (q.n_logits > 0) first_rows_.push_back(r);
     for (uint32_t i = n - q.n_logits; i < n; ++i, ++r)
       rms_norm(&x_[size_t(t + i) * dim], output_norm_.data(), &logit_in_[size_t{r} * dim], dim, config_.rms_eps);
     t += n;
   }
+  logits_filled_ = 0;
+  if (which == LogitRows::kFirstPerSequence && first_rows_.size() < n_logit_rows_) {
+    std::fill_n(logit_at_.begin(), n_logit_rows_, nullptr);
+    head_rows(first_rows_);
+    return;
+  }
   if (n_logit_rows_ > 0) matmul(*output_, logit_in_.data(), dim, n_logit_rows_, logits_.data());
+  if (config_.final_softcap > 0.0f)
+    soft_cap(logits_.data(), size_t{n_logit_rows_} * config_.vocab_size, config_.final_softcap);
+  for (uint32_t row = 0; row < n_logit_rows_; ++row) logit_at_[row] = logits_.data() + size_t{row} * config_.vocab_size;
+  logits_filled_ = n_logit_rows_;
+}
+
+void Engine::head_rows(std::span<const uint32_t> rows) {
+  const uint32_t dim = config_.dim;
+  for (size_t j = 0; j < rows.size(); ++j) std::copy_n(&logit_in_[size_t{rows[j]} * dim], dim, &head_in_[j * dim]);
+  float* out = logits_.data() + size_t{logits_filled_} * config_.vocab_size;
+  if (!rows.empty()) matmul(*output_, head_in_.data(), dim, static_cast<uint32_t>(rows.size()), out);
+  if (config_.final_softcap > 0.0f) soft_cap(out, rows.size() * config_.vocab_size, config_.final_softcap);
+  for (size_t j = 0; j < rows.size(); ++j) logit_at_[rows[j]] = out + j * config_.vocab_size;
+  logits_filled_ += static_cast<uint32_t>(rows.size());
+}
+
+Status Engine::compute_logit_rows(std::span<const uint32_t> rows) {
+  for (size_t j = 0; j < rows.size(); ++j) {
+    const uint32_t row = rows[j];
+    std::string bad;
+    if (row >= n_logit_rows_)
+      bad = "is outside the step's " + std::to_string(n_logit_rows_) + " logit rows";
+    else if (logit_at_[row] != nullptr)
+      bad = "is computed already (or named twice)";
+    if (!bad.empty()) {
+      for (size_t i = 0; i < j; ++i) logit_at_[rows[i]] = nullptr;  // as it was
+      return Status::invalid("compute_logit_rows: row " + std::to_string(row) + " " + bad);
+    }
+    logit_at_[row] = logits_.data();  // taken: a second mention is refused
+  }
+  head_rows(rows);
+  return Status::ok();
 }
 
 void Engine::run_gemms_only(uint32_t tokens, uint32_t logit_rows) {

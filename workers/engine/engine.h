@@ -31,6 +31,12 @@ enum class DeltaForm {
   kTokenByToken,  // one recurrent step per token (benchmarks and cross-checks)
 };
 
+// Which logit rows a forward pass computes. kAll: every row of every sequence. kFirstPerSequence:
+// only each sequence's first logit row; the others wait for compute_logit_rows, so a
+// speculating round whose first draft is rejected never pays the output matrix for the rows after
+// it (the head is most of a row's cost on a small model with a large vocabulary).
+enum class LogitRows : uint8_t { kAll, kFirstPerSequence };
+
 struct EngineOptions {
   uint32_t threads = 2;
   GemmBackend gemm = GemmBackend::kPacked;
@@ -82,13 +88,19 @@ class Engine {
   // context length, a block table too short or naming a block outside the pool; for a hybrid
   // model (config().arch->hybrid()) also no `states`, a slot outside it or named twice, or a
   // slot whose state is not at the chunk's start_pos (a recurrent state cannot roll back).
-  Status forward(std::span<const SeqStep> step, KvPool& pool, StatePool* states = nullptr);
+  Status forward(std::span<const SeqStep> step, KvPool& pool, StatePool* states = nullptr,
+                 LogitRows logit_rows = LogitRows::kAll);
+  // Computes the logits of `rows`, rows of the previous forward that it left out
+  // (LogitRows::kFirstPerSequence), in one pass over the output matrix. The packed kernels are
+  // batch-invariant, so a row's logits are bitwise what forward(kAll) gives it. Errors: a row
+  // outside the step, or one already computed.
+  Status compute_logit_rows(std::span<const uint32_t> rows);
 
-  // Logits of the previous forward: rows in step order, n_logits rows per sequence.
+  // Logits of the previous forward: rows in step order, n_logits rows per sequence. A row is
+  // readable once computed (every row after forward(kAll)).
   uint32_t logit_rows() const { return n_logit_rows_; }
-  std::span<const float> logits(uint32_t row) const {
-    return {logits_.data() + static_cast<size_t>(row) * config_.vocab_size, config_.vocab_size};
-  }
+  uint32_t logit_rows_computed() const { return logits_filled_; }  // of logit_rows(), so far
+  std::span<const float> logits(uint32_t row) const { return {logit_at_[row], config_.vocab_size}; }
 
   // Called on the forward pass's thread after every layer: a long step (a prompt chunk on a
   // loaded machine) lets its caller do what must not wait for the whole step, such as a
@@ -133,6 +145,7 @@ class Engine {
               uint32_t max_keys);
   void attention_block(std::span<const SeqStep> step, KvPool& pool, uint32_t layer, const StepShape& shape);
   void feed_forward(const Layer& layer, uint32_t tokens);
+  void add_residual(const std::vector<float>& post_norm, uint32_t tokens);
   // Hybrid (qwen35) layers: a Gated DeltaNet block; the gated query's split and output gate.
   Status check_states(std::span<const SeqStep> step, const StatePool* states) const;
   void recurrent_block(std::span<const SeqStep> step, StatePool& states, uint32_t layer, uint32_t tokens);
@@ -141,7 +154,8 @@ class Engine {
   void delta_heads(std::span<const SeqStep> step, StatePool& states, const Layer& layer);
   void split_gated_query(uint32_t tokens);
   void apply_output_gate(uint32_t tokens);
-  void compute_logits(std::span<const SeqStep> step);
+  void compute_logits(std::span<const SeqStep> step, LogitRows which);
+  void head_rows(std::span<const uint32_t> rows);  // the output matrix over logit_in_'s `rows`
   void point_windows(std::span<const SeqStep> step, KvPool& pool, uint32_t layer);
   void save_tails(std::span<const SeqStep> step, KvPool& pool, uint32_t layer);
   // The first block of the F32 window of a query at `pos`.
@@ -168,7 +182,9 @@ class Engine {
   std::unique_ptr<GgufFile> file_;          // mapped: quantized matrices and the embedding point into it
   const GgufTensor* embeddings_ = nullptr;  // token_embd.weight [vocab][dim], any accepted type
   std::vector<float> output_norm_;
-  std::vector<float> rope_;  // [context][head_dim]: cos, sin of each pair (scaling and magnitude included)
+  std::vector<float> rope_;      // [context][head_dim]: cos, sin of each pair (scaling and magnitude included)
+  std::vector<float> rope_swa_;  // the windowed layers' table (docs/WINDOWS.md); empty: no windows
+  float embed_scale_ = 1.0f;     // Gemma: sqrtf(dim) on the token embeddings
   std::function<void()> between_layers_;
   size_t weight_bytes_ = 0;
 
@@ -187,6 +203,12 @@ class Engine {
   std::vector<uint16_t> act_bf16_;  // activation rows rounded to BF16 for kBf16Pairs parts
   const float* act_bf16_source_ = nullptr;
   std::vector<float> x_, xn_, qkv_, attn_, ffn_, logit_in_, logits_;
+  // Where each logit row of the step is in logits_ (nullptr: not computed yet); rows are
+  // computed in any order, filling logits_ from the front: logits_filled_ rows so far.
+  std::vector<const float*> logit_at_;
+  std::vector<float> head_in_;        // the rows compute_logit_rows gathers from logit_in_
+  std::vector<uint32_t> first_rows_;  // each sequence's first logit row (kFirstPerSequence)
+  uint32_t logits_filled_ = 0;
   // Hybrid: a layer's first GEMM output, rows of its width (gated q|k|v, or delta-net q|k|v|z|beta|alpha), the
   // conv outputs [T][channels] and the gates [T][2 * V heads] (g, then beta).
   std::vector<float> mix_, conv_out_, gates_;

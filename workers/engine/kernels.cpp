@@ -1,5 +1,7 @@
 #include "workers/engine/kernels.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
@@ -18,6 +20,21 @@ extern const Kernels kAvx512Kernels;
 #endif
 
 float exp_approx(float x) { return exp_scalar(x); }
+
+float shape_scores(const AttentionArgs& x, float* s, float mx) {
+  if (x.first_key == 0 && !(x.softcap > 0.0f)) return mx;
+  for (uint32_t j = 0; j < x.first_key; ++j) s[j] = -INFINITY;
+  float m = -INFINITY;
+  for (uint32_t j = x.first_key; j < x.n_keys; ++j) {
+    if (x.softcap > 0.0f) s[j] = x.softcap * std::tanh(s[j] / x.softcap);
+    m = std::max(m, s[j]);
+  }
+  return m;
+}
+
+void clear_masked(const AttentionArgs& x, float* p) {
+  for (uint32_t j = 0; j < x.first_key; ++j) p[j] = 0.0f;
+}
 
 void pack_row(const float* row, uint32_t n, uint32_t k, float* packed) {
   float* panel = packed + size_t{n / kPanel} * k * kPanel;

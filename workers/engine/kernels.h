@@ -138,6 +138,12 @@ struct AttentionArgs {
   size_t block_bytes = 0;            // bytes between consecutive pool blocks
   uint32_t block_tokens = 16;        // a multiple of 16
   uint32_t n_keys = 0;               // attend to positions [0, n_keys)
+  // A sliding window (docs/WINDOWS.md): keys before first_key are masked (their probability is
+  // exactly 0); 0: none. first_key < n_keys.
+  uint32_t first_key = 0;
+  // Gemma 2's attention logit soft-capping: > 0, each score s (scale included) becomes
+  // softcap * tanh(s / softcap) before the softmax; 0: none.
+  float softcap = 0.0f;
   // Quantized KV with an F32 window: keys at positions >= f32_from (a multiple of
   // block_tokens, < n_keys) are read from F32 rows instead of the pool's codes: key j's K
   // and V (head_dim floats each) at win_k[j - f32_from] and win_v[j - f32_from]. Null: every
@@ -208,6 +214,8 @@ struct Kernels {
   //   s_j = (n_j * (fma chain over d of q~[d] * L[c_j[d]])) * scale
   //   a[d] = fma chain over coded j of (p_j * n_j) * L[c_j[d]]; o = unrotate_row(a, v_signs)
   // then the F32 window's values continue o's chain as above, and out[d] = o[d] * (1 / sum).
+  // first_key and softcap (shape_scores, clear_masked) act between the scores and the softmax
+  // and after it, the same scalar code in every variant.
   void (*attention)(const AttentionArgs& args);
   // out[i] = (g * sigmoid(g)) * up[i] with g = gate[i]; sigmoid via exp_approx(-|g|).
   void (*silu_mul)(const float* gate, const float* up, float* out, size_t n);
@@ -220,6 +228,14 @@ struct Kernels {
 // use it to prove the variants agree bitwise).
 const Kernels& best();
 const Kernels* by_name(const char* name);  // nullptr if unknown or unsupported here
+
+// One query head's scores s[0, n_keys) after the variant computed them with running max `mx`:
+// with a window or a cap, keys before first_key become -inf, the others are capped, and the
+// max is taken again over [first_key, n_keys); without either, mx is returned untouched.
+// Compiled once (kernels.cpp), so every variant gets the same bits.
+float shape_scores(const AttentionArgs& args, float* s, float mx);
+// After the softmax: the masked keys' probabilities (exp of the clamped -inf) set to exactly 0.
+void clear_masked(const AttentionArgs& args, float* p);
 
 // exp for x <= 0 (softmax): Cody-Waite reduction + degree-6 polynomial, every step an
 // explicit fma/mul/add so every variant yields the same bits. Relative error < 2e-7.

@@ -83,7 +83,8 @@ void attention_f32(const AttentionArgs& x) {
       s[j] = acc * x.scale;
       mx = std::max(mx, s[j]);
     }
-    const float inv = softmax_scalar(s, x.n_keys, mx);
+    const float inv = softmax_scalar(s, x.n_keys, shape_scores(x, s, mx));
+    clear_masked(x, s);
     float* out = x.out + h * hd;
     for (uint32_t d = 0; d < hd; ++d) out[d] = 0.0f;
     for (uint32_t j = 0; j < x.n_keys; ++j) {
@@ -131,7 +132,8 @@ void attention_quant(const AttentionArgs& x) {
       s[j] = t * x.scale;
       mx = std::max(mx, s[j]);
     }
-    const float inv = softmax_scalar(s, x.n_keys, mx);
+    const float inv = softmax_scalar(s, x.n_keys, shape_scores(x, s, mx));
+    clear_masked(x, s);
     float* out = x.out + h * hd;
     float pb[16] = {};
     for (uint32_t d = 0; d < hd; ++d) out[d] = 0.0f;

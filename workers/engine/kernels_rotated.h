@@ -78,7 +78,8 @@ inline void attention_rotated_scalar(const AttentionArgs& x) {
       s[j] = rotated_score(x, qr, j);
       mx = std::max(mx, s[j]);
     }
-    const float inv = softmax_scalar(s, x.n_keys, mx);
+    const float inv = softmax_scalar(s, x.n_keys, shape_scores(x, s, mx));
+    clear_masked(x, s);
     rotated_values(x, s, coded, a);
     rotated_finish(x, a, s, coded, inv, x.out + h * hd);
   }

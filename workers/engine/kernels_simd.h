@@ -298,11 +298,13 @@ struct Ops : V {
   }
 
   // Scores of NQ heads (stride apart in s) to probabilities in place; inv[h] = 1 / sum.
+  // The window and the cap (shape_scores) before, the masked keys cleared (clear_masked) after.
   template <uint32_t NQ>
   static void softmax(const AttentionArgs& x, float* s, uint32_t stride, const T* mx, float* inv) {
     constexpr uint32_t L = 16 / W;
+    const bool shaped = x.first_key != 0 || x.softcap > 0.0f;
     for (uint32_t h = 0; h < NQ; ++h) {
-      const T mxv = V::set1(V::hmax(mx[h]));
+      const T mxv = V::set1(shaped ? shape_scores(x, s + h * stride, V::hmax(mx[h])) : V::hmax(mx[h]));
       T lanes[L];
       for (uint32_t l = 0; l < L; ++l) lanes[l] = V::zero();
       float* sh = s + h * stride;
@@ -318,6 +320,7 @@ struct Ops : V {
       alignas(64) float lane_sums[16];
       for (uint32_t l = 0; l < L; ++l) V::storeu(lane_sums + l * W, lanes[l]);
       inv[h] = 1.0f / reduce16(lane_sums);
+      if (shaped) clear_masked(x, sh);
     }
   }
 
