@@ -252,7 +252,7 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::string& path, const Engi
   if (hd < 16 || hd > 256 || (hd & (hd - 1)) != 0)
     return Status::model_file(path + ": head dimension " + std::to_string(hd) +
                               " is not supported (tandem's attention takes 16, 32, 64, 128 or 256)");
-  // Bounds the delta rule's per-thread scratch (hybrid::chunk_scratch_floats: d^2 + 5 x 64 d floats and more).
+  // Bounds the delta rule's per-thread scratch (hybrid::chunk_scratch_floats: d^2 + 4 x 64 d + 2 x 64^2 floats).
   if (config->arch->hybrid() && config->ssm_state_size > 1024)
     return Status::model_file(path + ": ssm.state_size " + std::to_string(config->ssm_state_size) +
                               " is above the 1024 tandem's delta net takes");
