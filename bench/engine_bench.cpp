@@ -7,7 +7,9 @@
 //   tandem-engine-bench [--model FILE] [google benchmark flags]
 //   tandem-engine-bench --kv [--kv-threads N] [--kv-rounds R] [--kv-batches 16,64] [--decode-context N]
 //                                                              KV formats: sizes, decode
-// Without --model it writes the small preset (seed 1) to models/small-1.gguf once.
+// Without --model it writes the small preset (seed 1) to models/small-1.gguf once. A hybrid model
+// (make-model --arch qwen35) runs prefill and decode with state slots, its prefill in both forms
+// of the delta rule (delta:0 chunked, delta:1 token by token), beside the delta rule alone.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
@@ -24,11 +26,13 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <time.h>
 #include <unistd.h>
 #include <vector>
 
 #include "cli/args.h"
 #include "workers/engine/engine.h"
+#include "workers/engine/hybrid.h"
 #include "workers/engine/sampler.h"
 #include "model/make_model.h"
 
@@ -41,13 +45,13 @@ std::string g_model, g_model_f16;
 uint32_t g_decode_context = 512;  // --decode-context
 size_t g_kv_bytes_per_token = 0;
 
-Engine& engine_for(uint32_t threads, GemmBackend gemm = GemmBackend::kPacked) {
-  static std::map<std::pair<uint32_t, int>, std::unique_ptr<Engine>> cache;
-  auto key = std::make_pair(threads, static_cast<int>(gemm));
+Engine& engine_for(uint32_t threads, GemmBackend gemm = GemmBackend::kPacked, DeltaForm delta = DeltaForm::kChunked) {
+  static std::map<std::array<int, 3>, std::unique_ptr<Engine>> cache;
+  const std::array<int, 3> key = {static_cast<int>(threads), static_cast<int>(gemm), static_cast<int>(delta)};
   auto& slot = cache[key];
   if (!slot) {
     cache.clear();  // one engine at a time: each holds up to ~0.6 GB of weights
-    auto e = Engine::load(g_model, {threads, gemm});
+    auto e = Engine::load(g_model, {threads, gemm, delta});
     if (!e) {
       std::fprintf(stderr, "engine-bench: %s\n", e.status().to_string().c_str());
       std::exit(1);
@@ -91,26 +95,56 @@ void BM_ReadBandwidth(benchmark::State& state) {
 
 // --- the engine ------------------------------------------------------------------------
 
+// CPU seconds of the calling thread: with one thread, a step's compute time however loaded the
+// machine is (its wall time also counts the time other processes held the cores).
+double thread_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+}
+
+// A hybrid model's state slots (null for a model without recurrent layers).
+std::unique_ptr<StatePool> state_pool(const Engine& e, uint32_t slots) {
+  if (!e.config().arch->hybrid()) return nullptr;
+  return StatePool::create(e.config(), slots).value();
+}
+
+// Flops of the chunked delta rule over `tokens` rows (whole grid chunks) of every recurrent layer
+// and V head: S0 products 2 x 2Ld^2, key products 2 x 2L^2 d, the two triangular chains 2 x L^2 d,
+// the fold 2Ld^2 per chunk of L rows.
+double delta_flops(const ModelConfig& c, uint32_t tokens) {
+  const double d = c.ssm_state_size, L = hybrid::kGrid, chunks = double(tokens) / L;
+  double layers = 0;
+  for (uint32_t l = 0; l < c.n_layers; ++l) layers += c.is_recurrent(l) ? 1 : 0;
+  return layers * c.ssm_time_step_rank * chunks * (6 * L * d * d + 6 * L * L * d);
+}
+
 void BM_Prefill(benchmark::State& state) {
   const uint32_t threads = static_cast<uint32_t>(state.range(0)), chunk = static_cast<uint32_t>(state.range(1));
-  Engine& e = engine_for(threads, state.range(2) ? GemmBackend::kOpenBlas : GemmBackend::kPacked);
+  const DeltaForm delta = state.range(3) ? DeltaForm::kTokenByToken : DeltaForm::kChunked;
+  Engine& e = engine_for(threads, state.range(2) ? GemmBackend::kOpenBlas : GemmBackend::kPacked, delta);
   auto pool = KvPool::create(e.config(), (chunk + 15) / 16).value();
+  auto states = state_pool(e, 1);
   std::vector<int32_t> tokens(chunk), blocks(pool->n_blocks());
   for (uint32_t i = 0; i < chunk; ++i) tokens[i] = static_cast<int32_t>((i * 7919) % e.config().vocab_size);
   std::iota(blocks.begin(), blocks.end(), 0);
   SeqStep s{tokens, 0, blocks, 1};
+  s.state_slot = states ? 0 : -1;
   // OpenBLAS sgemm at M=512 (N=1536, K=576), alternating with the steps: the reference
   // rate measured under the same noise.
   const int m = 512, n = 1536, k = 576;
   std::vector<float> a(size_t(m) * k, 0.5f), w(size_t(n) * k, 0.25f), c(size_t(m) * n);
   openblas_set_num_threads(static_cast<int>(threads));
-  double sgemm_s = 0;
+  double sgemm_s = 0, best = 1e30, cpu_s = 0;  // best: the fastest step (noise on a shared machine only adds)
   int sgemm_calls = 0;
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
-    if (!e.forward({&s, 1}, *pool).is_ok()) state.SkipWithError("forward failed");
+    const double c0 = thread_cpu_s();
+    if (!e.forward({&s, 1}, *pool, states.get()).is_ok()) state.SkipWithError("forward failed");
+    cpu_s += thread_cpu_s() - c0;
     const auto t1 = std::chrono::steady_clock::now();
     state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
+    best = std::min(best, std::chrono::duration<double>(t1 - t0).count());
     for (int i = 0; i < 20; ++i, ++sgemm_calls)
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, a.data(), k, w.data(), k, 0.0f, c.data(), n);
     sgemm_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
@@ -118,7 +152,12 @@ void BM_Prefill(benchmark::State& state) {
   state.counters["tokens/s"] = benchmark::Counter(chunk, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["GFLOP/s"] =
       benchmark::Counter(e.gemm_flops(chunk, 1) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  if (states)  // the weight GEMMs and the chunked delta rule's flops (the same count for both forms)
+    state.counters["all_GFLOP/s"] = benchmark::Counter((e.gemm_flops(chunk, 1) + delta_flops(e.config(), chunk)) / 1e9,
+                                                       benchmark::Counter::kIsIterationInvariantRate);
   state.counters["sgemm_GFLOP/s"] = 2.0 * m * n * k * sgemm_calls / sgemm_s / 1e9;
+  state.counters["best_ms"] = best * 1e3;
+  state.counters["cpu_ms"] = cpu_s / double(state.iterations()) * 1e3;  // thread 0's CPU per step
 }
 
 // One decode step of `batch` sequences at position ctx - 1, sequence b on blocks
@@ -144,20 +183,36 @@ struct DecodeStep {
 // kernels), alternating, so the ratio of the two is measured under the same noise.
 void BM_Decode(benchmark::State& state) {
   const uint32_t threads = static_cast<uint32_t>(state.range(0)), batch = static_cast<uint32_t>(state.range(1));
-  Engine& e = engine_for(threads, state.range(2) ? GemmBackend::kOpenBlas : GemmBackend::kPacked);
+  const DeltaForm delta = state.range(3) ? DeltaForm::kTokenByToken : DeltaForm::kChunked;
+  Engine& e = engine_for(threads, state.range(2) ? GemmBackend::kOpenBlas : GemmBackend::kPacked, delta);
   const uint32_t ctx = g_decode_context, per_seq = (ctx + 15) / 16;
   g_kv_bytes_per_token = KvPool::bytes_per_block(e.config()) / 16;
   auto pool = KvPool::create(e.config(), batch * per_seq).value();
   DecodeStep decode(batch, ctx);
-  const std::vector<SeqStep>& step = decode.step;
-  double step_s = 0, gemm_s = 0;
+  std::vector<SeqStep>& step = decode.step;
+  // A hybrid's slots: its state must be at the step's position; the steps cycle through the
+  // last 64 positions so the grid chunk's fold (one step in 64) counts at its share.
+  auto states = state_pool(e, batch);
+  uint32_t cycle = 0;
+  double step_s = 0, gemm_s = 0, best = 1e30,
+         cpu_s = 0;  // best: the fastest step (noise on a shared machine only adds)
   for (auto _ : state) {
+    if (states)
+      for (uint32_t b = 0; b < batch; ++b) {
+        step[b].start_pos = ctx - hybrid::kGrid + cycle % hybrid::kGrid;
+        step[b].state_slot = static_cast<int32_t>(b);
+        states->set_position(b, step[b].start_pos);
+      }
+    ++cycle;
     const auto t0 = std::chrono::steady_clock::now();
-    if (!e.forward(step, *pool).is_ok()) state.SkipWithError("forward failed");
+    const double c0 = thread_cpu_s();
+    if (!e.forward(step, *pool, states.get()).is_ok()) state.SkipWithError("forward failed");
+    cpu_s += thread_cpu_s() - c0;
     const auto t1 = std::chrono::steady_clock::now();
     e.run_gemms_only(batch, batch);
     const auto t2 = std::chrono::steady_clock::now();
     step_s += std::chrono::duration<double>(t1 - t0).count();
+    best = std::min(best, std::chrono::duration<double>(t1 - t0).count());
     gemm_s += std::chrono::duration<double>(t2 - t1).count();
     state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
   }
@@ -166,6 +221,40 @@ void BM_Decode(benchmark::State& state) {
       benchmark::Counter(double(e.weight_bytes_per_step()) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["gemms_ms"] = gemm_s / state.iterations() * 1e3;
   state.counters["step/gemms"] = gemm_s > 0 ? step_s / gemm_s : 0;
+  state.counters["best_ms"] = best * 1e3;
+  state.counters["cpu_ms"] = cpu_s / double(state.iterations()) * 1e3;  // thread 0's CPU per step
+}
+
+// The delta rule alone, one thread, one V head of the model's size over a 512-token prompt (8 grid
+// chunks): the chunked form (delta_rows) or the recurrent step per token (delta_step). GFLOP/s
+// counts each form's own flops (chunked: delta_flops' terms; per token: 7d^2).
+void BM_DeltaRule(benchmark::State& state) {
+  const bool chunked = state.range(0) == 0;
+  const uint32_t d = engine_for(1).config().ssm_state_size, n = 512, C = 3 * d;
+  const hybrid::ChunkLayout lay{d, 1, 1};
+  std::vector<float> layer(lay.floats()), rows(size_t{n} * C), gates(size_t{n} * 2), o(size_t{n} * d);
+  std::vector<float> scratch(hybrid::chunk_scratch_floats(d));
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd(0.0f, 1.0f / std::sqrt(float(d)));
+  for (float& x : rows) x = nd(rng);
+  for (uint32_t r = 0; r < n; ++r) gates[2 * r] = -0.05f, gates[2 * r + 1] = 0.5f;
+  const hybrid::HeadRows in{rows.data(), rows.data() + d, rows.data() + 2 * d, C, gates.data(), gates.data() + 1, 2};
+  const hybrid::HeadState st = hybrid::head_state(layer.data(), lay, 0);
+  const kernels::Kernels& kern = kernels::best();
+  for (auto _ : state) {
+    std::fill(layer.begin(), layer.end(), 0.0f);
+    if (chunked) {
+      hybrid::store_keys(in.k, C, 0, hybrid::kGrid, d, hybrid::key_rows(layer.data(), lay, 0));
+      hybrid::delta_rows(kern, lay, st, hybrid::key_rows(layer.data(), lay, 0), in, 0, n, o.data(), d, scratch.data());
+    } else {
+      for (uint32_t r = 0; r < n; ++r)
+        hybrid::delta_step(st.s0, in.q + r * C, in.k + r * C, in.v + r * C, -0.05f, 0.5f, d, o.data() + r * d);
+    }
+    benchmark::DoNotOptimize(o.data());
+  }
+  const double L = hybrid::kGrid, flops = chunked ? n / L * (6 * L * d * d + 6 * L * L * d) : 7.0 * n * d * d;
+  state.counters["rows/s"] = benchmark::Counter(n, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 // The weight GEMMs of a prefill step alone (same shapes, threads and kernels).
@@ -315,7 +404,34 @@ void BM_Sample(benchmark::State& state) {
 
 const std::vector<int64_t> kThreadCounts = {1, 2};
 
-void register_benchmarks() {
+// A hybrid model's prefill in both forms of the delta rule, and the delta rule alone.
+void register_hybrid() {
+  for (int64_t form : {0, 1})
+    benchmark::RegisterBenchmark("delta_rule", BM_DeltaRule)
+        ->Arg(form)
+        ->ArgName("token_by_token")
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(1.0);
+  for (int64_t t : kThreadCounts)
+    for (int64_t form : {0, 1})
+      benchmark::RegisterBenchmark("prefill", BM_Prefill)
+          ->Args({t, 512, 0, form})
+          ->ArgNames({"threads", "chunk", "openblas", "delta"})
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond)
+          ->MinTime(2.0);
+  for (int64_t t : kThreadCounts)
+    for (int64_t batch : {1, 16, 64})  // decode's row of the chunked form against the recurrent step
+      benchmark::RegisterBenchmark("decode", BM_Decode)
+          ->Args({t, batch, 0, 1})
+          ->ArgNames({"threads", "batch", "openblas", "delta"})
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond)
+          ->MinTime(2.0);
+}
+
+void register_benchmarks(bool hybrid) {
+  if (hybrid) register_hybrid();
   for (int64_t vocab : {32000, 151936})
     for (const auto& a : std::vector<std::array<int64_t, 4>>{
              {0, 10, 100, 0}, {0, 10, 100, 1}, {10, 10, 100, 0}, {10, 30, 100, 0}, {10, 10, 90, 0}})
@@ -341,12 +457,13 @@ void register_benchmarks() {
     for (int64_t t : kThreadCounts) {
       if (gemm == 1 && t == 1) continue;  // the OpenBLAS backend is shown at 2 threads only
       for (int64_t chunk : {128, 512})
-        benchmark::RegisterBenchmark("prefill", BM_Prefill)
-            ->Args({t, chunk, gemm})
-            ->ArgNames({"threads", "chunk", "openblas"})
-            ->UseManualTime()
-            ->Unit(benchmark::kMillisecond)
-            ->MinTime(2.0);
+        if (!hybrid)  // a hybrid's prefill: register_hybrid
+          benchmark::RegisterBenchmark("prefill", BM_Prefill)
+              ->Args({t, chunk, gemm, 0})
+              ->ArgNames({"threads", "chunk", "openblas", "delta"})
+              ->UseManualTime()
+              ->Unit(benchmark::kMillisecond)
+              ->MinTime(2.0);
       benchmark::RegisterBenchmark("gemms_only", BM_GemmsOnly)
           ->Args({t, 512, 1, gemm})
           ->ArgNames({"threads", "rows", "logit_rows", "openblas"})
@@ -355,8 +472,8 @@ void register_benchmarks() {
           ->MinTime(1.0);
       for (int64_t batch : {1, 4, 16, 64})
         benchmark::RegisterBenchmark("decode", BM_Decode)
-            ->Args({t, batch, gemm})
-            ->ArgNames({"threads", "batch", "openblas"})
+            ->Args({t, batch, gemm, 0})
+            ->ArgNames({"threads", "batch", "openblas", "delta"})
             ->UseManualTime()
             ->Unit(benchmark::kMillisecond)
             ->MinTime(2.0);
@@ -394,15 +511,15 @@ void print_ratios(const Collector& collector) {
       if (gemm == 1 && t == 1) continue;
       const char* backend = gemm ? "openblas" : "packed";
       const double bw = collector.counter(name("read_bandwidth", {{"threads", t}}), "GB/s");
-      const double w_rate =
-          collector.counter(name("decode", {{"threads", t}, {"batch", 1}, {"openblas", gemm}}), "weight_GB/s");
+      const double w_rate = collector.counter(
+          name("decode", {{"threads", t}, {"batch", 1}, {"openblas", gemm}, {"delta", 0}}), "weight_GB/s");
       if (bw > 0 && w_rate > 0)
         std::printf(
             "  [%s, %lld threads] batch-1 decode: weight bytes/step / step time = %.2f GB/s over read bandwidth %.2f "
             "GB/s = %.2f (target >= 0.85)\n",
             backend, (long long)t, w_rate, bw, w_rate / bw);
       for (int64_t b : {16, 64}) {
-        const std::string run = name("decode", {{"threads", t}, {"batch", b}, {"openblas", gemm}});
+        const std::string run = name("decode", {{"threads", t}, {"batch", b}, {"openblas", gemm}, {"delta", 0}});
         const double step = collector.seconds(run), gemms = collector.counter(run, "gemms_ms") / 1e3;
         // Attention must read every cached key and value once per step: at the measured
         // bandwidth that alone sets a floor on the ratio.
@@ -415,7 +532,15 @@ void print_ratios(const Collector& collector) {
               backend, (long long)t, (long long)b, step * 1e3, gemms * 1e3, collector.counter(run, "step/gemms"),
               kv_bytes / 1e6, floor_ratio);
       }
-      const std::string pf_run = name("prefill", {{"threads", t}, {"chunk", 512}, {"openblas", gemm}});
+      const std::string pf_run = name("prefill", {{"threads", t}, {"chunk", 512}, {"openblas", gemm}, {"delta", 0}});
+      const std::string steps_run = name("prefill", {{"threads", t}, {"chunk", 512}, {"openblas", gemm}, {"delta", 1}});
+      if (const double all = collector.counter(pf_run, "all_GFLOP/s"); all > 0)
+        std::printf(
+            "  [%s, %lld threads] hybrid prefill 512: chunked %.0f tokens/s, token by token %.0f tokens/s = %.2fx; "
+            "chunked weights + delta rule %.1f GFLOP/s over sgemm M=512 %.1f GFLOP/s = %.2f\n",
+            backend, (long long)t, collector.counter(pf_run, "tokens/s"), collector.counter(steps_run, "tokens/s"),
+            collector.counter(pf_run, "tokens/s") / collector.counter(steps_run, "tokens/s"), all,
+            collector.counter(pf_run, "sgemm_GFLOP/s"), all / collector.counter(pf_run, "sgemm_GFLOP/s"));
       const double pf = collector.counter(pf_run, "GFLOP/s"), sgemm = collector.counter(pf_run, "sgemm_GFLOP/s");
       if (pf > 0 && sgemm > 0)
         std::printf(
@@ -456,7 +581,10 @@ int main(int argc, char** argv) {
   int rc = static_cast<int>(rest.size());
   rest.push_back(nullptr);
 
-  register_benchmarks();
+  auto file = GgufFile::open(g_model);
+  auto config = file ? read_model_config(**file) : Result<ModelConfig>(file.status());
+  if (!config) return cli::fail("engine-bench", config.status());
+  register_benchmarks(config->arch->hybrid());
   benchmark::Initialize(&rc, rest.data());
   Collector collector(isatty(1) ? benchmark::ConsoleReporter::OO_ColorTabular : benchmark::ConsoleReporter::OO_Tabular);
   benchmark::RunSpecifiedBenchmarks(&collector);

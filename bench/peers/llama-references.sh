@@ -70,4 +70,5 @@ qwen3 arch-prompts.txt --arch qwen3
 llama3_rope_freqs arch-prompts.txt --rope-scaling llama3:8:256
 gemma2 arch-window-prompts.txt --arch gemma2
 gemma3 arch-window-prompts.txt --arch gemma3
+qwen35 arch-prompts.txt --arch qwen35
 LIST

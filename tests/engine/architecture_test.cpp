@@ -39,8 +39,10 @@ const Case kCases[] = {
     {"qwen3", "--arch qwen3", "qwen3"},
     {"qwen3_head_dim_64_tied", "--arch qwen3 --head-dim 64 --tied", "qwen3"},
     // The hybrid against scripts/qwen35-reference.py (float64, written from the equations).
-    {"qwen35", "--arch qwen35", "qwen35"},
-    {"qwen35_f16", "--arch qwen35 --dtype f16", "qwen35"},
+    // 150 positions: the prompt's chunks of 16 and the decode steps cross the delta rule's
+    // 64-token grid (positions 64 and 128 fold a grid chunk).
+    {"qwen35", "--arch qwen35", "qwen35", 150, 100},
+    {"qwen35_f16", "--arch qwen35 --dtype f16", "qwen35", 150, 100},
     // Sliding-window layers (window 32, docs/WINDOWS.md) over more than 3 windows, prompt and decode.
     {"gemma2", "--arch gemma2", "gemma2", 120, 100},
     {"gemma2_f16", "--arch gemma2 --dtype f16", "gemma2", 120, 100},

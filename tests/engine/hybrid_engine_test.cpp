@@ -3,15 +3,20 @@
 // the state slots refuse what a recurrent state cannot do.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "tests/test_util.h"
 #include "tests/engine/step_runs.h"
 #include "workers/engine/engine.h"
+#include "workers/engine/hybrid.h"
 
 namespace tandem::engine {
 namespace {
@@ -30,31 +35,126 @@ std::string hybrid_model() {
 using test_runs::cuts_every;
 using test_runs::Seq;
 
+constexpr uint32_t kPrompt = 250, kTokens = 270;  // prompt, then 20 decode steps past the grid point 256
+constexpr uint32_t kBlocksPerSeq = 17;            // 16-token blocks
+
+// A sequence of `t` in state slot `slot`: its prompt cut at prompt_cuts, then one token a step.
+Seq make_seq(const std::vector<int32_t>& t, int32_t slot, std::vector<uint32_t> prompt_cuts) {
+  Seq s{t, std::vector<int32_t>(kBlocksPerSeq), std::move(prompt_cuts), slot};
+  std::iota(s.blocks.begin(), s.blocks.end(), slot * static_cast<int32_t>(kBlocksPerSeq));
+  for (uint32_t p = kPrompt + 1; p <= kTokens; ++p) s.cuts.push_back(p);
+  return s;
+}
+
+// Every position's logits of `tokens`, prompt in one chunk, alone.
+std::vector<float> alone(Engine& e, KvPool& kv, StatePool& states, const std::vector<int32_t>& tokens) {
+  std::vector<Seq> one = {make_seq(tokens, 0, {kPrompt})};
+  test_runs::run(e, kv, &states, one);
+  return one[0].logits;
+}
+
 TEST(HybridEngine, LogitsAreBitwiseTheSameForAnyChunkingAndBatch) {
   auto e = Engine::load(hybrid_model(), {2, GemmBackend::kPacked});
   ASSERT_TRUE(e) << e.status().to_string();
-  auto kv = KvPool::create((*e)->config(), 64);
-  auto states = StatePool::create((*e)->config(), 4);
+  auto kv = KvPool::create((*e)->config(), 8 * kBlocksPerSeq);
+  auto states = StatePool::create((*e)->config(), 8);
   ASSERT_TRUE(kv && states);
-  const uint32_t n = 150;  // prompt 140 + 10 decode steps (chunks of 1)
-  const std::vector<int32_t> tokens = test::random_tokens(n, (*e)->config().vocab_size, 21);
-  const std::vector<int32_t> other = test::random_tokens(n, (*e)->config().vocab_size, 22);
-  auto make = [&](const std::vector<int32_t>& t, int32_t slot, std::vector<uint32_t> prompt_cuts) {
-    Seq s{t, std::vector<int32_t>(16), std::move(prompt_cuts), slot};
-    std::iota(s.blocks.begin(), s.blocks.end(), slot * 16);
-    for (uint32_t p = 141; p <= n; ++p) s.cuts.push_back(p);
-    return s;
-  };
-  std::vector<Seq> alone = {make(tokens, 0, {140})};
-  test_runs::run(**e, **kv, states->get(), alone);
-  // Cut off the 64-token grid and the 16-token blocks, beside another sequence cut otherwise.
-  std::vector<Seq> shared = {make(other, 1, cuts_every(140, {64, 64, 12})), make(tokens, 2, cuts_every(140, {7, 30}))};
-  test_runs::run(**e, **kv, states->get(), shared);
-  std::vector<Seq> single_tokens = {make(tokens, 3, cuts_every(140, {1}))};
-  test_runs::run(**e, **kv, states->get(), single_tokens);
-  const size_t bytes = alone[0].logits.size() * sizeof(float);
-  EXPECT_EQ(std::memcmp(alone[0].logits.data(), shared[1].logits.data(), bytes), 0) << "chunks of 7 and 30, batched";
-  EXPECT_EQ(std::memcmp(alone[0].logits.data(), single_tokens[0].logits.data(), bytes), 0) << "one token a step";
+  const uint32_t vocab = (*e)->config().vocab_size;
+  const std::vector<int32_t> tokens = test::random_tokens(kTokens, vocab, 21);
+  const std::vector<int32_t> other = test::random_tokens(kTokens, vocab, 22);
+  const std::vector<float> expected = alone(**e, **kv, **states, tokens);
+  // Prompt chunks on, across and off the 64-token grid (and the 16-token blocks), sequences
+  // sharing steps with others cut otherwise; every one then decodes across a grid point.
+  const std::vector<std::vector<uint32_t>> cuts = {{7}, {50}, {64}, {100}, {200}, {1}, {7, 30}, {64, 64, 12}};
+  std::vector<Seq> batch = {make_seq(other, 0, cuts_every(kPrompt, {64, 64, 12}))};
+  for (size_t i = 0; i < cuts.size() - 1; ++i)
+    batch.push_back(make_seq(tokens, static_cast<int32_t>(i + 1), cuts_every(kPrompt, cuts[i])));
+  test_runs::run(**e, **kv, states->get(), batch);
+  std::vector<Seq> last = {make_seq(tokens, 0, cuts_every(kPrompt, cuts.back()))};  // slot 0 again: a recompute
+  test_runs::run(**e, **kv, states->get(), last);
+  batch.push_back(last[0]);
+  const size_t bytes = expected.size() * sizeof(float);
+  for (size_t i = 1; i < batch.size(); ++i)
+    EXPECT_EQ(std::memcmp(expected.data(), batch[i].logits.data(), bytes), 0)
+        << "prompt chunks of " << cuts[i - 1][0] << (cuts[i - 1].size() > 1 ? ", ..." : "");
+}
+
+// The two forms of the delta rule (EngineOptions::delta) are the same math: they agree to float
+// rounding over prompt and decode.
+TEST(HybridEngine, ChunkedFormAgreesWithTokenByToken) {
+  std::vector<float> logits[2];
+  const DeltaForm forms[2] = {DeltaForm::kChunked, DeltaForm::kTokenByToken};
+  for (int f = 0; f < 2; ++f) {
+    auto e = Engine::load(hybrid_model(), {2, GemmBackend::kPacked, forms[f]});
+    ASSERT_TRUE(e) << e.status().to_string();
+    auto kv = KvPool::create((*e)->config(), kBlocksPerSeq);
+    auto states = StatePool::create((*e)->config(), 1);
+    ASSERT_TRUE(kv && states);
+    logits[f] = alone(**e, **kv, **states, test::random_tokens(kTokens, (*e)->config().vocab_size, 21));
+  }
+  float worst = 0, largest = 0;
+  for (size_t i = 0; i < logits[0].size(); ++i) {
+    worst = std::max(worst, std::abs(logits[0][i] - logits[1][i]));
+    largest = std::max(largest, std::abs(logits[1][i]));
+  }
+  EXPECT_LT(worst, 1e-4f * std::max(1.0f, largest));
+  EXPECT_GT(worst, 0.0f) << "the forms round differently: equal bits would mean one form ran twice";
+}
+
+// hybrid::delta_rows on its own, at head sizes the tiny preset does not have (several panels, a
+// partial one): one V head over 200 rows, the calls cut in `cuts`, keys stored as the engine
+// stores them (the call's first grid chunk before, its last after).
+std::vector<float> delta_rule(uint32_t d, const std::vector<float>& rows, const std::vector<float>& gates,
+                              const std::vector<uint32_t>& cuts) {
+  const hybrid::ChunkLayout lay{d, 1, 1};
+  std::vector<float> layer(lay.floats()), scratch(hybrid::chunk_scratch_floats(d)), o(rows.size() / 3);
+  float* keys = hybrid::key_rows(layer.data(), lay, 0);
+  const size_t C = 3 * d;
+  for (uint32_t from = 0, c = 0; c < cuts.size(); from = cuts[c++]) {
+    const uint32_t n = cuts[c] - from, grid = hybrid::kGrid;
+    const float* k = rows.data() + from * C + d;
+    hybrid::store_keys(k, C, from, std::min(n, (from / grid + 1) * grid - from), d, keys);
+    const hybrid::HeadRows in{k - d, k, k + d, C, gates.data() + 2 * from, gates.data() + 2 * from + 1, 2};
+    hybrid::delta_rows(kernels::best(), lay, hybrid::head_state(layer.data(), lay, 0), keys, in, from, n,
+                       o.data() + from * d, d, scratch.data());
+    const uint32_t last = cuts[c] / grid * grid;
+    if (last > from && last < cuts[c]) hybrid::store_keys(rows.data() + last * C + d, C, last, cuts[c] - last, d, keys);
+  }
+  return o;
+}
+
+TEST(HybridDeltaRule, ChunkedRowsMatchTheRecurrentStepAtAnyHeadSize) {
+  for (uint32_t d : {16u, 48u, 64u, 128u}) {
+    const uint32_t n = 200;
+    std::mt19937 rng(d);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> rows(size_t{n} * 3 * d), gates(2 * n);
+    for (float& x : rows) x = nd(rng);
+    for (uint32_t r = 0; r < n; ++r) {  // q, k unit vectors (q / sqrt(d) as conv_token scales it)
+      for (uint32_t part = 0; part < 2; ++part) {
+        float* x = &rows[(size_t{r} * 3 + part) * d];
+        float ss = 0;
+        for (uint32_t i = 0; i < d; ++i) ss += x[i] * x[i];
+        for (uint32_t i = 0; i < d; ++i) x[i] /= std::sqrt(ss) * (part == 0 ? std::sqrt(float(d)) : 1.0f);
+      }
+      gates[2 * r] = -std::abs(nd(rng)) * 0.3f, gates[2 * r + 1] = 1.0f / (1.0f + std::exp(-nd(rng)));
+    }
+    std::vector<float> S(size_t{d} * d), want(size_t{n} * d);
+    for (uint32_t r = 0; r < n; ++r) {
+      const float* x = &rows[size_t{r} * 3 * d];
+      hybrid::delta_step(S.data(), x, x + d, x + 2 * d, gates[2 * r], gates[2 * r + 1], d, &want[size_t{r} * d]);
+    }
+    const std::vector<float> whole = delta_rule(d, rows, gates, {n});
+    float worst = 0;
+    for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(whole[i] - want[i]));
+    EXPECT_LT(worst, 1e-4f) << "d " << d;
+    std::printf("d %u: max |o error| against the recurrent step %.3g\n", d, worst);
+    for (const auto& sizes : std::vector<std::vector<uint32_t>>{{1}, {7}, {50}, {64}, {100, 3}})
+      EXPECT_EQ(std::memcmp(delta_rule(d, rows, gates, cuts_every(n, sizes)).data(), whole.data(),
+                            whole.size() * sizeof(float)),
+                0)
+          << "d " << d << ", calls of " << sizes[0];
+  }
 }
 
 TEST(HybridEngine, StateSlotsRefuseWhatARecurrentStateCannotDo) {

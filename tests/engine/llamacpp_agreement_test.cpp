@@ -1,6 +1,7 @@
 // The engine against today's llama.cpp (the npm build de3ff815) on make-model's qwen2, qwen3,
 // llama-with-Llama-3-RoPE, gemma2 and gemma3 files (the Gemmas' windows of 32 on prompts of 161
-// to 342 tokens, arch-window-prompts.txt): teacher-forced on llama.cpp's greedy tokens
+// to 342 tokens, arch-window-prompts.txt) and qwen35 (the hybrid) files: teacher-forced on
+// llama.cpp's greedy tokens
 // (tests/data/quant-npm/arch-*-llamacpp.jsonl), the engine's top-1 must equal llama.cpp's at
 // >= 99 % of positions and its log-probabilities of llama.cpp's top-5 tokens be within
 // kLogprobTolerance (Gemma: kGeluTableTolerance, llama.cpp's F16 GELU table). The files are
@@ -11,6 +12,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <numeric>
 #include <sstream>
 #include <string>
@@ -96,7 +98,12 @@ std::vector<std::vector<double>> forced_logprobs(Engine& e, std::vector<int32_t>
   std::vector<int32_t> blocks(n_blocks);
   std::iota(blocks.begin(), blocks.end(), 0);
   SeqStep s{tokens, 0, blocks, static_cast<uint32_t>(count)};
-  Status st = e.forward({&s, 1}, **pool);
+  std::unique_ptr<StatePool> states;  // a hybrid's recurrent state
+  if (e.config().arch->hybrid()) {
+    states = std::move(StatePool::create(e.config(), 1).value());
+    s.state_slot = 0;
+  }
+  Status st = e.forward({&s, 1}, **pool, states.get());
   EXPECT_TRUE(st.is_ok()) << st.to_string();
   std::vector<std::vector<double>> out;
   for (uint32_t r = 0; st.is_ok() && r < count; ++r) {
@@ -164,7 +171,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"qwen2", "--arch qwen2"}, Case{"qwen3", "--arch qwen3"},
                       Case{"llama3_rope_freqs", "--rope-scaling llama3:8:256"},
                       Case{"gemma2", "--arch gemma2", "arch-window-prompts.txt", kGeluTableTolerance},
-                      Case{"gemma3", "--arch gemma3", "arch-window-prompts.txt", kGeluTableTolerance}),
+                      Case{"gemma3", "--arch gemma3", "arch-window-prompts.txt", kGeluTableTolerance},
+                      Case{"qwen35", "--arch qwen35"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -252,7 +252,7 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::string& path, const Engi
   if (hd < 16 || hd > 256 || (hd & (hd - 1)) != 0)
     return Status::model_file(path + ": head dimension " + std::to_string(hd) +
                               " is not supported (tandem's attention takes 16, 32, 64, 128 or 256)");
-  // hybrid::delta_step's output row and conv window live on the stack.
+  // Bounds the delta rule's per-thread scratch (hybrid::chunk_scratch_floats: d^2 + 4 x 64 d + 2 x 64^2 floats).
   if (config->arch->hybrid() && config->ssm_state_size > 1024)
     return Status::model_file(path + ": ssm.state_size " + std::to_string(config->ssm_state_size) +
                               " is above the 1024 tandem's delta net takes");
@@ -275,6 +275,8 @@ Result<std::unique_ptr<Engine>> Engine::load(const std::string& path, const Engi
   engine->embed_scale_ = std::sqrt(static_cast<float>(config->dim));
   if (options.gemm == GemmBackend::kOpenBlas) openblas_set_num_threads(static_cast<int>(options.threads));
   TANDEM_RETURN_IF_ERROR(engine->load_weights(**file));
+  if (config->arch->hybrid())
+    engine->delta_scratch_.resize(options.threads * hybrid::chunk_scratch_floats(config->ssm_state_size));
   std::vector<float> freq_factors;
   if (config->rope_freqs) freq_factors = read_vector(*(*file)->tensor(std::string(model::kRopeFreqs)));
   engine->rope_ = rope_table(*config, config->rope_freqs ? freq_factors.data() : nullptr);
@@ -935,68 +937,114 @@ void Engine::apply_output_gate(uint32_t T) {
   }
 }
 
-// One sequence's conv outputs and gates of a recurrent layer (rows row0.. of mix_), then its
-// slot's conv state becomes the chunk's last K - 1 inputs. Token i's window reads the inputs
-// of positions i - K + 1 .. i: the chunk's rows, or the conv state before them; the same
-// floats in the same order whatever the chunking.
-void Engine::conv_inputs(const SeqStep& q, const Layer& L, StatePool& states, uint32_t row0) {
+// Every row's conv output and gates of a recurrent layer, on the pool; then each slot's conv
+// state becomes its chunk's last K - 1 inputs. Row i of a sequence's chunk reads the inputs of
+// positions i - K + 1 .. i: the chunk's rows, or the conv state before them (unchanged until
+// every row is done); the same floats in the same order whatever the chunking.
+void Engine::conv_inputs(std::span<const SeqStep> step, const Layer& L, StatePool& states, uint32_t T) {
   const ModelConfig& c = config_;
   const uint32_t K = c.ssm_conv_kernel, C = c.conv_channels(), hv = c.ssm_time_step_rank, vd = c.ssm_inner_size;
   const hybrid::DeltaNetShape shape{K, C, c.ssm_group_count, hv, c.ssm_state_size, c.rms_eps};
-  float* conv = states.conv(static_cast<uint32_t>(q.state_slot), L.rec_index);  // [K - 1][C]
-  const auto n = static_cast<int64_t>(q.tokens.size());
-  auto input = [&](int64_t i) -> const float* {  // input i of the chunk; negative: the conv state
-    return i >= 0 ? &mix_[size_t(row0 + i) * mix_stride_] : conv + size_t(K - 1 + i) * C;
+  auto conv = [&](size_t s) { return states.conv(static_cast<uint32_t>(step[s].state_slot), L.rec_index); };
+  auto input = [&](size_t s, int64_t i) -> const float* {  // input i of the chunk; negative: the conv state
+    return i >= 0 ? &mix_[size_t(seq_row0_[s] + i) * mix_stride_] : conv(s) + size_t(K - 1 + i) * C;
   };
-  const float* window[64];  // K <= 64 (model_config)
-  for (int64_t i = 0; i < n; ++i) {
-    for (uint32_t m = 0; m < K; ++m) window[m] = input(i - K + 1 + m);
-    const size_t r = row0 + static_cast<size_t>(i);
-    hybrid::conv_token(shape, L.conv_kernel.data(), window, &conv_out_[r * C]);
-    const float* row = &mix_[r * mix_stride_];
-    hybrid::gates(hv, row + C + vd + hv, row + C + vd, L.dt_bias.data(), L.ssm_a.data(), &gates_[r * 2 * hv],
-                  &gates_[r * 2 * hv + hv]);
-  }
+  pool_->parallel_for(T, [&](uint32_t r0, uint32_t r1, uint32_t) {
+    const float* window[64];  // K <= 64 (model_config)
+    for (uint32_t r = r0; r < r1; ++r) {
+      const uint32_t s = row_seq_[r];
+      const int64_t i = int64_t{r} - seq_row0_[s];
+      for (uint32_t m = 0; m < K; ++m) window[m] = input(s, i - K + 1 + m);
+      hybrid::conv_token(shape, L.conv_kernel.data(), window, &conv_out_[size_t{r} * C]);
+      const float* row = &mix_[size_t{r} * mix_stride_];
+      hybrid::gates(hv, row + C + vd + hv, row + C + vd, L.dt_bias.data(), L.ssm_a.data(), &gates_[size_t{r} * 2 * hv],
+                    &gates_[size_t{r} * 2 * hv + hv]);
+    }
+  });
   // New state row j = input n - (K - 1) + j; in increasing j an old row is read before it is written.
-  for (uint32_t j = 0; j + 1 < K; ++j) {
-    const int64_t i = n - (K - 1) + j;
-    const float* src = input(i);
-    if (src != conv + size_t{j} * C) std::memmove(conv + size_t{j} * C, src, C * sizeof(float));
+  for (size_t s = 0; s < step.size(); ++s) {
+    const auto n = static_cast<int64_t>(step[s].tokens.size());
+    for (uint32_t j = 0; j + 1 < K; ++j) {
+      const float* src = input(s, n - (K - 1) + j);
+      float* dst = conv(s) + size_t{j} * C;
+      if (src != dst) std::memmove(dst, src, C * sizeof(float));
+    }
   }
 }
 
+// The keys a chunked delta rule finds in the slot (hybrid::delta_rows): before it, the rows of
+// each call's first grid chunk; after it (first = false), the rows of the call's last grid chunk
+// when the call reaches past a grid point.
+void Engine::store_chunk_keys(std::span<const SeqStep> step, StatePool& states, const Layer& L, bool first) {
+  const ModelConfig& c = config_;
+  const uint32_t C = c.conv_channels(), d = c.ssm_state_size, hk = c.ssm_group_count;
+  const hybrid::ChunkLayout lay{d, c.ssm_time_step_rank, hk};
+  for (size_t s = 0; s < step.size(); ++s) {
+    const uint32_t pos = step[s].start_pos, end = pos + static_cast<uint32_t>(step[s].tokens.size());
+    const uint32_t from = first ? pos : end / hybrid::kGrid * hybrid::kGrid;
+    const uint32_t to = first ? std::min(end, (pos / hybrid::kGrid + 1) * hybrid::kGrid) : end;
+    if (!first && (from <= pos || from == end)) continue;
+    float* layer = states.recurrent(static_cast<uint32_t>(step[s].state_slot), L.rec_index);
+    const float* k = &conv_out_[size_t(seq_row0_[s] + from - pos) * C + hk * d];
+    for (uint32_t i = 0; i < hk; ++i)
+      hybrid::store_keys(k + i * d, C, from, to - from, d, hybrid::key_rows(layer, lay, i));
+  }
+}
+
+// Per (sequence, V head), on the thread pool: the delta rule over the sequence's rows (the
+// chunked form or token by token, EngineOptions::delta), then the gated norm, into attn_.
+void Engine::delta_heads(std::span<const SeqStep> step, StatePool& states, const Layer& L) {
+  const ModelConfig& c = config_;
+  const uint32_t C = c.conv_channels(), hv = c.ssm_time_step_rank, hk = c.ssm_group_count;
+  const uint32_t d = c.ssm_state_size, vd = c.ssm_inner_size, kd = hk * d;
+  const hybrid::ChunkLayout lay{d, hv, hk};
+  const size_t scratch = hybrid::chunk_scratch_floats(d);
+  std::atomic<uint32_t> next{0};
+  const auto items = static_cast<uint32_t>(step.size()) * hv;
+  auto work = [&](uint32_t thread) {
+    for (uint32_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < items;) {
+      const uint32_t s = it / hv, j = it % hv, i = j % hk;  // GGUF's tiled order: V head j reads Q/K head j mod H_k
+      const SeqStep& q = step[s];
+      const auto n = static_cast<uint32_t>(q.tokens.size());
+      float* layer = states.recurrent(static_cast<uint32_t>(q.state_slot), L.rec_index);
+      const hybrid::HeadState st = hybrid::head_state(layer, lay, j);
+      const float* u = &conv_out_[size_t{seq_row0_[s]} * C];
+      const float* g = &gates_[size_t{seq_row0_[s]} * 2 * hv];
+      float* o = &attn_[size_t{seq_row0_[s]} * vd + j * d];
+      if (options_.delta == DeltaForm::kChunked) {
+        const hybrid::HeadRows in{u + i * d, u + kd + i * d, u + 2 * kd + j * d, C, g + j, g + hv + j, 2 * hv};
+        hybrid::delta_rows(*kernels_, lay, st, hybrid::key_rows(layer, lay, i), in, q.start_pos, n, o, vd,
+                           delta_scratch_.data() + thread * scratch);
+      } else {  // S kept row-major where the chunked form keeps S0
+        for (uint32_t r = 0; r < n; ++r)
+          hybrid::delta_step(st.s0, u + r * C + i * d, u + r * C + kd + i * d, u + r * C + 2 * kd + j * d,
+                             g[r * 2 * hv + j], g[r * 2 * hv + hv + j], d, o + r * vd);
+      }
+      for (uint32_t r = 0; r < n; ++r)
+        hybrid::gated_norm(o + r * vd, L.ssm_norm.data(), &mix_[size_t(seq_row0_[s] + r) * mix_stride_ + C + j * d], d,
+                           c.rms_eps, o + r * vd);
+    }
+  };
+  pool_->run(work);
+}
+
 // A Gated DeltaNet block: norm, the fused projection (q|k|v conv inputs, z, beta, alpha), the
-// conv and gates per sequence, then per (sequence, V head) the delta rule token by token and
-// the gated norm, on the thread pool; the output projection and the residual.
+// conv and gates per sequence, the delta rule and gated norm per (sequence, V head), the output
+// projection and the residual.
 void Engine::recurrent_block(std::span<const SeqStep> step, StatePool& states, uint32_t l, uint32_t T) {
   const ModelConfig& c = config_;
   const Layer& L = *layers_[l];
-  const uint32_t dim = c.dim, C = c.conv_channels(), hv = c.ssm_time_step_rank, hk = c.ssm_group_count;
-  const uint32_t d = c.ssm_state_size, vd = c.ssm_inner_size, kd = hk * d;
+  const uint32_t dim = c.dim;
   for (uint32_t t = 0; t < T; ++t)
     rms_norm(&x_[size_t{t} * dim], L.attn_norm.data(), &xn_[size_t{t} * dim], dim, c.rms_eps);
   matmul(L.qkv, xn_.data(), dim, T, mix_.data());
   mix_stride_ = L.qkv.n;
-  for (size_t s = 0; s < step.size(); ++s) conv_inputs(step[s], L, states, seq_row0_[s]);
-  std::atomic<uint32_t> next{0};
-  const auto items = static_cast<uint32_t>(step.size()) * hv;
-  auto work = [&](uint32_t) {
-    float o[1024];  // d <= 1024 (checked at load)
-    for (uint32_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < items;) {
-      const uint32_t s = it / hv, j = it % hv, i = j % hk;  // GGUF's tiled order: V head j reads Q/K head j mod H_k
-      const SeqStep& q = step[s];
-      float* S = states.recurrent(static_cast<uint32_t>(q.state_slot), L.rec_index) + size_t{j} * d * d;
-      for (uint32_t r = seq_row0_[s]; r < seq_row0_[s] + q.tokens.size(); ++r) {
-        const float* u = &conv_out_[size_t{r} * C];
-        const float* g = &gates_[size_t{r} * 2 * hv];
-        hybrid::delta_step(S, u + i * d, u + kd + i * d, u + 2 * kd + j * d, g[j], g[hv + j], d, o);
-        const float* z = &mix_[size_t{r} * mix_stride_ + C + j * d];
-        hybrid::gated_norm(o, L.ssm_norm.data(), z, d, c.rms_eps, &attn_[size_t{r} * vd + j * d]);
-      }
-    }
-  };
-  pool_->run(work);
-  matmul(L.wo, attn_.data(), vd, T, xn_.data());
+  conv_inputs(step, L, states, T);
+  const bool chunked = options_.delta == DeltaForm::kChunked;
+  if (chunked) store_chunk_keys(step, states, L, true);
+  delta_heads(step, states, L);
+  if (chunked) store_chunk_keys(step, states, L, false);
+  matmul(L.wo, attn_.data(), c.ssm_inner_size, T, xn_.data());
   for (size_t i = 0; i < size_t{T} * dim; ++i) x_[i] = x_[i] + xn_[i];
 }
 

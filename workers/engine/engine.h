@@ -24,6 +24,13 @@ enum class GemmBackend {
   kOpenBlas,  // cblas_sgemm over all rows of the step
 };
 
+// How a hybrid's Gated DeltaNet layers run the delta rule (docs/HYBRID.md). Both are bitwise
+// the same for any batch and chunking; they differ from each other in rounding.
+enum class DeltaForm {
+  kChunked,       // the WY form on the 64-token grid: a prompt's grid chunks are GEMMs (default)
+  kTokenByToken,  // one recurrent step per token (benchmarks and cross-checks)
+};
+
 // Which logit rows a forward pass computes. kAll: every row of every sequence. kFirstPerSequence:
 // only each sequence's first logit row; the others wait for compute_logit_rows, so a
 // speculating round whose first draft is rejected never pays the output matrix for the rows after
@@ -33,6 +40,7 @@ enum class LogitRows : uint8_t { kAll, kFirstPerSequence };
 struct EngineOptions {
   uint32_t threads = 2;
   GemmBackend gemm = GemmBackend::kPacked;
+  DeltaForm delta = DeltaForm::kChunked;
 };
 
 // One sequence's part of a step: process `tokens` at positions [start_pos, start_pos+n).
@@ -141,7 +149,9 @@ class Engine {
   // Hybrid (qwen35) layers: a Gated DeltaNet block; the gated query's split and output gate.
   Status check_states(std::span<const SeqStep> step, const StatePool* states) const;
   void recurrent_block(std::span<const SeqStep> step, StatePool& states, uint32_t layer, uint32_t tokens);
-  void conv_inputs(const SeqStep& q, const Layer& layer, StatePool& states, uint32_t row0);
+  void conv_inputs(std::span<const SeqStep> step, const Layer& layer, StatePool& states, uint32_t tokens);
+  void store_chunk_keys(std::span<const SeqStep> step, StatePool& states, const Layer& layer, bool first);
+  void delta_heads(std::span<const SeqStep> step, StatePool& states, const Layer& layer);
   void split_gated_query(uint32_t tokens);
   void apply_output_gate(uint32_t tokens);
   void compute_logits(std::span<const SeqStep> step, LogitRows which);
@@ -202,9 +212,10 @@ class Engine {
   // Hybrid: a layer's first GEMM output, rows of its width (gated q|k|v, or delta-net q|k|v|z|beta|alpha), the
   // conv outputs [T][channels] and the gates [T][2 * V heads] (g, then beta).
   std::vector<float> mix_, conv_out_, gates_;
-  uint32_t mix_width_ = 0;           // the widest layer's row: mix_'s capacity per token
-  uint32_t mix_stride_ = 0;          // this layer's row (its fused matrix's n)
-  std::vector<float> attn_scratch_;  // per thread scores
+  uint32_t mix_width_ = 0;            // the widest layer's row: mix_'s capacity per token
+  uint32_t mix_stride_ = 0;           // this layer's row (its fused matrix's n)
+  std::vector<float> attn_scratch_;   // per thread scores
+  std::vector<float> delta_scratch_;  // per thread, hybrid::chunk_scratch_floats each (hybrids)
   std::vector<uint32_t> row_seq_, row_pos_;
   // F32 windows of the step (sequences with a tail, quantized layers): per sequence, row
   // pointers for its positions [window_first(start) * bt, end), [kv head]{K rows, V rows};

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <string>
 
+#include "workers/engine/hybrid.h"
+
 namespace tandem::engine {
 
 Result<std::unique_ptr<StatePool>> StatePool::create(const ModelConfig& c, uint32_t slots) {
@@ -14,7 +16,8 @@ Result<std::unique_ptr<StatePool>> StatePool::create(const ModelConfig& c, uint3
   pool->slots_ = slots;
   pool->n_rec_ = n_rec;
   pool->conv_floats_ = size_t{c.ssm_conv_kernel - 1} * c.conv_channels();
-  pool->layer_floats_ = pool->conv_floats_ + size_t{c.ssm_time_step_rank} * c.ssm_state_size * c.ssm_state_size;
+  const hybrid::ChunkLayout delta{c.ssm_state_size, c.ssm_time_step_rank, c.ssm_group_count};
+  pool->layer_floats_ = pool->conv_floats_ + delta.floats();
   pool->slot_floats_ = pool->layer_floats_ * n_rec;
   if (pool->slot_floats_ * slots > (size_t{1} << 34))
     return Status::invalid("state pool: " + std::to_string(slots) + " slots of " +

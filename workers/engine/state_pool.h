@@ -1,7 +1,8 @@
 // Per-sequence recurrent state of a hybrid model (docs/HYBRID.md): a pool of fixed-size slots
 // beside the KV blocks, one slot per live sequence, each holding for every Gated DeltaNet layer
 // its conv state (the last conv_kernel - 1 inputs, oldest first, [K - 1][channels]) and its
-// recurrent state (per V head S[d_k][d_v]). A slot also records the position its state has
+// delta-rule state on the 64-token grid (hybrid::ChunkLayout: per V head the state at the last
+// grid point and the rows since, per Q/K head those rows' keys). A slot also records the position its state has
 // reached: the engine continues a slot only from there (a recurrent state cannot roll back),
 // and starts it from zero at position 0. Who owns which slot is the caller's (the worker's
 // sequence table); the pool only holds the floats.
@@ -26,7 +27,7 @@ class StatePool {
   uint32_t recurrent_layers() const { return n_rec_; }
   // Floats of one slot (every recurrent layer's conv and recurrent state).
   size_t slot_floats() const { return slot_floats_; }
-  // The conv state, [K - 1][channels], and the recurrent state, [V heads][d_k][d_v], of
+  // The conv state, [K - 1][channels], and the delta-rule state (hybrid::ChunkLayout) of
   // recurrent layer `r` (0 for the model's first recurrent layer, ...) in `slot`.
   float* conv(uint32_t slot, uint32_t r) { return base(slot) + r * layer_floats_; }
   float* recurrent(uint32_t slot, uint32_t r) { return base(slot) + r * layer_floats_ + conv_floats_; }
