@@ -617,9 +617,11 @@ namespace {
 
 // The KV blocks `options` ask for: a count, a byte budget, or (kv_memory 0) what the host had
 // left before the engine loaded, less the weights of every worker on the host and a reserve.
-// With a draft model, each block also holds its layers and the host its weights.
+// With a draft model, each block also holds its layers and the host its weights; a hybrid
+// model's state slots come out of the worker's share.
 Result<uint32_t> kv_blocks_for(const WorkerOptions& options, const engine::Engine& engine,
-                               const workers::DraftModel* draft, const std::optional<HostMemory>& host) {
+                               const workers::DraftModel* draft, const engine::StatePool* states,
+                               const std::optional<HostMemory>& host) {
   if (options.kv_blocks != 0) return options.kv_blocks;
   uint64_t bytes = options.kv_memory;
   if (bytes == 0) {
@@ -628,7 +630,8 @@ Result<uint32_t> kv_blocks_for(const WorkerOptions& options, const engine::Engin
                     .weights = uint64_t{engine.weight_bytes_per_step() + (draft ? draft->weight_bytes() : 0)} *
                                options.host_workers,
                     .reserve = options.memory_reserve,
-                    .share = options.host_workers};
+                    .share = options.host_workers,
+                    .states = states ? uint64_t{states->slots()} * states->slot_floats() * sizeof(float) : 0};
     spdlog::info("worker: {}; {}", host->to_string(), budget.to_string());
     bytes = budget.kv_bytes();
   }
@@ -704,7 +707,9 @@ Result<std::unique_ptr<Actor>> start_actor(const WorkerOptions& options) {
   TANDEM_RETURN_IF_ERROR(options.kv_format.validate((*eng)->config()));
   auto draft = load_draft(options, **eng);
   if (!draft) return draft.status();
-  auto blocks = kv_blocks_for(options, **eng, draft->get(), host);
+  auto states = hybrid_states(options, (*eng)->config());
+  if (!states) return states.status();
+  auto blocks = kv_blocks_for(options, **eng, draft->get(), states->get(), host);
   if (!blocks) return blocks.status();
   auto pool = engine::KvPool::create((*eng)->config(), *blocks, options.block_tokens, options.kv_format);
   if (!pool) return pool.status();
@@ -713,8 +718,6 @@ Result<std::unique_ptr<Actor>> start_actor(const WorkerOptions& options) {
                options.model_path, human_bytes((*eng)->weight_bytes_per_step()), *blocks, options.block_tokens,
                (*pool)->block_bytes(), options.kv_format.to_string(),
                human_bytes(uint64_t{(*pool)->block_bytes()} * *blocks), options.threads);
-  auto states = hybrid_states(options, (*eng)->config());
-  if (!states) return states.status();
   WorkerOptions opts = options;
   if (opts.name.empty()) opts.name = "worker-" + std::to_string(getpid());
   auto actor = std::make_unique<Actor>(opts, std::move(eng.value()), std::move(pool.value()), std::move(draft.value()),

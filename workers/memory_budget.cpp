@@ -122,7 +122,7 @@ std::string HostMemory::to_string() const {
 std::string KvBudget::to_string() const {
   return "KV " + human_bytes(kv_bytes()) + " = (" + human_bytes(usable) + " usable - " + human_bytes(weights) +
          " weights - " + human_bytes(reserve) + " reserve) / " + std::to_string(share) +
-         (share == 1 ? " worker" : " workers");
+         (share == 1 ? " worker" : " workers") + (states > 0 ? " - " + human_bytes(states) + " state slots" : "");
 }
 
 }  // namespace tandem::worker

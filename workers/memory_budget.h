@@ -39,11 +39,14 @@ struct KvBudget {
   uint64_t weights = 0;  // subtracted: weight bytes not yet resident when measured
   uint64_t reserve = 0;  // subtracted: left for the process, the OS and the page cache
   uint32_t share = 1;    // workers on this host splitting what is left
+  uint64_t states = 0;   // subtracted from this worker's share: its recurrent state slots (hybrid models)
   uint64_t kv_bytes() const {
     const uint64_t taken = weights + reserve;
-    return usable > taken ? (usable - taken) / share : 0;
+    const uint64_t mine = usable > taken ? (usable - taken) / share : 0;
+    return mine > states ? mine - states : 0;
   }
-  std::string to_string() const;  // "KV 10.2 GiB = (21.0 usable - 0.5 weights - 1.0 reserve) / 2 workers"
+  // "KV 10.2 GiB = (21.0 usable - 0.5 weights - 1.0 reserve) / 2 workers", and " - 0.4 GiB state slots" when any.
+  std::string to_string() const;
 };
 
 // "1.5 GiB", "512.0 MiB", "64.0 KiB", "12 B".

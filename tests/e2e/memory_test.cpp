@@ -6,6 +6,7 @@
 
 #include "tests/e2e/streams.h"
 #include "workers/engine/kv_cache.h"
+#include "workers/engine/state_pool.h"
 #include "workers/memory_budget.h"
 
 namespace tandem {
@@ -55,6 +56,34 @@ TEST(KvMemory, ABudgetThatHoldsNoBlockIsAnError) {
   const std::string err = test::slurp(dir + "/worker.out") + test::slurp(dir + "/worker.out.err");
   EXPECT_NE(err.find("no memory left for the KV cache"), std::string::npos) << err;
   EXPECT_NE(err.find("--memory-reserve"), std::string::npos) << err;
+}
+
+// A hybrid model's state slots come out of the worker's share: a host whose memory above the
+// reserve holds the weights and a KV pool but not the slots refuses to start, where counting
+// only weights and KV would have overcommitted it by the slots.
+TEST(KvMemory, AHybridWorkersStateSlotsComeOutOfItsBudget) {
+  const std::string model = test::tiny_model("qwen35", 3);
+  auto file = model::GgufFile::open(model);
+  ASSERT_TRUE(file);
+  auto config = model::read_model_config(**file);
+  ASSERT_TRUE(config);
+  const uint64_t slot_bytes = (*engine::StatePool::create(*config, 1))->slot_floats() * sizeof(float);
+  constexpr uint64_t kSlots = 4096;               // --state-slots' most
+  const uint64_t left = kSlots * slot_bytes / 2;  // above the reserve: half the slots' bytes
+  ASSERT_GT(left, 96 * kMiB) << "the slots should dwarf the weights, a block and the host's drift";
+  auto host = worker::read_host_memory();
+  ASSERT_TRUE(host) << host.status().to_string();
+  ASSERT_GT(host->usable(), 4 * left) << host->to_string();
+  const std::string dir = test::temp_dir();
+  const pid_t pid = test::spawn(
+      {TANDEM_TANDEM_BIN, "worker", "--model", model, "--scheduler", "ipc://" + dir + "/nobody.sock", "--kv-memory",
+       "0", "--state-slots", std::to_string(kSlots), "--memory-reserve", std::to_string(host->usable() - left)},
+      dir + "/worker.out");
+  ASSERT_GT(pid, 0);
+  EXPECT_NE(test::wait_for(pid, 30s), 0);
+  const std::string err = test::slurp(dir + "/worker.out") + test::slurp(dir + "/worker.out.err");
+  EXPECT_NE(err.find("state slots"), std::string::npos) << err;
+  EXPECT_NE(err.find("no memory left for the KV cache"), std::string::npos) << err;
 }
 
 }  // namespace

@@ -107,6 +107,13 @@ TEST(MemoryBudget, KvBytesSubtractWeightsAndReserveThenSplit) {
   KvBudget b{.usable = 20 * kGiB, .weights = 2 * kGiB, .reserve = 2 * kGiB, .share = 2};
   EXPECT_EQ(b.kv_bytes(), 8 * kGiB);
   EXPECT_EQ(b.to_string(), "KV 8.0 GiB = (20.0 GiB usable - 2.0 GiB weights - 2.0 GiB reserve) / 2 workers");
+  b.states = 3 * kGiB;  // a hybrid model's state slots come out of this worker's share
+  EXPECT_EQ(b.kv_bytes(), 5 * kGiB);
+  EXPECT_EQ(b.to_string(),
+            "KV 5.0 GiB = (20.0 GiB usable - 2.0 GiB weights - 2.0 GiB reserve) / 2 workers - 3.0 GiB state slots");
+  b.states = 9 * kGiB;
+  EXPECT_EQ(b.kv_bytes(), 0u);
+  b.states = 0;
   b.reserve = 19 * kGiB;
   EXPECT_EQ(b.kv_bytes(), 0u);
 }
