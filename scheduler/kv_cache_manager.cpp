@@ -18,9 +18,9 @@ void KvCacheManager::set_rings(uint32_t ring_blocks, uint32_t window, uint32_t m
   ring_pool_ = BlockPool(ring_blocks, block_tokens_);
   window_ = window;
   margin_ = margin;
-  // Held at once: the blocks of W - 1 + margin positions before a step's first query and of the
-  // step's own positions, plus one for a window not aligned to the blocks.
-  ring_cap_ = blocks_for(window - 1 + margin + std::max(step_tokens, 1u)) + 1;
+  // Held at once: the blocks that W - 1 + margin positions before a step's first query and the
+  // step's own positions can touch (the first at a block's last slot).
+  ring_cap_ = (window - 1 + margin + std::max(step_tokens, 1u) + 2 * block_tokens_ - 2) / block_tokens_;
   prefix_cache_ = false;
 }
 

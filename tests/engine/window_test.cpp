@@ -14,6 +14,7 @@
 #include "tests/test_util.h"
 #include "tests/engine/step_runs.h"
 #include "workers/engine/engine.h"
+#include "workers/engine/generate.h"
 
 namespace tandem::engine {
 namespace {
@@ -201,6 +202,32 @@ TEST(WindowedRings, APoolWithRingsRefusesTheF32WindowTailAndAModelWithoutWindows
   auto none = KvPool::create((*llama)->config(), 8, 16, KvFormat{}, 4);
   ASSERT_FALSE(none);
   EXPECT_NE(none.status().to_string().find("sliding-window layers"), std::string::npos) << none.status().to_string();
+}
+
+// generate() with rings (`tandem run`'s path): a rotating ring of a few blocks for the windowed
+// layers gives the tokens and log-probabilities of keeping every block, over a 300-token prompt
+// in chunks of 50 and 40 sampled tokens (temperature 0.8: a flipped logit would show).
+TEST(WindowedRings, GenerateWithARotatingRingIsGenerateKeepingEveryBlock) {
+  auto e = Engine::load(made_model("gemma3", "--arch gemma3"), {2, GemmBackend::kPacked});
+  ASSERT_TRUE(e) << e.status().to_string();
+  const auto prompt = test::random_tokens(300, (*e)->config().vocab_size, 41);
+  GenerateOptions o;
+  o.max_tokens = 40;
+  o.ignore_eos = true;
+  o.prefill_chunk = 50;  // not a multiple of 16: a chunk spans the most blocks the ring holds
+  o.sampling.temperature = 0.8f;
+  o.sampling.seed = 5;
+  auto kept = generate(**e, prompt, o);
+  o.rings = true;
+  auto ringed = generate(**e, prompt, o);
+  ASSERT_TRUE(kept && ringed) << kept.status().to_string() << ringed.status().to_string();
+  EXPECT_EQ(kept->tokens, ringed->tokens);
+  EXPECT_EQ(kept->logprobs, ringed->logprobs);
+  auto llama = Engine::load(made_model("llama", "--arch llama"), {1, GemmBackend::kPacked});
+  ASSERT_TRUE(llama) << llama.status().to_string();
+  auto refused = generate(**llama, std::vector<int32_t>{1, 2, 3}, o);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.status().to_string().find("sliding-window"), std::string::npos);
 }
 
 }  // namespace
