@@ -36,6 +36,7 @@ Status options_from_flags(const Args& args, engine::GenerateOptions& opt, engine
   opt.max_tokens = static_cast<uint32_t>(*max_tokens);
   opt.prefill_chunk = static_cast<uint32_t>(*chunk);
   opt.ignore_eos = args.has("ignore-eos");
+  opt.rings = args.has("kv-rings");
   auto kv_format = kv_format_from_flags(args);
   if (!kv_format) return kv_format.status();
   opt.kv_format = *kv_format;

@@ -1,6 +1,7 @@
 #include "scheduler/kv_cache_manager.h"
 
 #include <algorithm>
+#include <cassert>
 
 namespace tandem::scheduler {
 
@@ -12,8 +13,19 @@ KvCacheManager::KvCacheManager(uint32_t n_blocks, uint32_t block_tokens, uint32_
       prefix_cache_(prefix_cache),
       hash_(hash) {}
 
+void KvCacheManager::set_rings(uint32_t ring_blocks, uint32_t window, uint32_t margin, uint32_t step_tokens) {
+  if (ring_blocks == 0 || window == 0) return;
+  ring_pool_ = BlockPool(ring_blocks, block_tokens_);
+  window_ = window;
+  margin_ = margin;
+  // Held at once: the blocks that W - 1 + margin positions before a step's first query and the
+  // step's own positions can touch (the first at a block's last slot).
+  ring_cap_ = (window - 1 + margin + std::max(step_tokens, 1u) + 2 * block_tokens_ - 2) / block_tokens_;
+  prefix_cache_ = false;
+}
+
 bool KvCacheManager::can_ever_fit(uint32_t positions) const {
-  return uint64_t{blocks_for(positions)} + tail_blocks_ <= pool_.total();
+  return uint64_t{blocks_for(positions)} + tail_blocks_ <= pool_.total() && ring_need(positions) <= ring_pool_.total();
 }
 
 void KvCacheManager::extend_keys(std::span<const int32_t> tokens, PrefixKeys& keys) const {
@@ -38,15 +50,46 @@ bool KvCacheManager::has_room(const PrefixHit& hit, uint32_t positions, uint32_t
   for (int32_t b : hit.blocks_) hit_cached += pool_.cached_block(b);
   const uint32_t headroom = (running + 3) / 4;
   const uint32_t fresh = blocks_for(positions + 1) - hit.blocks() + tail_blocks_;
+  if (rings() && ring_pool_.available() < uint64_t{ring_need(positions + 1)} + headroom) return false;
   return pool_.available() >= uint64_t{fresh} + hit_cached + headroom;
+}
+
+bool KvCacheManager::allocate_ring(KvSeq& seq) {
+  if (!rings()) return true;
+  const size_t end = seq.ring_first_ + seq.ring_.size();
+  return seq.blocks_.size() <= end || ring_pool_.allocate(static_cast<uint32_t>(seq.blocks_.size() - end), seq.ring_);
+}
+
+void KvCacheManager::release_ring_front(KvSeq& seq, uint32_t first) {
+  const uint32_t end = seq.ring_first_ + seq.ring_blocks();
+  first = std::min(first, end);
+  if (first <= seq.ring_first_) return;
+  const auto gone = seq.ring_.begin() + (first - seq.ring_first_);
+  ring_pool_.release(std::span<const int32_t>(seq.ring_.data(), gone - seq.ring_.begin()));
+  seq.ring_.erase(seq.ring_.begin(), gone);  // a few ids: no allocation, no per-token cost
+  seq.ring_first_ = first;
+}
+
+void KvCacheManager::release_window(KvSeq& seq, uint32_t first_query) {
+  if (!rings() || first_query + 1 < window_ + margin_) return;
+  // Every position of block b is below t = first_query - W + 1 - margin iff (b + 1) * B <= t.
+  release_ring_front(seq, (first_query + 1 - window_ - margin_) / block_tokens_);
 }
 
 bool KvCacheManager::allocate_more(KvSeq& seq, uint32_t positions, const PrefixHit& prefix) {
   const uint32_t need = blocks_for(positions);
-  if (seq.started_) return pool_.allocate(need - seq.blocks(), seq.blocks_);
-  seq.blocks_ = prefix.blocks_;
+  if (seq.started_) {
+    const uint32_t had = seq.blocks();
+    if (!pool_.allocate(need - had, seq.blocks_)) return false;
+    if (allocate_ring(seq)) return true;
+    pool_.release(std::span<const int32_t>(seq.blocks_).subspan(had));
+    seq.blocks_.resize(had);
+    return false;
+  }
+  seq.blocks_ = prefix.blocks_;  // empty with rings: the prefix cache is off
   pool_.ref(seq.blocks_);
-  if (!pool_.allocate(need - std::min(need, seq.blocks()), seq.blocks_) || !pool_.allocate(tail_blocks_, seq.tail_)) {
+  if (!pool_.allocate(need - std::min(need, seq.blocks()), seq.blocks_) || !pool_.allocate(tail_blocks_, seq.tail_) ||
+      !allocate_ring(seq)) {
     free(seq);
     return false;
   }
@@ -58,6 +101,7 @@ bool KvCacheManager::allocate_more(KvSeq& seq, uint32_t positions, const PrefixH
 void KvCacheManager::free(KvSeq& seq) {
   pool_.release(seq.blocks_);
   pool_.release(seq.tail_);
+  ring_pool_.release(seq.ring_);
   seq = KvSeq{};
 }
 
@@ -71,6 +115,13 @@ void KvCacheManager::trim(KvSeq& seq, uint32_t positions) {
   if (seq.blocks() <= keep) return;
   pool_.release(std::span<const int32_t>(seq.blocks_).subspan(keep));
   seq.blocks_.resize(keep);
+  // The margin keeps every block a trim returns to in the ring (release_window).
+  assert(!rings() || seq.ring_first_ <= keep);
+  const size_t ring_keep = keep - std::min(keep, seq.ring_first_);
+  if (seq.ring_.size() > ring_keep) {
+    ring_pool_.release(std::span<const int32_t>(seq.ring_).subspan(ring_keep));
+    seq.ring_.resize(ring_keep);
+  }
   seq.blocks_sent_ = std::min<size_t>(seq.blocks_sent_, keep);
 }
 

@@ -10,13 +10,15 @@
 //   one fixed-size state slot per recurrent layer group, taken by its first allocate_slots and
 //   returned by free, like the tail blocks today; match_prefix then only matches at positions
 //   where a state checkpoint was published.
-// - Windowed layers (sliding-window attention, the rotated-KV issue): allocate_slots(seq, n)
-//   will also release the blocks of a windowed group whose positions all fall before
-//   n - window (never published blocks: their keys stay valid only as a whole chain), so a
-//   sequence's footprint stops growing at the window; trim only ever drops the newest blocks,
-//   which no window has released.
+// Windowed layers (sliding-window attention, #23; docs/WINDOWS.md "Rings"): set_rings() gives
+// them a second pool of their own block ids (the ring pool). A KvSeq then holds two tables: the
+// full layers' blocks (every logical block 0..n) and the ring, the windowed layers' blocks of
+// logical blocks ring_first..n only. release_window() frees the ring's leading blocks once the
+// window (plus the trim margin) has passed them, so a sequence's ring stops growing at the
+// window. The prefix cache is off for a manager with rings (not built for windowed blocks).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -51,8 +53,11 @@ class PrefixHit {
 // to the worker and published to the prefix cache. Opaque: only KvCacheManager changes it.
 class KvSeq {
  public:
-  bool empty() const { return blocks_.empty() && tail_.empty(); }  // holds no block
+  bool empty() const { return blocks_.empty() && tail_.empty() && ring_.empty(); }  // holds no block
   uint32_t blocks() const { return static_cast<uint32_t>(blocks_.size()); }
+  uint32_t ring_blocks() const { return static_cast<uint32_t>(ring_.size()); }
+  // Logical index of the ring's first held block; the ring covers ring_first() .. blocks() - 1.
+  uint32_t ring_first() const { return ring_first_; }
 
  private:
   friend class KvCacheManager;
@@ -63,6 +68,8 @@ class KvSeq {
   bool started_ = false;          // took its prefix and tail blocks (the first allocate_slots)
   uint32_t published_ = 0;        // leading blocks offered to the prefix cache
   bool publish_stopped_ = false;  // a block's key was taken by another copy, or its KV failed
+  std::vector<int32_t> ring_;     // windowed layers' blocks of logical blocks ring_first_ ..
+  uint32_t ring_first_ = 0;
 };
 
 class KvCacheManager {
@@ -70,6 +77,20 @@ class KvCacheManager {
   // `tail_blocks`: blocks each sequence takes besides its positions' (WorkerInfo::tail_blocks).
   // `prefix_cache` off: match_prefix finds nothing and publish offers nothing.
   KvCacheManager(uint32_t n_blocks, uint32_t block_tokens, uint32_t tail_blocks, bool prefix_cache, BlockHash hash);
+
+  // Windowed layers keep their own pool of `ring_blocks` blocks (ids 0..ring_blocks-1) and each
+  // sequence only the blocks its window needs: `window` (W, a query at p sees p-W+1..p),
+  // `margin` positions more (the most a round's trim may cut back: no trim needs a released
+  // block), and `step_tokens`, the most positions one step computes for a sequence (a prefill
+  // chunk's first query still sees W-1 keys before it). Turns the prefix cache off. Call once,
+  // before any sequence starts; 0 blocks or a 0 window leave rings off.
+  void set_rings(uint32_t ring_blocks, uint32_t window, uint32_t margin, uint32_t step_tokens);
+  bool rings() const { return window_ > 0; }
+  uint32_t ring_total() const { return ring_pool_.total(); }
+  uint32_t ring_free() const { return ring_pool_.free(); }
+  uint32_t ring_used() const { return ring_pool_.used(); }
+  // The ring blocks a sequence of `positions` positions holds at most (0 without rings).
+  uint32_t ring_need(uint32_t positions) const { return rings() ? std::min(blocks_for(positions), ring_cap_) : 0; }
 
   uint32_t block_tokens() const { return block_tokens_; }
   uint32_t total() const { return pool_.total(); }
@@ -101,6 +122,10 @@ class KvCacheManager {
     if (seq.started_ && seq.blocks_.size() >= blocks_for(positions)) return true;  // every decode but one a block
     return allocate_more(seq, positions, prefix);
   }
+  // Rings: frees the ring's leading blocks whose every position is below
+  // first_query - W + 1 - margin, where `first_query` is the lowest position the next step of
+  // `seq` computes (its computed positions). Never frees a block the ring does not hold.
+  void release_window(KvSeq& seq, uint32_t first_query);
   // Gives back every block of `seq` (shared ones lose a reference; published ones stay cached).
   void free(KvSeq& seq);
   // Keeps slots for `seq`'s first `positions` positions only and frees the blocks past them
@@ -133,14 +158,19 @@ class KvCacheManager {
   // Every block of `seq` counts as sent (a KvExpect named them all).
   void mark_sent(KvSeq& seq) { seq.blocks_sent_ = seq.worker_blocks_ = seq.blocks_.size(); }
 
-  bool consistent() const { return pool_.consistent(); }  // BlockPool::consistent
+  bool consistent() const { return pool_.consistent() && ring_pool_.consistent(); }  // BlockPool::consistent
 
  private:
   uint32_t blocks_for(uint32_t positions) const { return (positions + block_tokens_ - 1) / block_tokens_; }
   bool allocate_more(KvSeq& seq, uint32_t positions, const PrefixHit& prefix);
   void extend_keys(std::span<const int32_t> tokens, PrefixKeys& keys) const;
 
+  bool allocate_ring(KvSeq& seq);  // ring blocks up to seq.blocks_.size(); false: none taken
+  void release_ring_front(KvSeq& seq, uint32_t first);
+
   BlockPool pool_;
+  BlockPool ring_pool_{0};
+  uint32_t window_ = 0, margin_ = 0, ring_cap_ = 0;
   uint32_t block_tokens_;
   uint32_t tail_blocks_;
   bool prefix_cache_;

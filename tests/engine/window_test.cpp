@@ -14,6 +14,7 @@
 #include "tests/test_util.h"
 #include "tests/engine/step_runs.h"
 #include "workers/engine/engine.h"
+#include "workers/engine/generate.h"
 
 namespace tandem::engine {
 namespace {
@@ -91,6 +92,14 @@ TEST(Windows, EdgeOfTheWindowIsPositionW) {
 
 class WindowedKv : public ::testing::TestWithParam<KvFormat> {};
 
+// A test name from a KV format: "q8/g32+w0" -> "q8_g32_w0".
+std::string format_name(const ::testing::TestParamInfo<KvFormat>& info) {
+  std::string s = info.param.to_string();
+  for (char& ch : s)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return s;
+}
+
 // Gemma 3's five windowed layers and one full layer, a 150-token sequence (prompt 140, more than
 // 4 windows, then 10 decode steps): alone in one chunk, cut across block and window edges beside
 // another sequence, and one token a step, in this KV format: the same bits.
@@ -135,12 +144,91 @@ INSTANTIATE_TEST_SUITE_P(Formats, WindowedKv,
                          ::testing::Values(KvFormat{}, KvFormat{8, 64, false}, KvFormat{8, 32, false, 0},
                                            KvFormat{4, 32, true}, KvFormat{4, 64, false, 2, KvScheme::kRotated},
                                            KvFormat{3, 64, false, 0, KvScheme::kRotated}),
-                         [](const auto& info) {
-                           std::string s = info.param.to_string();
-                           for (char& ch : s)
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return s;
-                         });
+                         format_name);
+
+class WindowedRings : public ::testing::TestWithParam<KvFormat> {};
+
+// Rings (docs/WINDOWS.md): the windowed layers keep only the blocks of their window, in a ring
+// pool of their own whose freed ids are reused at once; Gemma 3 tiny's logits over a 300-token
+// prompt (more than 9 windows) and 10 decode steps, cut in chunks and batched, are bitwise those
+// of the same sequence keeping every block, in one chunk.
+TEST_P(WindowedRings, LogitsAreBitwiseThoseOfKeepingEveryBlock) {
+  const KvFormat format = GetParam();
+  auto e = Engine::load(made_model("gemma3", "--arch gemma3"), {2, GemmBackend::kPacked});
+  ASSERT_TRUE(e) << e.status().to_string();
+  const uint32_t n = 310, prompt = 300, vocab = (*e)->config().vocab_size, per_seq = 20;
+  auto kept = KvPool::create((*e)->config(), per_seq, 16, format);
+  auto ringed = KvPool::create((*e)->config(), 3 * per_seq, 16, format, 30);
+  ASSERT_TRUE(kept && ringed) << kept.status().to_string() << ringed.status().to_string();
+  EXPECT_EQ((*kept)->block_bytes(), (*ringed)->block_bytes() + (*ringed)->ring_block_bytes());
+  const auto tokens = test::random_tokens(n, vocab, 31), other = test::random_tokens(n, vocab, 32);
+  auto make = [&](const std::vector<int32_t>& t, int32_t slot, std::vector<uint32_t> cuts) {
+    Seq s{t, std::vector<int32_t>(per_seq), std::move(cuts)};
+    std::iota(s.blocks.begin(), s.blocks.end(), slot * static_cast<int32_t>(per_seq));
+    for (uint32_t p = prompt + 1; p <= n; ++p) s.cuts.push_back(p);
+    return s;
+  };
+  std::vector<Seq> alone = {make(tokens, 0, {prompt})};
+  test_runs::run(**e, **kept, nullptr, alone);
+  test_runs::Rings rings{kWindow, std::vector<int32_t>(30)};
+  std::iota(rings.free_ids.rbegin(), rings.free_ids.rend(), 0);
+  std::vector<Seq> shared = {make(other, 0, cuts_every(prompt, {64, 64, 12})),
+                             make(tokens, 1, cuts_every(prompt, {7, 30}))};
+  test_runs::run(**e, **ringed, nullptr, shared, &rings);
+  std::vector<Seq> single = {make(tokens, 2, cuts_every(prompt, {1}))};
+  test_runs::run(**e, **ringed, nullptr, single, &rings);
+  const size_t bytes = alone[0].logits.size() * sizeof(float);
+  EXPECT_EQ(std::memcmp(alone[0].logits.data(), shared[1].logits.data(), bytes), 0) << "chunks of 7 and 30, batched";
+  EXPECT_EQ(std::memcmp(alone[0].logits.data(), single[0].logits.data(), bytes), 0) << "one token a step";
+  // The ring held at most the window's blocks plus a chunk's: (31 + 64) / 16 rounded up, plus one.
+  EXPECT_LE(shared[0].ring_peak, 7u);
+  EXPECT_LE(single[0].ring_peak, 3u);
+  EXPECT_EQ(single[0].ring_first, (n - kWindow) / 16);  // the blocks before the window were given back
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, WindowedRings,
+                         ::testing::Values(KvFormat{}, KvFormat{8, 32, false, 0},
+                                           KvFormat{3, 64, false, 0, KvScheme::kRotated}),
+                         format_name);
+
+TEST(WindowedRings, APoolWithRingsRefusesTheF32WindowTailAndAModelWithoutWindows) {
+  auto e = Engine::load(made_model("gemma3", "--arch gemma3"), {1, GemmBackend::kPacked});
+  ASSERT_TRUE(e) << e.status().to_string();
+  auto tail = KvPool::create((*e)->config(), 8, 16, KvFormat{8, 32, false, 2}, 4);
+  ASSERT_FALSE(tail);
+  EXPECT_NE(tail.status().to_string().find("--kv-f32-window 0"), std::string::npos) << tail.status().to_string();
+  auto llama = Engine::load(made_model("llama", "--arch llama"), {1, GemmBackend::kPacked});
+  ASSERT_TRUE(llama) << llama.status().to_string();
+  auto none = KvPool::create((*llama)->config(), 8, 16, KvFormat{}, 4);
+  ASSERT_FALSE(none);
+  EXPECT_NE(none.status().to_string().find("sliding-window layers"), std::string::npos) << none.status().to_string();
+}
+
+// generate() with rings (`tandem run`'s path): a rotating ring of a few blocks for the windowed
+// layers gives the tokens and log-probabilities of keeping every block, over a 300-token prompt
+// in chunks of 50 and 40 sampled tokens (temperature 0.8: a flipped logit would show).
+TEST(WindowedRings, GenerateWithARotatingRingIsGenerateKeepingEveryBlock) {
+  auto e = Engine::load(made_model("gemma3", "--arch gemma3"), {2, GemmBackend::kPacked});
+  ASSERT_TRUE(e) << e.status().to_string();
+  const auto prompt = test::random_tokens(300, (*e)->config().vocab_size, 41);
+  GenerateOptions o;
+  o.max_tokens = 40;
+  o.ignore_eos = true;
+  o.prefill_chunk = 50;  // not a multiple of 16: a chunk spans the most blocks the ring holds
+  o.sampling.temperature = 0.8f;
+  o.sampling.seed = 5;
+  auto kept = generate(**e, prompt, o);
+  o.rings = true;
+  auto ringed = generate(**e, prompt, o);
+  ASSERT_TRUE(kept && ringed) << kept.status().to_string() << ringed.status().to_string();
+  EXPECT_EQ(kept->tokens, ringed->tokens);
+  EXPECT_EQ(kept->logprobs, ringed->logprobs);
+  auto llama = Engine::load(made_model("llama", "--arch llama"), {1, GemmBackend::kPacked});
+  ASSERT_TRUE(llama) << llama.status().to_string();
+  auto refused = generate(**llama, std::vector<int32_t>{1, 2, 3}, o);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.status().to_string().find("sliding-window"), std::string::npos);
+}
 
 }  // namespace
 }  // namespace tandem::engine

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -132,6 +133,124 @@ TEST(KvCacheManager, RandomizedGrowTrimFreeReturnsEveryBlock) {
   for (KvSeq& s : seqs) kv.free(s);
   EXPECT_EQ(kv.free() + kv.cached(), 64u);
   EXPECT_EQ(kv.used(), 0u);
+}
+
+// Rings (set_rings): a windowed layer's blocks of one sequence stay bounded by the window while
+// the full layers' blocks grow with the context.
+TEST(KvCacheManagerRings, TheRingStopsGrowingAtTheWindowAndFreeReturnsBothPools) {
+  KvCacheManager kv(128, 4, 1, false, xxh3_block_hash);
+  kv.set_rings(8, 10, 2, 1);          // W = 10, margin 2, one position a step
+  EXPECT_EQ(kv.ring_need(1000), 4u);  // the blocks of 9 + 2 + 1 positions, plus one
+  KvSeq seq;
+  for (uint32_t c = 0; c < 400; ++c) {
+    kv.release_window(seq, c);
+    ASSERT_TRUE(kv.allocate_slots(seq, c + 1));
+    ASSERT_LE(seq.ring_blocks(), kv.ring_need(c + 1));
+    ASSERT_EQ(seq.ring_first() + seq.ring_blocks(), seq.blocks());
+    ASSERT_LE(seq.ring_first() * 4, c + 1 > 10 ? c + 1 - 10 : 0);  // the window's keys are all held
+  }
+  EXPECT_EQ(seq.blocks(), 100u);
+  EXPECT_EQ(kv.ring_used(), seq.ring_blocks());
+  kv.free(seq);
+  EXPECT_TRUE(seq.empty());
+  EXPECT_EQ(kv.free(), 128u);
+  EXPECT_EQ(kv.ring_free(), 8u);
+  EXPECT_TRUE(kv.consistent());
+}
+
+TEST(KvCacheManagerRings, AFullRingPoolRefusesAndTakesNoFullBlock) {
+  KvCacheManager kv(64, 4, 0, false, xxh3_block_hash);
+  kv.set_rings(3, 8, 0, 4);
+  EXPECT_FALSE(kv.can_ever_fit(1000));  // 4 ring blocks needed, 3 exist
+  KvSeq a, b;
+  ASSERT_TRUE(kv.allocate_slots(a, 8));  // 2 ring blocks
+  EXPECT_FALSE(kv.has_room({}, 8, 0));
+  EXPECT_FALSE(kv.allocate_slots(b, 8));
+  EXPECT_TRUE(b.empty());
+  ASSERT_TRUE(kv.allocate_slots(a, 12));
+  EXPECT_FALSE(kv.allocate_slots(a, 16));  // the ring pool is out: a keeps its 3 full blocks
+  EXPECT_EQ(a.blocks(), 3u);
+  EXPECT_EQ(kv.used(), 3u);
+  kv.release_window(a, 12);  // keys from 5 on: block 0 (positions 0..3) leaves
+  EXPECT_EQ(a.ring_first(), 1u);
+  ASSERT_TRUE(kv.allocate_slots(a, 16));
+  kv.free(a);
+  EXPECT_EQ(kv.free(), 64u);
+  EXPECT_EQ(kv.ring_free(), 3u);
+}
+
+// Many sequences grow by chunks, are trimmed back (never past the margin behind the first query
+// their ring was released for), and are finished, cancelled or preempted (free) at random; against
+// a model of which ring blocks each must hold.
+TEST(KvCacheManagerRings, RandomizedRingsReleaseAsTheWindowPassesAndEveryBlockComesBack) {
+  constexpr uint32_t kB = 4, kW = 11, kMargin = 3, kStep = 6;
+  KvCacheManager kv(256, kB, 1, false, xxh3_block_hash);
+  kv.set_rings(40, kW, kMargin, kStep);
+  std::mt19937 rng(11);
+  struct Model {
+    KvSeq seq;
+    uint32_t len = 0, first = 0, released_for = 0;
+  };
+  std::vector<Model> seqs(6);
+  uint32_t releases = 0;
+  for (int step = 0; step < 20000; ++step) {
+    Model& m = seqs[rng() % seqs.size()];
+    const uint32_t op = rng() % 8;
+    if (op < 5) {  // a step computing positions len .. len + n - 1
+      const uint32_t n = 1 + rng() % kStep, before = m.seq.ring_first();
+      kv.release_window(m.seq, m.len);
+      releases += m.seq.ring_first() > before;
+      if (m.len + 1 >= kW + kMargin) m.first = std::max(m.first, (m.len + 1 - kW - kMargin) / kB);
+      m.first = std::min(m.first, m.seq.blocks());
+      m.released_for = std::max(m.released_for, m.len);
+      if (kv.allocate_slots(m.seq, m.len + n)) m.len += n;
+      ASSERT_EQ(m.seq.ring_first(), m.first);  // released exactly as the window passed
+      ASSERT_LE(m.seq.ring_first() * kB, m.len > kW ? m.len - kW : 0);
+    } else if (op < 7) {  // a speculative trim, within the margin
+      const uint32_t floor = m.released_for > kMargin ? m.released_for - kMargin : 0;
+      if (m.len > floor + 1) kv.trim(m.seq, m.len = floor + 1 + rng() % (m.len - floor - 1));
+    } else {  // finish, cancel or preempt: all free
+      kv.free(m.seq);
+      m = Model{};
+    }
+    uint32_t ring = 0;
+    for (const Model& s : seqs) {
+      ASSERT_EQ(s.seq.ring_first() + s.seq.ring_blocks(), s.seq.blocks());
+      ASSERT_LE(s.seq.ring_blocks(), kv.ring_need(s.len));
+      ring += s.seq.ring_blocks();
+    }
+    ASSERT_EQ(kv.ring_used(), ring);
+    ASSERT_TRUE(kv.consistent());
+  }
+  EXPECT_GT(releases, 1000u);
+  for (Model& m : seqs) kv.free(m.seq);
+  EXPECT_EQ(kv.free(), 256u);
+  EXPECT_EQ(kv.ring_free(), 40u);
+}
+
+// bench/RESULTS.md "Rings": gemma3 small's shape (W = 512, blocks of 16; 18 layers, 15 windowed),
+// a prompt in chunks of 512 then one position a step: the ring holds the same blocks at 1k, 4k
+// and 16k while the full layers' table grows with the context.
+TEST(KvCacheManagerRings, TheRingHoldsTheSameBlocksAt1k4kAnd16k) {
+  KvCacheManager kv(1u << 12, 16, 0, false, xxh3_block_hash);
+  kv.set_rings(64, 512, 0, 512);
+  KvSeq seq;
+  uint32_t c = 0;
+  std::vector<uint32_t> ring_at;
+  for (const uint32_t context : {1024u, 4096u, 16384u}) {
+    for (; c < context; c += c < 2048 ? 512 : 1) {
+      kv.release_window(seq, c);
+      ASSERT_TRUE(kv.allocate_slots(seq, c + (c < 2048 ? 512 : 1)));
+    }
+    kv.release_window(seq, c);  // before the next step
+    ring_at.push_back(seq.ring_blocks());
+    std::printf("context %u: full-layer blocks %u, ring blocks %u\n", context, seq.blocks(), seq.ring_blocks());
+  }
+  EXPECT_EQ(ring_at[0], 32u);  // the 511 keys a query at 1024 sees, from block 32 on
+  EXPECT_EQ(ring_at[1], ring_at[0]);
+  EXPECT_EQ(ring_at[2], ring_at[0]);
+  EXPECT_EQ(seq.blocks(), 1024u);
+  kv.free(seq);
 }
 
 }  // namespace

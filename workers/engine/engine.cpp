@@ -592,6 +592,10 @@ Result<Engine::StepShape> Engine::check_step(std::span<const SeqStep> step, cons
       shape.window_rows += (back + q.tokens.size()) * 2 * c.n_kv_heads;
       shape.read_back_rows += back * c.n_kv_heads;
     }
+    if (pool.ring_blocks()) {
+      TANDEM_RETURN_IF_ERROR(check_ring(q, pool, end));
+      shape.ring_entries += (end + bt - 1) / bt;
+    }
     if (q.n_logits > q.tokens.size())
       return bad("asks logits for " + std::to_string(q.n_logits) + " of " + std::to_string(q.tokens.size()) +
                  " tokens");
@@ -605,6 +609,40 @@ Result<Engine::StepShape> Engine::check_step(std::span<const SeqStep> step, cons
   return shape;
 }
 
+Status Engine::check_ring(const SeqStep& q, const KvPool& pool, uint64_t end) const {
+  const uint32_t bt = pool.block_tokens(), w = config_.sliding_window;
+  const uint64_t need = (end + bt - 1) / bt;
+  // Messages are built only on failure.
+  auto bad = [](const std::string& what) { return Status::invalid("forward: ring: " + what); };
+  if (q.ring.empty() || q.ring_first + uint64_t{q.ring.size()} < need)
+    return bad("blocks " + std::to_string(q.ring_first) + " .. " + std::to_string(q.ring_first + q.ring.size()) +
+               " do not reach block " + std::to_string(need - 1));
+  const uint64_t seen = q.start_pos + 1 > w ? q.start_pos + 1 - w : 0;  // the first query's first key
+  if (uint64_t{q.ring_first} * bt > seen)
+    return bad("starts at block " + std::to_string(q.ring_first) + ", but position " + std::to_string(q.start_pos) +
+               " sees keys from " + std::to_string(seen));
+  for (int32_t b : q.ring)
+    if (b < 0 || static_cast<uint32_t>(b) >= pool.ring_blocks())
+      return bad("block id " + std::to_string(b) + " is outside the ring pool of " +
+                 std::to_string(pool.ring_blocks()));
+  return Status::ok();
+}
+
+void Engine::lay_out_rings(std::span<const SeqStep> step, const KvPool& pool, const StepShape& shape) {
+  if (!pool.ring_blocks()) return;
+  if (ring_tables_.size() < shape.ring_entries) ring_tables_.resize(shape.ring_entries);
+  if (seq_ring_at_.size() < step.size()) seq_ring_at_.resize(step.size());
+  const uint32_t bt = pool.block_tokens();
+  size_t at = 0;
+  for (size_t s = 0; s < step.size(); ++s) {
+    const SeqStep& q = step[s];
+    const size_t n = (q.start_pos + q.tokens.size() + bt - 1) / bt;
+    seq_ring_at_[s] = at;
+    for (size_t b = 0; b < n; ++b) ring_tables_[at + b] = q.ring[b < q.ring_first ? 0 : b - q.ring_first];
+    at += n;
+  }
+}
+
 void Engine::lay_out_step(std::span<const SeqStep> step, const KvPool& pool, const StepShape& shape) {
   const ModelConfig& c = config_;
   const uint32_t bt = pool.block_tokens(), dim = c.dim;
@@ -615,6 +653,7 @@ void Engine::lay_out_step(std::span<const SeqStep> step, const KvPool& pool, con
   if (read_back_.size() < shape.read_back_rows * 2 * c.head_dim())
     read_back_.resize(shape.read_back_rows * 2 * c.head_dim());
   if (seq_window_.size() < step.size()) seq_window_.resize(step.size()), seq_row0_.resize(step.size());
+  lay_out_rings(step, pool, shape);
   uint32_t t = 0;
   int64_t next_window = 0;  // index into window_rows_
   for (size_t s = 0; s < step.size(); ++s) {
@@ -680,8 +719,7 @@ void Engine::rope_and_store(std::span<const SeqStep> step, KvPool& pool, uint32_
     float* row = &qkv_[size_t{t} * qkv_w];
     const uint32_t pos = row_pos_[t];
     position_qk(L, row, pos);
-    const SeqStep& q = step[row_seq_[t]];
-    const uint32_t blk = static_cast<uint32_t>(q.blocks[pos / bt]);
+    const uint32_t blk = static_cast<uint32_t>(layer_table(step, pool, l, row_seq_[t])[pos / bt]);
     for (uint32_t h = 0; h < n_kv; ++h) pool.write(l, h, blk, pos % bt, row + qd + h * hd, row + qd + kvd + h * hd);
   }
 }
@@ -720,7 +758,7 @@ void Engine::attend(std::span<const SeqStep> step, const KvPool& pool, uint32_t 
     for (uint32_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < items;) {
       const uint32_t t = it / n_kv, h = it % n_kv;
       a.q = &qkv_[size_t{t} * qkv_w + size_t{h} * group * hd];
-      a.blocks = step[row_seq_[t]].blocks.data();
+      a.blocks = layer_table(step, pool, l, row_seq_[t]);
       a.k_bytes = pool.block_data(l, h, 0, 0);
       a.v_bytes = pool.block_data(l, h, 1, 0);
       a.k_base = reinterpret_cast<const float*>(a.k_bytes);

@@ -67,6 +67,12 @@ struct SeqStep {
   // A hybrid model's recurrent state slot (StatePool): at start_pos 0 the engine zeroes it,
   // otherwise it must hold exactly start_pos positions. -1: none (models without recurrent layers).
   int32_t state_slot = -1;
+  // A pool with rings (KvPool::ring_blocks): the windowed layers' blocks of logical blocks
+  // ring_first .. ceil(end / block_tokens) - 1 (ids in the ring region). Blocks before
+  // ring_first were released: the step's first query must not see them
+  // (ring_first * block_tokens <= start_pos + 1 - W). Ignored without rings.
+  std::span<const int32_t> ring = {};
+  uint32_t ring_first = 0;
 };
 
 class Engine {
@@ -133,7 +139,15 @@ class Engine {
     uint64_t tokens = 0, logit_rows = 0;
     uint32_t max_keys = 0;
     uint64_t window_rows = 0, read_back_rows = 0;  // F32 window: row pointers, rows it may read back
+    uint64_t ring_entries = 0;                     // rings: logical table entries of the step
   };
+  Status check_ring(const SeqStep& q, const KvPool& pool, uint64_t end) const;
+  // The block table layer l reads sequence s from: its blocks, or (a ring layer) its logical
+  // ring table, whose released entries repeat ring[0] (masked keys: their probability is 0).
+  const int32_t* layer_table(std::span<const SeqStep> step, const KvPool& pool, uint32_t l, size_t s) const {
+    return pool.ring_layer(l) ? ring_tables_.data() + seq_ring_at_[s] : step[s].blocks.data();
+  }
+  void lay_out_rings(std::span<const SeqStep> step, const KvPool& pool, const StepShape& shape);
   // The stages of forward(): every check before anything is written; scratch, embeddings and
   // window geometry; then per layer the attention block (norm, QKV, RoPE + KV store,
   // attention, output projection, residual) and the feed-forward block; then the logits.
@@ -232,7 +246,9 @@ class Engine {
   std::vector<const float*> window_rows_;
   std::vector<float> read_back_;
   std::vector<SeqWindow> seq_window_;
-  std::vector<uint32_t> seq_row0_;  // first row of each sequence in the step
+  std::vector<uint32_t> seq_row0_;    // first row of each sequence in the step
+  std::vector<int32_t> ring_tables_;  // rings: each sequence's logical table (grows only)
+  std::vector<size_t> seq_ring_at_;
   uint32_t n_logit_rows_ = 0;
 };
 

@@ -19,6 +19,22 @@ uint32_t draft_room(const GenerateOptions& options, uint32_t at, uint32_t total,
   return at + 1 + k <= total ? k : 0;
 }
 
+// Blocks of 16 that `span` consecutive positions can touch (the first at a block's last slot).
+uint32_t ring_blocks(uint32_t span) { return (span + 30) / 16; }
+
+// A single sequence's rotating ring (GenerateOptions::rings): logical block b in slot b % size.
+// The ring of a step starts at the block of its first query's first key.
+struct Ring {
+  std::vector<int32_t> slots;  // this step's ring (size(): the ring's blocks; empty: no rings)
+  void place(SeqStep& s, uint32_t window) {
+    if (slots.empty()) return;
+    const uint32_t n = static_cast<uint32_t>(slots.size());
+    s.ring_first = s.start_pos + 1 > window ? (s.start_pos + 1 - window) / 16 : 0;
+    for (uint32_t i = 0; i < n; ++i) slots[i] = static_cast<int32_t>((s.ring_first + i) % n);
+    s.ring = slots;
+  }
+};
+
 // One row of a round: the token plain decoding samples there, or, for draft `draft` (>= 0)
 // that came with a distribution q at temperature > 0, the rejection rule's token (the
 // draft itself when accepted).
@@ -41,7 +57,8 @@ Sample sample_row(Sampler& sampler, std::span<const float> logits, const Generat
 // drafts equal to their samples, feeds the last token and the next drafts.
 Status decode(Engine& engine, KvPool& pool, StatePool* states, std::span<const int32_t> blocks,
               std::span<const int32_t> tail, size_t prompt_len, uint32_t total, const GenerateOptions& options,
-              std::vector<int32_t>& seq, Generation& gen, const std::function<void(int32_t, float)>& on_token) {
+              std::vector<int32_t>& seq, Generation& gen, const std::function<void(int32_t, float)>& on_token,
+              Ring& ring) {
   if (options.max_tokens == 0) return Status::ok();
   Sampler sampler(engine.config().vocab_size);
   std::vector<float> p(engine.config().vocab_size);
@@ -79,6 +96,7 @@ Status decode(Engine& engine, KvPool& pool, StatePool* states, std::span<const i
     feed[0] = seq.back();
     drafted = k > 0 ? options.drafter->draft(seq, std::span<int32_t>(feed).subspan(1, k)) : 0;
     SeqStep s{std::span<const int32_t>(feed).first(1 + drafted), at, blocks, 1 + drafted, tail, tail_end, 0};
+    ring.place(s, engine.config().sliding_window);
     TANDEM_RETURN_IF_ERROR(engine.forward({&s, 1}, pool, states));
     tail_end = at + 1 + drafted;
     ++gen.decode_steps;
@@ -100,7 +118,12 @@ Result<Generation> generate(Engine& engine, std::span<const int32_t> prompt, con
   const uint32_t total =
       std::min<uint32_t>(c.context_length, static_cast<uint32_t>(prompt.size()) + options.max_tokens);
   const uint32_t n_blocks = (total + 15) / 16, n_tail = KvPool::tail_blocks_for(c, 16, options.kv_format);
-  auto pool = KvPool::create(c, n_blocks + n_tail, 16, options.kv_format);
+  if (options.rings && c.sliding_window == 0)
+    return Status::invalid("KV rings need a model with sliding-window layers; this one has none");
+  Ring ring;
+  if (options.rings)
+    ring.slots.resize(ring_blocks(c.sliding_window - 1 + std::max(options.prefill_chunk, 1 + options.spec_tokens)));
+  auto pool = KvPool::create(c, n_blocks + n_tail, 16, options.kv_format, static_cast<uint32_t>(ring.slots.size()));
   if (!pool) return pool.status();
   // A hybrid's recurrent state: one slot, this sequence's.
   std::unique_ptr<StatePool> states;
@@ -124,13 +147,14 @@ Result<Generation> generate(Engine& engine, std::span<const int32_t> prompt, con
     const uint32_t n = std::min<uint32_t>(options.prefill_chunk, static_cast<uint32_t>(prompt.size()) - pos);
     const bool last = pos + n == prompt.size();
     SeqStep s{prompt.subspan(pos, n), pos, blocks, last ? 1u : 0u, tail, pos, 0};
+    ring.place(s, c.sliding_window);
     TANDEM_RETURN_IF_ERROR(engine.forward({&s, 1}, **pool, states.get()));
     pos += n;
   }
   auto t1 = now();
   gen.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
   TANDEM_RETURN_IF_ERROR(
-      decode(engine, **pool, states.get(), blocks, tail, prompt.size(), total, options, seq, gen, on_token));
+      decode(engine, **pool, states.get(), blocks, tail, prompt.size(), total, options, seq, gen, on_token, ring));
   gen.decode_seconds = std::chrono::duration<double>(now() - t1).count();
   return gen;
 }

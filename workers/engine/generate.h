@@ -40,6 +40,12 @@ struct GenerateOptions {
   // the tokens are distributed as plain decoding's, not equal to them.
   Drafter* drafter = nullptr;
   uint32_t spec_tokens = 0;
+  // Rings (docs/WINDOWS.md): a model's windowed layers keep only their window's blocks, a
+  // rotating ring of the blocks W - 1 + max(prefill_chunk, 1 + spec_tokens) positions can touch
+  // (logical block b in slot b % ring), so their memory stays constant with the context. The
+  // tokens are those without rings. Refused for a model without windowed layers and with an
+  // F32 window tail (KvPool::create).
+  bool rings = false;
 };
 
 struct Generation {

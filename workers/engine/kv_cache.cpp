@@ -74,7 +74,7 @@ size_t region_block_bytes(uint32_t head_dim, uint32_t block_tokens, uint32_t bit
 }
 
 Result<std::unique_ptr<KvPool>> KvPool::create(const ModelConfig& config, uint32_t n_blocks, uint32_t block_tokens,
-                                               const KvFormat& format) {
+                                               const KvFormat& format, uint32_t ring_blocks) {
   if (block_tokens == 0 || block_tokens % 16 != 0)
     return Status::invalid("KV block size " + std::to_string(block_tokens) +
                            " tokens is not a positive multiple of 16");
@@ -105,12 +105,14 @@ Result<std::unique_ptr<KvPool>> KvPool::create(const ModelConfig& config, uint32
   pool->tail_blocks_ = tail_blocks_for(config, block_tokens, format);
   if (pool->tail_blocks_)
     pool->tail_rows_ = static_cast<uint32_t>(pool->quant_region_block_ / (pool->head_dim_ * sizeof(float)));
+  TANDEM_RETURN_IF_ERROR(pool->lay_out_rings(config, ring_blocks));
   size_t offset = 0;
   for (uint32_t l = 0; l < config.n_layers; ++l) {
     pool->layer_offset_.push_back(offset);
     if (config.is_recurrent(l)) continue;  // a hybrid's recurrent layer keeps its state in a StatePool
-    offset += 2 * size_t{config.n_kv_heads} * n_blocks * pool->region_block_bytes(l);
-    pool->block_bytes_ += 2 * size_t{config.n_kv_heads} * pool->region_block_bytes(l);
+    const size_t region = 2 * size_t{config.n_kv_heads} * pool->region_block_bytes(l);
+    offset += pool->layer_blocks_[l] * region;
+    (pool->ring_layer_[l] ? pool->ring_block_bytes_ : pool->block_bytes_) += region;
   }
   const size_t bytes = offset;
   // Huge pages where the kernel offers them (huge_pages.h): attention walks this memory in
@@ -131,6 +133,24 @@ Result<std::unique_ptr<KvPool>> KvPool::create(const ModelConfig& config, uint32
     for (size_t i = 0; i < rounded; i += 4096) reinterpret_cast<volatile uint8_t*>(p)[i] = 0;  // kernels before 5.14
   }
   return pool;
+}
+
+Status KvPool::lay_out_rings(const ModelConfig& config, uint32_t ring_blocks) {
+  ring_blocks_ = ring_blocks;
+  layer_blocks_.assign(config.n_layers, n_blocks_);
+  ring_layer_.assign(config.n_layers, 0);
+  if (ring_blocks == 0) return Status::ok();
+  if (tail_blocks_ != 0)
+    return Status::invalid("KV rings cannot keep the F32 window tail: use --kv-f32-window 0 or F32 KV");
+  bool windowed = false;
+  for (uint32_t l = 0; l < config.n_layers; ++l) {
+    if (config.window(l) == 0 || config.is_recurrent(l)) continue;
+    ring_layer_[l] = 1;
+    layer_blocks_[l] = ring_blocks;
+    windowed = true;
+  }
+  if (!windowed) return Status::invalid("KV rings need a model with sliding-window layers; this one has none");
+  return Status::ok();
 }
 
 size_t KvPool::bytes_per_block(const ModelConfig& config, uint32_t block_tokens, const KvFormat& format) {

@@ -99,8 +99,13 @@ QuantParams quantize_group(const float* x, uint32_t n, uint32_t bits, uint8_t* c
 class KvPool {
  public:
   // block_tokens must be a positive multiple of 16; the format must validate.
+  // `ring_blocks` > 0 (rings, docs/WINDOWS.md): the windowed layers' regions hold that many
+  // blocks, ids of their own (a sequence's ring, SeqStep::ring), and the full layers' n_blocks;
+  // refused for a model without windowed layers and with an F32 window tail (its rows live in
+  // every quantized layer's region under the full layers' ids).
   static Result<std::unique_ptr<KvPool>> create(const ModelConfig& config, uint32_t n_blocks,
-                                                uint32_t block_tokens = 16, const KvFormat& format = {});
+                                                uint32_t block_tokens = 16, const KvFormat& format = {},
+                                                uint32_t ring_blocks = 0);
   // Bytes one block takes across all layers, heads, K and V, in this format.
   static size_t bytes_per_block(const ModelConfig& config, uint32_t block_tokens = 16, const KvFormat& format = {});
   // Pool blocks a sequence's tail takes (the F32 copy of its f32_window most recent blocks,
@@ -112,6 +117,9 @@ class KvPool {
                                    const KvFormat& format = {});
 
   uint32_t n_blocks() const { return n_blocks_; }
+  uint32_t ring_blocks() const { return ring_blocks_; }  // 0: no rings, every layer under n_blocks ids
+  // Layer `layer` keeps its blocks in the ring region (a windowed layer of a pool with rings).
+  bool ring_layer(uint32_t layer) const { return ring_layer_[layer] != 0; }
   uint32_t block_tokens() const { return block_tokens_; }
   uint32_t n_layers() const { return n_layers_; }
   uint32_t n_kv_heads() const { return n_kv_heads_; }
@@ -128,7 +136,9 @@ class KvPool {
   }
   const kv_rotation::Levels* rotation_levels() const { return levels_; }
   // Bytes one block takes across all layers, heads, K and V.
+  // (With rings: the full layers' only; ring_block_bytes() is the windowed layers'.)
   size_t block_bytes() const { return block_bytes_; }
+  size_t ring_block_bytes() const { return ring_block_bytes_; }
   // Blocks one sequence's tail takes (see tail_blocks_for); 0: no F32 window.
   uint32_t tail_blocks() const { return tail_blocks_; }
   // Tokens a tail holds: f32_window * block_tokens (position p at row p % tail_tokens()).
@@ -150,7 +160,7 @@ class KvPool {
   // format transfers that block's KV exactly.
   uint8_t* block_data(uint32_t layer, uint32_t kv_head, uint32_t kv, uint32_t block) {
     return data_.get() + layer_offset_[layer] +
-           ((size_t{kv_head} * 2 + kv) * n_blocks_ + block) * region_block_bytes(layer);
+           ((size_t{kv_head} * 2 + kv) * layer_blocks_[layer] + block) * region_block_bytes(layer);
   }
   const uint8_t* block_data(uint32_t layer, uint32_t kv_head, uint32_t kv, uint32_t block) const {
     return const_cast<KvPool*>(this)->block_data(layer, kv_head, kv, block);
@@ -167,6 +177,7 @@ class KvPool {
 
  private:
   KvPool() = default;
+  Status lay_out_rings(const ModelConfig& config, uint32_t ring_blocks);  // layer_blocks_, ring_layer_
   void write_uniform(uint8_t* kb, uint8_t* vb, uint32_t slot, uint32_t bits, const float* k, const float* v);
   void write_rotated(uint32_t layer, uint8_t* kb, uint8_t* vb, uint32_t slot, uint32_t bits, const float* k,
                      const float* v);
@@ -180,6 +191,10 @@ class KvPool {
   size_t f32_region_block_ = 0, quant_region_block_ = 0, block_bytes_ = 0;
   uint32_t tail_blocks_ = 0, tail_rows_ = 1;  // tail rows per block (quantized regions)
   std::vector<size_t> layer_offset_;          // byte offset of each layer's regions
+  std::vector<uint32_t> layer_blocks_;        // blocks in each layer's regions (n_blocks_ or ring_blocks_)
+  std::vector<uint8_t> ring_layer_;
+  uint32_t ring_blocks_ = 0;
+  size_t ring_block_bytes_ = 0;
 };
 
 // Bytes of one block in one region for a head of `head_dim`, `block_tokens` tokens.
