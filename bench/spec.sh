@@ -16,6 +16,10 @@
 # text prompts only, at concurrency 1 and 4 (4 and 8 requests: it decodes ~100x slower).
 #
 #   bench/spec.sh [BUILD] [PAIRS] [OUTPUT_LEN] [MODE]   e.g. bench/spec.sh build/release 3 256 ngram
+#   MODELS, WORKLOADS (text random), CONCS (1 16) restrict the runs; SPEC_TOKENS=K passes
+#   --spec-tokens K to the speculating deployments.
+#   SCALE=N runs N times the requests per run (16 at concurrency 1, 96 at 16): the tiny model's
+#   runs last under a second at SCALE=1, where one scheduling hiccup moves a ratio by 30 %.
 set -uo pipefail
 build=${1:-build/release}
 pairs=${2:-3}
@@ -45,6 +49,7 @@ spec_counts() {  # -> "rounds drafts accepted" summed over the workers
 }
 up() {  # model spec
   local spec=(--spec "$2")
+  [ "$2" != off ] && [ -n "${SPEC_TOKENS:-}" ] && spec+=(--spec-tokens "$SPEC_TOKENS")
   [ "$2" = draft ] && spec+=(--draft-model "$tmp/small-q4.gguf")
   rm -rf "$tmp/run"
   "$tandem" up --model "$1" --workers 1 --threads 2 "${spec[@]}" --runtime-dir "$tmp/run" --log-level warn \
@@ -61,7 +66,7 @@ down() {  # LOGS=DIR keeps each run's `tandem up` output there
   [ -n "${LOGS:-}" ] && mkdir -p "$LOGS" && cp "$tmp/up.out" "$LOGS/up-$(date +%s%N).out"
 }
 bench() {  # concurrency workload -> "tok_s rounds drafts accepted" of this run
-  local c=$1 w=$2 n=$(( $1 == 1 ? 16 : 96 )) before after
+  local c=$1 w=$2 n=$(( ($1 == 1 ? 16 : 96) * ${SCALE:-1} )) before after
   [ "$mode" = draft ] && n=$(( $1 == 1 ? 4 : 2 * $1 ))  # the small preset decodes ~100x slower
   before=$(spec_counts)
   local args=(--endpoint "ipc://$tmp/run/client.sock" --concurrency "$c" --num-requests "$n" --warmup "$c"
@@ -73,7 +78,7 @@ bench() {  # concurrency workload -> "tok_s rounds drafts accepted" of this run
     awk '{ printf "%.1f %d %d %d\n", $1, $5 - $2, $6 - $3, $7 - $4 }'
 }
 
-models="tiny-trained vocab-trained" workloads="text random" concs="1 16"
+models=${MODELS:-tiny-trained vocab-trained} workloads=${WORKLOADS:-text random} concs=${CONCS:-1 16}
 if [ "$mode" = draft ]; then
   workloads=text concs="1 4"
   "$tandem" make-model --preset small --seed 1 --out "$tmp/small.gguf" >/dev/null || exit 1
