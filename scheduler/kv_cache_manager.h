@@ -56,7 +56,8 @@ class KvSeq {
   bool empty() const { return blocks_.empty() && tail_.empty() && ring_.empty(); }  // holds no block
   uint32_t blocks() const { return static_cast<uint32_t>(blocks_.size()); }
   uint32_t ring_blocks() const { return static_cast<uint32_t>(ring_.size()); }
-  // Logical index of the ring's first held block; the ring covers ring_first() .. blocks() - 1.
+  // Logical index of the ring's first held block; the ring covers ring_first() .. blocks() - 1, or
+  // fewer (at most the ring cap) right after a whole prompt's placement (ring_end).
   uint32_t ring_first() const { return ring_first_; }
 
  private:
