@@ -27,6 +27,8 @@ void SeqPlan::clear() {
   principal.clear();
   speculate = false;
   max_drafts = max_len = keep_blocks = 0;
+  ring.clear();
+  ring_first = 0;
 }
 
 SeqPlan& StepPlan::add_seq() {
@@ -56,6 +58,8 @@ void to_proto(const StepPlan& plan, v1::StepPlan& out) {
     o.set_max_drafts(s.max_drafts);
     o.set_max_len(s.max_len);
     o.set_keep_blocks(s.keep_blocks);
+    o.mutable_ring_blocks()->Add(s.ring.begin(), s.ring.end());
+    o.set_ring_first(s.ring_first);
     if (!s.first) continue;
     model::to_proto(s.sampling, o.mutable_sampling());
     o.set_logprobs(s.logprobs);
@@ -82,6 +86,8 @@ void from_proto(const v1::StepPlan& plan, StepPlan& out) {
     s.max_drafts = o.max_drafts();
     s.max_len = o.max_len();
     s.keep_blocks = o.keep_blocks();
+    assign(o.ring_blocks(), s.ring);
+    s.ring_first = o.ring_first();
     s.first = o.has_sampling();
     if (!s.first) continue;
     s.sampling = model::from_proto(o.sampling());

@@ -37,6 +37,10 @@ struct SeqPlan {
   // > 0 cuts the worker's block table to that many blocks before new_blocks are appended.
   bool speculate = false;
   uint32_t max_drafts = 0, max_len = 0, keep_blocks = 0;
+  // Rings (a worker that registered a ring pool): the sequence's whole ring, the windowed
+  // layers' blocks of logical blocks ring_first .. (empty without rings).
+  std::vector<int32_t> ring;
+  uint32_t ring_first = 0;
   void clear();  // keeps the vectors' capacity
 };
 

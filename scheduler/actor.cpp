@@ -734,7 +734,8 @@ class Actor final : public Sink {
                    now,
                    kv_format(reg),
                    reg.weight_bytes(),
-                   uint64_t{reg.kv_blocks()} * (reg.block_bytes() + reg.draft_block_bytes()),
+                   uint64_t{reg.kv_blocks()} * (reg.block_bytes() + reg.draft_block_bytes()) +
+                       uint64_t{reg.kv_ring_blocks()} * reg.kv_ring_block_bytes(),
                    credential,
                    reg.kv_endpoint(),
                    peer};
@@ -742,7 +743,8 @@ class Actor final : public Sink {
     core_.add_worker(id,
                      WorkerInfo{*role, reg.kv_blocks(), reg.block_tokens(), reg.kv_endpoint(), reg.kv_tail_blocks(),
                                 reg.kv_public_key(), reg.kv_sender_public_key(),
-                                std::min(reg.spec_tokens(), WorkerInfo::kMaxSpecTokens), reg.state_slots()},
+                                std::min(reg.spec_tokens(), WorkerInfo::kMaxSpecTokens), reg.state_slots(),
+                                reg.kv_ring_blocks(), reg.kv_ring_window()},
                      now);
     command_.Clear();
     command_.set_version(kVersion);

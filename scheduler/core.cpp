@@ -83,7 +83,12 @@ struct Core::Worker {
   StepCost cost;                 // for the step-time target (prompt_allowance)
   WorkerStats stats;
   Worker(const WorkerInfo& info, const SchedulerConfig& config)
-      : kv(info.kv_blocks, info.block_tokens, info.tail_blocks, config.prefix_cache, config.block_hash) {}
+      : kv(info.kv_blocks, info.block_tokens, info.tail_blocks, config.prefix_cache, config.block_hash) {
+    // Rings: a round's trim cuts back at most its drafts (the margin); a step computes at most a
+    // prompt chunk or a round's 1 + drafts positions of a sequence.
+    const uint32_t drafts = info.role == Role::kPrefill ? 0 : std::min(info.spec_tokens, WorkerInfo::kMaxSpecTokens);
+    kv.set_rings(info.ring_blocks, info.ring_window, drafts, std::max(config.prefill_chunk, 1 + drafts));
+  }
   // When the worker could begin `plan`: once sent, and once the plan before it was answered.
   int64_t step_start(const InFlight& plan) const { return std::max(plan.sent_us, last_answer_us); }
 };
@@ -137,7 +142,8 @@ std::vector<Core::WorkerView> Core::workers() const {
   for (const auto& [id, w] : workers_) {
     const auto running = static_cast<uint32_t>(w->running.size());
     out.push_back({id, w->kv.total(), w->kv.free(), running, &w->stats, w->role, w->kv.cached(), w->kv.evictions(),
-                   w->spec_tokens, w->state_slots, w->state_slots > running ? w->state_slots - running : 0});
+                   w->spec_tokens, w->state_slots, w->state_slots > running ? w->state_slots - running : 0,
+                   w->kv.ring_total(), w->kv.ring_free()});
   }
   return out;
 }
@@ -616,6 +622,9 @@ void Core::plan_tokens(Worker& w, Placement& p, Request& r, uint32_t n, std::vec
   s.seq_id = p.seq_id;
   s.keep_blocks = w.kv.take_cut(p.kv);
   for (int32_t b : w.kv.take_unsent(p.kv)) s.new_blocks.push_back(b);
+  const std::span<const int32_t> ring = w.kv.ring(p.kv);
+  s.ring.assign(ring.begin(), ring.end());
+  s.ring_first = p.kv.ring_first();
   seqs.push_back(p.seq_id);
   ++p.inflight;  // the plan goes out: it has a sequence
   const bool prompt = r.fed < r.target;
@@ -675,6 +684,9 @@ bool Core::build_plan(Worker& w, int64_t now_us) {
     }
     const uint32_t n = std::min({want, budget, prompt ? prompt_room : want});
     if (n == 0) continue;
+    // Rings: the window has passed the blocks before the lowest position this step may compute
+    // (a speculating sequence's rounds in flight may accept no draft: its committed positions).
+    if (w.kv.rings()) w.kv.release_window(p.kv, r->fed - p.reserved);
     const Slots slots = w.kv.allocate_slots(p.kv, r->fed + n) ? Slots::kReserved : preempt_for(w, p, r->fed + n, seqs);
     if (slots == Slots::kPreempted) continue;
     if (slots == Slots::kShort) {

@@ -84,6 +84,10 @@ struct WorkerInfo {
   // A hybrid model's recurrent state slots (Register.state_slots): the worker holds at most
   // this many sequences, so admission counts them beside its blocks. 0: no such bound.
   uint32_t state_slots = 0;
+  // Rings (Register.kv_ring_blocks, docs/WINDOWS.md): the windowed layers' pool of ring_blocks
+  // blocks for layers of window ring_window; the core's manager keeps each sequence's ring,
+  // releases the blocks the window has passed and sends the ring with every plan. 0: none.
+  uint32_t ring_blocks = 0, ring_window = 0;
   static constexpr uint32_t kMaxSpecTokens = scheduler::kMaxSpecTokens;
 };
 
@@ -202,6 +206,7 @@ class Core {
     uint64_t evictions;
     uint32_t spec_tokens;                          // WorkerInfo::spec_tokens
     uint32_t state_slots_total, state_slots_free;  // WorkerInfo::state_slots, less one per running sequence
+    uint32_t ring_total, ring_free;                // the ring pool's blocks (0 total: no rings)
   };
   std::vector<WorkerView> workers() const;
   // Every request of this client that has not had its final event.

@@ -54,10 +54,10 @@ bool KvCacheManager::has_room(const PrefixHit& hit, uint32_t positions, uint32_t
   return pool_.available() >= uint64_t{fresh} + hit_cached + headroom;
 }
 
-bool KvCacheManager::allocate_ring(KvSeq& seq) {
+bool KvCacheManager::allocate_ring(KvSeq& seq, uint32_t positions) {
   if (!rings()) return true;
-  const size_t end = seq.ring_first_ + seq.ring_.size();
-  return seq.blocks_.size() <= end || ring_pool_.allocate(static_cast<uint32_t>(seq.blocks_.size() - end), seq.ring_);
+  const size_t end = seq.ring_first_ + seq.ring_.size(), want = ring_end(seq, positions);
+  return want <= end || ring_pool_.allocate(static_cast<uint32_t>(want - end), seq.ring_);
 }
 
 void KvCacheManager::release_ring_front(KvSeq& seq, uint32_t first) {
@@ -80,8 +80,8 @@ bool KvCacheManager::allocate_more(KvSeq& seq, uint32_t positions, const PrefixH
   const uint32_t need = blocks_for(positions);
   if (seq.started_) {
     const uint32_t had = seq.blocks();
-    if (!pool_.allocate(need - had, seq.blocks_)) return false;
-    if (allocate_ring(seq)) return true;
+    if (!pool_.allocate(need - std::min(need, had), seq.blocks_)) return false;
+    if (allocate_ring(seq, positions)) return true;
     pool_.release(std::span<const int32_t>(seq.blocks_).subspan(had));
     seq.blocks_.resize(had);
     return false;
@@ -89,7 +89,7 @@ bool KvCacheManager::allocate_more(KvSeq& seq, uint32_t positions, const PrefixH
   seq.blocks_ = prefix.blocks_;  // empty with rings: the prefix cache is off
   pool_.ref(seq.blocks_);
   if (!pool_.allocate(need - std::min(need, seq.blocks()), seq.blocks_) || !pool_.allocate(tail_blocks_, seq.tail_) ||
-      !allocate_ring(seq)) {
+      !allocate_ring(seq, positions)) {
     free(seq);
     return false;
   }

@@ -56,7 +56,8 @@ class KvSeq {
   bool empty() const { return blocks_.empty() && tail_.empty() && ring_.empty(); }  // holds no block
   uint32_t blocks() const { return static_cast<uint32_t>(blocks_.size()); }
   uint32_t ring_blocks() const { return static_cast<uint32_t>(ring_.size()); }
-  // Logical index of the ring's first held block; the ring covers ring_first() .. blocks() - 1.
+  // Logical index of the ring's first held block; the ring covers ring_first() .. blocks() - 1, or
+  // fewer (at most the ring cap) right after a whole prompt's placement (ring_end).
   uint32_t ring_first() const { return ring_first_; }
 
  private:
@@ -119,7 +120,9 @@ class KvCacheManager {
   // `prefix`'s blocks (shared) and takes its tail blocks too. False when the pool cannot:
   // `seq` is then as it was (nothing taken, a fresh one holds nothing).
   [[nodiscard]] bool allocate_slots(KvSeq& seq, uint32_t positions, const PrefixHit& prefix = {}) {
-    if (seq.started_ && seq.blocks_.size() >= blocks_for(positions)) return true;  // every decode but one a block
+    if (seq.started_ && seq.blocks_.size() >= blocks_for(positions) &&
+        seq.ring_first_ + seq.ring_.size() >= ring_end(seq, positions))
+      return true;  // every decode but one a block
     return allocate_more(seq, positions, prefix);
   }
   // Rings: frees the ring's leading blocks whose every position is below
@@ -155,6 +158,7 @@ class KvCacheManager {
   }
   std::span<const int32_t> blocks(const KvSeq& seq) const { return seq.blocks_; }
   std::span<const int32_t> tail(const KvSeq& seq) const { return seq.tail_; }
+  std::span<const int32_t> ring(const KvSeq& seq) const { return seq.ring_; }  // ring_first() ..
   // Every block of `seq` counts as sent (a KvExpect named them all).
   void mark_sent(KvSeq& seq) { seq.blocks_sent_ = seq.worker_blocks_ = seq.blocks_.size(); }
 
@@ -165,7 +169,14 @@ class KvCacheManager {
   bool allocate_more(KvSeq& seq, uint32_t positions, const PrefixHit& prefix);
   void extend_keys(std::span<const int32_t> tokens, PrefixKeys& keys) const;
 
-  bool allocate_ring(KvSeq& seq);  // ring blocks up to seq.blocks_.size(); false: none taken
+  // Ring blocks up to ring_end(seq, positions); false: none taken.
+  bool allocate_ring(KvSeq& seq, uint32_t positions);
+  // The logical block the ring of `seq` reaches for `positions` positions (0 without rings):
+  // their blocks, but at most ring cap blocks past ring_first, so that a whole prompt's
+  // placement takes only the ring its first steps use (the window releases the rest as it goes).
+  size_t ring_end(const KvSeq& seq, uint32_t positions) const {
+    return rings() ? std::min<size_t>(blocks_for(positions), seq.ring_first_ + ring_cap_) : 0;
+  }
   void release_ring_front(KvSeq& seq, uint32_t first);
 
   BlockPool pool_;

@@ -49,7 +49,8 @@ TableLimits limits_of(const engine::Engine& engine, const engine::KvPool& pool, 
                      .spec_tokens = spec_tokens,
                      .draft_model = draft != nullptr,
                      .draft_context_length = draft ? draft->engine().config().context_length : 0,
-                     .state_slots = states != nullptr ? states->slots() : 0};
+                     .state_slots = states != nullptr ? states->slots() : 0,
+                     .ring_blocks = pool.ring_blocks()};
 }
 
 }  // namespace
@@ -162,6 +163,11 @@ class Actor {
     r->set_kv_quant_scheme(kv_scheme_to_proto(pool_->format()));
     if (pool_->format().rotated()) r->set_kv_rotation_seed(pool_->format().rotation_seed);
     r->set_kv_tail_blocks(pool_->tail_blocks());
+    if (pool_->ring_blocks() > 0) {
+      r->set_kv_ring_blocks(pool_->ring_blocks());
+      r->set_kv_ring_block_bytes(pool_->ring_block_bytes());
+      r->set_kv_ring_window(engine_->config().sliding_window);
+    }
     r->set_weight_bytes(engine_->weight_bytes_per_step() + (draft_ ? draft_->weight_bytes() : 0));
     if (draft_) r->set_draft_block_bytes(draft_->block_bytes(pool_->block_tokens()));
     if (options_.role != runtime::Role::kPrefill) r->set_spec_tokens(options_.spec_tokens);
@@ -615,6 +621,9 @@ Result<runtime::Role> parse_role(const std::string& name) {
 
 namespace {
 
+// The most blocks a registration may claim (--kv-blocks' range): a larger host gets a pool that large.
+constexpr uint32_t kMaxBlocks = 1u << 24;
+
 // The KV blocks `options` ask for: a count, a byte budget, or (kv_memory 0) what the host had
 // left before the engine loaded, less the weights of every worker on the host and a reserve.
 // With a draft model, each block also holds its layers and the host its weights; a hybrid
@@ -635,8 +644,6 @@ Result<uint32_t> kv_blocks_for(const WorkerOptions& options, const engine::Engin
     spdlog::info("worker: {}; {}", host->to_string(), budget.to_string());
     bytes = budget.kv_bytes();
   }
-  // The most blocks a registration may claim (--kv-blocks' range): a larger host gets a pool that large.
-  constexpr uint32_t kMaxBlocks = 1u << 24;
   const size_t per_block = engine::KvPool::bytes_per_block(engine.config(), options.block_tokens, options.kv_format) +
                            (draft ? draft->block_bytes(options.block_tokens) : 0);
   const uint32_t blocks = static_cast<uint32_t>(std::min<uint64_t>(kMaxBlocks, per_block ? bytes / per_block : 0));
@@ -645,6 +652,38 @@ Result<uint32_t> kv_blocks_for(const WorkerOptions& options, const engine::Engin
                            std::to_string(options.block_tokens) +
                            " tokens (lower --memory-reserve or set --kv-memory)");
   return blocks;
+}
+
+struct PoolBlocks {
+  uint32_t full = 0, ring = 0;  // the full layers' blocks (every layer's without rings), the ring pool's
+};
+
+// With --kv-rings, the memory of `blocks` blocks of every layer split between the full layers'
+// blocks F (with the draft model's layers) and the ring pool's R = F / 4: a sequence holds
+// ceil(positions / B) full blocks but at most its ring cap (about (W + chunk) / B) ring blocks,
+// so once contexts pass a few windows the full layers' pool is the one that binds. Without
+// rings, every layer's blocks.
+PoolBlocks split_for_rings(const WorkerOptions& options, const model::ModelConfig& config, uint32_t blocks,
+                           size_t draft_bytes) {
+  if (!options.kv_rings) return {blocks, 0};
+  const uint64_t ring = engine::KvPool::bytes_per_block(config, options.block_tokens, options.kv_format, true);
+  const uint64_t full =
+      engine::KvPool::bytes_per_block(config, options.block_tokens, options.kv_format) - ring + draft_bytes;
+  const uint64_t f = std::min<uint64_t>(kMaxBlocks, uint64_t{blocks} * (full + ring) * 4 / (4 * full + ring));
+  return {static_cast<uint32_t>(f), std::max(1u, static_cast<uint32_t>(f / 4))};
+}
+
+// Rings are refused where they are not built, naming --kv-rings (the role is checked with the flags).
+Status check_ring_options(const WorkerOptions& options, const model::ModelConfig& config) {
+  if (!options.kv_rings) return Status::ok();
+  bool windowed = false;
+  for (uint32_t l = 0; l < config.n_layers; ++l) windowed |= config.window(l) > 0 && !config.is_recurrent(l);
+  if (!windowed)
+    return Status::invalid("--kv-rings: " + std::string(config.arch->name) + " has no sliding-window layers");
+  if (engine::KvPool::tail_blocks_for(config, options.block_tokens, options.kv_format) != 0)
+    return Status::invalid("--kv-rings: KV rings cannot keep the F32 window tail of " + options.kv_format.to_string() +
+                           " KV; add --kv-f32-window 0 or use F32 KV");
+  return Status::ok();
 }
 
 // The draft model of --spec draft (null without one, and on a prefill worker, which never
@@ -705,19 +744,26 @@ Result<std::unique_ptr<Actor>> start_actor(const WorkerOptions& options) {
   auto eng = engine::Engine::load(options.model_path, {options.threads, options.gemm});
   if (!eng) return eng.status();
   TANDEM_RETURN_IF_ERROR(options.kv_format.validate((*eng)->config()));
+  TANDEM_RETURN_IF_ERROR(check_ring_options(options, (*eng)->config()));
   auto draft = load_draft(options, **eng);
   if (!draft) return draft.status();
   auto states = hybrid_states(options, (*eng)->config());
   if (!states) return states.status();
-  auto blocks = kv_blocks_for(options, **eng, draft->get(), states->get(), host);
-  if (!blocks) return blocks.status();
-  auto pool = engine::KvPool::create((*eng)->config(), *blocks, options.block_tokens, options.kv_format);
+  auto all = kv_blocks_for(options, **eng, draft->get(), states->get(), host);
+  if (!all) return all.status();
+  const PoolBlocks blocks =
+      split_for_rings(options, (*eng)->config(), *all, *draft ? (*draft)->block_bytes(options.block_tokens) : 0);
+  auto pool =
+      engine::KvPool::create((*eng)->config(), blocks.full, options.block_tokens, options.kv_format, blocks.ring);
   if (!pool) return pool.status();
-  if (*draft) TANDEM_RETURN_IF_ERROR((*draft)->make_pool(*blocks, options.block_tokens));
+  if (*draft) TANDEM_RETURN_IF_ERROR((*draft)->make_pool(blocks.full, options.block_tokens));
   spdlog::info("worker: {} loaded, weights {}, {} KV blocks of {} tokens, {} bytes each, KV {} ({}), {} threads",
-               options.model_path, human_bytes((*eng)->weight_bytes_per_step()), *blocks, options.block_tokens,
+               options.model_path, human_bytes((*eng)->weight_bytes_per_step()), blocks.full, options.block_tokens,
                (*pool)->block_bytes(), options.kv_format.to_string(),
-               human_bytes(uint64_t{(*pool)->block_bytes()} * *blocks), options.threads);
+               human_bytes(uint64_t{(*pool)->block_bytes()} * blocks.full), options.threads);
+  if (blocks.ring > 0)
+    spdlog::info("worker: KV rings: {} ring blocks of {} bytes for the windowed layers (window {}); prefix cache off",
+                 blocks.ring, (*pool)->ring_block_bytes(), (*eng)->config().sliding_window);
   WorkerOptions opts = options;
   if (opts.name.empty()) opts.name = "worker-" + std::to_string(getpid());
   auto actor = std::make_unique<Actor>(opts, std::move(eng.value()), std::move(pool.value()), std::move(draft.value()),
@@ -733,6 +779,7 @@ Status check_model_options(const WorkerOptions& options) {
   if (!file) return Status::ok();  // the worker reports it, as it would without this check
   auto config = model::read_model_config(**file);
   if (!config) return Status::ok();
+  TANDEM_RETURN_IF_ERROR(check_ring_options(options, *config));
   return check_hybrid_options(options, *config);
 }
 

@@ -33,6 +33,10 @@ struct WorkerOptions {
   uint32_t host_workers = 1;
   uint32_t block_tokens = 16;
   engine::KvFormat kv_format;  // F32 by default; blocks_for_bytes uses its real bytes
+  // --kv-rings (docs/WINDOWS.md "Rings"): the windowed layers' KV in a ring pool of their own
+  // (a quarter of the full layers' blocks, kv_blocks/kv_memory split between the two). Role
+  // both only (no handoff of rings), no F32 window tail, a model with windowed layers.
+  bool kv_rings = false;
   // Speculative decoding (--spec ngram --spec-tokens K): drafts per round at most; 0: off. A
   // prefill worker never speculates (its sequences decode elsewhere).
   uint32_t spec_tokens = 0;

@@ -59,7 +59,24 @@ Status SequenceTable::check_entry(const runtime::SeqPlan& sp, const Sequence* se
     for (int32_t b : ids)
       if (b < 0 || static_cast<uint32_t>(b) >= limits_.n_blocks)
         return bad("names block " + std::to_string(b) + ", outside the pool of " + str(limits_.n_blocks));
+  TANDEM_RETURN_IF_ERROR(check_ring(sp, end));
   tokens += feed.size() + (sp.speculate ? sp.max_drafts : 0);
+  return Status::ok();
+}
+
+// Rings: the entry's ring must be in the ring pool and reach its last block (the engine checks
+// that it starts early enough for the step's first query).
+Status SequenceTable::check_ring(const runtime::SeqPlan& sp, uint64_t end) const {
+  auto bad = [&sp](const std::string& what) { return Status::invalid("sequence " + str(sp.seq_id) + " " + what); };
+  if (limits_.ring_blocks == 0)
+    return sp.ring.empty() ? Status::ok() : bad("comes with a ring, but this worker's KV pool has no rings");
+  const uint64_t need = (end + limits_.block_tokens - 1) / limits_.block_tokens;
+  if (sp.ring_first + sp.ring.size() < need)
+    return bad("has a ring of blocks " + str(sp.ring_first) + " .. " + str(sp.ring_first + sp.ring.size()) +
+               ", needs up to block " + str(need));
+  for (int32_t b : sp.ring)
+    if (b < 0 || static_cast<uint32_t>(b) >= limits_.ring_blocks)
+      return bad("names ring block " + std::to_string(b) + ", outside the ring pool of " + str(limits_.ring_blocks));
   return Status::ok();
 }
 
@@ -157,6 +174,8 @@ void SequenceTable::stage(const runtime::SeqPlan& sp, size_t i, Held* held) {
     }
   }
   seq.blocks.insert(seq.blocks.end(), sp.new_blocks.begin(), sp.new_blocks.end());
+  seq.ring.assign(sp.ring.begin(), sp.ring.end());  // the whole ring each plan: abort keeps the new one
+  seq.ring_first = sp.ring_first;
   // A start before the positions held rolls back to it (what it overwrites is kept for abort).
   st.cut.assign(seq.tokens.begin() + st.start_pos, seq.tokens.end());
   seq.tokens.resize(st.start_pos);
@@ -174,7 +193,8 @@ void SequenceTable::stage(const runtime::SeqPlan& sp, size_t i, Held* held) {
         workers::DraftJob{seq.tokens, 0, seq.blocks, &seq.draft_pos, &seq.sampling, seq.prompt_len, {}};
   const auto fed = std::span<const int32_t>(seq.tokens).subspan(st.start_pos);
   const uint32_t rows = sp.sample ? 1 + st.drafts : 0;
-  steps_[i] = engine::SeqStep{fed, st.start_pos, seq.blocks, rows, seq.tail, seq.tail_end, seq.state_slot};
+  steps_[i] = engine::SeqStep{fed,          st.start_pos,   seq.blocks, rows,          seq.tail,
+                              seq.tail_end, seq.state_slot, seq.ring,   seq.ring_first};
   if (sp.sample) {
     const std::span<const int32_t> history(seq.tokens);
     samples_[n_samples_] =

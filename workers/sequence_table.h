@@ -39,6 +39,9 @@ struct TableLimits {
   // A hybrid model's recurrent state slots (engine::StatePool), ids [0, state_slots): each held
   // sequence takes one until it is dropped. 0: the model keeps no recurrent state.
   uint32_t state_slots = 0;
+  // Rings (engine::KvPool::ring_blocks): the ring pool's blocks, ids [0, ring_blocks); every
+  // plan entry then carries its sequence's whole ring. 0: no rings (a plan's ring is refused).
+  uint32_t ring_blocks = 0;
 };
 
 // One live sequence as the worker holds it.
@@ -56,6 +59,10 @@ struct Sequence {
   // (0 for a sequence new here, received or from the prefix cache: it catches up when it drafts).
   uint32_t draft_pos = 0;
   int32_t state_slot = -1;  // its recurrent state slot (TableLimits::state_slots); -1: none
+  // Rings: the windowed layers' blocks of logical blocks ring_first .. (engine::SeqStep::ring),
+  // as the last plan gave them (each plan sends the whole ring).
+  std::vector<int32_t> ring;
+  uint32_t ring_first = 0;
 };
 
 // A sampled plan entry of the applied step, in plan order.
@@ -194,6 +201,7 @@ class SequenceTable {
   };
   Status check(const runtime::StepPlan& plan);
   Status check_entry(const runtime::SeqPlan& sp, const Sequence* seq, uint64_t& tokens) const;
+  Status check_ring(const runtime::SeqPlan& sp, uint64_t end) const;
   void stage(const runtime::SeqPlan& sp, size_t i, Held* held);
   // A speculating entry's drafts (appended to seq.tokens after its last sample): as many as its
   // DraftLength asks, within the plan's max_drafts and max_len, the context, its blocks, and

@@ -1097,6 +1097,8 @@ TEST(StatusCommand, JsonGolden) {
   w->set_drafts_accepted(90);
   w->set_state_slots_total(64);
   w->set_state_slots_free(61);
+  w->set_kv_ring_blocks_total(13);
+  w->set_kv_ring_blocks_free(11);
   s->add_workers();  // every field zero
   fake.send(got->identity, r);
   std::string out;
@@ -1114,12 +1116,13 @@ TEST(StatusCommand, JsonGolden) {
       "\"kv_blocks_cached\":9,\"kv_evictions\":10,\"running\":3,\"steps\":98,\"tokens\":4294967296,"
       "\"idle_share\":0.3333333,\"last_heard_ms\":321,\"weight_bytes\":134217728,"
       "\"kv_bytes\":18446744073709551615,\"spec_tokens\":4,\"spec_rounds\":50,\"drafts\":120,"
-      "\"drafts_accepted\":90,\"state_slots_total\":64,\"state_slots_free\":61},"
+      "\"drafts_accepted\":90,\"state_slots_total\":64,\"state_slots_free\":61,\"kv_ring_blocks_total\":13,"
+      "\"kv_ring_blocks_free\":11},"
       "{\"id\":0,\"role\":\"\",\"pid\":0,\"alive\":false,\"kv_blocks_total\":0,\"kv_blocks_free\":0,"
       "\"kv_blocks_cached\":0,\"kv_evictions\":0,\"running\":0,\"steps\":0,\"tokens\":0,"
       "\"idle_share\":0,\"last_heard_ms\":0,\"weight_bytes\":0,\"kv_bytes\":0,"
       "\"spec_tokens\":0,\"spec_rounds\":0,\"drafts\":0,\"drafts_accepted\":0,\"state_slots_total\":0,"
-      "\"state_slots_free\":0}]}\n");
+      "\"state_slots_free\":0,\"kv_ring_blocks_total\":0,\"kv_ring_blocks_free\":0}]}\n");
 }
 
 }  // namespace

@@ -24,6 +24,19 @@ std::string gemma_model() {
   return path;
 }
 
+// Sends every request at once; each stream ends by length with the tokens `want` gives it.
+void expect_streams_equal(Client& client, std::vector<GenerateRequest>& reqs,
+                          const std::vector<std::vector<int32_t>>& want) {
+  std::vector<std::shared_ptr<Stream>> streams;
+  for (GenerateRequest& r : reqs) streams.push_back(client.generate(std::move(r)));
+  for (size_t i = 0; i < streams.size(); ++i) {
+    Collected c = collect(*streams[i]);
+    ASSERT_EQ(c.finals, 1) << "stream " << i;
+    EXPECT_EQ(c.fin.reason, FinishReason::kLength) << c.fin.error_message;
+    EXPECT_EQ(c.tokens, want[i]) << "stream " << i;
+  }
+}
+
 // Streams of `deployment_flags` on the tiny gemma3 (window 32): prompts of 40 to 300 tokens,
 // half of them one shared 120-token prompt, greedy and seeded, 40 tokens each; every stream
 // equals the engine alone.
@@ -50,14 +63,7 @@ void expect_streams_equal_the_engine(const std::vector<std::string>& deployment_
   ASSERT_TRUE(d.ok());
   auto client = d.client();
   ASSERT_TRUE(client);
-  std::vector<std::shared_ptr<Stream>> streams;
-  for (GenerateRequest& r : reqs) streams.push_back(client->generate(std::move(r)));
-  for (size_t i = 0; i < streams.size(); ++i) {
-    Collected c = collect(*streams[i]);
-    ASSERT_EQ(c.finals, 1) << "stream " << i;
-    EXPECT_EQ(c.fin.reason, FinishReason::kLength) << c.fin.error_message;
-    EXPECT_EQ(c.tokens, want[i]) << "stream " << i;
-  }
+  expect_streams_equal(*client, reqs, want);
 }
 
 // Two colocated workers, prompts cut into chunks of 7, shared prefixes from the prefix cache.
@@ -69,6 +75,96 @@ TEST(GemmaStreams, PromptsLongerThanTheWindowEqualTheEngineAlone) {
 // Prefill and decode on separate workers: every layer's blocks are handed off (no rings yet).
 TEST(GemmaStreams, SplitPrefillAndDecodeEqualTheEngineAlone) {
   expect_streams_equal_the_engine({"--prefill", "1", "--decode", "1", "--threads", "1", "--kv-memory", "67108864"});
+}
+
+// Every block of both pools back (bounded wait for the last releases).
+StatusInfo wait_all_blocks_back(Client& client) {
+  StatusInfo st;
+  for (int i = 0; i < 100; ++i) {
+    st = client.status(5s).value();
+    bool back = st.running == 0;
+    for (const auto& w : st.workers)
+      back &= w.kv_blocks_free == w.kv_blocks_total && w.kv_ring_blocks_free == w.kv_ring_blocks_total;
+    if (back) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  return st;
+}
+
+// --kv-rings on the service: 16 streams of 100 to 300 prompt tokens plus 40 decoded, on one
+// worker given the memory of 20 blocks of every layer (320 positions). Without rings the
+// longest streams could never fit, let alone all of them at once; with rings that memory holds
+// 53 full-layer blocks and 13 ring blocks (the windowed layers are 5 of gemma3 tiny's 6). Every
+// stream equals the engine alone, and every block of both pools comes back.
+TEST(GemmaStreams, RingsServeContextsPastThePoolAndEqualTheEngineAlone) {
+  auto engine = engine::Engine::load(gemma_model(), {1, engine::GemmBackend::kPacked}).value();
+  const model::ModelConfig& config = engine->config();
+  ASSERT_EQ(config.window(0), 32u);
+  std::mt19937 rng(7);
+  std::vector<GenerateRequest> reqs;
+  std::vector<std::vector<int32_t>> want;
+  uint64_t blocks_needed = 0, longest = 0;
+  for (uint32_t i = 0; i < 16; ++i) {
+    GenerateRequest r;
+    r.prompt_tokens = test::prompt_of(i == 0 ? 300 : 100 + rng() % 201, 200 + i);
+    r.max_tokens = 40;
+    r.ignore_eos = true;
+    if (i % 3 == 2) {
+      r.temperature = 1.0f;
+      r.seed = 70 + i;
+    }
+    const uint64_t blocks = (r.prompt_tokens.size() + r.max_tokens + 15) / 16;
+    blocks_needed += blocks, longest = std::max(longest, blocks);
+    want.push_back(engine_alone(*engine, r));
+    reqs.push_back(std::move(r));
+  }
+  constexpr uint32_t kBlocks = 20;
+  ASSERT_GT(longest, kBlocks) << "a stream no pool of kBlocks ordinary blocks can ever hold";
+  ASSERT_GT(blocks_needed, 8 * kBlocks);
+  Deployment d({"--workers", "1", "--threads", "1", "--kv-blocks", std::to_string(kBlocks), "--kv-rings",
+                "--prefill-chunk", "32"},
+               gemma_model());
+  ASSERT_TRUE(d.ok());
+  auto client = d.client();
+  ASSERT_TRUE(client);
+  expect_streams_equal(*client, reqs, want);
+  const StatusInfo st = wait_all_blocks_back(*client);
+  ASSERT_EQ(st.workers.size(), 1u);
+  const WorkerInfo& w = st.workers[0];
+  EXPECT_EQ(w.kv_blocks_total, 53u);
+  EXPECT_EQ(w.kv_ring_blocks_total, 13u);
+  EXPECT_EQ(w.kv_blocks_free, w.kv_blocks_total);
+  EXPECT_EQ(w.kv_ring_blocks_free, w.kv_ring_blocks_total);
+  EXPECT_LE(w.kv_bytes, uint64_t{kBlocks} * engine::KvPool::bytes_per_block(config)) << "no more memory than asked";
+  EXPECT_EQ(st.prompt_tokens > 0 ? st.cached_prompt_tokens : 0u, 0u) << "no prefix cache with rings";
+}
+
+// What rings do not cover yet is refused by `tandem up` and `tandem worker` at once, naming
+// --kv-rings: a split deployment (no handoff of rings) and quantized KV with the F32 window.
+TEST(GemmaStreams, RingsAreRefusedWhereTheyAreNotBuilt) {
+  const std::string up = std::string(TANDEM_TANDEM_BIN) + " up --model " + gemma_model() + " --runtime-dir " +
+                         test::temp_dir() + "/rings-refused --kv-rings ";
+  const std::string worker = std::string(TANDEM_TANDEM_BIN) + " worker --model " + gemma_model() +
+                             " --scheduler ipc://" + test::temp_dir() + "/nobody.sock --kv-rings ";
+  struct Case {
+    std::string command, error;
+  };
+  const std::string split = "--kv-rings with --role ";
+  const std::string tail = "--kv-rings: KV rings cannot keep the F32 window tail";
+  for (const Case& c : std::vector<Case>{
+           {up + "--prefill 1 --decode 1", split},
+           {up + "--kv-bits 8", tail},
+           {worker + "--role prefill", split + "prefill: handing a sequence's ring over"},
+           {worker + "--role decode", split + "decode"},
+           {worker + "--kv-bits 4 --kv-blocks 8", tail},
+       }) {
+    const auto start = std::chrono::steady_clock::now();
+    const test::CommandOutput r = test::run_command(c.command);
+    EXPECT_NE(r.exit_code, 0) << c.command;
+    EXPECT_NE(r.err.find(c.error), std::string::npos) << c.command << ": " << r.err << r.out;
+    EXPECT_EQ((r.out + r.err).find("started"), std::string::npos) << c.command << ": nothing starts";
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 20s) << "refused at once, not after restarts";
+  }
 }
 
 }  // namespace

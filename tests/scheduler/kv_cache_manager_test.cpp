@@ -158,6 +158,28 @@ TEST(KvCacheManagerRings, TheRingStopsGrowingAtTheWindowAndFreeReturnsBothPools)
   EXPECT_TRUE(kv.consistent());
 }
 
+// A placement reserves a whole prompt's full blocks but only the ring cap's ring blocks (the
+// service places a 300-token prompt on a ring pool smaller than its blocks); each step's
+// allocate_slots then grows the ring as release_window frees its front.
+TEST(KvCacheManagerRings, APlacedPromptTakesTheRingCapAndItsRingGrowsStepByStep) {
+  KvCacheManager kv(64, 4, 0, false, xxh3_block_hash);
+  kv.set_rings(4, 8, 0, 4);  // cap: the blocks of 7 + 4 positions, plus one = 4
+  KvSeq s;
+  ASSERT_TRUE(kv.allocate_slots(s, 40));
+  EXPECT_EQ(s.blocks(), 10u);
+  EXPECT_EQ(s.ring_blocks(), 4u);
+  for (uint32_t fed = 0; fed < 40; fed += 4) {
+    kv.release_window(s, fed);
+    ASSERT_TRUE(kv.allocate_slots(s, fed + 4)) << fed;
+    ASSERT_GE(s.ring_first() + s.ring_blocks(), (fed + 4 + 3) / 4) << fed;  // reaches the step's last block
+    ASSERT_LE(s.ring_first() * 4, fed + 1 > 8 ? fed + 1 - 8 : 0) << fed;    // holds the first query's keys
+  }
+  kv.free(s);
+  EXPECT_EQ(kv.free(), 64u);
+  EXPECT_EQ(kv.ring_free(), 4u);
+  EXPECT_TRUE(kv.consistent());
+}
+
 TEST(KvCacheManagerRings, AFullRingPoolRefusesAndTakesNoFullBlock) {
   KvCacheManager kv(64, 4, 0, false, xxh3_block_hash);
   kv.set_rings(3, 8, 0, 4);

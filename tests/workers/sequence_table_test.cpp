@@ -188,6 +188,45 @@ TEST(SequenceTable, TailsAndStepSizeAreChecked) {
   EXPECT_EQ(bounded.size(), 0u);
 }
 
+// Rings: each plan's whole ring is checked (in the ring pool, reaching the step's last block),
+// kept, and passed to the engine with ring_first; a pool without rings refuses a ring.
+TEST(SequenceTable, RingsAreCheckedKeptAndPassedOn) {
+  runtime::StepPlan plan;
+  SequenceTable plain(limits());
+  add_first(plan, 1, iota_tokens(20), {0, 1}, true).ring = {0, 1};
+  Status st = plain.apply(plan);
+  EXPECT_NE(st.message().find("sequence 1 comes with a ring, but this worker's KV pool has no rings"),
+            std::string::npos)
+      << st.message();
+  TableLimits with_rings = limits();
+  with_rings.ring_blocks = 4;
+  SequenceTable table(with_rings);
+  plan.clear();
+  add_first(plan, 1, iota_tokens(20), {0, 1}, true).ring = {3};
+  st = table.apply(plan);
+  EXPECT_NE(st.message().find("has a ring of blocks 0 .. 1, needs up to block 2"), std::string::npos) << st.message();
+  plan.clear();
+  add_first(plan, 1, iota_tokens(20), {0, 1}, true).ring = {3, 4};
+  st = table.apply(plan);
+  EXPECT_NE(st.message().find("names ring block 4, outside the ring pool of 4"), std::string::npos) << st.message();
+  EXPECT_EQ(table.size(), 0u);
+  plan.clear();
+  add_first(plan, 1, iota_tokens(20), {0, 1}, true).ring = {3, 2};
+  ASSERT_TRUE(table.apply(plan).is_ok());
+  EXPECT_EQ(std::vector<int32_t>(table.steps()[0].ring.begin(), table.steps()[0].ring.end()),
+            (std::vector<int32_t>{3, 2}));
+  table.commit(std::vector<int32_t>{4});
+  plan.clear();
+  runtime::SeqPlan& next = add_next(plan, 1, 20, {}, {});
+  next.ring = {2};
+  next.ring_first = 1;
+  ASSERT_TRUE(table.apply(plan).is_ok());
+  EXPECT_EQ(table.steps()[0].ring_first, 1u);
+  ASSERT_EQ(table.steps()[0].ring.size(), 1u);
+  EXPECT_EQ(table.steps()[0].ring[0], 2);
+  table.commit(std::vector<int32_t>{5});
+}
+
 TEST(SequenceTable, PrefillChunksThenDecodesAdvancePositions) {
   SequenceTable table(limits());
   runtime::StepPlan plan;

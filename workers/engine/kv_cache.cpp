@@ -153,11 +153,12 @@ Status KvPool::lay_out_rings(const ModelConfig& config, uint32_t ring_blocks) {
   return Status::ok();
 }
 
-size_t KvPool::bytes_per_block(const ModelConfig& config, uint32_t block_tokens, const KvFormat& format) {
+size_t KvPool::bytes_per_block(const ModelConfig& config, uint32_t block_tokens, const KvFormat& format,
+                               bool windowed_only) {
   const uint32_t hd = config.head_dim();
   size_t total = 0;
   for (uint32_t l = 0; l < config.n_layers; ++l)
-    if (!config.is_recurrent(l))
+    if (!config.is_recurrent(l) && (!windowed_only || config.window(l) > 0))
       total += 2 * size_t{config.n_kv_heads} *
                engine::region_block_bytes(hd, block_tokens, format.layer_bits(l, config.n_layers),
                                           format.effective_group(hd), format.scheme);

@@ -107,7 +107,9 @@ class KvPool {
                                                 uint32_t block_tokens = 16, const KvFormat& format = {},
                                                 uint32_t ring_blocks = 0);
   // Bytes one block takes across all layers, heads, K and V, in this format.
-  static size_t bytes_per_block(const ModelConfig& config, uint32_t block_tokens = 16, const KvFormat& format = {});
+  // windowed_only: the sliding-window layers' part only (a ring block's bytes with rings).
+  static size_t bytes_per_block(const ModelConfig& config, uint32_t block_tokens = 16, const KvFormat& format = {},
+                                bool windowed_only = false);
   // Pool blocks a sequence's tail takes (the F32 copy of its f32_window most recent blocks,
   // kept in the quantized layers' regions: a row of head_dim floats per token); 0 when the
   // format keeps no F32 window or has no quantized layer.

@@ -169,6 +169,8 @@ struct WorkerInfo {
   uint64_t spec_rounds = 0, drafts = 0, drafts_accepted = 0;
   // A hybrid model (qwen35): recurrent state slots, one per sequence held (0: not a hybrid).
   uint32_t state_slots_total = 0, state_slots_free = 0;
+  // Rings (--kv-rings): the windowed layers' block pool, total and free (0 total: no rings).
+  uint32_t kv_ring_blocks_total = 0, kv_ring_blocks_free = 0;
 };
 
 struct StatusInfo {
@@ -245,6 +247,8 @@ void list_status_fields(Field&& field) {
   field("drafts_accepted", &WorkerInfo::drafts_accepted);
   field("state_slots_total", &WorkerInfo::state_slots_total);
   field("state_slots_free", &WorkerInfo::state_slots_free);
+  field("kv_ring_blocks_total", &WorkerInfo::kv_ring_blocks_total);
+  field("kv_ring_blocks_free", &WorkerInfo::kv_ring_blocks_free);
   field("idle_us", &WorkerInfo::idle_us, nullptr);
   field("compute_us", &WorkerInfo::compute_us, nullptr);
 }
