@@ -128,7 +128,8 @@ class KvCacheManager {
   bool has_room(const PrefixHit& hit, uint32_t positions, uint32_t running) const;
 
   // Makes `seq` hold slots for its first `positions` positions. Its first call starts it with
-  // `prefix`'s blocks (shared) and takes its tail blocks too. False when the pool cannot:
+  // `prefix`'s blocks and, with rings, its window's ring blocks (shared), and takes its tail
+  // blocks too. False when the pool cannot:
   // `seq` is then as it was (nothing taken, a fresh one holds nothing).
   [[nodiscard]] bool allocate_slots(KvSeq& seq, uint32_t positions, const PrefixHit& prefix = {}) {
     if (seq.started_ && seq.blocks_.size() >= blocks_for(positions) &&

@@ -347,25 +347,31 @@ TEST(KvCacheManagerRings, AnEvictedWindowBlockShortensTheHit) {
   EXPECT_TRUE(kv.consistent());
 }
 
-// A trim that drops published blocks drops their ring blocks' keys too; distrust drops all.
+// A trim that drops published blocks drops their ring blocks' keys too (freed, not cached, when
+// released); distrust drops the keys of the whole ring, the shared window included.
 TEST(KvCacheManagerRings, TrimAndDistrustUnpublishTheRingToo) {
   KvCacheManager kv(64, 4, 0, true, xxh3_block_hash);
-  kv.set_rings(16, 10, 4, 4);
+  kv.set_rings(16, 10, 4, 4);  // W = 10, margin 4
   const std::vector<int32_t> t = tokens(40);
   PrefixKeys keys;
   KvSeq a;
-  run_ring(kv, a, t, keys, 0, 24, 4);  // 6 blocks published
-  kv.trim(a, 21);                      // blocks 5.. no longer full
+  run_ring(kv, a, t, keys, 0, 24, 4);  // 6 blocks published; ring block 0 left the window
+  kv.trim(a, 21);                      // block 5 is no longer full
   PrefixKeys k1;
   EXPECT_EQ(kv.match_prefix(t, k1).blocks(), 5u);
-  kv.distrust(a);
+  kv.free(a);
+  EXPECT_EQ(kv.ring_cached(), 5u);  // ring blocks 0..4: block 5's lost its key with the full block's
+  KvSeq b;
+  PrefixKeys kb;
+  const PrefixHit hit = kv.match_prefix(t, kb);
+  ASSERT_EQ(hit.ring_blocks(), 3u);  // the window of end 5: ring blocks 2..4
+  ASSERT_TRUE(kv.allocate_slots(b, 24, hit));
+  kv.publish(b, t, 24, kb);
+  kv.distrust(b);
   PrefixKeys k2;
   EXPECT_EQ(kv.match_prefix(t, k2).blocks(), 0u);
-  kv.free(a);
-  // Nothing of it stays findable: ring block 0 left the window before and stays cached, but its
-  // key names full block 0's old generation (evicted when a prompt needs it).
-  EXPECT_EQ(kv.ring_free() + kv.ring_cached(), 16u);
-  EXPECT_EQ(kv.ring_cached(), 1u);
+  kv.free(b);
+  EXPECT_EQ(kv.ring_cached(), 2u);  // ring blocks 0 and 1, which b did not hold
   EXPECT_EQ(kv.free(), 64u);
   EXPECT_TRUE(kv.consistent());
 }
