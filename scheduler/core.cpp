@@ -143,7 +143,7 @@ std::vector<Core::WorkerView> Core::workers() const {
     const auto running = static_cast<uint32_t>(w->running.size());
     out.push_back({id, w->kv.total(), w->kv.free(), running, &w->stats, w->role, w->kv.cached(), w->kv.evictions(),
                    w->spec_tokens, w->state_slots, w->state_slots > running ? w->state_slots - running : 0,
-                   w->kv.ring_total(), w->kv.ring_free()});
+                   w->kv.ring_total(), w->kv.ring_free(), w->kv.ring_cached()});
   }
   return out;
 }

@@ -762,8 +762,8 @@ Result<std::unique_ptr<Actor>> start_actor(const WorkerOptions& options) {
                (*pool)->block_bytes(), options.kv_format.to_string(),
                human_bytes(uint64_t{(*pool)->block_bytes()} * blocks.full), options.threads);
   if (blocks.ring > 0)
-    spdlog::info("worker: KV rings: {} ring blocks of {} bytes for the windowed layers (window {}); prefix cache off",
-                 blocks.ring, (*pool)->ring_block_bytes(), (*eng)->config().sliding_window);
+    spdlog::info("worker: KV rings: {} ring blocks of {} bytes for the windowed layers (window {})", blocks.ring,
+                 (*pool)->ring_block_bytes(), (*eng)->config().sliding_window);
   WorkerOptions opts = options;
   if (opts.name.empty()) opts.name = "worker-" + std::to_string(getpid());
   auto actor = std::make_unique<Actor>(opts, std::move(eng.value()), std::move(pool.value()), std::move(draft.value()),

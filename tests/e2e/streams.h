@@ -46,6 +46,7 @@ class ClientDeployment : public Deployment {
 struct Collected {
   std::vector<int32_t> tokens;
   std::vector<std::string> texts;  // each token's text
+  std::vector<float> logprobs;     // each token's (GenerateRequest::logprobs)
   FinalEvent fin;
   int finals = 0;
   // The stream's text: every token's, then the final event's held-back bytes.
@@ -69,6 +70,7 @@ inline Collected collect(Stream& s, std::chrono::milliseconds limit = 60s) {
     }
     c.tokens.push_back(ev->token.id);
     c.texts.push_back(ev->token.text);
+    c.logprobs.push_back(ev->token.logprob);
   }
   return c;
 }

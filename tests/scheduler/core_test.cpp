@@ -676,6 +676,45 @@ TEST(CorePrefixCache, RequestsGoWhereTheirPrefixIsUnlessThatWorkerIsBusy) {
   for (int i = 0; i < 5; ++i) EXPECT_EQ(h.rec.final_count["b" + std::to_string(i)], 1);
 }
 
+// Rings: b shares a's first 96 positions. Its first plan starts at 96 with them as history, the
+// full blocks a computed, and a ring from block 4 ((96 + 1 - 32) / 16) whose first two blocks are
+// the ring blocks a wrote for logical blocks 4 and 5, then fresh ones (b writes only those; a's
+// ring block of its last, partial block 6 was never published: freed, it may be b's again).
+TEST(CorePrefixCache, WithRingsAHitSendsTheSharedWindowThenFreshRingBlocks) {
+  SchedulerConfig sc;
+  sc.prefill_chunk = 16;
+  Harness h(sc);
+  WorkerInfo info{Role::kBoth, 128, 16, {}};
+  info.ring_blocks = 32;
+  info.ring_window = 32;
+  h.core->add_worker(1, info, h.now);
+  h.core->submit("c", with_prompt("a", prefixed(96, 10, 1), 5), h.now);
+  h.core->tick(h.now);
+  h.drain();
+  std::map<uint32_t, int32_t> a_ring;  // a's ring block per logical block
+  for (const auto& plan : h.rec.history)
+    for (const auto& sp : plan.seqs())
+      for (int i = 0; i < sp.ring_blocks_size(); ++i) a_ring[sp.ring_first() + i] = sp.ring_blocks(i);
+  const size_t plans_before = h.rec.history.size();
+  h.core->submit("c", with_prompt("b", prefixed(96, 10, 2), 5), h.now);
+  h.core->tick(h.now);
+  const v1::SeqPlan first = h.rec.history.at(plans_before).seqs(0);
+  h.drain();
+  EXPECT_EQ(first.start_pos(), 96u);
+  EXPECT_EQ(first.history_size(), 96);
+  EXPECT_EQ(first.new_blocks(5), h.rec.history[0].seqs(0).new_blocks(5)) << "a's full blocks, shared";
+  EXPECT_EQ(first.ring_first(), 4u);
+  ASSERT_GE(first.ring_blocks_size(), 3);
+  EXPECT_EQ(first.ring_blocks(0), a_ring.at(4));
+  EXPECT_EQ(first.ring_blocks(1), a_ring.at(5));
+  for (int i = 2; i < first.ring_blocks_size(); ++i)  // fresh: none of the windows a published (blocks 0..5)
+    for (uint32_t l = 0; l < 6; ++l) EXPECT_NE(first.ring_blocks(i), a_ring.at(l)) << i << " " << l;
+  EXPECT_EQ(h.rec.finals["b"].usage().cached_prompt_tokens(), 96u);
+  const auto w = h.core->workers()[0];
+  EXPECT_EQ(w.ring_free + w.ring_cached, w.ring_total);
+  EXPECT_GT(w.ring_cached, 0u);
+}
+
 TEST(CorePrefixCache, OffMeansNothingIsCached) {
   SchedulerConfig sc;
   sc.prefix_cache = false;
