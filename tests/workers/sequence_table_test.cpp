@@ -349,8 +349,8 @@ TEST(SequenceTable, TrimShortensPositionsHistoryAndBlocks) {
 
 TEST(SequenceTable, DropForgetsTheSequenceAndItsHandoff) {
   SequenceTable table = two_sequences();
-  table.expect(70, IncomingHandoff{.seq_id = 2, .positions = 16, .blocks = {20}});
-  table.expect(71, IncomingHandoff{.seq_id = 6, .positions = 16, .blocks = {21}});
+  ASSERT_TRUE(table.expect(70, IncomingHandoff{.seq_id = 2, .positions = 16, .blocks = {20}}).is_ok());
+  ASSERT_TRUE(table.expect(71, IncomingHandoff{.seq_id = 6, .positions = 16, .blocks = {21}}).is_ok());
   table.drop(2);
   table.drop(99);  // unknown: nothing to do
   EXPECT_EQ(table.find(2), nullptr);
@@ -382,7 +382,7 @@ TEST(SequenceTable, HandoffOutAndIn) {
   EXPECT_EQ(out->tail_end, 20);
 
   SequenceTable decode(limits());
-  decode.expect(7, IncomingHandoff{.seq_id = 5, .nonce = 99, .positions = 20, .blocks = {30, 31}});
+  ASSERT_TRUE(decode.expect(7, IncomingHandoff{.seq_id = 5, .nonce = 99, .positions = 20, .blocks = {30, 31}}).is_ok());
   ASSERT_NE(decode.expected(7), nullptr);
   EXPECT_EQ(decode.expected(7)->nonce, 99u);
   auto taken = decode.take_expected(7);
@@ -770,10 +770,65 @@ TEST(SequenceTableHybrid, WhatARecurrentStateCannotDoIsRefused) {
   const Status hit = table.apply(cached);
   EXPECT_FALSE(hit.is_ok());
   EXPECT_NE(hit.message().find("not cached"), std::string::npos) << hit.message();
-  IncomingHandoff in{.seq_id = 3, .positions = 1, .blocks = {4}};
+  IncomingHandoff in{.seq_id = 3, .positions = 1, .blocks = {4}};  // a handoff without a slot
   const std::vector<int32_t> one = {5};
-  EXPECT_FALSE(table.receive(in, HandoffState{.tokens = one}).is_ok());
+  const Status slotless = table.receive(in, HandoffState{.tokens = one});
+  EXPECT_NE(slotless.message().find("has no recurrent state slot"), std::string::npos) << slotless.message();
   EXPECT_EQ(table.free_state_slots(), 3u);
+}
+
+// Disaggregation: the decode worker takes a slot for a handed-off sequence's state when the
+// scheduler announces it, refuses an announcement with no slot free (nothing taken), and every
+// way a handoff ends (received, refused, dropped before it arrived, finished) returns the slot.
+TEST(SequenceTableHybrid, AHandoffTakesASlotAtItsAnnouncementAndEveryEndReturnsIt) {
+  SequenceTable prefill(hybrid_limits(2));
+  runtime::StepPlan plan;
+  add_first(plan, 1, iota_tokens(20), {3, 4}, true);
+  run(prefill, plan, 11);
+  auto out = prefill.handoff_out(1, 20);
+  ASSERT_TRUE(out.is_ok());
+  EXPECT_EQ(out->state_slot, prefill.find(1)->state_slot) << "the sender's slot travels";
+
+  SequenceTable decode(hybrid_limits(2));
+  ASSERT_TRUE(decode.expect(7, IncomingHandoff{.seq_id = 5, .positions = 20, .blocks = {30, 31}}).is_ok());
+  ASSERT_TRUE(decode.expect(8, IncomingHandoff{.seq_id = 6, .positions = 20, .blocks = {32, 33}}).is_ok());
+  const int32_t slot7 = decode.expected(7)->state_slot, slot8 = decode.expected(8)->state_slot;
+  EXPECT_TRUE(slot7 >= 0 && slot8 >= 0 && slot7 != slot8) << slot7 << " " << slot8;
+  EXPECT_EQ(decode.free_state_slots(), 0u);
+  const Status full = decode.expect(9, IncomingHandoff{.seq_id = 7, .positions = 20, .blocks = {34, 35}});
+  EXPECT_NE(full.message().find("handoff of sequence 7: no free recurrent state slot (all 2 are held"),
+            std::string::npos)
+      << full.message();
+  EXPECT_EQ(decode.expected(9), nullptr);
+  EXPECT_EQ(decode.expected_handoffs(), 2u);
+  ASSERT_TRUE(decode.expect(7, IncomingHandoff{.seq_id = 5, .positions = 20, .blocks = {30, 31}}).is_ok());
+  EXPECT_EQ(decode.expected(7)->state_slot, slot7) << "an announcement replaced keeps its slot";
+
+  const HandoffState state{.tokens = out->tokens, .last = out->last, .sampling = *out->sampling, .tail_end = 20};
+  auto taken = decode.take_expected(7);
+  ASSERT_TRUE(decode.receive(*taken, state).is_ok());
+  EXPECT_EQ(decode.find(5)->state_slot, slot7);
+  plan.clear();
+  add_next(plan, 5, 20, {}, {36});
+  ASSERT_TRUE(decode.apply(plan).is_ok());
+  EXPECT_EQ(decode.steps()[0].state_slot, slot7) << "the engine continues the state that arrived";
+  decode.commit(std::vector<int32_t>{12});
+
+  auto refused = decode.take_expected(8);  // its bytes do not fit: refused, the slot given back
+  EXPECT_FALSE(decode.receive(*refused, HandoffState{.tokens = out->tokens.first(19)}).is_ok());
+  decode.abandon(*refused);
+  EXPECT_EQ(decode.free_state_slots(), 1u);
+  ASSERT_TRUE(decode.expect(10, IncomingHandoff{.seq_id = 8, .positions = 20, .blocks = {40, 41}}).is_ok());
+  EXPECT_EQ(decode.free_state_slots(), 0u);
+  decode.drop(8);  // cancelled before its KV arrived
+  EXPECT_EQ(decode.expected(10), nullptr);
+  EXPECT_EQ(decode.free_state_slots(), 1u);
+  expect_slots_accounted(decode, {5, 6, 7, 8}, 2);
+  decode.drop(5);  // finished
+  EXPECT_EQ(decode.free_state_slots(), 2u);
+  ASSERT_TRUE(decode.expect(11, IncomingHandoff{.seq_id = 9, .positions = 20, .blocks = {40, 41}}).is_ok());
+  decode.drop_all();
+  EXPECT_EQ(decode.free_state_slots(), 2u);
 }
 
 // Random adds, decodes, aborts and drops (finish, cancel, preempt are all a drop on the
