@@ -301,9 +301,9 @@ class Actor {
                   principal.empty() ? "-" : principal);
   }
 
-  // Decode side: the scheduler announced a transfer (replacing any under its id).
-  // Its releases first (sequences the scheduler let go of since its last plan here), so that
-  // the state slot the handoff takes is one the scheduler counts as free.
+  // Decode side: the scheduler announced a transfer (replacing any under its id). Its releases
+  // first (sequences the scheduler let go of since its last plan here), so that the state slot
+  // the handoff takes is one the scheduler counts free; with none free, refused at once.
   void expect_kv(const v1::KvExpect& e) {
     log_request(e.seq_id(), e.request_id(), e.principal(), "handed over");
     for (uint64_t id : e.release()) forget(id);
@@ -505,7 +505,6 @@ class Actor {
   }
 
   // Decode side: a transfer from a prefill worker.
-
   void on_transfer(runtime::Frames& frames) {
     if (frames.empty() || !runtime::parse_frame(frames[0], transfer_in_).is_ok() ||
         !runtime::protocol_version_served(transfer_in_.version())) {
@@ -561,10 +560,10 @@ class Actor {
     spdlog::debug("worker: KV transfer {} arrived before its announcement; held", transfer_in_.transfer_id());
   }
 
-  // The announced transfer in transfer_in_ (its announcement taken): its KV into the reserved
-  // blocks and its state into the table, or refused; the scheduler is told either way.
-  // The state first (into the slot taken at KvExpect, refused before anything is written), then
-  // the KV; a refused transfer gives its state slot back.
+  // The announced transfer in transfer_in_ (its announcement taken): a hybrid's recurrent state
+  // into the slot taken at KvExpect (checked before anything is written), its KV into the
+  // reserved blocks and its sequence state into the table, or refused (the slot given back);
+  // the scheduler is told either way.
   void take_transfer(const runtime::Frames& frames, const IncomingHandoff& expected) {
     Result<uint64_t> state = unpack_state(states_.get(), expected.state_slot, transfer_in_, frames);
     Result<uint64_t> copied = state;
