@@ -6,6 +6,7 @@
 // for token; the prefix cache serves nothing for a hybrid; every block and state slot comes back
 // after finishing and after cancelling.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <random>
 #include <thread>
@@ -185,6 +186,53 @@ TEST(HybridStreams, ASplitDeploymentHandsStatesOverAndEqualsTheEngineAlone) {
   EXPECT_EQ(st.handoff_failures, 0u);
   EXPECT_EQ(st.workers.size(), 3u);
   for (const auto& w : st.workers) EXPECT_GT(w.steps, 0u) << "worker " << w.id << " (" << w.role << ") takes part";
+}
+
+// Cancelling hybrid streams in the middle of their handoffs (the decode worker stopped: each has
+// a state slot taken or a KvExpect waiting, no transfer acknowledged) frees every block and slot
+// on both sides: afterwards more streams than slots are handed over and equal the engine alone
+// (a slot leaked on the decode worker would refuse their KvExpects).
+TEST(HybridStreams, CancelMidHandoffGivesEverySlotBackOnBothSides) {
+  auto engine = engine::Engine::load(hybrid_model(), {1, engine::GemmBackend::kPacked}).value();
+  Deployment d({"--prefill", "1", "--decode", "1", "--threads", "1", "--kv-memory", "67108864", "--state-slots", "3"},
+               hybrid_model());
+  ASSERT_TRUE(d.ok());
+  auto client = d.client();
+  pid_t decode_pid = 0;
+  const StatusInfo before = client->status(5s).value();
+  for (const auto& w : before.workers)
+    if (w.role == "decode") decode_pid = static_cast<pid_t>(w.pid);
+  ASSERT_GT(decode_pid, 0);
+  ASSERT_EQ(test::signal_one(decode_pid, SIGSTOP), 0);
+  std::vector<std::shared_ptr<Stream>> doomed;
+  for (uint32_t i = 0; i < 3; ++i) {
+    GenerateRequest r;
+    r.prompt_tokens = test::prompt_of(70 + i * 30, 300 + i);
+    r.max_tokens = 50;
+    r.ignore_eos = true;
+    doomed.push_back(client->generate(std::move(r)));
+  }
+  for (auto& s : doomed) {  // the first token comes from the prefill worker
+    auto ev = s->next_for(10s);
+    ASSERT_TRUE(ev && !ev->final);
+  }
+  EXPECT_EQ(client->status(5s).value().handoffs, 0u) << "no transfer could complete";
+  for (auto& s : doomed) s->cancel();
+  for (auto& s : doomed) EXPECT_EQ(collect(*s, 10s).fin.reason, FinishReason::kCancelled);
+  ASSERT_EQ(test::signal_one(decode_pid, SIGCONT), 0);  // well inside the heartbeat timeout
+  const StatusInfo after = wait_idle(*client);
+  for (const auto& w : after.workers) {
+    EXPECT_EQ(test::in_use(w), 0u) << w.role;
+    EXPECT_EQ(w.state_slots_free, 3u) << w.role;
+  }
+  std::vector<GenerateRequest> reqs = requests(6, 12);
+  std::vector<std::shared_ptr<Stream>> streams;
+  for (const GenerateRequest& r : reqs) streams.push_back(client->generate(r));
+  for (size_t i = 0; i < streams.size(); ++i) {
+    Collected c = collect(*streams[i]);
+    ASSERT_EQ(c.finals, 1) << "stream " << i;
+    EXPECT_EQ(c.tokens, engine_alone(*engine, reqs[i])) << "stream " << i << ": " << c.fin.error_message;
+  }
 }
 
 // What is not built for hybrids is refused by `tandem up` itself, before any process starts
