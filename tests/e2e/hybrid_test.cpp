@@ -198,10 +198,7 @@ TEST(HybridStreams, CancelMidHandoffGivesEverySlotBackOnBothSides) {
                hybrid_model());
   ASSERT_TRUE(d.ok());
   auto client = d.client();
-  pid_t decode_pid = 0;
-  const StatusInfo before = client->status(5s).value();
-  for (const auto& w : before.workers)
-    if (w.role == "decode") decode_pid = static_cast<pid_t>(w.pid);
+  const auto decode_pid = static_cast<pid_t>(test::worker_pid(client->status(5s).value(), "decode"));
   ASSERT_GT(decode_pid, 0);
   ASSERT_EQ(test::signal_one(decode_pid, SIGSTOP), 0);
   std::vector<std::shared_ptr<Stream>> doomed;
