@@ -881,5 +881,75 @@ TEST(SequenceTableHybrid, RandomizedSlotsAreNeverLostOrShared) {
   }
 }
 
+// Random local sequences, announced handoffs (some replaced), transfers that arrive (some
+// refused and abandoned), steps and drops of held or announced sequences: every slot is always
+// held by exactly one sequence or one announcement, or free.
+TEST(SequenceTableHybrid, RandomizedHandoffsNeverLoseOrShareASlot) {
+  constexpr uint32_t kSlots = 4;
+  SequenceTable table(hybrid_limits(kSlots));
+  std::mt19937 rng(5);
+  std::map<uint64_t, uint64_t> pending;  // transfer id -> sequence id
+  std::vector<uint64_t> ids;
+  uint64_t next_id = 1, next_transfer = 100;
+  const std::vector<int32_t> tokens = iota_tokens(4);
+  uint32_t received = 0, refused = 0, full = 0, dropped_announced = 0;
+  auto accounted = [&] {
+    std::vector<int32_t> held;
+    for (uint64_t id : ids)
+      if (const Sequence* s = table.find(id)) held.push_back(s->state_slot);
+    for (const auto& [transfer, id] : pending) held.push_back(table.expected(transfer)->state_slot);
+    std::sort(held.begin(), held.end());
+    EXPECT_EQ(std::adjacent_find(held.begin(), held.end()), held.end()) << "a slot held twice";
+    EXPECT_TRUE(held.empty() || (held.front() >= 0 && held.back() < static_cast<int32_t>(kSlots)));
+    EXPECT_EQ(held.size() + table.free_state_slots(), kSlots);
+  };
+  for (int round = 0; round < 800; ++round) {
+    const uint32_t op = rng() % 5;
+    if (op == 0) {  // a local sequence (refused whole when no slot is free)
+      runtime::StepPlan plan;
+      add_first(plan, next_id, iota_tokens(3), {0}, true);
+      if (table.apply(plan).is_ok()) table.commit(std::vector<int32_t>{7});
+      ids.push_back(next_id++);
+    } else if (op == 1) {  // an announcement, new or replacing one
+      const bool replace = !pending.empty() && rng() % 3 == 0;
+      const uint64_t transfer = replace ? pending.begin()->first : next_transfer++;
+      const uint64_t id = replace ? pending.begin()->second : next_id++;
+      if (table.expect(transfer, IncomingHandoff{.seq_id = id, .positions = 4, .blocks = {1}}).is_ok()) {
+        pending[transfer] = id;
+      } else {
+        EXPECT_EQ(table.free_state_slots(), 0u);
+        ++full;
+      }
+      if (!replace) ids.push_back(id);
+    } else if (op == 2 && !pending.empty()) {  // a transfer arrives, a third of them refused
+      auto it = std::next(pending.begin(), static_cast<long>(rng() % pending.size()));
+      auto taken = table.take_expected(it->first);
+      pending.erase(it);
+      const bool refuse = rng() % 3 == 0;
+      const HandoffState state{.tokens = std::span(tokens).first(refuse ? 3 : 4), .last = 5};
+      if (table.receive(*taken, state).is_ok()) {
+        ++received;
+      } else {
+        table.abandon(*taken);
+        ++refused;
+      }
+    } else if (op == 3 && !ids.empty()) {  // finished, cancelled or preempted, held or announced
+      const uint64_t id = ids[rng() % ids.size()];
+      table.drop(id);
+      dropped_announced += static_cast<uint32_t>(std::erase_if(pending, [&](const auto& p) { return p.second == id; }));
+    } else if (op == 4 && !ids.empty()) {  // a decode step of a held sequence
+      const uint64_t id = ids[rng() % ids.size()];
+      const Sequence* s = table.find(id);
+      if (s == nullptr || s->tokens.size() + 1 >= kBt) continue;
+      runtime::StepPlan plan;
+      add_next(plan, id, static_cast<uint32_t>(s->tokens.size()));
+      run(table, plan);
+    }
+    accounted();
+  }
+  EXPECT_TRUE(received > 0 && refused > 0 && full > 0 && dropped_announced > 0)
+      << received << " " << refused << " " << full << " " << dropped_announced;
+}
+
 }  // namespace
 }  // namespace tandem::worker
