@@ -26,6 +26,7 @@ void to_proto(const Command& command, v1::SchedulerCommand& out) {
     o.set_request_id(e->request_id);
     o.set_principal(e->principal);
     o.set_scheduler_epoch(e->scheduler_epoch);
+    o.mutable_release()->Add(e->release.begin(), e->release.end());
     return;
   }
   const KvSend& k = std::get<KvSend>(command);
@@ -47,6 +48,7 @@ bool from_proto(const v1::SchedulerCommand& command, Command& out) {
                o.sender_public_key(), o.request_id(), o.principal()};
     assign(o.blocks(), e.blocks);
     assign(o.tail_blocks(), e.tail_blocks);
+    assign(o.release(), e.release);
     out = std::move(e);
     return true;
   }

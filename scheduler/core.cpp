@@ -998,6 +998,10 @@ bool Core::start_handoff(Request& r, int64_t now_us) {
   const std::span<const int32_t> blocks = best->kv.blocks(dp->kv), tail = best->kv.tail(dp->kv);
   e.blocks.assign(blocks.begin(), blocks.end());
   e.tail_blocks.assign(tail.begin(), tail.end());
+  // What the worker still holds that the scheduler let go of goes first: a hybrid worker takes a
+  // state slot for the handoff, and the scheduler counted the released ones free.
+  e.release = std::move(best->to_release);
+  best->to_release.clear();
   sink_.send_command(best->id, Command(std::move(e)));
   KvSend k;
   k.transfer_id = r.transfer_id;

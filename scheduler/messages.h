@@ -29,6 +29,7 @@ struct KvExpect {
   uint32_t positions = 0;
   std::string sender_public_key;
   std::string request_id{}, principal{};  // for the decode worker's log line only
+  std::vector<uint64_t> release{};        // sequences the worker forgets first (StepPlan::release)
 };
 
 // A prefill worker sends a sequence's KV (v1::KvSend; epoch is the actor's).

@@ -30,6 +30,13 @@ inline WorkerInfo busiest(const StatusInfo& st, const std::string& role = {}) {
   return best;
 }
 
+// The process id of the first worker of `role` in `st` (0: none), e.g. to stop it.
+inline int64_t worker_pid(const StatusInfo& st, const std::string& role) {
+  for (const auto& w : st.workers)
+    if (w.role == role) return static_cast<int64_t>(w.pid);
+  return 0;
+}
+
 // tandem up plus a client connected to it.
 class ClientDeployment : public Deployment {
  public:

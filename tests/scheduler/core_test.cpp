@@ -531,6 +531,47 @@ TEST(CoreSplit, LosingThePrefillWorkerMidTransferRecomputesOnAnother) {
   for (const auto& w : h.core->workers()) EXPECT_EQ(w.blocks_free + w.blocks_cached, w.blocks_total);
 }
 
+// A hybrid decode worker (state slots): it holds at most its slots, handed-off sequences
+// included, so a second handoff waits for the first sequence to finish; the release of the
+// finished one goes first in the next KvExpect (a worker takes a state slot at KvExpect, so the
+// slot the scheduler counts free must be free there), and every slot comes back.
+TEST(CoreSplit, AHybridDecodeWorkerHoldsAtMostItsSlotsAndReleasesGoFirstInTheNextKvExpect) {
+  Harness h;
+  WorkerInfo prefill = role(Role::kPrefill, 64), decode = role(Role::kDecode, 64);
+  prefill.state_slots = 4;
+  decode.state_slots = 1;
+  h.core->add_worker(1, prefill, h.now);
+  h.core->add_worker(2, decode, h.now);
+  h.core->submit("c", h.request("a", 40, 3), h.now);
+  h.core->submit("c", h.request("b", 40, 3), h.now);
+  h.core->tick(h.now);
+  while (h.answer(1)) {
+  }
+  ASSERT_EQ(h.rec.commands[2].size(), 1u) << "one slot: one handoff at a time";
+  const v1::KvExpect first = h.rec.commands[2][0].kv_expect();
+  EXPECT_EQ(first.release_size(), 0);
+  auto view = [&](uint32_t id) {
+    for (const auto& w : h.core->workers())
+      if (w.id == id) return w;
+    return Core::WorkerView{};
+  };
+  EXPECT_EQ(view(2).state_slots_free, 0u);
+  ASSERT_EQ(h.deliver(2), 1);
+  while (h.rec.commands[2].empty() && h.answer(2)) {
+  }
+  ASSERT_EQ(h.rec.commands[2].size(), 1u) << "the second handoff once the first sequence finished";
+  const v1::KvExpect second = h.rec.commands[2][0].kv_expect();
+  ASSERT_EQ(second.release_size(), 1);
+  EXPECT_EQ(second.release(0), first.seq_id());
+  for (const v1::StepPlan& p : h.rec.history)
+    for (uint64_t id : p.release()) EXPECT_NE(id, first.seq_id()) << "released once, with the KvExpect";
+  h.drain_split({2});
+  EXPECT_EQ(h.rec.final_count["a"], 1);
+  EXPECT_EQ(h.rec.final_count["b"], 1);
+  EXPECT_EQ(ids(h.rec.tokens["b"]), reference_tokens(40, 3));
+  for (uint32_t id : {1u, 2u}) EXPECT_EQ(view(id).state_slots_free, view(id).state_slots_total) << "worker " << id;
+}
+
 TEST(CoreSplit, ARefusedTransferEndsTheRequestWithAnError) {
   auto hp = prefilled_split();
   Harness& h = *hp;
