@@ -67,7 +67,8 @@ class Actor {
         fingerprint_(std::move(fingerprint)),
         step_sampler_(engine_->config().vocab_size, engine_->threads()),
         table_(limits_of(*engine_, *pool_, options.role == runtime::Role::kPrefill ? 0 : options.spec_tokens,
-                         draft_.get(), states_.get())) {}
+                         draft_.get(), states_.get()),
+               states_.get()) {}
 
   // CurveZMQ: the scheduler's public key and this worker's own key pair (its credential).
   Status start_curve() {
@@ -700,17 +701,14 @@ Result<std::unique_ptr<workers::DraftModel>> load_draft(const WorkerOptions& opt
 }
 
 // What is not built for hybrids: a disaggregated role (the recurrent state would have to travel
-// with the KV) and speculative decoding (a rejected draft cannot be taken out of a state).
+// with the KV). Speculative decoding is: a round's rejected drafts are rolled out of the state
+// (StatePool::roll_back); a hybrid draft model is refused by DraftModel::load.
 Status check_hybrid_options(const WorkerOptions& options, const model::ModelConfig& config) {
   if (!config.arch->hybrid()) return Status::ok();
   const std::string arch(config.arch->name);
   if (options.role != runtime::Role::kBoth)
     return Status::invalid("--role " + std::string(runtime::role_name(options.role)) + ": " + arch +
                            " (a hybrid model) runs colocated only; handing off recurrent states is not built");
-  if (options.spec_tokens > 0)
-    return Status::invalid(
-        "--spec: speculative decoding on " + arch +
-        " (a hybrid model) is not built (a rejected draft cannot be removed from a recurrent state)");
   return Status::ok();
 }
 
@@ -720,7 +718,8 @@ Result<std::unique_ptr<engine::StatePool>> hybrid_states(const WorkerOptions& op
                                                          const model::ModelConfig& config) {
   if (!config.arch->hybrid()) return std::unique_ptr<engine::StatePool>();
   TANDEM_RETURN_IF_ERROR(check_hybrid_options(options, config));
-  auto states = engine::StatePool::create(config, options.state_slots);
+  // Speculating, each slot keeps the conv inputs a round's rollback needs (--spec-tokens).
+  auto states = engine::StatePool::create(config, options.state_slots, options.spec_tokens);
   if (!states) return states.status();
   spdlog::info("worker: {} recurrent state slots of {} each", options.state_slots,
                human_bytes((*states)->slot_floats() * sizeof(float)));

@@ -6,6 +6,7 @@
 // slot comes back after finishing and after cancelling.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <random>
 #include <thread>
 
@@ -153,8 +154,8 @@ TEST(HybridStreams, PreemptedStreamsRecomputeToTheSameTokens) {
 }
 
 // What is not built for hybrids is refused by `tandem up` itself, before any process starts
-// (not by workers that exit and are restarted): a split deployment and speculation.
-TEST(HybridStreams, TandemUpRefusesASplitOrSpeculatingHybridDeploymentAtOnce) {
+// (not by workers that exit and are restarted): a split deployment.
+TEST(HybridStreams, TandemUpRefusesASplitHybridDeploymentAtOnce) {
   const std::string up = std::string(TANDEM_TANDEM_BIN) + " up --model " + hybrid_model() + " --runtime-dir " +
                          test::temp_dir() + "/refused";
   struct Case {
@@ -162,7 +163,6 @@ TEST(HybridStreams, TandemUpRefusesASplitOrSpeculatingHybridDeploymentAtOnce) {
   };
   for (const Case& c : std::vector<Case>{
            {"--prefill 1 --decode 1", "(a hybrid model) runs colocated only"},
-           {"--spec ngram", "--spec: speculative decoding on qwen35 (a hybrid model) is not built"},
        }) {
     const auto start = std::chrono::steady_clock::now();
     const test::CommandOutput r = test::run_command(up + " " + c.flags);
@@ -171,6 +171,62 @@ TEST(HybridStreams, TandemUpRefusesASplitOrSpeculatingHybridDeploymentAtOnce) {
     EXPECT_EQ((r.out + r.err).find("started"), std::string::npos) << c.flags << ": nothing starts\n" << r.out << r.err;
     EXPECT_LT(std::chrono::steady_clock::now() - start, 20s) << "refused at once, not after restarts";
   }
+}
+
+// Speculative decoding on a hybrid (--spec ngram): each round's rejected drafts are rolled out
+// of the recurrent state (StatePool::roll_back), drafts capped so a round never completes a grid
+// chunk. The random tiny model does not repeat itself, so streams are made to: even ones carry a
+// logit bias that keeps the output on one token (every draft accepted) or, at temperature 1,
+// draws it from two, one about 7 times likelier (most drafts accepted, many rounds cut short);
+// odd ones are plain random prompts (drafts rejected). 20 streams over 5 state slots per worker,
+// prompts in chunks of 7, outputs across the grid points at 64, 128 and 192: every stream equals the
+// engine alone without speculation, token for token, and every block and slot comes back.
+TEST(HybridStreams, SpeculatingStreamsEqualTheEngineAloneWithoutSpeculation) {
+  auto engine = engine::Engine::load(hybrid_model(), {1, engine::GemmBackend::kPacked}).value();
+  std::mt19937 rng(12);
+  std::vector<GenerateRequest> reqs;
+  std::vector<std::vector<int32_t>> want;
+  for (uint32_t i = 0; i < 20; ++i) {
+    GenerateRequest r;
+    r.prompt_tokens = test::prompt_of(10 + rng() % 50, 200 + i);
+    r.max_tokens = 150 + i % 7 * 10;
+    r.ignore_eos = true;
+    if (i % 8 == 0) r.logit_bias = {{11, 100.0f}};
+    if (i % 8 == 4) r.logit_bias = {{11, 30.0f}, {12, 28.0f}};
+    if (i % 4 == 2) r.logit_bias = {{11, 30.0f}, {12, 30.0f}, {13, 30.0f}};
+    if (i % 8 >= 3 && i % 8 != 6) {
+      r.temperature = 1.0f;
+      r.seed = 70 + i;
+    }
+    want.push_back(engine_alone(*engine, r));
+    reqs.push_back(std::move(r));
+  }
+  Deployment d({"--workers", "2", "--threads", "1", "--kv-memory", "67108864", "--prefill-chunk", "7", "--state-slots",
+                "5", "--spec", "ngram"},
+               hybrid_model());
+  ASSERT_TRUE(d.ok());
+  auto client = d.client();
+  ASSERT_TRUE(client);
+  std::vector<std::shared_ptr<Stream>> streams;
+  for (GenerateRequest& r : reqs) streams.push_back(client->generate(std::move(r)));
+  for (size_t i = 0; i < streams.size(); ++i) {
+    Collected c = collect(*streams[i]);
+    ASSERT_EQ(c.finals, 1) << "stream " << i;
+    EXPECT_EQ(c.fin.reason, FinishReason::kLength) << "stream " << i << ": " << c.fin.error_message;
+    EXPECT_EQ(c.tokens, want[i]) << "stream " << i;
+  }
+  const StatusInfo st = wait_idle(*client);
+  uint64_t drafts = 0, accepted = 0;
+  for (const auto& w : st.workers) {
+    EXPECT_EQ(test::in_use(w), 0u) << "worker " << w.id;
+    EXPECT_EQ(w.state_slots_free, 5u) << "worker " << w.id;
+    EXPECT_EQ(w.spec_tokens, 4u) << "worker " << w.id;
+    drafts += w.drafts, accepted += w.drafts_accepted;
+  }
+  std::printf("%llu drafts, %llu accepted\n", static_cast<unsigned long long>(drafts),
+              static_cast<unsigned long long>(accepted));
+  EXPECT_GT(accepted, drafts / 2) << "the biased streams accept most drafts";
+  EXPECT_LT(accepted, drafts) << "the random ones reject some";
 }
 
 }  // namespace
