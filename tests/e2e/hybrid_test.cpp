@@ -229,5 +229,44 @@ TEST(HybridStreams, SpeculatingStreamsEqualTheEngineAloneWithoutSpeculation) {
   EXPECT_LT(accepted, drafts) << "the random ones reject some";
 }
 
+// --spec draft on a hybrid target: an attention draft model (make-model's tiny llama, the same
+// vocabulary) drafts, the target's state is rolled back as with prompt lookup (a hybrid draft
+// model is refused: DraftModel::load). Greedy streams, biased or not, equal the engine alone.
+TEST(HybridStreams, DraftModelStreamsEqualTheEngineAloneGreedy) {
+  auto engine = engine::Engine::load(hybrid_model(), {1, engine::GemmBackend::kPacked}).value();
+  const std::string draft = test::tiny_model("llama", 4);
+  std::vector<GenerateRequest> reqs;
+  std::vector<std::vector<int32_t>> want;
+  for (uint32_t i = 0; i < 8; ++i) {
+    GenerateRequest r;
+    r.prompt_tokens = test::prompt_of(20 + 5 * i, 300 + i);
+    r.max_tokens = 140;
+    r.ignore_eos = true;
+    if (i % 2 == 0) r.logit_bias = {{11, 30.0f}, {12, 30.0f}, {13, 30.0f}};
+    want.push_back(engine_alone(*engine, r));
+    reqs.push_back(std::move(r));
+  }
+  Deployment d({"--workers", "1", "--threads", "1", "--kv-memory", "67108864", "--state-slots", "4", "--spec", "draft",
+                "--draft-model", draft},
+               hybrid_model());
+  ASSERT_TRUE(d.ok());
+  auto client = d.client();
+  ASSERT_TRUE(client);
+  std::vector<std::shared_ptr<Stream>> streams;
+  for (GenerateRequest& r : reqs) streams.push_back(client->generate(std::move(r)));
+  for (size_t i = 0; i < streams.size(); ++i) {
+    Collected c = collect(*streams[i]);
+    ASSERT_EQ(c.finals, 1) << "stream " << i;
+    EXPECT_EQ(c.tokens, want[i]) << "stream " << i << ": " << c.fin.error_message;
+  }
+  const StatusInfo st = wait_idle(*client);
+  ASSERT_EQ(st.workers.size(), 1u);
+  EXPECT_EQ(test::in_use(st.workers[0]), 0u);
+  EXPECT_EQ(st.workers[0].state_slots_free, 4u);
+  EXPECT_GT(st.workers[0].drafts, st.workers[0].drafts_accepted) << "drafts were rejected and rolled back";
+  std::printf("draft model: %llu drafts, %llu accepted\n", static_cast<unsigned long long>(st.workers[0].drafts),
+              static_cast<unsigned long long>(st.workers[0].drafts_accepted));
+}
+
 }  // namespace
 }  // namespace tandem
