@@ -11,6 +11,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/sampling_flags.h"
 #include "tandem/bench.h"
 
 namespace tandem::cli {
@@ -162,6 +163,9 @@ int bench_command(int argc, char** argv) {
   wl.cancel_after = static_cast<uint32_t>(*cancel_after);
   wl.ignore_eos = args->has("ignore-eos");
   wl.temperature = static_cast<float>(*temperature);
+  auto bias = logit_bias_from_flag(args->str("logit-bias").value_or(""));
+  if (!bias) return fail("bench", bias.status());
+  for (const model::LogitBias& b : *bias) wl.logit_bias.emplace_back(b.token, b.bias);
   wl.text_prompts = args->has("openai-url") && !args->has("token-prompts");
   wl.seed = load.seed;
   auto workload = bench::Workload::create(wl);
