@@ -109,8 +109,8 @@ std::string request_body(const OpenAIOptions& options, const BenchRequest& b) {
     body += ",\"temperature\":0";
   if (b.ignore_eos) body += ",\"ignore_eos\":true";
   for (size_t i = 0; i < b.logit_bias.size(); ++i)
-    body += (i ? ",\"" : ",\"logit_bias\":{\"") + std::to_string(b.logit_bias[i].first) + "\":" +
-            std::to_string(b.logit_bias[i].second) + (i + 1 == b.logit_bias.size() ? "}" : "");
+    body += (i ? ",\"" : ",\"logit_bias\":{\"") + std::to_string(b.logit_bias[i].first) +
+            "\":" + std::to_string(b.logit_bias[i].second) + (i + 1 == b.logit_bias.size() ? "}" : "");
   body += '}';
   return body;
 }

@@ -57,6 +57,18 @@ StatusInfo wait_idle(Client& client) {
   return st;
 }
 
+// Starts every request on `client`; each stream ends once, by length, with the tokens of `want`.
+void expect_streams(Client& client, std::vector<GenerateRequest> reqs, const std::vector<std::vector<int32_t>>& want) {
+  std::vector<std::shared_ptr<Stream>> streams;
+  for (GenerateRequest& r : reqs) streams.push_back(client.generate(std::move(r)));
+  for (size_t i = 0; i < streams.size(); ++i) {
+    Collected c = collect(*streams[i]);
+    ASSERT_EQ(c.finals, 1) << "stream " << i;
+    EXPECT_EQ(c.fin.reason, FinishReason::kLength) << "stream " << i << ": " << c.fin.error_message;
+    EXPECT_EQ(c.tokens, want[i]) << "stream " << i;
+  }
+}
+
 TEST(HybridStreams, EqualTheEngineAloneWhateverTheBatchAndChunking) {
   auto engine = engine::Engine::load(hybrid_model(), {1, engine::GemmBackend::kPacked}).value();
   std::vector<GenerateRequest> reqs = requests(16, 4);
@@ -68,14 +80,7 @@ TEST(HybridStreams, EqualTheEngineAloneWhateverTheBatchAndChunking) {
   ASSERT_TRUE(d.ok());
   auto client = d.client();
   ASSERT_TRUE(client);
-  std::vector<std::shared_ptr<Stream>> streams;
-  for (GenerateRequest& r : reqs) streams.push_back(client->generate(std::move(r)));
-  for (size_t i = 0; i < streams.size(); ++i) {
-    Collected c = collect(*streams[i]);
-    ASSERT_EQ(c.finals, 1) << "stream " << i;
-    EXPECT_EQ(c.fin.reason, FinishReason::kLength) << c.fin.error_message;
-    EXPECT_EQ(c.tokens, want[i]) << "stream " << i;
-  }
+  expect_streams(*client, std::move(reqs), want);
   const StatusInfo st = wait_idle(*client);
   EXPECT_EQ(st.cached_prompt_tokens, 0u) << "a hybrid's prefixes are not matched";
   for (const auto& w : st.workers) {
@@ -110,13 +115,7 @@ TEST(HybridStreams, CancelledStreamsGiveTheirSlotsBack) {
   std::vector<GenerateRequest> reqs = requests(4, 8);
   std::vector<std::vector<int32_t>> want;
   for (const GenerateRequest& r : reqs) want.push_back(engine_alone(*engine, r));
-  std::vector<std::shared_ptr<Stream>> streams;
-  for (GenerateRequest& r : reqs) streams.push_back(client->generate(std::move(r)));
-  for (size_t i = 0; i < streams.size(); ++i) {
-    Collected c = collect(*streams[i]);
-    ASSERT_EQ(c.finals, 1) << "stream " << i;
-    EXPECT_EQ(c.tokens, want[i]) << "stream " << i << ": " << c.fin.error_message;
-  }
+  expect_streams(*client, std::move(reqs), want);
   const StatusInfo st = wait_idle(*client);
   ASSERT_EQ(st.workers.size(), 1u);
   EXPECT_EQ(st.workers[0].state_slots_free, 2u);
@@ -141,21 +140,15 @@ TEST(HybridStreams, PreemptedStreamsRecomputeToTheSameTokens) {
   ASSERT_TRUE(d.ok());
   auto client = d.client();
   ASSERT_TRUE(client);
-  std::vector<std::shared_ptr<Stream>> streams;
-  for (GenerateRequest& r : reqs) streams.push_back(client->generate(std::move(r)));
-  for (size_t i = 0; i < streams.size(); ++i) {
-    Collected c = collect(*streams[i]);
-    ASSERT_EQ(c.finals, 1) << "stream " << i;
-    EXPECT_EQ(c.tokens, want[i]) << "stream " << i << ": " << c.fin.error_message;
-  }
+  expect_streams(*client, std::move(reqs), want);
   const StatusInfo st = wait_idle(*client);
   EXPECT_GT(st.preemptions, 0u) << "the pool was meant to run short";
   EXPECT_EQ(st.workers[0].state_slots_free, st.workers[0].state_slots_total);
 }
 
 // What is not built for hybrids is refused by `tandem up` itself, before any process starts
-// (not by workers that exit and are restarted): a split deployment.
-TEST(HybridStreams, TandemUpRefusesASplitHybridDeploymentAtOnce) {
+// (not by workers that exit and are restarted): a split deployment, a hybrid draft model.
+TEST(HybridStreams, TandemUpRefusesASplitHybridDeploymentOrAHybridDraftModelAtOnce) {
   const std::string up = std::string(TANDEM_TANDEM_BIN) + " up --model " + hybrid_model() + " --runtime-dir " +
                          test::temp_dir() + "/refused";
   struct Case {
@@ -163,6 +156,7 @@ TEST(HybridStreams, TandemUpRefusesASplitHybridDeploymentAtOnce) {
   };
   for (const Case& c : std::vector<Case>{
            {"--prefill 1 --decode 1", "(a hybrid model) runs colocated only"},
+           {"--spec draft --draft-model " + hybrid_model(), "a hybrid (recurrent) draft model is not built"},
        }) {
     const auto start = std::chrono::steady_clock::now();
     const test::CommandOutput r = test::run_command(up + " " + c.flags);
@@ -207,14 +201,7 @@ TEST(HybridStreams, SpeculatingStreamsEqualTheEngineAloneWithoutSpeculation) {
   ASSERT_TRUE(d.ok());
   auto client = d.client();
   ASSERT_TRUE(client);
-  std::vector<std::shared_ptr<Stream>> streams;
-  for (GenerateRequest& r : reqs) streams.push_back(client->generate(std::move(r)));
-  for (size_t i = 0; i < streams.size(); ++i) {
-    Collected c = collect(*streams[i]);
-    ASSERT_EQ(c.finals, 1) << "stream " << i;
-    EXPECT_EQ(c.fin.reason, FinishReason::kLength) << "stream " << i << ": " << c.fin.error_message;
-    EXPECT_EQ(c.tokens, want[i]) << "stream " << i;
-  }
+  expect_streams(*client, std::move(reqs), want);
   const StatusInfo st = wait_idle(*client);
   uint64_t drafts = 0, accepted = 0;
   for (const auto& w : st.workers) {
@@ -252,13 +239,7 @@ TEST(HybridStreams, DraftModelStreamsEqualTheEngineAloneGreedy) {
   ASSERT_TRUE(d.ok());
   auto client = d.client();
   ASSERT_TRUE(client);
-  std::vector<std::shared_ptr<Stream>> streams;
-  for (GenerateRequest& r : reqs) streams.push_back(client->generate(std::move(r)));
-  for (size_t i = 0; i < streams.size(); ++i) {
-    Collected c = collect(*streams[i]);
-    ASSERT_EQ(c.finals, 1) << "stream " << i;
-    EXPECT_EQ(c.tokens, want[i]) << "stream " << i << ": " << c.fin.error_message;
-  }
+  expect_streams(*client, std::move(reqs), want);
   const StatusInfo st = wait_idle(*client);
   ASSERT_EQ(st.workers.size(), 1u);
   EXPECT_EQ(test::in_use(st.workers[0]), 0u);
