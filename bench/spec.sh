@@ -22,6 +22,8 @@
 #   bench/spec.sh [BUILD] [PAIRS] [OUTPUT_LEN] [MODE]   e.g. bench/spec.sh build/release 3 256 ngram
 #   MODELS, WORKLOADS (text random), CONCS (1 16) restrict the runs; SPEC_TOKENS=K passes
 #   --spec-tokens K to the speculating deployments.
+#   FEW=1 runs the draft mode's request counts (4 at concurrency 1, 2 x C) in any mode, for a slow
+#   model (MODELS=qwen35-small).
 #   SCALE=N runs N times the requests per run (16 at concurrency 1, 96 at 16): the tiny model's
 #   runs last under a second at SCALE=1, where one scheduling hiccup moves a ratio by 30 %.
 set -uo pipefail
@@ -71,7 +73,7 @@ down() {  # LOGS=DIR keeps each run's `tandem up` output there
 }
 bench() {  # concurrency workload -> "tok_s rounds drafts accepted" of this run
   local c=$1 w=$2 n=$(( ($1 == 1 ? 16 : 96) * ${SCALE:-1} )) before after
-  [ "$mode" = draft ] && n=$(( $1 == 1 ? 4 : 2 * $1 ))  # the small preset decodes ~100x slower
+  [ "$mode" = draft ] || [ -n "${FEW:-}" ] && n=$(( $1 == 1 ? 4 : 2 * $1 ))  # the small preset decodes ~100x slower
   before=$(spec_counts)
   local args=(--endpoint "ipc://$tmp/run/client.sock" --concurrency "$c" --num-requests "$n" --warmup "$c"
               --output-len "$out_len" --ignore-eos --seed 7 --out "$tmp/bench.json")
