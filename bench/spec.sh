@@ -11,6 +11,10 @@
 # tokens per round) from `tandem status --json`.
 #
 #
+# WORKLOADS biased: random ids, greedy, every request with --logit-bias $BIAS (default 11=30,12=30,13=30):
+# output held to three tokens the model picks among, so a model whose output does not repeat
+# (make-model's random hybrid presets, MODELS=qwen35-tiny or qwen35-small) gets drafts accepted.
+#
 # MODE draft: --spec draft against off instead, on the small preset (random weights, seed 1)
 # drafting for itself through its Q4_0 copy (`tandem make-model --from ... --dtype q4_0`),
 # text prompts only, at concurrency 1 and 4 (4 and 8 requests: it decodes ~100x slower).
@@ -18,6 +22,8 @@
 #   bench/spec.sh [BUILD] [PAIRS] [OUTPUT_LEN] [MODE]   e.g. bench/spec.sh build/release 3 256 ngram
 #   MODELS, WORKLOADS (text random), CONCS (1 16) restrict the runs; SPEC_TOKENS=K passes
 #   --spec-tokens K to the speculating deployments.
+#   FEW=1 runs the draft mode's request counts (4 at concurrency 1, 2 x C) in any mode, for a slow
+#   model (MODELS=qwen35-small).
 #   SCALE=N runs N times the requests per run (16 at concurrency 1, 96 at 16): the tiny model's
 #   runs last under a second at SCALE=1, where one scheduling hiccup moves a ratio by 30 %.
 set -uo pipefail
@@ -67,11 +73,15 @@ down() {  # LOGS=DIR keeps each run's `tandem up` output there
 }
 bench() {  # concurrency workload -> "tok_s rounds drafts accepted" of this run
   local c=$1 w=$2 n=$(( ($1 == 1 ? 16 : 96) * ${SCALE:-1} )) before after
-  [ "$mode" = draft ] && n=$(( $1 == 1 ? 4 : 2 * $1 ))  # the small preset decodes ~100x slower
+  [ "$mode" = draft ] || [ -n "${FEW:-}" ] && n=$(( $1 == 1 ? 4 : 2 * $1 ))  # the small preset decodes ~100x slower
   before=$(spec_counts)
   local args=(--endpoint "ipc://$tmp/run/client.sock" --concurrency "$c" --num-requests "$n" --warmup "$c"
               --output-len "$out_len" --ignore-eos --seed 7 --out "$tmp/bench.json")
-  if [ "$w" = text ]; then args+=(--dataset "$tmp/text.jsonl"); else args+=(--input-len 64 --temperature 1); fi
+  case $w in
+    text) args+=(--dataset "$tmp/text.jsonl") ;;
+    biased) args+=(--input-len 64 --logit-bias "${BIAS:-11=30,12=30,13=30}") ;;
+    *) args+=(--input-len 64 --temperature 1) ;;
+  esac
   "$tandem" bench "${args[@]}" >"$tmp/bench.out" 2>&1 || { cat "$tmp/bench.out" >&2; echo "0 0 0 0"; return; }
   after=$(spec_counts)
   echo "$(json_get "$tmp/bench.json" "j['throughput']['output_tokens_per_s']") $before $after" |
@@ -85,7 +95,13 @@ if [ "$mode" = draft ]; then
   "$tandem" make-model --from "$tmp/small.gguf" --dtype q4_0 --out "$tmp/small-q4.gguf" >/dev/null || exit 1
   models=small
 fi
-model_file() { if [ "$1" = small ]; then echo "$tmp/small.gguf"; else echo "$root/tests/data/$1.gguf"; fi; }
+# qwen35-tiny, qwen35-small: make-model's hybrid presets (random weights, seed 1), made here.
+for m in $models; do
+  case $m in qwen35-*) "$tandem" make-model --arch qwen35 --preset "${m#qwen35-}" --seed 1 --out "$tmp/$m.gguf" >/dev/null || exit 1 ;; esac
+done
+model_file() {
+  case $1 in small | qwen35-*) echo "$tmp/$1.gguf" ;; *) echo "$root/tests/data/$1.gguf" ;; esac
+}
 
 echo "bench/spec.sh: $(date -u +%FT%TZ), $(git -C "$root" rev-parse --short HEAD 2>/dev/null), output $out_len tokens, $pairs pairs, $mode"
 printf '%-14s %-5s %-6s %-6s %4s %10s %8s %10s\n' model pair spec prompt conc "tok/s" accept "tok/round"

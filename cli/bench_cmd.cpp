@@ -11,6 +11,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/sampling_flags.h"
 #include "tandem/bench.h"
 
 namespace tandem::cli {
@@ -80,6 +81,17 @@ Status run_points(bench::Target& target, const bench::Workload& workload, const 
     std::fflush(stdout);
     points.push_back(std::move(summary.value()));
   }
+  return Status::ok();
+}
+
+// The workload's flags that the table's parsing covers, and --logit-bias (every request's).
+Status workload_flags(const Args& args, bench::WorkloadOptions& wl) {
+  wl.dataset = args.str("dataset").value_or("");
+  wl.ignore_eos = args.has("ignore-eos");
+  wl.text_prompts = args.has("openai-url") && !args.has("token-prompts");
+  auto bias = logit_bias_from_flag(args.str("logit-bias").value_or(""));
+  if (!bias) return bias.status();
+  for (const model::LogitBias& b : *bias) wl.logit_bias.emplace_back(b.token, b.bias);
   return Status::ok();
 }
 
@@ -157,12 +169,10 @@ int bench_command(int argc, char** argv) {
   wl.output_len = *output_len;
   wl.shared_prefix = static_cast<uint32_t>(*shared_prefix);
   wl.prefix_groups = static_cast<uint32_t>(*prefix_groups);
-  wl.dataset = args->str("dataset").value_or("");
   wl.cancel_fraction = *cancel_fraction;
   wl.cancel_after = static_cast<uint32_t>(*cancel_after);
-  wl.ignore_eos = args->has("ignore-eos");
   wl.temperature = static_cast<float>(*temperature);
-  wl.text_prompts = args->has("openai-url") && !args->has("token-prompts");
+  if (Status st = workload_flags(*args, wl); !st) return fail("bench", st);
   wl.seed = load.seed;
   auto workload = bench::Workload::create(wl);
   if (!workload) return fail("bench", workload.status());

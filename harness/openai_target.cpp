@@ -108,6 +108,9 @@ std::string request_body(const OpenAIOptions& options, const BenchRequest& b) {
   else
     body += ",\"temperature\":0";
   if (b.ignore_eos) body += ",\"ignore_eos\":true";
+  for (size_t i = 0; i < b.logit_bias.size(); ++i)
+    body += (i ? ",\"" : ",\"logit_bias\":{\"") + std::to_string(b.logit_bias[i].first) +
+            "\":" + std::to_string(b.logit_bias[i].second) + (i + 1 == b.logit_bias.size() ? "}" : "");
   body += '}';
   return body;
 }

@@ -35,6 +35,7 @@ class TandemTarget final : public Target {
     req.ignore_eos = b.ignore_eos;
     req.temperature = b.temperature;
     req.seed = b.seed;
+    req.logit_bias = b.logit_bias;
     const std::string id = req.id;
     client_->generate(std::move(req), [tracker, client = client_.get(), id](const Event& ev) {
       if (ev.final) return finish(*tracker, ev.fin);

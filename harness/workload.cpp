@@ -113,6 +113,7 @@ BenchRequest Workload::make(uint64_t index) const {
   r.index = index;
   r.ignore_eos = options_.ignore_eos;
   r.temperature = options_.temperature;
+  r.logit_bias = options_.logit_bias;
   r.seed = options_.seed * 1'000'003 + index;
   std::vector<int32_t> tokens;
   if (!dataset_.empty()) {

@@ -67,7 +67,8 @@ class Actor {
         fingerprint_(std::move(fingerprint)),
         step_sampler_(engine_->config().vocab_size, engine_->threads()),
         table_(limits_of(*engine_, *pool_, options.role == runtime::Role::kPrefill ? 0 : options.spec_tokens,
-                         draft_.get(), states_.get())) {}
+                         draft_.get(), states_.get()),
+               states_.get()) {}
 
   // CurveZMQ: the scheduler's public key and this worker's own key pair (its credential).
   Status start_curve() {
@@ -734,25 +735,14 @@ Result<std::unique_ptr<workers::DraftModel>> load_draft(const WorkerOptions& opt
   return draft;
 }
 
-// What is not built for hybrids: speculative decoding (a rejected draft cannot be taken out of
-// a state).
-Status check_hybrid_options(const WorkerOptions& options, const model::ModelConfig& config) {
-  if (!config.arch->hybrid()) return Status::ok();
-  const std::string arch(config.arch->name);
-  if (options.spec_tokens > 0)
-    return Status::invalid(
-        "--spec: speculative decoding on " + arch +
-        " (a hybrid model) is not built (a rejected draft cannot be removed from a recurrent state)");
-  return Status::ok();
-}
-
-// A hybrid model's state pool (null for the others), refusing what check_hybrid_options does
-// before the worker registers.
+// A hybrid model's state pool (null for the others). Split roles hand a slot over with the KV
+// (kv_transfer's pack_state); speculating, a round's rejected drafts are rolled out of it
+// (StatePool::roll_back); a hybrid draft model is refused by DraftModel::load.
 Result<std::unique_ptr<engine::StatePool>> hybrid_states(const WorkerOptions& options,
                                                          const model::ModelConfig& config) {
   if (!config.arch->hybrid()) return std::unique_ptr<engine::StatePool>();
-  TANDEM_RETURN_IF_ERROR(check_hybrid_options(options, config));
-  auto states = engine::StatePool::create(config, options.state_slots);
+  // Speculating, each slot keeps the conv inputs a round's rollback needs (--spec-tokens).
+  auto states = engine::StatePool::create(config, options.state_slots, options.spec_tokens);
   if (!states) return states.status();
   spdlog::info("worker: {} recurrent state slots of {} each", options.state_slots,
                human_bytes((*states)->slot_floats() * sizeof(float)));
@@ -811,8 +801,7 @@ Status check_model_options(const WorkerOptions& options) {
   if (!file) return Status::ok();  // the worker reports it, as it would without this check
   auto config = model::read_model_config(**file);
   if (!config) return Status::ok();
-  TANDEM_RETURN_IF_ERROR(check_ring_options(options, *config));
-  return check_hybrid_options(options, *config);
+  return check_ring_options(options, *config);
 }
 
 Result<WorkerStop> run_worker(const WorkerOptions& options) {

@@ -70,8 +70,8 @@ struct WorkerStop {
   int signal = 0;
 };
 
-// What a worker of `options` would refuse about its model before loading it (a hybrid model in a
-// disaggregated role or with speculation): `tandem up` checks every worker with it before
+// What a worker of `options` would refuse about its model before loading it (--kv-rings on a
+// model without windowed layers or with an F32 window tail): `tandem up` checks every worker with it before
 // starting anything. A model file that cannot be read is left to the worker to report.
 Status check_model_options(const WorkerOptions& options);
 

@@ -26,6 +26,18 @@ Result<engine::Tokenizer> vocabulary_of(const std::string& path) {
   return engine::Tokenizer::from_gguf(**file);
 }
 
+// A hybrid draft model would need a state pool of its own, rolled back with draft_pos.
+const char* const kHybridDraft = ": a hybrid (recurrent) draft model is not built (draft with an attention model)";
+
+// The draft file's architecture, from its metadata: refused when it is a hybrid.
+Status check_draft_architecture(const std::string& path) {
+  auto file = model::GgufFile::open(path);
+  if (!file) return file.status();
+  auto config = model::read_model_config(**file);
+  if (config && config->arch->hybrid()) return Status::invalid("--draft-model " + path + kHybridDraft);
+  return Status::ok();
+}
+
 }  // namespace
 
 Status check_draft_model_file(const std::string& model_path, const std::string& draft_path) {
@@ -36,7 +48,7 @@ Status check_draft_model_file(const std::string& model_path, const std::string& 
   const std::string diff = vocabulary_difference(*target, *draft);
   if (!diff.empty())
     return Status::invalid("--draft-model " + draft_path + " does not share the target model's vocabulary: " + diff);
-  return Status::ok();
+  return check_draft_architecture(draft_path);
 }
 
 DraftModel::DraftModel(std::unique_ptr<engine::Engine> engine)
@@ -46,8 +58,7 @@ Result<std::unique_ptr<DraftModel>> DraftModel::load(const std::string& path, co
                                                      const engine::Engine& target) {
   auto eng = engine::Engine::load(path, options);
   if (!eng) return Status::invalid("--draft-model " + path + ": " + eng.status().message());
-  if ((*eng)->config().arch->hybrid())
-    return Status::invalid("--draft-model " + path + ": a hybrid (recurrent) draft model is not built");
+  if ((*eng)->config().arch->hybrid()) return Status::invalid("--draft-model " + path + kHybridDraft);
   const std::string diff = vocabulary_difference(target.tokenizer(), (*eng)->tokenizer());
   if (!diff.empty())
     return Status::invalid("--draft-model " + path + " does not share the target model's vocabulary: " + diff);

@@ -162,9 +162,10 @@ std::string layout_name(const Seq& layout) {
 
 // Why `header`'s state cannot go into a slot of `states` (empty: it can).
 std::string state_mismatch(const engine::StatePool& states, const v1::KvTransfer& header) {
-  if (header.state_floats() != states.slot_floats())
+  if (header.state_rollback() >= 64 || header.state_floats() != states.slot_floats_with(header.state_rollback()))
     return "recurrent state differs: the transfer's slot holds " + std::to_string(header.state_floats()) +
-           " floats, this worker's " + std::to_string(states.slot_floats());
+           " floats with " + std::to_string(header.state_rollback()) + " older conv inputs, this worker's " +
+           std::to_string(states.slot_floats_with(header.state_rollback())) + " would";
   const engine::StatePool::Layout& mine = states.layout();
   if (!std::equal(header.state_layout().begin(), header.state_layout().end(), mine.begin(), mine.end()))
     return "recurrent state layout differs: the transfer's is " + layout_name(header.state_layout()) +
@@ -183,6 +184,7 @@ Result<zmq::message_t> pack_state(engine::StatePool& states, uint32_t slot, v1::
     return Status::invalid("the sequence's recurrent state is at position " + std::to_string(states.position(slot)) +
                            ", the handoff sends " + std::to_string(header.positions()) + " positions");
   header.set_state_floats(states.slot_floats());
+  header.set_state_rollback(states.rollback());
   header.mutable_state_layout()->Assign(states.layout().begin(), states.layout().end());
   header.set_state_position(states.position(slot));
   const std::span<float> floats = states.slot(slot);
@@ -202,12 +204,14 @@ Result<uint64_t> unpack_state(engine::StatePool* states, int32_t slot, const v1:
   if (slot < 0 || static_cast<uint32_t>(slot) >= states->slots())
     return Status::invalid("no state slot was taken for the transfer");
   if (std::string why = state_mismatch(*states, header); !why.empty()) return Status::invalid(why);
-  const size_t bytes = states->slot_floats() * sizeof(float);
+  const size_t bytes = header.state_floats() * sizeof(float);
   if (frames.size() < 2 || frames.back().size() != bytes)
     return Status::invalid("state frame has " + std::to_string(frames.size() < 2 ? 0 : frames.back().size()) +
                            " bytes, expected " + std::to_string(bytes));
-  std::memcpy(states->slot(static_cast<uint32_t>(slot)).data(), frames.back().data(), bytes);
-  states->set_position(static_cast<uint32_t>(slot), header.state_position());
+  // The sender may keep another number of older conv inputs (--spec-tokens): not carried over.
+  states->assign(static_cast<uint32_t>(slot),
+                 std::span<const float>(static_cast<const float*>(frames.back().data()), header.state_floats()),
+                 header.state_rollback(), header.state_position());
   return uint64_t{bytes};
 }
 

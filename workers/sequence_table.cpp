@@ -13,7 +13,7 @@ std::string str(uint64_t v) { return std::to_string(v); }
 
 }  // namespace
 
-SequenceTable::SequenceTable(const TableLimits& limits) : limits_(limits) {
+SequenceTable::SequenceTable(const TableLimits& limits, engine::StatePool* states) : limits_(limits), states_(states) {
   for (uint32_t s = limits.state_slots; s-- > 0;) free_slots_.push_back(static_cast<int32_t>(s));
 }
 
@@ -31,6 +31,8 @@ Status SequenceTable::check_entry(const runtime::SeqPlan& sp, const Sequence* se
         "is a speculating round with tokens or without a sample (it continues from the worker's own last sample)");
   if (sp.speculate && limits_.spec_tokens == 0)
     return bad("is a speculating round, but this worker does not speculate");
+  if (sp.speculate && limits_.state_slots > 0 && states_ == nullptr)
+    return bad("is a speculating round, but no state pool is here to roll its recurrent state back");
   const uint64_t start = sp.speculate ? held : sp.start_pos;
   if (start > held) return bad("plan starts at " + str(start) + " but " + str(held) + " positions are cached");
   if (limits_.state_slots > 0 && seq != nullptr && start < held)
@@ -116,6 +118,7 @@ uint32_t SequenceTable::draft(const runtime::SeqPlan& sp, Sequence& seq) {
   k = workers::draft_budget(k, remaining, limits_.context_length - at);
   k = static_cast<uint32_t>(std::min<uint64_t>(k, seq.blocks.size() * uint64_t{bt} - (at + 1)));
   if (!seq.tail.empty()) k = std::min(k, bt - 1 - at % bt);
+  if (seq.state_slot >= 0) k = std::min({k, states_->rollback(), engine::StatePool::drafts_within_chunk(at)});
   // A draft model writes positions up to at + k - 1: within its own context.
   if (limits_.draft_model) k = std::min(k, limits_.draft_context_length > at ? limits_.draft_context_length - at : 0);
   if (k == 0) return 0;
@@ -242,6 +245,11 @@ void SequenceTable::commit(std::span<const int32_t> sampled, std::span<const uin
     if (!st.speculate) continue;
     seq.tokens.resize(st.start_pos + 1 + kept);  // the fed sample and the accepted drafts
     seq.draft_pos = std::min<uint32_t>(seq.draft_pos, static_cast<uint32_t>(seq.tokens.size()));
+    if (seq.state_slot >= 0) {  // within reach by draft(); else the engine refuses its next step
+      [[maybe_unused]] const Status back =
+          states_->roll_back(static_cast<uint32_t>(seq.state_slot), static_cast<uint32_t>(seq.tokens.size()));
+      assert(back.is_ok());
+    }
     seq.draft.record(st.drafts, kept);
   }
   staged_ = n_samples_ = n_drafting_ = 0;
@@ -256,6 +264,9 @@ void SequenceTable::abort() {
       continue;
     }
     Sequence& seq = *st.seq;
+    if (seq.state_slot >= 0 && states_ != nullptr &&
+        states_->position(static_cast<uint32_t>(seq.state_slot)) > st.start_pos)
+      (void)states_->roll_back(static_cast<uint32_t>(seq.state_slot), st.start_pos);  // out of reach: refused later
     seq.blocks.resize(st.blocks_before);
     seq.blocks.insert(seq.blocks.end(), st.cut_blocks.begin(), st.cut_blocks.end());
     seq.tokens.resize(st.start_pos);
@@ -300,6 +311,9 @@ Status SequenceTable::trim(uint64_t seq_id, uint32_t positions) {
     return Status::invalid("trim: sequence " + str(seq_id) + " holds " + str(seq.tokens.size()) +
                            " positions, cannot keep " + str(positions));
   if (positions == seq.tokens.size()) return Status::ok();
+  if (seq.state_slot >= 0 && states_ == nullptr)
+    return Status::invalid("trim: sequence " + str(seq_id) + " has a recurrent state and no pool to roll it back");
+  if (seq.state_slot >= 0) TANDEM_RETURN_IF_ERROR(states_->roll_back(static_cast<uint32_t>(seq.state_slot), positions));
   seq.tokens.resize(positions);
   seq.draft_pos = std::min(seq.draft_pos, positions);
   seq.blocks.resize(std::min<size_t>(seq.blocks.size(), transfer_blocks(positions, limits_.block_tokens)));

@@ -118,13 +118,16 @@ struct OutgoingHandoff {
 
 class SequenceTable {
  public:
-  explicit SequenceTable(const TableLimits& limits);
+  // `states`: a hybrid model's state pool (limits.state_slots of its slots), which commit()
+  // rolls back past a round's rejected drafts; null without one (a hybrid then never speculates).
+  explicit SequenceTable(const TableLimits& limits, engine::StatePool* states = nullptr);
 
   // Checks every entry of `plan` before changing anything (its `release` list is the caller's:
   // drop() those first). Refused, naming the sequence and the problem, with the table left as
   // it was: an unknown sequence without its first-appearance fields, a tail of the wrong size,
   // a sequence twice, a start past the positions held (a start before them rolls back), with
-  // recurrent state slots (a hybrid model) also a rollback, a new sequence that does not start
+  // recurrent state slots (a hybrid model) also a rollback (only the worker's own rounds roll a
+  // state back), a speculating round without the state pool, a new sequence that does not start
   // at position 0 (a cached prefix: hybrids have no prefix cache yet) and more new sequences
   // than free slots, a
   // decode with no sampled token, a token or block id out of range, a block table too short
@@ -142,10 +145,12 @@ class SequenceTable {
   // The engine ran the staged step: `sampled` holds one token per to_sample() entry, in order
   // (a speculating round's last emitted token), and `accepted` (empty: none) how many of each
   // entry's drafts were accepted. Positions, histories, tails and last tokens advance; a
-  // round's rejected drafts leave the history (their KV rows are stale, written over later);
-  // the table takes plans again.
+  // round's rejected drafts leave the history (their KV rows are stale, written over later) and
+  // a hybrid's state is rolled back past them (StatePool::roll_back: draft() keeps every round
+  // within reach of it); the table takes plans again.
   void commit(std::span<const int32_t> sampled, std::span<const uint32_t> accepted = {});
-  // The engine refused the staged step: the table is as it was before apply().
+  // The engine refused the staged step: the table is as it was before apply() (a hybrid's
+  // state too, where the step ran and a rollback reaches back to its start).
   void abort();
   bool staged() const { return staged_ > 0; }
 
@@ -156,8 +161,9 @@ class SequenceTable {
   // Keeps `seq_id`'s first `positions` positions only (rejected draft tokens): its history
   // shortens, block-table entries past them are forgotten (the scheduler freed them), and its
   // last sample is forgotten (the next plan feeds tokens). The KV rows past them are stale and
-  // never read: the next step writes over them. Refused for an unknown sequence, more positions
-  // than it holds, or while a step is staged.
+  // never read: the next step writes over them; a hybrid's state is rolled back. Refused for an
+  // unknown sequence, more positions than it holds, a hybrid's state that cannot roll back that
+  // far (StatePool::roll_back), or while a step is staged.
   [[nodiscard]] Status trim(uint64_t seq_id, uint32_t positions);
 
   // Disaggregation, decode side. expect(): the scheduler announced a transfer (replacing one
@@ -213,10 +219,12 @@ class SequenceTable {
   // A speculating entry's drafts (appended to seq.tokens after its last sample): as many as its
   // DraftLength asks, within the plan's max_drafts and max_len, the context, its blocks, and
   // with an F32 window the block of the fed position (a rollback stays in the last written
-  // block, which the window keeps exact).
+  // block, which the window keeps exact), and with a recurrent state the rows its rollback
+  // reaches (StatePool::rollback, drafts_within_chunk).
   uint32_t draft(const runtime::SeqPlan& sp, Sequence& seq);
 
   TableLimits limits_;
+  engine::StatePool* states_ = nullptr;
   std::unordered_map<uint64_t, Held> sequences_;
   std::unordered_map<uint64_t, IncomingHandoff> expected_;  // by transfer id
   // The staged step; reused from step to step (no allocation once warm).

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <cstdio>
 #include <random>
 #include <thread>
 
@@ -58,6 +59,18 @@ StatusInfo wait_idle(Client& client) {
   return st;
 }
 
+// Starts every request on `client`; each stream ends once, by length, with the tokens of `want`.
+void expect_streams(Client& client, std::vector<GenerateRequest> reqs, const std::vector<std::vector<int32_t>>& want) {
+  std::vector<std::shared_ptr<Stream>> streams;
+  for (GenerateRequest& r : reqs) streams.push_back(client.generate(std::move(r)));
+  for (size_t i = 0; i < streams.size(); ++i) {
+    Collected c = collect(*streams[i]);
+    ASSERT_EQ(c.finals, 1) << "stream " << i;
+    EXPECT_EQ(c.fin.reason, FinishReason::kLength) << "stream " << i << ": " << c.fin.error_message;
+    EXPECT_EQ(c.tokens, want[i]) << "stream " << i;
+  }
+}
+
 // Serves `reqs` on `tandem up` with `flags` and 3 state slots per worker: every stream equals
 // the engine alone and ends by its length; once idle, every worker has its blocks and slots back.
 // Returns that status ({} when the deployment did not start).
@@ -70,14 +83,7 @@ StatusInfo serve_as_the_engine_alone(std::vector<std::string> flags, std::vector
   auto client = d.ok() ? d.client() : nullptr;
   EXPECT_TRUE(client);
   if (!client) return {};
-  std::vector<std::shared_ptr<Stream>> streams;
-  for (GenerateRequest& r : reqs) streams.push_back(client->generate(std::move(r)));
-  for (size_t i = 0; i < streams.size(); ++i) {
-    Collected c = collect(*streams[i]);
-    EXPECT_EQ(c.finals, 1) << "stream " << i;
-    EXPECT_EQ(c.fin.reason, FinishReason::kLength) << c.fin.error_message;
-    EXPECT_EQ(c.tokens, want[i]) << "stream " << i;
-  }
+  expect_streams(*client, std::move(reqs), want);
   const StatusInfo st = wait_idle(*client);
   for (const auto& w : st.workers) {
     EXPECT_EQ(test::in_use(w), 0u) << "worker " << w.id;
@@ -117,13 +123,7 @@ TEST(HybridStreams, CancelledStreamsGiveTheirSlotsBack) {
   std::vector<GenerateRequest> reqs = requests(4, 8);
   std::vector<std::vector<int32_t>> want;
   for (const GenerateRequest& r : reqs) want.push_back(engine_alone(*engine, r));
-  std::vector<std::shared_ptr<Stream>> streams;
-  for (GenerateRequest& r : reqs) streams.push_back(client->generate(std::move(r)));
-  for (size_t i = 0; i < streams.size(); ++i) {
-    Collected c = collect(*streams[i]);
-    ASSERT_EQ(c.finals, 1) << "stream " << i;
-    EXPECT_EQ(c.tokens, want[i]) << "stream " << i << ": " << c.fin.error_message;
-  }
+  expect_streams(*client, std::move(reqs), want);
   const StatusInfo st = wait_idle(*client);
   ASSERT_EQ(st.workers.size(), 1u);
   EXPECT_EQ(st.workers[0].state_slots_free, 2u);
@@ -148,25 +148,15 @@ TEST(HybridStreams, PreemptedStreamsRecomputeToTheSameTokens) {
   ASSERT_TRUE(d.ok());
   auto client = d.client();
   ASSERT_TRUE(client);
-  std::vector<std::shared_ptr<Stream>> streams;
-  for (GenerateRequest& r : reqs) streams.push_back(client->generate(std::move(r)));
-  for (size_t i = 0; i < streams.size(); ++i) {
-    Collected c = collect(*streams[i]);
-    ASSERT_EQ(c.finals, 1) << "stream " << i;
-    EXPECT_EQ(c.tokens, want[i]) << "stream " << i << ": " << c.fin.error_message;
-  }
+  expect_streams(*client, std::move(reqs), want);
   const StatusInfo st = wait_idle(*client);
   EXPECT_GT(st.preemptions, 0u) << "the pool was meant to run short";
   EXPECT_EQ(st.workers[0].state_slots_free, st.workers[0].state_slots_total);
 }
 
-// A split deployment (#20: "bitwise invariance ... split deployment"): one prefill and two
-// decode workers; prompts of 37, 64, 100 and 130 tokens (off, on and across the 64-token grid)
-// prefilled in chunks of 7, each handed over with its state slot (the state after the prompt,
-// the open grid chunk's rows, the conv inputs) and decoded on across grid points; 3 slots per
-// worker for 16 streams, so handoffs wait for decode slots and slots are reused. Every stream
-// equals the engine alone token for token, and every block and slot comes back.
-TEST(HybridStreams, ASplitDeploymentHandsStatesOverAndEqualsTheEngineAlone) {
+// 16 streams with prompts of 37, 64, 100 and 130 tokens decoding across grid points, greedy
+// and seeded.
+std::vector<GenerateRequest> grid_crossing_requests() {
   const uint32_t lengths[] = {37, 64, 100, 130};
   std::vector<GenerateRequest> reqs;
   for (uint32_t i = 0; i < 16; ++i) {
@@ -180,12 +170,33 @@ TEST(HybridStreams, ASplitDeploymentHandsStatesOverAndEqualsTheEngineAlone) {
     }
     reqs.push_back(std::move(r));
   }
+  return reqs;
+}
+
+// A split deployment (#20: "bitwise invariance ... split deployment"): one prefill and two
+// decode workers; prompts of 37, 64, 100 and 130 tokens (off, on and across the 64-token grid)
+// prefilled in chunks of 7, each handed over with its state slot (the state after the prompt,
+// the open grid chunk's rows, the conv inputs) and decoded on across grid points; 3 slots per
+// worker for 16 streams, so handoffs wait for decode slots and slots are reused. Every stream
+// equals the engine alone token for token, and every block and slot comes back.
+TEST(HybridStreams, ASplitDeploymentHandsStatesOverAndEqualsTheEngineAlone) {
   const StatusInfo st = serve_as_the_engine_alone(
-      {"--prefill", "1", "--decode", "2", "--oversubscribe", "--prefill-chunk", "7"}, std::move(reqs));
+      {"--prefill", "1", "--decode", "2", "--oversubscribe", "--prefill-chunk", "7"}, grid_crossing_requests());
   EXPECT_EQ(st.handoffs, 16u);
   EXPECT_EQ(st.handoff_failures, 0u);
   EXPECT_EQ(st.workers.size(), 3u);
   for (const auto& w : st.workers) EXPECT_GT(w.steps, 0u) << "worker " << w.id << " (" << w.role << ") takes part";
+}
+
+// The same split deployment speculating (--spec ngram): the decode workers' slots keep older
+// conv inputs for rolling rounds back, the prefill worker's none, so every handoff moves a slot
+// between two layouts of different size; the rounds' rejected drafts are rolled back after it.
+TEST(HybridStreams, ASpeculatingSplitDeploymentEqualsTheEngineAlone) {
+  const StatusInfo st = serve_as_the_engine_alone(
+      {"--prefill", "1", "--decode", "2", "--oversubscribe", "--prefill-chunk", "7", "--spec", "ngram"},
+      grid_crossing_requests());
+  EXPECT_EQ(st.handoffs, 16u);
+  EXPECT_EQ(st.handoff_failures, 0u);
 }
 
 // Cancelling hybrid streams in the middle of their handoffs (the decode worker stopped: each has
@@ -233,15 +244,15 @@ TEST(HybridStreams, CancelMidHandoffGivesEverySlotBackOnBothSides) {
 }
 
 // What is not built for hybrids is refused by `tandem up` itself, before any process starts
-// (not by workers that exit and are restarted): speculation.
-TEST(HybridStreams, TandemUpRefusesASpeculatingHybridDeploymentAtOnce) {
+// (not by workers that exit and are restarted): a hybrid draft model.
+TEST(HybridStreams, TandemUpRefusesAHybridDraftModelAtOnce) {
   const std::string up = std::string(TANDEM_TANDEM_BIN) + " up --model " + hybrid_model() + " --runtime-dir " +
                          test::temp_dir() + "/refused";
   struct Case {
     std::string flags, error;
   };
   for (const Case& c : std::vector<Case>{
-           {"--spec ngram", "--spec: speculative decoding on qwen35 (a hybrid model) is not built"},
+           {"--spec draft --draft-model " + hybrid_model(), "a hybrid (recurrent) draft model is not built"},
        }) {
     const auto start = std::chrono::steady_clock::now();
     const test::CommandOutput r = test::run_command(up + " " + c.flags);
@@ -250,6 +261,88 @@ TEST(HybridStreams, TandemUpRefusesASpeculatingHybridDeploymentAtOnce) {
     EXPECT_EQ((r.out + r.err).find("started"), std::string::npos) << c.flags << ": nothing starts\n" << r.out << r.err;
     EXPECT_LT(std::chrono::steady_clock::now() - start, 20s) << "refused at once, not after restarts";
   }
+}
+
+// Speculative decoding on a hybrid (--spec ngram): each round's rejected drafts are rolled out
+// of the recurrent state (StatePool::roll_back), drafts capped so a round never completes a grid
+// chunk. The random tiny model does not repeat itself, so streams are made to: even ones carry a
+// logit bias that keeps the output on one token (every draft accepted) or, at temperature 1,
+// draws it from two, one about 7 times likelier (most drafts accepted, many rounds cut short);
+// odd ones are plain random prompts (drafts rejected). 20 streams over 5 state slots per worker,
+// prompts in chunks of 7, outputs across the grid points at 64, 128 and 192: every stream equals the
+// engine alone without speculation, token for token, and every block and slot comes back.
+TEST(HybridStreams, SpeculatingStreamsEqualTheEngineAloneWithoutSpeculation) {
+  auto engine = engine::Engine::load(hybrid_model(), {1, engine::GemmBackend::kPacked}).value();
+  std::mt19937 rng(12);
+  std::vector<GenerateRequest> reqs;
+  std::vector<std::vector<int32_t>> want;
+  for (uint32_t i = 0; i < 20; ++i) {
+    GenerateRequest r;
+    r.prompt_tokens = test::prompt_of(10 + rng() % 50, 200 + i);
+    r.max_tokens = 150 + i % 7 * 10;
+    r.ignore_eos = true;
+    if (i % 8 == 0) r.logit_bias = {{11, 100.0f}};
+    if (i % 8 == 4) r.logit_bias = {{11, 30.0f}, {12, 28.0f}};
+    if (i % 4 == 2) r.logit_bias = {{11, 30.0f}, {12, 30.0f}, {13, 30.0f}};
+    if (i % 8 >= 3 && i % 8 != 6) {
+      r.temperature = 1.0f;
+      r.seed = 70 + i;
+    }
+    want.push_back(engine_alone(*engine, r));
+    reqs.push_back(std::move(r));
+  }
+  Deployment d({"--workers", "2", "--threads", "1", "--kv-memory", "67108864", "--prefill-chunk", "7", "--state-slots",
+                "5", "--spec", "ngram"},
+               hybrid_model());
+  ASSERT_TRUE(d.ok());
+  auto client = d.client();
+  ASSERT_TRUE(client);
+  expect_streams(*client, std::move(reqs), want);
+  const StatusInfo st = wait_idle(*client);
+  uint64_t drafts = 0, accepted = 0;
+  for (const auto& w : st.workers) {
+    EXPECT_EQ(test::in_use(w), 0u) << "worker " << w.id;
+    EXPECT_EQ(w.state_slots_free, 5u) << "worker " << w.id;
+    EXPECT_EQ(w.spec_tokens, 4u) << "worker " << w.id;
+    drafts += w.drafts, accepted += w.drafts_accepted;
+  }
+  std::printf("%llu drafts, %llu accepted\n", static_cast<unsigned long long>(drafts),
+              static_cast<unsigned long long>(accepted));
+  EXPECT_GT(accepted, drafts / 2) << "the biased streams accept most drafts";
+  EXPECT_LT(accepted, drafts) << "the random ones reject some";
+}
+
+// --spec draft on a hybrid target: an attention draft model (make-model's tiny llama, the same
+// vocabulary) drafts, the target's state is rolled back as with prompt lookup (a hybrid draft
+// model is refused: DraftModel::load). Greedy streams, biased or not, equal the engine alone.
+TEST(HybridStreams, DraftModelStreamsEqualTheEngineAloneGreedy) {
+  auto engine = engine::Engine::load(hybrid_model(), {1, engine::GemmBackend::kPacked}).value();
+  const std::string draft = test::tiny_model("llama", 4);
+  std::vector<GenerateRequest> reqs;
+  std::vector<std::vector<int32_t>> want;
+  for (uint32_t i = 0; i < 8; ++i) {
+    GenerateRequest r;
+    r.prompt_tokens = test::prompt_of(20 + 5 * i, 300 + i);
+    r.max_tokens = 140;
+    r.ignore_eos = true;
+    if (i % 2 == 0) r.logit_bias = {{11, 30.0f}, {12, 30.0f}, {13, 30.0f}};
+    want.push_back(engine_alone(*engine, r));
+    reqs.push_back(std::move(r));
+  }
+  Deployment d({"--workers", "1", "--threads", "1", "--kv-memory", "67108864", "--state-slots", "4", "--spec", "draft",
+                "--draft-model", draft},
+               hybrid_model());
+  ASSERT_TRUE(d.ok());
+  auto client = d.client();
+  ASSERT_TRUE(client);
+  expect_streams(*client, std::move(reqs), want);
+  const StatusInfo st = wait_idle(*client);
+  ASSERT_EQ(st.workers.size(), 1u);
+  EXPECT_EQ(test::in_use(st.workers[0]), 0u);
+  EXPECT_EQ(st.workers[0].state_slots_free, 4u);
+  EXPECT_GT(st.workers[0].drafts, st.workers[0].drafts_accepted) << "drafts were rejected and rolled back";
+  std::printf("draft model: %llu drafts, %llu accepted\n", static_cast<unsigned long long>(st.workers[0].drafts),
+              static_cast<unsigned long long>(st.workers[0].drafts_accepted));
 }
 
 }  // namespace

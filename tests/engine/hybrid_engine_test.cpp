@@ -171,13 +171,131 @@ TEST(HybridEngine, StateSlotsRefuseWhatARecurrentStateCannotDo) {
   EXPECT_EQ((*states)->position(0), 10u);
   SeqStep back{std::span(tokens).subspan(5, 3), 5, blocks, 1};  // a rollback
   back.state_slot = 0;
-  EXPECT_NE((*e)->forward({&back, 1}, **kv, states->get()).message().find("cannot roll back"), std::string::npos);
+  EXPECT_NE((*e)->forward({&back, 1}, **kv, states->get()).message().find("roll it back first"), std::string::npos);
   SeqStep pair[2] = {s, s};
   pair[1].start_pos = 0;
   EXPECT_NE((*e)->forward(pair, **kv, states->get()).message().find("shares state slot"), std::string::npos);
   s.state_slot = 2;
   EXPECT_NE((*e)->forward({&s, 1}, **kv, states->get()).message().find("outside the pool"), std::string::npos);
   EXPECT_EQ((*states)->position(0), 10u) << "a refused step changes no state";
+}
+
+}  // namespace
+}  // namespace tandem::engine
+
+namespace tandem::engine {
+namespace {
+
+// Element (i, j) of a PackedView {n, k} holding W[j][i] (the kernels' panels of kPanel columns).
+size_t packed(uint32_t i, uint32_t j, uint32_t k) {
+  constexpr uint32_t P = kernels::kPanel;
+  return size_t{j / P} * k * P + size_t{i} * P + j % P;
+}
+
+// What of slot `a` must equal slot `b` once both hold `pos` positions: per recurrent layer the
+// conv state, and per head the state at the grid point and the open chunk's rows before pos
+// (their gammas, deltas and keys); rows past it are stale and never read.
+bool same_state(StatePool& states, const ModelConfig& c, uint32_t a, uint32_t b, uint32_t pos) {
+  const hybrid::ChunkLayout lay{c.ssm_state_size, c.ssm_time_step_rank, c.ssm_group_count};
+  const uint32_t d = lay.d, rows = pos % hybrid::kGrid;
+  const size_t conv = size_t{c.ssm_conv_kernel - 1} * c.conv_channels();
+  for (uint32_t r = 0; r < states.recurrent_layers(); ++r) {
+    if (std::memcmp(states.conv(a, r), states.conv(b, r), conv * sizeof(float)) != 0) return false;
+    float *la = states.recurrent(a, r), *lb = states.recurrent(b, r);
+    for (uint32_t j = 0; j < lay.v_heads; ++j) {
+      const hybrid::HeadState x = hybrid::head_state(la, lay, j), y = hybrid::head_state(lb, lay, j);
+      if (std::memcmp(x.s0, y.s0, lay.s0_floats() * sizeof(float)) != 0) return false;
+      for (uint32_t m = 0; m < rows; ++m) {
+        if (std::memcmp(&x.gamma[m], &y.gamma[m], sizeof(float)) != 0) return false;
+        for (uint32_t v = 0; v < d; ++v)
+          if (std::memcmp(&x.delta[packed(m, v, hybrid::kGrid)], &y.delta[packed(m, v, hybrid::kGrid)], 4) != 0)
+            return false;
+      }
+    }
+    for (uint32_t i = 0; i < lay.k_heads; ++i)
+      for (uint32_t m = 0; m < rows; ++m)
+        for (uint32_t v = 0; v < d; ++v) {
+          const size_t at = packed(v, m, d);
+          if (std::memcmp(&hybrid::key_rows(la, lay, i)[at], &hybrid::key_rows(lb, lay, i)[at], 4) != 0) return false;
+        }
+  }
+  return true;
+}
+
+// Feeds tokens[from, to) to `slot` (blocks of the slot's own), every row's logits appended to `out`.
+void feed(Engine& e, KvPool& kv, StatePool& states, std::span<const int32_t> tokens, uint32_t from, uint32_t to,
+          int32_t slot, std::vector<float>* out = nullptr) {
+  std::vector<int32_t> blocks(kBlocksPerSeq);
+  std::iota(blocks.begin(), blocks.end(), slot * static_cast<int32_t>(kBlocksPerSeq));
+  SeqStep s{tokens.subspan(from, to - from), from, blocks, out ? to - from : 1};
+  s.state_slot = slot;
+  ASSERT_TRUE(e.forward({&s, 1}, kv, &states).is_ok());
+  if (out == nullptr) return;
+  for (uint32_t r = 0; r < to - from; ++r) out->insert(out->end(), e.logits(r).begin(), e.logits(r).end());
+}
+
+// Speculative decoding's rollback (StatePool::roll_back): a round of 1 + k rows, of which the
+// first 1 + a are kept, then rolled back to them, leaves bitwise the state (and the logits of
+// the rows kept and of 80 tokens after, across a grid point) of a sequence that was only ever
+// fed the kept tokens, for every a and rounds at the grid's start, middle and last rows.
+TEST(HybridEngine, RollingBackARoundIsBitwiseNeverHavingFedTheRejectedDrafts) {
+  constexpr uint32_t kDrafts = 5;
+  auto e = Engine::load(hybrid_model(), {2, GemmBackend::kPacked});
+  ASSERT_TRUE(e) << e.status().to_string();
+  const ModelConfig& c = (*e)->config();
+  auto kv = KvPool::create(c, 2 * kBlocksPerSeq);
+  auto states = StatePool::create(c, 2, kDrafts);
+  ASSERT_TRUE(kv && states);
+  const std::vector<int32_t> tokens = test::random_tokens(kTokens, c.vocab_size, 31);
+  const std::vector<int32_t> other = test::random_tokens(kTokens, c.vocab_size, 32);
+  // 57 + 5: the last row before the fold at 63; at 63 the fed row folds and the drafts open a chunk.
+  for (uint32_t at : {0u, 30u, 57u, 63u, 128u}) {
+    for (uint32_t a = 0; a <= kDrafts; ++a) {
+      const uint32_t kept = at + 1 + a, end = kept + 80;
+      std::vector<float> want, got;
+      feed(**e, **kv, **states, tokens, 0, kept, 1, &want);  // never sees the rejected drafts
+      feed(**e, **kv, **states, tokens, kept, end, 1, &want);
+      std::vector<int32_t> round(tokens.begin(), tokens.begin() + at + 1 + kDrafts);
+      std::copy(other.begin() + kept, other.begin() + at + 1 + kDrafts, round.begin() + kept);  // rejected
+      if (at > 0) feed(**e, **kv, **states, round, 0, at, 0);
+      feed(**e, **kv, **states, round, at, at + 1 + kDrafts, 0, &got);
+      ASSERT_TRUE((*states)->roll_back(0, kept).is_ok()) << "at " << at << ", " << a << " accepted";
+      ASSERT_EQ((*states)->position(0), kept);
+      // slot 1 again up to `kept` (the same bits: chunking invariance), to compare states.
+      feed(**e, **kv, **states, tokens, 0, kept, 1);
+      EXPECT_TRUE(same_state(**states, c, 0, 1, kept)) << "at " << at << ", " << a << " accepted";
+      feed(**e, **kv, **states, tokens, kept, end, 0, &got);
+      const size_t vocab = c.vocab_size, head = size_t{at} * vocab;  // the round's rows kept, then the 80
+      EXPECT_EQ(std::memcmp(want.data() + head, got.data(), (1 + a) * vocab * sizeof(float)), 0)
+          << "round rows, at " << at << ", " << a << " accepted";
+      EXPECT_EQ(std::memcmp(want.data() + size_t{kept} * vocab, got.data() + (1 + kDrafts) * vocab,
+                            size_t{80} * vocab * sizeof(float)),
+                0)
+          << "after the rollback, at " << at << ", " << a << " accepted";
+    }
+  }
+}
+
+TEST(HybridEngine, RollBackRefusesWhatTheSlotNoLongerHolds) {
+  auto e = Engine::load(hybrid_model());
+  ASSERT_TRUE(e) << e.status().to_string();
+  auto kv = KvPool::create((*e)->config(), kBlocksPerSeq);
+  auto states = StatePool::create((*e)->config(), 1, 4);
+  ASSERT_TRUE(kv && states);
+  EXPECT_FALSE(StatePool::create((*e)->config(), 1, hybrid::kGrid)) << "a rollback past a grid chunk";
+  const std::vector<int32_t> tokens = test::random_tokens(100, (*e)->config().vocab_size, 3);
+  feed(**e, **kv, **states, tokens, 0, 66, 0);
+  EXPECT_EQ((*states)->rollback_floor(0), 64u) << "the open grid chunk starts at 64";
+  EXPECT_NE((*states)->roll_back(0, 63).message().find("go back to 64 at most"), std::string::npos);
+  EXPECT_NE((*states)->roll_back(0, 67).message().find("not 67"), std::string::npos);
+  feed(**e, **kv, **states, tokens, 66, 76, 0);
+  EXPECT_EQ((*states)->rollback_floor(0), 72u) << "4 conv inputs kept";
+  EXPECT_FALSE((*states)->roll_back(0, 71).is_ok());
+  EXPECT_EQ((*states)->position(0), 76u) << "a refused rollback changes nothing";
+  ASSERT_TRUE((*states)->roll_back(0, 73).is_ok());
+  EXPECT_EQ((*states)->rollback_floor(0), 72u) << "one input kept before 73";
+  (*states)->set_position(0, 73);
+  EXPECT_EQ((*states)->rollback_floor(0), 73u) << "a state set from elsewhere keeps no older inputs";
 }
 
 }  // namespace

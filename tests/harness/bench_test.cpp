@@ -579,6 +579,15 @@ TEST(Bench, ATemperatureGivesEveryRequestItsOwnReproducibleSeed) {
   EXPECT_EQ(Workload::create(WorkloadOptions{}).value().make(0).temperature, 0.0f) << "greedy by default";
 }
 
+TEST(Bench, ALogitBiasGoesWithEveryRequest) {
+  WorkloadOptions wo;
+  wo.logit_bias = {{11, 30.0f}, {12, -100.0f}};
+  auto w = Workload::create(wo);
+  ASSERT_TRUE(w);
+  for (uint64_t i = 0; i < 10; ++i) EXPECT_EQ(w->make(i).logit_bias, wo.logit_bias);
+  EXPECT_TRUE(Workload::create(WorkloadOptions{}).value().make(0).logit_bias.empty()) << "none by default";
+}
+
 TEST(Bench, LoadShapesAndWorkloadsAreValidated) {
   EXPECT_FALSE(parse_length_range("8:4"));
   EXPECT_FALSE(parse_length_range("x"));

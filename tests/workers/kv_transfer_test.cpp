@@ -271,8 +271,9 @@ struct HybridSide {
   std::unique_ptr<engine::KvPool> kv;
   std::unique_ptr<engine::StatePool> states;
 };
-HybridSide hybrid_side(const engine::Engine& e, uint32_t blocks, uint32_t slots) {
-  return {engine::KvPool::create(e.config(), blocks).value(), engine::StatePool::create(e.config(), slots).value()};
+HybridSide hybrid_side(const engine::Engine& e, uint32_t blocks, uint32_t slots, uint32_t rollback = 0) {
+  return {engine::KvPool::create(e.config(), blocks).value(),
+          engine::StatePool::create(e.config(), slots, rollback).value()};
 }
 
 // Feeds tokens [from, to) of `tokens` as one chunk of the sequence in `slot` and `blocks`:
@@ -307,13 +308,31 @@ runtime::Frames pack_hybrid(HybridSide& side, uint32_t slot, std::span<const int
 // A prompt of 37, 64, 100 or 130 tokens (off, on and across the 64-token grid) prefilled on one
 // side, handed over into other blocks and another slot, and decoded there to position 160: each
 // decode step's logits are bitwise those of the sequence decoded where it was prefilled (in
-// chunks of 7 there: the cut does not matter either), and the slot arrives byte for byte.
+// chunks of 7 there: the cut does not matter either), and the slot arrives byte for byte. A
+// receiver whose slots keep older conv inputs for speculative rollbacks (a decode worker with
+// --spec-tokens 4; the prefill worker keeps none) continues bitwise too.
 TEST(KvTransferState, AHandedOverSequenceContinuesBitwiseAsIfItNeverMoved) {
   auto e = engine::Engine::load(hybrid_model(), {1, engine::GemmBackend::kPacked}).value();
   constexpr uint32_t kEnd = 160;
   const std::vector<int32_t> tokens = test::random_tokens(kEnd, e->config().vocab_size, 8);
-  HybridSide src = hybrid_side(*e, 32, 3), dst = hybrid_side(*e, 32, 4);
+  HybridSide src = hybrid_side(*e, 32, 3), dst = hybrid_side(*e, 32, 4), dst_spec = hybrid_side(*e, 32, 4, 4);
   const std::vector<int32_t> here = ids_from(0, 10), sent = ids_from(10, 10), there = ids_from(31, 10, -3);
+  // Unpacks `got` into slot 2 of `to` and decodes there to kEnd: the logits of every step.
+  auto decode_there = [&](HybridSide& to, const runtime::Frames& got, uint32_t prompt) {
+    v1::KvTransfer parsed;
+    EXPECT_TRUE(runtime::parse_frame(got[0], parsed).is_ok());
+    auto state = unpack_state(to.states.get(), 2, parsed, got);
+    EXPECT_TRUE(state) << state.status().to_string();
+    EXPECT_EQ(state.value_or(0), src.states->slot_floats() * sizeof(float));
+    EXPECT_TRUE(unpack_transfer(*to.kv, parsed, there, {}, got)) << "prompt " << prompt;
+    EXPECT_EQ(to.states->position(2), prompt);
+    std::vector<float> moved;
+    for (uint32_t p = prompt; p < kEnd; ++p) {
+      const std::vector<float> row = feed(*e, to, tokens, p, p + 1, there, 2);
+      moved.insert(moved.end(), row.begin(), row.end());
+    }
+    return moved;
+  };
   for (uint32_t prompt : {37u, 64u, 100u, 130u}) {
     std::vector<float> want;  // decoded where it was prefilled, prompt in chunks of 7
     for (uint32_t p = 0; p < prompt; p = std::min(prompt, p + 7))
@@ -329,21 +348,18 @@ TEST(KvTransferState, AHandedOverSequenceContinuesBitwiseAsIfItNeverMoved) {
     for (const zmq::message_t& f : frames) counted += f.size() + ZMQ_TANDEM_FRAME_OVERHEAD;
     EXPECT_LE(counted, max_transfer_bytes(*dst.kv, e->config().context_length) + max_state_bytes(dst.states.get()));
     runtime::Frames got = round_trip(frames);
-    v1::KvTransfer parsed;
-    ASSERT_TRUE(runtime::parse_frame(got[0], parsed).is_ok());
-    auto state = unpack_state(dst.states.get(), 2, parsed, got);
-    ASSERT_TRUE(state) << state.status().to_string();
-    EXPECT_EQ(*state, src.states->slot_floats() * sizeof(float));
-    ASSERT_TRUE(unpack_transfer(*dst.kv, parsed, there, {}, got)) << "prompt " << prompt;
-    EXPECT_EQ(dst.states->position(2), prompt);
-    EXPECT_EQ(std::memcmp(dst.states->slot(2).data(), src.states->slot(1).data(), *state), 0) << "prompt " << prompt;
-    std::vector<float> moved;
-    for (uint32_t p = prompt; p < kEnd; ++p) {
-      const std::vector<float> row = feed(*e, dst, tokens, p, p + 1, there, 2);
-      moved.insert(moved.end(), row.begin(), row.end());
-    }
+    v1::KvTransfer header_again;  // the same slot packed again (a send empties the frames)
+    runtime::Frames frames_again = pack_hybrid(src, 1, sent, prompt, header_again);
+    runtime::Frames again = round_trip(frames_again);
+    const std::vector<float> moved = decode_there(dst, got, prompt);
     ASSERT_EQ(moved.size(), want.size());
     EXPECT_EQ(std::memcmp(moved.data(), want.data(), want.size() * sizeof(float)), 0) << "prompt " << prompt;
+    EXPECT_EQ(std::memcmp(dst.states->slot(2).data(), src.states->slot(1).data(), src.states->slot_floats() * 4), 0)
+        << "prompt " << prompt;
+    const std::vector<float> spec = decode_there(dst_spec, again, prompt);
+    ASSERT_EQ(spec.size(), want.size());
+    EXPECT_EQ(std::memcmp(spec.data(), want.data(), want.size() * sizeof(float)), 0)
+        << "prompt " << prompt << ", a receiver keeping 4 older conv inputs";
   }
 }
 

@@ -11,7 +11,10 @@
 #include <random>
 #include <string>
 
+#include "model/gguf.h"
+#include "model/model_config.h"
 #include "tests/counted_allocations.h"
+#include "tests/test_util.h"
 
 namespace tandem::worker {
 namespace {
@@ -949,6 +952,96 @@ TEST(SequenceTableHybrid, RandomizedHandoffsNeverLoseOrShareASlot) {
   }
   EXPECT_TRUE(received > 0 && refused > 0 && full > 0 && dropped_announced > 0)
       << received << " " << refused << " " << full << " " << dropped_announced;
+}
+
+}  // namespace
+}  // namespace tandem::worker
+
+namespace tandem::worker {
+namespace {
+
+// The tiny qwen35 preset's state pool (2 slots, rollback 4): no engine runs here; its one effect
+// on the pool, the position advanced by the positions fed, is played by StatePool::advance.
+std::unique_ptr<engine::StatePool> tiny_hybrid_states() {
+  const std::string path = test::temp_dir() + "/table-qwen35.gguf";
+  const std::string cmd =
+      std::string(TANDEM_TANDEM_BIN) + " make-model --arch qwen35 --preset tiny --out " + path + " >/dev/null 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  auto file = model::GgufFile::open(path);
+  auto config = model::read_model_config(**file);
+  return std::move(engine::StatePool::create(*config, 2, 4).value());
+}
+
+std::vector<int32_t> loop_of_three(uint32_t n) {
+  std::vector<int32_t> t(n);
+  for (uint32_t i = 0; i < n; ++i) t[i] = 1 + static_cast<int32_t>(i % 3);
+  return t;
+}
+
+// One speculating round of sequence 1: apply, the engine's advance, commit with `accepted`.
+// Returns the drafts it carried.
+size_t round_of(SequenceTable& table, engine::StatePool& states, uint32_t accepted) {
+  runtime::StepPlan plan;
+  add_round(plan, 1, 4, 1000);
+  EXPECT_TRUE(table.apply(plan).is_ok());
+  const size_t drafts = table.to_sample()[0].drafts.size();
+  states.advance(static_cast<uint32_t>(table.steps()[0].state_slot), 1 + static_cast<uint32_t>(drafts));
+  table.commit(std::vector<int32_t>{1}, std::vector<uint32_t>{std::min<uint32_t>(accepted, drafts)});
+  return drafts;
+}
+
+// A hybrid's speculating rounds (docs/HYBRID.md, "Speculative decoding"): a round's drafts never
+// complete a grid chunk (kGrid - 1 - (at + 1) % kGrid of them at most) nor pass the pool's
+// rollback; commit rolls the slot back to the positions kept, abort to the step's start; trim
+// rolls back or is refused where the state cannot; without a state pool a round is refused.
+TEST(SequenceTableHybrid, SpeculatingRoundsRollTheStateBackToThePositionsKept) {
+  auto states = tiny_hybrid_states();
+  TableLimits lim = hybrid_limits(2);
+  lim.spec_tokens = 4;
+  SequenceTable table(lim, states.get());
+  runtime::StepPlan plan;
+  add_first(plan, 1, loop_of_three(58), {0, 1, 2, 3, 4}, true);
+  ASSERT_TRUE(table.apply(plan).is_ok());
+  const auto slot = static_cast<uint32_t>(table.steps()[0].state_slot);
+  states->advance(slot, 58);
+  table.commit(std::vector<int32_t>{2});
+  EXPECT_EQ(round_of(table, *states, 1), 4u) << "fed at 58: rows up to 62";
+  EXPECT_EQ(states->position(slot), 60u) << "the sample and one draft kept";
+  EXPECT_EQ(round_of(table, *states, 2), 2u) << "fed at 60: drafts at 61 and 62, none at 63 (the fold)";
+  EXPECT_EQ(states->position(slot), 63u);
+  EXPECT_EQ(round_of(table, *states, 0), 4u) << "fed at 63 (it folds), drafts in the next chunk";
+  EXPECT_EQ(states->position(slot), 64u);
+  EXPECT_EQ(table.find(1)->tokens.size(), 64u);
+
+  plan.clear();
+  add_round(plan, 1, 4, 1000);
+  ASSERT_TRUE(table.apply(plan).is_ok());
+  states->advance(slot, 1 + static_cast<uint32_t>(table.to_sample()[0].drafts.size()));
+  table.abort();  // e.g. sampling failed after the forward
+  EXPECT_EQ(states->position(slot), 64u) << "abort rolls the state back to the step's start";
+  const Status before_grid = table.trim(1, 63);
+  EXPECT_NE(before_grid.message().find("go back to 64 at most"), std::string::npos) << before_grid.message();
+  EXPECT_EQ(table.find(1)->tokens.size(), 64u) << "a refused trim changes nothing";
+
+  plan.clear();  // a sequence fed at 62: its draft would be row 63
+  add_first(plan, 2, loop_of_three(62), {5, 6, 7, 8}, true);
+  ASSERT_TRUE(table.apply(plan).is_ok());
+  states->advance(static_cast<uint32_t>(table.steps()[0].state_slot), 62);
+  table.commit(std::vector<int32_t>{3});
+  plan.clear();
+  add_round(plan, 2, 4, 1000);
+  ASSERT_TRUE(table.apply(plan).is_ok());
+  EXPECT_TRUE(table.to_sample()[0].drafts.empty());
+  table.abort();
+
+  SequenceTable without(lim);  // no pool to roll a state back: speculation is refused
+  plan.clear();
+  add_first(plan, 1, loop_of_three(5), {0}, true);
+  run(without, plan);
+  plan.clear();
+  add_round(plan, 1, 4, 1000);
+  const Status refused = without.apply(plan);
+  EXPECT_NE(refused.message().find("no state pool"), std::string::npos) << refused.message();
 }
 
 }  // namespace

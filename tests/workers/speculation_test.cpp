@@ -6,10 +6,12 @@
 
 #include <array>
 #include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "tests/test_util.h"
 #include "workers/engine/engine.h"
 #include "workers/engine/generate.h"
 
@@ -181,6 +183,55 @@ TEST(GenerateWithDrafts, EqualsPlainDecodingTokenForToken) {
         }
   EXPECT_LT(steps * 6, tokens * 5) << "the trained model's repeating output should accept drafts: " << tokens
                                    << " tokens in " << steps << " steps";
+}
+
+}  // namespace
+}  // namespace tandem::workers
+
+namespace tandem::workers {
+namespace {
+
+// The same on a hybrid (qwen35, `tandem run --spec ngram`): each round's rejected drafts are
+// rolled out of the recurrent state, drafts capped so a round never completes a grid chunk.
+// make-model's random qwen35 does not repeat itself, so a logit bias makes it: one token (all
+// drafts accepted), three (greedy: the model picks, drafts partly accepted), two at temperature 1
+// (one about 7 times likelier), and none (drafts rejected); 200 tokens cross three grid points.
+TEST(GenerateWithDrafts, OnAHybridEqualsPlainDecodingTokenForToken) {
+  const std::string path = test::temp_dir() + "/spec-qwen35.gguf";
+  const std::string cmd =
+      std::string(TANDEM_TANDEM_BIN) + " make-model --arch qwen35 --preset tiny --seed 3 --out " + path + " >/dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  auto engine = engine::Engine::load(path, {1, engine::GemmBackend::kPacked}).value();
+  std::mt19937 rng(5);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 30; ++i) prompt.push_back(3 + static_cast<int32_t>(rng() % 500));
+  using Bias = std::vector<model::LogitBias>;
+  const std::vector<std::pair<Bias, float>> cases = {{{{11, 100.0f}}, 0.0f},
+                                                     {{{11, 30.0f}, {12, 30.0f}, {13, 30.0f}}, 0.0f},
+                                                     {{{11, 30.0f}, {12, 28.0f}}, 1.0f},
+                                                     {{}, 0.0f},
+                                                     {{}, 1.0f}};
+  uint32_t steps = 0, tokens = 0;
+  for (const auto& [bias, temperature] : cases) {
+    engine::GenerateOptions plain;
+    plain.max_tokens = 200;
+    plain.ignore_eos = true;
+    plain.sampling.temperature = temperature;
+    plain.sampling.seed = 11;
+    plain.sampling.logit_bias = bias;
+    NgramDrafter drafter(4);
+    engine::GenerateOptions spec = plain;
+    spec.drafter = &drafter;
+    spec.spec_tokens = 4;
+    const auto want = engine::generate(*engine, prompt, plain).value();
+    const auto got = engine::generate(*engine, prompt, spec);
+    ASSERT_TRUE(got) << got.status().to_string();
+    const std::string what = std::to_string(bias.size()) + " biased, temperature " + std::to_string(temperature);
+    EXPECT_EQ(got->tokens, want.tokens) << what;
+    EXPECT_EQ(got->logprobs, want.logprobs) << what;
+    if (!bias.empty()) steps += got->decode_steps, tokens += static_cast<uint32_t>(got->tokens.size() - 1);
+  }
+  EXPECT_LT(steps * 2, tokens) << "the biased outputs repeat: " << tokens << " tokens in " << steps << " steps";
 }
 
 }  // namespace

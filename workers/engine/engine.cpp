@@ -818,7 +818,7 @@ Status Engine::forward(std::span<const SeqStep> step, KvPool& pool, StatePool* s
   compute_logits(step, logit_rows);
   if (config_.arch->hybrid())
     for (const SeqStep& q : step)
-      states->set_position(static_cast<uint32_t>(q.state_slot), q.start_pos + static_cast<uint32_t>(q.tokens.size()));
+      states->advance(static_cast<uint32_t>(q.state_slot), static_cast<uint32_t>(q.tokens.size()));
   return Status::ok();
 }
 
@@ -940,7 +940,7 @@ Status Engine::check_states(std::span<const SeqStep> step, const StatePool* stat
     const uint32_t at = states->position(static_cast<uint32_t>(q.state_slot));
     if (q.start_pos != 0 && at != q.start_pos)
       return bad("its recurrent state holds " + std::to_string(at) + " positions, the chunk starts at " +
-                 std::to_string(q.start_pos) + " (a hybrid's state cannot roll back or skip positions)");
+                 std::to_string(q.start_pos) + " (roll it back first: StatePool::roll_back)");
     for (size_t o = 0; o < s; ++o)
       if (step[o].state_slot == q.state_slot) return bad("shares state slot " + std::to_string(q.state_slot));
   }
@@ -999,12 +999,15 @@ void Engine::conv_inputs(std::span<const SeqStep> step, const Layer& L, StatePoo
                     &gates_[size_t{r} * 2 * hv + hv]);
     }
   });
-  // New state row j = input n - (K - 1) + j; in increasing j an old row is read before it is written.
+  // The slot's inputs (the rollback() kept before the conv state's K - 1): new row j of H is
+  // input n - H + j; in increasing j an old row is read before it is written.
+  const uint32_t H = states.rollback() + K - 1;
   for (size_t s = 0; s < step.size(); ++s) {
     const auto n = static_cast<int64_t>(step[s].tokens.size());
-    for (uint32_t j = 0; j + 1 < K; ++j) {
-      const float* src = input(s, n - (K - 1) + j);
-      float* dst = conv(s) + size_t{j} * C;
+    float* rows = conv(s) - size_t{states.rollback()} * C;
+    for (uint32_t j = 0; j < H; ++j) {
+      const float* src = input(s, n - H + j);
+      float* dst = rows + size_t{j} * C;
       if (src != dst) std::memmove(dst, src, C * sizeof(float));
     }
   }

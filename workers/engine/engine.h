@@ -65,7 +65,8 @@ struct SeqStep {
   std::span<const int32_t> tail = {};
   int64_t tail_end = -1;
   // A hybrid model's recurrent state slot (StatePool): at start_pos 0 the engine zeroes it,
-  // otherwise it must hold exactly start_pos positions. -1: none (models without recurrent layers).
+  // otherwise it must hold exactly start_pos positions (a speculating round's rejected drafts are
+  // taken out by StatePool::roll_back). -1: none (models without recurrent layers).
   int32_t state_slot = -1;
   // A pool with rings (KvPool::ring_blocks): the windowed layers' blocks of logical blocks
   // ring_first .. ceil(end / block_tokens) - 1 (ids in the ring region). Blocks before
@@ -93,7 +94,7 @@ class Engine {
   // cache on error): empty step or chunk, token id out of range, a chunk running past the
   // context length, a block table too short or naming a block outside the pool; for a hybrid
   // model (config().arch->hybrid()) also no `states`, a slot outside it or named twice, or a
-  // slot whose state is not at the chunk's start_pos (a recurrent state cannot roll back).
+  // slot whose state is not at the chunk's start_pos (to go back, StatePool::roll_back first).
   Status forward(std::span<const SeqStep> step, KvPool& pool, StatePool* states = nullptr,
                  LogitRows logit_rows = LogitRows::kAll);
   // Computes the logits of `rows`, rows of the previous forward that it left out

@@ -10,12 +10,14 @@ namespace {
 
 // Drafts the next round may carry at `at` (the position the last token is fed at): what the
 // drafter offers, no more than the room left (the accepted drafts plus the correction never
-// pass `total`), and, with an F32 window, none past the block `at` is in (a rollback stays
-// within the last written block, which the window keeps exact).
-uint32_t draft_room(const GenerateOptions& options, uint32_t at, uint32_t total, uint32_t emitted_room) {
+// pass `total`), with an F32 window none past the block `at` is in (a rollback stays within
+// the last written block, which the window keeps exact), and with a recurrent state none that
+// would complete a grid chunk (the state rolls back within the open one).
+uint32_t draft_room(const GenerateOptions& options, uint32_t at, uint32_t total, uint32_t emitted_room, bool hybrid) {
   if (options.drafter == nullptr) return 0;
   uint32_t k = std::min(options.spec_tokens, emitted_room > 0 ? emitted_room - 1 : 0u);
   if (options.kv_format.bits > 0 && options.kv_format.f32_window > 0) k = std::min(k, 15 - at % 16);
+  if (hybrid) k = std::min(k, StatePool::drafts_within_chunk(at));
   return at + 1 + k <= total ? k : 0;
 }
 
@@ -92,7 +94,9 @@ Status decode(Engine& engine, KvPool& pool, StatePool* states, std::span<const i
     const uint32_t at = static_cast<uint32_t>(seq.size() - 1);
     const uint32_t room = std::min<uint32_t>(total - static_cast<uint32_t>(seq.size()),
                                              options.max_tokens - static_cast<uint32_t>(gen.tokens.size()));
-    const uint32_t k = draft_room(options, at, total, room);
+    const uint32_t k = draft_room(options, at, total, room, states != nullptr);
+    // The last round's rejected drafts out of the recurrent state (positions [0, at) stay).
+    if (states != nullptr && states->position(0) > at) TANDEM_RETURN_IF_ERROR(states->roll_back(0, at));
     feed[0] = seq.back();
     drafted = k > 0 ? options.drafter->draft(seq, std::span<int32_t>(feed).subspan(1, k)) : 0;
     SeqStep s{std::span<const int32_t>(feed).first(1 + drafted), at, blocks, 1 + drafted, tail, tail_end, 0};
@@ -127,10 +131,8 @@ Result<Generation> generate(Engine& engine, std::span<const int32_t> prompt, con
   if (!pool) return pool.status();
   // A hybrid's recurrent state: one slot, this sequence's.
   std::unique_ptr<StatePool> states;
-  if (c.arch->hybrid()) {
-    if (options.drafter != nullptr && options.spec_tokens > 0)
-      return Status::invalid("speculative decoding on a hybrid model (" + std::string(c.arch->name) + ") is not built");
-    auto made = StatePool::create(c, 1);
+  if (c.arch->hybrid()) {  // speculating, it keeps the conv inputs a round's rollback needs
+    auto made = StatePool::create(c, 1, options.drafter != nullptr ? options.spec_tokens : 0);
     if (!made) return made.status();
     states = std::move(*made);
   }

@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tandem/status.h"
@@ -34,6 +35,7 @@ struct BenchRequest {
   float temperature = 0.0f;  // > 0: sampled with `seed` (from the workload's seed and the index)
   uint64_t seed = 0;
   uint32_t cancel_after = 0;  // > 0: the target cancels the request once this many tokens arrived
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (token, bias) added to the logits
 };
 
 enum class Outcome { kCompleted, kCancelled, kFailed };
@@ -136,6 +138,7 @@ struct WorkloadOptions {
   uint32_t cancel_after = 1;
   bool ignore_eos = false;
   float temperature = 0.0f;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // every request's (e.g. output that repeats, for speculation)
   bool text_prompts = false;  // synthetic prompts as words, dataset lines need "prompt" (a text-only OpenAI target)
   uint64_t seed = 0;
 };
