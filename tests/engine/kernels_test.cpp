@@ -242,9 +242,9 @@ TEST_P(AttentionShapes, VariantsAgreeBitwiseWithReference) {
   }
 }
 
-// A masked key's probability is exactly 0 (kernels::clear_masked): values of keys outside the
-// window never reach the output, however large (here 1e37, which a probability of exp(-87) would
-// still carry into the result), in every variant.
+// A masked key's probability is exactly 0 (the value chains start at first_key): values of keys
+// outside the window never reach the output, however large (here 1e37, which a probability of
+// exp(-87) would still carry into the result), in every variant.
 TEST(Kernels, KeysOutsideTheWindowNeverReachTheOutput) {
   std::mt19937 rng(19);
   const uint32_t hd = 64, bt = 16, n_q = 2, n_keys = 100;
