@@ -96,8 +96,10 @@ full = ring = total = rtotal = kv = 0
 for line in open(sys.argv[3]):
     try: w = json.loads(line)["workers"][0]
     except Exception: continue
-    full = max(full, w["kv_blocks_total"] - w["kv_blocks_free"])
-    ring = max(ring, w.get("kv_ring_blocks_total", 0) - w.get("kv_ring_blocks_free", 0))
+    # in use: neither free nor kept by the prefix cache (earlier requests' cached blocks)
+    full = max(full, w["kv_blocks_total"] - w["kv_blocks_free"] - w.get("kv_blocks_cached", 0))
+    ring = max(ring, w.get("kv_ring_blocks_total", 0) - w.get("kv_ring_blocks_free", 0)
+               - w.get("kv_ring_blocks_cached", 0))
     total, rtotal, kv = w["kv_blocks_total"], w.get("kv_ring_blocks_total", 0), w["kv_bytes"]
 # F32 KV of this model: 8 KiB per layer per block; a full-layer block holds 1 layer with rings
 # (the 5 windowed ones are in the ring block), all 6 without.
