@@ -6,6 +6,7 @@
 // from the prefix cache included.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <random>
 #include <thread>
 
@@ -99,6 +100,22 @@ StatusInfo wait_all_blocks_back(Client& client) {
   return st;
 }
 
+// `reqs` on one worker with --kv-rings and `flags`, prompts in chunks of 32: every stream
+// equals `want`, and every block of both pools comes back; the status once they have.
+StatusInfo serve_on_rings(std::vector<std::string> flags, std::vector<GenerateRequest>& reqs,
+                          const std::vector<std::vector<int32_t>>& want) {
+  flags.insert(flags.end(), {"--workers", "1", "--threads", "1", "--kv-rings", "--prefill-chunk", "32"});
+  Deployment d(flags, gemma_model());
+  EXPECT_TRUE(d.ok());
+  auto client = d.client();
+  if (!d.ok() || !client) return {};
+  expect_streams_equal(*client, reqs, want);
+  const StatusInfo st = wait_all_blocks_back(*client);
+  EXPECT_EQ(st.workers.size(), 1u);
+  for (const WorkerInfo& w : st.workers) EXPECT_TRUE(all_back(w));
+  return st;
+}
+
 // --kv-rings on the service: 16 streams of 100 to 300 prompt tokens plus 40 decoded, on one
 // worker given the memory of 20 blocks of every layer (320 positions). Without rings the
 // longest streams could never fit, let alone all of them at once; with rings that memory holds
@@ -129,19 +146,11 @@ TEST(GemmaStreams, RingsServeContextsPastThePoolAndEqualTheEngineAlone) {
   constexpr uint32_t kBlocks = 20;
   ASSERT_GT(longest, kBlocks) << "a stream no pool of kBlocks ordinary blocks can ever hold";
   ASSERT_GT(blocks_needed, 8 * kBlocks);
-  Deployment d({"--workers", "1", "--threads", "1", "--kv-blocks", std::to_string(kBlocks), "--kv-rings",
-                "--prefill-chunk", "32"},
-               gemma_model());
-  ASSERT_TRUE(d.ok());
-  auto client = d.client();
-  ASSERT_TRUE(client);
-  expect_streams_equal(*client, reqs, want);
-  const StatusInfo st = wait_all_blocks_back(*client);
+  const StatusInfo st = serve_on_rings({"--kv-blocks", std::to_string(kBlocks)}, reqs, want);
   ASSERT_EQ(st.workers.size(), 1u);
   const WorkerInfo& w = st.workers[0];
   EXPECT_EQ(w.kv_blocks_total, 53u);
   EXPECT_EQ(w.kv_ring_blocks_total, 13u);
-  EXPECT_TRUE(all_back(w));
   EXPECT_LE(w.kv_bytes, uint64_t{kBlocks} * engine::KvPool::bytes_per_block(config)) << "no more memory than asked";
 }
 
@@ -194,6 +203,45 @@ TEST(GemmaStreams, RingsSharePrefixesFromThePrefixCacheAndEqualTheEngineAlone) {
   EXPECT_EQ(st.cached_prompt_tokens, 7u * 160u) << "each of the 7 hits the first's 10 blocks";
   EXPECT_GT(w.kv_ring_blocks_cached, 0u) << "the windows of the cached prefixes";
   EXPECT_TRUE(all_back(w));
+}
+
+// N-gram speculation on rings (--spec ngram --kv-rings): a round's drafts take ring blocks and a
+// rejected draft's trim gives them back (within the margin release_window keeps). 16 streams of
+// 100 to 300 prompt tokens plus 48 decoded on the memory of 20 blocks, a repeating 8-token text
+// and random ids, greedy and seeded, in the same steps.
+// Every stream equals the engine alone without speculation, token for token; drafts were both
+// accepted and rejected; every block of both pools comes back.
+TEST(GemmaStreams, RingsWithNgramSpeculationEqualTheEngineAloneWithout) {
+  auto engine = engine::Engine::load(gemma_model(), {1, engine::GemmBackend::kPacked}).value();
+  std::mt19937 rng(11);
+  std::vector<GenerateRequest> reqs;
+  std::vector<std::vector<int32_t>> want;
+  for (uint32_t i = 0; i < 16; ++i) {
+    GenerateRequest r;
+    const uint32_t len = 100 + rng() % 201;
+    for (uint32_t j = 0; j < len; ++j)
+      r.prompt_tokens.push_back(3 + static_cast<int32_t>(i % 2 == 0 ? (j % 8) * 37 + i : rng() % 500));
+    r.max_tokens = 48;
+    r.ignore_eos = true;
+    if (i % 4 >= 2) {
+      r.temperature = 1.0f;
+      r.seed = 90 + i;
+    }
+    // The tiny model repeats one token forever (every draft accepted); a frequency penalty
+    // makes odd streams switch tokens now and then, rejecting the drafts that said it would not.
+    if (i % 2 == 1) r.frequency_penalty = 2.0f;
+    want.push_back(engine_alone(*engine, r));
+    reqs.push_back(std::move(r));
+  }
+  const StatusInfo st = serve_on_rings({"--kv-blocks", "20", "--spec", "ngram"}, reqs, want);
+  ASSERT_EQ(st.workers.size(), 1u);
+  const WorkerInfo& w = st.workers[0];
+  EXPECT_GT(w.kv_ring_blocks_total, 0u);
+  EXPECT_GT(w.spec_rounds, 0u);
+  std::printf("ngram on rings: %llu rounds, %llu of %llu drafts accepted\n", (unsigned long long)w.spec_rounds,
+              (unsigned long long)w.drafts_accepted, (unsigned long long)w.drafts);
+  EXPECT_GT(w.drafts_accepted, 0u) << "the repeating streams accept drafts";
+  EXPECT_LT(w.drafts_accepted, w.drafts) << "the random ones reject some";
 }
 
 // What rings do not cover yet is refused by `tandem up` and `tandem worker` at once, naming

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -29,6 +30,18 @@ TEST(Kernels, ExpApproxIsAccurate) {
   EXPECT_LT(worst, 3e-7);
   EXPECT_EQ(exp_approx(0.0f), 1.0f);
   EXPECT_LT(exp_approx(-INFINITY), 1e-37f);
+}
+
+// The softmax's lanes start at first_scored with masked_lanes(first_scored / 16): exactly the
+// sum the skipped masked keys would have left in each lane (exp_approx(-inf) each, added in
+// order from +0), in the table and past it.
+TEST(Kernels, MaskedLanesAreWhatTheSkippedKeysWouldHaveAdded) {
+  float lane = 0.0f;
+  for (uint32_t g = 0; g < (1u << 14) + 300; ++g) {
+    ASSERT_EQ(masked_lanes(g), lane) << g;
+    lane = lane + exp_approx(-INFINITY);
+  }
+  EXPECT_GT(masked_lanes(1), 0.0f);
 }
 
 TEST(Kernels, GemmVariantsAgreeBitwiseForEveryRowCount) {
@@ -117,10 +130,63 @@ void expect_variants_match_generic(AttentionArgs a, const std::vector<float>& re
   }
 }
 
+// Where a test's KV blocks live: the K (kv 0) or V (kv 1) bytes of a pool block, `bytes` of
+// each; poison_key makes key `slot` of a block unreadable (NaN in every float it has: F32 K and
+// V, quantized scales and biases, rotated norms). Blocks 8 and 10 are spare (the tests' tables
+// use the other ten of twelve).
+struct KvBlocks {
+  std::function<uint8_t*(uint32_t kv, uint32_t block)> at;
+  size_t bytes = 0;
+  std::function<void(uint8_t* k, uint8_t* v, uint32_t slot)> poison_key;
+};
+
+float* floats(uint8_t* p) { return reinterpret_cast<float*>(p); }
+
+// A kernel reads no key before first_scored(a) and no value before first_key (kernels.h): `a`
+// again with every block before first_key's swapped for spare block 8 (every byte 0xFF: NaN
+// floats), first_key's block for spare block 10 (its copy with the keys before first_key
+// poisoned), F32 window rows before first_key pointing at a NaN row, and a scores scratch
+// holding a sentinel: every variant gives `ref`'s bits (finite) and leaves the sentinel before
+// first_scored(a).
+void expect_no_read_before_window(AttentionArgs a, const std::vector<float>& ref, const KvBlocks& kv) {
+  const uint32_t bt = a.block_tokens, first = a.first_key;
+  for (uint32_t c = 0; c < 2; ++c) {
+    std::memset(kv.at(c, 8), 0xFF, kv.bytes);
+    std::memcpy(kv.at(c, 10), kv.at(c, static_cast<uint32_t>(a.blocks[first / bt])), kv.bytes);
+  }
+  for (uint32_t slot = 0; slot < first % bt; ++slot) kv.poison_key(kv.at(0, 10), kv.at(1, 10), slot);
+  std::vector<int32_t> table(a.blocks, a.blocks + (a.n_keys + bt - 1) / bt);
+  for (uint32_t b = 0; b <= first / bt; ++b) table[b] = b < first / bt ? 8 : 10;
+  a.blocks = table.data();
+  const std::vector<float> nan_row(a.head_dim, NAN);
+  std::vector<const float*> win_k, win_v;
+  if (a.win_k) {
+    for (uint32_t j = a.f32_from; j < a.n_keys; ++j) {
+      win_k.push_back(j < first ? nan_row.data() : a.win_k[j - a.f32_from]);
+      win_v.push_back(j < first ? nan_row.data() : a.win_v[j - a.f32_from]);
+    }
+    a.win_k = win_k.data();
+    a.win_v = win_v.data();
+  }
+  const uint32_t stride = (a.n_keys + 15) / 16 * 16;
+  for (const Kernels* kern : variants()) {
+    std::vector<float> out(ref.size(), -1.0f), scores(size_t{a.n_q} * stride, 12345.0f);
+    a.out = out.data();
+    a.scores = scores.data();
+    kern->attention(a);
+    ASSERT_TRUE(bitwise_equal(out.data(), ref.data(), out.size()))
+        << kern->name << " n_keys=" << a.n_keys << " first_key=" << first << " f32_from=" << a.f32_from;
+    for (uint32_t h = 0; h < a.n_q; ++h)
+      for (uint32_t j = 0; j < first_scored(a); ++j)
+        ASSERT_EQ(scores[h * stride + j], 12345.0f) << kern->name << " scored key " << j << " before the window";
+  }
+}
+
 // `a` again with a sliding window of 7 keys and Gemma 2's soft cap (2 here, so it bites): the
-// generic kernel against double precision over the window, and every variant's bits.
+// generic kernel against double precision over the window, every variant's bits, and none
+// reading a key before the window.
 template <class Key, class Value>
-void expect_windowed(AttentionArgs a, Key key, Value value) {
+void expect_windowed(AttentionArgs a, Key key, Value value, const KvBlocks& kv) {
   a.first_key = a.n_keys > 7 ? a.n_keys - 7 : 0;
   a.softcap = 2.0f;
   std::vector<float> ref(size_t{a.n_q} * a.head_dim);
@@ -128,6 +194,7 @@ void expect_windowed(AttentionArgs a, Key key, Value value) {
   by_name("generic")->attention(a);
   expect_near_double_attention(a, ref, key, value);
   expect_variants_match_generic(a, ref);
+  if (a.first_key > 0) expect_no_read_before_window(a, ref, kv);
 }
 
 class AttentionShapes : public ::testing::TestWithParam<std::tuple<uint32_t, uint32_t, uint32_t>> {};
@@ -141,6 +208,12 @@ TEST_P(AttentionShapes, VariantsAgreeBitwiseWithReference) {
   auto pool = random_vec(block_stride * n_blocks, rng, 0.5f);
   const std::vector<int32_t> blocks = {5, 2, 7, 0, 3, 11, 9, 1, 4, 6};
   const auto q = random_vec(size_t{n_q} * hd, rng);
+  const KvBlocks f32_blocks{
+      [&](uint32_t kv, uint32_t b) { return reinterpret_cast<uint8_t*>(&pool[b * block_stride + kv * hd * bt]); },
+      size_t{hd} * bt * sizeof(float),
+      [&](uint8_t* k, uint8_t* v, uint32_t slot) {
+        for (uint32_t d = 0; d < hd; ++d) floats(k)[d * bt + slot] = floats(v)[slot * hd + d] = NAN;
+      }};
   for (uint32_t n_keys : {1u, 15u, 16u, 17u, 33u, 100u, 160u}) {
     std::vector<float> ref(size_t{n_q} * hd), scores(size_t{n_q} * 160);
     ASSERT_LE(n_keys, blocks.size() * bt);
@@ -165,13 +238,13 @@ TEST_P(AttentionShapes, VariantsAgreeBitwiseWithReference) {
     };
     expect_near_double_attention(a, ref, key, value);
     expect_variants_match_generic(a, ref);
-    expect_windowed(a, key, value);
+    expect_windowed(a, key, value, f32_blocks);
   }
 }
 
-// A masked key's probability is exactly 0 (kernels::clear_masked): values of keys outside the
-// window never reach the output, however large (here 1e37, which a probability of exp(-87) would
-// still carry into the result), in every variant.
+// A masked key's probability is exactly 0 (the value chains start at first_key): values of keys
+// outside the window never reach the output, however large (here 1e37, which a probability of
+// exp(-87) would still carry into the result), in every variant.
 TEST(Kernels, KeysOutsideTheWindowNeverReachTheOutput) {
   std::mt19937 rng(19);
   const uint32_t hd = 64, bt = 16, n_q = 2, n_keys = 100;
@@ -256,6 +329,16 @@ TEST_P(QuantAttentionShapes, VariantsAgreeBitwiseWithReference) {
     return double(par[slot * ng + g]) * code + par[bt * ng + slot * ng + g];
   };
   const auto q = random_vec(size_t{n_q} * hd, rng);
+  const KvBlocks quant_blocks{[&](uint32_t kv, uint32_t b) { return pool->block_data(0, 0, kv, b); },
+                              pool->region_block_bytes(0),
+                              [&](uint8_t* k, uint8_t* v, uint32_t slot) {
+                                for (uint32_t g = 0; g < ng; ++g) {
+                                  floats(k + code_bytes)[g * bt + slot] = NAN;  // scale, then bias
+                                  floats(k + code_bytes)[ng * bt + g * bt + slot] = NAN;
+                                  floats(v + code_bytes)[slot * ng + g] = NAN;
+                                  floats(v + code_bytes)[bt * ng + slot * ng + g] = NAN;
+                                }
+                              }};
   for (uint32_t n_keys : {1u, 15u, 16u, 17u, 33u, 100u, 160u}) {
     std::vector<float> ref(size_t{n_q} * hd), scores(size_t{n_q} * 160);
     AttentionArgs a;
@@ -288,10 +371,11 @@ TEST_P(QuantAttentionShapes, VariantsAgreeBitwiseWithReference) {
     auto value = [&](uint32_t j, uint32_t d) { return j >= from ? double(v[size_t{j} * hd + d]) : deq(1, j, d); };
     expect_near_double_attention(a, open_ref, key, value);
     expect_variants_match_generic(a, open_ref);
-    expect_windowed(a, key, value);
+    expect_windowed(a, key, value, quant_blocks);
     a.win_k = a.win_v = nullptr;
     expect_windowed(
-        a, [&](uint32_t j, uint32_t d) { return deq(0, j, d); }, [&](uint32_t j, uint32_t d) { return deq(1, j, d); });
+        a, [&](uint32_t j, uint32_t d) { return deq(0, j, d); }, [&](uint32_t j, uint32_t d) { return deq(1, j, d); },
+        quant_blocks);
   }
 }
 
@@ -332,6 +416,10 @@ TEST_P(RotatedAttentionShapes, VariantsAgreeBitwiseWithReference) {
     pool->read(layer, 0, block, t % bt, &kr[size_t{t} * hd], &vr[size_t{t} * hd]);
   }
   const auto q = random_vec(size_t{n_q} * hd, rng);
+  const size_t norms_at = size_t{hd} * bt * bits / 8;
+  const KvBlocks rotated_blocks{
+      [&](uint32_t kv, uint32_t b) { return pool->block_data(layer, 0, kv, b); }, pool->region_block_bytes(layer),
+      [&](uint8_t* k, uint8_t* v, uint32_t slot) { floats(k + norms_at)[slot] = floats(v + norms_at)[slot] = NAN; }};
   for (uint32_t n_keys : {1u, 15u, 16u, 17u, 33u, 100u, 160u}) {
     std::vector<float> ref(size_t{n_q} * hd), scores(size_t{n_q} * 160);
     AttentionArgs a;
@@ -365,11 +453,11 @@ TEST_P(RotatedAttentionShapes, VariantsAgreeBitwiseWithReference) {
     auto value = [&](uint32_t j, uint32_t d) { return double((j >= from ? v : vr)[size_t{j} * hd + d]); };
     expect_near_double_attention(a, open_ref, key, value);
     expect_variants_match_generic(a, open_ref);
-    expect_windowed(a, key, value);
+    expect_windowed(a, key, value, rotated_blocks);
     a.win_k = a.win_v = nullptr;
     expect_windowed(
         a, [&](uint32_t j, uint32_t d) { return double(kr[size_t{j} * hd + d]); },
-        [&](uint32_t j, uint32_t d) { return double(vr[size_t{j} * hd + d]); });
+        [&](uint32_t j, uint32_t d) { return double(vr[size_t{j} * hd + d]); }, rotated_blocks);
   }
 }
 

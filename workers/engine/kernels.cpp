@@ -1,6 +1,7 @@
 #include "workers/engine/kernels.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -23,7 +24,7 @@ float exp_approx(float x) { return exp_scalar(x); }
 
 float shape_scores(const AttentionArgs& x, float* s, float mx) {
   if (x.first_key == 0 && !(x.softcap > 0.0f)) return mx;
-  for (uint32_t j = 0; j < x.first_key; ++j) s[j] = -INFINITY;
+  for (uint32_t j = first_scored(x); j < x.first_key; ++j) s[j] = -INFINITY;
   float m = -INFINITY;
   for (uint32_t j = x.first_key; j < x.n_keys; ++j) {
     if (x.softcap > 0.0f) s[j] = x.softcap * std::tanh(s[j] / x.softcap);
@@ -32,8 +33,24 @@ float shape_scores(const AttentionArgs& x, float* s, float mx) {
   return m;
 }
 
-void clear_masked(const AttentionArgs& x, float* p) {
-  for (uint32_t j = 0; j < x.first_key; ++j) p[j] = 0.0f;
+namespace {
+// masked_lanes(g) for g < kMaskedTable: the running sum, as the softmax's lanes add it.
+constexpr uint32_t kMaskedTable = 1u << 14;
+struct MaskedLanes {
+  float e = exp_scalar(-INFINITY);
+  std::array<float, kMaskedTable> sum{};
+  MaskedLanes() {
+    for (uint32_t g = 1; g < kMaskedTable; ++g) sum[g] = sum[g - 1] + e;
+  }
+};
+}  // namespace
+
+float masked_lanes(uint32_t groups) {
+  static const MaskedLanes t;
+  if (groups < kMaskedTable) return t.sum[groups];
+  float s = t.sum[kMaskedTable - 1];
+  for (uint32_t g = kMaskedTable - 1; g < groups; ++g) s = s + t.e;
+  return s;
 }
 
 void pack_row(const float* row, uint32_t n, uint32_t k, float* packed) {

@@ -138,8 +138,10 @@ struct AttentionArgs {
   size_t block_bytes = 0;            // bytes between consecutive pool blocks
   uint32_t block_tokens = 16;        // a multiple of 16
   uint32_t n_keys = 0;               // attend to positions [0, n_keys)
-  // A sliding window (docs/WINDOWS.md): keys before first_key are masked (their probability is
-  // exactly 0); 0: none. first_key < n_keys.
+  // A sliding window (docs/WINDOWS.md): keys before first_key are masked; 0: none. first_key <
+  // n_keys. The kernels read no key before first_scored() and no value before first_key (keys
+  // there may hold anything, NaN included), and give the bits they would give scoring every key
+  // with the masked keys' probabilities exactly 0 (see masked_lanes).
   uint32_t first_key = 0;
   // Gemma 2's attention logit soft-capping: > 0, each score s (scale included) becomes
   // softcap * tanh(s / softcap) before the softmax; 0: none.
@@ -214,8 +216,8 @@ struct Kernels {
   //   s_j = (n_j * (fma chain over d of q~[d] * L[c_j[d]])) * scale
   //   a[d] = fma chain over coded j of (p_j * n_j) * L[c_j[d]]; o = unrotate_row(a, v_signs)
   // then the F32 window's values continue o's chain as above, and out[d] = o[d] * (1 / sum).
-  // first_key and softcap (shape_scores, clear_masked) act between the scores and the softmax
-  // and after it, the same scalar code in every variant.
+  // first_key and softcap (shape_scores) act between the scores and the softmax, the same
+  // scalar code in every variant; every loop starts at the window (first_scored, masked_lanes).
   void (*attention)(const AttentionArgs& args);
   // out[i] = (g * sigmoid(g)) * up[i] with g = gate[i]; sigmoid via exp_approx(-|g|).
   void (*silu_mul)(const float* gate, const float* up, float* out, size_t n);
@@ -229,13 +231,23 @@ struct Kernels {
 const Kernels& best();
 const Kernels* by_name(const char* name);  // nullptr if unknown or unsupported here
 
-// One query head's scores s[0, n_keys) after the variant computed them with running max `mx`:
-// with a window or a cap, keys before first_key become -inf, the others are capped, and the
-// max is taken again over [first_key, n_keys); without either, mx is returned untouched.
-// Compiled once (kernels.cpp), so every variant gets the same bits.
+// The first key a variant scores: first_key rounded down to a group of 16 (one step of the
+// softmax's 16 lanes), so that a windowed layer costs its window's keys, not the context's.
+inline uint32_t first_scored(const AttentionArgs& args) { return args.first_key / 16 * 16; }
+
+// One query head's scores s[first_scored, n_keys) after the variant computed them with running
+// max `mx`: with a window or a cap, keys before first_key become -inf, the others are capped,
+// and the max is taken again over [first_key, n_keys); without either, mx is returned
+// untouched. Compiled once (kernels.cpp), so every variant gets the same bits.
 float shape_scores(const AttentionArgs& args, float* s, float mx);
-// After the softmax: the masked keys' probabilities (exp of the clamped -inf) set to exactly 0.
-void clear_masked(const AttentionArgs& args, float* p);
+
+// What each of the softmax's 16 lane sums holds after `groups` groups of 16 masked keys: +0
+// plus exp_approx(-inf) (the clamped exp(-87) a masked key's -inf score gives) `groups`
+// times, in order. The softmax starts its lanes there at first_scored instead of adding those
+// keys one by one, so skipping them changes no bit of the sum. The value chains start at
+// first_key: a masked key's probability is 0 and fma(0, v, +0) is +0, so skipping it changes
+// no bit either. A table up to 2^14 groups (256k keys), a loop past it.
+float masked_lanes(uint32_t groups);
 
 // exp for x <= 0 (softmax): Cody-Waite reduction + degree-6 polynomial, every step an
 // explicit fma/mul/add so every variant yields the same bits. Relative error < 2e-7.

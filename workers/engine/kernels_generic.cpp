@@ -75,7 +75,7 @@ void attention_f32(const AttentionArgs& x) {
     const float* q = x.q + h * hd;
     float* s = x.scores + h * stride;
     float mx = -INFINITY;
-    for (uint32_t j = 0; j < x.n_keys; ++j) {
+    for (uint32_t j = x.first_key; j < x.n_keys; ++j) {
       const float* kb = x.k_base + x.blocks[j / bt] * x.block_stride;
       const uint32_t slot = j % bt;
       float acc = 0.0f;
@@ -83,11 +83,10 @@ void attention_f32(const AttentionArgs& x) {
       s[j] = acc * x.scale;
       mx = std::max(mx, s[j]);
     }
-    const float inv = softmax_scalar(s, x.n_keys, shape_scores(x, s, mx));
-    clear_masked(x, s);
+    const float inv = softmax_window(x, s, mx);
     float* out = x.out + h * hd;
     for (uint32_t d = 0; d < hd; ++d) out[d] = 0.0f;
-    for (uint32_t j = 0; j < x.n_keys; ++j) {
+    for (uint32_t j = x.first_key; j < x.n_keys; ++j) {
       const float* vb = x.v_base + x.blocks[j / bt] * x.block_stride + (j % bt) * hd;
       for (uint32_t d = 0; d < hd; ++d) out[d] = std::fma(s[j], vb[d], out[d]);
     }
@@ -109,14 +108,14 @@ void attention_quant(const AttentionArgs& x) {
     }
     float mx = -INFINITY;
     const uint32_t coded = x.win_k ? x.f32_from : x.n_keys;
-    for (uint32_t j = coded; j < x.n_keys; ++j) {
+    for (uint32_t j = std::max(coded, x.first_key); j < x.n_keys; ++j) {
       const float* kr = x.win_k[j - coded];
       float lanes[16] = {};
       for (uint32_t d = 0; d < hd; ++d) lanes[d % 16] = std::fma(q[d], kr[d], lanes[d % 16]);
       s[j] = reduce16(lanes) * x.scale;
       mx = std::max(mx, s[j]);
     }
-    for (uint32_t j = 0; j < coded; ++j) {
+    for (uint32_t j = x.first_key; j < coded; ++j) {
       const uint8_t* kb = x.k_bytes + x.blocks[j / bt] * x.block_bytes;
       const uint32_t slot = j % bt;
       const float* ksc = reinterpret_cast<const float*>(kb + code_bytes);
@@ -132,12 +131,11 @@ void attention_quant(const AttentionArgs& x) {
       s[j] = t * x.scale;
       mx = std::max(mx, s[j]);
     }
-    const float inv = softmax_scalar(s, x.n_keys, shape_scores(x, s, mx));
-    clear_masked(x, s);
+    const float inv = softmax_window(x, s, mx);
     float* out = x.out + h * hd;
     float pb[16] = {};
     for (uint32_t d = 0; d < hd; ++d) out[d] = 0.0f;
-    for (uint32_t j = 0; j < coded; ++j) {
+    for (uint32_t j = x.first_key; j < coded; ++j) {
       const uint8_t* vb = x.v_bytes + x.blocks[j / bt] * x.block_bytes;
       const uint32_t slot = j % bt;
       const uint8_t* row = vb + size_t{slot} * hd * bits / 8;
@@ -150,7 +148,7 @@ void attention_quant(const AttentionArgs& x) {
           out[d] = std::fma(ps, static_cast<float>(code_at(row, d, bits)), out[d]);
       }
     }
-    for (uint32_t j = coded; j < x.n_keys; ++j)
+    for (uint32_t j = std::max(coded, x.first_key); j < x.n_keys; ++j)
       for (uint32_t d = 0; d < hd; ++d) out[d] = std::fma(s[j], x.win_v[j - coded][d], out[d]);
     for (uint32_t d = 0; d < hd; ++d) out[d] = (out[d] + pb[d / gs]) * inv;
   }

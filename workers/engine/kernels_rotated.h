@@ -17,10 +17,10 @@
 namespace tandem::engine::kernels {
 namespace {
 
-// The F32 window's keys j in [coded, n_keys) against the unrotated query, 16 lanes tree-reduced
+// The F32 window's keys j in [max(coded, first_key), n_keys) against the unrotated query, 16 lanes tree-reduced
 // (as for uniform codes); returns the running max.
 inline float rotated_window_scores(const AttentionArgs& x, const float* q, uint32_t coded, float* s, float mx) {
-  for (uint32_t j = coded; j < x.n_keys; ++j) {
+  for (uint32_t j = std::max(coded, x.first_key); j < x.n_keys; ++j) {
     const float* kr = x.win_k[j - coded];
     float lanes[16] = {};
     for (uint32_t d = 0; d < x.head_dim; ++d) lanes[d % 16] = std::fma(q[d], kr[d], lanes[d % 16]);
@@ -42,11 +42,11 @@ inline float rotated_score(const AttentionArgs& x, const float* qr, uint32_t j) 
   return (norm * acc) * x.scale;
 }
 
-// a[d] = fma chain over the coded keys of (p_j * n_j) * L[c_j[d]].
+// a[d] = fma chain over the coded keys from first_key of (p_j * n_j) * L[c_j[d]].
 inline void rotated_values(const AttentionArgs& x, const float* p, uint32_t coded, float* a) {
   const uint32_t hd = x.head_dim, bt = x.block_tokens, bits = x.kv_bits;
   for (uint32_t d = 0; d < hd; ++d) a[d] = 0.0f;
-  for (uint32_t j = 0; j < coded; ++j) {
+  for (uint32_t j = x.first_key; j < coded; ++j) {
     const uint8_t* vb = x.v_bytes + x.blocks[j / bt] * x.block_bytes;
     const uint32_t slot = j % bt;
     const float pn = p[j] * reinterpret_cast<const float*>(vb + size_t{hd} * bt * bits / 8)[slot];
@@ -60,7 +60,7 @@ inline void rotated_finish(const AttentionArgs& x, const float* a, const float* 
                            float* out) {
   const uint32_t hd = x.head_dim;
   kv_rotation::unrotate_row({a, hd}, {x.v_signs, hd}, {out, hd});
-  for (uint32_t j = coded; j < x.n_keys; ++j)
+  for (uint32_t j = std::max(coded, x.first_key); j < x.n_keys; ++j)
     for (uint32_t d = 0; d < hd; ++d) out[d] = std::fma(p[j], x.win_v[j - coded][d], out[d]);
   for (uint32_t d = 0; d < hd; ++d) out[d] = out[d] * inv;
 }
@@ -74,12 +74,11 @@ inline void attention_rotated_scalar(const AttentionArgs& x) {
     float qr[256], a[256];  // head_dim <= 256 (kv_rotation::check_head_dim)
     kv_rotation::rotate_row({q, hd}, {x.k_signs, hd}, {qr, hd});
     float mx = rotated_window_scores(x, q, coded, s, -INFINITY);
-    for (uint32_t j = 0; j < coded; ++j) {
+    for (uint32_t j = x.first_key; j < coded; ++j) {
       s[j] = rotated_score(x, qr, j);
       mx = std::max(mx, s[j]);
     }
-    const float inv = softmax_scalar(s, x.n_keys, shape_scores(x, s, mx));
-    clear_masked(x, s);
+    const float inv = softmax_window(x, s, mx);
     rotated_values(x, s, coded, a);
     rotated_finish(x, a, s, coded, inv, x.out + h * hd);
   }

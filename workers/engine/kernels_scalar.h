@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "workers/engine/kernels.h"
+
 namespace tandem::engine::kernels {
 
 // Constants of exp_approx; the vector variants use the same ones in the same order.
@@ -59,15 +61,24 @@ inline uint32_t rotated_code_at(const uint8_t* row, uint32_t i, uint32_t n, uint
   return ((p[0] >> s) & 1u) | (((p[plane] >> s) & 1u) << 1) | (((p[2 * plane] >> s) & 1u) << 2);
 }
 
-// Softmax of s[0, n) in place (exp of s - max, 16 lane partial sums, tree-reduced); returns
-// 1 / sum: the definition every variant's softmax reproduces.
-inline float softmax_scalar(float* s, uint32_t n, float mx) {
-  float lanes[16] = {};
-  for (uint32_t j = 0; j < n; ++j) {
+// Softmax of s[from, n) in place (exp of s - max, 16 lane partial sums, each starting at
+// `lane0`, tree-reduced); returns 1 / sum: the definition every variant's softmax reproduces.
+// `from` is a multiple of 16.
+inline float softmax_scalar(float* s, uint32_t from, uint32_t n, float lane0, float mx) {
+  float lanes[16];
+  for (float& l : lanes) l = lane0;
+  for (uint32_t j = from; j < n; ++j) {
     s[j] = exp_scalar(s[j] - mx);
     lanes[j % 16] = lanes[j % 16] + s[j];
   }
   return 1.0f / reduce16(lanes);
+}
+
+// One head's scores, computed from first_scored(x) on with running max mx, shaped (window,
+// cap) and turned into probabilities; returns 1 / sum (kernels.h, masked_lanes).
+inline float softmax_window(const AttentionArgs& x, float* s, float mx) {
+  const uint32_t from = first_scored(x);
+  return softmax_scalar(s, from, x.n_keys, from ? masked_lanes(from / 16) : 0.0f, shape_scores(x, s, mx));
 }
 
 }  // namespace tandem::engine::kernels

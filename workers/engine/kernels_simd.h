@@ -271,7 +271,7 @@ struct Ops : V {
     const uint32_t hd = x.head_dim, bt = x.block_tokens;
     T o[NQ][DV];
     clear(o);
-    for (uint32_t j = 0; j < x.n_keys; ++j) {
+    for (uint32_t j = x.first_key; j < x.n_keys; ++j) {
       const float* vb = x.v_base + x.blocks[j / bt] * x.block_stride + (j % bt) * hd;
       if (j % bt == 0 && j + bt < x.n_keys) {  // the next block's values, all at once
         const char* nv = reinterpret_cast<const char*>(x.v_base + x.blocks[j / bt + 1] * x.block_stride);
@@ -297,18 +297,21 @@ struct Ops : V {
     }
   }
 
-  // Scores of NQ heads (stride apart in s) to probabilities in place; inv[h] = 1 / sum.
-  // The window and the cap (shape_scores) before, the masked keys cleared (clear_masked) after.
+  // Scores of NQ heads (stride apart in s) from first_scored on to probabilities in place;
+  // inv[h] = 1 / sum. The window and the cap (shape_scores) before; the lanes start at what the
+  // keys before first_scored would have added (masked_lanes).
   template <uint32_t NQ>
   static void softmax(const AttentionArgs& x, float* s, uint32_t stride, const T* mx, float* inv) {
     constexpr uint32_t L = 16 / W;
     const bool shaped = x.first_key != 0 || x.softcap > 0.0f;
+    const uint32_t from = first_scored(x);
+    const T lane0 = V::set1(from ? masked_lanes(from / 16) : 0.0f);
     for (uint32_t h = 0; h < NQ; ++h) {
       const T mxv = V::set1(shaped ? shape_scores(x, s + h * stride, V::hmax(mx[h])) : V::hmax(mx[h]));
       T lanes[L];
-      for (uint32_t l = 0; l < L; ++l) lanes[l] = V::zero();
+      for (uint32_t l = 0; l < L; ++l) lanes[l] = lane0;
       float* sh = s + h * stride;
-      for (uint32_t g = 0; g < stride; g += 16) {
+      for (uint32_t g = from; g < stride; g += 16) {
         const uint32_t valid = std::min(16u, x.n_keys - g);
         for (uint32_t l = 0; l < L; ++l) {
           T p = exp_v(V::sub(V::loadu(sh + g + l * W), mxv));
@@ -320,7 +323,6 @@ struct Ops : V {
       alignas(64) float lane_sums[16];
       for (uint32_t l = 0; l < L; ++l) V::storeu(lane_sums + l * W, lanes[l]);
       inv[h] = 1.0f / reduce16(lane_sums);
-      if (shaped) clear_masked(x, sh);
     }
   }
 
@@ -332,7 +334,8 @@ struct Ops : V {
     float* s = x.scores + h0 * stride;
     T mx[NQ];
     for (uint32_t h = 0; h < NQ; ++h) mx[h] = V::set1(-INFINITY);
-    uint32_t j0 = 0;
+    uint32_t j0 = first_scored(x);
+    if (j0 % 32 != 0 && j0 < stride) scores<NQ, 1>(x, q, j0, s, stride, mx), j0 += 16;  // pairs from an even group
     // Two groups of 16 keys at once where both lie in one block: twice the independent chains.
     for (; j0 + 32 <= stride && (j0 % x.block_tokens) + 32 <= x.block_tokens; j0 += 32)
       scores<NQ, 2>(x, q, j0, s, stride, mx);
@@ -485,8 +488,8 @@ struct Ops : V {
     }
   }
 
-  // Quantized V: o[h][d] = fma chain over j of (p_j * vscale_jg) * c_j[d]; pb[h][g] = fma
-  // chain over j of p_j * vbias_jg. DV vectors span the head dimension.
+  // Quantized V: o[h][d] = fma chain over j >= first_key of (p_j * vscale_jg) * c_j[d]; pb[h][g] =
+  // fma chain over j >= first_key of p_j * vbias_jg. DV vectors span the head dimension.
   template <uint32_t NQ, uint32_t DV, uint32_t BITS>
   static void weighted_values_q(const AttentionArgs& x, const float* p, uint32_t stride, float (*pb)[16], float* out) {
     constexpr uint32_t L = 16 / W;
@@ -498,7 +501,7 @@ struct Ops : V {
     clear(o);
     float pbl[NQ][16] = {};  // local: the compiler need not assume it aliases p
     const uint32_t coded = x.win_k ? x.f32_from : x.n_keys;
-    for (uint32_t j = 0; j < coded; ++j) {
+    for (uint32_t j = x.first_key; j < coded; ++j) {
       const uint8_t* vb = x.v_bytes + x.blocks[j / bt] * x.block_bytes;
       const uint32_t slot = j % bt;
       if (slot == 0 && j + bt < coded) {
@@ -520,7 +523,8 @@ struct Ops : V {
         for (uint32_t v = 0; v < DV; ++v) o[h][v] = V::fma(V::set1(pj * vsc[group_of[v]]), c[v], o[h][v]);
       }
     }
-    for (uint32_t j = coded; j < x.n_keys; ++j) add_value(o, x.win_v[j - coded], p, stride, j);  // the F32 window
+    for (uint32_t j = std::max(coded, x.first_key); j < x.n_keys; ++j)  // the F32 window
+      add_value(o, x.win_v[j - coded], p, stride, j);
     store_rows(o, out, hd);
     for (uint32_t h = 0; h < NQ; ++h)
       for (uint32_t g = 0; g < ng; ++g) pb[h][g] = pbl[h][g];
@@ -541,8 +545,9 @@ struct Ops : V {
     T mx[NQ];
     for (uint32_t h = 0; h < NQ; ++h) mx[h] = V::set1(-INFINITY);
     const uint32_t coded = x.win_k ? x.f32_from : x.n_keys;
-    for (uint32_t j0 = 0; j0 < coded; j0 += 16) scores_q<NQ, BITS>(x, q, qs, j0, s, stride, mx);
-    for (uint32_t j = coded; j < x.n_keys; ++j) scores_row<NQ>(x, q, x.win_k[j - coded], j, s, stride, mx);
+    for (uint32_t j0 = first_scored(x); j0 < coded; j0 += 16) scores_q<NQ, BITS>(x, q, qs, j0, s, stride, mx);
+    for (uint32_t j = std::max(coded, x.first_key); j < x.n_keys; ++j)
+      scores_row<NQ>(x, q, x.win_k[j - coded], j, s, stride, mx);
     float inv[NQ];
     softmax<NQ>(x, s, stride, mx, inv);
 
@@ -614,7 +619,7 @@ struct Ops : V {
       }
   }
 
-  // Rotated V: a[h][d] = fma chain over the coded keys of (p_j * n_j) * L[c_j[d]], in the
+  // Rotated V: a[h][d] = fma chain over the coded keys from first_key of (p_j * n_j) * L[c_j[d]], in the
   // rotated basis. DV vectors span the head dimension.
   template <uint32_t NQ, uint32_t DV, uint32_t BITS>
   static void weighted_values_rot(const AttentionArgs& x, const float* p, uint32_t stride, uint32_t coded,
@@ -624,7 +629,7 @@ struct Ops : V {
     const size_t code_bytes = size_t{hd} * bt * BITS / 8;
     T o[NQ][DV];
     clear(o);
-    for (uint32_t j = 0; j < coded; ++j) {
+    for (uint32_t j = x.first_key; j < coded; ++j) {
       const uint8_t* vb = x.v_bytes + x.blocks[j / bt] * x.block_bytes;
       const uint32_t slot = j % bt;
       if (slot == 0 && j + bt < coded) {
@@ -660,8 +665,9 @@ struct Ops : V {
     const typename V::Table levels = V::table(padded);
     T mx[NQ];
     for (uint32_t h = 0; h < NQ; ++h) mx[h] = V::set1(-INFINITY);
-    for (uint32_t j0 = 0; j0 < coded; j0 += 16) scores_rot<NQ, BITS>(x, qr, levels, j0, s, stride, mx);
-    for (uint32_t j = coded; j < x.n_keys; ++j) scores_row<NQ>(x, q, x.win_k[j - coded], j, s, stride, mx);
+    for (uint32_t j0 = first_scored(x); j0 < coded; j0 += 16) scores_rot<NQ, BITS>(x, qr, levels, j0, s, stride, mx);
+    for (uint32_t j = std::max(coded, x.first_key); j < x.n_keys; ++j)
+      scores_row<NQ>(x, q, x.win_k[j - coded], j, s, stride, mx);
     float inv[NQ];
     softmax<NQ>(x, s, stride, mx, inv);
     switch (hd / W) {
