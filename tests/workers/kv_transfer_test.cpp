@@ -323,7 +323,7 @@ TEST(KvTransferState, AHandedOverSequenceContinuesBitwiseAsIfItNeverMoved) {
     EXPECT_TRUE(runtime::parse_frame(got[0], parsed).is_ok());
     auto state = unpack_state(to.states.get(), 2, parsed, got);
     EXPECT_TRUE(state) << state.status().to_string();
-    EXPECT_EQ(state.value_or(0), src.states->slot_floats() * sizeof(float));
+    if (state) EXPECT_EQ(*state, src.states->slot_floats() * sizeof(float));
     EXPECT_TRUE(unpack_transfer(*to.kv, parsed, there, {}, got)) << "prompt " << prompt;
     EXPECT_EQ(to.states->position(2), prompt);
     std::vector<float> moved;
