@@ -50,7 +50,8 @@ TableLimits limits_of(const engine::Engine& engine, const engine::KvPool& pool, 
                      .draft_model = draft != nullptr,
                      .draft_context_length = draft ? draft->engine().config().context_length : 0,
                      .state_slots = states != nullptr ? states->slots() : 0,
-                     .ring_blocks = pool.ring_blocks()};
+                     .ring_blocks = pool.ring_blocks(),
+                     .ring_window = pool.ring_blocks() > 0 ? engine.config().sliding_window : 0};
 }
 
 }  // namespace
@@ -166,7 +167,7 @@ class Actor {
     if (pool_->ring_blocks() > 0) {
       r->set_kv_ring_blocks(pool_->ring_blocks());
       r->set_kv_ring_block_bytes(pool_->ring_block_bytes());
-      r->set_kv_ring_window(engine_->config().sliding_window);
+      r->set_kv_ring_window(table_.limits().ring_window);
     }
     r->set_weight_bytes(engine_->weight_bytes_per_step() + (draft_ ? draft_->weight_bytes() : 0));
     if (draft_) r->set_draft_block_bytes(draft_->block_bytes(pool_->block_tokens()));
@@ -309,7 +310,9 @@ class Actor {
                                                    .positions = e.positions(),
                                                    .sender = e.sender_public_key(),
                                                    .blocks = {e.blocks().begin(), e.blocks().end()},
-                                                   .tail = {e.tail_blocks().begin(), e.tail_blocks().end()}});
+                                                   .tail = {e.tail_blocks().begin(), e.tail_blocks().end()},
+                                                   .ring = {e.ring_blocks().begin(), e.ring_blocks().end()},
+                                                   .ring_first = e.ring_first()});
     // Every transfer held under this id, until one is taken (a forged one may be among them).
     for (;;) {
       auto early =
@@ -427,7 +430,7 @@ class Actor {
 
   // Prefill side: push the sequence's KV and its worker-side state to the decode worker.
   void send_kv(const v1::KvSend& cmd) {
-    const Result<OutgoingHandoff> seq = table_.handoff_out(cmd.seq_id(), cmd.positions());
+    const Result<OutgoingHandoff> seq = table_.handoff_out(cmd.seq_id(), cmd.positions(), cmd.ring_first());
     if (!seq) {
       // The scheduler's handoff timeout recomputes the sequence elsewhere.
       spdlog::error("worker: cannot send KV of sequence {} ({} positions): {}", cmd.seq_id(), cmd.positions(),
@@ -469,7 +472,8 @@ class Actor {
     transfer_.set_prompt_len(seq->prompt_len);
     runtime::Frames frames;
     transfer_.set_tail_end(seq->tail_end);
-    pack_transfer(*pool_, seq->blocks, seq->tail, transfer_, frames);
+    pack_transfer(*pool_, seq->blocks, seq->tail, transfer_, frames,
+                  TransferRing{seq->ring, seq->ring_first, table_.limits().ring_window});
     // Non-blocking: ZeroMQ's I/O thread drains it while the next steps compute.
     const size_t n_frames = frames.size();
     if (runtime::SendResult st = peer->second.socket->send(frames); !st)
@@ -480,7 +484,9 @@ class Actor {
   }
 
   // Decode side: a transfer from a prefill worker.
-  size_t pool_bytes() const { return size_t{pool_->n_blocks()} * pool_->block_bytes(); }
+  size_t pool_bytes() const {
+    return size_t{pool_->n_blocks()} * pool_->block_bytes() + size_t{pool_->ring_blocks()} * pool_->ring_block_bytes();
+  }
 
   void on_transfer(runtime::Frames& frames) {
     if (frames.empty() || !runtime::parse_frame(frames[0], transfer_in_).is_ok() ||
@@ -547,7 +553,8 @@ class Actor {
     ack->set_transfer_id(transfer_in_.transfer_id());
     ack->set_seq_id(expected.seq_id);
     ack->set_epoch(epoch_);
-    auto copied = unpack_transfer(*pool_, transfer_in_, expected.blocks, expected.tail, frames);
+    auto copied = unpack_transfer(*pool_, transfer_in_, expected.blocks, expected.tail, frames,
+                                  TransferRing{expected.ring, expected.ring_first, table_.limits().ring_window});
     Status taken = copied.status();
     if (copied)
       taken = table_.receive(expected, HandoffState{.tokens = {transfer_in_.tokens().data(),
