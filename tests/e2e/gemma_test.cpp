@@ -94,7 +94,7 @@ StatusInfo wait_all_blocks_back(Client& client) {
 
 // Serves `reqs` on a deployment of `flags` (every stream equals `want`), then waits for every
 // block of both pools to come back; its status then.
-StatusInfo serve_and_settle(const std::vector<std::string>& flags, std::vector<GenerateRequest>& reqs,
+StatusInfo serve_and_settle(const std::vector<std::string>& flags, std::vector<GenerateRequest> reqs,
                             const std::vector<std::vector<int32_t>>& want) {
   Deployment d(flags, gemma_model());
   auto client = d.ok() ? d.client() : nullptr;
@@ -166,7 +166,8 @@ TEST(GemmaStreams, RingsServeContextsPastThePoolAndEqualTheEngineAlone) {
 // blocks of every position and, of the five windowed layers, only the ring blocks the decode
 // worker's next query sees (logical blocks (P + 1 - 32) / 16 .. the last), into the ring the
 // scheduler reserved there. 16 streams of 100 to 300 prompt tokens (prompts cut into chunks of
-// 32: the prefill worker's ring moves on as it goes) plus 40 decoded, greedy and seeded: every
+// 32: the prefill worker's ring moves on as it goes) plus 40 decoded, greedy and seeded, without
+// and with speculation (--spec ngram) on the decode worker: every
 // stream equals the engine alone, the bytes handed off are exactly the full layer's blocks plus
 // the windows (printed against every layer's blocks), and every block of both pools of both
 // workers comes back.
@@ -183,20 +184,29 @@ TEST(GemmaStreams, RingsSplitIntoPrefillAndDecodeHandOffTheWindowOnlyAndEqualThe
     expected_bytes += blocks * (every_layer - ring_block) + ring * ring_block;
     all_layers_bytes += blocks * every_layer;
   }
-  const StatusInfo st = serve_and_settle({"--prefill", "1", "--decode", "1", "--threads", "1", "--kv-memory",
-                                          "67108864", "--kv-rings", "--prefill-chunk", "32"},
-                                         reqs, want);
-  EXPECT_EQ(st.handoffs, 16u);
-  EXPECT_EQ(st.handoff_failures, 0u);
-  EXPECT_EQ(st.handoff_bytes, expected_bytes);
-  std::printf("rings handoff: %llu bytes for 16 prompts of 100 to 300 tokens, every layer's blocks %llu (%.1f %%)\n",
-              (unsigned long long)st.handoff_bytes, (unsigned long long)all_layers_bytes,
-              100.0 * double(st.handoff_bytes) / double(all_layers_bytes));
-  ASSERT_EQ(st.workers.size(), 2u);
-  for (const WorkerInfo& w : st.workers) {
-    EXPECT_GT(w.kv_ring_blocks_total, 0u) << w.role;
-    EXPECT_EQ(w.kv_blocks_free, w.kv_blocks_total) << w.role;
-    EXPECT_EQ(w.kv_ring_blocks_free, w.kv_ring_blocks_total) << w.role;
+  // Plain decoding, and speculating on the decode worker (its rounds' trims never reach back
+  // before the positions handed over).
+  for (const std::string spec : {"off", "ngram"}) {
+    const StatusInfo st = serve_and_settle({"--prefill", "1", "--decode", "1", "--threads", "1", "--kv-memory",
+                                            "67108864", "--kv-rings", "--prefill-chunk", "32", "--spec", spec},
+                                           reqs, want);
+    EXPECT_EQ(st.handoffs, 16u) << spec;
+    EXPECT_EQ(st.handoff_failures, 0u) << spec;
+    EXPECT_EQ(st.handoff_bytes, expected_bytes) << spec;
+    std::printf(
+        "rings handoff (--spec %s): %llu bytes for 16 prompts of 100 to 300 tokens, every layer's blocks %llu "
+        "(%.1f %%)\n",
+        spec.c_str(), (unsigned long long)st.handoff_bytes, (unsigned long long)all_layers_bytes,
+        100.0 * double(st.handoff_bytes) / double(all_layers_bytes));
+    ASSERT_EQ(st.workers.size(), 2u);
+    uint64_t drafts = 0;
+    for (const WorkerInfo& w : st.workers) {
+      drafts += w.drafts;
+      EXPECT_GT(w.kv_ring_blocks_total, 0u) << w.role;
+      EXPECT_EQ(w.kv_blocks_free, w.kv_blocks_total) << w.role;
+      EXPECT_EQ(w.kv_ring_blocks_free, w.kv_ring_blocks_total) << w.role;
+    }
+    EXPECT_EQ(drafts > 0, spec == "ngram") << drafts << " drafts fed";
   }
 }
 
