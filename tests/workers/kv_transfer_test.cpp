@@ -22,12 +22,14 @@ model::ModelConfig tiny_config() {
   return model::read_model_config(**f).value();
 }
 
+// Random bytes in every block of every region (with rings: the full layers' n_blocks, the ring
+// layers' ring_blocks).
 void fill(engine::KvPool& pool, uint32_t seed) {
   std::mt19937 rng(seed);
   for (uint32_t l = 0; l < pool.n_layers(); ++l)
     for (uint32_t h = 0; h < pool.n_kv_heads(); ++h)
       for (uint32_t kv = 0; kv < 2; ++kv)
-        for (uint32_t b = 0; b < pool.n_blocks(); ++b) {
+        for (uint32_t b = 0; b < (pool.ring_layer(l) ? pool.ring_blocks() : pool.n_blocks()); ++b) {
           uint8_t* p = pool.block_data(l, h, kv, b);
           for (size_t i = 0; i < pool.region_block_bytes(l); ++i) p[i] = static_cast<uint8_t>(rng());
         }
@@ -261,19 +263,6 @@ model::ModelConfig gemma3_config() {
   return model::read_model_config(**f).value();
 }
 
-// Every region of a pool with rings gets random bytes: the full layers' n_blocks, the ring
-// layers' ring_blocks.
-void fill_rings(engine::KvPool& pool, uint32_t seed) {
-  std::mt19937 rng(seed);
-  for (uint32_t l = 0; l < pool.n_layers(); ++l)
-    for (uint32_t h = 0; h < pool.n_kv_heads(); ++h)
-      for (uint32_t kv = 0; kv < 2; ++kv)
-        for (uint32_t b = 0; b < (pool.ring_layer(l) ? pool.ring_blocks() : pool.n_blocks()); ++b) {
-          uint8_t* p = pool.block_data(l, h, kv, b);
-          for (size_t i = 0; i < pool.region_block_bytes(l); ++i) p[i] = static_cast<uint8_t>(rng());
-        }
-}
-
 // Block `ba` of `a` equals block `bb` of `b` in the full layers (ring false) or the ring layers.
 bool same_part(engine::KvPool& a, uint32_t ba, engine::KvPool& b, uint32_t bb, bool ring) {
   for (uint32_t l = 0; l < a.n_layers(); ++l) {
@@ -342,9 +331,9 @@ TEST(KvTransferRings, TheFullLayersBlocksAndTheReceiversWindowArriveExactly) {
     auto src = engine::KvPool::create(config, full, 16, {}, rings).value();
     auto dst = engine::KvPool::create(config, full, 16, {}, rings).value();
     auto ref = engine::KvPool::create(config, full, 16, {}, rings).value();
-    fill_rings(*src, 1);
-    fill_rings(*dst, 2);
-    fill_rings(*ref, 2);
+    fill(*src, 1);
+    fill(*dst, 2);
+    fill(*ref, 2);
     const RingHandoff h = ring_handoff(positions, full, rings);
     v1::KvTransfer header;
     header.set_positions(positions);
@@ -382,7 +371,7 @@ TEST(KvTransferRings, MismatchesAreRefusedAndThePoolIsUntouched) {
   const model::ModelConfig config = gemma3_config();
   auto src = engine::KvPool::create(config, 32, 16, {}, 16).value();
   auto plain_src = engine::KvPool::create(config, 32, 16).value();
-  fill_rings(*src, 3);
+  fill(*src, 3);
   fill(*plain_src, 3);
   const RingHandoff h = ring_handoff(300, 32, 16);
   const auto sent = std::span<const int32_t>(h.from_ring).subspan(h.first - h.sender_first);
@@ -422,8 +411,8 @@ TEST(KvTransferRings, MismatchesAreRefusedAndThePoolIsUntouched) {
        }) {
     auto dst = engine::KvPool::create(config, 32, 16, {}, c.ring_blocks).value();
     auto ref = engine::KvPool::create(config, 32, 16, {}, c.ring_blocks).value();
-    fill_rings(*dst, 4);
-    fill_rings(*ref, 4);
+    fill(*dst, 4);
+    fill(*ref, 4);
     auto r = unpack_transfer(*dst, *c.header, h.to, {}, *c.frames, TransferRing{c.ring, h.first, c.window});
     ASSERT_FALSE(r) << c.words;
     EXPECT_NE(r.status().message().find(c.words), std::string::npos) << r.status().message();
