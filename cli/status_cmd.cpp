@@ -99,8 +99,10 @@ void print_table(const StatusInfo& s) {
       std::printf("worker %u recurrent state slots: %u of %u free\n", w.id, w.state_slots_free, w.state_slots_total);
   for (const WorkerInfo& w : s.workers)
     if (w.kv_ring_blocks_total > 0)
-      std::printf("worker %u kv rings: %u of %u ring blocks free (windowed layers; prefix cache off)\n", w.id,
-                  w.kv_ring_blocks_free, w.kv_ring_blocks_total);
+      std::printf(
+          "worker %u kv rings: %u of %u ring blocks free, %u cached (windowed layers; the windows of cached "
+          "prefixes)\n",
+          w.id, w.kv_ring_blocks_free, w.kv_ring_blocks_total, w.kv_ring_blocks_cached);
   // Per role, when the deployment splits prefill and decode.
   bool split = false;
   for (const WorkerInfo& w : s.workers) split |= w.role != runtime::role_name(runtime::Role::kBoth);

@@ -28,6 +28,7 @@ void to_proto(const Command& command, v1::SchedulerCommand& out) {
     o.set_scheduler_epoch(e->scheduler_epoch);
     o.mutable_ring_blocks()->Add(e->ring_blocks.begin(), e->ring_blocks.end());
     o.set_ring_first(e->ring_first);
+    o.mutable_release()->Add(e->release.begin(), e->release.end());
     return;
   }
   const KvSend& k = std::get<KvSend>(command);
@@ -52,6 +53,7 @@ bool from_proto(const v1::SchedulerCommand& command, Command& out) {
     assign(o.tail_blocks(), e.tail_blocks);
     assign(o.ring_blocks(), e.ring_blocks);
     e.ring_first = o.ring_first();
+    assign(o.release(), e.release);
     out = std::move(e);
     return true;
   }

@@ -65,6 +65,14 @@ class BlockPool {
   uint32_t match(std::span<const int32_t> tokens, std::span<const uint64_t> keys, std::vector<int32_t>& out) const;
   // Drops the keys of these blocks (their KV is not trustworthy: a failed step).
   void unpublish(std::span<const int32_t> ids);
+  // The used or cached block published under `key`, or -1 (no chain or token check: for keys
+  // that already name one block's content, as a ring block's does, kv_cache_manager.h).
+  int32_t find(uint64_t key) const {
+    const auto it = by_key_.find(key);
+    return it == by_key_.end() ? kNone : it->second;
+  }
+  // Bumped each time block `id` is evicted or unpublished: (id, generation) names one content.
+  uint32_t generation(int32_t id) const { return id >= 0 && static_cast<uint32_t>(id) < tracked() ? gen_[id] : 0; }
 
   // Caller bugs survived in release builds (always 0 in a correct scheduler).
   uint32_t double_releases() const { return double_releases_; }

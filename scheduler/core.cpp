@@ -143,7 +143,7 @@ std::vector<Core::WorkerView> Core::workers() const {
     const auto running = static_cast<uint32_t>(w->running.size());
     out.push_back({id, w->kv.total(), w->kv.free(), running, &w->stats, w->role, w->kv.cached(), w->kv.evictions(),
                    w->spec_tokens, w->state_slots, w->state_slots > running ? w->state_slots - running : 0,
-                   w->kv.ring_total(), w->kv.ring_free()});
+                   w->kv.ring_total(), w->kv.ring_free(), w->kv.ring_cached()});
   }
   return out;
 }
@@ -1004,6 +1004,10 @@ bool Core::start_handoff(Request& r, int64_t now_us) {
   const std::span<const int32_t> ring = best->kv.ring(dp->kv);
   e.ring_blocks.assign(ring.begin(), ring.end());
   e.ring_first = dp->kv.ring_first();
+  // What the worker still holds that the scheduler let go of goes first: a hybrid worker takes a
+  // state slot for the handoff, and the scheduler counted the released ones free.
+  e.release = std::move(best->to_release);
+  best->to_release.clear();
   sink_.send_command(best->id, Command(std::move(e)));
   KvSend k;
   k.transfer_id = r.transfer_id;

@@ -206,7 +206,7 @@ class Core {
     uint64_t evictions;
     uint32_t spec_tokens;                          // WorkerInfo::spec_tokens
     uint32_t state_slots_total, state_slots_free;  // WorkerInfo::state_slots, less one per running sequence
-    uint32_t ring_total, ring_free;                // the ring pool's blocks (0 total: no rings)
+    uint32_t ring_total, ring_free, ring_cached;   // the ring pool's blocks (0 total: no rings)
   };
   std::vector<WorkerView> workers() const;
   // Every request of this client that has not had its final event.

@@ -21,7 +21,6 @@ void KvCacheManager::set_rings(uint32_t ring_blocks, uint32_t window, uint32_t m
   // Held at once: the blocks that W - 1 + margin positions before a step's first query and the
   // step's own positions can touch (the first at a block's last slot).
   ring_cap_ = (window - 1 + margin + std::max(step_tokens, 1u) + 2 * block_tokens_ - 2) / block_tokens_;
-  prefix_cache_ = false;
 }
 
 bool KvCacheManager::can_ever_fit(uint32_t positions) const {
@@ -42,15 +41,38 @@ PrefixHit KvCacheManager::match_prefix(std::span<const int32_t> tokens, PrefixKe
   extend_keys(tokens, keys);
   const size_t usable = std::min<size_t>(keys.keys_.size(), (tokens.size() - 1) / block_tokens_);
   pool_.match(tokens, std::span<const uint64_t>(keys.keys_).first(usable), hit.blocks_);
+  if (rings()) cut_hit_to_window(hit);
   return hit;
 }
 
+void KvCacheManager::cut_hit_to_window(PrefixHit& hit) const {
+  // The longest end e whose ring blocks window_first(e) .. e - 1 are all cached: `run` is where
+  // the run of found ring blocks ending at block j begins.
+  std::vector<int32_t> ring(hit.blocks());
+  uint32_t run = 0, end = 0;
+  for (uint32_t j = 0; j < hit.blocks(); ++j) {
+    ring[j] = ring_pool_.find(ring_key(hit.blocks_[j]));
+    if (ring[j] < 0)
+      run = j + 1;
+    else if (run <= window_first(j + 1))
+      end = j + 1;
+  }
+  hit.blocks_.resize(end);
+  hit.ring_first_ = end > 0 ? window_first(end) : 0;
+  hit.ring_.assign(ring.begin() + hit.ring_first_, ring.begin() + end);
+}
+
 bool KvCacheManager::has_room(const PrefixHit& hit, uint32_t positions, uint32_t running) const {
-  uint32_t hit_cached = 0;  // shared blocks that stop being available
+  uint32_t hit_cached = 0, ring_cached = 0;  // shared blocks that stop being available
   for (int32_t b : hit.blocks_) hit_cached += pool_.cached_block(b);
+  for (int32_t b : hit.ring_) ring_cached += ring_pool_.cached_block(b);
   const uint32_t headroom = (running + 3) / 4;
   const uint32_t fresh = blocks_for(positions + 1) - hit.blocks() + tail_blocks_;
-  if (rings() && ring_pool_.available() < uint64_t{ring_need(positions + 1)} + headroom) return false;
+  // The ring's first placement reaches ring_end: the window's shared blocks, then fresh ones.
+  const uint32_t ring_fresh =
+      rings() ? std::min(blocks_for(positions + 1), hit.ring_first_ + ring_cap_) - hit.ring_first_ - hit.ring_blocks()
+              : 0;
+  if (rings() && ring_pool_.available() < uint64_t{ring_fresh} + ring_cached + headroom) return false;
   return pool_.available() >= uint64_t{fresh} + hit_cached + headroom;
 }
 
@@ -86,8 +108,11 @@ bool KvCacheManager::allocate_more(KvSeq& seq, uint32_t positions, const PrefixH
     seq.blocks_.resize(had);
     return false;
   }
-  seq.blocks_ = prefix.blocks_;  // empty with rings: the prefix cache is off
+  seq.blocks_ = prefix.blocks_;
   pool_.ref(seq.blocks_);
+  seq.ring_ = prefix.ring_;  // the window ending at the prefix (shared), then fresh ring blocks
+  if (!prefix.empty()) seq.ring_first_ = prefix.ring_first_;  // else start_ring_at's start, or 0
+  ring_pool_.ref(seq.ring_);
   if (!pool_.allocate(need - std::min(need, seq.blocks()), seq.blocks_) || !pool_.allocate(tail_blocks_, seq.tail_) ||
       !allocate_ring(seq, positions)) {
     free(seq);
@@ -109,6 +134,7 @@ void KvCacheManager::trim(KvSeq& seq, uint32_t positions) {
   const uint32_t keep = blocks_for(positions);
   const uint32_t full = positions / block_tokens_;
   if (seq.published_ > full) {
+    unpublish_ring(seq, full, seq.published_);
     pool_.unpublish(std::span<const int32_t>(seq.blocks_).subspan(full, seq.published_ - full));
     seq.published_ = full;
   }
@@ -135,11 +161,27 @@ void KvCacheManager::publish(KvSeq& seq, std::span<const int32_t> tokens, uint32
       seq.publish_stopped_ = true;
       return;
     }
+    publish_ring(seq, seq.published_, tokens);
   }
+}
+
+void KvCacheManager::publish_ring(KvSeq& seq, uint32_t index, std::span<const int32_t> tokens) {
+  if (!rings() || index < seq.ring_first_ || index >= seq.ring_first_ + seq.ring_blocks()) return;
+  // Alone, without a parent: a window is matched from any of its blocks (cut_hit_to_window).
+  const int32_t id = seq.ring_[index - seq.ring_first_];
+  (void)ring_pool_.publish(std::span<const int32_t>(&id, 1), 0, ring_key(seq.blocks_[index]),
+                           tokens.subspan(size_t{index} * block_tokens_, block_tokens_));
+}
+
+void KvCacheManager::unpublish_ring(KvSeq& seq, uint32_t from, uint32_t to) {
+  from = std::max(from, seq.ring_first_);
+  to = std::min(to, seq.ring_first_ + seq.ring_blocks());
+  if (from < to) ring_pool_.unpublish(std::span<const int32_t>(seq.ring_).subspan(from - seq.ring_first_, to - from));
 }
 
 void KvCacheManager::distrust(KvSeq& seq) {
   pool_.unpublish(seq.blocks_);
+  ring_pool_.unpublish(seq.ring_);
   seq.publish_stopped_ = true;
 }
 

@@ -15,7 +15,10 @@
 // full layers' blocks (every logical block 0..n) and the ring, the windowed layers' blocks of
 // logical blocks ring_first..n only. release_window() frees the ring's leading blocks once the
 // window (plus the trim margin) has passed them, so a sequence's ring stops growing at the
-// window. The prefix cache is off for a manager with rings (not built for windowed blocks).
+// window. With the prefix cache, publishing full block i also publishes the ring block of
+// logical block i (its key names the full block's id and generation); released, it is cached
+// like a full block, and a prefix end matches only while its window's ring blocks are all
+// still cached (match_prefix).
 #pragma once
 
 #include <algorithm>
@@ -39,14 +42,19 @@ class PrefixKeys {
 };
 
 // The cached blocks holding a prompt's longest known prefix on one worker (match_prefix).
+// With rings, also the ring blocks of the window that ends at the hit (logical blocks
+// ring_first_ .. blocks() - 1).
 class PrefixHit {
  public:
   uint32_t blocks() const { return static_cast<uint32_t>(blocks_.size()); }
   bool empty() const { return blocks_.empty(); }
+  uint32_t ring_blocks() const { return static_cast<uint32_t>(ring_.size()); }
 
  private:
   friend class KvCacheManager;
   std::vector<int32_t> blocks_;
+  std::vector<int32_t> ring_;
+  uint32_t ring_first_ = 0;
 };
 
 // One sequence's KV on one worker: its block table, its tail blocks and what of it was sent
@@ -83,12 +91,13 @@ class KvCacheManager {
   // sequence only the blocks its window needs: `window` (W, a query at p sees p-W+1..p),
   // `margin` positions more (the most a round's trim may cut back: no trim needs a released
   // block), and `step_tokens`, the most positions one step computes for a sequence (a prefill
-  // chunk's first query still sees W-1 keys before it). Turns the prefix cache off. Call once,
-  // before any sequence starts; 0 blocks or a 0 window leave rings off.
+  // chunk's first query still sees W-1 keys before it). Call once, before any sequence
+  // starts; 0 blocks or a 0 window leave rings off.
   void set_rings(uint32_t ring_blocks, uint32_t window, uint32_t margin, uint32_t step_tokens);
   bool rings() const { return window_ > 0; }
   uint32_t ring_total() const { return ring_pool_.total(); }
   uint32_t ring_free() const { return ring_pool_.free(); }
+  uint32_t ring_cached() const { return ring_pool_.cached(); }
   uint32_t ring_used() const { return ring_pool_.used(); }
   // The ring blocks a sequence of `positions` positions holds at most (0 without rings).
   uint32_t ring_need(uint32_t positions) const { return rings() ? std::min(blocks_for(positions), ring_cap_) : 0; }
@@ -107,7 +116,9 @@ class KvCacheManager {
   bool can_ever_fit(uint32_t positions) const;
 
   // The blocks holding the longest cached prefix of `tokens`, leaving at least one position to
-  // compute (its logits give the next token). Extends `keys` as needed. Refs nothing.
+  // compute (its logits give the next token). Extends `keys` as needed. Refs nothing. With
+  // rings, the longest such prefix whose window's ring blocks (window_first .. end) are all
+  // still cached, and those ring blocks.
   PrefixHit match_prefix(std::span<const int32_t> tokens, PrefixKeys& keys) const;
   uint32_t hit_tokens(const PrefixHit& hit) const { return hit.blocks() * block_tokens_; }
   // The headroom rule: a new sequence of `positions` positions sharing `hit` may start here
@@ -117,7 +128,8 @@ class KvCacheManager {
   bool has_room(const PrefixHit& hit, uint32_t positions, uint32_t running) const;
 
   // Makes `seq` hold slots for its first `positions` positions. Its first call starts it with
-  // `prefix`'s blocks (shared) and takes its tail blocks too. False when the pool cannot:
+  // `prefix`'s blocks and, with rings, its window's ring blocks (shared), and takes its tail
+  // blocks too. False when the pool cannot:
   // `seq` is then as it was (nothing taken, a fresh one holds nothing).
   [[nodiscard]] bool allocate_slots(KvSeq& seq, uint32_t positions, const PrefixHit& prefix = {}) {
     if (seq.started_ && seq.blocks_.size() >= blocks_for(positions) &&
@@ -146,7 +158,10 @@ class KvCacheManager {
   void trim(KvSeq& seq, uint32_t positions);
 
   // Offers `seq`'s full blocks among its first `known` positions (of `tokens`) to the prefix
-  // cache, once each; stops for good at a block whose key another copy holds.
+  // cache, once each; stops for good at a block whose key another copy holds. With rings, each
+  // with the ring block of the same logical block when the ring holds it: every prefix end the
+  // cache can match at keeps its window, so a publishing sequence's ring blocks that leave the
+  // window are cached (evictable, LRU, as full blocks), not freed.
   void publish(KvSeq& seq, std::span<const int32_t> tokens, uint32_t known, PrefixKeys& keys);
   // `seq`'s blocks hold KV that cannot be trusted (a failed step): unpublished, never again.
   void distrust(KvSeq& seq);
@@ -186,6 +201,20 @@ class KvCacheManager {
     return rings() ? std::min<size_t>(blocks_for(positions), seq.ring_first_ + ring_cap_) : 0;
   }
   void release_ring_front(KvSeq& seq, uint32_t first);
+  // The first logical block of the window a query at the end of `blocks` full blocks sees.
+  uint32_t window_first(uint32_t blocks) const {
+    const uint64_t end = uint64_t{blocks} * block_tokens_;
+    return end + 1 > window_ ? static_cast<uint32_t>((end + 1 - window_) / block_tokens_) : 0;
+  }
+  // A ring block's key in the ring pool: the full block it was published with, by id and
+  // generation (the full pool checks a prefix token by token; this ties the ring block to it).
+  uint64_t ring_key(int32_t full_block) const {
+    return uint64_t{pool_.generation(full_block)} << 32 | static_cast<uint32_t>(full_block);
+  }
+  void cut_hit_to_window(PrefixHit& hit) const;
+  void publish_ring(KvSeq& seq, uint32_t index, std::span<const int32_t> tokens);
+  // The ring blocks `seq` holds of logical blocks from .. to - 1 lose their keys (trim, distrust).
+  void unpublish_ring(KvSeq& seq, uint32_t from, uint32_t to);
 
   BlockPool pool_;
   BlockPool ring_pool_{0};

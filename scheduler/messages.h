@@ -31,6 +31,7 @@ struct KvExpect {
   std::string request_id{}, principal{};  // for the decode worker's log line only
   std::vector<int32_t> ring_blocks{};     // rings: the ring reserved there, of logical blocks ring_first ..
   uint32_t ring_first = 0;
+  std::vector<uint64_t> release{};  // sequences the worker forgets first (StepPlan::release)
 };
 
 // A prefill worker sends a sequence's KV (v1::KvSend; epoch is the actor's).

@@ -30,6 +30,7 @@ void fill_worker(const Core::WorkerView& w, const ActorStatus& actor, v1::Worker
   ws.set_state_slots_free(w.state_slots_free);
   ws.set_kv_ring_blocks_total(w.ring_total);
   ws.set_kv_ring_blocks_free(w.ring_free);
+  ws.set_kv_ring_blocks_cached(w.ring_cached);
   if (std::optional<WorkerPeerInfo> peer = actor.peer ? actor.peer(w.id) : std::nullopt) {
     ws.set_pid(peer->pid);
     ws.set_weight_bytes(peer->weight_bytes);

@@ -107,7 +107,8 @@ class Actor {
     if (options_.role == runtime::Role::kDecode) {
       // A transfer is many frames: bounded as a whole by the largest this pool can take.
       runtime::SocketLimits limits = loop_.limits();
-      limits.max_multipart_bytes = static_cast<int64_t>(max_transfer_bytes(*pool_, engine_->config().context_length));
+      limits.max_multipart_bytes = static_cast<int64_t>(max_transfer_bytes(*pool_, engine_->config().context_length) +
+                                                        max_state_bytes(states_.get()));
       auto kv = loop_.bind(
           zmq::socket_type::pull, options_.kv_endpoint, [this](runtime::Frames& f) { on_transfer(f); }, kv_keys_,
           limits);
@@ -301,18 +302,27 @@ class Actor {
                   principal.empty() ? "-" : principal);
   }
 
-  // Decode side: the scheduler announced a transfer (replacing any under its id).
+  // Decode side: the scheduler announced a transfer (replacing any under its id). Its releases
+  // first (sequences the scheduler let go of since its last plan here), so that the state slot
+  // the handoff takes is one the scheduler counts free; with none free, refused at once.
   void expect_kv(const v1::KvExpect& e) {
     log_request(e.seq_id(), e.request_id(), e.principal(), "handed over");
-    table_.expect(e.transfer_id(), IncomingHandoff{.seq_id = e.seq_id(),
-                                                   .nonce = e.nonce(),
-                                                   .scheduler_epoch = e.scheduler_epoch(),
-                                                   .positions = e.positions(),
-                                                   .sender = e.sender_public_key(),
-                                                   .blocks = {e.blocks().begin(), e.blocks().end()},
-                                                   .tail = {e.tail_blocks().begin(), e.tail_blocks().end()},
-                                                   .ring = {e.ring_blocks().begin(), e.ring_blocks().end()},
-                                                   .ring_first = e.ring_first()});
+    for (uint64_t id : e.release()) forget(id);
+    const Status taken =
+        table_.expect(e.transfer_id(), IncomingHandoff{.seq_id = e.seq_id(),
+                                                       .nonce = e.nonce(),
+                                                       .scheduler_epoch = e.scheduler_epoch(),
+                                                       .positions = e.positions(),
+                                                       .sender = e.sender_public_key(),
+                                                       .blocks = {e.blocks().begin(), e.blocks().end()},
+                                                       .tail = {e.tail_blocks().begin(), e.tail_blocks().end()},
+                                                       .ring = {e.ring_blocks().begin(), e.ring_blocks().end()},
+                                                       .ring_first = e.ring_first()});
+    if (!taken) {
+      spdlog::error("worker: refused KV transfer {}: {}", e.transfer_id(), taken.message());
+      acknowledge(e.transfer_id(), e.seq_id(), taken, 0);
+      return;
+    }
     // Every transfer held under this id, until one is taken (a forged one may be among them).
     for (;;) {
       auto early =
@@ -470,10 +480,20 @@ class Actor {
     model::to_proto(*seq->sampling, transfer_.mutable_sampling());
     transfer_.set_logprobs(seq->logprobs);
     transfer_.set_prompt_len(seq->prompt_len);
-    runtime::Frames frames;
     transfer_.set_tail_end(seq->tail_end);
+    std::optional<zmq::message_t> state;
+    if (states_) {
+      Result<zmq::message_t> packed = pack_state(*states_, static_cast<uint32_t>(seq->state_slot), transfer_);
+      if (!packed) {
+        spdlog::error("worker: cannot send the state of sequence {}: {}", cmd.seq_id(), packed.status().message());
+        return;
+      }
+      state = std::move(*packed);
+    }
+    runtime::Frames frames;
     pack_transfer(*pool_, seq->blocks, seq->tail, transfer_, frames,
                   TransferRing{seq->ring, seq->ring_first, table_.limits().ring_window});
+    if (state) frames.push_back(std::move(*state));  // after the KV frames, the ring's included
     // Non-blocking: ZeroMQ's I/O thread drains it while the next steps compute.
     const size_t n_frames = frames.size();
     if (runtime::SendResult st = peer->second.socket->send(frames); !st)
@@ -483,11 +503,13 @@ class Actor {
                     cmd.positions(), n_frames, cmd.dest_endpoint());
   }
 
-  // Decode side: a transfer from a prefill worker.
+  // The most early transfers may hold: the KV pool's bytes, ring pool included (and one state slot's).
   size_t pool_bytes() const {
-    return size_t{pool_->n_blocks()} * pool_->block_bytes() + size_t{pool_->ring_blocks()} * pool_->ring_block_bytes();
+    return size_t{pool_->n_blocks()} * pool_->block_bytes() + size_t{pool_->ring_blocks()} * pool_->ring_block_bytes() +
+           (states_ ? states_->slot_floats() * sizeof(float) : 0);
   }
 
+  // Decode side: a transfer from a prefill worker.
   void on_transfer(runtime::Frames& frames) {
     if (frames.empty() || !runtime::parse_frame(frames[0], transfer_in_).is_ok() ||
         !runtime::protocol_version_served(transfer_in_.version())) {
@@ -543,18 +565,16 @@ class Actor {
     spdlog::debug("worker: KV transfer {} arrived before its announcement; held", transfer_in_.transfer_id());
   }
 
-  // The announced transfer in transfer_in_ (its announcement taken): its KV into the reserved
-  // blocks and its state into the table, or refused; the scheduler is told either way.
+  // The announced transfer in transfer_in_ (its announcement taken): a hybrid's recurrent state
+  // into the slot taken at KvExpect (checked before anything is written), its KV into the
+  // reserved blocks and its sequence state into the table, or refused (the slot given back);
+  // the scheduler is told either way.
   void take_transfer(const runtime::Frames& frames, const IncomingHandoff& expected) {
-    out_.Clear();
-    out_.set_version(kVersion);
-    out_.set_worker_id(worker_id_);
-    v1::KvReceived* ack = out_.mutable_kv_received();
-    ack->set_transfer_id(transfer_in_.transfer_id());
-    ack->set_seq_id(expected.seq_id);
-    ack->set_epoch(epoch_);
-    auto copied = unpack_transfer(*pool_, transfer_in_, expected.blocks, expected.tail, frames,
-                                  TransferRing{expected.ring, expected.ring_first, table_.limits().ring_window});
+    Result<uint64_t> state = unpack_state(states_.get(), expected.state_slot, transfer_in_, frames);
+    Result<uint64_t> copied = state;
+    if (state)
+      copied = unpack_transfer(*pool_, transfer_in_, expected.blocks, expected.tail, frames,
+                               TransferRing{expected.ring, expected.ring_first, table_.limits().ring_window});
     Status taken = copied.status();
     if (copied)
       taken = table_.receive(expected, HandoffState{.tokens = {transfer_in_.tokens().data(),
@@ -565,13 +585,28 @@ class Actor {
                                                     .prompt_len = transfer_in_.prompt_len(),
                                                     .tail_end = transfer_in_.tail_end()});
     if (!taken) {
-      const std::string why = taken.message();
-      spdlog::error("worker: refused KV transfer {}: {}", transfer_in_.transfer_id(), why);
-      ack->set_error_code(v1::ERROR_CODE_INVALID_ARGUMENT);
-      ack->set_error_message(why);
+      table_.abandon(expected);
+      spdlog::error("worker: refused KV transfer {}: {}", transfer_in_.transfer_id(), taken.message());
     } else {
-      ack->set_bytes(*copied);
-      spdlog::debug("worker: KV transfer {} written ({} bytes)", transfer_in_.transfer_id(), *copied);
+      spdlog::debug("worker: KV transfer {} written ({} bytes)", transfer_in_.transfer_id(), *copied + *state);
+    }
+    acknowledge(transfer_in_.transfer_id(), expected.seq_id, taken, taken ? *copied + *state : 0);
+  }
+
+  // Tells the scheduler a handoff's KV is here (`bytes` of it), or why it was refused.
+  void acknowledge(uint64_t transfer_id, uint64_t seq_id, const Status& taken, uint64_t bytes) {
+    out_.Clear();
+    out_.set_version(kVersion);
+    out_.set_worker_id(worker_id_);
+    v1::KvReceived* ack = out_.mutable_kv_received();
+    ack->set_transfer_id(transfer_id);
+    ack->set_seq_id(seq_id);
+    ack->set_epoch(epoch_);
+    if (taken) {
+      ack->set_bytes(bytes);
+    } else {
+      ack->set_error_code(v1::ERROR_CODE_INVALID_ARGUMENT);
+      ack->set_error_message(taken.message());
     }
     send(out_);
   }
@@ -706,14 +741,11 @@ Result<std::unique_ptr<workers::DraftModel>> load_draft(const WorkerOptions& opt
   return draft;
 }
 
-// What is not built for hybrids: a disaggregated role (the recurrent state would have to travel
-// with the KV) and speculative decoding (a rejected draft cannot be taken out of a state).
+// What is not built for hybrids: speculative decoding (a rejected draft cannot be taken out of
+// a state).
 Status check_hybrid_options(const WorkerOptions& options, const model::ModelConfig& config) {
   if (!config.arch->hybrid()) return Status::ok();
   const std::string arch(config.arch->name);
-  if (options.role != runtime::Role::kBoth)
-    return Status::invalid("--role " + std::string(runtime::role_name(options.role)) + ": " + arch +
-                           " (a hybrid model) runs colocated only; handing off recurrent states is not built");
   if (options.spec_tokens > 0)
     return Status::invalid(
         "--spec: speculative decoding on " + arch +
@@ -769,8 +801,8 @@ Result<std::unique_ptr<Actor>> start_actor(const WorkerOptions& options) {
                (*pool)->block_bytes(), options.kv_format.to_string(),
                human_bytes(uint64_t{(*pool)->block_bytes()} * blocks.full), options.threads);
   if (blocks.ring > 0)
-    spdlog::info("worker: KV rings: {} ring blocks of {} bytes for the windowed layers (window {}); prefix cache off",
-                 blocks.ring, (*pool)->ring_block_bytes(), (*eng)->config().sliding_window);
+    spdlog::info("worker: KV rings: {} ring blocks of {} bytes for the windowed layers (window {})", blocks.ring,
+                 (*pool)->ring_block_bytes(), (*eng)->config().sliding_window);
   WorkerOptions opts = options;
   if (opts.name.empty()) opts.name = "worker-" + std::to_string(getpid());
   auto actor = std::make_unique<Actor>(opts, std::move(eng.value()), std::move(pool.value()), std::move(draft.value()),

@@ -209,8 +209,8 @@ Result<uint64_t> unpack_transfer(engine::KvPool& pool, const v1::KvTransfer& hea
     if (id < 0 || static_cast<uint32_t>(id) >= pool.n_blocks())
       return Status::invalid("reserved block " + std::to_string(id) + " is outside the pool");
   TANDEM_RETURN_IF_ERROR(check_ring(pool, header, dest_ring));
-  const uint64_t expected =
-      1 + regions(pool, false) * header.run_blocks_size() + regions(pool, true) * header.ring_run_blocks_size();
+  const uint64_t expected = 1 + regions(pool, false) * header.run_blocks_size() +
+                            regions(pool, true) * header.ring_run_blocks_size() + state_frames(header);
   if (frames.size() != expected)
     return Status::invalid("transfer has " + std::to_string(frames.size()) + " frames, expected " +
                            std::to_string(expected));
@@ -222,6 +222,72 @@ Result<uint64_t> unpack_transfer(engine::KvPool& pool, const v1::KvTransfer& hea
   f = 1;
   const uint64_t copied = copy_frames(pool, false, header.run_blocks(), dest, frames, f);
   return copied + copy_frames(pool, true, header.ring_run_blocks(), dest_ring.blocks, frames, f);
+}
+
+namespace {
+// "[a, b, ...]": a state layout as an error names it.
+template <typename Seq>
+std::string layout_name(const Seq& layout) {
+  std::string out = "[";
+  for (uint32_t v : layout) out += (out.size() > 1 ? ", " : "") + std::to_string(v);
+  return out + "]";
+}
+
+// Why `header`'s state cannot go into a slot of `states` (empty: it can).
+std::string state_mismatch(const engine::StatePool& states, const v1::KvTransfer& header) {
+  if (header.state_floats() != states.slot_floats())
+    return "recurrent state differs: the transfer's slot holds " + std::to_string(header.state_floats()) +
+           " floats, this worker's " + std::to_string(states.slot_floats());
+  const engine::StatePool::Layout& mine = states.layout();
+  if (!std::equal(header.state_layout().begin(), header.state_layout().end(), mine.begin(), mine.end()))
+    return "recurrent state layout differs: the transfer's is " + layout_name(header.state_layout()) +
+           ", this worker's " + layout_name(mine) +
+           " (recurrent layers, conv rows, conv channels, head dim, V heads, Q/K heads, grid, panel)";
+  if (header.state_position() != header.positions())
+    return "the transfer's recurrent state is at position " + std::to_string(header.state_position()) + ", its KV at " +
+           std::to_string(header.positions());
+  return {};
+}
+}  // namespace
+
+Result<zmq::message_t> pack_state(engine::StatePool& states, uint32_t slot, v1::KvTransfer& header) {
+  if (slot >= states.slots()) return Status::invalid("state slot " + std::to_string(slot) + " is outside the pool");
+  if (states.position(slot) != header.positions())
+    return Status::invalid("the sequence's recurrent state is at position " + std::to_string(states.position(slot)) +
+                           ", the handoff sends " + std::to_string(header.positions()) + " positions");
+  header.set_state_floats(states.slot_floats());
+  header.mutable_state_layout()->Assign(states.layout().begin(), states.layout().end());
+  header.set_state_position(states.position(slot));
+  const std::span<float> floats = states.slot(slot);
+  // Zero copy, as the KV blocks: the pool owns the memory.
+  return zmq::message_t(floats.data(), floats.size_bytes(), nullptr, nullptr);
+}
+
+size_t state_frames(const v1::KvTransfer& header) { return header.state_floats() > 0 ? 1 : 0; }
+
+Result<uint64_t> unpack_state(engine::StatePool* states, int32_t slot, const v1::KvTransfer& header,
+                              const runtime::Frames& frames) {
+  if (states == nullptr && header.state_floats() == 0) return uint64_t{0};
+  if (states == nullptr)
+    return Status::invalid("the transfer carries a recurrent state (a hybrid model's), this worker keeps none");
+  if (header.state_floats() == 0)
+    return Status::invalid("the transfer carries no recurrent state, this worker's model (a hybrid) needs one");
+  if (slot < 0 || static_cast<uint32_t>(slot) >= states->slots())
+    return Status::invalid("no state slot was taken for the transfer");
+  if (std::string why = state_mismatch(*states, header); !why.empty()) return Status::invalid(why);
+  const size_t bytes = states->slot_floats() * sizeof(float);
+  if (frames.size() < 2 || frames.back().size() != bytes)
+    return Status::invalid("state frame has " + std::to_string(frames.size() < 2 ? 0 : frames.back().size()) +
+                           " bytes, expected " + std::to_string(bytes));
+  std::memcpy(states->slot(static_cast<uint32_t>(slot)).data(), frames.back().data(), bytes);
+  states->set_position(static_cast<uint32_t>(slot), header.state_position());
+  return uint64_t{bytes};
+}
+
+uint64_t max_state_bytes(const engine::StatePool* states) {
+  if (states == nullptr) return 0;
+  // The frame, its overhead, and the header's fields (a few bytes each).
+  return states->slot_floats() * sizeof(float) + ZMQ_TANDEM_FRAME_OVERHEAD + 128;
 }
 
 }  // namespace tandem::worker

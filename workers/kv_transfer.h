@@ -9,6 +9,8 @@
 // With rings (KvPool::ring_blocks() > 0, docs/WINDOWS.md) those regions are the full layers'
 // only; the windowed layers' regions follow, each with one frame per run of the ring's blocks
 // the transfer carries (the window the receiver's next query needs, not every position's).
+// A hybrid model's sequence also carries its recurrent state slot, as the message's last frame
+// (pack_state / unpack_state: kept apart from the KV frames).
 #pragma once
 
 #include <cstdint>
@@ -18,6 +20,7 @@
 #include "runtime/status.h"
 #include "tandem/v1/worker.pb.h"
 #include "workers/engine/kv_cache.h"
+#include "workers/engine/state_pool.h"
 
 namespace tandem::worker {
 
@@ -66,5 +69,26 @@ void pack_transfer(engine::KvPool& pool, std::span<const int32_t> blocks, std::s
 Result<uint64_t> unpack_transfer(engine::KvPool& pool, const v1::KvTransfer& header,
                                  std::span<const int32_t> dest_blocks, std::span<const int32_t> dest_tail,
                                  const runtime::Frames& frames, TransferRing dest_ring = {});
+
+// A hybrid model's recurrent state in a transfer. Before pack_transfer (frame 0 is the
+// header): fills the header's state fields for `slot` of `states`. Returns the frame to append
+// after every other frame of the transfer: the slot's floats where they lie (zero copy; the
+// slot stays as it is until the scheduler releases the sequence, after the receiver
+// acknowledged). Refused when the slot's state is not at header.positions() (the state would
+// not be the KV's).
+Result<zmq::message_t> pack_state(engine::StatePool& states, uint32_t slot, v1::KvTransfer& header);
+
+// Frames at the end of a transfer that pack_state added (0 or 1): unpack_transfer leaves them.
+size_t state_frames(const v1::KvTransfer& header);
+
+// Writes the transfer's state frame into `slot` of `states` (null: the receiver keeps no
+// recurrent state) and sets the slot's position to the state's. Refuses, changing nothing,
+// when one side has a state and the other not, or the slot's float count, layout, position
+// or frame size differ. Returns the bytes copied (0 without a state).
+Result<uint64_t> unpack_state(engine::StatePool* states, int32_t slot, const v1::KvTransfer& header,
+                              const runtime::Frames& frames);
+
+// What a state frame adds to a transfer at most (for max_transfer_bytes' bound; 0 without states).
+uint64_t max_state_bytes(const engine::StatePool* states);
 
 }  // namespace tandem::worker

@@ -273,7 +273,15 @@ void SequenceTable::drop(uint64_t seq_id) {
     free_slots_.push_back(it->second.state_slot);
   sequences_.erase(seq_id);
   // A handoff abandoned before its KV arrived: what arrives later is dropped.
-  std::erase_if(expected_, [seq_id](const auto& e) { return e.second.seq_id == seq_id; });
+  std::erase_if(expected_, [&](const auto& e) {
+    if (e.second.seq_id != seq_id) return false;
+    abandon(e.second);
+    return true;
+  });
+}
+
+void SequenceTable::abandon(const IncomingHandoff& handoff) {
+  if (handoff.state_slot >= 0) free_slots_.push_back(handoff.state_slot);
 }
 
 void SequenceTable::drop_all() {
@@ -300,8 +308,18 @@ Status SequenceTable::trim(uint64_t seq_id, uint32_t positions) {
   return Status::ok();
 }
 
-void SequenceTable::expect(uint64_t transfer_id, IncomingHandoff handoff) {
+Status SequenceTable::expect(uint64_t transfer_id, IncomingHandoff handoff) {
+  auto replaced = expected_.find(transfer_id);
+  handoff.state_slot = replaced != expected_.end() ? replaced->second.state_slot : -1;
+  if (limits_.state_slots > 0 && handoff.state_slot < 0) {
+    if (free_slots_.empty())
+      return Status::invalid("handoff of sequence " + str(handoff.seq_id) + ": no free recurrent state slot (all " +
+                             str(limits_.state_slots) + " are held; raise --state-slots)");
+    handoff.state_slot = free_slots_.back();
+    free_slots_.pop_back();
+  }
   expected_[transfer_id] = std::move(handoff);
+  return Status::ok();
 }
 
 const IncomingHandoff* SequenceTable::expected(uint64_t transfer_id) const {
@@ -339,9 +357,9 @@ Status SequenceTable::check_received_ring(const IncomingHandoff& handoff) const 
 }
 
 Status SequenceTable::receive(const IncomingHandoff& handoff, const HandoffState& state) {
-  if (limits_.state_slots > 0)
-    return Status::invalid("transfer for sequence " + str(handoff.seq_id) +
-                           ": handing off a hybrid model's recurrent state is not built");
+  if (limits_.state_slots > 0 &&
+      (handoff.state_slot < 0 || static_cast<uint32_t>(handoff.state_slot) >= limits_.state_slots))
+    return Status::invalid("transfer for sequence " + str(handoff.seq_id) + " has no recurrent state slot");
   if (state.tokens.size() != handoff.positions)
     return Status::invalid("transfer for sequence " + str(handoff.seq_id) + " carries " + str(state.tokens.size()) +
                            " tokens for " + str(handoff.positions) + " positions");
@@ -353,6 +371,8 @@ Status SequenceTable::receive(const IncomingHandoff& handoff, const HandoffState
                            " blocks for " + str(handoff.positions) + " positions");
   TANDEM_RETURN_IF_ERROR(check_received_ring(handoff));
   Sequence& seq = sequences_[handoff.seq_id];
+  if (seq.state_slot >= 0) free_slots_.push_back(seq.state_slot);  // a sequence it replaces
+  seq.state_slot = handoff.state_slot;
   seq.blocks = handoff.blocks;
   seq.tail = handoff.tail;
   seq.tail_end = state.tail_end;
@@ -395,7 +415,8 @@ Result<OutgoingHandoff> SequenceTable::handoff_out(uint64_t seq_id, uint32_t pos
                          seq.tail_end,
                          seq.prompt_len,
                          ring,
-                         ring_first};
+                         ring_first,
+                         seq.state_slot};
 }
 
 const Sequence* SequenceTable::find(uint64_t seq_id) const {

@@ -96,6 +96,7 @@ struct IncomingHandoff {
   // (the window of its next query, at `positions`); the transfer fills them.
   std::vector<int32_t> ring = {};
   uint32_t ring_first = 0;
+  int32_t state_slot = -1;  // the recurrent state slot expect() took for it (a hybrid model); -1: none
 };
 
 // The worker-side state a handoff carries along with the KV bytes (v1::KvTransfer).
@@ -121,6 +122,7 @@ struct OutgoingHandoff {
   // part of its ring the receiver asked for).
   std::span<const int32_t> ring = {};
   uint32_t ring_first = 0;
+  int32_t state_slot = -1;  // its recurrent state slot (sent with the KV); -1: none
 };
 
 class SequenceTable {
@@ -168,16 +170,21 @@ class SequenceTable {
   [[nodiscard]] Status trim(uint64_t seq_id, uint32_t positions);
 
   // Disaggregation, decode side. expect(): the scheduler announced a transfer (replacing one
-  // under the same id). take_expected(): it arrived; the announcement is consumed whatever
-  // the transfer holds. receive(): its KV is in `handoff.blocks`; the sequence now lives here,
-  // replacing one under that id. Refused (the table unchanged) when the state does not fit
-  // the announcement: a token count other than its positions, a tail_end outside them; with
-  // rings, a ring of ids outside the ring pool, not reaching the positions' last block or
-  // starting after the first key its next query (at `positions`) sees; without, any ring.
-  void expect(uint64_t transfer_id, IncomingHandoff handoff);
+  // under the same id); with recurrent state slots it takes one for the sequence's state (the
+  // one it replaces held, if any), refused with the table unchanged when none is free.
+  // take_expected(): it arrived; the announcement is consumed whatever the transfer holds, and
+  // its state slot is the caller's until receive() succeeds or abandon() gives it back.
+  // receive(): its KV is in `handoff.blocks` (its state in handoff.state_slot); the sequence now
+  // lives here, replacing one under that id. Refused (the table unchanged) when the state does
+  // not fit the announcement: a token count other than its positions, a tail_end outside them,
+  // no state slot with recurrent state slots; with rings, a ring of ids outside the ring pool,
+  // not reaching the positions' last block or starting after the first key its next query (at
+  // `positions`) sees; without, any ring.
+  [[nodiscard]] Status expect(uint64_t transfer_id, IncomingHandoff handoff);
   const IncomingHandoff* expected(uint64_t transfer_id) const;
   std::optional<IncomingHandoff> take_expected(uint64_t transfer_id);
   [[nodiscard]] Status receive(const IncomingHandoff& handoff, const HandoffState& state);
+  void abandon(const IncomingHandoff& handoff);
 
   // Disaggregation, prefill side: what to send of `seq_id`'s first `positions` positions, with
   // rings its ring's logical blocks `ring_first` .. the positions' last. Refused when the

@@ -89,10 +89,7 @@ TEST(Disagg, CancelMidTransferFreesBothSides) {
   Deployment d({"--prefill", "1", "--decode", "1", "--threads", "1", "--kv-memory", "67108864"});
   ASSERT_TRUE(d.ok());
   auto client = d.client();
-  const StatusInfo before = client->status(5s).value();
-  pid_t decode_pid = 0;
-  for (const auto& w : before.workers)
-    if (w.role == "decode") decode_pid = static_cast<pid_t>(w.pid);
+  const auto decode_pid = static_cast<pid_t>(test::worker_pid(client->status(5s).value(), "decode"));
   ASSERT_GT(decode_pid, 0);
   // With the decode worker stopped, every handoff stays in the middle of its transfer: the
   // KV is on its way (or queued) and no acknowledgement can come.

@@ -3,7 +3,8 @@
 // greedy and seeded, colocated with prompts cut into chunks of 7 and shared prefixes served
 // from the prefix cache, and split into a prefill and a decode worker (every layer's blocks
 // handed off, or with --kv-rings the full layer's and the windows' only): every stream equals
-// the engine alone (whole prompt in one chunk, batch of one).
+// the engine alone (whole prompt in one chunk, batch of one). With --kv-rings too, prefixes
+// shared from the prefix cache included.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -25,9 +26,11 @@ std::string gemma_model() {
   return path;
 }
 
-// Sends every request at once; each stream ends by length with the tokens `want` gives it.
+// Sends every request at once; each stream ends by length with the tokens `want` gives it (and,
+// when given, their log-probabilities, bitwise: the engine is batch- and chunking-invariant).
 void expect_streams_equal(Client& client, std::vector<GenerateRequest>& reqs,
-                          const std::vector<std::vector<int32_t>>& want) {
+                          const std::vector<std::vector<int32_t>>& want,
+                          const std::vector<std::vector<float>>& want_logprobs = {}) {
   std::vector<std::shared_ptr<Stream>> streams;
   for (GenerateRequest& r : reqs) streams.push_back(client.generate(std::move(r)));
   for (size_t i = 0; i < streams.size(); ++i) {
@@ -35,6 +38,7 @@ void expect_streams_equal(Client& client, std::vector<GenerateRequest>& reqs,
     ASSERT_EQ(c.finals, 1) << "stream " << i;
     EXPECT_EQ(c.fin.reason, FinishReason::kLength) << c.fin.error_message;
     EXPECT_EQ(c.tokens, want[i]) << "stream " << i;
+    if (i < want_logprobs.size()) EXPECT_EQ(c.logprobs, want_logprobs[i]) << "stream " << i;
   }
 }
 
@@ -78,14 +82,18 @@ TEST(GemmaStreams, SplitPrefillAndDecodeEqualTheEngineAlone) {
   expect_streams_equal_the_engine({"--prefill", "1", "--decode", "1", "--threads", "1", "--kv-memory", "67108864"});
 }
 
-// Every block of both pools back (bounded wait for the last releases).
+// Every block of both pools back, free or cached (bounded wait for the last releases).
+bool all_back(const WorkerInfo& w) {
+  return w.kv_blocks_free + w.kv_blocks_cached == w.kv_blocks_total &&
+         w.kv_ring_blocks_free + w.kv_ring_blocks_cached == w.kv_ring_blocks_total;
+}
+
 StatusInfo wait_all_blocks_back(Client& client) {
   StatusInfo st;
   for (int i = 0; i < 100; ++i) {
     st = client.status(5s).value();
     bool back = st.running == 0;
-    for (const auto& w : st.workers)
-      back &= w.kv_blocks_free == w.kv_blocks_total && w.kv_ring_blocks_free == w.kv_ring_blocks_total;
+    for (const auto& w : st.workers) back &= all_back(w);
     if (back) break;
     std::this_thread::sleep_for(50ms);
   }
@@ -156,10 +164,59 @@ TEST(GemmaStreams, RingsServeContextsPastThePoolAndEqualTheEngineAlone) {
   const WorkerInfo& w = st.workers[0];
   EXPECT_EQ(w.kv_blocks_total, 53u);
   EXPECT_EQ(w.kv_ring_blocks_total, 13u);
-  EXPECT_EQ(w.kv_blocks_free, w.kv_blocks_total);
-  EXPECT_EQ(w.kv_ring_blocks_free, w.kv_ring_blocks_total);
+  EXPECT_TRUE(all_back(w));
   EXPECT_LE(w.kv_bytes, uint64_t{kBlocks} * engine::KvPool::bytes_per_block(config)) << "no more memory than asked";
-  EXPECT_EQ(st.prompt_tokens > 0 ? st.cached_prompt_tokens : 0u, 0u) << "no prefix cache with rings";
+}
+
+// Prefix caching with rings: 8 prompts share their first 170 tokens (5 windows) and differ after.
+// The first runs alone and publishes its blocks, the ring blocks of the windowed layers too; the
+// 7 others, at once, each hit the prefix cache at 160 tokens (10 blocks), sharing the full
+// layers' blocks and the two ring blocks of the window ending there; every stream equals the
+// engine alone, and every block of both pools comes back (free or cached).
+TEST(GemmaStreams, RingsSharePrefixesFromThePrefixCacheAndEqualTheEngineAlone) {
+  auto engine = engine::Engine::load(gemma_model(), {1, engine::GemmBackend::kPacked}).value();
+  ASSERT_EQ(engine->config().window(0), 32u);
+  std::mt19937 rng(9);
+  const std::vector<int32_t> shared = test::prompt_of(170, 31);
+  std::vector<GenerateRequest> first(1), rest;
+  std::vector<std::vector<int32_t>> want;
+  std::vector<std::vector<float>> want_logprobs;
+  for (uint32_t i = 0; i < 8; ++i) {
+    GenerateRequest r;
+    r.prompt_tokens = shared;
+    const std::vector<int32_t> own = test::prompt_of(10 + rng() % 60, 300 + i);
+    r.prompt_tokens.insert(r.prompt_tokens.end(), own.begin(), own.end());
+    r.max_tokens = 30;
+    r.ignore_eos = true;
+    r.logprobs = true;
+    if (i % 3 == 1) {
+      r.temperature = 1.0f;
+      r.seed = 80 + i;
+    }
+    engine::GenerateOptions opt;
+    opt.max_tokens = r.max_tokens;
+    opt.ignore_eos = true;
+    opt.sampling = sampling_params(r);
+    const engine::Generation alone = engine::generate(*engine, r.prompt_tokens, opt).value();
+    want.push_back(alone.tokens);
+    want_logprobs.push_back(alone.logprobs);
+    (i == 0 ? first[0] : rest.emplace_back()) = std::move(r);
+  }
+  Deployment d({"--workers", "1", "--threads", "1", "--kv-blocks", "64", "--kv-rings", "--prefill-chunk", "32"},
+               gemma_model());
+  ASSERT_TRUE(d.ok());
+  auto client = d.client();
+  ASSERT_TRUE(client);
+  expect_streams_equal(*client, first, {want[0]}, {want_logprobs[0]});
+  expect_streams_equal(*client, rest, std::vector<std::vector<int32_t>>(want.begin() + 1, want.end()),
+                       std::vector<std::vector<float>>(want_logprobs.begin() + 1, want_logprobs.end()));
+  const StatusInfo st = wait_all_blocks_back(*client);
+  ASSERT_EQ(st.workers.size(), 1u);
+  const WorkerInfo& w = st.workers[0];
+  EXPECT_GT(w.kv_ring_blocks_total, 0u);
+  EXPECT_EQ(st.cached_prompt_tokens, 7u * 160u) << "each of the 7 hits the first's 10 blocks";
+  EXPECT_GT(w.kv_ring_blocks_cached, 0u) << "the windows of the cached prefixes";
+  EXPECT_TRUE(all_back(w));
 }
 
 // --kv-rings split into a prefill and a decode worker: each handoff carries the full layer's
@@ -170,7 +227,7 @@ TEST(GemmaStreams, RingsServeContextsPastThePoolAndEqualTheEngineAlone) {
 // and with speculation (--spec ngram) on the decode worker: every
 // stream equals the engine alone, the bytes handed off are exactly the full layer's blocks plus
 // the windows (printed against every layer's blocks), and every block of both pools of both
-// workers comes back.
+// workers comes back (free or cached: the prefix cache is on).
 TEST(GemmaStreams, RingsSplitIntoPrefillAndDecodeHandOffTheWindowOnlyAndEqualTheEngineAlone) {
   auto engine = engine::Engine::load(gemma_model(), {1, engine::GemmBackend::kPacked}).value();
   const model::ModelConfig& config = engine->config();
@@ -203,8 +260,7 @@ TEST(GemmaStreams, RingsSplitIntoPrefillAndDecodeHandOffTheWindowOnlyAndEqualThe
     for (const WorkerInfo& w : st.workers) {
       drafts += w.drafts;
       EXPECT_GT(w.kv_ring_blocks_total, 0u) << w.role;
-      EXPECT_EQ(w.kv_blocks_free, w.kv_blocks_total) << w.role;
-      EXPECT_EQ(w.kv_ring_blocks_free, w.kv_ring_blocks_total) << w.role;
+      EXPECT_TRUE(all_back(w)) << w.role;
     }
     EXPECT_EQ(drafts > 0, spec == "ngram") << drafts << " drafts fed";
   }

@@ -1,10 +1,12 @@
 // The hybrid qwen35 model (#20) as real processes: `tandem up` on make-model's tiny qwen35
 // file, streams of shared and random prompts, greedy and seeded, with prompts cut into chunks
 // of 7 (off the 16-token blocks and the 64-token grid) and fewer state slots than streams, so
-// slots are reused. Every stream equals the engine alone (whole prompt in one chunk, batch of
-// one) token for token; the prefix cache serves nothing for a hybrid; every block and state
-// slot comes back after finishing and after cancelling.
+// slots are reused, colocated and split (prefill and decode workers, the state handed over with
+// the KV). Every stream equals the engine alone (whole prompt in one chunk, batch of one) token
+// for token; the prefix cache serves nothing for a hybrid; every block and state slot comes back
+// after finishing and after cancelling.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <random>
 #include <thread>
@@ -56,32 +58,38 @@ StatusInfo wait_idle(Client& client) {
   return st;
 }
 
-TEST(HybridStreams, EqualTheEngineAloneWhateverTheBatchAndChunking) {
+// Serves `reqs` on `tandem up` with `flags` and 3 state slots per worker: every stream equals
+// the engine alone and ends by its length; once idle, every worker has its blocks and slots back.
+// Returns that status ({} when the deployment did not start).
+StatusInfo serve_as_the_engine_alone(std::vector<std::string> flags, std::vector<GenerateRequest> reqs) {
   auto engine = engine::Engine::load(hybrid_model(), {1, engine::GemmBackend::kPacked}).value();
-  std::vector<GenerateRequest> reqs = requests(16, 4);
   std::vector<std::vector<int32_t>> want;
   for (const GenerateRequest& r : reqs) want.push_back(engine_alone(*engine, r));
-  Deployment d(
-      {"--workers", "2", "--threads", "1", "--kv-memory", "67108864", "--prefill-chunk", "7", "--state-slots", "3"},
-      hybrid_model());
-  ASSERT_TRUE(d.ok());
-  auto client = d.client();
-  ASSERT_TRUE(client);
+  flags.insert(flags.end(), {"--threads", "1", "--kv-memory", "67108864", "--state-slots", "3"});
+  Deployment d(flags, hybrid_model());
+  auto client = d.ok() ? d.client() : nullptr;
+  EXPECT_TRUE(client);
+  if (!client) return {};
   std::vector<std::shared_ptr<Stream>> streams;
   for (GenerateRequest& r : reqs) streams.push_back(client->generate(std::move(r)));
   for (size_t i = 0; i < streams.size(); ++i) {
     Collected c = collect(*streams[i]);
-    ASSERT_EQ(c.finals, 1) << "stream " << i;
+    EXPECT_EQ(c.finals, 1) << "stream " << i;
     EXPECT_EQ(c.fin.reason, FinishReason::kLength) << c.fin.error_message;
     EXPECT_EQ(c.tokens, want[i]) << "stream " << i;
   }
   const StatusInfo st = wait_idle(*client);
-  EXPECT_EQ(st.cached_prompt_tokens, 0u) << "a hybrid's prefixes are not matched";
   for (const auto& w : st.workers) {
     EXPECT_EQ(test::in_use(w), 0u) << "worker " << w.id;
     EXPECT_EQ(w.state_slots_total, 3u) << "worker " << w.id;
     EXPECT_EQ(w.state_slots_free, 3u) << "worker " << w.id;
   }
+  return st;
+}
+
+TEST(HybridStreams, EqualTheEngineAloneWhateverTheBatchAndChunking) {
+  const StatusInfo st = serve_as_the_engine_alone({"--workers", "2", "--prefill-chunk", "7"}, requests(16, 4));
+  EXPECT_EQ(st.cached_prompt_tokens, 0u) << "a hybrid's prefixes are not matched";
 }
 
 TEST(HybridStreams, CancelledStreamsGiveTheirSlotsBack) {
@@ -152,16 +160,87 @@ TEST(HybridStreams, PreemptedStreamsRecomputeToTheSameTokens) {
   EXPECT_EQ(st.workers[0].state_slots_free, st.workers[0].state_slots_total);
 }
 
+// A split deployment (#20: "bitwise invariance ... split deployment"): one prefill and two
+// decode workers; prompts of 37, 64, 100 and 130 tokens (off, on and across the 64-token grid)
+// prefilled in chunks of 7, each handed over with its state slot (the state after the prompt,
+// the open grid chunk's rows, the conv inputs) and decoded on across grid points; 3 slots per
+// worker for 16 streams, so handoffs wait for decode slots and slots are reused. Every stream
+// equals the engine alone token for token, and every block and slot comes back.
+TEST(HybridStreams, ASplitDeploymentHandsStatesOverAndEqualsTheEngineAlone) {
+  const uint32_t lengths[] = {37, 64, 100, 130};
+  std::vector<GenerateRequest> reqs;
+  for (uint32_t i = 0; i < 16; ++i) {
+    GenerateRequest r;
+    r.prompt_tokens = test::prompt_of(lengths[i % 4], 200 + i);
+    r.max_tokens = i % 4 == 3 ? 70 : 30 + i % 7;  // 130 + 70 crosses 192; 37 + 30 and 100 + 30 cross too
+    r.ignore_eos = true;
+    if (i / 4 % 2 == 1) {
+      r.temperature = 1.0f;
+      r.seed = 70 + i;
+    }
+    reqs.push_back(std::move(r));
+  }
+  const StatusInfo st = serve_as_the_engine_alone(
+      {"--prefill", "1", "--decode", "2", "--oversubscribe", "--prefill-chunk", "7"}, std::move(reqs));
+  EXPECT_EQ(st.handoffs, 16u);
+  EXPECT_EQ(st.handoff_failures, 0u);
+  EXPECT_EQ(st.workers.size(), 3u);
+  for (const auto& w : st.workers) EXPECT_GT(w.steps, 0u) << "worker " << w.id << " (" << w.role << ") takes part";
+}
+
+// Cancelling hybrid streams in the middle of their handoffs (the decode worker stopped: each has
+// a state slot taken or a KvExpect waiting, no transfer acknowledged) frees every block and slot
+// on both sides: afterwards more streams than slots are handed over and equal the engine alone
+// (a slot leaked on the decode worker would refuse their KvExpects).
+TEST(HybridStreams, CancelMidHandoffGivesEverySlotBackOnBothSides) {
+  auto engine = engine::Engine::load(hybrid_model(), {1, engine::GemmBackend::kPacked}).value();
+  Deployment d({"--prefill", "1", "--decode", "1", "--threads", "1", "--kv-memory", "67108864", "--state-slots", "3"},
+               hybrid_model());
+  ASSERT_TRUE(d.ok());
+  auto client = d.client();
+  const auto decode_pid = static_cast<pid_t>(test::worker_pid(client->status(5s).value(), "decode"));
+  ASSERT_GT(decode_pid, 0);
+  ASSERT_EQ(test::signal_one(decode_pid, SIGSTOP), 0);
+  std::vector<std::shared_ptr<Stream>> doomed;
+  for (uint32_t i = 0; i < 3; ++i) {
+    GenerateRequest r;
+    r.prompt_tokens = test::prompt_of(70 + i * 30, 300 + i);
+    r.max_tokens = 50;
+    r.ignore_eos = true;
+    doomed.push_back(client->generate(std::move(r)));
+  }
+  for (auto& s : doomed) {  // the first token comes from the prefill worker
+    auto ev = s->next_for(10s);
+    ASSERT_TRUE(ev && !ev->final);
+  }
+  EXPECT_EQ(client->status(5s).value().handoffs, 0u) << "no transfer could complete";
+  for (auto& s : doomed) s->cancel();
+  for (auto& s : doomed) EXPECT_EQ(collect(*s, 10s).fin.reason, FinishReason::kCancelled);
+  ASSERT_EQ(test::signal_one(decode_pid, SIGCONT), 0);  // well inside the heartbeat timeout
+  const StatusInfo after = wait_idle(*client);
+  for (const auto& w : after.workers) {
+    EXPECT_EQ(test::in_use(w), 0u) << w.role;
+    EXPECT_EQ(w.state_slots_free, 3u) << w.role;
+  }
+  std::vector<GenerateRequest> reqs = requests(6, 12);
+  std::vector<std::shared_ptr<Stream>> streams;
+  for (const GenerateRequest& r : reqs) streams.push_back(client->generate(r));
+  for (size_t i = 0; i < streams.size(); ++i) {
+    Collected c = collect(*streams[i]);
+    ASSERT_EQ(c.finals, 1) << "stream " << i;
+    EXPECT_EQ(c.tokens, engine_alone(*engine, reqs[i])) << "stream " << i << ": " << c.fin.error_message;
+  }
+}
+
 // What is not built for hybrids is refused by `tandem up` itself, before any process starts
-// (not by workers that exit and are restarted): a split deployment and speculation.
-TEST(HybridStreams, TandemUpRefusesASplitOrSpeculatingHybridDeploymentAtOnce) {
+// (not by workers that exit and are restarted): speculation.
+TEST(HybridStreams, TandemUpRefusesASpeculatingHybridDeploymentAtOnce) {
   const std::string up = std::string(TANDEM_TANDEM_BIN) + " up --model " + hybrid_model() + " --runtime-dir " +
                          test::temp_dir() + "/refused";
   struct Case {
     std::string flags, error;
   };
   for (const Case& c : std::vector<Case>{
-           {"--prefill 1 --decode 1", "(a hybrid model) runs colocated only"},
            {"--spec ngram", "--spec: speculative decoding on qwen35 (a hybrid model) is not built"},
        }) {
     const auto start = std::chrono::steady_clock::now();

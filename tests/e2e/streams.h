@@ -30,6 +30,13 @@ inline WorkerInfo busiest(const StatusInfo& st, const std::string& role = {}) {
   return best;
 }
 
+// The process id of the first worker of `role` in `st` (0: none), e.g. to stop it.
+inline int64_t worker_pid(const StatusInfo& st, const std::string& role) {
+  for (const auto& w : st.workers)
+    if (w.role == role) return static_cast<int64_t>(w.pid);
+  return 0;
+}
+
 // tandem up plus a client connected to it.
 class ClientDeployment : public Deployment {
  public:
@@ -46,6 +53,7 @@ class ClientDeployment : public Deployment {
 struct Collected {
   std::vector<int32_t> tokens;
   std::vector<std::string> texts;  // each token's text
+  std::vector<float> logprobs;     // each token's (GenerateRequest::logprobs)
   FinalEvent fin;
   int finals = 0;
   // The stream's text: every token's, then the final event's held-back bytes.
@@ -69,6 +77,7 @@ inline Collected collect(Stream& s, std::chrono::milliseconds limit = 60s) {
     }
     c.tokens.push_back(ev->token.id);
     c.texts.push_back(ev->token.text);
+    c.logprobs.push_back(ev->token.logprob);
   }
   return c;
 }

@@ -97,7 +97,7 @@ TEST(ActorWire, ReusedPlanForgetsThePreviousOne) {
 }
 
 TEST(ActorWire, KvExpectRoundTrips) {
-  const KvExpect e{5, 6, 0xfeedfacecafebeefull, 77, {1, 2, 3}, {4}, 48, "sender-key", "req-1", "alice"};
+  const KvExpect e{5, 6, 0xfeedfacecafebeefull, 77, {1, 2, 3}, {4}, 48, "sender-key", "req-1", "alice", {9, 12}};
   v1::SchedulerCommand wire;
   to_proto(Command(e), wire);
   ASSERT_TRUE(wire.has_kv_expect());
@@ -113,6 +113,7 @@ TEST(ActorWire, KvExpectRoundTrips) {
   EXPECT_EQ(b.positions, e.positions);
   EXPECT_EQ(b.sender_public_key, e.sender_public_key);
   EXPECT_EQ(b.request_id, e.request_id);
+  EXPECT_EQ(b.release, e.release);
   EXPECT_EQ(b.principal, e.principal);
 }
 

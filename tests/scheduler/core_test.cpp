@@ -531,6 +531,47 @@ TEST(CoreSplit, LosingThePrefillWorkerMidTransferRecomputesOnAnother) {
   for (const auto& w : h.core->workers()) EXPECT_EQ(w.blocks_free + w.blocks_cached, w.blocks_total);
 }
 
+// A hybrid decode worker (state slots): it holds at most its slots, handed-off sequences
+// included, so a second handoff waits for the first sequence to finish; the release of the
+// finished one goes first in the next KvExpect (a worker takes a state slot at KvExpect, so the
+// slot the scheduler counts free must be free there), and every slot comes back.
+TEST(CoreSplit, AHybridDecodeWorkerHoldsAtMostItsSlotsAndReleasesGoFirstInTheNextKvExpect) {
+  Harness h;
+  WorkerInfo prefill = role(Role::kPrefill, 64), decode = role(Role::kDecode, 64);
+  prefill.state_slots = 4;
+  decode.state_slots = 1;
+  h.core->add_worker(1, prefill, h.now);
+  h.core->add_worker(2, decode, h.now);
+  h.core->submit("c", h.request("a", 40, 3), h.now);
+  h.core->submit("c", h.request("b", 40, 3), h.now);
+  h.core->tick(h.now);
+  while (h.answer(1)) {
+  }
+  ASSERT_EQ(h.rec.commands[2].size(), 1u) << "one slot: one handoff at a time";
+  const v1::KvExpect first = h.rec.commands[2][0].kv_expect();
+  EXPECT_EQ(first.release_size(), 0);
+  auto view = [&](uint32_t id) {
+    for (const auto& w : h.core->workers())
+      if (w.id == id) return w;
+    return Core::WorkerView{};
+  };
+  EXPECT_EQ(view(2).state_slots_free, 0u);
+  ASSERT_EQ(h.deliver(2), 1);
+  while (h.rec.commands[2].empty() && h.answer(2)) {
+  }
+  ASSERT_EQ(h.rec.commands[2].size(), 1u) << "the second handoff once the first sequence finished";
+  const v1::KvExpect second = h.rec.commands[2][0].kv_expect();
+  ASSERT_EQ(second.release_size(), 1);
+  EXPECT_EQ(second.release(0), first.seq_id());
+  for (const v1::StepPlan& p : h.rec.history)
+    for (uint64_t id : p.release()) EXPECT_NE(id, first.seq_id()) << "released once, with the KvExpect";
+  h.drain_split({2});
+  EXPECT_EQ(h.rec.final_count["a"], 1);
+  EXPECT_EQ(h.rec.final_count["b"], 1);
+  EXPECT_EQ(ids(h.rec.tokens["b"]), reference_tokens(40, 3));
+  for (uint32_t id : {1u, 2u}) EXPECT_EQ(view(id).state_slots_free, view(id).state_slots_total) << "worker " << id;
+}
+
 TEST(CoreSplit, ARefusedTransferEndsTheRequestWithAnError) {
   auto hp = prefilled_split();
   Harness& h = *hp;
@@ -676,6 +717,45 @@ TEST(CorePrefixCache, RequestsGoWhereTheirPrefixIsUnlessThatWorkerIsBusy) {
   for (int i = 0; i < 5; ++i) EXPECT_EQ(h.rec.final_count["b" + std::to_string(i)], 1);
 }
 
+// Rings: b shares a's first 96 positions. Its first plan starts at 96 with them as history, the
+// full blocks a computed, and a ring from block 4 ((96 + 1 - 32) / 16) whose first two blocks are
+// the ring blocks a wrote for logical blocks 4 and 5, then fresh ones (b writes only those; a's
+// ring block of its last, partial block 6 was never published: freed, it may be b's again).
+TEST(CorePrefixCache, WithRingsAHitSendsTheSharedWindowThenFreshRingBlocks) {
+  SchedulerConfig sc;
+  sc.prefill_chunk = 16;
+  Harness h(sc);
+  WorkerInfo info{Role::kBoth, 128, 16, {}};
+  info.ring_blocks = 32;
+  info.ring_window = 32;
+  h.core->add_worker(1, info, h.now);
+  h.core->submit("c", with_prompt("a", prefixed(96, 10, 1), 5), h.now);
+  h.core->tick(h.now);
+  h.drain();
+  std::map<uint32_t, int32_t> a_ring;  // a's ring block per logical block
+  for (const auto& plan : h.rec.history)
+    for (const auto& sp : plan.seqs())
+      for (int i = 0; i < sp.ring_blocks_size(); ++i) a_ring[sp.ring_first() + i] = sp.ring_blocks(i);
+  const size_t plans_before = h.rec.history.size();
+  h.core->submit("c", with_prompt("b", prefixed(96, 10, 2), 5), h.now);
+  h.core->tick(h.now);
+  const v1::SeqPlan first = h.rec.history.at(plans_before).seqs(0);
+  h.drain();
+  EXPECT_EQ(first.start_pos(), 96u);
+  EXPECT_EQ(first.history_size(), 96);
+  EXPECT_EQ(first.new_blocks(5), h.rec.history[0].seqs(0).new_blocks(5)) << "a's full blocks, shared";
+  EXPECT_EQ(first.ring_first(), 4u);
+  ASSERT_GE(first.ring_blocks_size(), 3);
+  EXPECT_EQ(first.ring_blocks(0), a_ring.at(4));
+  EXPECT_EQ(first.ring_blocks(1), a_ring.at(5));
+  for (int i = 2; i < first.ring_blocks_size(); ++i)  // fresh: none of the windows a published (blocks 0..5)
+    for (uint32_t l = 0; l < 6; ++l) EXPECT_NE(first.ring_blocks(i), a_ring.at(l)) << i << " " << l;
+  EXPECT_EQ(h.rec.finals["b"].usage().cached_prompt_tokens(), 96u);
+  const auto w = h.core->workers()[0];
+  EXPECT_EQ(w.ring_free + w.ring_cached, w.ring_total);
+  EXPECT_GT(w.ring_cached, 0u);
+}
+
 TEST(CorePrefixCache, OffMeansNothingIsCached) {
   SchedulerConfig sc;
   sc.prefix_cache = false;
@@ -811,7 +891,7 @@ TEST(CoreSplit, WithRingsTheDecodeWorkerReservesTheWindowOfItsFirstQueryOnly) {
   EXPECT_EQ(h.rec.final_count["a"], 1);
   for (const auto& w : h.core->workers()) {
     EXPECT_EQ(w.blocks_free + w.blocks_cached, w.blocks_total);
-    EXPECT_EQ(w.ring_free, w.ring_total);
+    EXPECT_EQ(w.ring_free + w.ring_cached, w.ring_total);
   }
 }
 

@@ -1,11 +1,13 @@
 // Moving KV blocks between two pools over a real ZeroMQ socket: the bytes arrive exactly,
 // into whatever blocks the receiver reserved; every mismatch is refused with the pool
-// untouched.
+// untouched. A hybrid model's state slot travels with them, and the receiving engine continues
+// the sequence bitwise as the sending one would have.
 #include "workers/kv_transfer.h"
 
 #include <gtest/gtest.h>
 
 #include <cassert>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -13,6 +15,7 @@
 #include "model/model_config.h"
 #include "runtime/wire.h"
 #include "tests/test_util.h"
+#include "workers/engine/engine.h"
 
 namespace tandem::worker {
 namespace {
@@ -437,6 +440,151 @@ TEST(KvTransferRings, TheLargestTransferFitsTheKvSocketsBound) {
   uint64_t counted = 0;
   for (const zmq::message_t& f : frames) counted += f.size() + ZMQ_TANDEM_FRAME_OVERHEAD;
   EXPECT_LE(counted, max_transfer_bytes(*pool, context));
+}
+
+}  // namespace
+}  // namespace tandem::worker
+
+namespace tandem::worker {
+namespace {
+
+std::string hybrid_model() {
+  static const std::string path = [] {
+    const std::string p = test::temp_dir() + "/kv-transfer-qwen35.gguf";
+    const std::string cmd =
+        std::string(TANDEM_TANDEM_BIN) + " make-model --arch qwen35 --preset tiny --seed 6 --out " + p + " 2>/dev/null";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    return p;
+  }();
+  return path;
+}
+
+// Two workers' engines for one hybrid model: a KV pool and a state pool each.
+struct HybridSide {
+  std::unique_ptr<engine::KvPool> kv;
+  std::unique_ptr<engine::StatePool> states;
+};
+HybridSide hybrid_side(const engine::Engine& e, uint32_t blocks, uint32_t slots) {
+  return {engine::KvPool::create(e.config(), blocks).value(), engine::StatePool::create(e.config(), slots).value()};
+}
+
+// Feeds tokens [from, to) of `tokens` as one chunk of the sequence in `slot` and `blocks`:
+// the logits of its last position.
+std::vector<float> feed(engine::Engine& e, HybridSide& side, std::span<const int32_t> tokens, uint32_t from,
+                        uint32_t to, std::span<const int32_t> blocks, int32_t slot) {
+  engine::SeqStep s{tokens.subspan(from, to - from), from, blocks, 1};
+  s.state_slot = slot;
+  const Status st = e.forward({&s, 1}, *side.kv, side.states.get());
+  EXPECT_TRUE(st.is_ok()) << st.to_string();
+  return {e.logits(0).begin(), e.logits(0).end()};
+}
+
+std::vector<int32_t> ids_from(int32_t first, int32_t n, int32_t step = 1) {
+  std::vector<int32_t> out;
+  for (int32_t i = 0; i < n; ++i) out.push_back(first + i * step);
+  return out;
+}
+
+// Packs the sequence in `slot`/`blocks` of `side` at `positions` as a prefill worker does.
+runtime::Frames pack_hybrid(HybridSide& side, uint32_t slot, std::span<const int32_t> blocks, uint32_t positions,
+                            v1::KvTransfer& header) {
+  header.set_positions(positions);
+  auto state = pack_state(*side.states, slot, header);
+  EXPECT_TRUE(state) << state.status().to_string();
+  runtime::Frames frames;
+  pack_transfer(*side.kv, blocks, {}, header, frames);
+  frames.push_back(std::move(*state));
+  return frames;
+}
+
+// A prompt of 37, 64, 100 or 130 tokens (off, on and across the 64-token grid) prefilled on one
+// side, handed over into other blocks and another slot, and decoded there to position 160: each
+// decode step's logits are bitwise those of the sequence decoded where it was prefilled (in
+// chunks of 7 there: the cut does not matter either), and the slot arrives byte for byte.
+TEST(KvTransferState, AHandedOverSequenceContinuesBitwiseAsIfItNeverMoved) {
+  auto e = engine::Engine::load(hybrid_model(), {1, engine::GemmBackend::kPacked}).value();
+  constexpr uint32_t kEnd = 160;
+  const std::vector<int32_t> tokens = test::random_tokens(kEnd, e->config().vocab_size, 8);
+  HybridSide src = hybrid_side(*e, 32, 3), dst = hybrid_side(*e, 32, 4);
+  const std::vector<int32_t> here = ids_from(0, 10), sent = ids_from(10, 10), there = ids_from(31, 10, -3);
+  for (uint32_t prompt : {37u, 64u, 100u, 130u}) {
+    std::vector<float> want;  // decoded where it was prefilled, prompt in chunks of 7
+    for (uint32_t p = 0; p < prompt; p = std::min(prompt, p + 7))
+      (void)feed(*e, src, tokens, p, std::min(prompt, p + 7), here, 0);
+    for (uint32_t p = prompt; p < kEnd; ++p) {
+      const std::vector<float> row = feed(*e, src, tokens, p, p + 1, here, 0);
+      want.insert(want.end(), row.begin(), row.end());
+    }
+    (void)feed(*e, src, tokens, 0, prompt, sent, 1);
+    v1::KvTransfer header;
+    runtime::Frames frames = pack_hybrid(src, 1, sent, prompt, header);
+    uint64_t counted = 0;
+    for (const zmq::message_t& f : frames) counted += f.size() + ZMQ_TANDEM_FRAME_OVERHEAD;
+    EXPECT_LE(counted, max_transfer_bytes(*dst.kv, e->config().context_length) + max_state_bytes(dst.states.get()));
+    runtime::Frames got = round_trip(frames);
+    v1::KvTransfer parsed;
+    ASSERT_TRUE(runtime::parse_frame(got[0], parsed).is_ok());
+    auto state = unpack_state(dst.states.get(), 2, parsed, got);
+    ASSERT_TRUE(state) << state.status().to_string();
+    EXPECT_EQ(*state, src.states->slot_floats() * sizeof(float));
+    ASSERT_TRUE(unpack_transfer(*dst.kv, parsed, there, {}, got)) << "prompt " << prompt;
+    EXPECT_EQ(dst.states->position(2), prompt);
+    EXPECT_EQ(std::memcmp(dst.states->slot(2).data(), src.states->slot(1).data(), *state), 0) << "prompt " << prompt;
+    std::vector<float> moved;
+    for (uint32_t p = prompt; p < kEnd; ++p) {
+      const std::vector<float> row = feed(*e, dst, tokens, p, p + 1, there, 2);
+      moved.insert(moved.end(), row.begin(), row.end());
+    }
+    ASSERT_EQ(moved.size(), want.size());
+    EXPECT_EQ(std::memcmp(moved.data(), want.data(), want.size() * sizeof(float)), 0) << "prompt " << prompt;
+  }
+}
+
+// Every mismatch of the state is refused, naming it, with the receiving slot untouched.
+TEST(KvTransferState, MismatchesAreRefusedAndTheSlotIsUntouched) {
+  auto e = engine::Engine::load(hybrid_model(), {1, engine::GemmBackend::kPacked}).value();
+  const std::vector<int32_t> tokens = test::random_tokens(40, e->config().vocab_size, 9);
+  HybridSide src = hybrid_side(*e, 8, 1), dst = hybrid_side(*e, 8, 2);
+  const std::vector<int32_t> blocks = ids_from(0, 3);
+  (void)feed(*e, src, tokens, 0, 40, blocks, 0);
+  v1::KvTransfer header;
+  v1::KvTransfer past = header;
+  past.set_positions(41);
+  auto ahead = pack_state(*src.states, 0, past);
+  ASSERT_FALSE(ahead);
+  EXPECT_NE(ahead.status().message().find("state is at position 40, the handoff sends 41"), std::string::npos)
+      << ahead.status().message();
+  const runtime::Frames frames = pack_hybrid(src, 0, blocks, 40, header);
+  for (size_t i = 0; i < dst.states->slot_floats(); ++i) dst.states->slot(1)[i] = 0.25f * static_cast<float>(i % 7);
+  dst.states->set_position(1, 5);
+  const std::vector<float> before(dst.states->slot(1).begin(), dst.states->slot(1).end());
+  auto refused = [&](engine::StatePool* states, int32_t slot, const v1::KvTransfer& h, const runtime::Frames& f,
+                     const std::string& words) {
+    auto r = unpack_state(states, slot, h, f);
+    ASSERT_FALSE(r) << words;
+    EXPECT_NE(r.status().message().find(words), std::string::npos) << r.status().message();
+    EXPECT_TRUE(std::equal(before.begin(), before.end(), dst.states->slot(1).begin())) << words;
+    EXPECT_EQ(dst.states->position(1), 5u) << words;
+  };
+  v1::KvTransfer fewer = header;
+  fewer.set_state_floats(header.state_floats() - 1);
+  refused(dst.states.get(), 1, fewer, frames, "holds " + std::to_string(header.state_floats() - 1) + " floats");
+  v1::KvTransfer layout = header;  // the same floats cut otherwise: 2 V heads of 4 Q/K heads' keys
+  layout.set_state_layout(4, header.state_layout(5));
+  layout.set_state_layout(5, header.state_layout(4));
+  refused(dst.states.get(), 1, layout, frames, "recurrent state layout differs: the transfer's is [3, 3, ");
+  v1::KvTransfer position = header;
+  position.set_state_position(39);
+  refused(dst.states.get(), 1, position, frames, "recurrent state is at position 39, its KV at 40");
+  runtime::Frames cut;
+  for (const zmq::message_t& f : frames) cut.emplace_back(f.data(), f.size() - (&f == &frames.back() ? 4 : 0));
+  refused(dst.states.get(), 1, header, cut, "state frame has");
+  v1::KvTransfer none = header;
+  none.clear_state_floats();
+  refused(dst.states.get(), 1, none, frames, "carries no recurrent state");
+  refused(nullptr, -1, header, frames, "this worker keeps none");
+  refused(dst.states.get(), -1, header, frames, "no state slot");
+  EXPECT_TRUE(unpack_state(dst.states.get(), 1, header, frames)) << "the transfer itself is fine";
 }
 
 }  // namespace

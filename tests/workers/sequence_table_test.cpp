@@ -349,8 +349,8 @@ TEST(SequenceTable, TrimShortensPositionsHistoryAndBlocks) {
 
 TEST(SequenceTable, DropForgetsTheSequenceAndItsHandoff) {
   SequenceTable table = two_sequences();
-  table.expect(70, IncomingHandoff{.seq_id = 2, .positions = 16, .blocks = {20}});
-  table.expect(71, IncomingHandoff{.seq_id = 6, .positions = 16, .blocks = {21}});
+  ASSERT_TRUE(table.expect(70, IncomingHandoff{.seq_id = 2, .positions = 16, .blocks = {20}}).is_ok());
+  ASSERT_TRUE(table.expect(71, IncomingHandoff{.seq_id = 6, .positions = 16, .blocks = {21}}).is_ok());
   table.drop(2);
   table.drop(99);  // unknown: nothing to do
   EXPECT_EQ(table.find(2), nullptr);
@@ -382,7 +382,7 @@ TEST(SequenceTable, HandoffOutAndIn) {
   EXPECT_EQ(out->tail_end, 20);
 
   SequenceTable decode(limits());
-  decode.expect(7, IncomingHandoff{.seq_id = 5, .nonce = 99, .positions = 20, .blocks = {30, 31}});
+  ASSERT_TRUE(decode.expect(7, IncomingHandoff{.seq_id = 5, .nonce = 99, .positions = 20, .blocks = {30, 31}}).is_ok());
   ASSERT_NE(decode.expected(7), nullptr);
   EXPECT_EQ(decode.expected(7)->nonce, 99u);
   auto taken = decode.take_expected(7);
@@ -834,10 +834,65 @@ TEST(SequenceTableHybrid, WhatARecurrentStateCannotDoIsRefused) {
   const Status hit = table.apply(cached);
   EXPECT_FALSE(hit.is_ok());
   EXPECT_NE(hit.message().find("not cached"), std::string::npos) << hit.message();
-  IncomingHandoff in{.seq_id = 3, .positions = 1, .blocks = {4}};
+  IncomingHandoff in{.seq_id = 3, .positions = 1, .blocks = {4}};  // a handoff without a slot
   const std::vector<int32_t> one = {5};
-  EXPECT_FALSE(table.receive(in, HandoffState{.tokens = one}).is_ok());
+  const Status slotless = table.receive(in, HandoffState{.tokens = one});
+  EXPECT_NE(slotless.message().find("has no recurrent state slot"), std::string::npos) << slotless.message();
   EXPECT_EQ(table.free_state_slots(), 3u);
+}
+
+// Disaggregation: the decode worker takes a slot for a handed-off sequence's state when the
+// scheduler announces it, refuses an announcement with no slot free (nothing taken), and every
+// way a handoff ends (received, refused, dropped before it arrived, finished) returns the slot.
+TEST(SequenceTableHybrid, AHandoffTakesASlotAtItsAnnouncementAndEveryEndReturnsIt) {
+  SequenceTable prefill(hybrid_limits(2));
+  runtime::StepPlan plan;
+  add_first(plan, 1, iota_tokens(20), {3, 4}, true);
+  run(prefill, plan, 11);
+  auto out = prefill.handoff_out(1, 20);
+  ASSERT_TRUE(out.is_ok());
+  EXPECT_EQ(out->state_slot, prefill.find(1)->state_slot) << "the sender's slot travels";
+
+  SequenceTable decode(hybrid_limits(2));
+  ASSERT_TRUE(decode.expect(7, IncomingHandoff{.seq_id = 5, .positions = 20, .blocks = {30, 31}}).is_ok());
+  ASSERT_TRUE(decode.expect(8, IncomingHandoff{.seq_id = 6, .positions = 20, .blocks = {32, 33}}).is_ok());
+  const int32_t slot7 = decode.expected(7)->state_slot, slot8 = decode.expected(8)->state_slot;
+  EXPECT_TRUE(slot7 >= 0 && slot8 >= 0 && slot7 != slot8) << slot7 << " " << slot8;
+  EXPECT_EQ(decode.free_state_slots(), 0u);
+  const Status full = decode.expect(9, IncomingHandoff{.seq_id = 7, .positions = 20, .blocks = {34, 35}});
+  EXPECT_NE(full.message().find("handoff of sequence 7: no free recurrent state slot (all 2 are held"),
+            std::string::npos)
+      << full.message();
+  EXPECT_EQ(decode.expected(9), nullptr);
+  EXPECT_EQ(decode.expected_handoffs(), 2u);
+  ASSERT_TRUE(decode.expect(7, IncomingHandoff{.seq_id = 5, .positions = 20, .blocks = {30, 31}}).is_ok());
+  EXPECT_EQ(decode.expected(7)->state_slot, slot7) << "an announcement replaced keeps its slot";
+
+  const HandoffState state{.tokens = out->tokens, .last = out->last, .sampling = *out->sampling, .tail_end = 20};
+  auto taken = decode.take_expected(7);
+  ASSERT_TRUE(decode.receive(*taken, state).is_ok());
+  EXPECT_EQ(decode.find(5)->state_slot, slot7);
+  plan.clear();
+  add_next(plan, 5, 20, {}, {36});
+  ASSERT_TRUE(decode.apply(plan).is_ok());
+  EXPECT_EQ(decode.steps()[0].state_slot, slot7) << "the engine continues the state that arrived";
+  decode.commit(std::vector<int32_t>{12});
+
+  auto refused = decode.take_expected(8);  // its bytes do not fit: refused, the slot given back
+  EXPECT_FALSE(decode.receive(*refused, HandoffState{.tokens = out->tokens.first(19)}).is_ok());
+  decode.abandon(*refused);
+  EXPECT_EQ(decode.free_state_slots(), 1u);
+  ASSERT_TRUE(decode.expect(10, IncomingHandoff{.seq_id = 8, .positions = 20, .blocks = {40, 41}}).is_ok());
+  EXPECT_EQ(decode.free_state_slots(), 0u);
+  decode.drop(8);  // cancelled before its KV arrived
+  EXPECT_EQ(decode.expected(10), nullptr);
+  EXPECT_EQ(decode.free_state_slots(), 1u);
+  expect_slots_accounted(decode, {5, 6, 7, 8}, 2);
+  decode.drop(5);  // finished
+  EXPECT_EQ(decode.free_state_slots(), 2u);
+  ASSERT_TRUE(decode.expect(11, IncomingHandoff{.seq_id = 9, .positions = 20, .blocks = {40, 41}}).is_ok());
+  decode.drop_all();
+  EXPECT_EQ(decode.free_state_slots(), 2u);
 }
 
 // Random adds, decodes, aborts and drops (finish, cancel, preempt are all a drop on the
@@ -888,6 +943,76 @@ TEST(SequenceTableHybrid, RandomizedSlotsAreNeverLostOrShared) {
     }
     expect_slots_accounted(table, ids, kSlots);
   }
+}
+
+// Random local sequences, announced handoffs (some replaced), transfers that arrive (some
+// refused and abandoned), steps and drops of held or announced sequences: every slot is always
+// held by exactly one sequence or one announcement, or free.
+TEST(SequenceTableHybrid, RandomizedHandoffsNeverLoseOrShareASlot) {
+  constexpr uint32_t kSlots = 4;
+  SequenceTable table(hybrid_limits(kSlots));
+  std::mt19937 rng(5);
+  std::map<uint64_t, uint64_t> pending;  // transfer id -> sequence id
+  std::vector<uint64_t> ids;
+  uint64_t next_id = 1, next_transfer = 100;
+  const std::vector<int32_t> tokens = iota_tokens(4);
+  uint32_t received = 0, refused = 0, full = 0, dropped_announced = 0;
+  auto accounted = [&] {
+    std::vector<int32_t> held;
+    for (uint64_t id : ids)
+      if (const Sequence* s = table.find(id)) held.push_back(s->state_slot);
+    for (const auto& [transfer, id] : pending) held.push_back(table.expected(transfer)->state_slot);
+    std::sort(held.begin(), held.end());
+    EXPECT_EQ(std::adjacent_find(held.begin(), held.end()), held.end()) << "a slot held twice";
+    EXPECT_TRUE(held.empty() || (held.front() >= 0 && held.back() < static_cast<int32_t>(kSlots)));
+    EXPECT_EQ(held.size() + table.free_state_slots(), kSlots);
+  };
+  for (int round = 0; round < 800; ++round) {
+    const uint32_t op = rng() % 5;
+    if (op == 0) {  // a local sequence (refused whole when no slot is free)
+      runtime::StepPlan plan;
+      add_first(plan, next_id, iota_tokens(3), {0}, true);
+      if (table.apply(plan).is_ok()) table.commit(std::vector<int32_t>{7});
+      ids.push_back(next_id++);
+    } else if (op == 1) {  // an announcement, new or replacing one
+      const bool replace = !pending.empty() && rng() % 3 == 0;
+      const uint64_t transfer = replace ? pending.begin()->first : next_transfer++;
+      const uint64_t id = replace ? pending.begin()->second : next_id++;
+      if (table.expect(transfer, IncomingHandoff{.seq_id = id, .positions = 4, .blocks = {1}}).is_ok()) {
+        pending[transfer] = id;
+      } else {
+        EXPECT_EQ(table.free_state_slots(), 0u);
+        ++full;
+      }
+      if (!replace) ids.push_back(id);
+    } else if (op == 2 && !pending.empty()) {  // a transfer arrives, a third of them refused
+      auto it = std::next(pending.begin(), static_cast<long>(rng() % pending.size()));
+      auto taken = table.take_expected(it->first);
+      pending.erase(it);
+      const bool refuse = rng() % 3 == 0;
+      const HandoffState state{.tokens = std::span(tokens).first(refuse ? 3 : 4), .last = 5};
+      if (table.receive(*taken, state).is_ok()) {
+        ++received;
+      } else {
+        table.abandon(*taken);
+        ++refused;
+      }
+    } else if (op == 3 && !ids.empty()) {  // finished, cancelled or preempted, held or announced
+      const uint64_t id = ids[rng() % ids.size()];
+      table.drop(id);
+      dropped_announced += static_cast<uint32_t>(std::erase_if(pending, [&](const auto& p) { return p.second == id; }));
+    } else if (op == 4 && !ids.empty()) {  // a decode step of a held sequence
+      const uint64_t id = ids[rng() % ids.size()];
+      const Sequence* s = table.find(id);
+      if (s == nullptr || s->tokens.size() + 1 >= kBt) continue;
+      runtime::StepPlan plan;
+      add_next(plan, id, static_cast<uint32_t>(s->tokens.size()));
+      run(table, plan);
+    }
+    accounted();
+  }
+  EXPECT_TRUE(received > 0 && refused > 0 && full > 0 && dropped_announced > 0)
+      << received << " " << refused << " " << full << " " << dropped_announced;
 }
 
 }  // namespace

@@ -19,6 +19,8 @@ Result<std::unique_ptr<StatePool>> StatePool::create(const ModelConfig& c, uint3
   const hybrid::ChunkLayout delta{c.ssm_state_size, c.ssm_time_step_rank, c.ssm_group_count};
   pool->layer_floats_ = pool->conv_floats_ + delta.floats();
   pool->slot_floats_ = pool->layer_floats_ * n_rec;
+  pool->layout_ = {n_rec,         c.ssm_conv_kernel - 1, c.conv_channels(), delta.d,
+                   delta.v_heads, delta.k_heads,         hybrid::kGrid,     kernels::kPanel};
   if (pool->slot_floats_ * slots > (size_t{1} << 34))
     return Status::invalid("state pool: " + std::to_string(slots) + " slots of " +
                            std::to_string(pool->slot_floats_ * sizeof(float)) + " bytes are too many");

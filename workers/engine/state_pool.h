@@ -8,8 +8,10 @@
 // sequence table); the pool only holds the floats.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "runtime/status.h"
@@ -27,6 +29,14 @@ class StatePool {
   uint32_t recurrent_layers() const { return n_rec_; }
   // Floats of one slot (every recurrent layer's conv and recurrent state).
   size_t slot_floats() const { return slot_floats_; }
+  // What the floats of a slot mean, for a handoff between workers (v1::KvTransfer.state_layout):
+  // recurrent layers, conv rows (kernel - 1), conv channels, delta-rule head dim, V heads,
+  // Q/K heads, grid rows (hybrid::kGrid), GEMM panel width (kernels::kPanel). Two pools whose
+  // layouts are equal hold the same state in the same bytes.
+  using Layout = std::array<uint32_t, 8>;
+  const Layout& layout() const { return layout_; }
+  // A slot's floats, as they lie in the pool (stable: the pool never moves them).
+  std::span<float> slot(uint32_t slot) { return {base(slot), slot_floats_}; }
   // The conv state, [K - 1][channels], and the delta-rule state (hybrid::ChunkLayout) of
   // recurrent layer `r` (0 for the model's first recurrent layer, ...) in `slot`.
   float* conv(uint32_t slot, uint32_t r) { return base(slot) + r * layer_floats_; }
@@ -41,6 +51,7 @@ class StatePool {
   float* base(uint32_t slot) { return data_.data() + size_t{slot} * slot_floats_; }
   uint32_t slots_ = 0, n_rec_ = 0;
   size_t conv_floats_ = 0, layer_floats_ = 0, slot_floats_ = 0;
+  Layout layout_{};
   std::vector<float> data_;
   std::vector<uint32_t> positions_;
 };

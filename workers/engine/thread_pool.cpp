@@ -4,6 +4,7 @@
 #include <atomic>
 
 #include <immintrin.h>
+#include <sched.h>
 
 namespace tandem::engine {
 
@@ -11,11 +12,19 @@ namespace {
 // Spin this many pause-loops (~50-100 us) before sleeping: long enough to bridge the gaps
 // between the parallel regions of one step, short enough to hand the core back between steps.
 constexpr int kSpinIterations = 20000;
+// A spinning waiter yields its core every this many pause-loops (a few microseconds): when the
+// thread it waits for shares that core (more runnable threads than cores: the scheduler, ZeroMQ,
+// other processes), that thread runs at once instead of after the spinner's ~1 ms of spinning.
+// Alone on its core, a yield returns at once. Serving 16 streams on a loaded machine, the
+// worker's CPU per token fell 2-8x (bench/RESULTS.md, "Spin-waits that yield").
+constexpr int kYieldEvery = 256;
 
-inline void cpu_relax() {
+// One pause of a spin-wait; every kYieldEvery-th also yields the core.
+inline void spin_once(int spins) {
 #if defined(__x86_64__)
   _mm_pause();
 #endif
+  if (spins % kYieldEvery == 0) sched_yield();
 }
 }  // namespace
 
@@ -44,13 +53,14 @@ void ThreadPool::run(FunctionRef<void(uint32_t)> fn) {
   int spins = 0;
   while (pending_.load(std::memory_order_acquire) != 0) {
     if (++spins < kSpinIterations) {
-      cpu_relax();
+      spin_once(spins);
     } else {
       uint32_t left = pending_.load(std::memory_order_acquire);
       if (left != 0) pending_.wait(left, std::memory_order_acquire);
     }
   }
   job_ = nullptr;
+  caller_spins_ += static_cast<uint64_t>(spins);
 }
 
 void ThreadPool::parallel_for(uint32_t n, FunctionRef<void(uint32_t, uint32_t, uint32_t)> fn) {
@@ -75,7 +85,7 @@ void ThreadPool::worker_main(uint32_t index) {
     uint32_t g;
     while ((g = generation_.load(std::memory_order_acquire)) == seen) {
       if (++spins < kSpinIterations && !resting_.load(std::memory_order_relaxed)) {
-        cpu_relax();
+        spin_once(spins);
       } else {
         generation_.wait(seen, std::memory_order_acquire);
       }

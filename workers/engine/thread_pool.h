@@ -52,6 +52,10 @@ class ThreadPool {
   // taken by whichever thread t is free (so one thread may run several chunks).
   void parallel_for(uint32_t n, FunctionRef<void(uint32_t, uint32_t, uint32_t)> fn);
 
+  // Pause-loops the caller's thread has spun in run() waiting for the others, since the pool
+  // was made (a diagnostic: a waiter hands over its core when the others cannot run).
+  uint64_t caller_spins() const { return caller_spins_; }
+
  private:
   void worker_main(uint32_t index);
 
@@ -62,6 +66,7 @@ class ThreadPool {
   std::atomic<uint32_t> pending_{0};
   std::atomic<bool> stop_{false};
   std::atomic<bool> resting_{false};
+  uint64_t caller_spins_ = 0;  // written by the caller's thread only
 };
 
 }  // namespace tandem::engine

@@ -169,8 +169,9 @@ struct WorkerInfo {
   uint64_t spec_rounds = 0, drafts = 0, drafts_accepted = 0;
   // A hybrid model (qwen35): recurrent state slots, one per sequence held (0: not a hybrid).
   uint32_t state_slots_total = 0, state_slots_free = 0;
-  // Rings (--kv-rings): the windowed layers' block pool, total and free (0 total: no rings).
-  uint32_t kv_ring_blocks_total = 0, kv_ring_blocks_free = 0;
+  // Rings (--kv-rings): the windowed layers' block pool, total and free (0 total: no rings),
+  // and cached (no sequence holds them: the windows of cached prefixes, evictable).
+  uint32_t kv_ring_blocks_total = 0, kv_ring_blocks_free = 0, kv_ring_blocks_cached = 0;
 };
 
 struct StatusInfo {
@@ -249,6 +250,7 @@ void list_status_fields(Field&& field) {
   field("state_slots_free", &WorkerInfo::state_slots_free);
   field("kv_ring_blocks_total", &WorkerInfo::kv_ring_blocks_total);
   field("kv_ring_blocks_free", &WorkerInfo::kv_ring_blocks_free);
+  field("kv_ring_blocks_cached", &WorkerInfo::kv_ring_blocks_cached);
   field("idle_us", &WorkerInfo::idle_us, nullptr);
   field("compute_us", &WorkerInfo::compute_us, nullptr);
 }
