@@ -253,15 +253,18 @@ TEST(KvTransfer, TheTailTravelsWithTheBlocks) {
   for (size_t i = 0; i < from_tail.size(); ++i) EXPECT_TRUE(same_block(*src, from_tail[i], *dst, to_tail[i])) << i;
 }
 
+// make-model's tiny `arch` file of `seed`, made in this process's temp folder.
+std::string make_tiny(const std::string& arch, unsigned seed) {
+  const std::string p = test::temp_dir() + "/kv-transfer-" + arch + ".gguf";
+  const std::string cmd = std::string(TANDEM_TANDEM_BIN) + " make-model --arch " + arch + " --preset tiny --seed " +
+                          std::to_string(seed) + " --out " + p + " 2>/dev/null";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  return p;
+}
+
 // make-model's tiny gemma3 (window 32; five of its six layers windowed), made once.
 model::ModelConfig gemma3_config() {
-  static const std::string path = [] {
-    const std::string p = test::temp_dir() + "/gemma3-kv-transfer.gguf";
-    const std::string cmd =
-        std::string(TANDEM_TANDEM_BIN) + " make-model --arch gemma3 --preset tiny --seed 3 --out " + p + " 2>/dev/null";
-    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-    return p;
-  }();
+  static const std::string path = make_tiny("gemma3", 3);
   auto f = model::GgufFile::open(path);
   return model::read_model_config(**f).value();
 }
@@ -449,13 +452,7 @@ namespace tandem::worker {
 namespace {
 
 std::string hybrid_model() {
-  static const std::string path = [] {
-    const std::string p = test::temp_dir() + "/kv-transfer-qwen35.gguf";
-    const std::string cmd =
-        std::string(TANDEM_TANDEM_BIN) + " make-model --arch qwen35 --preset tiny --seed 6 --out " + p + " 2>/dev/null";
-    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-    return p;
-  }();
+  static const std::string path = make_tiny("qwen35", 6);
   return path;
 }
 
