@@ -37,10 +37,6 @@ Status worker_options_from(const Args& args, worker::WorkerOptions& o) {
     o.role = *r;
   }
   o.kv_rings = args.has("kv-rings");
-  if (o.kv_rings && o.role != runtime::Role::kBoth)
-    return Status::invalid("--kv-rings with --role " + std::string(runtime::role_name(o.role)) +
-                           ": handing a sequence's ring over between a prefill and a decode worker is not built; "
-                           "run rings on colocated workers (--role both)");
   if (auto ep = args.str("kv-endpoint")) o.kv_endpoint = *ep;
   auto kv_format = kv_format_from_flags(args);
   if (!kv_format) return kv_format.status();

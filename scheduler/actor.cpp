@@ -44,6 +44,8 @@ std::string kv_format(const v1::Register& reg) {
                             : "q" + std::to_string(reg.kv_bits()) + "/g" + std::to_string(reg.kv_group_size());
   if (reg.kv_bits() && reg.kv_skip_last_layer()) f += "+f32-last";
   if (reg.kv_bits()) f += " with an F32 window of " + std::to_string(reg.kv_tail_blocks()) + " tail blocks";
+  if (reg.kv_ring_blocks())
+    f += ", windowed layers in rings of window " + std::to_string(reg.kv_ring_window()) + " (--kv-rings)";
   return f + ", " + std::to_string(reg.block_tokens()) + " tokens and " + std::to_string(reg.block_bytes()) +
          " bytes per block";
 }
@@ -714,8 +716,8 @@ class Actor final : public Sink {
         spdlog::warn("scheduler: refused worker {}: KV format {} differs from worker {}'s {}", reg.name(),
                      kv_format(reg), peer.id, peer.kv_format);
         refuse(identity, v1::REFUSAL_REASON_KV_FORMAT,
-               "KV format " + kv_format(reg) +
-                   " differs from the registered prefill and decode workers': they must store KV alike");
+               "KV format " + kv_format(reg) + " differs from registered worker " + std::to_string(peer.id) + "'s " +
+                   peer.kv_format + ": prefill and decode workers must store KV alike");
         return;
       }
     }

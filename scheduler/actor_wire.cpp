@@ -26,6 +26,8 @@ void to_proto(const Command& command, v1::SchedulerCommand& out) {
     o.set_request_id(e->request_id);
     o.set_principal(e->principal);
     o.set_scheduler_epoch(e->scheduler_epoch);
+    o.mutable_ring_blocks()->Add(e->ring_blocks.begin(), e->ring_blocks.end());
+    o.set_ring_first(e->ring_first);
     o.mutable_release()->Add(e->release.begin(), e->release.end());
     return;
   }
@@ -39,6 +41,7 @@ void to_proto(const Command& command, v1::SchedulerCommand& out) {
   o.set_dest_public_key(k.dest_public_key);
   o.set_nonce(k.nonce);
   o.set_scheduler_epoch(k.scheduler_epoch);
+  o.set_ring_first(k.ring_first);
 }
 
 bool from_proto(const v1::SchedulerCommand& command, Command& out) {
@@ -48,14 +51,16 @@ bool from_proto(const v1::SchedulerCommand& command, Command& out) {
                o.sender_public_key(), o.request_id(), o.principal()};
     assign(o.blocks(), e.blocks);
     assign(o.tail_blocks(), e.tail_blocks);
+    assign(o.ring_blocks(), e.ring_blocks);
+    e.ring_first = o.ring_first();
     assign(o.release(), e.release);
     out = std::move(e);
     return true;
   }
   if (!command.has_kv_send()) return false;
   const v1::KvSend& o = command.kv_send();
-  out = KvSend{o.transfer_id(),     o.seq_id(),        o.dest_seq_id(),     o.nonce(),
-               o.scheduler_epoch(), o.dest_endpoint(), o.dest_public_key(), o.positions()};
+  out = KvSend{o.transfer_id(),   o.seq_id(),          o.dest_seq_id(), o.nonce(),     o.scheduler_epoch(),
+               o.dest_endpoint(), o.dest_public_key(), o.positions(),   o.ring_first()};
   return true;
 }
 

@@ -967,6 +967,9 @@ bool Core::start_handoff(Request& r, int64_t now_us) {
   }
   if (!best) return false;
   auto dp = std::make_unique<Placement>();
+  // Rings: the decode worker's ring holds the window its first query (at `positions`) sees; the
+  // prefill worker's ring reaches back at least as far (its last step's queries came before).
+  best->kv.start_ring_at(dp->kv, positions);
   if (!best->kv.allocate_slots(dp->kv, positions)) return false;
   dp->seq_id = next_seq_++;
   dp->worker_id = best->id;
@@ -998,6 +1001,9 @@ bool Core::start_handoff(Request& r, int64_t now_us) {
   const std::span<const int32_t> blocks = best->kv.blocks(dp->kv), tail = best->kv.tail(dp->kv);
   e.blocks.assign(blocks.begin(), blocks.end());
   e.tail_blocks.assign(tail.begin(), tail.end());
+  const std::span<const int32_t> ring = best->kv.ring(dp->kv);
+  e.ring_blocks.assign(ring.begin(), ring.end());
+  e.ring_first = dp->kv.ring_first();
   // What the worker still holds that the scheduler let go of goes first: a hybrid worker takes a
   // state slot for the handoff, and the scheduler counted the released ones free.
   e.release = std::move(best->to_release);
@@ -1012,6 +1018,7 @@ bool Core::start_handoff(Request& r, int64_t now_us) {
   k.nonce = nonce;
   k.scheduler_epoch = epoch_;
   k.positions = positions;
+  k.ring_first = dp->kv.ring_first();
   sink_.send_command(src.worker_id, Command(std::move(k)));
   by_seq_[dp->seq_id] = std::move(dp);
   return true;

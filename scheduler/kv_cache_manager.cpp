@@ -111,7 +111,7 @@ bool KvCacheManager::allocate_more(KvSeq& seq, uint32_t positions, const PrefixH
   seq.blocks_ = prefix.blocks_;
   pool_.ref(seq.blocks_);
   seq.ring_ = prefix.ring_;  // the window ending at the prefix (shared), then fresh ring blocks
-  seq.ring_first_ = prefix.ring_first_;
+  if (!prefix.empty()) seq.ring_first_ = prefix.ring_first_;  // else start_ring_at's start, or 0
   ring_pool_.ref(seq.ring_);
   if (!pool_.allocate(need - std::min(need, seq.blocks()), seq.blocks_) || !pool_.allocate(tail_blocks_, seq.tail_) ||
       !allocate_ring(seq, positions)) {

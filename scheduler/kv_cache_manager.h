@@ -137,6 +137,14 @@ class KvCacheManager {
       return true;  // every decode but one a block
     return allocate_more(seq, positions, prefix);
   }
+  // Rings, for a sequence that holds nothing yet and whose queries start at `first_query` (a
+  // handoff's receiver: the positions before come with the transfer): its ring will start at
+  // the window of that query, the block of position first_query - W + 1, and the next
+  // allocate_slots takes it from there. Nothing without rings or for a sequence already started.
+  void start_ring_at(KvSeq& seq, uint32_t first_query) const {
+    if (!rings() || seq.started_ || !seq.empty()) return;
+    seq.ring_first_ = first_query + 1 > window_ ? (first_query + 1 - window_) / block_tokens_ : 0;
+  }
   // Rings: frees the ring's leading blocks whose every position is below
   // first_query - W + 1 - margin, where `first_query` is the lowest position the next step of
   // `seq` computes (its computed positions). Never frees a block the ring does not hold.

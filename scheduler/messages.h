@@ -29,7 +29,9 @@ struct KvExpect {
   uint32_t positions = 0;
   std::string sender_public_key;
   std::string request_id{}, principal{};  // for the decode worker's log line only
-  std::vector<uint64_t> release{};        // sequences the worker forgets first (StepPlan::release)
+  std::vector<int32_t> ring_blocks{};     // rings: the ring reserved there, of logical blocks ring_first ..
+  uint32_t ring_first = 0;
+  std::vector<uint64_t> release{};  // sequences the worker forgets first (StepPlan::release)
 };
 
 // A prefill worker sends a sequence's KV (v1::KvSend; epoch is the actor's).
@@ -37,6 +39,7 @@ struct KvSend {
   uint64_t transfer_id = 0, seq_id = 0, dest_seq_id = 0, nonce = 0, scheduler_epoch = 0;
   std::string dest_endpoint, dest_public_key;
   uint32_t positions = 0;
+  uint32_t ring_first = 0;  // rings: send the ring's logical blocks ring_first .. the positions' last
 };
 
 // What the core orders a worker besides plans (a v1::SchedulerCommand body).

@@ -50,7 +50,8 @@ TableLimits limits_of(const engine::Engine& engine, const engine::KvPool& pool, 
                      .draft_model = draft != nullptr,
                      .draft_context_length = draft ? draft->engine().config().context_length : 0,
                      .state_slots = states != nullptr ? states->slots() : 0,
-                     .ring_blocks = pool.ring_blocks()};
+                     .ring_blocks = pool.ring_blocks(),
+                     .ring_window = pool.ring_blocks() > 0 ? engine.config().sliding_window : 0};
 }
 
 }  // namespace
@@ -168,7 +169,7 @@ class Actor {
     if (pool_->ring_blocks() > 0) {
       r->set_kv_ring_blocks(pool_->ring_blocks());
       r->set_kv_ring_block_bytes(pool_->ring_block_bytes());
-      r->set_kv_ring_window(engine_->config().sliding_window);
+      r->set_kv_ring_window(table_.limits().ring_window);
     }
     r->set_weight_bytes(engine_->weight_bytes_per_step() + (draft_ ? draft_->weight_bytes() : 0));
     if (draft_) r->set_draft_block_bytes(draft_->block_bytes(pool_->block_tokens()));
@@ -315,7 +316,9 @@ class Actor {
                                                        .positions = e.positions(),
                                                        .sender = e.sender_public_key(),
                                                        .blocks = {e.blocks().begin(), e.blocks().end()},
-                                                       .tail = {e.tail_blocks().begin(), e.tail_blocks().end()}});
+                                                       .tail = {e.tail_blocks().begin(), e.tail_blocks().end()},
+                                                       .ring = {e.ring_blocks().begin(), e.ring_blocks().end()},
+                                                       .ring_first = e.ring_first()});
     if (!taken) {
       spdlog::error("worker: refused KV transfer {}: {}", e.transfer_id(), taken.message());
       acknowledge(e.transfer_id(), e.seq_id(), taken, 0);
@@ -438,7 +441,7 @@ class Actor {
 
   // Prefill side: push the sequence's KV and its worker-side state to the decode worker.
   void send_kv(const v1::KvSend& cmd) {
-    const Result<OutgoingHandoff> seq = table_.handoff_out(cmd.seq_id(), cmd.positions());
+    const Result<OutgoingHandoff> seq = table_.handoff_out(cmd.seq_id(), cmd.positions(), cmd.ring_first());
     if (!seq) {
       // The scheduler's handoff timeout recomputes the sequence elsewhere.
       spdlog::error("worker: cannot send KV of sequence {} ({} positions): {}", cmd.seq_id(), cmd.positions(),
@@ -489,8 +492,9 @@ class Actor {
       state = std::move(*packed);
     }
     runtime::Frames frames;
-    pack_transfer(*pool_, seq->blocks, seq->tail, transfer_, frames);
-    if (state) frames.push_back(std::move(*state));
+    pack_transfer(*pool_, seq->blocks, seq->tail, transfer_, frames,
+                  TransferRing{seq->ring, seq->ring_first, table_.limits().ring_window});
+    if (state) frames.push_back(std::move(*state));  // after the KV frames, the ring's included
     // Non-blocking: ZeroMQ's I/O thread drains it while the next steps compute.
     const size_t n_frames = frames.size();
     if (runtime::SendResult st = peer->second.socket->send(frames); !st)
@@ -500,9 +504,10 @@ class Actor {
                     cmd.positions(), n_frames, cmd.dest_endpoint());
   }
 
-  // The most early transfers may hold: the KV pool's bytes (and one state slot's).
+  // The most early transfers may hold: the KV pool's bytes, ring pool included (and one state slot's).
   size_t pool_bytes() const {
-    return size_t{pool_->n_blocks()} * pool_->block_bytes() + (states_ ? states_->slot_floats() * sizeof(float) : 0);
+    return size_t{pool_->n_blocks()} * pool_->block_bytes() + size_t{pool_->ring_blocks()} * pool_->ring_block_bytes() +
+           (states_ ? states_->slot_floats() * sizeof(float) : 0);
   }
 
   // Decode side: a transfer from a prefill worker.
@@ -568,7 +573,9 @@ class Actor {
   void take_transfer(const runtime::Frames& frames, const IncomingHandoff& expected) {
     Result<uint64_t> state = unpack_state(states_.get(), expected.state_slot, transfer_in_, frames);
     Result<uint64_t> copied = state;
-    if (state) copied = unpack_transfer(*pool_, transfer_in_, expected.blocks, expected.tail, frames);
+    if (state)
+      copied = unpack_transfer(*pool_, transfer_in_, expected.blocks, expected.tail, frames,
+                               TransferRing{expected.ring, expected.ring_first, table_.limits().ring_window});
     Status taken = copied.status();
     if (copied)
       taken = table_.receive(expected, HandoffState{.tokens = {transfer_in_.tokens().data(),

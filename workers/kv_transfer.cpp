@@ -9,12 +9,116 @@
 namespace tandem::worker {
 
 namespace {
-// Calls fn(layer, kv_head, kv) for every region, in the order of a transfer's frames.
+// Calls fn(layer, kv_head, kv) for every region of the full layers (ring_layers false: every
+// layer of a pool without rings) or of the ring layers, in the order of a transfer's frames.
 template <typename Fn>
-void for_each_region(const engine::KvPool& pool, Fn fn) {
-  for (uint32_t l = 0; l < pool.n_layers(); ++l)
+void for_each_region(const engine::KvPool& pool, bool ring_layers, Fn fn) {
+  for (uint32_t l = 0; l < pool.n_layers(); ++l) {
+    if (pool.ring_layer(l) != ring_layers) continue;
     for (uint32_t h = 0; h < pool.n_kv_heads(); ++h)
       for (uint32_t kv = 0; kv < 2; ++kv) fn(l, h, kv);
+  }
+}
+
+uint64_t regions(const engine::KvPool& pool, bool ring_layers) {
+  uint64_t n = 0;
+  for_each_region(pool, ring_layers, [&](uint32_t, uint32_t, uint32_t) { ++n; });
+  return n;
+}
+
+using Runs = google::protobuf::RepeatedField<uint32_t>;
+
+// The runs of consecutive ids in `blocks`, appended to `runs`.
+void add_runs(std::span<const int32_t> blocks, Runs& runs) {
+  for (size_t i = 0; i < blocks.size();) {
+    size_t j = i + 1;
+    while (j < blocks.size() && blocks[j] == blocks[j - 1] + 1) ++j;
+    runs.Add(static_cast<uint32_t>(j - i));
+    i = j;
+  }
+}
+
+uint64_t covered(const Runs& runs) {
+  uint64_t n = 0;
+  for (uint32_t run : runs) n += run;
+  return n;
+}
+
+// One frame per region and run of `blocks`: the pool's memory (zero copy; no free function:
+// the pool owns it).
+void push_frames(engine::KvPool& pool, bool ring_layers, const Runs& runs, std::span<const int32_t> blocks,
+                 runtime::Frames& out) {
+  for_each_region(pool, ring_layers, [&](uint32_t l, uint32_t h, uint32_t kv) {
+    uint32_t i = 0;
+    for (uint32_t run : runs) {
+      out.emplace_back(pool.block_data(l, h, kv, static_cast<uint32_t>(blocks[i])), pool.region_block_bytes(l) * run,
+                       nullptr, nullptr);
+      i += run;
+    }
+  });
+}
+
+// Why frames[f..] are not one frame of each region and run's size ("" when they are); f moves past them.
+std::string check_frames(const engine::KvPool& pool, bool ring_layers, const Runs& runs, const runtime::Frames& frames,
+                         size_t& f) {
+  std::string bad;
+  for_each_region(pool, ring_layers, [&](uint32_t l, uint32_t, uint32_t) {
+    for (uint32_t run : runs) {
+      const size_t want = pool.region_block_bytes(l) * run;
+      if (bad.empty() && frames[f].size() != want)
+        bad = "transfer frame " + std::to_string(f) + " has " + std::to_string(frames[f].size()) + " bytes, expected " +
+              std::to_string(want);
+      ++f;
+    }
+  });
+  return bad;
+}
+
+// Copies frames[f..] (checked) into `dest`; f moves past them. Returns the bytes copied.
+uint64_t copy_frames(engine::KvPool& pool, bool ring_layers, const Runs& runs, std::span<const int32_t> dest,
+                     const runtime::Frames& frames, size_t& f) {
+  uint64_t copied = 0;
+  for_each_region(pool, ring_layers, [&](uint32_t l, uint32_t h, uint32_t kv) {
+    const size_t bytes = pool.region_block_bytes(l);
+    uint32_t i = 0;
+    for (uint32_t run : runs) {
+      const auto* src = static_cast<const uint8_t*>(frames[f++].data());
+      for (uint32_t b = 0; b < run;) {
+        // Consecutive destination ids take one copy (their bytes are adjacent too).
+        uint32_t m = 1;
+        while (b + m < run && dest[i + m] == dest[i] + static_cast<int32_t>(m)) ++m;
+        std::memcpy(pool.block_data(l, h, kv, static_cast<uint32_t>(dest[i])), src + size_t{b} * bytes, bytes * m);
+        copied += bytes * m;
+        b += m;
+        i += m;
+      }
+    }
+  });
+  return copied;
+}
+
+// "no rings" or "rings of window W": a side's rings as an error names them.
+std::string rings_name(uint32_t window) {
+  return window == 0 ? std::string("no rings") : "rings of window " + std::to_string(window);
+}
+
+// The transfer's ring against this pool's rings and the ring reserved here.
+Status check_ring(const engine::KvPool& pool, const v1::KvTransfer& header, TransferRing dest) {
+  if (header.ring_window() != dest.window)
+    return Status::invalid("KV rings differ: the sending worker keeps " + rings_name(header.ring_window()) +
+                           ", this worker " + rings_name(dest.window) +
+                           " (--kv-rings on both prefill and decode workers, or on neither)");
+  const uint64_t sent = covered(header.ring_run_blocks());
+  if (header.ring_first() != dest.first || sent != dest.blocks.size())
+    return Status::invalid("transfer's ring is " + std::to_string(sent) + " blocks from logical block " +
+                           std::to_string(header.ring_first()) + ", the ring reserved here " +
+                           std::to_string(dest.blocks.size()) + " blocks from logical block " +
+                           std::to_string(dest.first));
+  for (int32_t id : dest.blocks)
+    if (id < 0 || static_cast<uint32_t>(id) >= pool.ring_blocks())
+      return Status::invalid("reserved ring block " + std::to_string(id) + " is outside the ring pool of " +
+                             std::to_string(pool.ring_blocks()));
+  return Status::ok();
 }
 }  // namespace
 
@@ -35,43 +139,37 @@ uint64_t max_transfer_bytes(const engine::KvPool& pool, uint32_t context_length)
   const uint64_t blocks =
       std::min<uint64_t>(transfer_blocks(context_length, pool.block_tokens()), pool.n_blocks()) + pool.tail_blocks();
   const uint64_t frames = 1 + uint64_t{pool.n_layers()} * pool.n_kv_heads() * 2 * blocks;
-  const uint64_t header = 4096 + 5 * (uint64_t{context_length} + blocks + 3 * pool.n_layers());
-  return blocks * pool.block_bytes() + header + frames * ZMQ_TANDEM_FRAME_OVERHEAD;
+  // With rings, the ring blocks a transfer can carry (at most the ring pool), a frame each per ring region.
+  const uint64_t ring = std::min<uint64_t>(transfer_blocks(context_length, pool.block_tokens()), pool.ring_blocks());
+  const uint64_t header = 4096 + 5 * (uint64_t{context_length} + blocks + ring + 3 * pool.n_layers());
+  return blocks * pool.block_bytes() + ring * pool.ring_block_bytes() + header +
+         (frames + regions(pool, true) * ring) * ZMQ_TANDEM_FRAME_OVERHEAD;
 }
 
 void pack_transfer(engine::KvPool& pool, std::span<const int32_t> positions_blocks, std::span<const int32_t> tail,
-                   v1::KvTransfer& header, runtime::Frames& out) {
+                   v1::KvTransfer& header, runtime::Frames& out, TransferRing ring) {
   std::vector<int32_t> blocks(positions_blocks.begin(),
                               positions_blocks.begin() + transfer_blocks(header.positions(), pool.block_tokens()));
   blocks.insert(blocks.end(), tail.begin(), tail.end());
   header.set_tail_blocks(static_cast<uint32_t>(tail.size()));
-  const uint32_t n = static_cast<uint32_t>(blocks.size());
   header.clear_run_blocks();
-  for (uint32_t i = 0; i < n;) {
-    uint32_t j = i + 1;
-    while (j < n && blocks[j] == blocks[j - 1] + 1) ++j;
-    header.add_run_blocks(j - i);
-    i = j;
-  }
+  add_runs(blocks, *header.mutable_run_blocks());
   header.set_kv_quant_scheme(kv_scheme_to_proto(pool.format()));
   header.set_kv_rotation_seed(pool.format().rotated() ? pool.format().rotation_seed : 0);
   header.clear_region_block_bytes();
   for (uint32_t l = 0; l < pool.n_layers(); ++l) header.add_region_block_bytes(pool.region_block_bytes(l));
+  header.set_ring_window(ring.window);
+  header.set_ring_first(ring.first);
+  header.clear_ring_run_blocks();
+  add_runs(ring.blocks, *header.mutable_ring_run_blocks());
   out.push_back(runtime::to_frame(header));
-  for_each_region(pool, [&](uint32_t l, uint32_t h, uint32_t kv) {
-    uint32_t i = 0;
-    for (uint32_t run : header.run_blocks()) {
-      // Zero copy: the frame is the pool's memory (no free function: the pool owns it).
-      out.emplace_back(pool.block_data(l, h, kv, static_cast<uint32_t>(blocks[i])), pool.region_block_bytes(l) * run,
-                       nullptr, nullptr);
-      i += run;
-    }
-  });
+  push_frames(pool, false, header.run_blocks(), blocks, out);
+  push_frames(pool, true, header.ring_run_blocks(), ring.blocks, out);
 }
 
 Result<uint64_t> unpack_transfer(engine::KvPool& pool, const v1::KvTransfer& header,
                                  std::span<const int32_t> dest_blocks, std::span<const int32_t> dest_tail,
-                                 const runtime::Frames& frames) {
+                                 const runtime::Frames& frames, TransferRing dest_ring) {
   const uint32_t positions_blocks = transfer_blocks(header.positions(), pool.block_tokens());
   if (dest_blocks.size() < positions_blocks)
     return Status::invalid("transfer of " + std::to_string(header.positions()) + " positions needs " +
@@ -96,11 +194,9 @@ Result<uint64_t> unpack_transfer(engine::KvPool& pool, const v1::KvTransfer& hea
   std::vector<int32_t> dest(dest_blocks.begin(), dest_blocks.begin() + positions_blocks);
   dest.insert(dest.end(), dest_tail.begin(), dest_tail.end());
   const uint32_t n = static_cast<uint32_t>(dest.size());
-  uint64_t covered = 0;
-  for (uint32_t run : header.run_blocks()) covered += run;
-  if (covered != n)
-    return Status::invalid("transfer runs cover " + std::to_string(covered) + " blocks, positions and tail need " +
-                           std::to_string(n));
+  if (covered(header.run_blocks()) != n)
+    return Status::invalid("transfer runs cover " + std::to_string(covered(header.run_blocks())) +
+                           " blocks, positions and tail need " + std::to_string(n));
   if (static_cast<uint32_t>(header.region_block_bytes_size()) != pool.n_layers())
     return Status::invalid("transfer has " + std::to_string(header.region_block_bytes_size()) + " layers, this pool " +
                            std::to_string(pool.n_layers()));
@@ -112,43 +208,20 @@ Result<uint64_t> unpack_transfer(engine::KvPool& pool, const v1::KvTransfer& hea
   for (int32_t id : dest)
     if (id < 0 || static_cast<uint32_t>(id) >= pool.n_blocks())
       return Status::invalid("reserved block " + std::to_string(id) + " is outside the pool");
-  const size_t expected =
-      1 + size_t{pool.n_layers()} * pool.n_kv_heads() * 2 * header.run_blocks_size() + state_frames(header);
+  TANDEM_RETURN_IF_ERROR(check_ring(pool, header, dest_ring));
+  const uint64_t expected = 1 + regions(pool, false) * header.run_blocks_size() +
+                            regions(pool, true) * header.ring_run_blocks_size() + state_frames(header);
   if (frames.size() != expected)
     return Status::invalid("transfer has " + std::to_string(frames.size()) + " frames, expected " +
                            std::to_string(expected));
   // Check every frame before writing any: a refused transfer leaves the pool untouched.
   size_t f = 1;
-  std::string bad;
-  for_each_region(pool, [&](uint32_t l, uint32_t, uint32_t) {
-    for (uint32_t run : header.run_blocks()) {
-      const size_t want = pool.region_block_bytes(l) * run;
-      if (bad.empty() && frames[f].size() != want)
-        bad = "transfer frame " + std::to_string(f) + " has " + std::to_string(frames[f].size()) + " bytes, expected " +
-              std::to_string(want);
-      ++f;
-    }
-  });
+  std::string bad = check_frames(pool, false, header.run_blocks(), frames, f);
+  if (bad.empty()) bad = check_frames(pool, true, header.ring_run_blocks(), frames, f);
   if (!bad.empty()) return Status::invalid(bad);
-  uint64_t copied = 0;
   f = 1;
-  for_each_region(pool, [&](uint32_t l, uint32_t h, uint32_t kv) {
-    const size_t bytes = pool.region_block_bytes(l);
-    uint32_t i = 0;
-    for (uint32_t run : header.run_blocks()) {
-      const auto* src = static_cast<const uint8_t*>(frames[f++].data());
-      for (uint32_t b = 0; b < run;) {
-        // Consecutive destination ids take one copy (their bytes are adjacent too).
-        uint32_t m = 1;
-        while (b + m < run && dest[i + m] == dest[i] + static_cast<int32_t>(m)) ++m;
-        std::memcpy(pool.block_data(l, h, kv, static_cast<uint32_t>(dest[i])), src + size_t{b} * bytes, bytes * m);
-        copied += bytes * m;
-        b += m;
-        i += m;
-      }
-    }
-  });
-  return copied;
+  const uint64_t copied = copy_frames(pool, false, header.run_blocks(), dest, frames, f);
+  return copied + copy_frames(pool, true, header.ring_run_blocks(), dest_ring.blocks, frames, f);
 }
 
 namespace {

@@ -349,6 +349,27 @@ std::optional<IncomingHandoff> SequenceTable::take_expected(uint64_t transfer_id
   return h;
 }
 
+// A received ring: the ring pool's ids, reaching the positions' last block and starting no later
+// than the first key the next query (at handoff.positions) sees.
+Status SequenceTable::check_received_ring(const IncomingHandoff& handoff) const {
+  auto bad = [&handoff](const std::string& what) {
+    return Status::invalid("transfer for sequence " + str(handoff.seq_id) + " " + what);
+  };
+  if (limits_.ring_blocks == 0)
+    return handoff.ring.empty() ? Status::ok() : bad("comes with a ring, but this worker's KV pool has no rings");
+  const uint64_t need = transfer_blocks(handoff.positions, limits_.block_tokens);
+  const uint64_t end = handoff.ring_first + uint64_t{handoff.ring.size()};
+  const uint64_t first_key =
+      handoff.positions + 1 > limits_.ring_window ? handoff.positions + 1 - limits_.ring_window : 0;
+  if (end < need || uint64_t{handoff.ring_first} * limits_.block_tokens > first_key)
+    return bad("has a ring of blocks " + str(handoff.ring_first) + " .. " + str(end) + "; its next query at " +
+               str(handoff.positions) + " needs blocks " + str(first_key / limits_.block_tokens) + " .. " + str(need));
+  for (int32_t b : handoff.ring)
+    if (b < 0 || static_cast<uint32_t>(b) >= limits_.ring_blocks)
+      return bad("names ring block " + std::to_string(b) + ", outside the ring pool of " + str(limits_.ring_blocks));
+  return Status::ok();
+}
+
 Status SequenceTable::receive(const IncomingHandoff& handoff, const HandoffState& state) {
   if (limits_.state_slots > 0 &&
       (handoff.state_slot < 0 || static_cast<uint32_t>(handoff.state_slot) >= limits_.state_slots))
@@ -362,6 +383,7 @@ Status SequenceTable::receive(const IncomingHandoff& handoff, const HandoffState
   if (uint64_t{handoff.blocks.size()} * limits_.block_tokens < handoff.positions)
     return Status::invalid("transfer for sequence " + str(handoff.seq_id) + " has " + str(handoff.blocks.size()) +
                            " blocks for " + str(handoff.positions) + " positions");
+  TANDEM_RETURN_IF_ERROR(check_received_ring(handoff));
   Sequence& seq = sequences_[handoff.seq_id];
   if (seq.state_slot >= 0) free_slots_.push_back(seq.state_slot);  // a sequence it replaces
   seq.state_slot = handoff.state_slot;
@@ -375,10 +397,12 @@ Status SequenceTable::receive(const IncomingHandoff& handoff, const HandoffState
   seq.prompt_len = state.prompt_len;
   seq.draft = workers::DraftLength(limits_.spec_tokens);
   seq.draft_pos = 0;  // the draft model's layers are not sent: it catches up here
+  seq.ring = handoff.ring;
+  seq.ring_first = handoff.ring_first;
   return Status::ok();
 }
 
-Result<OutgoingHandoff> SequenceTable::handoff_out(uint64_t seq_id, uint32_t positions) const {
+Result<OutgoingHandoff> SequenceTable::handoff_out(uint64_t seq_id, uint32_t positions, uint32_t ring_first) const {
   auto it = sequences_.find(seq_id);
   if (it == sequences_.end()) return Status::invalid("sequence " + str(seq_id) + " is not held here");
   const Sequence& seq = it->second;
@@ -388,6 +412,14 @@ Result<OutgoingHandoff> SequenceTable::handoff_out(uint64_t seq_id, uint32_t pos
   if (seq.blocks.size() < transfer_blocks(positions, limits_.block_tokens))
     return Status::invalid("sequence " + str(seq_id) + " holds " + str(seq.blocks.size()) + " blocks, fewer than " +
                            str(positions) + " positions take");
+  std::span<const int32_t> ring;
+  if (limits_.ring_blocks > 0) {
+    const uint64_t need = transfer_blocks(positions, limits_.block_tokens), end = seq.ring_first + seq.ring.size();
+    if (ring_first < seq.ring_first || end < need || ring_first > need)
+      return Status::invalid("sequence " + str(seq_id) + " holds ring blocks " + str(seq.ring_first) + " .. " +
+                             str(end) + ", not the blocks " + str(ring_first) + " .. " + str(need) + " to send");
+    ring = std::span<const int32_t>(seq.ring).subspan(ring_first - seq.ring_first, need - ring_first);
+  }
   return OutgoingHandoff{std::span<const int32_t>(seq.tokens).first(positions),
                          seq.blocks,
                          seq.tail,
@@ -396,6 +428,8 @@ Result<OutgoingHandoff> SequenceTable::handoff_out(uint64_t seq_id, uint32_t pos
                          seq.logprobs,
                          seq.tail_end,
                          seq.prompt_len,
+                         ring,
+                         ring_first,
                          seq.state_slot};
 }
 

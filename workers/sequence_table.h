@@ -42,6 +42,7 @@ struct TableLimits {
   // Rings (engine::KvPool::ring_blocks): the ring pool's blocks, ids [0, ring_blocks); every
   // plan entry then carries its sequence's whole ring. 0: no rings (a plan's ring is refused).
   uint32_t ring_blocks = 0;
+  uint32_t ring_window = 0;  // the ring layers' window (ModelConfig::window); 0: no rings
 };
 
 // One live sequence as the worker holds it.
@@ -91,6 +92,10 @@ struct IncomingHandoff {
   uint32_t positions = 0;
   std::string sender = {};  // the prefill worker's public key (Z85); empty without CurveZMQ
   std::vector<int32_t> blocks = {}, tail = {};
+  // Rings: the ring reserved here, the windowed layers' blocks of logical blocks ring_first ..
+  // (the window of its next query, at `positions`); the transfer fills them.
+  std::vector<int32_t> ring = {};
+  uint32_t ring_first = 0;
   int32_t state_slot = -1;  // the recurrent state slot expect() took for it (a hybrid model); -1: none
 };
 
@@ -113,6 +118,10 @@ struct OutgoingHandoff {
   bool logprobs = false;
   int64_t tail_end = -1;
   uint32_t prompt_len = 0;
+  // Rings: the windowed layers' blocks of logical blocks ring_first .. the positions' last (the
+  // part of its ring the receiver asked for).
+  std::span<const int32_t> ring = {};
+  uint32_t ring_first = 0;
   int32_t state_slot = -1;  // its recurrent state slot (sent with the KV); -1: none
 };
 
@@ -174,18 +183,23 @@ class SequenceTable {
   // receive(): its KV is in `handoff.blocks` (its state in handoff.state_slot); the sequence now
   // lives here, replacing one under that id. Refused (the table unchanged) when the state does
   // not fit the announcement: a token count other than its positions, a tail_end outside them,
-  // no state slot with recurrent state slots.
+  // no state slot with recurrent state slots; with rings, a ring of ids outside the ring pool,
+  // not reaching the positions' last block or starting after the first key its next query (at
+  // `positions`) sees; without, any ring.
   [[nodiscard]] Status expect(uint64_t transfer_id, IncomingHandoff handoff);
   const IncomingHandoff* expected(uint64_t transfer_id) const;
   std::optional<IncomingHandoff> take_expected(uint64_t transfer_id);
   [[nodiscard]] Status receive(const IncomingHandoff& handoff, const HandoffState& state);
   void abandon(const IncomingHandoff& handoff);
 
-  // Disaggregation, prefill side: what to send of `seq_id`'s first `positions` positions.
-  // Refused when the sequence is not held, holds fewer positions, or fewer blocks than they take.
-  Result<OutgoingHandoff> handoff_out(uint64_t seq_id, uint32_t positions) const;
+  // Disaggregation, prefill side: what to send of `seq_id`'s first `positions` positions, with
+  // rings its ring's logical blocks `ring_first` .. the positions' last. Refused when the
+  // sequence is not held, holds fewer positions, or fewer blocks than they take, or its ring
+  // does not hold those blocks (released already, or not reaching them).
+  Result<OutgoingHandoff> handoff_out(uint64_t seq_id, uint32_t positions, uint32_t ring_first = 0) const;
 
   const Sequence* find(uint64_t seq_id) const;
+  const TableLimits& limits() const { return limits_; }
   size_t size() const { return sequences_.size(); }
   // State slots not held by a sequence (TableLimits::state_slots of them when none is held).
   size_t free_state_slots() const { return free_slots_.size(); }
@@ -215,6 +229,7 @@ class SequenceTable {
   Status check(const runtime::StepPlan& plan);
   Status check_entry(const runtime::SeqPlan& sp, const Sequence* seq, uint64_t& tokens) const;
   Status check_ring(const runtime::SeqPlan& sp, uint64_t end) const;
+  Status check_received_ring(const IncomingHandoff& handoff) const;
   void stage(const runtime::SeqPlan& sp, size_t i, Held* held);
   // A speculating entry's drafts (appended to seq.tokens after its last sample): as many as its
   // DraftLength asks, within the plan's max_drafts and max_len, the context, its blocks, and

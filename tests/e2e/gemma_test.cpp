@@ -1,9 +1,10 @@
 // A sliding-window model (gemma3, docs/WINDOWS.md) as real processes: `tandem up` on
 // make-model's tiny gemma3 file (window 32), streams whose prompts are up to 9 windows long,
 // greedy and seeded, colocated with prompts cut into chunks of 7 and shared prefixes served
-// from the prefix cache, and split into a prefill and a decode worker: every stream equals the
-// engine alone (whole prompt in one chunk, batch of one). With --kv-rings too, prefixes shared
-// from the prefix cache included.
+// from the prefix cache, and split into a prefill and a decode worker (every layer's blocks
+// handed off, or with --kv-rings the full layer's and the windows' only): every stream equals
+// the engine alone (whole prompt in one chunk, batch of one). With --kv-rings too, prefixes
+// shared from the prefix cache included.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -77,7 +78,7 @@ TEST(GemmaStreams, PromptsLongerThanTheWindowEqualTheEngineAlone) {
       {"--workers", "2", "--threads", "1", "--kv-memory", "67108864", "--prefill-chunk", "7"});
 }
 
-// Prefill and decode on separate workers: every layer's blocks are handed off (no rings yet).
+// Prefill and decode on separate workers without rings: every layer's blocks are handed off.
 TEST(GemmaStreams, SplitPrefillAndDecodeEqualTheEngineAlone) {
   expect_streams_equal_the_engine({"--prefill", "1", "--decode", "1", "--threads", "1", "--kv-memory", "67108864"});
 }
@@ -100,17 +101,51 @@ StatusInfo wait_all_blocks_back(Client& client) {
   return st;
 }
 
+// Serves `reqs` on a deployment of `flags` (every stream equals `want`), then waits for every
+// block of both pools to come back; its status then.
+StatusInfo serve_and_settle(const std::vector<std::string>& flags, std::vector<GenerateRequest> reqs,
+                            const std::vector<std::vector<int32_t>>& want) {
+  Deployment d(flags, gemma_model());
+  auto client = d.ok() ? d.client() : nullptr;
+  if (!client) {
+    ADD_FAILURE() << "the deployment did not start";
+    return {};
+  }
+  expect_streams_equal(*client, reqs, want);
+  return wait_all_blocks_back(*client);
+}
+
+// 16 streams of 100 to 300 prompt tokens (the first 300; `rng_seed` draws the others' lengths,
+// `prompt_seed` + i makes prompt i) plus 40 decoded, every third sampled at temperature 1 with
+// seed `sample_seed` + i, the others greedy; and what the engine alone gives each.
+std::pair<std::vector<GenerateRequest>, std::vector<std::vector<int32_t>>> long_streams(engine::Engine& engine,
+                                                                                        uint32_t rng_seed,
+                                                                                        uint32_t prompt_seed,
+                                                                                        uint64_t sample_seed) {
+  std::mt19937 rng(rng_seed);
+  std::vector<GenerateRequest> reqs;
+  std::vector<std::vector<int32_t>> want;
+  for (uint32_t i = 0; i < 16; ++i) {
+    GenerateRequest r;
+    r.prompt_tokens = test::prompt_of(i == 0 ? 300 : 100 + rng() % 201, prompt_seed + i);
+    r.max_tokens = 40;
+    r.ignore_eos = true;
+    if (i % 3 == 2) {
+      r.temperature = 1.0f;
+      r.seed = sample_seed + i;
+    }
+    want.push_back(engine_alone(engine, r));
+    reqs.push_back(std::move(r));
+  }
+  return {std::move(reqs), std::move(want)};
+}
+
 // `reqs` on one worker with --kv-rings and `flags`, prompts in chunks of 32: every stream
 // equals `want`, and every block of both pools comes back; the status once they have.
 StatusInfo serve_on_rings(std::vector<std::string> flags, std::vector<GenerateRequest>& reqs,
                           const std::vector<std::vector<int32_t>>& want) {
   flags.insert(flags.end(), {"--workers", "1", "--threads", "1", "--kv-rings", "--prefill-chunk", "32"});
-  Deployment d(flags, gemma_model());
-  EXPECT_TRUE(d.ok());
-  auto client = d.client();
-  if (!d.ok() || !client) return {};
-  expect_streams_equal(*client, reqs, want);
-  const StatusInfo st = wait_all_blocks_back(*client);
+  const StatusInfo st = serve_and_settle(flags, reqs, want);
   EXPECT_EQ(st.workers.size(), 1u);
   for (const WorkerInfo& w : st.workers) EXPECT_TRUE(all_back(w));
   return st;
@@ -125,23 +160,11 @@ TEST(GemmaStreams, RingsServeContextsPastThePoolAndEqualTheEngineAlone) {
   auto engine = engine::Engine::load(gemma_model(), {1, engine::GemmBackend::kPacked}).value();
   const model::ModelConfig& config = engine->config();
   ASSERT_EQ(config.window(0), 32u);
-  std::mt19937 rng(7);
-  std::vector<GenerateRequest> reqs;
-  std::vector<std::vector<int32_t>> want;
+  auto [reqs, want] = long_streams(*engine, 7, 200, 70);
   uint64_t blocks_needed = 0, longest = 0;
-  for (uint32_t i = 0; i < 16; ++i) {
-    GenerateRequest r;
-    r.prompt_tokens = test::prompt_of(i == 0 ? 300 : 100 + rng() % 201, 200 + i);
-    r.max_tokens = 40;
-    r.ignore_eos = true;
-    if (i % 3 == 2) {
-      r.temperature = 1.0f;
-      r.seed = 70 + i;
-    }
+  for (const GenerateRequest& r : reqs) {
     const uint64_t blocks = (r.prompt_tokens.size() + r.max_tokens + 15) / 16;
     blocks_needed += blocks, longest = std::max(longest, blocks);
-    want.push_back(engine_alone(*engine, r));
-    reqs.push_back(std::move(r));
   }
   constexpr uint32_t kBlocks = 20;
   ASSERT_GT(longest, kBlocks) << "a stream no pool of kBlocks ordinary blocks can ever hold";
@@ -244,8 +267,55 @@ TEST(GemmaStreams, RingsWithNgramSpeculationEqualTheEngineAloneWithout) {
   EXPECT_LT(w.drafts_accepted, w.drafts) << "the random ones reject some";
 }
 
+// --kv-rings split into a prefill and a decode worker: each handoff carries the full layer's
+// blocks of every position and, of the five windowed layers, only the ring blocks the decode
+// worker's next query sees (logical blocks (P + 1 - 32) / 16 .. the last), into the ring the
+// scheduler reserved there. 16 streams of 100 to 300 prompt tokens (prompts cut into chunks of
+// 32: the prefill worker's ring moves on as it goes) plus 40 decoded, greedy and seeded, without
+// and with speculation (--spec ngram) on the decode worker: every
+// stream equals the engine alone, the bytes handed off are exactly the full layer's blocks plus
+// the windows (printed against every layer's blocks), and every block of both pools of both
+// workers comes back (free or cached: the prefix cache is on).
+TEST(GemmaStreams, RingsSplitIntoPrefillAndDecodeHandOffTheWindowOnlyAndEqualTheEngineAlone) {
+  auto engine = engine::Engine::load(gemma_model(), {1, engine::GemmBackend::kPacked}).value();
+  const model::ModelConfig& config = engine->config();
+  ASSERT_EQ(config.window(0), 32u);
+  const uint64_t every_layer = engine::KvPool::bytes_per_block(config);
+  const uint64_t ring_block = engine::KvPool::bytes_per_block(config, 16, {}, true);
+  auto [reqs, want] = long_streams(*engine, 11, 300, 90);
+  uint64_t expected_bytes = 0, all_layers_bytes = 0;
+  for (const GenerateRequest& r : reqs) {
+    const uint64_t p = r.prompt_tokens.size(), blocks = (p + 15) / 16, ring = blocks - (p + 1 - 32) / 16;
+    expected_bytes += blocks * (every_layer - ring_block) + ring * ring_block;
+    all_layers_bytes += blocks * every_layer;
+  }
+  // Plain decoding, and speculating on the decode worker (its rounds' trims never reach back
+  // before the positions handed over).
+  for (const std::string spec : {"off", "ngram"}) {
+    const StatusInfo st = serve_and_settle({"--prefill", "1", "--decode", "1", "--threads", "1", "--kv-memory",
+                                            "67108864", "--kv-rings", "--prefill-chunk", "32", "--spec", spec},
+                                           reqs, want);
+    EXPECT_EQ(st.handoffs, 16u) << spec;
+    EXPECT_EQ(st.handoff_failures, 0u) << spec;
+    EXPECT_EQ(st.handoff_bytes, expected_bytes) << spec;
+    std::printf(
+        "rings handoff (--spec %s): %llu bytes for 16 prompts of 100 to 300 tokens, every layer's blocks %llu "
+        "(%.1f %%)\n",
+        spec.c_str(), (unsigned long long)st.handoff_bytes, (unsigned long long)all_layers_bytes,
+        100.0 * double(st.handoff_bytes) / double(all_layers_bytes));
+    ASSERT_EQ(st.workers.size(), 2u);
+    uint64_t drafts = 0;
+    for (const WorkerInfo& w : st.workers) {
+      drafts += w.drafts;
+      EXPECT_GT(w.kv_ring_blocks_total, 0u) << w.role;
+      EXPECT_TRUE(all_back(w)) << w.role;
+    }
+    EXPECT_EQ(drafts > 0, spec == "ngram") << drafts << " drafts fed";
+  }
+}
+
 // What rings do not cover yet is refused by `tandem up` and `tandem worker` at once, naming
-// --kv-rings: a split deployment (no handoff of rings) and quantized KV with the F32 window.
+// --kv-rings: quantized KV with the F32 window (its tail lives under the full layers' ids).
 TEST(GemmaStreams, RingsAreRefusedWhereTheyAreNotBuilt) {
   const std::string up = std::string(TANDEM_TANDEM_BIN) + " up --model " + gemma_model() + " --runtime-dir " +
                          test::temp_dir() + "/rings-refused --kv-rings ";
@@ -254,14 +324,12 @@ TEST(GemmaStreams, RingsAreRefusedWhereTheyAreNotBuilt) {
   struct Case {
     std::string command, error;
   };
-  const std::string split = "--kv-rings with --role ";
   const std::string tail = "--kv-rings: KV rings cannot keep the F32 window tail";
   for (const Case& c : std::vector<Case>{
-           {up + "--prefill 1 --decode 1", split},
            {up + "--kv-bits 8", tail},
-           {worker + "--role prefill", split + "prefill: handing a sequence's ring over"},
-           {worker + "--role decode", split + "decode"},
+           {up + "--prefill 1 --decode 1 --kv-bits 8", tail},
            {worker + "--kv-bits 4 --kv-blocks 8", tail},
+           {worker + "--role decode --kv-bits 4 --kv-blocks 8", tail},
        }) {
     const auto start = std::chrono::steady_clock::now();
     const test::CommandOutput r = test::run_command(c.command);

@@ -848,6 +848,53 @@ TEST(CoreSplit, TailBlocksAreAllocatedSentAndFreedWithTheSequence) {
       if (s.start_pos() > 0) EXPECT_EQ(s.tail_blocks_size(), 0);
 }
 
+// Rings across a handoff (docs/WINDOWS.md): a prompt of 90 tokens in chunks of 32 on a prefill
+// worker whose ring moves on chunk by chunk; the decode worker's ring is reserved for the window
+// of its first query only (position 90 sees 59 .. 90: logical blocks 3 .. 5), the prefill worker
+// is told to send from block 3 (its own ring starts before: its last chunk's queries came first), the decode worker's
+// first plan carries that ring, and every block of both pools of both workers comes back.
+TEST(CoreSplit, WithRingsTheDecodeWorkerReservesTheWindowOfItsFirstQueryOnly) {
+  SchedulerConfig sc;
+  sc.prefill_chunk = 32;
+  Harness h(sc);
+  WorkerInfo prefill = role(Role::kPrefill, 64), decode = role(Role::kDecode, 64);
+  prefill.ring_blocks = decode.ring_blocks = 16;
+  prefill.ring_window = decode.ring_window = 32;
+  h.core->add_worker(1, prefill, h.now);
+  h.core->add_worker(2, decode, h.now);
+  h.core->submit("c", h.request("a", 90, 10), h.now);
+  h.core->tick(h.now);
+  uint32_t sender_first = 0;
+  while (!h.rec.plans[1].empty()) {
+    if (h.rec.plans[1].front().seqs_size() > 0) sender_first = h.rec.plans[1].front().seqs(0).ring_first();
+    h.answer(1);
+  }
+  ASSERT_EQ(h.rec.commands[1].size(), 1u);
+  ASSERT_EQ(h.rec.commands[2].size(), 1u);
+  const v1::KvSend send = h.rec.commands[1][0].kv_send();
+  const v1::KvExpect expect = h.rec.commands[2][0].kv_expect();
+  EXPECT_EQ(expect.blocks_size(), 6);
+  EXPECT_EQ(expect.ring_first(), 3u);
+  EXPECT_EQ(expect.ring_blocks_size(), 3);
+  EXPECT_EQ(send.ring_first(), 3u);
+  EXPECT_LE(sender_first, 3u) << "the prefill worker's ring holds the blocks to send";
+  EXPECT_EQ(h.core->workers()[1].ring_free, 16u - 3u);
+  h.rec.commands[1].clear();
+  ASSERT_EQ(h.deliver(2), 1);
+  ASSERT_FALSE(h.rec.plans[2].empty());
+  const v1::SeqPlan& first = h.rec.plans[2].front().seqs(0);
+  EXPECT_EQ(first.start_pos(), 90u);
+  EXPECT_EQ(first.ring_first(), 3u);
+  EXPECT_EQ(std::vector<int32_t>(first.ring_blocks().begin(), first.ring_blocks().end()),
+            std::vector<int32_t>(expect.ring_blocks().begin(), expect.ring_blocks().end()));
+  h.drain_split({2});
+  EXPECT_EQ(h.rec.final_count["a"], 1);
+  for (const auto& w : h.core->workers()) {
+    EXPECT_EQ(w.blocks_free + w.blocks_cached, w.blocks_total);
+    EXPECT_EQ(w.ring_free + w.ring_cached, w.ring_total);
+  }
+}
+
 // A Sink with prompt threads: prompts handed over wait in `jobs` until the test answers them.
 struct AsyncRecorder : Recorder {
   std::vector<std::pair<uint64_t, PromptInput>> jobs;

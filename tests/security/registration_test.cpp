@@ -19,6 +19,7 @@
 #include "tandem/v1/worker.pb.h"
 #include "tests/e2e/deployment.h"
 #include "tests/security/greedy.h"
+#include "workers/engine/kv_cache.h"
 
 namespace tandem::test {
 namespace {
@@ -277,6 +278,32 @@ TEST(Registration, AKvSchemeTheSchedulerDoesNotKnowIsRefused) {
   r.set_kv_bits(4);
   r.set_kv_rotation_seed(1);
   EXPECT_TRUE(register_as(d.worker_endpoint(), r).accepted());
+}
+
+// #23 rings across a handoff: prefill and decode workers hand KV over as raw blocks, so they must
+// agree on rings too. A decode worker registering with rings beside a prefill and a decode worker
+// without is refused as a KV format, the refusal naming the rings and the other worker's format;
+// the same worker without rings is accepted.
+TEST(Registration, PrefillAndDecodeWorkersMustAgreeOnRings) {
+  Deployment d({"--prefill", "1", "--decode", "1", "--threads", "1"});
+  ASSERT_TRUE(d.ok());
+  auto file = model::GgufFile::open(model_file("tiny", 1));
+  v1::Register r = decode_worker("ipc://" + d.dir() + "/kv.sock");
+  r.set_block_bytes(engine::KvPool::bytes_per_block(model::read_model_config(**file).value()));
+  r.set_kv_ring_blocks(16);
+  r.set_kv_ring_block_bytes(4096);
+  r.set_kv_ring_window(32);
+  const v1::RegisterReply ringed = register_as(d.worker_endpoint(), r);
+  EXPECT_FALSE(ringed.accepted());
+  EXPECT_EQ(ringed.reason(), v1::REFUSAL_REASON_KV_FORMAT);
+  EXPECT_NE(ringed.error_message().find("windowed layers in rings of window 32 (--kv-rings)"), std::string::npos)
+      << ringed.error_message();
+  EXPECT_NE(ringed.error_message().find("differs from registered worker"), std::string::npos) << ringed.error_message();
+  r.set_kv_ring_blocks(0);
+  r.set_kv_ring_block_bytes(0);
+  r.set_kv_ring_window(0);
+  const v1::RegisterReply plain = register_as(d.worker_endpoint(), r);
+  EXPECT_TRUE(plain.accepted()) << plain.error_message();
 }
 
 }  // namespace

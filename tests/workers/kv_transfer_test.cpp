@@ -6,11 +6,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cassert>
 #include <cstdlib>
 #include <cstring>
 #include <random>
 
 #include "model/gguf.h"
+#include "model/model_config.h"
 #include "runtime/wire.h"
 #include "tests/test_util.h"
 #include "workers/engine/engine.h"
@@ -23,12 +25,14 @@ model::ModelConfig tiny_config() {
   return model::read_model_config(**f).value();
 }
 
+// Random bytes in every block of every region (with rings: the full layers' n_blocks, the ring
+// layers' ring_blocks).
 void fill(engine::KvPool& pool, uint32_t seed) {
   std::mt19937 rng(seed);
   for (uint32_t l = 0; l < pool.n_layers(); ++l)
     for (uint32_t h = 0; h < pool.n_kv_heads(); ++h)
       for (uint32_t kv = 0; kv < 2; ++kv)
-        for (uint32_t b = 0; b < pool.n_blocks(); ++b) {
+        for (uint32_t b = 0; b < (pool.ring_layer(l) ? pool.ring_blocks() : pool.n_blocks()); ++b) {
           uint8_t* p = pool.block_data(l, h, kv, b);
           for (size_t i = 0; i < pool.region_block_bytes(l); ++i) p[i] = static_cast<uint8_t>(rng());
         }
@@ -249,6 +253,198 @@ TEST(KvTransfer, TheTailTravelsWithTheBlocks) {
   for (size_t i = 0; i < from_tail.size(); ++i) EXPECT_TRUE(same_block(*src, from_tail[i], *dst, to_tail[i])) << i;
 }
 
+// make-model's tiny `arch` file of `seed`, made in this process's temp folder.
+std::string make_tiny(const std::string& arch, unsigned seed) {
+  const std::string p = test::temp_dir() + "/kv-transfer-" + arch + ".gguf";
+  const std::string cmd = std::string(TANDEM_TANDEM_BIN) + " make-model --arch " + arch + " --preset tiny --seed " +
+                          std::to_string(seed) + " --out " + p + " 2>/dev/null";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  return p;
+}
+
+// make-model's tiny gemma3 (window 32; five of its six layers windowed), made once.
+model::ModelConfig gemma3_config() {
+  static const std::string path = make_tiny("gemma3", 3);
+  auto f = model::GgufFile::open(path);
+  return model::read_model_config(**f).value();
+}
+
+// Block `ba` of `a` equals block `bb` of `b` in the full layers (ring false) or the ring layers.
+bool same_part(engine::KvPool& a, uint32_t ba, engine::KvPool& b, uint32_t bb, bool ring) {
+  for (uint32_t l = 0; l < a.n_layers(); ++l) {
+    if (a.ring_layer(l) != ring) continue;
+    for (uint32_t h = 0; h < a.n_kv_heads(); ++h)
+      for (uint32_t kv = 0; kv < 2; ++kv)
+        if (std::memcmp(a.block_data(l, h, kv, ba), b.block_data(l, h, kv, bb), a.region_block_bytes(l)) != 0)
+          return false;
+  }
+  return true;
+}
+
+// Block `block` of `from` copied into `to`, in the full layers (ring false) or the ring layers.
+void copy_part(engine::KvPool& from, engine::KvPool& to, int32_t block, bool ring) {
+  for (uint32_t l = 0; l < from.n_layers(); ++l) {
+    if (from.ring_layer(l) != ring) continue;
+    for (uint32_t h = 0; h < from.n_kv_heads(); ++h)
+      for (uint32_t kv = 0; kv < 2; ++kv)
+        std::memcpy(to.block_data(l, h, kv, static_cast<uint32_t>(block)),
+                    from.block_data(l, h, kv, static_cast<uint32_t>(block)), from.region_block_bytes(l));
+  }
+}
+
+// Every block of both parts of `a` and `b` equal.
+bool same_pool(engine::KvPool& a, engine::KvPool& b) {
+  for (uint32_t i = 0; i < a.n_blocks(); ++i)
+    if (!same_part(a, i, b, i, false)) return false;
+  for (uint32_t i = 0; i < a.ring_blocks(); ++i)
+    if (!same_part(a, i, b, i, true)) return false;
+  return true;
+}
+
+// A sequence of `positions` handed over with rings: the sender's ring holds logical blocks
+// 14 .. (ids scattered), the receiver's next query at `positions` needs blocks from
+// (positions + 1 - 32) / 16 on.
+struct RingHandoff {
+  uint32_t positions;
+  std::vector<int32_t> from, to, from_ring, to_ring;
+  uint32_t sender_first, first;
+};
+
+RingHandoff ring_handoff(uint32_t positions, uint32_t full_blocks, uint32_t ring_blocks) {
+  assert(ring_blocks >= 13);
+  RingHandoff h{positions, {}, {}, {}, {}, 0, (positions + 1 - 32) / 16};
+  const uint32_t n = transfer_blocks(positions, 16);
+  h.sender_first = h.first - 2;  // the sender's last chunk reached back further
+  for (uint32_t i = 0; i < n; ++i) {
+    h.from.push_back(static_cast<int32_t>(i));
+    h.to.push_back(static_cast<int32_t>((i * 7 + 3) % full_blocks));
+  }
+  for (uint32_t i = 0; i < n - h.sender_first; ++i)  // 10, 11, 12, 1, 2: the part sent is two runs
+    h.from_ring.push_back(static_cast<int32_t>(i < 3 ? 10 + i : i - 2));
+  for (uint32_t i = 0; i < n - h.first; ++i) h.to_ring.push_back(static_cast<int32_t>(ring_blocks - 1 - i));
+  return h;
+}
+
+// Rings: a transfer carries the full layers' blocks of every position and, of the windowed
+// layers, only the ring's blocks the receiver's next query needs, into the ring reserved there;
+// every other block of both pools stays as it was. Printed: the bytes moved against a handoff of
+// every layer's blocks, for a 300-token and a 4100-token prompt.
+TEST(KvTransferRings, TheFullLayersBlocksAndTheReceiversWindowArriveExactly) {
+  const model::ModelConfig config = gemma3_config();
+  ASSERT_EQ(config.sliding_window, 32u);
+  for (const uint32_t positions : {300u, 4100u}) {
+    const uint32_t full = transfer_blocks(positions, 16) + 8, rings = 16;
+    auto src = engine::KvPool::create(config, full, 16, {}, rings).value();
+    auto dst = engine::KvPool::create(config, full, 16, {}, rings).value();
+    auto ref = engine::KvPool::create(config, full, 16, {}, rings).value();
+    fill(*src, 1);
+    fill(*dst, 2);
+    fill(*ref, 2);
+    const RingHandoff h = ring_handoff(positions, full, rings);
+    v1::KvTransfer header;
+    header.set_positions(positions);
+    runtime::Frames frames;
+    const auto sent = std::span<const int32_t>(h.from_ring).subspan(h.first - h.sender_first);
+    pack_transfer(*src, h.from, {}, header, frames, TransferRing{sent, h.first, 32});
+    EXPECT_EQ(header.ring_window(), 32u);
+    EXPECT_EQ(header.ring_run_blocks_size(), 2) << "12, then 1 and 2";
+    EXPECT_EQ(header.ring_first(), h.first);
+    runtime::Frames got = round_trip(frames);
+    v1::KvTransfer parsed;
+    ASSERT_TRUE(runtime::parse_frame(got[0], parsed).is_ok());
+    auto copied = unpack_transfer(*dst, parsed, h.to, {}, got, TransferRing{h.to_ring, h.first, 32});
+    ASSERT_TRUE(copied) << copied.status().to_string();
+    ASSERT_EQ(h.to_ring.size(), 3u) << "blocks (positions - 31) / 16 .. the positions' last";
+    EXPECT_EQ(*copied, h.from.size() * src->block_bytes() + h.to_ring.size() * src->ring_block_bytes());
+    for (size_t i = 0; i < h.from.size(); ++i) EXPECT_TRUE(same_part(*src, h.from[i], *dst, h.to[i], false)) << i;
+    for (size_t i = 0; i < h.to_ring.size(); ++i) EXPECT_TRUE(same_part(*src, sent[i], *dst, h.to_ring[i], true)) << i;
+    // Nothing else changed: with the written blocks put back, the pool is the reference.
+    for (int32_t b : h.to) copy_part(*ref, *dst, b, false);
+    for (int32_t b : h.to_ring) copy_part(*ref, *dst, b, true);
+    EXPECT_TRUE(same_pool(*dst, *ref));
+    const uint64_t all_layers = uint64_t{h.from.size()} * engine::KvPool::bytes_per_block(config);
+    std::printf(
+        "rings handoff of %u positions: %llu bytes (full layers %zu blocks + ring %zu blocks), every layer's "
+        "blocks %llu bytes: %.1f %%\n",
+        positions, (unsigned long long)*copied, h.from.size(), h.to_ring.size(), (unsigned long long)all_layers,
+        100.0 * double(*copied) / double(all_layers));
+  }
+}
+
+// Both sides must keep rings of the same window, and the ring sent must be the ring reserved:
+// each mismatch is refused naming it, with the receiving pool untouched.
+TEST(KvTransferRings, MismatchesAreRefusedAndThePoolIsUntouched) {
+  const model::ModelConfig config = gemma3_config();
+  auto src = engine::KvPool::create(config, 32, 16, {}, 16).value();
+  auto plain_src = engine::KvPool::create(config, 32, 16).value();
+  fill(*src, 3);
+  fill(*plain_src, 3);
+  const RingHandoff h = ring_handoff(300, 32, 16);
+  const auto sent = std::span<const int32_t>(h.from_ring).subspan(h.first - h.sender_first);
+  v1::KvTransfer header, plain_header;
+  header.set_positions(300);
+  plain_header.set_positions(300);
+  runtime::Frames frames, plain_frames;
+  pack_transfer(*src, h.from, {}, header, frames, TransferRing{sent, h.first, 32});
+  pack_transfer(*plain_src, h.from, {}, plain_header, plain_frames);
+  struct Case {
+    uint32_t ring_blocks, window;
+    const v1::KvTransfer* header;
+    const runtime::Frames* frames;
+    std::vector<int32_t> ring;
+    std::string words;
+  };
+  std::vector<int32_t> short_ring(h.to_ring.begin(), h.to_ring.end() - 1), outside = h.to_ring;
+  outside.back() = 16;
+  runtime::Frames cut;
+  for (size_t i = 0; i < frames.size(); ++i)
+    cut.emplace_back(frames[i].data(), frames[i].size() - (i + 1 == frames.size() ? 4 : 0));
+  for (const Case& c : std::vector<Case>{
+           {0,
+            0,
+            &header,
+            &frames,
+            {},
+            "KV rings differ: the sending worker keeps rings of window 32, this "
+            "worker no rings (--kv-rings on both prefill and decode workers"},
+           {16, 32, &plain_header, &plain_frames, h.to_ring,
+            "the sending worker keeps no rings, this worker rings of window 32"},
+           {16, 48, &header, &frames, h.to_ring, "rings of window 32, this worker rings of window 48"},
+           {16, 32, &header, &frames, short_ring,
+            "transfer's ring is 3 blocks from logical block 16, the ring reserved here 2 blocks from logical block 16"},
+           {16, 32, &header, &frames, outside, "reserved ring block 16 is outside the ring pool of 16"},
+           {16, 32, &header, &cut, h.to_ring, "bytes, expected"},
+       }) {
+    auto dst = engine::KvPool::create(config, 32, 16, {}, c.ring_blocks).value();
+    auto ref = engine::KvPool::create(config, 32, 16, {}, c.ring_blocks).value();
+    fill(*dst, 4);
+    fill(*ref, 4);
+    auto r = unpack_transfer(*dst, *c.header, h.to, {}, *c.frames, TransferRing{c.ring, h.first, c.window});
+    ASSERT_FALSE(r) << c.words;
+    EXPECT_NE(r.status().message().find(c.words), std::string::npos) << r.status().message();
+    EXPECT_TRUE(same_pool(*dst, *ref)) << c.words;
+  }
+}
+
+// The KV socket's bound covers a transfer with rings: every position's full-layer blocks and the
+// whole ring pool, none consecutive.
+TEST(KvTransferRings, TheLargestTransferFitsTheKvSocketsBound) {
+  const model::ModelConfig config = gemma3_config();
+  const uint32_t context = config.context_length, blocks = transfer_blocks(context, 16);
+  auto pool = engine::KvPool::create(config, 2 * blocks, 16, {}, 16).value();
+  std::vector<int32_t> from, ring;
+  for (uint32_t i = 0; i < blocks; ++i) from.push_back(static_cast<int32_t>(2 * i));
+  for (uint32_t i = 0; i < 16; i += 2) ring.push_back(static_cast<int32_t>(i));
+  v1::KvTransfer header;
+  header.set_positions(context);
+  for (uint32_t i = 0; i < context; ++i) header.add_tokens(static_cast<int32_t>(config.vocab_size - 1));
+  runtime::Frames frames;
+  pack_transfer(*pool, from, {}, header, frames, TransferRing{ring, blocks - 8, 32});
+  uint64_t counted = 0;
+  for (const zmq::message_t& f : frames) counted += f.size() + ZMQ_TANDEM_FRAME_OVERHEAD;
+  EXPECT_LE(counted, max_transfer_bytes(*pool, context));
+}
+
 }  // namespace
 }  // namespace tandem::worker
 
@@ -256,13 +452,7 @@ namespace tandem::worker {
 namespace {
 
 std::string hybrid_model() {
-  static const std::string path = [] {
-    const std::string p = test::temp_dir() + "/kv-transfer-qwen35.gguf";
-    const std::string cmd =
-        std::string(TANDEM_TANDEM_BIN) + " make-model --arch qwen35 --preset tiny --seed 6 --out " + p + " 2>/dev/null";
-    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-    return p;
-  }();
+  static const std::string path = make_tiny("qwen35", 6);
   return path;
 }
 

@@ -417,6 +417,70 @@ TEST(SequenceTable, HandoffOutAndIn) {
   EXPECT_EQ(decode.find(5)->tokens.size(), 21u);
 }
 
+// Rings across a handoff: the prefill side sends its ring's logical blocks from the receiver's
+// ring_first to the positions' last (not the blocks its own window still held), refusing a start
+// its ring released; the decode side takes a ring that reaches the positions' last block and
+// starts no later than its next query's first key, refuses one block too few at either end, ids
+// outside its ring pool and any ring without rings, and its first decode continues on that ring.
+TEST(SequenceTable, RingHandoffSendsTheReceiversWindowAndTheReceiverChecksIt) {
+  TableLimits with_rings = limits();
+  with_rings.ring_blocks = 8;
+  with_rings.ring_window = 32;
+  SequenceTable prefill(with_rings);
+  runtime::StepPlan plan;
+  add_first(plan, 1, iota_tokens(64), {0, 1, 2, 3}, false).ring = {0, 1, 2, 3};
+  run(prefill, plan);
+  plan.clear();  // the last chunk's first query, 64, sees from key 33: its ring starts at block 2
+  runtime::SeqPlan& last = add_next(plan, 1, 64, iota_tokens(36, 2), {4, 5, 6});
+  last.ring = {5, 6, 7, 1, 2};
+  last.ring_first = 2;
+  run(prefill, plan, 11);
+  // The decode worker's next query is at 100: it sees keys 69 .. 100, blocks 4 .. 6.
+  auto out = prefill.handoff_out(1, 100, 4);
+  ASSERT_TRUE(out.is_ok()) << out.status().message();
+  EXPECT_EQ(out->ring_first, 4u);
+  EXPECT_EQ(std::vector<int32_t>(out->ring.begin(), out->ring.end()), (std::vector<int32_t>{7, 1, 2}));
+  EXPECT_EQ(out->blocks.size(), 7u);
+  EXPECT_NE(
+      prefill.handoff_out(1, 100, 1).status().message().find("holds ring blocks 2 .. 7, not the blocks 1 .. 7 to send"),
+      std::string::npos);
+
+  HandoffState state{.tokens = out->tokens, .last = out->last, .sampling = *out->sampling, .tail_end = out->tail_end};
+  auto refused = [&](SequenceTable& table, std::vector<int32_t> ring, uint32_t first, const std::string& words) {
+    const Status st = table.receive(
+        IncomingHandoff{
+            .seq_id = 5, .positions = 100, .blocks = {8, 9, 10, 11, 12, 13, 14}, .ring = ring, .ring_first = first},
+        state);
+    EXPECT_NE(st.message().find(words), std::string::npos) << st.message();
+    EXPECT_EQ(table.size(), 0u);
+  };
+  SequenceTable decode(with_rings);
+  refused(decode, {0, 1}, 4, "has a ring of blocks 4 .. 6; its next query at 100 needs blocks 4 .. 7");
+  refused(decode, {0, 1}, 5, "has a ring of blocks 5 .. 7; its next query at 100 needs blocks 4 .. 7");
+  refused(decode, {0, 1, 8}, 4, "names ring block 8, outside the ring pool of 8");
+  SequenceTable plain(limits());
+  refused(plain, {0, 1, 2}, 4, "comes with a ring, but this worker's KV pool has no rings");
+
+  ASSERT_TRUE(decode
+                  .receive(IncomingHandoff{.seq_id = 5,
+                                           .positions = 100,
+                                           .blocks = {8, 9, 10, 11, 12, 13, 14},
+                                           .ring = {3, 0, 1},
+                                           .ring_first = 4},
+                           state)
+                  .is_ok());
+  EXPECT_EQ(decode.find(5)->ring, (std::vector<int32_t>{3, 0, 1}));
+  plan.clear();
+  runtime::SeqPlan& first_decode = add_next(plan, 5, 100);
+  first_decode.ring = {3, 0, 1};
+  first_decode.ring_first = 4;
+  ASSERT_TRUE(decode.apply(plan).is_ok());
+  EXPECT_EQ(decode.steps()[0].tokens[0], 11);
+  EXPECT_EQ(decode.steps()[0].ring_first, 4u);
+  EXPECT_EQ(decode.steps()[0].ring.size(), 3u);
+  decode.commit(std::vector<int32_t>{12});
+}
+
 // A warm decode step (the plan's entries reused, every history with room to grow) allocates
 // nothing: no allocation per sequence or token on the worker's hot path.
 TEST(SequenceTable, AWarmDecodeStepAllocatesNothing) {
