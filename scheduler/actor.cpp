@@ -744,7 +744,8 @@ class Actor final : public Sink {
                      WorkerInfo{*role, reg.kv_blocks(), reg.block_tokens(), reg.kv_endpoint(), reg.kv_tail_blocks(),
                                 reg.kv_public_key(), reg.kv_sender_public_key(),
                                 std::min(reg.spec_tokens(), WorkerInfo::kMaxSpecTokens), reg.state_slots(),
-                                reg.kv_ring_blocks(), reg.kv_ring_window()},
+                                reg.kv_ring_blocks(), reg.kv_ring_window(), reg.state_checkpoints(),
+                                reg.checkpoint_interval()},
                      now);
     command_.Clear();
     command_.set_version(kVersion);

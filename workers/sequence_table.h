@@ -123,7 +123,7 @@ class SequenceTable {
   // it was: an unknown sequence without its first-appearance fields, a tail of the wrong size,
   // a sequence twice, a start past the positions held (a start before them rolls back), with
   // recurrent state slots (a hybrid model) also a rollback, a new sequence that does not start
-  // at position 0 (a cached prefix: hybrids have no prefix cache yet) and more new sequences
+  // at position 0 without a state checkpoint to restore, a restore elsewhere, and more new sequences
   // than free slots, a
   // decode with no sampled token, a token or block id out of range, a block table too short
   // or past the context, a step larger than the engine takes. On success the step is staged

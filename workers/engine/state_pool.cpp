@@ -32,4 +32,10 @@ void StatePool::reset(uint32_t slot) {
   positions_[slot] = 0;
 }
 
+void StatePool::copy(uint32_t from, uint32_t to) {
+  if (from == to) return;
+  std::copy_n(base(from), slot_floats_, base(to));
+  positions_[to] = positions_[from];
+}
+
 }  // namespace tandem::engine

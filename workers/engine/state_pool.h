@@ -36,6 +36,9 @@ class StatePool {
   void set_position(uint32_t slot, uint32_t pos) { positions_[slot] = pos; }
   // Zeroes the slot (every layer) and its position.
   void reset(uint32_t slot);
+  // Makes slot `to` a bitwise copy of slot `from`, position included (a prefix-cache checkpoint
+  // saved or restored, docs/HYBRID.md "Prefix cache").
+  void copy(uint32_t from, uint32_t to);
 
  private:
   float* base(uint32_t slot) { return data_.data() + size_t{slot} * slot_floats_; }

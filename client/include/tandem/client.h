@@ -171,6 +171,8 @@ struct WorkerInfo {
   uint32_t state_slots_total = 0, state_slots_free = 0;
   // Rings (--kv-rings): the windowed layers' block pool, total and free (0 total: no rings).
   uint32_t kv_ring_blocks_total = 0, kv_ring_blocks_free = 0;
+  // A hybrid's state checkpoints (its prefix cache's recurrent states): total, holding no cached prefix.
+  uint32_t checkpoints_total = 0, checkpoints_free = 0;
 };
 
 struct StatusInfo {
@@ -249,6 +251,8 @@ void list_status_fields(Field&& field) {
   field("state_slots_free", &WorkerInfo::state_slots_free);
   field("kv_ring_blocks_total", &WorkerInfo::kv_ring_blocks_total);
   field("kv_ring_blocks_free", &WorkerInfo::kv_ring_blocks_free);
+  field("checkpoints_total", &WorkerInfo::checkpoints_total);
+  field("checkpoints_free", &WorkerInfo::checkpoints_free);
   field("idle_us", &WorkerInfo::idle_us, nullptr);
   field("compute_us", &WorkerInfo::compute_us, nullptr);
 }
