@@ -757,7 +757,8 @@ Status check_hybrid_options(const WorkerOptions& options, const model::ModelConf
   const uint32_t interval = options.checkpoint_interval, bt = options.block_tokens;
   if (interval > 0 && (interval % engine::hybrid::kGrid != 0 || interval % bt != 0))
     return Status::invalid("--checkpoint-interval " + std::to_string(interval) + ": a state checkpoint sits on the " +
-                           std::to_string(engine::hybrid::kGrid) + "-token grid at a block end: it must be a multiple of " +
+                           std::to_string(engine::hybrid::kGrid) +
+                           "-token grid at a block end: it must be a multiple of " +
                            std::to_string(engine::hybrid::kGrid) + " and of --block-tokens " + std::to_string(bt));
   return Status::ok();
 }
@@ -778,7 +779,7 @@ Result<std::unique_ptr<engine::StatePool>> hybrid_states(const WorkerOptions& op
   auto states = engine::StatePool::create(config, options.state_slots + options.state_checkpoints);
   if (!states) return states.status();
   spdlog::info("worker: {} recurrent state slots and {} checkpoints every {} tokens, {} each", options.state_slots,
-               options.state_checkpoints, options.checkpoint_interval,
+               options.state_checkpoints, checkpoint_interval(options),
                human_bytes((*states)->slot_floats() * sizeof(float)));
   return std::move(*states);
 }

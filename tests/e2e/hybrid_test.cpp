@@ -108,8 +108,8 @@ TEST(HybridStreams, PrefixCacheHitsResumeFromCheckpointsToTheSameTokens) {
     want.push_back(engine_alone(*engine, r));
     reqs.push_back(std::move(r));
   }
-  Deployment d({"--workers", "1", "--threads", "1", "--kv-memory", "67108864", "--prefill-chunk", "50",
-                "--state-slots", "4", "--state-checkpoints", "3", "--checkpoint-interval", "64"},
+  Deployment d({"--workers", "1", "--threads", "1", "--kv-memory", "67108864", "--prefill-chunk", "50", "--state-slots",
+                "4", "--state-checkpoints", "3", "--checkpoint-interval", "64"},
                hybrid_model());
   ASSERT_TRUE(d.ok());
   auto client = d.client();

@@ -106,7 +106,7 @@ TEST(KvCheckpoints, ThePoolReusesTheLeastRecentlyUsedButNeverAPinnedOne) {
   const PrefixHit hit = kv.match_prefix(p1, k3);
   ASSERT_EQ(hit.checkpoint(), 0);
   KvSeq b;
-  ASSERT_TRUE(kv.allocate_slots(b, 9, hit));  // pinned until its first plan goes out
+  ASSERT_TRUE(kv.allocate_slots(b, 9, hit));            // pinned until its first plan goes out
   EXPECT_EQ(kv.checkpoint_chunk(c, p2, 0, 9, k2), 9u);  // nothing to save into: no cut
   EXPECT_EQ(compute(kv, c, p2, 8, k2), -1);
   EXPECT_EQ(kv.take_restore(b), 0);
