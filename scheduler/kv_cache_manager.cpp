@@ -149,6 +149,9 @@ void KvCacheManager::distrust(KvSeq& seq) {
   pool_.unpublish(seq.blocks_);
   seq.publish_stopped_ = true;
   seq.distrusted_ = true;
+  // A checkpoint it saved may sit at another copy's block, which stays published: drop it too
+  // (one it no longer holds, since reused, is dropped as well: a lost entry, never a wrong one).
+  for (int32_t c : seq.saved_) checkpoints_[c].block = -1;
 }
 
 void KvCacheManager::set_checkpoints(uint32_t n, uint32_t interval) {
@@ -226,6 +229,7 @@ int32_t KvCacheManager::save_checkpoint(KvSeq& seq, std::span<const int32_t> tok
     checkpoint_by_key_.erase(old);
   cp = Checkpoint{key, held[n - 1], pool_.generation(held[n - 1]), 0, ++checkpoint_clock_};
   checkpoint_by_key_[key] = c;
+  seq.saved_.push_back(c);  // once per checkpoint position: not a per-token cost
   return c;
 }
 

@@ -74,8 +74,9 @@ class KvSeq {
   bool publish_stopped_ = false;  // a block's key was taken by another copy, or its KV failed
   std::vector<int32_t> ring_;     // windowed layers' blocks of logical blocks ring_first_ ..
   uint32_t ring_first_ = 0;
-  int32_t restore_ = -1;     // a hybrid's: the checkpoint its first plan restores (pinned until then)
-  bool distrusted_ = false;  // a failed step: its state is saved in no checkpoint
+  int32_t restore_ = -1;        // a hybrid's: the checkpoint its first plan restores (pinned until then)
+  bool distrusted_ = false;     // a failed step: its state is saved in no checkpoint
+  std::vector<int32_t> saved_;  // the checkpoints its plans saved into (distrust drops them)
 };
 
 class KvCacheManager {

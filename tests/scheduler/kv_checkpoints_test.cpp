@@ -94,6 +94,21 @@ TEST(KvCheckpoints, EvictingOrDistrustingItsBlockFreesTheCheckpoint) {
   EXPECT_EQ(kv.checkpoints_free(), 2u);
   EXPECT_TRUE(kv.match_prefix(t, keys).empty());
   kv.free(b);
+  // A checkpoint saved at another copy's block (its prefix was cached without one) goes with a
+  // distrust of the sequence that saved it, though that block stays published.
+  KvSeq c, d;
+  PrefixKeys kc, kd;
+  ASSERT_TRUE(kv.allocate_slots(c, 8));
+  kv.publish(c, t, 8, kc);  // published, no checkpoint
+  ASSERT_TRUE(kv.allocate_slots(d, 8));
+  kv.publish(d, t, 8, kd);  // the key is c's: d publishes nothing
+  ASSERT_GE(kv.save_checkpoint(d, t, 8, kd), 0);
+  EXPECT_EQ(kv.hit_tokens(kv.match_prefix(t, keys)), 8u);
+  kv.distrust(d);
+  EXPECT_TRUE(kv.match_prefix(t, keys).empty());
+  EXPECT_EQ(kv.checkpoints_free(), 2u);
+  kv.free(c);
+  kv.free(d);
   EXPECT_TRUE(kv.consistent());
 }
 
