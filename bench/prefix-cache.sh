@@ -7,13 +7,26 @@
 # reports the cached ones in each final event).
 #
 #   bench/prefix-cache.sh [BUILD_DIR (default build/release)] [REQUESTS (default 24)]
+#
+# ARCH=qwen35: the hybrid small preset instead (docs/HYBRID.md "Prefix cache"); "on" is then
+# --state-checkpoints ${CHECKPOINTS:-16} (a hit resumes from the last checkpoint, every 256
+# tokens by default: 1024 here) and "off" --state-checkpoints 0.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build/release}
 n=${2:-24}
 tandem=$build/cli/tandem
+arch=${ARCH:-llama}
 model=models/small-1.gguf
-[ -f "$model" ] || "$tandem" make-model --preset small --seed 1 --out "$model" >/dev/null
+[ "$arch" = llama ] || model=models/$arch-small-1.gguf
+[ -f "$model" ] || "$tandem" make-model --arch "$arch" --preset small --seed 1 --out "$model" >/dev/null
+cache_flags() {  # cache_flags on|off
+  if [ "$arch" = qwen35 ]; then
+    [ "$1" = on ] && echo "--state-checkpoints ${CHECKPOINTS:-16}" || echo "--state-checkpoints 0"
+  else
+    echo "--prefix-cache $1"
+  fi
+}
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; [ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 
@@ -22,7 +35,8 @@ field() {  # field FILE SECTION KEY: a number from the bench JSON, e.g. ttft_ms 
 }
 
 for cache in on off; do
-  "$tandem" up --model "$model" --workers 1 --threads 2 --prefix-cache "$cache" --runtime-dir "$work/run-$cache" \
+  # shellcheck disable=SC2046  # the flags split into words
+  "$tandem" up --model "$model" --workers 1 --threads 2 $(cache_flags "$cache") --runtime-dir "$work/run-$cache" \
     --log-level warn >"$work/up-$cache.out" 2>&1 &
   for _ in $(seq 600); do grep -q "tandem: ready" "$work/up-$cache.out" && break; sleep 0.2; done
   ep="ipc://$work/run-$cache/client.sock"

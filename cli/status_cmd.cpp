@@ -94,9 +94,13 @@ void print_table(const StatusInfo& s) {
           w.id, w.spec_tokens, (unsigned long long)w.spec_rounds,
           w.drafts ? 100.0 * double(w.drafts_accepted) / double(w.drafts) : 0.0, (unsigned long long)w.drafts,
           w.spec_rounds ? double(w.spec_rounds + w.drafts_accepted) / double(w.spec_rounds) : 0.0);
-  for (const WorkerInfo& w : s.workers)
+  for (const WorkerInfo& w : s.workers) {
     if (w.state_slots_total > 0)
       std::printf("worker %u recurrent state slots: %u of %u free\n", w.id, w.state_slots_free, w.state_slots_total);
+    if (w.checkpoints_total > 0)
+      std::printf("worker %u state checkpoints (prefix cache): %u of %u free\n", w.id, w.checkpoints_free,
+                  w.checkpoints_total);
+  }
   for (const WorkerInfo& w : s.workers)
     if (w.kv_ring_blocks_total > 0)
       std::printf(

@@ -18,10 +18,14 @@ Status worker_options_from(const Args& args, worker::WorkerOptions& o) {
   auto delay = args.integer("test-step-delay-ms", o.test_step_delay_ms);
   auto peer_idle = args.integer("kv-peer-idle-ms", o.kv_peer_idle_ms);
   auto state_slots = args.integer("state-slots", o.state_slots);
-  for (const Status* st :
-       {&threads.status(), &blocks.status(), &memory.status(), &reserve.status(), &host_workers.status(),
-        &block_tokens.status(), &delay.status(), &peer_idle.status(), &state_slots.status()})
+  auto checkpoints = args.integer("state-checkpoints", o.state_checkpoints);
+  auto interval = args.integer("checkpoint-interval", o.checkpoint_interval);
+  for (const Status* st : {&threads.status(), &blocks.status(), &memory.status(), &reserve.status(),
+                           &host_workers.status(), &block_tokens.status(), &delay.status(), &peer_idle.status(),
+                           &state_slots.status(), &checkpoints.status(), &interval.status()})
     if (!st->is_ok()) return *st;
+  o.state_checkpoints = static_cast<uint32_t>(*checkpoints);
+  o.checkpoint_interval = static_cast<uint32_t>(*interval);
   o.threads = static_cast<uint32_t>(*threads);
   o.kv_blocks = static_cast<uint32_t>(*blocks);
   o.state_slots = static_cast<uint32_t>(*state_slots);

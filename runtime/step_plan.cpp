@@ -29,6 +29,7 @@ void SeqPlan::clear() {
   max_drafts = max_len = keep_blocks = 0;
   ring.clear();
   ring_first = 0;
+  restore_checkpoint = save_checkpoint = -1;
 }
 
 SeqPlan& StepPlan::add_seq() {
@@ -60,6 +61,8 @@ void to_proto(const StepPlan& plan, v1::StepPlan& out) {
     o.set_keep_blocks(s.keep_blocks);
     o.mutable_ring_blocks()->Add(s.ring.begin(), s.ring.end());
     o.set_ring_first(s.ring_first);
+    o.set_restore_checkpoint(static_cast<uint32_t>(s.restore_checkpoint + 1));
+    o.set_save_checkpoint(static_cast<uint32_t>(s.save_checkpoint + 1));
     if (!s.first) continue;
     model::to_proto(s.sampling, o.mutable_sampling());
     o.set_logprobs(s.logprobs);
@@ -88,6 +91,8 @@ void from_proto(const v1::StepPlan& plan, StepPlan& out) {
     s.keep_blocks = o.keep_blocks();
     assign(o.ring_blocks(), s.ring);
     s.ring_first = o.ring_first();
+    s.restore_checkpoint = static_cast<int32_t>(o.restore_checkpoint()) - 1;
+    s.save_checkpoint = static_cast<int32_t>(o.save_checkpoint()) - 1;
     s.first = o.has_sampling();
     if (!s.first) continue;
     s.sampling = model::from_proto(o.sampling());

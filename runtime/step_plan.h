@@ -41,6 +41,9 @@ struct SeqPlan {
   // layers' blocks of logical blocks ring_first .. (empty without rings).
   std::vector<int32_t> ring;
   uint32_t ring_first = 0;
+  // Hybrid state checkpoints (docs/HYBRID.md "Prefix cache"): copy checkpoint restore_checkpoint
+  // into the new sequence's slot before the step, and its slot into save_checkpoint after. -1: none.
+  int32_t restore_checkpoint = -1, save_checkpoint = -1;
   void clear();  // keeps the vectors' capacity
 };
 

@@ -742,12 +742,13 @@ class Actor final : public Sink {
                    reg.kv_endpoint(),
                    peer};
     worker_identity_[id] = identity;
-    core_.add_worker(id,
-                     WorkerInfo{*role, reg.kv_blocks(), reg.block_tokens(), reg.kv_endpoint(), reg.kv_tail_blocks(),
-                                reg.kv_public_key(), reg.kv_sender_public_key(),
-                                std::min(reg.spec_tokens(), WorkerInfo::kMaxSpecTokens), reg.state_slots(),
-                                reg.kv_ring_blocks(), reg.kv_ring_window()},
-                     now);
+    core_.add_worker(
+        id,
+        WorkerInfo{*role, reg.kv_blocks(), reg.block_tokens(), reg.kv_endpoint(), reg.kv_tail_blocks(),
+                   reg.kv_public_key(), reg.kv_sender_public_key(),
+                   std::min(reg.spec_tokens(), WorkerInfo::kMaxSpecTokens), reg.state_slots(), reg.kv_ring_blocks(),
+                   reg.kv_ring_window(), reg.state_checkpoints(), reg.checkpoint_interval()},
+        now);
     command_.Clear();
     command_.set_version(kVersion);
     v1::RegisterReply* r = command_.mutable_register_reply();

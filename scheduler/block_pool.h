@@ -35,6 +35,12 @@ class BlockPool {
   uint32_t available() const { return n_free_ + n_cached_; }
   uint64_t evictions() const { return evictions_; }
   bool cached_block(int32_t id) const { return is_cached(id); }
+  // Block `id` is published under `key` (used or cached) and has not been evicted or
+  // unpublished since generation `gen` (generation()): what it held then is still findable.
+  bool holds(int32_t id, uint64_t key, uint32_t gen) const {
+    return id >= 0 && static_cast<uint32_t>(id) < tracked() && published_[id] && key_[id] == key && gen_[id] == gen;
+  }
+  uint32_t generation(int32_t id) const { return gen_[id]; }
 
   // Appends `n` newly allocated blocks (refcount 1) to `table`. Prefers the id right after
   // the table's last block, then the lowest free ids, so tables stay contiguous where the

@@ -114,9 +114,6 @@ Core::Core(SchedulerConfig config, model::ModelConfig model, PromptRenderer rend
     : config_(config), model_(model), renderer_(std::move(renderer)), sink_(sink), metrics_(model.context_length) {
   limits_.context_length = model_.context_length;
   limits_.vocab_size = model_.vocab_size;
-  // A hybrid's recurrent state is not checkpointed (docs/HYBRID.md): a cached prefix's KV
-  // blocks alone cannot resume a sequence, so its prefixes are never matched or published.
-  if (model_.arch->hybrid()) config_.prefix_cache = false;
 }
 
 Core::~Core() = default;
@@ -143,7 +140,8 @@ std::vector<Core::WorkerView> Core::workers() const {
     const auto running = static_cast<uint32_t>(w->running.size());
     out.push_back({id, w->kv.total(), w->kv.free(), running, &w->stats, w->role, w->kv.cached(), w->kv.evictions(),
                    w->spec_tokens, w->state_slots, w->state_slots > running ? w->state_slots - running : 0,
-                   w->kv.ring_total(), w->kv.ring_free(), w->kv.ring_cached()});
+                   w->kv.ring_total(), w->kv.ring_free(), w->kv.ring_cached(), w->kv.checkpoints_total(),
+                   w->kv.checkpoints_free()});
   }
   return out;
 }
@@ -179,6 +177,8 @@ void Core::add_worker(uint32_t worker_id, const WorkerInfo& info, int64_t now_us
   w->kv_sender_key = info.kv_sender_key;
   w->spec_tokens = info.role == Role::kPrefill ? 0 : std::min(info.spec_tokens, WorkerInfo::kMaxSpecTokens);
   w->state_slots = info.state_slots;
+  // A hybrid's cached prefix resumes only from a state checkpoint (none: no prefix cache).
+  if (model_.arch->hybrid()) w->kv.set_checkpoints(info.state_checkpoints, info.checkpoint_interval);
   w->max_running = info.state_slots > 0 ? std::min(config_.max_running, info.state_slots) : config_.max_running;
   w->stats.registered_us = now_us;
   decode_workers_ += info.role == Role::kDecode;
@@ -653,11 +653,13 @@ void Core::plan_tokens(Worker& w, Placement& p, Request& r, uint32_t n, std::vec
     s.tail_blocks.assign(tail.begin(), tail.end());
     s.request_id = r.spec.id;
     s.principal = r.spec.principal;
+    s.restore_checkpoint = w.kv.take_restore(p.kv);
     p.appeared = true;
   }
   r.fed += n;
   if (sample) ++r.samples_planned;
   publish(w, p, r);
+  if (prompt && p.ready) s.save_checkpoint = w.kv.save_checkpoint(p.kv, r.tokens, r.fed, r.keys);
 }
 
 // One token-budget loop (vLLM v1's scheduler): each running sequence asks for
@@ -682,8 +684,9 @@ bool Core::build_plan(Worker& w, int64_t now_us) {
       stats_.decode_stalls += !prompt;  // a stream left out of a step it was ready for
       continue;
     }
-    const uint32_t n = std::min({want, budget, prompt ? prompt_room : want});
+    uint32_t n = std::min({want, budget, prompt ? prompt_room : want});
     if (n == 0) continue;
+    if (prompt && w.kv.checkpointed()) n = w.kv.checkpoint_chunk(p.kv, r->tokens, r->fed, n, r->keys);
     // Rings: the window has passed the blocks before the lowest position this step may compute
     // (a speculating sequence's rounds in flight may accept no draft: its committed positions).
     if (w.kv.rings()) w.kv.release_window(p.kv, r->fed - p.reserved);

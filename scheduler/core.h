@@ -88,6 +88,9 @@ struct WorkerInfo {
   // blocks for layers of window ring_window; the core's manager keeps each sequence's ring,
   // releases the blocks the window has passed and sends the ring with every plan. 0: none.
   uint32_t ring_blocks = 0, ring_window = 0;
+  // A hybrid's state checkpoints for the prefix cache (Register.state_checkpoints, docs/HYBRID.md
+  // "Prefix cache"), one every checkpoint_interval tokens of a cached prefix at most. 0: no prefix cache.
+  uint32_t state_checkpoints = 0, checkpoint_interval = 0;
   static constexpr uint32_t kMaxSpecTokens = scheduler::kMaxSpecTokens;
 };
 
@@ -207,6 +210,7 @@ class Core {
     uint32_t spec_tokens;                          // WorkerInfo::spec_tokens
     uint32_t state_slots_total, state_slots_free;  // WorkerInfo::state_slots, less one per running sequence
     uint32_t ring_total, ring_free, ring_cached;   // the ring pool's blocks (0 total: no rings)
+    uint32_t checkpoints_total, checkpoints_free;  // a hybrid's state checkpoints (KvCacheManager)
   };
   std::vector<WorkerView> workers() const;
   // Every request of this client that has not had its final event.

@@ -42,6 +42,7 @@ PrefixHit KvCacheManager::match_prefix(std::span<const int32_t> tokens, PrefixKe
   const size_t usable = std::min<size_t>(keys.keys_.size(), (tokens.size() - 1) / block_tokens_);
   pool_.match(tokens, std::span<const uint64_t>(keys.keys_).first(usable), hit.blocks_);
   if (rings()) cut_hit_to_window(hit);
+  if (checkpointed()) match_checkpointed(hit, keys);
   return hit;
 }
 
@@ -120,10 +121,16 @@ bool KvCacheManager::allocate_more(KvSeq& seq, uint32_t positions, const PrefixH
   }
   seq.published_ = prefix.blocks();
   seq.started_ = true;
+  if (prefix.checkpoint_ >= 0) {  // pinned until the plan restoring it goes out (take_restore)
+    seq.restore_ = prefix.checkpoint_;
+    ++checkpoints_[seq.restore_].pins;
+    checkpoints_[seq.restore_].used = ++checkpoint_clock_;
+  }
   return true;
 }
 
 void KvCacheManager::free(KvSeq& seq) {
+  take_restore(seq);
   pool_.release(seq.blocks_);
   pool_.release(seq.tail_);
   ring_pool_.release(seq.ring_);
@@ -183,6 +190,96 @@ void KvCacheManager::distrust(KvSeq& seq) {
   pool_.unpublish(seq.blocks_);
   ring_pool_.unpublish(seq.ring_);
   seq.publish_stopped_ = true;
+  seq.distrusted_ = true;
+  // A checkpoint it saved may sit at another copy's block, which stays published: drop it too
+  // (one it no longer holds, since reused, is dropped as well: a lost entry, never a wrong one).
+  for (int32_t c : seq.saved_) checkpoints_[c].block = -1;
+}
+
+void KvCacheManager::set_checkpoints(uint32_t n, uint32_t interval) {
+  if (n == 0 || interval == 0 || interval % block_tokens_ != 0) {
+    prefix_cache_ = false;
+    return;
+  }
+  checkpoints_.assign(n, Checkpoint{});
+  interval_ = interval;
+}
+
+bool KvCacheManager::live(int32_t c) const {
+  const Checkpoint& cp = checkpoints_[c];
+  if (!pool_.holds(cp.block, cp.key, cp.gen)) return false;
+  const auto it = checkpoint_by_key_.find(cp.key);
+  return it != checkpoint_by_key_.end() && it->second == c;
+}
+
+uint32_t KvCacheManager::checkpoints_free() const {
+  uint32_t n = 0;
+  for (size_t c = 0; c < checkpoints_.size(); ++c) n += !live(static_cast<int32_t>(c));
+  return n;
+}
+
+void KvCacheManager::match_checkpointed(PrefixHit& hit, const PrefixKeys& keys) const {
+  const uint32_t per = interval_ / block_tokens_;  // blocks between checkpoint positions
+  for (uint32_t n = hit.blocks() / per * per; n > 0; n -= per) {
+    const auto it = checkpoint_by_key_.find(keys.keys_[n - 1]);
+    if (it == checkpoint_by_key_.end() || checkpoints_[it->second].block != hit.blocks_[n - 1] || !live(it->second))
+      continue;
+    hit.blocks_.resize(n);
+    hit.checkpoint_ = it->second;
+    return;
+  }
+  hit.blocks_.clear();
+}
+
+int32_t KvCacheManager::checkpoint_victim() const {
+  int32_t best = -1;
+  for (size_t i = 0; i < checkpoints_.size(); ++i) {
+    const auto c = static_cast<int32_t>(i);
+    if (checkpoints_[c].pins > 0) continue;
+    if (!live(c)) return c;  // holds nothing findable
+    if (best < 0 || checkpoints_[c].used < checkpoints_[best].used) best = c;
+  }
+  return best;
+}
+
+uint32_t KvCacheManager::checkpoint_chunk(const KvSeq& seq, std::span<const int32_t> tokens, uint32_t fed, uint32_t n,
+                                          PrefixKeys& keys) const {
+  if (!checkpointed() || !prefix_cache_ || seq.distrusted_) return n;
+  const uint32_t at = std::min<uint32_t>(fed + n, static_cast<uint32_t>(tokens.size())) / interval_ * interval_;
+  if (at <= fed || checkpoint_victim() < 0) return n;
+  extend_keys(tokens.first(at), keys);
+  const auto it = checkpoint_by_key_.find(keys.keys_[at / block_tokens_ - 1]);
+  if (it != checkpoint_by_key_.end() && live(it->second)) return n;  // that prefix has one
+  return at - fed;
+}
+
+int32_t KvCacheManager::save_checkpoint(KvSeq& seq, std::span<const int32_t> tokens, uint32_t known,
+                                        const PrefixKeys& keys) {
+  if (!checkpointed() || known == 0 || known % interval_ != 0 || seq.distrusted_) return -1;
+  const uint32_t n = known / block_tokens_;
+  if (keys.keys_.size() < n || tokens.size() < known) return -1;
+  const uint64_t key = keys.keys_[n - 1];
+  const auto it = checkpoint_by_key_.find(key);
+  if (it != checkpoint_by_key_.end() && live(it->second)) return -1;
+  const int32_t c = checkpoint_victim();
+  if (c < 0) return -1;
+  // The cached blocks holding this prefix (its own, or another copy's if it published first).
+  std::vector<int32_t> held;  // once per checkpoint position of a prompt: not a per-token cost
+  if (pool_.match(tokens.first(known), std::span<const uint64_t>(keys.keys_).first(n), held) != n) return -1;
+  Checkpoint& cp = checkpoints_[c];
+  if (const auto old = checkpoint_by_key_.find(cp.key); old != checkpoint_by_key_.end() && old->second == c)
+    checkpoint_by_key_.erase(old);
+  cp = Checkpoint{key, held[n - 1], pool_.generation(held[n - 1]), 0, ++checkpoint_clock_};
+  checkpoint_by_key_[key] = c;
+  seq.saved_.push_back(c);  // once per checkpoint position: not a per-token cost
+  return c;
+}
+
+int32_t KvCacheManager::take_restore(KvSeq& seq) {
+  const int32_t c = seq.restore_;
+  if (c >= 0) --checkpoints_[c].pins;
+  seq.restore_ = -1;
+  return c;
 }
 
 }  // namespace tandem::scheduler

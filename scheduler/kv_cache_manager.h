@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "scheduler/block_pool.h"
@@ -49,12 +50,14 @@ class PrefixHit {
   uint32_t blocks() const { return static_cast<uint32_t>(blocks_.size()); }
   bool empty() const { return blocks_.empty(); }
   uint32_t ring_blocks() const { return static_cast<uint32_t>(ring_.size()); }
+  int32_t checkpoint() const { return checkpoint_; }  // a hybrid's: the state checkpoint at its end
 
  private:
   friend class KvCacheManager;
   std::vector<int32_t> blocks_;
   std::vector<int32_t> ring_;
   uint32_t ring_first_ = 0;
+  int32_t checkpoint_ = -1;
 };
 
 // One sequence's KV on one worker: its block table, its tail blocks and what of it was sent
@@ -79,6 +82,9 @@ class KvSeq {
   bool publish_stopped_ = false;  // a block's key was taken by another copy, or its KV failed
   std::vector<int32_t> ring_;     // windowed layers' blocks of logical blocks ring_first_ ..
   uint32_t ring_first_ = 0;
+  int32_t restore_ = -1;        // a hybrid's: the checkpoint its first plan restores (pinned until then)
+  bool distrusted_ = false;     // a failed step: its state is saved in no checkpoint
+  std::vector<int32_t> saved_;  // the checkpoints its plans saved into (distrust drops them)
 };
 
 class KvCacheManager {
@@ -187,6 +193,32 @@ class KvCacheManager {
 
   bool consistent() const { return pool_.consistent() && ring_pool_.consistent(); }  // BlockPool::consistent
 
+  // Hybrid models (docs/HYBRID.md "Prefix cache"): cached KV blocks alone cannot resume a
+  // sequence, its recurrent state must come too. The worker keeps `n` state checkpoints; one
+  // sits at a published block end every `interval` tokens (a multiple of the block size),
+  // saved by the step that computed that position and attached to the block ending there. It
+  // is free again once that block no longer holds its prefix (evicted, distrusted, unpublished:
+  // checked when needed, nothing to hook), else the least recently used unpinned one is
+  // reused. match_prefix then ends a hit only at a block end with its checkpoint. n = 0 turns
+  // the prefix cache off. Call once, before any sequence starts.
+  void set_checkpoints(uint32_t n, uint32_t interval);
+  bool checkpointed() const { return interval_ > 0; }
+  uint32_t checkpoints_total() const { return static_cast<uint32_t>(checkpoints_.size()); }
+  uint32_t checkpoints_free() const;  // holding no findable prefix
+  // A prompt chunk of `n` positions from `fed` for `seq`, cut to end at the last checkpoint
+  // position inside it when a checkpoint would be saved there (its prefix is not checkpointed
+  // yet and a checkpoint can be had), so that later prompts sharing it resume there.
+  uint32_t checkpoint_chunk(const KvSeq& seq, std::span<const int32_t> tokens, uint32_t fed, uint32_t n,
+                            PrefixKeys& keys) const;
+  // Once `seq`'s plan computing its first `known` positions went out and publish() ran: the
+  // checkpoint the worker saves the state in after that step, attached to the cached block
+  // ending at `known` (`seq`'s own or another copy's, checked token by token); -1 when `known`
+  // is no checkpoint position, no block holds that prefix, it has a checkpoint already, `seq`
+  // was distrusted or every checkpoint is pinned.
+  int32_t save_checkpoint(KvSeq& seq, std::span<const int32_t> tokens, uint32_t known, const PrefixKeys& keys);
+  // The checkpoint `seq`'s first plan restores (-1: none); unpins it. Call when that plan goes out.
+  int32_t take_restore(KvSeq& seq);
+
  private:
   uint32_t blocks_for(uint32_t positions) const { return (positions + block_tokens_ - 1) / block_tokens_; }
   bool allocate_more(KvSeq& seq, uint32_t positions, const PrefixHit& prefix);
@@ -215,6 +247,22 @@ class KvCacheManager {
   void publish_ring(KvSeq& seq, uint32_t index, std::span<const int32_t> tokens);
   // The ring blocks `seq` holds of logical blocks from .. to - 1 lose their keys (trim, distrust).
   void unpublish_ring(KvSeq& seq, uint32_t from, uint32_t to);
+
+  // Hybrids: cuts `hit` back to its last block end that has a live checkpoint (none: empty).
+  void match_checkpointed(PrefixHit& hit, const PrefixKeys& keys) const;
+  struct Checkpoint {
+    uint64_t key = 0;
+    int32_t block = -1;  // the published block ending at its position; -1: never saved
+    uint32_t gen = 0;    // the block's generation when saved (BlockPool::holds)
+    uint32_t pins = 0;   // placed sequences whose first plan restores it (not sent yet)
+    uint64_t used = 0;   // LRU clock
+  };
+  bool live(int32_t c) const;  // its block still holds its prefix, and it is that prefix's checkpoint
+  int32_t checkpoint_victim() const;
+  std::vector<Checkpoint> checkpoints_;
+  std::unordered_map<uint64_t, int32_t> checkpoint_by_key_;
+  uint32_t interval_ = 0;
+  uint64_t checkpoint_clock_ = 0;
 
   BlockPool pool_;
   BlockPool ring_pool_{0};

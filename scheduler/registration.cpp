@@ -56,6 +56,11 @@ std::optional<Refusal> check_kv_pool(const v1::Register& reg, const Registration
     return Refusal{v1::REFUSAL_REASON_KV_POOL, "invalid KV pool: " + std::to_string(reg.block_bytes()) +
                                                    " bytes per block of " + std::to_string(bt) +
                                                    " tokens is less than this model's KV takes in any format"};
+  const uint32_t every = reg.checkpoint_interval();
+  if (reg.state_checkpoints() > 0 && (every == 0 || every % bt != 0 || every % 64 != 0))
+    return Refusal{v1::REFUSAL_REASON_KV_POOL, "invalid state checkpoints: every " + std::to_string(every) +
+                                                   " tokens is not a multiple of the 64-token grid and of its " +
+                                                   std::to_string(bt) + "-token blocks"};
   // Each below 2^64, times at most 2^24: the product does not wrap. A draft model's layers
   // (draft_block_bytes) share the blocks.
   const unsigned __int128 bytes = static_cast<unsigned __int128>(reg.kv_blocks()) * reg.block_bytes() +

@@ -28,6 +28,8 @@ void fill_worker(const Core::WorkerView& w, const ActorStatus& actor, v1::Worker
   ws.set_drafts_accepted(w.stats->accepted);
   ws.set_state_slots_total(w.state_slots_total);
   ws.set_state_slots_free(w.state_slots_free);
+  ws.set_checkpoints_total(w.checkpoints_total);
+  ws.set_checkpoints_free(w.checkpoints_free);
   ws.set_kv_ring_blocks_total(w.ring_total);
   ws.set_kv_ring_blocks_free(w.ring_free);
   ws.set_kv_ring_blocks_cached(w.ring_cached);

@@ -7,6 +7,7 @@
 #include <csignal>
 #include <chrono>
 #include <deque>
+#include <numeric>
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -18,6 +19,7 @@
 #include "runtime/wire.h"
 #include "runtime/zap.h"
 #include "tandem/v1/worker.pb.h"
+#include "workers/engine/hybrid.h"
 #include "workers/engine/sampler.h"
 #include "workers/draft_model.h"
 #include "workers/kv_transfer.h"
@@ -39,7 +41,7 @@ namespace v1 = tandem::v1;
 
 // The bounds the sequence table checks plans against: the engine's and the pool's.
 TableLimits limits_of(const engine::Engine& engine, const engine::KvPool& pool, uint32_t spec_tokens,
-                      const workers::DraftModel* draft, const engine::StatePool* states) {
+                      const workers::DraftModel* draft, const engine::StatePool* states, uint32_t checkpoints) {
   return TableLimits{.vocab_size = engine.config().vocab_size,
                      .context_length = engine.config().context_length,
                      .n_blocks = pool.n_blocks(),
@@ -49,7 +51,7 @@ TableLimits limits_of(const engine::Engine& engine, const engine::KvPool& pool, 
                      .spec_tokens = spec_tokens,
                      .draft_model = draft != nullptr,
                      .draft_context_length = draft ? draft->engine().config().context_length : 0,
-                     .state_slots = states != nullptr ? states->slots() : 0,
+                     .state_slots = states != nullptr ? states->slots() - checkpoints : 0,
                      .ring_blocks = pool.ring_blocks(),
                      .ring_window = pool.ring_blocks() > 0 ? engine.config().sliding_window : 0};
 }
@@ -68,7 +70,7 @@ class Actor {
         fingerprint_(std::move(fingerprint)),
         step_sampler_(engine_->config().vocab_size, engine_->threads()),
         table_(limits_of(*engine_, *pool_, options.role == runtime::Role::kPrefill ? 0 : options.spec_tokens,
-                         draft_.get(), states_.get()),
+                         draft_.get(), states_.get(), states_ ? options_.state_checkpoints : 0),
                states_.get()) {}
 
   // CurveZMQ: the scheduler's public key and this worker's own key pair (its credential).
@@ -174,7 +176,11 @@ class Actor {
     r->set_weight_bytes(engine_->weight_bytes_per_step() + (draft_ ? draft_->weight_bytes() : 0));
     if (draft_) r->set_draft_block_bytes(draft_->block_bytes(pool_->block_tokens()));
     if (options_.role != runtime::Role::kPrefill) r->set_spec_tokens(options_.spec_tokens);
-    if (states_) r->set_state_slots(states_->slots());
+    if (states_) {
+      r->set_state_slots(options_.state_slots);
+      r->set_state_checkpoints(options_.state_checkpoints);
+      r->set_checkpoint_interval(options_.checkpoint_interval);
+    }
     r->set_threads(options_.threads);
     r->set_pid(static_cast<uint32_t>(getpid()));
     r->set_name(options_.name);
@@ -386,14 +392,51 @@ class Actor {
       }
     }
     const engine::LogitRows computed = StepSampler::logit_rows(table_.to_sample(), engine_->threads());
-    Status st = engine_->forward(table_.steps(), *pool_, states_.get(), computed);
+    Status st = restore_checkpoints();
+    if (st) st = engine_->forward(table_.steps(), *pool_, states_.get(), computed);
     if (st) st = sample_into(res, computed);
+    if (st) save_checkpoints();
     if (!st) {
       table_.abort();
       return st;
     }
     table_.commit(sampled_, accepted_);
     return Status::ok();
+  }
+
+  // Hybrid prefix cache (docs/HYBRID.md "Prefix cache"): a sequence that starts from a cached
+  // prefix takes its checkpoint's state, which must sit exactly where its plan starts.
+  Status restore_checkpoints() {
+    const std::span<const engine::SeqStep> steps = table_.steps();
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const runtime::SeqPlan& sp = plan_.seqs()[i];
+      if (sp.restore_checkpoint < 0) continue;
+      TANDEM_RETURN_IF_ERROR(check_checkpoint(sp.seq_id, sp.restore_checkpoint));
+      const uint32_t c = options_.state_slots + static_cast<uint32_t>(sp.restore_checkpoint);
+      if (states_->position(c) != steps[i].start_pos)
+        return Status::invalid("sequence " + std::to_string(sp.seq_id) + " restores state checkpoint " +
+                               std::to_string(sp.restore_checkpoint) + " at position " +
+                               std::to_string(states_->position(c)) + " but starts at " +
+                               std::to_string(steps[i].start_pos));
+      states_->copy(c, static_cast<uint32_t>(steps[i].state_slot));
+    }
+    for (const runtime::SeqPlan& sp : plan_.seqs())
+      if (sp.save_checkpoint >= 0) TANDEM_RETURN_IF_ERROR(check_checkpoint(sp.seq_id, sp.save_checkpoint));
+    return Status::ok();
+  }
+  Status check_checkpoint(uint64_t seq_id, int32_t c) const {
+    if (states_ && static_cast<uint32_t>(c) < options_.state_checkpoints) return Status::ok();
+    return Status::invalid("sequence " + std::to_string(seq_id) + " names state checkpoint " + std::to_string(c) +
+                           ", outside this worker's " + std::to_string(states_ ? options_.state_checkpoints : 0) +
+                           " (--state-checkpoints)");
+  }
+  // After the step: the sequences that reached a checkpoint position keep their state there.
+  void save_checkpoints() {
+    const std::span<const engine::SeqStep> steps = table_.steps();
+    for (size_t i = 0; i < steps.size(); ++i)
+      if (plan_.seqs()[i].save_checkpoint >= 0)
+        states_->copy(static_cast<uint32_t>(steps[i].state_slot),
+                      options_.state_slots + static_cast<uint32_t>(plan_.seqs()[i].save_checkpoint));
   }
 
   void execute(const v1::StepPlan& wire) {
@@ -742,16 +785,38 @@ Result<std::unique_ptr<workers::DraftModel>> load_draft(const WorkerOptions& opt
   return draft;
 }
 
-// A hybrid model's state pool (null for the others). Split roles hand a slot over with the KV
-// (kv_transfer's pack_state); speculating, a round's rejected drafts are rolled out of it
-// (StatePool::roll_back); a hybrid draft model is refused by DraftModel::load.
+// A hybrid's --checkpoint-interval must put checkpoints on the grid at block ends.
+Status check_hybrid_options(const WorkerOptions& options, const model::ModelConfig& config) {
+  if (!config.arch->hybrid()) return Status::ok();
+  const uint32_t interval = options.checkpoint_interval, bt = options.block_tokens;
+  if (interval > 0 && (interval % engine::hybrid::kGrid != 0 || interval % bt != 0))
+    return Status::invalid("--checkpoint-interval " + std::to_string(interval) + ": a state checkpoint sits on the " +
+                           std::to_string(engine::hybrid::kGrid) +
+                           "-token grid at a block end: it must be a multiple of " +
+                           std::to_string(engine::hybrid::kGrid) + " and of --block-tokens " + std::to_string(bt));
+  return Status::ok();
+}
+
+// --checkpoint-interval, 0 resolved: the least multiple of the grid and the block size >= 256.
+uint32_t checkpoint_interval(const WorkerOptions& options) {
+  if (options.checkpoint_interval > 0) return options.checkpoint_interval;
+  const uint32_t unit = std::lcm(engine::hybrid::kGrid, options.block_tokens);
+  return (std::max(256u, unit) + unit - 1) / unit * unit;
+}
+
+// A hybrid model's state pool (null for the others): its sequences' slots, then its prefix
+// cache's checkpoints. Split roles hand a slot over with the KV (kv_transfer's pack_state);
+// speculating, a round's rejected drafts are rolled out of it (StatePool::roll_back); a hybrid
+// draft model is refused by DraftModel::load.
 Result<std::unique_ptr<engine::StatePool>> hybrid_states(const WorkerOptions& options,
                                                          const model::ModelConfig& config) {
   if (!config.arch->hybrid()) return std::unique_ptr<engine::StatePool>();
+  TANDEM_RETURN_IF_ERROR(check_hybrid_options(options, config));
   // Speculating, each slot keeps the conv inputs a round's rollback needs (--spec-tokens).
-  auto states = engine::StatePool::create(config, options.state_slots, options.spec_tokens);
+  auto states = engine::StatePool::create(config, options.state_slots + options.state_checkpoints, options.spec_tokens);
   if (!states) return states.status();
-  spdlog::info("worker: {} recurrent state slots of {} each", options.state_slots,
+  spdlog::info("worker: {} recurrent state slots and {} checkpoints every {} tokens, {} each", options.state_slots,
+               options.state_checkpoints, checkpoint_interval(options),
                human_bytes((*states)->slot_floats() * sizeof(float)));
   return std::move(*states);
 }
@@ -795,6 +860,8 @@ Result<std::unique_ptr<Actor>> start_actor(const WorkerOptions& options) {
                  (*pool)->ring_block_bytes(), (*eng)->config().sliding_window);
   WorkerOptions opts = options;
   if (opts.name.empty()) opts.name = "worker-" + std::to_string(getpid());
+  opts.checkpoint_interval = checkpoint_interval(options);
+  if (!*states) opts.state_checkpoints = 0;
   auto actor = std::make_unique<Actor>(opts, std::move(eng.value()), std::move(pool.value()), std::move(draft.value()),
                                        std::move(*states), fingerprint);
   TANDEM_RETURN_IF_ERROR(actor->start());
@@ -808,7 +875,8 @@ Status check_model_options(const WorkerOptions& options) {
   if (!file) return Status::ok();  // the worker reports it, as it would without this check
   auto config = model::read_model_config(**file);
   if (!config) return Status::ok();
-  return check_ring_options(options, *config);
+  TANDEM_RETURN_IF_ERROR(check_ring_options(options, *config));
+  return check_hybrid_options(options, *config);
 }
 
 Result<WorkerStop> run_worker(const WorkerOptions& options) {

@@ -45,6 +45,11 @@ struct WorkerOptions {
   std::string draft_model_path;
   // A hybrid model's recurrent state slots (engine::StatePool): the most sequences it holds at once.
   uint32_t state_slots = 64;
+  // Its prefix cache (docs/HYBRID.md "Prefix cache"): state checkpoints kept beside the slots
+  // (0: no prefix cache for the hybrid), one per checkpoint_interval tokens of a cached prefix
+  // at most (a multiple of 64 and of block_tokens; 0: the least such multiple >= 256).
+  uint32_t state_checkpoints = 16;
+  uint32_t checkpoint_interval = 0;
   uint32_t heartbeat_ms = 1000;
   runtime::Role role = runtime::Role::kBoth;
   // Role decode: where prefill workers push KV. tcp://127.0.0.1:* picks a free port.
@@ -71,7 +76,8 @@ struct WorkerStop {
 };
 
 // What a worker of `options` would refuse about its model before loading it (--kv-rings on a
-// model without windowed layers or with an F32 window tail): `tandem up` checks every worker with it before
+// model without windowed layers or with an F32 window tail, a hybrid's --checkpoint-interval off
+// the grid): `tandem up` checks every worker with it before
 // starting anything. A model file that cannot be read is left to the worker to report.
 Status check_model_options(const WorkerOptions& options);
 

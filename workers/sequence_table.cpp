@@ -38,9 +38,11 @@ Status SequenceTable::check_entry(const runtime::SeqPlan& sp, const Sequence* se
   if (limits_.state_slots > 0 && seq != nullptr && start < held)
     return bad("rolls back from position " + str(held) + " to " + str(start) +
                "; a hybrid model's recurrent state cannot roll back");
-  if (limits_.state_slots > 0 && seq == nullptr && start > 0)
+  if (limits_.state_slots > 0 && seq == nullptr && start > 0 && sp.restore_checkpoint < 0)
     return bad("starts at position " + str(start) +
-               " from cached blocks; a hybrid model's recurrent state is not cached (no prefix cache for hybrids)");
+               " from cached blocks without a state checkpoint to restore (a hybrid model's recurrent state)");
+  if (sp.restore_checkpoint >= 0 && (seq != nullptr || start == 0))
+    return bad("restores a state checkpoint, which only a new sequence starting from a cached prefix does");
   const int32_t last = seq != nullptr ? seq->last : -1;
   if (sp.tokens.empty() && last < 0) return bad("has no sampled token to continue from");
   const std::span<const int32_t> feed = sp.tokens.empty() ? std::span<const int32_t>(&last, 1) : sp.tokens;

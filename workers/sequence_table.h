@@ -137,7 +137,7 @@ class SequenceTable {
   // a sequence twice, a start past the positions held (a start before them rolls back), with
   // recurrent state slots (a hybrid model) also a rollback (only the worker's own rounds roll a
   // state back), a speculating round without the state pool, a new sequence that does not start
-  // at position 0 (a cached prefix: hybrids have no prefix cache yet) and more new sequences
+  // at position 0 without a state checkpoint to restore, a restore elsewhere, and more new sequences
   // than free slots, a
   // decode with no sampled token, a token or block id out of range, a block table too short
   // or past the context, a step larger than the engine takes. On success the step is staged

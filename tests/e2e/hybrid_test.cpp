@@ -3,8 +3,8 @@
 // of 7 (off the 16-token blocks and the 64-token grid) and fewer state slots than streams, so
 // slots are reused, colocated and split (prefill and decode workers, the state handed over with
 // the KV). Every stream equals the engine alone (whole prompt in one chunk, batch of one) token
-// for token; the prefix cache serves nothing for a hybrid; every block and state slot comes back
-// after finishing and after cancelling.
+// for token, those resumed from a prefix-cache checkpoint too; every block and state slot comes
+// back after finishing and after cancelling.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -95,7 +95,57 @@ StatusInfo serve_as_the_engine_alone(std::vector<std::string> flags, std::vector
 
 TEST(HybridStreams, EqualTheEngineAloneWhateverTheBatchAndChunking) {
   const StatusInfo st = serve_as_the_engine_alone({"--workers", "2", "--prefill-chunk", "7"}, requests(16, 4));
-  EXPECT_EQ(st.cached_prompt_tokens, 0u) << "a hybrid's prefixes are not matched";
+  EXPECT_EQ(st.cached_prompt_tokens, 0u) << "no 40-token prompt reaches a checkpoint position (every 256)";
+}
+
+// The prefix cache for hybrids (docs/HYBRID.md "Prefix cache"): prompts sharing a 200-token
+// prefix (three grid chunks and more) cut in chunks of 50 (off the grid): the first one saves
+// state checkpoints every 64 tokens at its published blocks, the others resume from the last
+// one their prefix reaches and must still equal the engine alone token for token.
+TEST(HybridStreams, PrefixCacheHitsResumeFromCheckpointsToTheSameTokens) {
+  auto engine = engine::Engine::load(hybrid_model(), {1, engine::GemmBackend::kPacked}).value();
+  const std::vector<int32_t> shared = test::prompt_of(200, 17);
+  std::vector<GenerateRequest> reqs;
+  std::vector<std::vector<int32_t>> want;
+  for (uint32_t i = 0; i < 10; ++i) {
+    GenerateRequest r;
+    r.prompt_tokens = shared;
+    r.prompt_tokens.resize(i == 1 ? 130 : 200);  // one stops inside the shared prefix
+    const std::vector<int32_t> own = test::prompt_of(1 + i * 7 % 40, 300 + i);
+    r.prompt_tokens.insert(r.prompt_tokens.end(), own.begin(), own.end());
+    r.max_tokens = 10 + i;
+    r.ignore_eos = true;
+    if (i % 3 == 2) {
+      r.temperature = 1.0f;
+      r.seed = 70 + i;
+    }
+    want.push_back(engine_alone(*engine, r));
+    reqs.push_back(std::move(r));
+  }
+  Deployment d({"--workers", "1", "--threads", "1", "--kv-memory", "67108864", "--prefill-chunk", "50", "--state-slots",
+                "4", "--state-checkpoints", "3", "--checkpoint-interval", "64"},
+               hybrid_model());
+  ASSERT_TRUE(d.ok());
+  auto client = d.client();
+  ASSERT_TRUE(client);
+  Collected first = collect(*client->generate(reqs[0]));  // computes and checkpoints the prefix
+  EXPECT_EQ(first.tokens, want[0]) << first.fin.error_message;
+  std::vector<std::shared_ptr<Stream>> streams;
+  for (size_t i = 1; i < reqs.size(); ++i) streams.push_back(client->generate(reqs[i]));
+  for (size_t i = 0; i < streams.size(); ++i) {
+    Collected c = collect(*streams[i]);
+    ASSERT_EQ(c.finals, 1) << "stream " << i + 1;
+    EXPECT_EQ(c.fin.reason, FinishReason::kLength) << c.fin.error_message;
+    EXPECT_EQ(c.tokens, want[i + 1]) << "stream " << i + 1;
+  }
+  const StatusInfo st = wait_idle(*client);
+  // 8 prompts resume at 192 (the last checkpoint of 200 shared tokens), the short one at 128.
+  EXPECT_EQ(st.cached_prompt_tokens, 8u * 192 + 128);
+  ASSERT_EQ(st.workers.size(), 1u);
+  EXPECT_EQ(st.workers[0].checkpoints_total, 3u);
+  EXPECT_EQ(st.workers[0].checkpoints_free, 0u) << "checkpoints at 64, 128 and 192 stay cached";
+  EXPECT_EQ(test::in_use(st.workers[0]), 0u);
+  EXPECT_EQ(st.workers[0].state_slots_free, 4u);
 }
 
 TEST(HybridStreams, CancelledStreamsGiveTheirSlotsBack) {

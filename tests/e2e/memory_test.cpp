@@ -4,6 +4,9 @@
 // deployments would move MemAvailable while this one measures it.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <utility>
+
 #include "tests/e2e/streams.h"
 #include "workers/engine/kv_cache.h"
 #include "workers/engine/state_pool.h"
@@ -60,7 +63,8 @@ TEST(KvMemory, ABudgetThatHoldsNoBlockIsAnError) {
 
 // A hybrid model's state slots come out of the worker's share: a host whose memory above the
 // reserve holds the weights and a KV pool but not the slots refuses to start, where counting
-// only weights and KV would have overcommitted it by the slots.
+// only weights and KV would have overcommitted it by the slots. Its prefix cache's state
+// checkpoints (one slot each) count the same.
 TEST(KvMemory, AHybridWorkersStateSlotsComeOutOfItsBudget) {
   const std::string model = test::tiny_model("qwen35", 3);
   auto file = model::GgufFile::open(model);
@@ -74,16 +78,21 @@ TEST(KvMemory, AHybridWorkersStateSlotsComeOutOfItsBudget) {
   auto host = worker::read_host_memory();
   ASSERT_TRUE(host) << host.status().to_string();
   ASSERT_GT(host->usable(), 4 * left) << host->to_string();
-  const std::string dir = test::temp_dir();
-  const pid_t pid = test::spawn(
-      {TANDEM_TANDEM_BIN, "worker", "--model", model, "--scheduler", "ipc://" + dir + "/nobody.sock", "--kv-memory",
-       "0", "--state-slots", std::to_string(kSlots), "--memory-reserve", std::to_string(host->usable() - left)},
-      dir + "/worker.out");
-  ASSERT_GT(pid, 0);
-  EXPECT_NE(test::wait_for(pid, 30s), 0);
-  const std::string err = test::slurp(dir + "/worker.out") + test::slurp(dir + "/worker.out.err");
-  EXPECT_NE(err.find("state slots"), std::string::npos) << err;
-  EXPECT_NE(err.find("no memory left for the KV cache"), std::string::npos) << err;
+  using Pair = std::pair<uint64_t, uint64_t>;  // state slots, checkpoints
+  for (const auto& [slots, checkpoints] : {Pair{kSlots, 0}, Pair{1, kSlots}}) {
+    const std::string dir = test::temp_dir() + "/" + std::to_string(checkpoints);
+    std::filesystem::create_directories(dir);
+    const pid_t pid =
+        test::spawn({TANDEM_TANDEM_BIN, "worker", "--model", model, "--scheduler", "ipc://" + dir + "/nobody.sock",
+                     "--kv-memory", "0", "--state-slots", std::to_string(slots), "--state-checkpoints",
+                     std::to_string(checkpoints), "--memory-reserve", std::to_string(host->usable() - left)},
+                    dir + "/worker.out");
+    ASSERT_GT(pid, 0);
+    EXPECT_NE(test::wait_for(pid, 30s), 0) << checkpoints << " checkpoints";
+    const std::string err = test::slurp(dir + "/worker.out") + test::slurp(dir + "/worker.out.err");
+    EXPECT_NE(err.find("state slots"), std::string::npos) << err;
+    EXPECT_NE(err.find("no memory left for the KV cache"), std::string::npos) << err;
+  }
 }
 
 }  // namespace

@@ -79,6 +79,45 @@ TEST(HybridEngine, LogitsAreBitwiseTheSameForAnyChunkingAndBatch) {
         << "prompt chunks of " << cuts[i - 1][0] << (cuts[i - 1].size() > 1 ? ", ..." : "");
 }
 
+// The prefix cache's checkpoint (docs/HYBRID.md "Prefix cache"): a sequence's state saved at a
+// grid point (StatePool::copy into another slot), its slot then reused by another sequence, and
+// copied back into a third slot, resumes over the shared KV blocks to bitwise the logits of the
+// whole prompt computed alone, across the prompt's end and 20 decode steps.
+TEST(HybridEngine, ACheckpointRestoredIntoAnySlotResumesToTheSameLogits) {
+  auto e = Engine::load(hybrid_model(), {2, GemmBackend::kPacked});
+  ASSERT_TRUE(e) << e.status().to_string();
+  auto kv = KvPool::create((*e)->config(), 3 * kBlocksPerSeq);
+  auto states = StatePool::create((*e)->config(), 4);
+  ASSERT_TRUE(kv && states);
+  const uint32_t vocab = (*e)->config().vocab_size;
+  const std::vector<int32_t> tokens = test::random_tokens(kTokens, vocab, 31);
+  const std::vector<float> expected = alone(**e, **kv, **states, tokens);
+  constexpr uint32_t kAt = 128;  // the checkpoint position: a grid point and a block end
+  std::vector<test_runs::Seq> first = {
+      {std::vector<int32_t>(tokens.begin(), tokens.begin() + kAt), {}, {50, 100, kAt}, 1}};
+  for (int32_t b = 0; b < 8; ++b) first[0].blocks.push_back(kBlocksPerSeq + b);
+  test_runs::run(**e, **kv, states->get(), first);
+  (*states)->copy(1, 3);  // saved
+  std::vector<test_runs::Seq> other = {make_seq(test::random_tokens(kTokens, vocab, 32), 0, {kPrompt})};
+  other[0].slot = 1;
+  test_runs::run(**e, **kv, states->get(), other);  // slot 1 reused, blocks 0.. overwritten
+  (*states)->copy(3, 2);                            // restored into another slot
+  ASSERT_EQ((*states)->position(2), kAt);
+  std::vector<int32_t> blocks = first[0].blocks;  // the cached prefix's blocks, then its own
+  for (int32_t b = 0; b < 9; ++b) blocks.push_back(2 * kBlocksPerSeq + b);
+  std::vector<float> got;
+  for (uint32_t from = kAt; from < kTokens; from = from < kPrompt ? kPrompt : from + 1) {
+    const uint32_t to = from < kPrompt ? kPrompt : from + 1;
+    SeqStep q{std::span(tokens).subspan(from, to - from), from, blocks, to - from, {}, -1};
+    q.state_slot = 2;
+    const Status st = (*e)->forward({&q, 1}, **kv, states->get());
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    for (uint32_t r = 0; r < to - from; ++r) got.insert(got.end(), (*e)->logits(r).begin(), (*e)->logits(r).end());
+  }
+  ASSERT_EQ(got.size(), size_t{kTokens - kAt} * vocab);
+  EXPECT_EQ(std::memcmp(expected.data() + size_t{kAt} * vocab, got.data(), got.size() * sizeof(float)), 0);
+}
+
 // The two forms of the delta rule (EngineOptions::delta) are the same math: they agree to float
 // rounding over prompt and decode.
 TEST(HybridEngine, ChunkedFormAgreesWithTokenByToken) {

@@ -1233,5 +1233,54 @@ TEST(CoreStepDeadline, APipelinedPlansClockStartsWhenThePlanBeforeItIsAnswered) 
   EXPECT_TRUE(h.core->overdue_worker(h.now + 1'000'001));
 }
 
+// A hybrid model's prefix cache (docs/HYBRID.md "Prefix cache"): the planner cuts a prompt's
+// chunks at the checkpoint positions (every 64 here) and has the worker save its state there;
+// a later prompt sharing the prefix starts at the last checkpoint it reaches and restores it.
+// Without checkpoints (0) nothing is matched.
+TEST(Core, AHybridPromptSavesCheckpointsAndAHitRestoresTheLast) {
+  for (const uint32_t checkpoints : {3u, 0u}) {
+    SchedulerConfig sc;
+    sc.prefill_chunk = 50;
+    Harness h(sc);
+    h.config.arch = model::find_architecture("qwen35");
+    ASSERT_NE(h.config.arch, nullptr);
+    h.core = std::make_unique<Core>(sc, h.config, h.tokenizer, h.rec);
+    WorkerInfo info{Role::kBoth, 64, 16, {}};
+    info.state_slots = 4;
+    info.state_checkpoints = checkpoints;
+    info.checkpoint_interval = 64;
+    h.core->add_worker(1, info, h.now);
+    h.core->submit("c", h.request("a", 150, 2), h.now);
+    h.core->tick(h.now);
+    h.drain();
+    std::map<uint32_t, uint32_t> saved;  // chunk end -> checkpoint + 1
+    for (const auto& p : h.rec.history)
+      for (const auto& sp : p.seqs())
+        if (sp.save_checkpoint() > 0) saved[sp.start_pos() + sp.tokens_size()] = sp.save_checkpoint();
+    const size_t seen = h.rec.history.size();
+    h.core->submit("c", h.request("b", 150, 2), h.now);
+    h.core->tick(h.now);
+    h.drain();
+    const v1::SeqPlan* first = nullptr;
+    for (size_t i = seen; i < h.rec.history.size() && !first; ++i)
+      for (const auto& sp : h.rec.history[i].seqs())
+        if (sp.has_sampling()) first = &sp;
+    ASSERT_NE(first, nullptr);
+    EXPECT_EQ(h.rec.finals["b"].usage().cached_prompt_tokens(), checkpoints ? 128u : 0u);
+    if (checkpoints == 0) {
+      EXPECT_TRUE(saved.empty());
+      EXPECT_EQ(first->start_pos(), 0u);
+      EXPECT_EQ(first->restore_checkpoint(), 0u);
+      continue;
+    }
+    ASSERT_EQ(saved.size(), 2u) << "chunks cut at 64 and 128";
+    EXPECT_TRUE(saved.count(64) && saved.count(128));
+    EXPECT_EQ(first->start_pos(), 128u);
+    EXPECT_EQ(first->restore_checkpoint(), saved[128]);
+    EXPECT_EQ(h.core->workers()[0].checkpoints_total, 3u);
+    EXPECT_EQ(h.core->workers()[0].checkpoints_free, 1u);
+  }
+}
+
 }  // namespace
 }  // namespace tandem::scheduler

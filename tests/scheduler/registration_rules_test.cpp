@@ -100,6 +100,17 @@ TEST(RegistrationRules, AKvPoolIsBoundedByBytesAndByTheModelsSmallestBlock) {
   r.set_kv_blocks(16);
   r.set_block_tokens(24);
   EXPECT_TRUE(check_kv_pool(r, limits)) << "block tokens a multiple of 16";
+  r.set_block_tokens(32);
+  r.set_block_bytes(uint64_t{1} << 16);
+  r.set_state_checkpoints(4);  // a hybrid's checkpoints sit at grid points and block ends
+  for (const uint32_t every : {0u, 96u, 160u}) {
+    r.set_checkpoint_interval(every);
+    const auto refused = check_kv_pool(r, limits);
+    ASSERT_TRUE(refused) << every;
+    EXPECT_NE(refused->message.find("state checkpoints"), std::string::npos) << refused->message;
+  }
+  r.set_checkpoint_interval(192);
+  EXPECT_FALSE(check_kv_pool(r, limits));
 }
 
 TEST(RegistrationRules, ListsAndMemTotal) {

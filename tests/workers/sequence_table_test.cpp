@@ -836,7 +836,15 @@ TEST(SequenceTableHybrid, WhatARecurrentStateCannotDoIsRefused) {
   s.start_pos = 16;
   const Status hit = table.apply(cached);
   EXPECT_FALSE(hit.is_ok());
-  EXPECT_NE(hit.message().find("not cached"), std::string::npos) << hit.message();
+  EXPECT_NE(hit.message().find("without a state checkpoint"), std::string::npos) << hit.message();
+  s.restore_checkpoint = 0;  // with one (the actor copies it and checks its position) it starts
+  ASSERT_TRUE(table.apply(cached).is_ok());
+  table.abort();
+  runtime::StepPlan again;  // a restore is a new sequence's only
+  add_next(again, 1, 20, iota_tokens(1)).restore_checkpoint = 0;
+  const Status twice = table.apply(again);
+  EXPECT_FALSE(twice.is_ok());
+  EXPECT_NE(twice.message().find("only a new sequence"), std::string::npos) << twice.message();
   IncomingHandoff in{.seq_id = 3, .positions = 1, .blocks = {4}};  // a handoff without a slot
   const std::vector<int32_t> one = {5};
   const Status slotless = table.receive(in, HandoffState{.tokens = one});

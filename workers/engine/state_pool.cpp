@@ -89,4 +89,11 @@ void StatePool::reset(uint32_t slot) {
   kept_[slot] = rollback_;  // the inputs before position 0 are zeros
 }
 
+void StatePool::copy(uint32_t from, uint32_t to) {
+  if (from == to) return;
+  std::copy_n(base(from), slot_floats_, base(to));
+  positions_[to] = positions_[from];
+  kept_[to] = kept_[from];
+}
+
 }  // namespace tandem::engine

@@ -75,6 +75,9 @@ class StatePool {
   // older inputs (slot_floats_with(src_rollback) floats), at position `pos`: each layer's conv
   // state and recurrent state; the older inputs are not taken (set_position: none kept).
   void assign(uint32_t slot, std::span<const float> src, uint32_t src_rollback, uint32_t pos);
+  // Makes slot `to` a bitwise copy of slot `from`, position included (a prefix-cache checkpoint
+  // saved or restored, docs/HYBRID.md "Prefix cache").
+  void copy(uint32_t from, uint32_t to);
 
  private:
   float* base(uint32_t slot) { return data_.data() + size_t{slot} * slot_floats_; }

@@ -172,6 +172,8 @@ struct WorkerInfo {
   // Rings (--kv-rings): the windowed layers' block pool, total and free (0 total: no rings),
   // and cached (no sequence holds them: the windows of cached prefixes, evictable).
   uint32_t kv_ring_blocks_total = 0, kv_ring_blocks_free = 0, kv_ring_blocks_cached = 0;
+  // A hybrid's state checkpoints (its prefix cache's recurrent states): total, holding no cached prefix.
+  uint32_t checkpoints_total = 0, checkpoints_free = 0;
 };
 
 struct StatusInfo {
@@ -251,6 +253,8 @@ void list_status_fields(Field&& field) {
   field("kv_ring_blocks_total", &WorkerInfo::kv_ring_blocks_total);
   field("kv_ring_blocks_free", &WorkerInfo::kv_ring_blocks_free);
   field("kv_ring_blocks_cached", &WorkerInfo::kv_ring_blocks_cached);
+  field("checkpoints_total", &WorkerInfo::checkpoints_total);
+  field("checkpoints_free", &WorkerInfo::checkpoints_free);
   field("idle_us", &WorkerInfo::idle_us, nullptr);
   field("compute_us", &WorkerInfo::compute_us, nullptr);
 }
