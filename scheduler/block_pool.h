@@ -40,7 +40,6 @@ class BlockPool {
   bool holds(int32_t id, uint64_t key, uint32_t gen) const {
     return id >= 0 && static_cast<uint32_t>(id) < tracked() && published_[id] && key_[id] == key && gen_[id] == gen;
   }
-  uint32_t generation(int32_t id) const { return gen_[id]; }
 
   // Appends `n` newly allocated blocks (refcount 1) to `table`. Prefers the id right after
   // the table's last block, then the lowest free ids, so tables stay contiguous where the
