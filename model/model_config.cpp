@@ -294,6 +294,16 @@ Status read_windows(const GgufFile& file, const Checker& c, ModelConfig& cfg) {
   return Status::ok();
 }
 
+}  // namespace
+
+float gemma_query_scale(const ModelConfig& c) {
+  const std::string_view arch = c.arch->name;
+  const bool is_27b = (arch == "gemma2" && c.n_layers == 46) || (arch == "gemma3" && c.n_layers == 62);
+  return is_27b && c.n_heads > 0 ? 1.0f / std::sqrt(float(c.dim / c.n_heads)) : 0.0f;
+}
+
+namespace {
+
 // The architecture's keys, then what they must satisfy together.
 Status read_hyper_parameters(const GgufFile& file, const Checker& c, ModelConfig& cfg) {
   const Architecture& a = *cfg.arch;
@@ -313,6 +323,7 @@ Status read_hyper_parameters(const GgufFile& file, const Checker& c, ModelConfig
   }
   TANDEM_RETURN_IF_ERROR(read_rope_scaling(file, c, cfg));
   if (a.swa_pattern != 0) TANDEM_RETURN_IF_ERROR(read_windows(file, c, cfg));
+  cfg.query_scale = gemma_query_scale(cfg);
   return a.hybrid() ? read_hybrid(file, c, cfg) : Status::ok();
 }
 
@@ -425,7 +436,7 @@ std::string model_fingerprint(const GgufFile& file, const ModelConfig& c) {
     for (bool r : c.recurrent) f.pod(r);
   }
   if (c.arch->swa_pattern != 0) {
-    for (float v : {c.rope_freq_base_swa, c.attn_softcap, c.final_softcap}) f.pod(v);
+    for (float v : {c.rope_freq_base_swa, c.attn_softcap, c.final_softcap, c.query_scale}) f.pod(v);
     for (uint32_t l = 0; l < c.n_layers; ++l) f.pod(c.window(l));
   }
   if (const GgufValue* tokens = file.find("tokenizer.ggml.tokens"))

@@ -2,6 +2,7 @@
 // table (model/architecture.h).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -48,6 +49,9 @@ struct ModelConfig {
   uint32_t sliding_window = 0;   // attention.sliding_window; 0: none
   uint32_t swa_pattern = 0;      // attention.sliding_window_pattern as an integer (0: from swa_layers)
   std::vector<bool> swa_layers;  // per layer: windowed
+  // The attention scores' scale; 0: 1 / sqrt(head_dim). Gemma 2/3 27B: 1 / sqrt(dim / heads)
+  // (gemma_query_scale).
+  float query_scale = 0;
   float rope_freq_base_swa = 0;  // rope.freq_base_swa: the windowed layers' RoPE base (0: rope_freq_base)
   float attn_softcap = 0;        // attn_logit_softcapping: score s -> c tanh(s / c) before the softmax; 0: none
   float final_softcap = 0;       // final_logit_softcapping: the same on the logits; 0: none
@@ -64,6 +68,7 @@ struct ModelConfig {
   uint32_t conv_channels() const { return 2 * ssm_group_count * ssm_state_size + ssm_inner_size; }
   uint32_t rope_dim() const { return rope_dims ? rope_dims : head_dim(); }
   uint32_t head_dim() const { return key_length ? key_length : dim / n_heads; }
+  float attention_scale() const { return query_scale > 0 ? query_scale : 1.0f / std::sqrt(float(head_dim())); }
   uint32_t q_dim() const { return n_heads * head_dim(); }
   uint32_t kv_dim() const { return n_kv_heads * head_dim(); }
   uint32_t yarn_original_context() const { return rope_original_context ? rope_original_context : context_length; }
@@ -81,6 +86,12 @@ struct ModelConfig {
 //   "head_count 5 does not divide embedding_length 64"
 //   "gemma2.attention.sliding_window_pattern has 3 entries for 4 blocks"
 Result<ModelConfig> read_model_config(const GgufFile& file);
+
+// Gemma's query scale as llama.cpp sets it (src/models/gemma2.cpp, gemma3.cpp): its 27B models,
+// told by their layer count (46 for gemma2, 62 for gemma3), scale queries by
+// 1 / sqrt(dim / heads) (gemma_pytorch's query_pre_attn_scalar), the others by
+// 1 / sqrt(head_dim); 0 (the default) for any other architecture.
+float gemma_query_scale(const ModelConfig& config);
 
 // A short hex digest of what makes two files the same model for serving: the architecture,
 // its hyper-parameters, the vocabulary, and every tensor's name, shape, type and a sample of

@@ -10,11 +10,12 @@ namespace tandem::worker {
 
 namespace {
 // Calls fn(layer, kv_head, kv) for every region of the full layers (ring_layers false: every
-// layer of a pool without rings) or of the ring layers, in the order of a transfer's frames.
+// layer of a pool without rings) or of the ring layers, in the order of a transfer's frames. A
+// hybrid's recurrent layers have no regions (their state travels as the state frame).
 template <typename Fn>
 void for_each_region(const engine::KvPool& pool, bool ring_layers, Fn fn) {
   for (uint32_t l = 0; l < pool.n_layers(); ++l) {
-    if (pool.ring_layer(l) != ring_layers) continue;
+    if (pool.ring_layer(l) != ring_layers || pool.recurrent_layer(l)) continue;
     for (uint32_t h = 0; h < pool.n_kv_heads(); ++h)
       for (uint32_t kv = 0; kv < 2; ++kv) fn(l, h, kv);
   }

@@ -1100,6 +1100,8 @@ TEST(StatusCommand, JsonGolden) {
   w->set_kv_ring_blocks_total(13);
   w->set_kv_ring_blocks_free(11);
   w->set_kv_ring_blocks_cached(2);
+  w->set_checkpoints_total(16);
+  w->set_checkpoints_free(12);
   s->add_workers();  // every field zero
   fake.send(got->identity, r);
   std::string out;
@@ -1118,12 +1120,13 @@ TEST(StatusCommand, JsonGolden) {
       "\"idle_share\":0.3333333,\"last_heard_ms\":321,\"weight_bytes\":134217728,"
       "\"kv_bytes\":18446744073709551615,\"spec_tokens\":4,\"spec_rounds\":50,\"drafts\":120,"
       "\"drafts_accepted\":90,\"state_slots_total\":64,\"state_slots_free\":61,\"kv_ring_blocks_total\":13,"
-      "\"kv_ring_blocks_free\":11,\"kv_ring_blocks_cached\":2},"
+      "\"kv_ring_blocks_free\":11,\"kv_ring_blocks_cached\":2,\"checkpoints_total\":16,\"checkpoints_free\":12},"
       "{\"id\":0,\"role\":\"\",\"pid\":0,\"alive\":false,\"kv_blocks_total\":0,\"kv_blocks_free\":0,"
       "\"kv_blocks_cached\":0,\"kv_evictions\":0,\"running\":0,\"steps\":0,\"tokens\":0,"
       "\"idle_share\":0,\"last_heard_ms\":0,\"weight_bytes\":0,\"kv_bytes\":0,"
       "\"spec_tokens\":0,\"spec_rounds\":0,\"drafts\":0,\"drafts_accepted\":0,\"state_slots_total\":0,"
-      "\"state_slots_free\":0,\"kv_ring_blocks_total\":0,\"kv_ring_blocks_free\":0,\"kv_ring_blocks_cached\":0}]}\n");
+      "\"state_slots_free\":0,\"kv_ring_blocks_total\":0,\"kv_ring_blocks_free\":0,\"kv_ring_blocks_cached\":0,"
+      "\"checkpoints_total\":0,\"checkpoints_free\":0}]}\n");
 }
 
 }  // namespace

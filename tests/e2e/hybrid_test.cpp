@@ -293,6 +293,52 @@ TEST(HybridStreams, CancelMidHandoffGivesEverySlotBackOnBothSides) {
   }
 }
 
+// #20's bitwise invariance in the 64-stream equality test's shape (disagg_test's
+// SixtyFourStreams): 64 hybrid streams of 1 to 300 prompt tokens, a quarter sharing a
+// 256-token prefix (on a colocated worker, later ones resume from its checkpoint), a third
+// with presence and frequency penalties, a fifth sampled at temperature 1, on 3 state slots per
+// worker (slots reused), colocated, split (states handed over) and speculating: every stream
+// equals the engine alone, and every block and slot comes back.
+class HybridSixtyFourStreams : public ::testing::TestWithParam<std::vector<std::string>> {};
+
+TEST_P(HybridSixtyFourStreams, EqualTheEngineAlone) {
+  const std::vector<int32_t> shared = test::prompt_of(256, 999);
+  std::vector<GenerateRequest> reqs;
+  for (uint32_t i = 0; i < 64; ++i) {
+    GenerateRequest r;
+    r.prompt_tokens = i % 4 == 0 ? shared : test::prompt_of(1 + (i * 13) % 150, i);
+    if (i % 4 == 0) {
+      const std::vector<int32_t> own = test::prompt_of(1 + i % 40, 500 + i);
+      r.prompt_tokens.insert(r.prompt_tokens.end(), own.begin(), own.end());
+    }
+    r.max_tokens = 2 + i % 30;
+    r.ignore_eos = true;
+    if (i % 3 == 1) {
+      r.presence_penalty = 1.5f;
+      r.frequency_penalty = 0.75f;
+    }
+    if (i % 5 == 2) {
+      r.temperature = 1.0f;
+      r.seed = 40 + i;
+    }
+    reqs.push_back(std::move(r));
+  }
+  const StatusInfo st = serve_as_the_engine_alone(GetParam(), std::move(reqs));
+  EXPECT_EQ(st.handoff_failures, 0u);
+  std::printf("prompt tokens from the prefix cache: %llu\n", (unsigned long long)st.cached_prompt_tokens);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Deployments, HybridSixtyFourStreams,
+    ::testing::Values(std::vector<std::string>{"--workers", "2", "--prefill-chunk", "64"},
+                      std::vector<std::string>{"--prefill", "1", "--decode", "2", "--oversubscribe"},
+                      std::vector<std::string>{"--workers", "2", "--spec", "ngram", "--prefill-chunk", "32"}),
+    [](const auto& info) {
+      return info.param[0] == "--prefill" ? std::string("Prefill1Decode2")
+                                          : info.param[2] == "--spec" ? std::string("Both2Speculating")
+                                                                      : std::string("Both2");
+    });
+
 // What is not built for hybrids is refused by `tandem up` itself, before any process starts
 // (not by workers that exit and are restarted): a hybrid draft model.
 TEST(HybridStreams, TandemUpRefusesAHybridDraftModelAtOnce) {

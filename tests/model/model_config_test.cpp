@@ -573,6 +573,31 @@ TEST(Qwen35Config, AnExplicitLayerPatternWinsOverTheInterval) {
       "has 2 entries for 4 blocks");
 }
 
+// Gemma's 27B models scale queries by 1 / sqrt(dim / heads), as llama.cpp picks them by layer
+// count (gemma2: 46 layers, gemma3: 62); every other Gemma, and other architectures, by
+// 1 / sqrt(head_dim) (0: the default). Gemma 2 27B: dim 4608, 32 heads of 128 -> 1 / sqrt(144);
+// Gemma 2 9B: 42 layers, dim 3584, 16 heads of 256 -> 1 / sqrt(256), not 1 / sqrt(224).
+TEST(GemmaConfig, The27BModelsScaleQueriesByDimOverHeads) {
+  Qwen35File g2("gemma2"), g3("gemma3");
+  auto keep = [](const std::string&, GgufValue&) { return true; };
+  ModelConfig c2 = g2.read_edited(keep).value(), c3 = g3.read_edited(keep).value();
+  EXPECT_EQ(c2.query_scale, 0.0f) << "the tiny file is no 27B";
+  EXPECT_EQ(c2.attention_scale(), 1.0f / std::sqrt(float(c2.head_dim())));
+  c2.n_layers = 46, c2.dim = 4608, c2.n_heads = 32, c2.key_length = 128;
+  EXPECT_EQ(gemma_query_scale(c2), 1.0f / std::sqrt(144.0f));
+  c2.n_layers = 42, c2.dim = 3584, c2.n_heads = 16, c2.key_length = 256;
+  EXPECT_EQ(gemma_query_scale(c2), 0.0f);
+  c2.query_scale = gemma_query_scale(c2);
+  EXPECT_EQ(c2.attention_scale(), 1.0f / 16.0f);
+  c3.n_layers = 62, c3.dim = 5376, c3.n_heads = 32, c3.key_length = 128;
+  EXPECT_EQ(gemma_query_scale(c3), 1.0f / std::sqrt(168.0f));
+  c3.n_layers = 46;
+  EXPECT_EQ(gemma_query_scale(c3), 0.0f) << "46 layers is a gemma2 27B only";
+  ModelConfig llama;
+  llama.n_layers = 46, llama.dim = 4608, llama.n_heads = 32;
+  EXPECT_EQ(gemma_query_scale(llama), 0.0f);
+}
+
 // Gemma's windowed layers (docs/WINDOWS.md), as llama.cpp's load_swa_pattern: an integer
 // pattern n windows layer l iff l % n < n - 1, a bool array names each layer, Gemma 2 without a
 // window has 4096 and Gemma 3 none; a short array is refused, naming the key.

@@ -731,7 +731,7 @@ void Engine::attend(std::span<const SeqStep> step, const KvPool& pool, uint32_t 
   const ModelConfig& c = config_;
   const uint32_t qd = c.q_dim(), hd = c.head_dim(), n_kv = c.n_kv_heads, group = c.n_heads / n_kv;
   const uint32_t qkv_w = qd + 2 * c.kv_dim(), bt = pool.block_tokens();
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float scale = c.attention_scale();  // 1 / sqrt(head_dim) but Gemma 27B's
   const uint32_t window = layers_[l]->window;
   const size_t scratch_per_thread = size_t{group} * ((max_keys + 15) / 16 * 16);
   std::atomic<uint32_t> next{0};

@@ -107,8 +107,10 @@ Result<std::unique_ptr<KvPool>> KvPool::create(const ModelConfig& config, uint32
     pool->tail_rows_ = static_cast<uint32_t>(pool->quant_region_block_ / (pool->head_dim_ * sizeof(float)));
   TANDEM_RETURN_IF_ERROR(pool->lay_out_rings(config, ring_blocks));
   size_t offset = 0;
+  pool->recurrent_.assign(config.n_layers, 0);
   for (uint32_t l = 0; l < config.n_layers; ++l) {
     pool->layer_offset_.push_back(offset);
+    pool->recurrent_[l] = config.is_recurrent(l) ? 1 : 0;
     if (config.is_recurrent(l)) continue;  // a hybrid's recurrent layer keeps its state in a StatePool
     const size_t region = 2 * size_t{config.n_kv_heads} * pool->region_block_bytes(l);
     offset += pool->layer_blocks_[l] * region;

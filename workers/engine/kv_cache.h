@@ -122,6 +122,8 @@ class KvPool {
   uint32_t ring_blocks() const { return ring_blocks_; }  // 0: no rings, every layer under n_blocks ids
   // Layer `layer` keeps its blocks in the ring region (a windowed layer of a pool with rings).
   bool ring_layer(uint32_t layer) const { return ring_layer_[layer] != 0; }
+  // A hybrid's recurrent layer: no KV regions here (its state is in a StatePool).
+  bool recurrent_layer(uint32_t layer) const { return recurrent_[layer] != 0; }
   uint32_t block_tokens() const { return block_tokens_; }
   uint32_t n_layers() const { return n_layers_; }
   uint32_t n_kv_heads() const { return n_kv_heads_; }
@@ -193,6 +195,7 @@ class KvPool {
   size_t f32_region_block_ = 0, quant_region_block_ = 0, block_bytes_ = 0;
   uint32_t tail_blocks_ = 0, tail_rows_ = 1;  // tail rows per block (quantized regions)
   std::vector<size_t> layer_offset_;          // byte offset of each layer's regions
+  std::vector<uint8_t> recurrent_;            // per layer: a recurrent layer, no regions
   std::vector<uint32_t> layer_blocks_;        // blocks in each layer's regions (n_blocks_ or ring_blocks_)
   std::vector<uint8_t> ring_layer_;
   uint32_t ring_blocks_ = 0;
