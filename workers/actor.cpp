@@ -117,7 +117,8 @@ class Actor {
           limits);
       if (!kv) return kv.status();
       kv_in_ = std::move(kv.value());
-      spdlog::info("worker: receiving KV on {} (transfers of at most {} bytes)", kv_in_->endpoint(), limits.max_multipart_bytes);
+      spdlog::info("worker: receiving KV on {} (transfers of at most {} bytes)", kv_in_->endpoint(),
+                   limits.max_multipart_bytes);
     }
     TANDEM_RETURN_IF_ERROR(connect_scheduler());
     heartbeat_ = loop_.every(std::chrono::milliseconds(options_.heartbeat_ms), [this] { send_heartbeat(); });

@@ -335,8 +335,8 @@ INSTANTIATE_TEST_SUITE_P(
                       std::vector<std::string>{"--workers", "2", "--spec", "ngram", "--prefill-chunk", "32"}),
     [](const auto& info) {
       return info.param[0] == "--prefill" ? std::string("Prefill1Decode2")
-                                          : info.param[2] == "--spec" ? std::string("Both2Speculating")
-                                                                      : std::string("Both2");
+             : info.param[2] == "--spec"  ? std::string("Both2Speculating")
+                                          : std::string("Both2");
     });
 
 // What is not built for hybrids is refused by `tandem up` itself, before any process starts
