@@ -984,8 +984,10 @@ void Engine::conv_inputs(std::span<const SeqStep> step, const Layer& L, StatePoo
   const uint32_t K = c.ssm_conv_kernel, C = c.conv_channels(), hv = c.ssm_time_step_rank, vd = c.ssm_inner_size;
   const hybrid::DeltaNetShape shape{K, C, c.ssm_group_count, hv, c.ssm_state_size, c.rms_eps};
   auto conv = [&](size_t s) { return states.conv(static_cast<uint32_t>(step[s].state_slot), L.rec_index); };
-  auto input = [&](size_t s, int64_t i) -> const float* {  // input i of the chunk; negative: the conv state
-    return i >= 0 ? &mix_[size_t(seq_row0_[s] + i) * mix_stride_] : conv(s) + size_t(K - 1 + i) * C;
+  // Input i of the chunk; negative: the slot's inputs before it (the conv state, and before
+  // that the rows kept for rollback), a signed offset from the conv state's first row.
+  auto input = [&](size_t s, int64_t i) -> const float* {
+    return i >= 0 ? &mix_[size_t(seq_row0_[s] + i) * mix_stride_] : conv(s) + (int64_t{K} - 1 + i) * int64_t{C};
   };
   pool_->parallel_for(T, [&](uint32_t r0, uint32_t r1, uint32_t) {
     const float* window[64];  // K <= 64 (model_config)
