@@ -468,6 +468,7 @@ void Engine::reserve_scratch(uint32_t tokens, uint32_t logit_rows, uint32_t max_
     ffn_.resize(size_t{tokens} * 2 * c.ffn_dim);
     row_seq_.resize(tokens);
     row_pos_.resize(tokens);
+    attn_runs_.reserve(tokens + 1);
   }
   if (logit_rows > cap_logit_rows_) {
     cap_logit_rows_ = logit_rows;
@@ -477,10 +478,11 @@ void Engine::reserve_scratch(uint32_t tokens, uint32_t logit_rows, uint32_t max_
     head_in_.resize(size_t{logit_rows} * c.dim);
     first_rows_.reserve(logit_rows);
   }
-  if (max_keys > cap_keys_) {
-    cap_keys_ = max_keys;
+  if (max_keys > cap_keys_) {  // by half again: decode grows the keys a step at a time
+    cap_keys_ = std::max(max_keys, cap_keys_ + cap_keys_ / 2);
     const size_t group = c.n_heads / c.n_kv_heads;
-    attn_scratch_.resize(size_t{pool_->size()} * group * ((max_keys + 15) / 16 * 16));
+    attn_scratch_.resize(size_t{pool_->size()} * kAttentionRows * group *
+                         ((cap_keys_ + kAttentionRows - 1 + 15) / 16 * 16));
   }
 }
 
@@ -733,9 +735,19 @@ void Engine::attend(std::span<const SeqStep> step, const KvPool& pool, uint32_t 
   const uint32_t qkv_w = qd + 2 * c.kv_dim(), bt = pool.block_tokens();
   const float scale = c.attention_scale();  // 1 / sqrt(head_dim) but Gemma 27B's
   const uint32_t window = layers_[l]->window;
-  const size_t scratch_per_thread = size_t{group} * ((max_keys + 15) / 16 * 16);
+  const size_t scratch_per_thread = size_t{kAttentionRows} * group * ((max_keys + kAttentionRows - 1 + 15) / 16 * 16);
+  // Work items: runs of up to kAttentionRows consecutive positions of one sequence (a prompt
+  // chunk, a speculative round), which the F32 cache's kernels attend at once, times KV heads.
+  const bool runs = pool.layer_bits(l) == 0 && window == 0 && !window_layer;
+  attn_runs_.clear();
+  for (uint32_t t = 0; t < T; ++t)
+    if (!runs || t == 0 || row_seq_[t] != row_seq_[t - 1] || row_pos_[t] != row_pos_[t - 1] + 1 ||
+        t - attn_runs_.back() == kAttentionRows)
+      attn_runs_.push_back(t);
+  const auto n_runs = static_cast<uint32_t>(attn_runs_.size());
+  attn_runs_.push_back(T);
   std::atomic<uint32_t> next{0};
-  const uint32_t items = T * n_kv;
+  const uint32_t items = n_runs * n_kv;
   const auto attention = kernels_->attention;
   auto work = [&](uint32_t thread) {
     kernels::AttentionArgs a;
@@ -755,8 +767,11 @@ void Engine::attend(std::span<const SeqStep> step, const KvPool& pool, uint32_t 
     a.scale = scale;
     a.softcap = c.attn_softcap;
     a.scores = attn_scratch_.data() + thread * scratch_per_thread;
+    a.q_row_stride = qkv_w;
+    a.out_row_stride = qd;
     for (uint32_t it; (it = next.fetch_add(1, std::memory_order_relaxed)) < items;) {
-      const uint32_t t = it / n_kv, h = it % n_kv;
+      const uint32_t run = it / n_kv, h = it % n_kv, t = attn_runs_[run];
+      a.rows = attn_runs_[run + 1] - t;
       a.q = &qkv_[size_t{t} * qkv_w + size_t{h} * group * hd];
       a.blocks = layer_table(step, pool, l, row_seq_[t]);
       a.k_bytes = pool.block_data(l, h, 0, 0);

@@ -156,6 +156,8 @@ class Engine {
   void lay_out_step(std::span<const SeqStep> step, const KvPool& pool, const StepShape& shape);
   void position_qk(const Layer& layer, float* qkv_row, uint32_t pos) const;
   void rope_and_store(std::span<const SeqStep> step, KvPool& pool, uint32_t layer, uint32_t tokens);
+  // The most consecutive rows of one sequence a work item of attend() hands the kernel at once.
+  static constexpr uint32_t kAttentionRows = 8;
   void attend(std::span<const SeqStep> step, const KvPool& pool, uint32_t layer, uint32_t tokens, bool window_layer,
               uint32_t max_keys);
   void attention_block(std::span<const SeqStep> step, KvPool& pool, uint32_t layer, const StepShape& shape);
@@ -230,6 +232,7 @@ class Engine {
   uint32_t mix_width_ = 0;            // the widest layer's row: mix_'s capacity per token
   uint32_t mix_stride_ = 0;           // this layer's row (its fused matrix's n)
   std::vector<float> attn_scratch_;   // per thread scores
+  std::vector<uint32_t> attn_runs_;   // attend(): the first row of each run, then the row count
   std::vector<float> delta_scratch_;  // per thread, hybrid::chunk_scratch_floats each (hybrids)
   std::vector<uint32_t> row_seq_, row_pos_;
   // F32 windows of the step (sequences with a tail, quantized layers): per sequence, row

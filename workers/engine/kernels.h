@@ -160,9 +160,26 @@ struct AttentionArgs {
   const float* v_signs = nullptr;
   const float* levels = nullptr;
   float scale = 1.0f;
-  float* scores = nullptr;  // scratch, n_q * round_up(n_keys, 16) floats
+  float* scores = nullptr;  // scratch, rows * n_q * round_up(n_keys + rows - 1, 16) floats
   float* out = nullptr;     // [n_q][head_dim]
+  // Consecutive positions of one sequence (a prompt chunk, a speculative round's rows): row r's
+  // query heads at q + r * q_row_stride, its output at out + r * out_row_stride, its keys
+  // [0, n_keys + r). Each row's output is bitwise what it alone gives (rows = 1); the F32 cache's
+  // kernels read K and V once for several rows. rows > 1 needs first_key == 0.
+  uint32_t rows = 1;
+  size_t q_row_stride = 0;
+  size_t out_row_stride = 0;
 };
+
+// Row r of a multi-row AttentionArgs as a single row (the kernels that read each row alone).
+inline AttentionArgs row_of(const AttentionArgs& x, uint32_t r) {
+  AttentionArgs a = x;
+  a.rows = 1;
+  a.q = x.q + r * x.q_row_stride;
+  a.out = x.out + r * x.out_row_stride;
+  a.n_keys = x.n_keys + r;
+  return a;
+}
 
 struct Kernels {
   const char* name;

@@ -155,8 +155,14 @@ void attention_quant(const AttentionArgs& x) {
 }
 
 void attention(const AttentionArgs& x) {
-  if (x.kv_rotated) return attention_rotated_scalar(x);
-  x.kv_bits ? attention_quant(x) : attention_f32(x);
+  for (uint32_t r = 0; r < x.rows; ++r) {
+    const AttentionArgs a = row_of(x, r);
+    if (a.kv_rotated) {
+      attention_rotated_scalar(a);
+    } else {
+      a.kv_bits ? attention_quant(a) : attention_f32(a);
+    }
+  }
 }
 
 void silu_mul(const float* gate, const float* up, float* out, size_t n) {

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "model/half.h"
 #include "workers/engine/kernels.h"
@@ -206,13 +207,30 @@ struct Ops : V {
     gemm_panels<LoadF16>(a, lda, m, w.data, w.n, w.k, p0, p1, c, ldc);
   }
 
-  // Scores of NQ query heads against the 16 * G keys starting at j0 (G groups of 16, all
-  // in one block), K read once for all heads. Lane l of group g is key j0 + 16 g + l.
+  // NQ query vectors of one KV head (F32 cache): vector i's query q[i], its scores row s[i] (from
+  // key 0), its output out[i] and its keys [first_key, n_keys[i]). The vectors are the query
+  // heads of one or more consecutive rows of a sequence (AttentionArgs::rows): K and V are read
+  // once for all of them, and each has its own fma chains, so grouping them changes no bit.
+  template <uint32_t NQ>
+  struct Queries {
+    const float* q[NQ];
+    float* s[NQ];
+    float* out[NQ];
+    uint32_t n_keys[NQ];
+    uint32_t min_keys, max_keys;
+  };
+
+  // Scores of the NQ vectors against the 16 * G keys starting at j0 (G groups of 16, each in one
+  // block), K read once for all vectors. Lane l of group g is key j0 + 16 g + l.
   template <uint32_t NQ, uint32_t G>
-  static void scores(const AttentionArgs& x, const float* q, uint32_t j0, float* s, uint32_t stride, T* mx) {
+  static void scores(const AttentionArgs& x, const Queries<NQ>& qs, uint32_t j0, T* mx) {
     constexpr uint32_t L = 16 / W;
     const uint32_t hd = x.head_dim, bt = x.block_tokens;
-    const float* kb = x.k_base + x.blocks[j0 / bt] * x.block_stride + (j0 % bt);
+    const float* kb[G];
+    for (uint32_t g = 0; g < G; ++g) {
+      const uint32_t j = j0 + 16 * g;
+      kb[g] = x.k_base + x.blocks[j / bt] * x.block_stride + (j % bt);
+    }
     T acc[NQ][G * L];
 #pragma GCC unroll 8
     for (uint32_t h = 0; h < NQ; ++h)
@@ -221,30 +239,31 @@ struct Ops : V {
     // The next block's keys live in another page the hardware prefetcher will not enter:
     // fetch them one line per d step, one block ahead.
     const uint32_t jn = j0 + 16 * G;
-    const float* next = jn < x.n_keys ? x.k_base + x.blocks[jn / bt] * x.block_stride + (jn % bt) : nullptr;
+    const float* next = jn < qs.max_keys ? x.k_base + x.blocks[jn / bt] * x.block_stride + (jn % bt) : nullptr;
     if (next)
       for (uint32_t d = 0; d < hd; ++d) _mm_prefetch(reinterpret_cast<const char*>(next + d * bt), _MM_HINT_T0);
     for (uint32_t d = 0; d < hd; ++d) {
       T k[G * L];
 #pragma GCC unroll 8
-      for (uint32_t i = 0; i < G * L; ++i) k[i] = V::loadu(kb + d * bt + i * W);
+      for (uint32_t i = 0; i < G * L; ++i) k[i] = V::loadu(kb[i / L] + d * bt + (i % L) * W);
 #pragma GCC unroll 8
       for (uint32_t h = 0; h < NQ; ++h) {
-        const T qd = V::set1(q[h * hd + d]);
+        const T qd = V::set1(qs.q[h][d]);
 #pragma GCC unroll 8
         for (uint32_t i = 0; i < G * L; ++i) acc[h][i] = V::fma(qd, k[i], acc[h][i]);
       }
     }
     const T scale = V::set1(x.scale);
 #pragma GCC unroll 8
-    for (uint32_t h = 0; h < NQ; ++h)
+    for (uint32_t h = 0; h < NQ; ++h) {
+      const uint32_t valid = qs.n_keys[h] > j0 ? std::min(16u * G, qs.n_keys[h] - j0) : 0;
 #pragma GCC unroll 8
       for (uint32_t i = 0; i < G * L; ++i) {
         const T sv = V::mul(acc[h][i], scale);
-        V::storeu(s + h * stride + j0 + i * W, sv);
-        const uint32_t valid = std::min(16u * G, x.n_keys - j0);
+        V::storeu(qs.s[h] + j0 + i * W, sv);
         mx[h] = V::max(mx[h], V::masked_keep(sv, V::set1(-INFINITY), valid, i * W));
       }
+    }
   }
 
   template <uint32_t NQ, uint32_t DV>
@@ -264,99 +283,186 @@ struct Ops : V {
       for (uint32_t v = 0; v < DV; ++v) V::storeu(out + h * hd + v * W, o[h][v]);
   }
 
-  // out[h][:] = fma chain over keys of p[h][j] * v_j, V read once for all NQ heads; DV
-  // vectors span the head dimension.
+  // The `bytes` bytes at p into L1, a line at a time (the next KV block: the hardware prefetcher
+  // does not cross into another page).
+  static void prefetch_block(const void* p, size_t bytes) {
+    for (size_t line = 0; line < bytes; line += 64) _mm_prefetch(static_cast<const char*>(p) + line, _MM_HINT_T0);
+  }
+
+  // Keys [first_key, to) a block at a time: body(j, end, b0) for the keys [j, end) of the block
+  // that starts at key b0, after prefetch(next block's index) while another block follows. One
+  // division a block, not one a key: the value loops run a few cycles a key at small head sizes.
+  template <class Body, class Prefetch>
+  [[gnu::always_inline]] static void value_blocks(const AttentionArgs& x, uint32_t to, Body&& body,
+                                                  Prefetch&& prefetch) {
+    const uint32_t bt = x.block_tokens;
+    for (uint32_t j = x.first_key; j < to;) {
+      const uint32_t b = j / bt, b0 = b * bt, end = std::min(to, b0 + bt);
+      if (end < to) prefetch(b + 1);
+      body(j, end, b0);
+      j = end;
+    }
+  }
+
+  // body(block bytes, slot, j) for every coded key j in [first_key, to), in order (quantized and
+  // rotated V: `block_bytes` a pool block).
+  template <class Body>
+  [[gnu::always_inline]] static void coded_values(const AttentionArgs& x, uint32_t to, Body&& body) {
+    value_blocks(
+        x, to,
+        [&](uint32_t j, uint32_t end, uint32_t b0) {
+          const uint8_t* vb = x.v_bytes + x.blocks[j / x.block_tokens] * x.block_bytes;
+          for (; j < end; ++j) body(vb, j - b0, j);
+        },
+        [&](uint32_t block) { prefetch_block(x.v_bytes + x.blocks[block] * x.block_bytes, x.block_bytes); });
+  }
+
+  // out[h][:] = fma chain over keys of p[h][j] * v_j, V read once for all NQ vectors (p: their
+  // probabilities, qs.s); DV vectors span the head dimension. Unscaled: times inv by the caller.
   template <uint32_t NQ, uint32_t DV>
-  static void weighted_values(const AttentionArgs& x, const float* p, uint32_t stride, float* out) {
+  static void weighted_values(const AttentionArgs& x, const Queries<NQ>& qs) {
     const uint32_t hd = x.head_dim, bt = x.block_tokens;
     T o[NQ][DV];
     clear(o);
-    for (uint32_t j = x.first_key; j < x.n_keys; ++j) {
+    value_blocks(
+        x, qs.min_keys,
+        [&](uint32_t j, uint32_t end, uint32_t b0) {
+          const float* block = x.v_base + x.blocks[j / bt] * x.block_stride;
+          for (; j < end; ++j) add_value(o, block + (j - b0) * hd, qs.s, j);
+        },
+        [&](uint32_t block) { prefetch_block(x.v_base + x.blocks[block] * x.block_stride, bt * hd * sizeof(float)); });
+    // Keys some vectors have and others not (the later rows'): each vector's chain goes on alone.
+    for (uint32_t j = std::max(qs.min_keys, x.first_key); j < qs.max_keys; ++j) {
       const float* vb = x.v_base + x.blocks[j / bt] * x.block_stride + (j % bt) * hd;
-      if (j % bt == 0 && j + bt < x.n_keys) {  // the next block's values, all at once
-        const char* nv = reinterpret_cast<const char*>(x.v_base + x.blocks[j / bt + 1] * x.block_stride);
-        for (uint32_t line = 0; line < bt * hd * sizeof(float); line += 64) _mm_prefetch(nv + line, _MM_HINT_T0);
+#pragma GCC unroll 8
+      for (uint32_t h = 0; h < NQ; ++h) {
+        if (j >= qs.n_keys[h]) continue;
+        const T pj = V::set1(qs.s[h][j]);
+#pragma GCC unroll 16
+        for (uint32_t v = 0; v < DV; ++v) o[h][v] = V::fma(pj, V::loadu(vb + v * W), o[h][v]);
       }
-      add_value(o, vb, p, stride, j);
     }
-    store_rows(o, out, hd);
+#pragma GCC unroll 8
+    for (uint32_t h = 0; h < NQ; ++h)
+#pragma GCC unroll 16
+      for (uint32_t v = 0; v < DV; ++v) V::storeu(qs.out[h] + v * W, o[h][v]);
   }
 
-  // o[h][:] = fma(p[h][j], v[:], o[h][:]) for every head: one F32 value row, read once.
-  template <uint32_t NQ, uint32_t DV>
-  [[gnu::always_inline]] static void add_value(T (&o)[NQ][DV], const float* vb, const float* p, uint32_t stride,
-                                               uint32_t j) {
+  // o[h][:] = fma(p[h][j], v[:], o[h][:]) for every vector: one F32 value row, read once.
+  template <uint32_t NQ, uint32_t DV, class P>
+  [[gnu::always_inline]] static void add_value(T (&o)[NQ][DV], const float* vb, const P (&p)[NQ], uint32_t j) {
     T vv[DV];
 #pragma GCC unroll 16
     for (uint32_t v = 0; v < DV; ++v) vv[v] = V::loadu(vb + v * W);
 #pragma GCC unroll 8
     for (uint32_t h = 0; h < NQ; ++h) {
-      const T pj = V::set1(p[h * stride + j]);
+      const T pj = V::set1(p[h][j]);
 #pragma GCC unroll 16
       for (uint32_t v = 0; v < DV; ++v) o[h][v] = V::fma(pj, vv[v], o[h][v]);
     }
   }
+  template <uint32_t NQ, uint32_t DV>
+  [[gnu::always_inline]] static void add_value(T (&o)[NQ][DV], const float* vb, const float* p, uint32_t stride,
+                                               uint32_t j) {
+    const float* rows[NQ];
+    for (uint32_t h = 0; h < NQ; ++h) rows[h] = p + h * stride;
+    add_value(o, vb, rows, j);
+  }
 
-  // Scores of NQ heads (stride apart in s) from first_scored on to probabilities in place;
-  // inv[h] = 1 / sum. The window and the cap (shape_scores) before; the lanes start at what the
+  // One vector's scores s[first_scored, n_keys) with running max mx to probabilities in place;
+  // returns 1 / sum. The window and the cap (shape_scores) before; the lanes start at what the
   // keys before first_scored would have added (masked_lanes).
+  static float softmax_row(const AttentionArgs& x, float* s, uint32_t n_keys, T mx) {
+    constexpr uint32_t L = 16 / W;
+    const uint32_t from = first_scored(x);
+    float m = V::hmax(mx);
+    if (x.first_key != 0 || x.softcap > 0.0f) {
+      AttentionArgs keys = x;
+      keys.n_keys = n_keys;
+      m = shape_scores(keys, s, m);
+    }
+    const T mxv = V::set1(m);
+    T lanes[L];
+    for (uint32_t l = 0; l < L; ++l) lanes[l] = V::set1(from ? masked_lanes(from / 16) : 0.0f);
+    for (uint32_t g = from; g < n_keys; g += 16) {
+      const uint32_t valid = std::min(16u, n_keys - g);
+      for (uint32_t l = 0; l < L; ++l) {
+        T p = exp_v(V::sub(V::loadu(s + g + l * W), mxv));
+        p = V::masked_keep(p, V::zero(), valid, l * W);
+        V::storeu(s + g + l * W, p);
+        lanes[l] = V::add(lanes[l], p);
+      }
+    }
+    alignas(64) float lane_sums[16];
+    for (uint32_t l = 0; l < L; ++l) V::storeu(lane_sums + l * W, lanes[l]);
+    return 1.0f / reduce16(lane_sums);
+  }
+
+  // softmax_row for NQ heads stride apart in s, all with x.n_keys keys; inv[h] = 1 / sum.
   template <uint32_t NQ>
   static void softmax(const AttentionArgs& x, float* s, uint32_t stride, const T* mx, float* inv) {
-    constexpr uint32_t L = 16 / W;
-    const bool shaped = x.first_key != 0 || x.softcap > 0.0f;
-    const uint32_t from = first_scored(x);
-    const T lane0 = V::set1(from ? masked_lanes(from / 16) : 0.0f);
+    for (uint32_t h = 0; h < NQ; ++h) inv[h] = softmax_row(x, s + h * stride, x.n_keys, mx[h]);
+  }
+
+  // Attention of the NQ vectors (F32 cache), each to its own out.
+  template <uint32_t NQ, uint32_t DV>
+  static void vectors(const AttentionArgs& x, const Queries<NQ>& qs) {
+    const uint32_t end = (qs.max_keys + 15) / 16 * 16;
+    T mx[NQ];
+    for (uint32_t h = 0; h < NQ; ++h) mx[h] = V::set1(-INFINITY);
+    // Two groups of 16 keys at once: twice the independent chains.
+    uint32_t j0 = first_scored(x);
+    for (; j0 + 32 <= end; j0 += 32) scores<NQ, 2>(x, qs, j0, mx);
+    if (j0 < end) scores<NQ, 1>(x, qs, j0, mx);
+    float inv[NQ];
+    for (uint32_t h = 0; h < NQ; ++h) inv[h] = softmax_row(x, qs.s[h], qs.n_keys[h], mx[h]);
+    weighted_values<NQ, DV>(x, qs);
     for (uint32_t h = 0; h < NQ; ++h) {
-      const T mxv = V::set1(shaped ? shape_scores(x, s + h * stride, V::hmax(mx[h])) : V::hmax(mx[h]));
-      T lanes[L];
-      for (uint32_t l = 0; l < L; ++l) lanes[l] = lane0;
-      float* sh = s + h * stride;
-      for (uint32_t g = from; g < stride; g += 16) {
-        const uint32_t valid = std::min(16u, x.n_keys - g);
-        for (uint32_t l = 0; l < L; ++l) {
-          T p = exp_v(V::sub(V::loadu(sh + g + l * W), mxv));
-          p = V::masked_keep(p, V::zero(), valid, l * W);
-          V::storeu(sh + g + l * W, p);
-          lanes[l] = V::add(lanes[l], p);
-        }
-      }
-      alignas(64) float lane_sums[16];
-      for (uint32_t l = 0; l < L; ++l) V::storeu(lane_sums + l * W, lanes[l]);
-      inv[h] = 1.0f / reduce16(lane_sums);
+      const T invv = V::set1(inv[h]);
+      for (uint32_t v = 0; v < DV; ++v) V::storeu(qs.out[h] + v * W, V::mul(V::loadu(qs.out[h] + v * W), invv));
     }
   }
 
-  template <uint32_t NQ>
-  static void heads(const AttentionArgs& x, uint32_t h0) {
-    const uint32_t hd = x.head_dim;
-    const uint32_t stride = (x.n_keys + 15) / 16 * 16;
-    const float* q = x.q + h0 * hd;
-    float* s = x.scores + h0 * stride;
-    T mx[NQ];
-    for (uint32_t h = 0; h < NQ; ++h) mx[h] = V::set1(-INFINITY);
-    uint32_t j0 = first_scored(x);
-    if (j0 % 32 != 0 && j0 < stride) scores<NQ, 1>(x, q, j0, s, stride, mx), j0 += 16;  // pairs from an even group
-    // Two groups of 16 keys at once where both lie in one block: twice the independent chains.
-    for (; j0 + 32 <= stride && (j0 % x.block_tokens) + 32 <= x.block_tokens; j0 += 32)
-      scores<NQ, 2>(x, q, j0, s, stride, mx);
-    for (; j0 < stride; j0 += 16) scores<NQ, 1>(x, q, j0, s, stride, mx);
-
-    float inv[NQ];
-    softmax<NQ>(x, s, stride, mx, inv);
-
-    float* out = x.out + h0 * hd;
-    switch (hd / W) {
-      case 1: weighted_values<NQ, 1>(x, s, stride, out); break;
-      case 2: weighted_values<NQ, 2>(x, s, stride, out); break;
-      case 4: weighted_values<NQ, 4>(x, s, stride, out); break;
-      case 8: weighted_values<NQ, 8>(x, s, stride, out); break;
-      case 16: weighted_values<NQ, 16>(x, s, stride, out); break;
-      case 32: weighted_values<NQ, 32>(x, s, stride, out); break;
-    }
+  // The query vectors [i0, i0 + NQ) of x's rows x heads (vector i: row i / n_q, head i % n_q).
+  template <uint32_t NQ, uint32_t DV>
+  static void vectors_from(const AttentionArgs& x, uint32_t i0) {
+    const uint32_t hd = x.head_dim, stride = (x.n_keys + x.rows - 1 + 15) / 16 * 16;
+    Queries<NQ> qs;
+    qs.min_keys = UINT32_MAX, qs.max_keys = 0;
     for (uint32_t h = 0; h < NQ; ++h) {
-      const T invv = V::set1(inv[h]);
-      for (uint32_t v = 0; v < hd / W; ++v)
-        V::storeu(out + h * hd + v * W, V::mul(V::loadu(out + h * hd + v * W), invv));
+      const uint32_t i = i0 + h, r = i / x.n_q, head = i % x.n_q;
+      qs.q[h] = x.q + r * x.q_row_stride + head * hd;
+      qs.out[h] = x.out + r * x.out_row_stride + head * hd;
+      qs.s[h] = x.scores + size_t{i} * stride;
+      qs.n_keys[h] = x.n_keys + r;
+      qs.min_keys = std::min(qs.min_keys, qs.n_keys[h]);
+      qs.max_keys = std::max(qs.max_keys, qs.n_keys[h]);
+    }
+    vectors<NQ, DV>(x, qs);
+  }
+
+  // Every query vector of x in groups of up to MAXQ (MAXQ * DV accumulators in registers).
+  template <uint32_t DV, uint32_t MAXQ>
+  static void all_vectors(const AttentionArgs& x) {
+    const uint32_t n = x.rows * x.n_q;
+    uint32_t i = 0;
+    for (; i + MAXQ <= n; i += MAXQ) vectors_from<MAXQ, DV>(x, i);
+    if constexpr (MAXQ > 1) {
+      if (i < n) [&]<uint32_t... Q>(std::integer_sequence<uint32_t, Q...>) {
+          ((n - i == Q + 1 ? vectors_from<Q + 1, DV>(x, i) : void()), ...);
+        }
+      (std::make_integer_sequence<uint32_t, MAXQ - 1>{});
+    }
+  }
+
+  static void attention_f32(const AttentionArgs& x) {
+    switch (x.head_dim / W) {
+      case 1: return all_vectors<1, 8>(x);
+      case 2: return all_vectors<2, 8>(x);
+      case 4: return all_vectors<4, 4>(x);
+      case 8: return all_vectors<8, 3>(x);
+      case 16: return all_vectors<16, 1>(x);
+      case 32: return all_vectors<32, 1>(x);
     }
   }
 
@@ -501,13 +607,7 @@ struct Ops : V {
     clear(o);
     float pbl[NQ][16] = {};  // local: the compiler need not assume it aliases p
     const uint32_t coded = x.win_k ? x.f32_from : x.n_keys;
-    for (uint32_t j = x.first_key; j < coded; ++j) {
-      const uint8_t* vb = x.v_bytes + x.blocks[j / bt] * x.block_bytes;
-      const uint32_t slot = j % bt;
-      if (slot == 0 && j + bt < coded) {
-        const char* nb = reinterpret_cast<const char*>(x.v_bytes + x.blocks[j / bt + 1] * x.block_bytes);
-        for (size_t line = 0; line < x.block_bytes; line += 64) _mm_prefetch(nb + line, _MM_HINT_T0);
-      }
+    coded_values(x, coded, [&](const uint8_t* vb, uint32_t slot, uint32_t j) {
       const uint8_t* row = vb + size_t{slot} * hd * BITS / 8;
       const float* vsc = reinterpret_cast<const float*>(vb + code_bytes) + size_t{slot} * ng;
       const float* vbi = vsc + size_t{bt} * ng;
@@ -522,7 +622,7 @@ struct Ops : V {
 #pragma GCC unroll 16
         for (uint32_t v = 0; v < DV; ++v) o[h][v] = V::fma(V::set1(pj * vsc[group_of[v]]), c[v], o[h][v]);
       }
-    }
+    });
     for (uint32_t j = std::max(coded, x.first_key); j < x.n_keys; ++j)  // the F32 window
       add_value(o, x.win_v[j - coded], p, stride, j);
     store_rows(o, out, hd);
@@ -629,13 +729,7 @@ struct Ops : V {
     const size_t code_bytes = size_t{hd} * bt * BITS / 8;
     T o[NQ][DV];
     clear(o);
-    for (uint32_t j = x.first_key; j < coded; ++j) {
-      const uint8_t* vb = x.v_bytes + x.blocks[j / bt] * x.block_bytes;
-      const uint32_t slot = j % bt;
-      if (slot == 0 && j + bt < coded) {
-        const char* nb = reinterpret_cast<const char*>(x.v_bytes + x.blocks[j / bt + 1] * x.block_bytes);
-        for (size_t line = 0; line < x.block_bytes; line += 64) _mm_prefetch(nb + line, _MM_HINT_T0);
-      }
+    coded_values(x, coded, [&](const uint8_t* vb, uint32_t slot, uint32_t j) {
       const uint8_t* row = vb + size_t{slot} * hd * BITS / 8;
       const float norm = reinterpret_cast<const float*>(vb + code_bytes)[slot];
       T c[DV < L ? L : DV];  // DV < L only in instantiations no head_dim reaches
@@ -648,7 +742,7 @@ struct Ops : V {
 #pragma GCC unroll 16
         for (uint32_t v = 0; v < DV; ++v) o[h][v] = V::fma(pn, c[v], o[h][v]);
       }
-    }
+    });
     store_rows(o, a, hd);
   }
 
@@ -700,17 +794,15 @@ struct Ops : V {
     attention_rot<3>(x);
   }
 
-  // Query heads in chunks of up to 4 (register budget of the value accumulation).
   static void attention(const AttentionArgs& x) {
-    if (x.kv_rotated) return attention_rotated(x);
-    if (x.kv_bits == 8) return attention_q<8>(x);
-    if (x.kv_bits == 4) return attention_q<4>(x);
-    uint32_t h = 0;
-    for (; h + 4 <= x.n_q; h += 4) heads<4>(x, h);
-    switch (x.n_q - h) {
-      case 3: heads<3>(x, h); break;
-      case 2: heads<2>(x, h); break;
-      case 1: heads<1>(x, h); break;
+    if (x.kv_bits == 0) return attention_f32(x);  // every row at once
+    for (uint32_t r = 0; r < x.rows; ++r) {
+      const AttentionArgs a = row_of(x, r);
+      if (a.kv_rotated) {
+        attention_rotated(a);
+      } else {
+        a.kv_bits == 8 ? attention_q<8>(a) : attention_q<4>(a);
+      }
     }
   }
 
