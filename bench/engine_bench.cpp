@@ -402,6 +402,34 @@ void BM_Sample(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(sampler.sample(logits, p, position++, {}, {}, logprob).token);
 }
 
+// Attention for one KV head (one thread, F32 cache, this CPU's kernels): head size, keys, query
+// heads sharing the KV head, consecutive rows (1: a decode; more: a prompt chunk or a speculative
+// round). Blocks of 16 keys scattered as a pool's are; ns_per_key counts every row's keys.
+void BM_Attention(benchmark::State& state) {
+  const auto hd = static_cast<uint32_t>(state.range(0)), n_keys = static_cast<uint32_t>(state.range(1)),
+             n_q = static_cast<uint32_t>(state.range(2)), rows = static_cast<uint32_t>(state.range(3)), bt = 16u,
+             n_blocks = (n_keys + rows - 1 + bt - 1) / bt;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> k(size_t{2 * n_blocks} * bt * hd), v(k.size()), q(size_t{rows} * n_q * hd),
+      scores(size_t{rows} * n_q * n_blocks * bt), out(q.size());
+  for (std::vector<float>* x : {&k, &v, &q})
+    for (float& f : *x) f = nd(rng);
+  std::vector<int32_t> blocks(n_blocks);
+  for (uint32_t b = 0; b < n_blocks; ++b) blocks[b] = static_cast<int32_t>((b * 7) % (2 * n_blocks));
+  kernels::AttentionArgs a;
+  a.q = q.data(), a.n_q = n_q, a.head_dim = hd, a.blocks = blocks.data(), a.k_base = k.data(), a.v_base = v.data();
+  a.block_stride = size_t{bt} * hd, a.block_tokens = bt, a.n_keys = n_keys, a.scale = 0.25f;
+  a.scores = scores.data(), a.out = out.data(), a.rows = rows, a.q_row_stride = a.out_row_stride = size_t{n_q} * hd;
+  const kernels::Kernels& kern = kernels::best();
+  for (auto _ : state) {
+    kern.attention(a);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["ns_per_key"] = benchmark::Counter(
+      static_cast<double>(n_keys), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+
 const std::vector<int64_t> kThreadCounts = {1, 2};
 
 // A hybrid model's prefill in both forms of the delta rule, and the delta rule alone.
@@ -432,6 +460,12 @@ void register_hybrid() {
 
 void register_benchmarks(bool hybrid) {
   if (hybrid) register_hybrid();
+  for (int64_t hd : {16, 64, 128})
+    for (int64_t rows : {1, 4})
+      benchmark::RegisterBenchmark("attention", BM_Attention)
+          ->Args({hd, 384, 2, rows})
+          ->ArgNames({"head_dim", "keys", "heads", "rows"})
+          ->Unit(benchmark::kMicrosecond);
   for (int64_t vocab : {32000, 151936})
     for (const auto& a : std::vector<std::array<int64_t, 4>>{
              {0, 10, 100, 0}, {0, 10, 100, 1}, {10, 10, 100, 0}, {10, 30, 100, 0}, {10, 10, 90, 0}})
