@@ -404,7 +404,7 @@ void BM_Sample(benchmark::State& state) {
 
 // Attention for one KV head (one thread, F32 cache, this CPU's kernels): head size, keys, query
 // heads sharing the KV head, consecutive rows (1: a decode; more: a prompt chunk or a speculative
-// round). Blocks of 16 keys scattered as a pool's are; ns_per_key counts every row's keys.
+// round). Blocks of 16 keys scattered as a pool's are.
 void BM_Attention(benchmark::State& state) {
   const auto hd = static_cast<uint32_t>(state.range(0)), n_keys = static_cast<uint32_t>(state.range(1)),
              n_q = static_cast<uint32_t>(state.range(2)), rows = static_cast<uint32_t>(state.range(3)), bt = 16u,
@@ -426,8 +426,7 @@ void BM_Attention(benchmark::State& state) {
     kern.attention(a);
     benchmark::DoNotOptimize(out.data());
   }
-  state.counters["ns_per_key"] = benchmark::Counter(
-      static_cast<double>(n_keys), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  state.counters["rows_per_s"] = benchmark::Counter(rows, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 const std::vector<int64_t> kThreadCounts = {1, 2};
