@@ -69,6 +69,7 @@ class Actor {
         states_(std::move(states)),
         fingerprint_(std::move(fingerprint)),
         step_sampler_(engine_->config().vocab_size, engine_->threads()),
+        head_outweighs_layers_(StepSampler::head_outweighs_layers(engine_->config())),
         table_(limits_of(*engine_, *pool_, options.role == runtime::Role::kPrefill ? 0 : options.spec_tokens,
                          draft_.get(), states_.get(), states_ ? options_.state_checkpoints : 0),
                states_.get()) {}
@@ -392,7 +393,8 @@ class Actor {
         return Status::error(st.code(), "draft model: " + st.message());
       }
     }
-    const engine::LogitRows computed = StepSampler::logit_rows(table_.to_sample(), engine_->threads());
+    const engine::LogitRows computed =
+        StepSampler::logit_rows(table_.to_sample(), engine_->threads(), head_outweighs_layers_);
     Status st = restore_checkpoints();
     if (st) st = engine_->forward(table_.steps(), *pool_, states_.get(), computed);
     if (st) st = sample_into(res, computed);
@@ -663,7 +665,8 @@ class Actor {
   std::unique_ptr<engine::StatePool> states_;   // a hybrid model's recurrent states; null otherwise
   std::string fingerprint_;
   StepSampler step_sampler_;
-  SequenceTable table_;  // every live sequence and announced handoff
+  const bool head_outweighs_layers_;  // a speculating step's head goes per wave (StepSampler::logit_rows)
+  SequenceTable table_;               // every live sequence and announced handoff
   runtime::EventLoop loop_;
   std::unique_ptr<runtime::Socket> socket_;
   std::unique_ptr<runtime::EventLoop::Timer> heartbeat_;

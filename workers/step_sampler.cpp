@@ -48,8 +48,17 @@ RowSample StepSampler::verify_row(uint32_t thread, const SampleRequest& q, uint3
   return {v.token, q.logprobs ? sampler.last_logprob(logits, v.token) : 0.0f};
 }
 
-engine::LogitRows StepSampler::logit_rows(std::span<const SampleRequest> requests, uint32_t threads) {
-  return requests.size() < 2 * size_t{threads} ? engine::LogitRows::kAll : engine::LogitRows::kFirstPerSequence;
+engine::LogitRows StepSampler::logit_rows(std::span<const SampleRequest> requests, uint32_t threads,
+                                          bool head_outweighs_layers) {
+  return requests.size() < 2 * size_t{threads} || !head_outweighs_layers ? engine::LogitRows::kAll
+                                                                         : engine::LogitRows::kFirstPerSequence;
+}
+
+// Per layer: the QKV and output projections and the gated FFN (a recurrent layer's projections
+// are of the same order); the head: vocabulary x dim.
+bool StepSampler::head_outweighs_layers(const model::ModelConfig& c) {
+  const uint64_t per_layer = uint64_t{c.dim} * (2 * c.q_dim() + 2 * c.kv_dim()) + uint64_t{3} * c.dim * c.ffn_dim;
+  return uint64_t{c.vocab_size} * c.dim > per_layer * c.n_layers;
 }
 
 Status StepSampler::run(std::span<const SampleRequest> requests, engine::Engine& engine, engine::LogitRows computed) {
@@ -65,15 +74,14 @@ Status StepSampler::run(std::span<const SampleRequest> requests, engine::Engine&
     total += static_cast<uint32_t>(requests[i].drafts.size()) + 1;
   }
   rows_.resize(total);
-  const uint32_t threads = std::min<uint32_t>(engine.threads(), static_cast<uint32_t>(samplers_.size()));
-  if (computed == engine::LogitRows::kAll && n < 2 * size_t{threads} && total > n) {
+  if (computed == engine::LogitRows::kAll && total > n) {
     run_all_rows(engine, total);
     return Status::ok();
   }
   return run_waves(engine, computed);
 }
 
-// Few sequences: every row at once, then each round's accepted prefix.
+// Every row's logits computed: every row at once, then each round's accepted prefix.
 void StepSampler::run_all_rows(engine::Engine& engine, uint32_t total) {
   const size_t n = requests_.size();
   owner_.resize(total);

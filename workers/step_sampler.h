@@ -7,11 +7,13 @@
 // A speculating sequence's rows are verified in order: row i's sample is taken with the drafts
 // before it as its history, and the round ends at the first sample that differs from the draft
 // fed after it (with a draft model's q at temperature > 0: the rejection rule's token, which
-// equals the draft only when it accepts it). With few sequences (fewer than two per thread) every row is sampled at
-// once, in parallel, and the rows past the first mismatch are dropped. With more, the rows go in waves: wave j samples
-// row j of every sequence still in its round, and its logits are computed only then (forward with
+// equals the draft only when it accepts it). With few sequences (fewer than two per thread), or a model whose output
+// matrix costs a row less than its layers do, every row's logits are computed in the forward pass and every row is
+// sampled at once, in parallel; the rows past the first mismatch are dropped. Otherwise the rows go in waves: wave j
+// samples row j of every sequence still in its round, and its logits are computed only then (forward with
 // LogitRows::kFirstPerSequence, then Engine::compute_logit_rows per wave), so no row past a mismatch is sampled or
-// even goes through the output matrix: a speculating step then pays the head for the tokens it emits only.
+// even goes through the output matrix: a speculating step then pays the head for the tokens it emits only, at two
+// parallel regions a wave.
 #pragma once
 
 #include <cstdint>
@@ -37,8 +39,13 @@ class StepSampler {
   StepSampler(uint32_t vocab_size, uint32_t threads);
 
   // Which logit rows the forward pass of a step with these requests computes up front: all of
-  // them with few sequences, each sequence's first with many (run computes the others per wave).
-  static engine::LogitRows logit_rows(std::span<const SampleRequest> requests, uint32_t threads);
+  // them with few sequences or a head that costs less than the layers (head_outweighs_layers),
+  // else each sequence's first (run computes the others per wave).
+  static engine::LogitRows logit_rows(std::span<const SampleRequest> requests, uint32_t threads,
+                                      bool head_outweighs_layers);
+  // Whether one row through the output matrix takes more multiply-adds than through the layers
+  // (a large vocabulary on small layers: the trained test models; not Llama or Qwen at 0.5B+).
+  static bool head_outweighs_layers(const model::ModelConfig& config);
 
   // Samples every request of the staged step from `engine`'s logits, its forward pass having
   // computed `computed` (logit_rows()). Allocates only when a step is larger than any before it.

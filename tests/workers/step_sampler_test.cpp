@@ -79,7 +79,8 @@ void check(uint32_t threads, uint32_t n_seqs, engine::LogitRows computed = engin
   for (uint32_t r = 0; r < row; ++r) std::copy_n(engine->logits(r).data(), vocab, eager.begin() + size_t{r} * vocab);
   auto logits = [&](uint32_t r) { return std::span<const float>(eager).subspan(size_t{r} * vocab, vocab); };
   if (computed != engine::LogitRows::kAll) {  // the same step again, its rows' logits left for the waves
-    ASSERT_EQ(StepSampler::logit_rows(requests, threads), computed);
+    ASSERT_EQ(StepSampler::logit_rows(requests, threads, /*head_outweighs_layers=*/true), computed);
+    ASSERT_EQ(StepSampler::logit_rows(requests, threads, /*head_outweighs_layers=*/false), engine::LogitRows::kAll);
     ASSERT_TRUE(engine->forward(steps, *pool, nullptr, computed).is_ok());
     ASSERT_EQ(engine->logit_rows_computed(), n_seqs);
   }
@@ -142,6 +143,20 @@ TEST(StepSampler, WavesOfRowsForManySequencesEqualOneSamplerRowByRow) {
 TEST(StepSampler, LogitsComputedPerWaveAreTheEagerOnesAndOnlyTheRowsKept) {
   check(2, 12, engine::LogitRows::kFirstPerSequence);
   check(1, 5, engine::LogitRows::kFirstPerSequence);
+}
+
+// The head goes per wave only where a row through it costs more than through the layers: the
+// demo model's 32000 x 64 head over 4 small layers, not the byte-level model's 512 x 64.
+TEST(StepSampler, TheHeadGoesPerWaveOnlyWhereItOutweighsTheLayers) {
+  for (const auto& [file, outweighs] : {std::pair{"tiny-trained", false}, std::pair{"vocab-trained", true}}) {
+    auto engine = engine::Engine::load(std::string(TANDEM_SOURCE_DIR) + "/tests/data/" + file + ".gguf",
+                                       {1, engine::GemmBackend::kPacked})
+                      .value();
+    EXPECT_EQ(StepSampler::head_outweighs_layers(engine->config()), outweighs) << file;
+  }
+  auto c = model::ModelConfig{};
+  c.dim = 4096, c.n_layers = 32, c.n_heads = 32, c.n_kv_heads = 8, c.ffn_dim = 14336, c.vocab_size = 128256;
+  EXPECT_FALSE(StepSampler::head_outweighs_layers(c));  // Llama 3 8B
 }
 
 TEST(StepSampler, TheEngineRefusesARowOutsideTheStepOrComputedTwice) {
