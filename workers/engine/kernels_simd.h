@@ -455,12 +455,15 @@ struct Ops : V {
     }
   }
 
+  // Query vectors a call by head size: their score and value accumulators stay in registers
+  // (32 with AVX-512, 16 with AVX2).
   static void attention_f32(const AttentionArgs& x) {
+    constexpr uint32_t kWide = W == 16 ? 2 : 1;
     switch (x.head_dim / W) {
-      case 1: return all_vectors<1, 8>(x);
-      case 2: return all_vectors<2, 8>(x);
-      case 4: return all_vectors<4, 4>(x);
-      case 8: return all_vectors<8, 3>(x);
+      case 1: return all_vectors<1, 4 * kWide>(x);
+      case 2: return all_vectors<2, 4 * kWide>(x);
+      case 4: return all_vectors<4, 2 * kWide>(x);
+      case 8: return all_vectors < 8, kWide == 2 ? 3 : 1 > (x);
       case 16: return all_vectors<16, 1>(x);
       case 32: return all_vectors<32, 1>(x);
     }
