@@ -281,40 +281,44 @@ TEST(Kernels, KeysOutsideTheWindowNeverReachTheOutput) {
 }
 
 // Consecutive rows of one sequence at once (AttentionArgs::rows; row r has n_keys + r keys, its
-// heads q_row_stride apart): every row's output is bitwise what that row alone gives, in every
-// variant, with and without a soft cap. The later rows' keys never reach an earlier row.
+// heads q_row_stride apart) over `a`'s cache: every row's output is bitwise what that row alone
+// gives the generic kernel, in every variant. The later rows' keys never reach an earlier row.
+const std::vector<std::pair<uint32_t, uint32_t>> kRowRuns = {{1, 2},  {1, 8},  {15, 3},  {16, 5},
+                                                             {17, 8}, {31, 2}, {100, 7}, {150, 8}};
+void expect_rows_at_once(AttentionArgs a, uint32_t n_keys, uint32_t rows, std::mt19937& rng) {
+  const size_t row_stride = size_t{a.n_q} * a.head_dim + 16;  // rows apart by more than their heads
+  const auto q = random_vec(rows * row_stride, rng);
+  std::vector<float> scores(size_t{rows} * a.n_q * 176, 7.0f), alone(rows * row_stride, 0.0f);
+  a.scores = scores.data();
+  for (uint32_t r = 0; r < rows; ++r) {  // the reference: the generic kernel, a row at a time
+    a.q = q.data() + r * row_stride, a.out = alone.data() + r * row_stride, a.n_keys = n_keys + r;
+    by_name("generic")->attention(a);
+  }
+  a.q = q.data(), a.n_keys = n_keys, a.rows = rows, a.q_row_stride = a.out_row_stride = row_stride;
+  for (const Kernels* kern : variants()) {
+    std::vector<float> out(rows * row_stride, 0.0f);
+    a.out = out.data();
+    kern->attention(a);
+    for (uint32_t r = 0; r < rows; ++r)
+      ASSERT_TRUE(bitwise_equal(&out[r * row_stride], &alone[r * row_stride], size_t{a.n_q} * a.head_dim))
+          << kern->name << " n_keys=" << n_keys << " rows=" << rows << " row " << r << " softcap=" << a.softcap;
+  }
+}
+
 TEST_P(AttentionShapes, RowsAtOnceGiveEachRowsBitsAlone) {
   std::mt19937 rng(12);
   const uint32_t hd = std::get<0>(GetParam()), bt = std::get<1>(GetParam()), n_q = std::get<2>(GetParam());
   const size_t block_stride = size_t{2} * hd * bt;
   auto pool = random_vec(block_stride * 12, rng, 0.5f);
   const std::vector<int32_t> blocks = {5, 2, 7, 0, 3, 11, 9, 1, 4, 6};
-  const size_t row_stride = size_t{n_q} * hd + 16;  // rows apart by more than their heads
-  for (const auto& [n_keys, rows] : std::vector<std::pair<uint32_t, uint32_t>>{
-           {1, 2}, {1, 8}, {15, 3}, {16, 5}, {17, 8}, {31, 2}, {100, 7}, {150, 8}}) {
+  AttentionArgs a;
+  a.n_q = n_q, a.head_dim = hd, a.blocks = blocks.data(), a.k_base = pool.data();
+  a.v_base = pool.data() + size_t{hd} * bt, a.block_stride = block_stride, a.block_tokens = bt, a.scale = 0.125f;
+  for (const auto& [n_keys, rows] : kRowRuns)
     for (float softcap : {0.0f, 5.0f}) {
-      const auto q = random_vec(rows * row_stride, rng);
-      AttentionArgs a;
-      a.n_q = n_q, a.head_dim = hd, a.blocks = blocks.data(), a.k_base = pool.data();
-      a.v_base = pool.data() + size_t{hd} * bt, a.block_stride = block_stride, a.block_tokens = bt;
-      a.scale = 0.125f, a.softcap = softcap;
-      std::vector<float> scores(size_t{rows} * n_q * 176, 7.0f), alone(rows * row_stride, 0.0f);
-      a.scores = scores.data();
-      for (uint32_t r = 0; r < rows; ++r) {  // the reference: the generic kernel, a row at a time
-        a.q = q.data() + r * row_stride, a.out = alone.data() + r * row_stride, a.n_keys = n_keys + r;
-        by_name("generic")->attention(a);
-      }
-      a.q = q.data(), a.n_keys = n_keys, a.rows = rows, a.q_row_stride = a.out_row_stride = row_stride;
-      for (const Kernels* kern : variants()) {
-        std::vector<float> out(rows * row_stride, 0.0f);
-        a.out = out.data();
-        kern->attention(a);
-        for (uint32_t r = 0; r < rows; ++r)
-          ASSERT_TRUE(bitwise_equal(&out[r * row_stride], &alone[r * row_stride], size_t{n_q} * hd))
-              << kern->name << " n_keys=" << n_keys << " rows=" << rows << " row " << r << " softcap=" << softcap;
-      }
+      a.softcap = softcap;
+      expect_rows_at_once(a, n_keys, rows, rng);
     }
-  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionShapes,
@@ -414,6 +418,11 @@ TEST_P(QuantAttentionShapes, VariantsAgreeBitwiseWithReference) {
         a, [&](uint32_t j, uint32_t d) { return deq(0, j, d); }, [&](uint32_t j, uint32_t d) { return deq(1, j, d); },
         quant_blocks);
   }
+  AttentionArgs a;  // runs of rows (speculative rounds, prompt chunks), without the F32 window
+  a.n_q = n_q, a.head_dim = hd, a.blocks = blocks.data(), a.kv_bits = bits, a.group_size = gs;
+  a.k_bytes = pool->block_data(0, 0, 0, 0), a.v_bytes = pool->block_data(0, 0, 1, 0);
+  a.block_bytes = pool->region_block_bytes(0), a.block_tokens = bt, a.scale = 0.125f;
+  for (const auto& [n_keys, rows] : kRowRuns) expect_rows_at_once(a, n_keys, rows, rng);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, QuantAttentionShapes,

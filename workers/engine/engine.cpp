@@ -737,8 +737,9 @@ void Engine::attend(std::span<const SeqStep> step, const KvPool& pool, uint32_t 
   const uint32_t window = layers_[l]->window;
   const size_t scratch_per_thread = size_t{kAttentionRows} * group * ((max_keys + kAttentionRows - 1 + 15) / 16 * 16);
   // Work items: runs of up to kAttentionRows consecutive positions of one sequence (a prompt
-  // chunk, a speculative round), which the F32 cache's kernels attend at once, times KV heads.
-  const bool runs = pool.layer_bits(l) == 0 && window == 0 && !window_layer;
+  // chunk, a speculative round), which the kernels attend at once, times KV heads. Not with a
+  // sliding window, an F32 window of a quantized cache or rotated KV (each row alone there).
+  const bool runs = window == 0 && !window_layer && !(pool.layer_bits(l) && pool.format().rotated());
   attn_runs_.clear();
   for (uint32_t t = 0; t < T; ++t)
     if (!runs || t == 0 || row_seq_[t] != row_seq_[t - 1] || row_pos_[t] != row_pos_[t - 1] + 1 ||

@@ -424,8 +424,8 @@ struct Ops : V {
   }
 
   // The query vectors [i0, i0 + NQ) of x's rows x heads (vector i: row i / n_q, head i % n_q).
-  template <uint32_t NQ, uint32_t DV>
-  static void vectors_from(const AttentionArgs& x, uint32_t i0) {
+  template <uint32_t NQ>
+  static Queries<NQ> queries(const AttentionArgs& x, uint32_t i0) {
     const uint32_t hd = x.head_dim, stride = (x.n_keys + x.rows - 1 + 15) / 16 * 16;
     Queries<NQ> qs;
     qs.min_keys = UINT32_MAX, qs.max_keys = 0;
@@ -438,35 +438,42 @@ struct Ops : V {
       qs.min_keys = std::min(qs.min_keys, qs.n_keys[h]);
       qs.max_keys = std::max(qs.max_keys, qs.n_keys[h]);
     }
-    vectors<NQ, DV>(x, qs);
+    return qs;
   }
 
-  // Every query vector of x in groups of up to MAXQ (MAXQ * DV accumulators in registers).
-  template <uint32_t DV, uint32_t MAXQ>
-  static void all_vectors(const AttentionArgs& x) {
+  // run(queries) for every query vector of x in groups of up to MAXQ.
+  template <uint32_t MAXQ, class Run>
+  static void all_vectors(const AttentionArgs& x, Run&& run) {
     const uint32_t n = x.rows * x.n_q;
     uint32_t i = 0;
-    for (; i + MAXQ <= n; i += MAXQ) vectors_from<MAXQ, DV>(x, i);
+    for (; i + MAXQ <= n; i += MAXQ) run(queries<MAXQ>(x, i));
     if constexpr (MAXQ > 1) {
       if (i < n) [&]<uint32_t... Q>(std::integer_sequence<uint32_t, Q...>) {
-          ((n - i == Q + 1 ? vectors_from<Q + 1, DV>(x, i) : void()), ...);
+          ((n - i == Q + 1 ? run(queries<Q + 1>(x, i)) : void()), ...);
         }
       (std::make_integer_sequence<uint32_t, MAXQ - 1>{});
     }
   }
 
-  // Query vectors a call by head size: their score and value accumulators stay in registers
-  // (32 with AVX-512, 16 with AVX2).
-  static void attention_f32(const AttentionArgs& x) {
+  // run.template operator()<DV, MAXQ>() for x's head size: DV vectors span a head, and MAXQ query
+  // vectors a call keep their score and value accumulators in registers (32 with AVX-512, 16 with AVX2).
+  template <class Run>
+  static void by_head_size(const AttentionArgs& x, Run&& run) {
     constexpr uint32_t kWide = W == 16 ? 2 : 1;
     switch (x.head_dim / W) {
-      case 1: return all_vectors<1, 4 * kWide>(x);
-      case 2: return all_vectors<2, 4 * kWide>(x);
-      case 4: return all_vectors<4, 2 * kWide>(x);
-      case 8: return all_vectors < 8, kWide == 2 ? 3 : 1 > (x);
-      case 16: return all_vectors<16, 1>(x);
-      case 32: return all_vectors<32, 1>(x);
+      case 1: return run.template operator()<1, 4 * kWide>();
+      case 2: return run.template operator()<2, 4 * kWide>();
+      case 4: return run.template operator()<4, 2 * kWide>();
+      case 8: return run.template operator() < 8, kWide == 2 ? 3 : 1 > ();
+      case 16: return run.template operator()<16, 1>();
+      case 32: return run.template operator()<32, 1>();
     }
+  }
+
+  static void attention_f32(const AttentionArgs& x) {
+    by_head_size(x, [&]<uint32_t DV, uint32_t MAXQ>() {
+      all_vectors<MAXQ>(x, [&]<uint32_t Q>(const Queries<Q>& qs) { vectors<Q, DV>(x, qs); });
+    });
   }
 
   // 16 quantized codes (8 bits: 16 bytes; 4 bits: 8 bytes, even index in the low nibble)
@@ -520,20 +527,17 @@ struct Ops : V {
     return BITS == 4 ? i / 2 : i / 8;
   }
 
-  // Quantized K: scores of NQ heads against the 16 keys at j0 (one block), the dot product
-  // taken on the codes per group, then scaled and shifted (kernels.h). qs[h][g]: sums of q.
+  // Quantized K: scores of the NQ vectors against the 16 keys at j0 (one block), the dot product
+  // taken on the codes per group, then scaled and shifted (kernels.h). qsum[h][g]: sums of q.
   template <uint32_t NQ, uint32_t BITS>
-  static void scores_q(const AttentionArgs& x, const float* q, const float (*qs)[16], uint32_t j0, float* s,
-                       uint32_t stride, T* mx) {
+  static void scores_q(const AttentionArgs& x, const Queries<NQ>& qs, const float (*qsum)[16], uint32_t j0, T* mx) {
     constexpr uint32_t L = 16 / W;
     const uint32_t hd = x.head_dim, bt = x.block_tokens, gs = x.group_size, ng = hd / gs;
     const size_t row_bytes = size_t{bt} * BITS / 8;
     const uint8_t* kb = x.k_bytes + x.blocks[j0 / bt] * x.block_bytes;
     const uint32_t slot = j0 % bt;
-    if (slot == 0 && j0 + bt < x.n_keys) {  // the next block, all at once: another page
-      const char* nb = reinterpret_cast<const char*>(x.k_bytes + x.blocks[j0 / bt + 1] * x.block_bytes);
-      for (size_t line = 0; line < x.block_bytes; line += 64) _mm_prefetch(nb + line, _MM_HINT_T0);
-    }
+    if (slot == 0 && j0 + bt < qs.max_keys)  // the next block, all at once: another page
+      prefetch_block(x.k_bytes + x.blocks[j0 / bt + 1] * x.block_bytes, x.block_bytes);
     const float* ksc = reinterpret_cast<const float*>(kb + hd * row_bytes) + slot;
     const float* kbi = ksc + size_t{ng} * bt;
     const uint8_t* codes = kb + slot * BITS / 8;
@@ -550,7 +554,7 @@ struct Ops : V {
         codes16<BITS>(codes + d * row_bytes, k);
 #pragma GCC unroll 8
         for (uint32_t h = 0; h < NQ; ++h) {
-          const T qd = V::set1(q[h * hd + d]);
+          const T qd = V::set1(qs.q[h][d]);
           for (uint32_t i = 0; i < L; ++i) a[h][i] = V::fma(qd, k[i], a[h][i]);
         }
       }
@@ -559,25 +563,32 @@ struct Ops : V {
 #pragma GCC unroll 8
         for (uint32_t h = 0; h < NQ; ++h) {
           t[h][i] = V::fma(sc, a[h][i], t[h][i]);
-          t[h][i] = V::fma(bi, V::set1(qs[h][g]), t[h][i]);
+          t[h][i] = V::fma(bi, V::set1(qsum[h][g]), t[h][i]);
         }
       }
     }
     const T scale = V::set1(x.scale);
-    const uint32_t valid = std::min(16u, x.n_keys - j0);
-    for (uint32_t h = 0; h < NQ; ++h)
+    for (uint32_t h = 0; h < NQ; ++h) {
+      const uint32_t valid = qs.n_keys[h] > j0 ? std::min(16u, qs.n_keys[h] - j0) : 0;
       for (uint32_t i = 0; i < L; ++i) {
         const T sv = V::mul(t[h][i], scale);
-        V::storeu(s + h * stride + j0 + i * W, sv);
+        V::storeu(qs.s[h] + j0 + i * W, sv);
         mx[h] = V::max(mx[h], V::masked_keep(sv, V::set1(-INFINITY), valid, i * W));
       }
+    }
   }
 
-  // An F32 key row of the window: per head, 16 lanes (lane l: fma chain over d = l, l + 16,
+  // An F32 key row of the window: per vector, 16 lanes (lane l: fma chain over d = l, l + 16,
   // ...), tree-reduced as the softmax sums are (kernels.h).
   template <uint32_t NQ>
   static void scores_row(const AttentionArgs& x, const float* q, const float* k, uint32_t j, float* s, uint32_t stride,
                          T* mx) {
+    Queries<NQ> qs;
+    for (uint32_t h = 0; h < NQ; ++h) qs.q[h] = q + h * x.head_dim, qs.s[h] = s + h * stride;
+    scores_row<NQ>(x, qs, k, j, mx);
+  }
+  template <uint32_t NQ>
+  static void scores_row(const AttentionArgs& x, const Queries<NQ>& qs, const float* k, uint32_t j, T* mx) {
     constexpr uint32_t L = 16 / W;
     const uint32_t hd = x.head_dim;
     T acc[NQ][L];
@@ -586,102 +597,106 @@ struct Ops : V {
     for (uint32_t d0 = 0; d0 < hd; d0 += 16)
       for (uint32_t i = 0; i < L; ++i) {
         const T kv = V::loadu(k + d0 + i * W);
-        for (uint32_t h = 0; h < NQ; ++h) acc[h][i] = V::fma(V::loadu(q + h * hd + d0 + i * W), kv, acc[h][i]);
+        for (uint32_t h = 0; h < NQ; ++h) acc[h][i] = V::fma(V::loadu(qs.q[h] + d0 + i * W), kv, acc[h][i]);
       }
     for (uint32_t h = 0; h < NQ; ++h) {
       alignas(64) float lanes[16];
       for (uint32_t i = 0; i < L; ++i) V::storeu(lanes + i * W, acc[h][i]);
       const float sj = reduce16(lanes) * x.scale;
-      s[h * stride + j] = sj;
+      qs.s[h][j] = sj;
       mx[h] = V::max(mx[h], V::set1(sj));
     }
   }
 
-  // Quantized V: o[h][d] = fma chain over j >= first_key of (p_j * vscale_jg) * c_j[d]; pb[h][g] =
-  // fma chain over j >= first_key of p_j * vbias_jg. DV vectors span the head dimension.
-  template <uint32_t NQ, uint32_t DV, uint32_t BITS>
-  static void weighted_values_q(const AttentionArgs& x, const float* p, uint32_t stride, float (*pb)[16], float* out) {
+  // Quantized V, key j (its block's bytes vb, its slot) into the vectors' chains: o[h][d] =
+  // fma(p_j * vscale_jg, c_j[d], o[h][d]), pb[h][g] = fma(p_j, vbias_jg, pb[h][g]); with TAIL,
+  // only the vectors that have key j.
+  template <bool TAIL, uint32_t NQ, uint32_t DV, uint32_t BITS>
+  [[gnu::always_inline]] static void add_coded_value(const AttentionArgs& x, const Queries<NQ>& qs, const uint8_t* vb,
+                                                     uint32_t slot, uint32_t j, const uint32_t (&group_of)[DV],
+                                                     T (&o)[NQ][DV], float (&pb)[NQ][16]) {
     constexpr uint32_t L = 16 / W;
-    const uint32_t hd = x.head_dim, bt = x.block_tokens, gs = x.group_size, ng = hd / gs;
-    uint32_t group_of[DV];  // the group of vector v
-    for (uint32_t v = 0; v < DV; ++v) group_of[v] = v * W / gs;
-    const size_t code_bytes = size_t{hd} * bt * BITS / 8;
-    T o[NQ][DV];
-    clear(o);
-    float pbl[NQ][16] = {};  // local: the compiler need not assume it aliases p
-    const uint32_t coded = x.win_k ? x.f32_from : x.n_keys;
-    coded_values(x, coded, [&](const uint8_t* vb, uint32_t slot, uint32_t j) {
-      const uint8_t* row = vb + size_t{slot} * hd * BITS / 8;
-      const float* vsc = reinterpret_cast<const float*>(vb + code_bytes) + size_t{slot} * ng;
-      const float* vbi = vsc + size_t{bt} * ng;
-      T c[DV < L ? L : DV];  // DV < L only in instantiations no head_dim reaches
+    const uint32_t hd = x.head_dim, bt = x.block_tokens, ng = hd / x.group_size;
+    const uint8_t* row = vb + size_t{slot} * hd * BITS / 8;
+    const float* vsc = reinterpret_cast<const float*>(vb + size_t{hd} * bt * BITS / 8) + size_t{slot} * ng;
+    const float* vbi = vsc + size_t{bt} * ng;
+    T c[DV < L ? L : DV];  // DV < L only in instantiations no head_dim reaches
 #pragma GCC unroll 16
-      for (uint32_t v = 0; v < DV; v += L) codes16<BITS>(row + v * W * BITS / 8, c + v);
+    for (uint32_t v = 0; v < DV; v += L) codes16<BITS>(row + v * W * BITS / 8, c + v);
 #pragma GCC unroll 8
-      for (uint32_t h = 0; h < NQ; ++h) {
-        const float pj = p[h * stride + j];
-        for (uint32_t g = 0; g < ng; ++g) pbl[h][g] = std::fma(pj, vbi[g], pbl[h][g]);
-          // o is indexed at compile time only, so it stays in registers.
+    for (uint32_t h = 0; h < NQ; ++h) {
+      if (TAIL && j >= qs.n_keys[h]) continue;
+      const float pj = qs.s[h][j];
+      for (uint32_t g = 0; g < ng; ++g) pb[h][g] = std::fma(pj, vbi[g], pb[h][g]);
+        // o is indexed at compile time only, so it stays in registers.
 #pragma GCC unroll 16
-        for (uint32_t v = 0; v < DV; ++v) o[h][v] = V::fma(V::set1(pj * vsc[group_of[v]]), c[v], o[h][v]);
-      }
-    });
-    for (uint32_t j = std::max(coded, x.first_key); j < x.n_keys; ++j)  // the F32 window
-      add_value(o, x.win_v[j - coded], p, stride, j);
-    store_rows(o, out, hd);
-    for (uint32_t h = 0; h < NQ; ++h)
-      for (uint32_t g = 0; g < ng; ++g) pb[h][g] = pbl[h][g];
+      for (uint32_t v = 0; v < DV; ++v) o[h][v] = V::fma(V::set1(pj * vsc[group_of[v]]), c[v], o[h][v]);
+    }
   }
 
-  template <uint32_t NQ, uint32_t BITS>
-  static void heads_q(const AttentionArgs& x, uint32_t h0) {
+  // Quantized V: o[h][d] = fma chain over j >= first_key of (p_j * vscale_jg) * c_j[d]; pb[h][g] =
+  // fma chain over j >= first_key of p_j * vbias_jg; then the F32 window's values continue o.
+  // DV vectors span the head dimension. o unscaled to qs.out.
+  template <uint32_t NQ, uint32_t DV, uint32_t BITS>
+  static void weighted_values_q(const AttentionArgs& x, const Queries<NQ>& qs, float (&pb)[NQ][16]) {
+    const uint32_t hd = x.head_dim, bt = x.block_tokens, gs = x.group_size;
+    uint32_t group_of[DV];  // the group of vector v
+    for (uint32_t v = 0; v < DV; ++v) group_of[v] = v * W / gs;
+    T o[NQ][DV];
+    clear(o);
+    float pbl[NQ][16] = {};  // local: the compiler need not assume it aliases the scores
+    const uint32_t coded = x.win_k ? x.f32_from : qs.min_keys;
+    coded_values(x, coded, [&](const uint8_t* vb, uint32_t slot, uint32_t j) {
+      add_coded_value<false, NQ, DV, BITS>(x, qs, vb, slot, j, group_of, o, pbl);
+    });
+    if (!x.win_k)  // keys some vectors have and others not (the later rows')
+      for (uint32_t j = std::max(coded, x.first_key); j < qs.max_keys; ++j)
+        add_coded_value<true, NQ, DV, BITS>(x, qs, x.v_bytes + x.blocks[j / bt] * x.block_bytes, j % bt, j, group_of, o,
+                                            pbl);
+    else  // the F32 window (one row)
+      for (uint32_t j = std::max(coded, x.first_key); j < x.n_keys; ++j) add_value(o, x.win_v[j - coded], qs.s, j);
+#pragma GCC unroll 8
+    for (uint32_t h = 0; h < NQ; ++h) {
+#pragma GCC unroll 16
+      for (uint32_t v = 0; v < DV; ++v) V::storeu(qs.out[h] + v * W, o[h][v]);
+      for (uint32_t g = 0; g < hd / gs; ++g) pb[h][g] = pbl[h][g];
+    }
+  }
+
+  // Attention of the NQ vectors over a quantized cache (the F32 window only with one row).
+  template <uint32_t NQ, uint32_t DV, uint32_t BITS>
+  static void vectors_q(const AttentionArgs& x, const Queries<NQ>& qs) {
     const uint32_t hd = x.head_dim, gs = x.group_size, ng = hd / gs;
-    const uint32_t stride = (x.n_keys + 15) / 16 * 16;
-    const float* q = x.q + h0 * hd;
-    float* s = x.scores + h0 * stride;
-    float qs[NQ][16];
+    float qsum[NQ][16];
     for (uint32_t h = 0; h < NQ; ++h)
       for (uint32_t g = 0; g < ng; ++g) {
-        qs[h][g] = 0.0f;
-        for (uint32_t d = g * gs; d < (g + 1) * gs; ++d) qs[h][g] = qs[h][g] + q[h * hd + d];
+        qsum[h][g] = 0.0f;
+        for (uint32_t d = g * gs; d < (g + 1) * gs; ++d) qsum[h][g] = qsum[h][g] + qs.q[h][d];
       }
     T mx[NQ];
     for (uint32_t h = 0; h < NQ; ++h) mx[h] = V::set1(-INFINITY);
-    const uint32_t coded = x.win_k ? x.f32_from : x.n_keys;
-    for (uint32_t j0 = first_scored(x); j0 < coded; j0 += 16) scores_q<NQ, BITS>(x, q, qs, j0, s, stride, mx);
-    for (uint32_t j = std::max(coded, x.first_key); j < x.n_keys; ++j)
-      scores_row<NQ>(x, q, x.win_k[j - coded], j, s, stride, mx);
+    const uint32_t coded = x.win_k ? x.f32_from : qs.max_keys;
+    for (uint32_t j0 = first_scored(x); j0 < coded; j0 += 16) scores_q<NQ, BITS>(x, qs, qsum, j0, mx);
+    for (uint32_t j = std::max(coded, x.first_key); j < x.n_keys && x.win_k; ++j)
+      scores_row<NQ>(x, qs, x.win_k[j - coded], j, mx);
     float inv[NQ];
-    softmax<NQ>(x, s, stride, mx, inv);
-
-    float* out = x.out + h0 * hd;
+    for (uint32_t h = 0; h < NQ; ++h) inv[h] = softmax_row(x, qs.s[h], qs.n_keys[h], mx[h]);
     float pb[NQ][16] = {};
-    switch (hd / W) {
-      case 1: weighted_values_q<NQ, 1, BITS>(x, s, stride, pb, out); break;
-      case 2: weighted_values_q<NQ, 2, BITS>(x, s, stride, pb, out); break;
-      case 4: weighted_values_q<NQ, 4, BITS>(x, s, stride, pb, out); break;
-      case 8: weighted_values_q<NQ, 8, BITS>(x, s, stride, pb, out); break;
-      case 16: weighted_values_q<NQ, 16, BITS>(x, s, stride, pb, out); break;
-      case 32: weighted_values_q<NQ, 32, BITS>(x, s, stride, pb, out); break;
-    }
+    weighted_values_q<NQ, DV, BITS>(x, qs, pb);
     for (uint32_t h = 0; h < NQ; ++h) {
       const T invv = V::set1(inv[h]);
-      for (uint32_t v = 0; v < hd / W; ++v) {
+      for (uint32_t v = 0; v < DV; ++v) {
         const T b = V::set1(pb[h][v * W / gs]);
-        V::storeu(out + h * hd + v * W, V::mul(V::add(V::loadu(out + h * hd + v * W), b), invv));
+        V::storeu(qs.out[h] + v * W, V::mul(V::add(V::loadu(qs.out[h] + v * W), b), invv));
       }
     }
   }
 
   template <uint32_t BITS>
   static void attention_q(const AttentionArgs& x) {
-    uint32_t h = 0;
-    for (; h + 4 <= x.n_q; h += 4) heads_q<4, BITS>(x, h);
-    switch (x.n_q - h) {
-      case 3: heads_q<3, BITS>(x, h); break;
-      case 2: heads_q<2, BITS>(x, h); break;
-      case 1: heads_q<1, BITS>(x, h); break;
-    }
+    by_head_size(x, [&]<uint32_t DV, uint32_t MAXQ>() {
+      all_vectors<MAXQ>(x, [&]<uint32_t Q>(const Queries<Q>& qs) { vectors_q<Q, DV, BITS>(x, qs); });
+    });
   }
 
   // Rotated K: scores of NQ rotated query heads (qr) against the 16 keys at j0 (one block),
@@ -797,16 +812,22 @@ struct Ops : V {
     attention_rot<3>(x);
   }
 
+  // Several rows at once but rotated KV, which takes a row at a time, as does the F32 window.
   static void attention(const AttentionArgs& x) {
-    if (x.kv_bits == 0) return attention_f32(x);  // every row at once
-    for (uint32_t r = 0; r < x.rows; ++r) {
-      const AttentionArgs a = row_of(x, r);
-      if (a.kv_rotated) {
-        attention_rotated(a);
-      } else {
-        a.kv_bits == 8 ? attention_q<8>(a) : attention_q<4>(a);
+    if (x.kv_rotated || (x.rows > 1 && x.win_k)) {
+      for (uint32_t r = 0; r < x.rows; ++r) {
+        const AttentionArgs a = row_of(x, r);
+        if (a.kv_rotated) {
+          attention_rotated(a);
+        } else {
+          a.kv_bits == 8 ? attention_q<8>(a) : attention_q<4>(a);
+        }
       }
+      return;
     }
+    if (x.kv_bits == 8) return attention_q<8>(x);
+    if (x.kv_bits == 4) return attention_q<4>(x);
+    attention_f32(x);
   }
 
   static void silu_mul(const float* gate, const float* up, float* out, size_t n) {
