@@ -361,13 +361,6 @@ struct Ops : V {
       for (uint32_t v = 0; v < DV; ++v) o[h][v] = V::fma(pj, vv[v], o[h][v]);
     }
   }
-  template <uint32_t NQ, uint32_t DV>
-  [[gnu::always_inline]] static void add_value(T (&o)[NQ][DV], const float* vb, const float* p, uint32_t stride,
-                                               uint32_t j) {
-    const float* rows[NQ];
-    for (uint32_t h = 0; h < NQ; ++h) rows[h] = p + h * stride;
-    add_value(o, vb, rows, j);
-  }
 
   // One vector's scores s[first_scored, n_keys) with running max mx to probabilities in place;
   // returns 1 / sum. The window and the cap (shape_scores) before; the lanes start at what the
