@@ -69,7 +69,7 @@ class Actor {
         states_(std::move(states)),
         fingerprint_(std::move(fingerprint)),
         step_sampler_(engine_->config().vocab_size, engine_->threads()),
-        head_outweighs_layers_(StepSampler::head_outweighs_layers(engine_->config())),
+        head_outweighs_layers_(engine::head_outweighs_layers(engine_->config())),
         table_(limits_of(*engine_, *pool_, options.role == runtime::Role::kPrefill ? 0 : options.spec_tokens,
                          draft_.get(), states_.get(), states_ ? options_.state_checkpoints : 0),
                states_.get()) {}
@@ -393,8 +393,8 @@ class Actor {
         return Status::error(st.code(), "draft model: " + st.message());
       }
     }
-    const engine::LogitRows computed =
-        StepSampler::logit_rows(table_.to_sample(), engine_->threads(), head_outweighs_layers_);
+    const engine::LogitRows computed = StepSampler::logit_rows(table_.to_sample(), engine_->threads(),
+                                                               head_outweighs_layers_, engine_->screens_greedy());
     Status st = restore_checkpoints();
     if (st) st = engine_->forward(table_.steps(), *pool_, states_.get(), computed);
     if (st) st = sample_into(res, computed);

@@ -12,8 +12,12 @@ StepSampler::StepSampler(uint32_t vocab_size, uint32_t threads)
 
 // Row `row` of request i, sampled with exactly the history plain decoding would have there:
 // the tokens before its position (the drafts before it included) and nothing else.
-RowSample StepSampler::sample_row(uint32_t thread, size_t i, uint32_t row, const engine::Engine& engine) {
+RowSample StepSampler::sample_row(uint32_t thread, size_t i, uint32_t row, engine::Engine& engine) {
   const SampleRequest& q = requests_[i];
+  if (greedy_[i]) {
+    if (row == 0) n_top_[i] = 0;
+    return {engine.greedy_token(q.logits_row + row, thread), 0.0f};
+  }
   const size_t base = q.history.size() - q.drafts.size();
   const size_t gen_from = q.history.size() - q.generated.size();
   const std::span<const int32_t> history = q.history.first(base + row);
@@ -49,16 +53,10 @@ RowSample StepSampler::verify_row(uint32_t thread, const SampleRequest& q, uint3
 }
 
 engine::LogitRows StepSampler::logit_rows(std::span<const SampleRequest> requests, uint32_t threads,
-                                          bool head_outweighs_layers) {
+                                          bool head_outweighs_layers, bool screens_greedy) {
+  if (screens_greedy) return engine::LogitRows::kNone;
   return requests.size() < 2 * size_t{threads} || !head_outweighs_layers ? engine::LogitRows::kAll
                                                                          : engine::LogitRows::kFirstPerSequence;
-}
-
-// Per layer: the QKV and output projections and the gated FFN (a recurrent layer's projections
-// are of the same order); the head: vocabulary x dim.
-bool StepSampler::head_outweighs_layers(const model::ModelConfig& c) {
-  const uint64_t per_layer = uint64_t{c.dim} * (2 * c.q_dim() + 2 * c.kv_dim()) + uint64_t{3} * c.dim * c.ffn_dim;
-  return uint64_t{c.vocab_size} * c.dim > per_layer * c.n_layers;
 }
 
 Status StepSampler::run(std::span<const SampleRequest> requests, engine::Engine& engine, engine::LogitRows computed) {
@@ -74,19 +72,41 @@ Status StepSampler::run(std::span<const SampleRequest> requests, engine::Engine&
     total += static_cast<uint32_t>(requests[i].drafts.size()) + 1;
   }
   rows_.resize(total);
-  if (computed == engine::LogitRows::kAll && total > n) {
-    run_all_rows(engine, total);
-    return Status::ok();
+  greedy_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const SampleRequest& q = requests[i];
+    greedy_[i] = computed == engine::LogitRows::kNone && engine.screens_greedy() && q.q.empty() && !q.logprobs &&
+                 engine::Sampler::argmax_only(*q.sampling);
   }
+  // Few sequences: every row at once (two parallel regions, not two a wave); many: per wave, so
+  // no row past a mismatch is screened or computed.
+  const bool at_once =
+      computed == engine::LogitRows::kAll || (computed == engine::LogitRows::kNone && n < 2 * size_t{engine.threads()});
+  if (total > n && at_once) return run_all_rows(engine, total, computed);
   return run_waves(engine, computed);
 }
 
-// Every row's logits computed: every row at once, then each round's accepted prefix.
-void StepSampler::run_all_rows(engine::Engine& engine, uint32_t total) {
+Status StepSampler::prepare_rows(engine::Engine& engine, std::span<const uint32_t> rows_of,
+                                 std::span<const uint32_t> owner_of) {
+  logit_rows_.clear();
+  screen_rows_.clear();
+  for (size_t j = 0; j < rows_of.size(); ++j) (greedy_[owner_of[j]] ? screen_rows_ : logit_rows_).push_back(rows_of[j]);
+  if (!logit_rows_.empty()) TANDEM_RETURN_IF_ERROR(engine.compute_logit_rows(logit_rows_));
+  if (!screen_rows_.empty()) TANDEM_RETURN_IF_ERROR(engine.screen_rows(screen_rows_));
+  return Status::ok();
+}
+
+// Every row at once (computed up front, or prepared here), then each round's accepted prefix.
+Status StepSampler::run_all_rows(engine::Engine& engine, uint32_t total, engine::LogitRows computed) {
   const size_t n = requests_.size();
   owner_.resize(total);
   for (size_t i = 0; i < n; ++i)
     std::fill_n(owner_.begin() + first_[i], requests_[i].drafts.size() + 1, static_cast<uint32_t>(i));
+  if (computed == engine::LogitRows::kNone) {
+    all_rows_.resize(total);
+    for (uint32_t r = 0; r < total; ++r) all_rows_[r] = requests_[owner_[r]].logits_row + (r - first_[owner_[r]]);
+    TANDEM_RETURN_IF_ERROR(prepare_rows(engine, all_rows_, owner_));
+  }
   engine.parallel_for(total, [&](uint32_t b, uint32_t e, uint32_t t) {
     for (uint32_t r = b; r < e; ++r) rows_[r] = sample_row(t, owner_[r], r - first_[owner_[r]], engine);
   });
@@ -96,18 +116,20 @@ void StepSampler::run_all_rows(engine::Engine& engine, uint32_t total) {
     while (row < drafts.size() && rows_[first_[i] + row].token == drafts[row]) ++row;
     kept_[i] = row + 1;
   }
+  return Status::ok();
 }
 
 // Wave j: row j of every request still in its round (its rows so far equal its drafts), its
-// logits computed first unless the forward pass did.
+// logits computed (or its greedy token screened) first unless the forward pass did.
 Status StepSampler::run_waves(engine::Engine& engine, engine::LogitRows computed) {
   alive_.resize(requests_.size());
   for (uint32_t i = 0; i < alive_.size(); ++i) alive_[i] = i;
   for (uint32_t wave = 0; !alive_.empty(); ++wave) {
-    if (wave > 0 && computed == engine::LogitRows::kFirstPerSequence) {
+    if (computed == engine::LogitRows::kNone || (wave > 0 && computed == engine::LogitRows::kFirstPerSequence)) {
       wave_rows_.resize(alive_.size());
       for (size_t j = 0; j < alive_.size(); ++j) wave_rows_[j] = requests_[alive_[j]].logits_row + wave;
-      TANDEM_RETURN_IF_ERROR(engine.compute_logit_rows(wave_rows_));
+      TANDEM_RETURN_IF_ERROR(computed == engine::LogitRows::kNone ? prepare_rows(engine, wave_rows_, alive_)
+                                                                  : engine.compute_logit_rows(wave_rows_));
     }
     engine.parallel_for(static_cast<uint32_t>(alive_.size()), [&](uint32_t b, uint32_t e, uint32_t t) {
       for (uint32_t j = b; j < e; ++j) rows_[first_[alive_[j]] + wave] = sample_row(t, alive_[j], wave, engine);

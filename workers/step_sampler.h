@@ -14,6 +14,12 @@
 // LogitRows::kFirstPerSequence, then Engine::compute_logit_rows per wave), so no row past a mismatch is sampled or
 // even goes through the output matrix: a speculating step then pays the head for the tokens it emits only, at two
 // parallel regions a wave.
+//
+// Where the engine has a greedy screen (Engine::screens_greedy: a head that outweighs the layers)
+// the forward pass computes no logits (LogitRows::kNone): a greedy request's rows
+// (Sampler::argmax_only, no logprobs, no draft-model q) are screened for their exact greedy token
+// (Engine::screen_rows, greedy_token) and only the others' logits are computed, in the same waves
+// (or at once with few sequences).
 #pragma once
 
 #include <cstdint>
@@ -38,14 +44,12 @@ class StepSampler {
  public:
   StepSampler(uint32_t vocab_size, uint32_t threads);
 
-  // Which logit rows the forward pass of a step with these requests computes up front: all of
-  // them with few sequences or a head that costs less than the layers (head_outweighs_layers),
-  // else each sequence's first (run computes the others per wave).
+  // Which logit rows the forward pass of a step with these requests computes up front: none
+  // with a greedy screen (run screens or computes each row as it needs it); else all of them with
+  // few sequences or a head that costs less than the layers (engine::head_outweighs_layers), else
+  // each sequence's first (run computes the others per wave).
   static engine::LogitRows logit_rows(std::span<const SampleRequest> requests, uint32_t threads,
-                                      bool head_outweighs_layers);
-  // Whether one row through the output matrix takes more multiply-adds than through the layers
-  // (a large vocabulary on small layers: the trained test models; not Llama or Qwen at 0.5B+).
-  static bool head_outweighs_layers(const model::ModelConfig& config);
+                                      bool head_outweighs_layers, bool screens_greedy = false);
 
   // Samples every request of the staged step from `engine`'s logits, its forward pass having
   // computed `computed` (logit_rows()). Allocates only when a step is larger than any before it.
@@ -62,9 +66,12 @@ class StepSampler {
   }
 
  private:
-  void run_all_rows(engine::Engine& engine, uint32_t total);
+  Status run_all_rows(engine::Engine& engine, uint32_t total, engine::LogitRows computed);
   Status run_waves(engine::Engine& engine, engine::LogitRows computed);
-  RowSample sample_row(uint32_t thread, size_t i, uint32_t row, const engine::Engine& engine);
+  // With LogitRows::kNone: screens rows_of's greedy rows and computes the others' logits. rows_of
+  // holds logit rows, owner_of their requests.
+  Status prepare_rows(engine::Engine& engine, std::span<const uint32_t> rows_of, std::span<const uint32_t> owner_of);
+  RowSample sample_row(uint32_t thread, size_t i, uint32_t row, engine::Engine& engine);
   RowSample verify_row(uint32_t thread, const SampleRequest& q, uint32_t row, std::span<const float> logits,
                        std::span<const int32_t> history, size_t from, size_t gen_from);
 
@@ -76,7 +83,9 @@ class StepSampler {
   std::vector<uint32_t> first_, kept_;       // per request: first row, rows kept
   std::vector<uint32_t> owner_;              // per row: its request
   std::vector<uint32_t> alive_, wave_rows_;  // run_waves: requests still in their round, their next rows
-  std::vector<engine::TokenLogprob> tops_;   // per request: kMaxTopLogprobs slots
+  std::vector<uint8_t> greedy_;              // per request: its rows go through the greedy screen
+  std::vector<uint32_t> logit_rows_, screen_rows_, all_rows_;  // prepare_rows, run_all_rows
+  std::vector<engine::TokenLogprob> tops_;                     // per request: kMaxTopLogprobs slots
   std::vector<uint32_t> n_top_;
 };
 

@@ -26,7 +26,9 @@ struct Case {
   bool logprobs = false;
 };
 
-std::vector<Case> cases(engine::Engine& engine, uint32_t n) {
+// mostly_greedy: fewer requests at temperature 1 or with a penalty (the demo model's samples at
+// temperature 1 rarely equal its greedy drafts; greedy requests are what the screen takes).
+std::vector<Case> cases(engine::Engine& engine, uint32_t n, bool mostly_greedy = false) {
   std::vector<Case> out;
   for (uint32_t i = 0; i < n; ++i) {
     Case c;
@@ -41,9 +43,9 @@ std::vector<Case> cases(engine::Engine& engine, uint32_t n) {
     c.tokens.insert(c.tokens.end(), next.begin(), next.begin() + c.drafts);
     const uint32_t wrong = (i * 3) % 6;  // some rounds accept all, some stop early
     if (wrong < c.drafts) c.tokens[prompt.size() + wrong] = (c.tokens[prompt.size() + wrong] + 1) % 256 + 3;
-    c.sampling.temperature = i % 3 == 0 ? 1.0f : 0.0f;
+    c.sampling.temperature = i % (mostly_greedy ? 6 : 3) == 0 ? 1.0f : 0.0f;
     c.sampling.seed = 100 + i;
-    c.sampling.presence_penalty = i % 4 == 1 ? 0.5f : 0.0f;
+    c.sampling.presence_penalty = i % (mostly_greedy ? 8 : 4) == 1 ? 0.5f : 0.0f;
     c.sampling.top_logprobs = c.drafts == 0 && i % 2 == 0 ? 3 : 0;
     c.logprobs = i % 2 == 0;
     out.push_back(std::move(c));
@@ -53,13 +55,20 @@ std::vector<Case> cases(engine::Engine& engine, uint32_t n) {
 
 // Runs the cases as one step (each sequence's whole prompt, with logits for its last 1 + drafts
 // positions), then samples it with a StepSampler and with one Sampler row by row, and compares.
+// kNone: the demo model, whose head outweighs its layers: its greedy rows are screened, the
+// others computed, as the step sampler asks.
 void check(uint32_t threads, uint32_t n_seqs, engine::LogitRows computed = engine::LogitRows::kAll) {
+  const bool screened = computed == engine::LogitRows::kNone;
   SCOPED_TRACE("threads " + std::to_string(threads) + ", sequences " + std::to_string(n_seqs) +
-               (computed == engine::LogitRows::kAll ? ", every logit row up front" : ", logit rows per wave"));
-  auto engine = engine::Engine::load(std::string(TANDEM_SOURCE_DIR) + "/tests/data/tiny-trained.gguf",
+               (computed == engine::LogitRows::kAll ? ", every logit row up front"
+                : screened                          ? ", greedy rows screened"
+                                                    : ", logit rows per wave"));
+  const std::string model = screened ? "vocab-trained" : "tiny-trained";
+  auto engine = engine::Engine::load(std::string(TANDEM_SOURCE_DIR) + "/tests/data/" + model + ".gguf",
                                      {threads, engine::GemmBackend::kPacked})
                     .value();
-  const std::vector<Case> cs = cases(*engine, n_seqs);
+  ASSERT_EQ(engine->screens_greedy(), screened);
+  const std::vector<Case> cs = cases(*engine, n_seqs, screened);
   auto pool = engine::KvPool::create(engine->config(), 8 * n_seqs).value();
   std::vector<std::vector<int32_t>> blocks(n_seqs);
   std::vector<engine::SeqStep> steps;
@@ -79,11 +88,16 @@ void check(uint32_t threads, uint32_t n_seqs, engine::LogitRows computed = engin
   for (uint32_t r = 0; r < row; ++r) std::copy_n(engine->logits(r).data(), vocab, eager.begin() + size_t{r} * vocab);
   auto logits = [&](uint32_t r) { return std::span<const float>(eager).subspan(size_t{r} * vocab, vocab); };
   if (computed != engine::LogitRows::kAll) {  // the same step again, its rows' logits left for the waves
-    ASSERT_EQ(StepSampler::logit_rows(requests, threads, /*head_outweighs_layers=*/true), computed);
-    ASSERT_EQ(StepSampler::logit_rows(requests, threads, /*head_outweighs_layers=*/false), engine::LogitRows::kAll);
+    ASSERT_EQ(StepSampler::logit_rows(requests, threads, /*head_outweighs_layers=*/true, screened), computed);
+    if (!screened)
+      ASSERT_EQ(StepSampler::logit_rows(requests, threads, /*head_outweighs_layers=*/false), engine::LogitRows::kAll);
     ASSERT_TRUE(engine->forward(steps, *pool, nullptr, computed).is_ok());
-    ASSERT_EQ(engine->logit_rows_computed(), n_seqs);
+    ASSERT_EQ(engine->logit_rows_computed(), screened ? 0 : n_seqs);
   }
+  // A request whose rows the screen takes: greedy, nothing reported.
+  auto greedy = [&](const SampleRequest& q) {
+    return screened && !q.logprobs && engine::Sampler::argmax_only(*q.sampling);
+  };
 
   StepSampler sampler(vocab, threads);
   ASSERT_TRUE(sampler.run(requests, *engine, computed).is_ok());
@@ -106,7 +120,7 @@ void check(uint32_t threads, uint32_t n_seqs, engine::LogitRows computed = engin
     const std::span<const RowSample> got = sampler.samples(i);
     ASSERT_EQ(got.size(), want.size()) << "sequence " << i;
     rows_kept += static_cast<uint32_t>(got.size());
-    for (uint32_t r = 0; r < got.size(); ++r)  // what the sampler read: bitwise the eager pass's logits
+    for (uint32_t r = 0; r < got.size() && !greedy(q); ++r)  // what the sampler read: bitwise the eager pass's logits
       ASSERT_TRUE(std::equal(logits(q.logits_row + r).begin(), logits(q.logits_row + r).end(),
                              engine->logits(q.logits_row + r).begin()))
           << "sequence " << i << " row " << r;
@@ -122,8 +136,15 @@ void check(uint32_t threads, uint32_t n_seqs, engine::LogitRows computed = engin
     if (q.drafts.size() > 0 && got.size() == q.drafts.size() + 1) ++accepted_somewhere;
     if (got.size() <= q.drafts.size()) ++stopped_somewhere;
   }
-  if (computed != engine::LogitRows::kAll)
-    EXPECT_EQ(engine->logit_rows_computed(), rows_kept) << "a row past a round's mismatch went through the head";
+  if (screened && n_seqs < 2 * threads)  // few sequences: every row at once
+    EXPECT_EQ(engine->logit_rows_computed() + engine->logit_rows_screened(), row);
+  else if (computed != engine::LogitRows::kAll)
+    EXPECT_EQ(engine->logit_rows_computed() + engine->logit_rows_screened(), rows_kept)
+        << "a row past a round's mismatch went through the head";
+  if (screened && n_seqs >= 8) {
+    EXPECT_GT(engine->logit_rows_screened(), 0u);
+    EXPECT_GT(engine->logit_rows_computed(), 0u);
+  }
   if (n_seqs >= 8) {
     EXPECT_GT(accepted_somewhere, 0u) << "some round should accept all its drafts";
     EXPECT_GT(stopped_somewhere, 0u) << "some round should stop at a wrong draft";
@@ -145,6 +166,14 @@ TEST(StepSampler, LogitsComputedPerWaveAreTheEagerOnesAndOnlyTheRowsKept) {
   check(1, 5, engine::LogitRows::kFirstPerSequence);
 }
 
+// With a greedy screen no logits are computed up front: greedy requests' rows are screened, the
+// others' computed, per wave for many sequences and at once for few; tokens as one sampler's.
+TEST(StepSampler, GreedyRowsScreenedOthersComputedEqualOneSamplerRowByRow) {
+  check(2, 12, engine::LogitRows::kNone);
+  check(2, 3, engine::LogitRows::kNone);
+  check(1, 9, engine::LogitRows::kNone);
+}
+
 // The head goes per wave only where a row through it costs more than through the layers: the
 // demo model's 32000 x 64 head over 4 small layers, not the byte-level model's 512 x 64.
 TEST(StepSampler, TheHeadGoesPerWaveOnlyWhereItOutweighsTheLayers) {
@@ -152,11 +181,11 @@ TEST(StepSampler, TheHeadGoesPerWaveOnlyWhereItOutweighsTheLayers) {
     auto engine = engine::Engine::load(std::string(TANDEM_SOURCE_DIR) + "/tests/data/" + file + ".gguf",
                                        {1, engine::GemmBackend::kPacked})
                       .value();
-    EXPECT_EQ(StepSampler::head_outweighs_layers(engine->config()), outweighs) << file;
+    EXPECT_EQ(engine::head_outweighs_layers(engine->config()), outweighs) << file;
   }
   auto c = model::ModelConfig{};
   c.dim = 4096, c.n_layers = 32, c.n_heads = 32, c.n_kv_heads = 8, c.ffn_dim = 14336, c.vocab_size = 128256;
-  EXPECT_FALSE(StepSampler::head_outweighs_layers(c));  // Llama 3 8B
+  EXPECT_FALSE(engine::head_outweighs_layers(c));  // Llama 3 8B
 }
 
 TEST(StepSampler, TheEngineRefusesARowOutsideTheStepOrComputedTwice) {

@@ -7,8 +7,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 
+#include "model/half.h"
 #include "workers/engine/hybrid.h"
 #include "workers/engine/model_file.h"
 
@@ -355,7 +357,115 @@ Status Engine::load_weights(const GgufFile& file) {
   output_ = std::make_unique<Matrix>();
   TANDEM_RETURN_IF_ERROR(build(*output_, {out ? out : embd}));
   weight_bytes_ += output_->bytes();
+  build_screen();
   return Status::ok();
+}
+
+// Per layer: the QKV and output projections and the gated FFN (a recurrent layer's projections
+// are of the same order); the head: vocabulary x dim.
+bool head_outweighs_layers(const ModelConfig& c) {
+  const uint64_t per_layer = uint64_t{c.dim} * (2 * c.q_dim() + 2 * c.kv_dim()) + uint64_t{3} * c.dim * c.ffn_dim;
+  return uint64_t{c.vocab_size} * c.dim > per_layer * c.n_layers;
+}
+
+void Engine::build_screen() {
+  const char* env = std::getenv("TANDEM_GREEDY_SCREEN");
+  if (!options_.greedy_screen || (env != nullptr && std::string(env) == "0")) return;
+  if (output_->parts.size() != 1 || config_.final_softcap > 0.0f || !head_outweighs_layers(config_)) return;
+  const Matrix::Part& p = output_->parts.front();
+  if (p.kind != Matrix::Kind::kF32 && p.kind != Matrix::Kind::k16) return;
+  const uint32_t k = output_->k;
+  const bool bf16 = p.type == static_cast<uint32_t>(TensorType::kBF16);
+  // Row v's values as the head's GEMM widens them: element (v, i) of the panel layout.
+  screen_ = GreedyScreen::build(output_->n, k, [&](uint32_t v, float* w) {
+    const size_t at = size_t{v / kernels::kPanel} * k * kernels::kPanel + v % kernels::kPanel;
+    for (uint32_t i = 0; i < k; ++i) {
+      const size_t e = at + size_t{i} * kernels::kPanel;
+      if (p.kind == Matrix::Kind::kF32) {
+        w[i] = p.owned[e];
+      } else {
+        const uint16_t bits = reinterpret_cast<const uint16_t*>(p.owned)[e];
+        w[i] = bf16 ? model::bf16_to_float(bits) : model::half_to_float(bits);
+      }
+    }
+  });
+  if (!screen_) return;
+  const uint32_t threads = pool_->size(), vocab = config_.vocab_size;
+  screen_upper_.resize(size_t{threads} * (vocab / kernels::kScreenChunk + 1));
+  screen_full_.resize(size_t{threads} * vocab);
+}
+
+void Engine::exact_panel(const float* x, uint32_t panel, float* out) const {
+  const Matrix::Part& p = output_->parts.front();
+  const uint32_t k = output_->k, cols = std::min(kernels::kPanel, p.n - panel * kernels::kPanel);
+  const size_t at = size_t{panel} * k * kernels::kPanel;
+  if (p.kind == Matrix::Kind::kF32) {
+    kernels_->gemm(x, k, 1, {p.owned + at, cols, k}, 0, 1, out, kernels::kPanel);
+  } else {
+    const kernels::Packed16View v{reinterpret_cast<const uint16_t*>(p.owned) + at, cols, k,
+                                  p.type == static_cast<uint32_t>(TensorType::kBF16)};
+    kernels_->gemm16(x, k, 1, v, 0, 1, out, kernels::kPanel);
+  }
+}
+
+Status Engine::screen_rows(std::span<const uint32_t> rows) {
+  if (!screen_) return Status::invalid("screen_rows: this engine has no greedy screen");
+  for (size_t j = 0; j < rows.size(); ++j) {
+    const uint32_t row = rows[j];
+    std::string bad;
+    if (row >= n_logit_rows_)
+      bad = "is outside the step's " + std::to_string(n_logit_rows_) + " logit rows";
+    else if (screen_slot_[row] >= 0)
+      bad = "is screened already (or named twice)";
+    if (!bad.empty()) {
+      for (size_t i = 0; i < j; ++i) screen_slot_[rows[i]] = -1;  // as it was
+      return Status::invalid("screen_rows: row " + std::to_string(row) + " " + bad);
+    }
+    screen_slot_[row] = static_cast<int32_t>(screened_ + j);
+  }
+  if (rows.empty()) return Status::ok();
+  const uint32_t dim = config_.dim, vocab = config_.vocab_size, m = static_cast<uint32_t>(rows.size());
+  for (uint32_t j = 0; j < m; ++j) std::copy_n(&logit_in_[size_t{rows[j]} * dim], dim, &head_in_[size_t{j} * dim]);
+  kernels_->quantize(head_in_.data(), dim, 0, m, dim, kernels::kAct32, screen_qs_.data(), screen_d_.data(),
+                     screen_sums_.data());
+  const kernels::QuantRows act{screen_qs_.data(), screen_d_.data(), screen_sums_.data(), dim, kernels::kAct32};
+  float* out = screen_out_.data() + size_t{screened_} * vocab;
+  const kernels::QuantView& view = screen_->view();
+  const uint32_t tiles = (vocab + kernels::kQuantTile - 1) / kernels::kQuantTile;
+  pool_->parallel_for(tiles, [&](uint32_t t0, uint32_t t1, uint32_t) {
+    kernels_->qgemm(act, m, view, t0 * kernels::kQuantTile, std::min(vocab, t1 * kernels::kQuantTile), out, vocab);
+  });
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (uint32_t j = 0; j < m; ++j) {
+    float* he = &screen_he_[2 * size_t{screened_ + j}];
+    const size_t at = size_t{j} * dim;
+    if (!screen_->norms(&head_in_[at], &screen_qs_[at], &screen_d_[at / kernels::kAct32], &he[0], &he[1]))
+      he[0] = he[1] = nan;
+  }
+  screened_ += m;
+  return Status::ok();
+}
+
+int32_t Engine::greedy_token(uint32_t row, uint32_t thread) {
+  const uint32_t vocab = config_.vocab_size;
+  const int32_t slot = screen_slot_[row];
+  const float* x = &logit_in_[size_t{row} * config_.dim];
+  const float h = screen_he_[2 * size_t(slot)], e = screen_he_[2 * size_t(slot) + 1];
+  int32_t token = -1;
+  if (std::isfinite(h) && std::isfinite(e))
+    token = screen_->pick(*kernels_, &screen_out_[size_t(slot) * vocab], h, e,
+                          &screen_upper_[size_t{thread} * (vocab / kernels::kScreenChunk + 1)],
+                          [&](uint32_t panel, float* z) { exact_panel(x, panel, z); });
+  if (token >= 0) return token;
+  // Not finite somewhere: the full row, as the head computes it, and its argmax.
+  float* z = &screen_full_[size_t{thread} * vocab];
+  for (uint32_t p = 0; p * kernels::kPanel < vocab; ++p) {
+    float panel[kernels::kPanel];
+    exact_panel(x, p, panel);
+    std::copy_n(panel, std::min(kernels::kPanel, vocab - p * kernels::kPanel), z + size_t{p} * kernels::kPanel);
+  }
+  float max = 0.0f;
+  return static_cast<int32_t>(kernels_->argmax(z, vocab, &max));
 }
 
 double Engine::gemm_flops(uint64_t tokens, uint64_t logit_rows) const {
@@ -476,6 +586,14 @@ void Engine::reserve_scratch(uint32_t tokens, uint32_t logit_rows, uint32_t max_
     logits_.resize(size_t{logit_rows} * c.vocab_size);
     logit_at_.resize(logit_rows);
     head_in_.resize(size_t{logit_rows} * c.dim);
+    screen_slot_.resize(logit_rows);
+    if (screen_) {
+      screen_out_.resize(size_t{logit_rows} * c.vocab_size);
+      screen_he_.resize(2 * size_t{logit_rows});
+      screen_qs_.resize(size_t{logit_rows} * c.dim);
+      screen_d_.resize(size_t{logit_rows} * c.dim / kernels::kAct32);
+      screen_sums_.resize(size_t{logit_rows} * c.dim / 16);
+    }
     first_rows_.reserve(logit_rows);
   }
   if (max_keys > cap_keys_) {  // by half again: decode grows the keys a step at a time
@@ -883,9 +1001,11 @@ void Engine::compute_logits(std::span<const SeqStep> step, LogitRows which) {
     t += n;
   }
   logits_filled_ = 0;
-  if (which == LogitRows::kFirstPerSequence && first_rows_.size() < n_logit_rows_) {
+  screened_ = 0;
+  std::fill_n(screen_slot_.begin(), n_logit_rows_, -1);
+  if (which == LogitRows::kNone || (which == LogitRows::kFirstPerSequence && first_rows_.size() < n_logit_rows_)) {
     std::fill_n(logit_at_.begin(), n_logit_rows_, nullptr);
-    head_rows(first_rows_);
+    if (which == LogitRows::kFirstPerSequence) head_rows(first_rows_);
     return;
   }
   if (n_logit_rows_ > 0) matmul(*output_, logit_in_.data(), dim, n_logit_rows_, logits_.data());

@@ -12,6 +12,7 @@
 #include "runtime/status.h"
 #include "workers/engine/model_file.h"
 #include "workers/engine/huge_pages.h"
+#include "workers/engine/greedy_screen.h"
 #include "workers/engine/kernels.h"
 #include "workers/engine/kv_cache.h"
 #include "workers/engine/state_pool.h"
@@ -35,13 +36,24 @@ enum class DeltaForm {
 // only each sequence's first logit row; the others wait for compute_logit_rows, so a
 // speculating round whose first draft is rejected never pays the output matrix for the rows after
 // it (the head is most of a row's cost on a small model with a large vocabulary).
-enum class LogitRows : uint8_t { kAll, kFirstPerSequence };
+// kNone: none; each row is computed (compute_logit_rows) or screened for its greedy token
+// (screen_rows) when its caller needs it.
+enum class LogitRows : uint8_t { kAll, kFirstPerSequence, kNone };
 
 struct EngineOptions {
   uint32_t threads = 2;
   GemmBackend gemm = GemmBackend::kPacked;
   DeltaForm delta = DeltaForm::kChunked;
+  // Build a greedy screen (greedy_screen.h) where it pays: a head of F32, F16 or BF16 weights
+  // that outweighs the layers (head_outweighs_layers), K a multiple of 32, no final soft cap.
+  // TANDEM_GREEDY_SCREEN=0 in the environment turns it off too (benchmarks: with and without).
+  bool greedy_screen = true;
 };
+
+// Whether one row through the output matrix takes more multiply-adds than through the layers
+// (a large vocabulary on small layers: the trained test models, Gemma 3 270M; not Llama or Qwen
+// at 0.5B and up).
+bool head_outweighs_layers(const ModelConfig& config);
 
 // One sequence's part of a step: process `tokens` at positions [start_pos, start_pos+n).
 // The cache must already hold positions [0, start_pos) in `blocks`, and `blocks` must cover
@@ -102,6 +114,17 @@ class Engine {
   // batch-invariant, so a row's logits are bitwise what forward(kAll) gives it. Errors: a row
   // outside the step, or one already computed.
   Status compute_logit_rows(std::span<const uint32_t> rows);
+
+  // Greedy rows without their logits (greedy_screen.h): screens_greedy() when this engine built a
+  // screen. screen_rows screens `rows` of the previous forward (one pass over the screen's 8-bit
+  // head, on the pool); greedy_token(row, thread) is then that row's greedy token, bitwise what
+  // the argmax of its logits gives (the lowest id holding the largest; Kernels::argmax), from
+  // the few candidates the screen's bound leaves. greedy_token may run on the compute threads at
+  // once, each with its own `thread`. Errors: a row outside the step, or one screened already.
+  bool screens_greedy() const { return screen_ != nullptr; }
+  Status screen_rows(std::span<const uint32_t> rows);
+  int32_t greedy_token(uint32_t row, uint32_t thread);
+  uint32_t logit_rows_screened() const { return screened_; }  // of logit_rows(), so far
 
   // Logits of the previous forward: rows in step order, n_logits rows per sequence. A row is
   // readable once computed (every row after forward(kAll)).
@@ -195,6 +218,7 @@ class Engine {
   const kernels::Kernels* kernels_ = nullptr;
   std::vector<std::unique_ptr<Layer>> layers_;
   std::unique_ptr<Matrix> output_;
+  std::unique_ptr<GreedyScreen> screen_;    // null: no greedy screen (EngineOptions::greedy_screen)
   WeightArena arena_;                       // the packed matrices (F32, F16/BF16 panels); quantized ones stay in file_
   std::unique_ptr<GgufFile> file_;          // mapped: quantized matrices and the embedding point into it
   const GgufTensor* embeddings_ = nullptr;  // token_embd.weight [vocab][dim], any accepted type
@@ -226,6 +250,17 @@ class Engine {
   std::vector<float> head_in_;        // the rows compute_logit_rows gathers from logit_in_
   std::vector<uint32_t> first_rows_;  // each sequence's first logit row (kFirstPerSequence)
   uint32_t logits_filled_ = 0;
+  // The greedy screen's rows (screen_rows): screen_slot_[row] its slot (-1: not screened), slot i's
+  // screening logits at screen_out_[i * vocab] and bound factors screen_he_[2 i], [2 i + 1]
+  // (NaN: the row is not finite, greedy_token takes the full row); per thread, the chunks'
+  // upper bounds and a full row of logits. The activations quantized: screen_qs_, screen_d_.
+  std::vector<int32_t> screen_slot_;
+  std::vector<float> screen_out_, screen_he_, screen_upper_, screen_full_, screen_d_;
+  std::vector<int8_t> screen_qs_;
+  std::vector<int16_t> screen_sums_;
+  uint32_t screened_ = 0;
+  void build_screen();
+  void exact_panel(const float* x, uint32_t panel, float* out) const;  // the head's logits of one panel
   // Hybrid: a layer's first GEMM output, rows of its width (gated q|k|v, or delta-net q|k|v|z|beta|alpha), the
   // conv outputs [T][channels] and the gates [T][2 * V heads] (g, then beta).
   std::vector<float> mix_, conv_out_, gates_;

@@ -241,7 +241,11 @@ struct Kernels {
   // The lowest i < n holding the largest x[i], NaN counted as -inf; *max = that value. All -inf
   // or NaN (or n = 0): 0 and -inf. Exact, so every variant agrees by definition (greedy sampling).
   uint32_t (*argmax)(const float* x, uint32_t n, float* max);
+  // out[c] = the largest x[i] over i in [c * kScreenChunk, (c + 1) * kScreenChunk) and i < n
+  // (the greedy screen's chunks, greedy_screen.h). x finite. Exact, so every variant agrees.
+  void (*chunk_max)(const float* x, uint32_t n, float* out);
 };
+inline constexpr uint32_t kScreenChunk = 64;
 
 // The best variant this CPU runs. TANDEM_KERNELS=generic|avx2|avx512 overrides (tests
 // use it to prove the variants agree bitwise).

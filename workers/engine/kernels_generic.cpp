@@ -178,9 +178,17 @@ uint32_t argmax(const float* x, uint32_t n, float* max) {
   return at;
 }
 
+void chunk_max(const float* x, uint32_t n, float* out) {
+  for (uint32_t c = 0; c * kScreenChunk < n; ++c) {
+    float m = x[c * kScreenChunk];
+    for (uint32_t i = c * kScreenChunk + 1; i < std::min(n, (c + 1) * kScreenChunk); ++i) m = std::max(m, x[i]);
+    out[c] = m;
+  }
+}
+
 }  // namespace
 
-extern const Kernels kGenericKernels{"generic",       gemm,          gemm_bf16, gemm16,   qgemm,
-                                     round_rows_bf16, quantize_rows, attention, silu_mul, argmax};
+extern const Kernels kGenericKernels{"generic",     gemm,      gemm_bf16, gemm16, qgemm,    round_rows_bf16,
+                                     quantize_rows, attention, silu_mul,  argmax, chunk_max};
 
 }  // namespace tandem::engine::kernels

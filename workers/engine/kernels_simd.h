@@ -866,13 +866,43 @@ struct Ops : V {
     while (!(x[i] == best)) ++i;
     return i;
   }
+
+  static void chunk_max(const float* x, uint32_t n, float* out) {
+    static_assert(kScreenChunk % (4 * W) == 0);
+    uint32_t c = 0;
+    for (; (c + 1) * kScreenChunk <= n; ++c) {
+      const float* p = x + c * kScreenChunk;
+      T m0 = V::loadu(p), m1 = V::loadu(p + W), m2 = V::loadu(p + 2 * W), m3 = V::loadu(p + 3 * W);
+      for (uint32_t i = 4 * W; i < kScreenChunk; i += 4 * W) {
+        m0 = V::max(V::loadu(p + i), m0);
+        m1 = V::max(V::loadu(p + i + W), m1);
+        m2 = V::max(V::loadu(p + i + 2 * W), m2);
+        m3 = V::max(V::loadu(p + i + 3 * W), m3);
+      }
+      out[c] = V::hmax(V::max(V::max(m0, m1), V::max(m2, m3)));
+    }
+    if (c * kScreenChunk < n) {  // the last, partial chunk
+      float m = x[c * kScreenChunk];
+      for (uint32_t i = c * kScreenChunk + 1; i < n; ++i) m = std::max(m, x[i]);
+      out[c] = m;
+    }
+  }
 };
 
 template <class V>
 inline Kernels make_kernels(const char* name, decltype(Kernels::gemm_bf16) gemm_bf16, decltype(Kernels::qgemm) qgemm,
                             decltype(Kernels::round_bf16) round_bf16, decltype(Kernels::quantize) quantize) {
-  return Kernels{name,       Ops<V>::gemm, gemm_bf16,         Ops<V>::gemm16,   qgemm,
-                 round_bf16, quantize,     Ops<V>::attention, Ops<V>::silu_mul, Ops<V>::argmax};
+  return Kernels{name,
+                 Ops<V>::gemm,
+                 gemm_bf16,
+                 Ops<V>::gemm16,
+                 qgemm,
+                 round_bf16,
+                 quantize,
+                 Ops<V>::attention,
+                 Ops<V>::silu_mul,
+                 Ops<V>::argmax,
+                 Ops<V>::chunk_max};
 }
 
 }  // namespace tandem::engine::kernels::simd

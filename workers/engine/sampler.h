@@ -38,6 +38,14 @@ class Sampler {
 
   explicit Sampler(uint32_t vocab_size);
 
+  // Whether sample() with these parameters, reporting nothing, is the argmax of the raw logits
+  // whatever the history (greedy, no logit_bias, no penalty, no top logprobs): then the token
+  // needs no logits, only their argmax (Engine::greedy_token).
+  static bool argmax_only(const SamplingParams& p) {
+    return p.temperature <= 0.0f && p.top_logprobs == 0 && p.logit_bias.empty() && p.repetition_penalty == 1.0f &&
+           p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f;
+  }
+
   // `position` is the index in the sequence of the token being sampled; the uniform
   // draw is derived only from (seed, position), so any worker reproduces it.
   // `history` are the tokens the repetition penalty applies to (caller picks the window;
