@@ -123,6 +123,54 @@ INSTANTIATE_TEST_SUITE_P(Deployments, SpecStreams,
                            return std::string(f[0] == "--workers" ? "Both" : "Split") + (q8 ? "Q8" : "F32");
                          });
 
+// The demo model (a 32000 x 64 head over four small layers): its workers screen greedy rows for
+// their token (greedy_screen.h) instead of computing their logits, per wave with many sequences.
+// 24 streams, two threads, speculating: greedy ones (screened), temperature-1 and penalized ones
+// (computed) in the same steps, every one equal to the engine alone, which computes every logit.
+TEST(SpecStreamsScreened, GreedyScreenedRowsEqualTheEngineAlone) {
+  const std::string model = std::string(TANDEM_SOURCE_DIR) + "/tests/data/vocab-trained.gguf";
+  auto engine = engine::Engine::load(model, {1, engine::GemmBackend::kPacked}).value();
+  ASSERT_TRUE(engine::head_outweighs_layers(engine->config()));
+  const std::vector<int32_t> text =
+      engine->tokenizer().encode(" the file is the file and the command is the", false).value();
+  std::mt19937 rng(11);
+  std::vector<GenerateRequest> requests;
+  std::vector<std::vector<int32_t>> want;
+  for (uint32_t i = 0; i < 24; ++i) {
+    GenerateRequest r;
+    r.prompt_tokens = {1, static_cast<int32_t>(3 + i)};
+    if (i % 3 != 2) {
+      r.prompt_tokens.insert(r.prompt_tokens.end(), text.begin(), text.end());
+    } else {
+      for (int j = 0; j < 20; ++j) r.prompt_tokens.push_back(3 + static_cast<int32_t>(rng() % 30000));
+    }
+    r.ignore_eos = true;
+    r.max_tokens = 40 + i % 16;
+    if (i % 6 == 1) r.temperature = 1.0f, r.seed = 200 + i;
+    if (i % 8 == 5) r.presence_penalty = 0.5f;
+    engine::GenerateOptions opt;
+    opt.max_tokens = r.max_tokens;
+    opt.ignore_eos = true;
+    opt.sampling = sampling_params(r);
+    want.push_back(engine::generate(*engine, r.prompt_tokens, opt).value().tokens);
+    requests.push_back(std::move(r));
+  }
+  Deployment d({"--workers", "1", "--threads", "2", "--spec", "ngram"}, model);
+  ASSERT_TRUE(d.ok());
+  auto client = d.client();
+  ASSERT_TRUE(client);
+  std::vector<std::shared_ptr<Stream>> streams;
+  for (const GenerateRequest& r : requests) streams.push_back(client->generate(r));
+  for (uint32_t i = 0; i < requests.size(); ++i) {
+    Collected c = collect(*streams[i]);
+    ASSERT_EQ(c.finals, 1) << "stream " << i;
+    EXPECT_EQ(c.fin.reason, FinishReason::kLength) << c.fin.error_message;
+    EXPECT_EQ(c.tokens, want[i]) << "stream " << i;
+  }
+  const StatusInfo st = when_idle(*client);
+  for (const auto& w : st.workers) EXPECT_EQ(test::in_use(w), 0u) << "worker " << w.id;
+}
+
 // The trained tiny model's Q8_0 copy, drafting for it (most drafts accepted, not all).
 std::string q8_draft() {
   static const std::string path = [] {
