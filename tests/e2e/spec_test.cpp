@@ -72,6 +72,24 @@ StatusInfo when_idle(Client& client) {
   return st;
 }
 
+// Sends every request at once and checks each stream ends once, by length, with want's tokens
+// (only its length where `sampled_length_only` and the request samples at temperature > 0).
+void expect_streams(Client& client, const std::vector<GenerateRequest>& requests,
+                    const std::vector<std::vector<int32_t>>& want, bool sampled_length_only) {
+  std::vector<std::shared_ptr<Stream>> streams;
+  for (const GenerateRequest& r : requests) streams.push_back(client.generate(r));
+  for (uint32_t i = 0; i < requests.size(); ++i) {
+    Collected c = collect(*streams[i]);
+    ASSERT_EQ(c.finals, 1) << "stream " << i;
+    EXPECT_EQ(c.fin.reason, FinishReason::kLength) << c.fin.error_message;
+    if (sampled_length_only && requests[i].temperature > 0.0f) {
+      EXPECT_EQ(c.tokens.size(), want[i].size()) << "stream " << i;
+    } else {
+      EXPECT_EQ(c.tokens, want[i]) << "stream " << i;
+    }
+  }
+}
+
 class SpecStreams : public ::testing::TestWithParam<std::vector<std::string>> {};
 
 TEST_P(SpecStreams, EqualTheEngineAloneWithoutSpeculation) {
@@ -159,14 +177,7 @@ TEST(SpecStreamsScreened, GreedyScreenedRowsEqualTheEngineAlone) {
   ASSERT_TRUE(d.ok());
   auto client = d.client();
   ASSERT_TRUE(client);
-  std::vector<std::shared_ptr<Stream>> streams;
-  for (const GenerateRequest& r : requests) streams.push_back(client->generate(r));
-  for (uint32_t i = 0; i < requests.size(); ++i) {
-    Collected c = collect(*streams[i]);
-    ASSERT_EQ(c.finals, 1) << "stream " << i;
-    EXPECT_EQ(c.fin.reason, FinishReason::kLength) << c.fin.error_message;
-    EXPECT_EQ(c.tokens, want[i]) << "stream " << i;
-  }
+  expect_streams(*client, requests, want, false);
   const StatusInfo st = when_idle(*client);
   for (const auto& w : st.workers) EXPECT_EQ(test::in_use(w), 0u) << "worker " << w.id;
 }
@@ -206,18 +217,7 @@ TEST_P(DraftSpecStreams, GreedyEqualsTheEngineAloneWithoutSpeculation) {
   ASSERT_TRUE(d.ok());
   auto client = d.client();
   ASSERT_TRUE(client);
-  std::vector<std::shared_ptr<Stream>> streams;
-  for (const GenerateRequest& r : requests) streams.push_back(client->generate(r));
-  for (uint32_t i = 0; i < requests.size(); ++i) {
-    Collected c = collect(*streams[i]);
-    ASSERT_EQ(c.finals, 1) << "stream " << i;
-    EXPECT_EQ(c.fin.reason, FinishReason::kLength) << c.fin.error_message;
-    if (requests[i].temperature == 0.0f) {
-      EXPECT_EQ(c.tokens, want[i]) << "stream " << i;
-    } else {
-      EXPECT_EQ(c.tokens.size(), want[i].size()) << "stream " << i;
-    }
-  }
+  expect_streams(*client, requests, want, true);
   const StatusInfo st = when_idle(*client);
   uint64_t drafts = 0, accepted = 0;
   for (const auto& w : st.workers) {
