@@ -40,7 +40,8 @@ class Sampler {
 
   // Whether sample() with these parameters, reporting nothing, is the argmax of the raw logits
   // whatever the history (greedy, no logit_bias, no penalty, no top logprobs): then the token
-  // needs no logits, only their argmax (Engine::greedy_token).
+  // needs no logits, only their argmax (Engine::greedy_token). The history-free form of run()'s
+  // greedy shortcut (sampler.cpp, Stages::reshapes): a stage added there belongs here too.
   static bool argmax_only(const SamplingParams& p) {
     return p.temperature <= 0.0f && p.top_logprobs == 0 && p.logit_bias.empty() && p.repetition_penalty == 1.0f &&
            p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f;
